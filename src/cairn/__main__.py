@@ -1,0 +1,5 @@
+"""`python -m cairn` runs the CLI."""
+
+from cairn.cli import main
+
+main()

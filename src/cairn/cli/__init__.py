@@ -1,0 +1,38 @@
+"""The ``cairn`` command: a thin Typer layer over the library API (SPEC §9).
+
+Each sub-module registers the commands of one area on :data:`app`; commands parse options and
+call one library function. Heavy modules (docker, litellm, rich.live) are imported inside
+commands so ``cairn --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import typer
+
+app = typer.Typer(
+    name="cairn",
+    help="Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.", no_args_is_help=True)
+app.add_typer(tasks_app, name="tasks")
+
+
+def _register() -> None:
+    # Importing these modules registers their commands on `app` / `tasks_app`.
+    import importlib
+
+    for mod in ("tasks", "clean", "run"):
+        try:
+            importlib.import_module(f"cairn.cli.{mod}")
+        except ModuleNotFoundError as exc:  # a command area not built yet
+            if exc.name != f"cairn.cli.{mod}":
+                raise
+
+
+def main() -> None:
+    """Console-script entry point."""
+    _register()
+    app()

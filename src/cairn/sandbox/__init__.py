@@ -1,0 +1,53 @@
+"""Sandbox backends behind one interface (SPEC §3), looked up by name.
+
+Backends register lazily: ``get_backend("docker")`` imports ``cairn.sandbox.docker`` only when
+asked, so importing cairn never imports the Docker SDK.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from cairn.sandbox.base import (
+    Capabilities,
+    ExecResult,
+    NetworkMode,
+    ProcessInfo,
+    Sandbox,
+    SandboxSpec,
+)
+
+_BACKENDS: dict[str, str] = {
+    "docker": "cairn.sandbox.docker:DockerSandbox",
+    "local": "cairn.sandbox.local:LocalSandbox",
+}
+
+BACKEND_NAMES = tuple(_BACKENDS)
+
+
+def get_backend(name: str) -> type[Sandbox]:
+    """Return the sandbox class registered under ``name`` (``docker``, ``local``).
+
+    ``auto`` is resolved by :func:`cairn.sandbox.auto.resolve_backend`, not here.
+
+    Raises:
+        KeyError: no backend has that name (the message lists the known ones).
+    """
+    try:
+        target = _BACKENDS[name]
+    except KeyError:
+        raise KeyError(f"unknown sandbox backend {name!r}; known: {', '.join(_BACKENDS)}") from None
+    module_name, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+__all__ = [
+    "BACKEND_NAMES",
+    "Capabilities",
+    "ExecResult",
+    "NetworkMode",
+    "ProcessInfo",
+    "Sandbox",
+    "SandboxSpec",
+    "get_backend",
+]

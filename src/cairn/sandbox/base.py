@@ -1,0 +1,322 @@
+"""The sandbox interface (SPEC §3): one abstract class, one module per backend.
+
+Agents, the verifier and the trial engine know only :class:`Sandbox`; a backend module
+(``cairn.sandbox.docker``, ``cairn.sandbox.local``) implements it and is looked up by name
+through :func:`cairn.sandbox.get_backend`, so the orchestrator never imports ``docker``.
+
+Every operation is async. A sandbox is used as an async context manager whose ``stop()`` always
+runs, shielded from cancellation, also when ``start()`` failed halfway (Inspect's lifecycle).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path, PurePosixPath
+from typing import ClassVar
+
+DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
+"""Default tail kept per output stream of one exec: 10 MiB."""
+
+LOG_DIRS = ("/logs/agent", "/logs/verifier", "/logs/artifacts")
+"""Folders every sandbox creates empty at start, writable by the agent user (SPEC §3.1)."""
+
+
+class NetworkMode(StrEnum):
+    """``[environment].network_mode`` (SPEC §1.1)."""
+
+    PUBLIC = "public"
+    NO_NETWORK = "no-network"
+    ALLOWLIST = "allowlist"
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """The result of one :meth:`Sandbox.exec`.
+
+    Attributes:
+        exit_code: the process's exit status; ``None`` when it timed out and was killed, or
+            when the sandbox could not report one. A signal death is ``128 + signum``.
+        stdout: the tail of standard output, decoded as UTF-8 with replacement.
+        stderr: the tail of standard error, decoded likewise.
+        timed_out: whether ``timeout_sec`` ran out (the whole process tree was then killed).
+        elapsed_sec: wall time of the exec in seconds.
+        stdout_truncated: whether output was dropped from the front of stdout.
+        stderr_truncated: likewise for stderr.
+    """
+
+    exit_code: int | None
+    stdout: str = ""
+    stderr: str = ""
+    timed_out: bool = False
+    elapsed_sec: float = 0.0
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        """True when the command exited 0 without timing out."""
+        return self.exit_code == 0 and not self.timed_out
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """One process inside a sandbox, as seen from the sandbox's own pid namespace.
+
+    ``(pid, start_ticks)`` identifies a process even when a pid is reused.
+
+    Attributes:
+        pid: the pid inside the sandbox.
+        ppid: the parent's pid inside the sandbox.
+        start_ticks: field 22 of ``/proc/<pid>/stat`` (clock ticks since boot).
+        cmdline: the command line, arguments joined by spaces ("" for kernel threads).
+    """
+
+    pid: int
+    ppid: int
+    start_ticks: int
+    cmdline: str
+
+    @property
+    def key(self) -> tuple[int, int]:
+        """``(pid, start_ticks)``: a process identity that survives pid reuse."""
+        return (self.pid, self.start_ticks)
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can enforce; checked before any trial is queued (CONVENTIONS habit 7).
+
+    Attributes:
+        network_modes: the network modes the backend enforces.
+        cpu_limit: whether ``cpus`` is applied.
+        memory_limit: whether ``memory_mb`` is applied.
+        storage_limit: whether ``storage_mb`` is applied.
+        gpus: whether ``gpus > 0`` can be given to a sandbox.
+        compose: whether multi-container (compose) environments run.
+        dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (SPEC §3.2's subset).
+    """
+
+    network_modes: frozenset[NetworkMode]
+    cpu_limit: bool
+    memory_limit: bool
+    storage_limit: bool = False
+    gpus: bool = False
+    compose: bool = False
+    dockerfile: str = "full"
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """Everything a backend needs to build and start one sandbox; a frozen value.
+
+    Attributes:
+        env_dir: the task's ``environment/`` folder (build context), or ``None``.
+        docker_image: a prebuilt image to use as is (``[environment].docker_image``).
+        workdir: ``[environment].workdir``; ``None`` keeps the image WORKDIR.
+        cpus: CPU limit (cores), or ``None``.
+        memory_mb: memory limit in MiB, or ``None``.
+        storage_mb: disk limit in MiB, or ``None``.
+        gpus: GPUs requested (0 = none).
+        network_mode: the network mode.
+        env: resolved environment variables set in every exec (``[environment].env``).
+        build_timeout_sec: bound on build + start, seconds (already multiplied).
+        force_build: rebuild even when an image with the content hash exists.
+        job_id: owning job id (label ``cairn.job``).
+        trial_id: owning trial id (label ``cairn.trial``).
+        env_hash: content hash of ``env_dir`` (label ``cairn.env_hash``; image tag).
+        name: a human hint for resource names (task slug).
+        keep: leave the sandbox running on stop (``--keep-sandbox``).
+    """
+
+    env_dir: Path | None = None
+    docker_image: str | None = None
+    workdir: str | None = None
+    cpus: float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    gpus: int = 0
+    network_mode: NetworkMode = NetworkMode.PUBLIC
+    env: dict[str, str] = field(default_factory=dict)
+    build_timeout_sec: float = 600.0
+    force_build: bool = False
+    job_id: str = "adhoc"
+    trial_id: str = "adhoc"
+    env_hash: str = ""
+    name: str = "sandbox"
+    keep: bool = False
+
+
+class Sandbox(ABC):
+    """One running sandbox: a container, a namespace tree, or a compose project.
+
+    Paths inside the sandbox are POSIX strings. ``user`` is a name or uid; ``None`` means the
+    image's default user. ``cwd`` ``None`` means the working dir (:attr:`workdir`).
+
+    Usage::
+
+        async with get_backend("docker")(spec) as sb:
+            r = await sb.exec("echo hi")
+    """
+
+    name: ClassVar[str]
+    """The backend's registry name (``docker``, ``local``)."""
+
+    capabilities: ClassVar[Capabilities]
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        self.spec = spec
+
+    # ---- capability check -------------------------------------------------------------
+    @classmethod
+    def check(cls, spec: SandboxSpec) -> list[str]:
+        """Check that this backend can run ``spec``, before anything starts.
+
+        Returns:
+            Warnings for requests the backend cannot apply but may ignore (``storage_mb``).
+
+        Raises:
+            UnsupportedError: the backend cannot run it (a network mode it cannot enforce,
+                ``gpus > 0`` without GPU support, a compose file on a backend without compose).
+        """
+        from cairn.errors import UnsupportedError
+
+        caps = cls.capabilities
+        warnings: list[str] = []
+        if spec.network_mode not in caps.network_modes:
+            raise UnsupportedError(
+                f"unsupported network mode {spec.network_mode.value!r} on backend {cls.name!r}")
+        if spec.gpus and not caps.gpus:
+            raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
+                                   f"(gpus = {spec.gpus})")
+        if spec.storage_mb and not caps.storage_limit:
+            warnings.append(f"backend {cls.name!r} cannot apply storage_mb = {spec.storage_mb}; "
+                            "the sandbox runs without a disk limit")
+        if spec.cpus and not caps.cpu_limit:
+            warnings.append(f"backend {cls.name!r} cannot apply cpus = {spec.cpus}")
+        if spec.memory_mb and not caps.memory_limit:
+            warnings.append(f"backend {cls.name!r} cannot apply memory_mb = {spec.memory_mb}")
+        return warnings
+
+    # ---- lifecycle ------------------------------------------------------------------
+    @abstractmethod
+    async def start(self) -> None:
+        """Build or reuse the image and start the sandbox; create fresh ``/logs/*`` folders.
+
+        Raises:
+            BuildError: ``build_failed``, ``build_timeout`` or ``image_not_found``.
+            SandboxError: kind ``start_failed`` when the sandbox cannot start.
+            SandboxLostError: the engine does not answer.
+        """
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Remove everything this sandbox created (containers, networks, folders).
+
+        Safe to call after a failed or partial ``start()`` and more than once. Never raises for
+        resources already gone. With ``spec.keep`` it leaves the sandbox running.
+        """
+
+    async def __aenter__(self) -> Sandbox:
+        try:
+            await self.start()
+        except BaseException:
+            await asyncio.shield(self.stop())
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.shield(self.stop())
+
+    # ---- operations -------------------------------------------------------------------
+    @property
+    @abstractmethod
+    def workdir(self) -> str:
+        """The working dir: ``spec.workdir``, else the image WORKDIR, else ``/``."""
+
+    @property
+    def info(self) -> dict[str, str | None]:
+        """What results record about this sandbox: ``backend``, ``image_id``, ``engine_version``."""
+        return {"backend": self.name, "image_id": None, "engine_version": None}
+
+    @abstractmethod
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        user: str | int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> ExecResult:
+        """Run a command inside the sandbox.
+
+        Args:
+            command: an argv list, or one shell string run with ``bash -c`` (``sh -c`` when
+                the image has no bash).
+            user: user name or uid; ``None`` = image default.
+            cwd: working directory; ``None`` = :attr:`workdir`.
+            env: extra environment variables on top of ``spec.env``.
+            timeout_sec: wall-clock bound in seconds; on expiry the exec's whole process tree
+                inside the sandbox is killed (also double-forked, setsid and nohup children)
+                and the result has ``timed_out=True``.
+            max_output_bytes: tail kept per stream, in bytes.
+
+        Returns:
+            The :class:`ExecResult`.
+
+        Raises:
+            SandboxError: the exec could not be run (sandbox gone or broken).
+            SandboxLostError: the engine does not answer.
+        """
+
+    @abstractmethod
+    async def upload(self, host_path: Path, sandbox_path: str) -> None:
+        """Copy a host file or folder to ``sandbox_path`` (created or replaced; a folder's
+        *contents* land in ``sandbox_path``, merged over what is there).
+
+        Streams (bounded memory); preserves names with spaces/quotes, modes, and symlinks as
+        links. Files are owned by root unless the caller chowns them.
+
+        Raises:
+            FileNotFoundError: ``host_path`` does not exist.
+            SandboxError: the transfer failed.
+        """
+
+    @abstractmethod
+    async def download(self, sandbox_path: str, host_path: Path) -> None:
+        """Copy a sandbox file or folder to ``host_path`` (a folder's contents into it).
+
+        Streams (bounded memory); symlinks are stored as links and never followed on the host;
+        nothing is written outside ``host_path``.
+
+        Raises:
+            FileNotFoundError: ``sandbox_path`` does not exist.
+            SandboxError: the transfer failed.
+        """
+
+    @abstractmethod
+    async def processes(self) -> list[ProcessInfo]:
+        """List the processes running in the sandbox (its own pid namespace view).
+
+        Raises:
+            SandboxError: the list could not be read.
+        """
+
+    @abstractmethod
+    async def kill_processes(self, pids: Sequence[ProcessInfo]) -> None:
+        """SIGKILL the given processes (matched by :attr:`ProcessInfo.key`, so a reused pid is
+        spared). Processes already gone are ignored. PID 1 is never killed.
+
+        Raises:
+            SandboxError: the kill could not be sent.
+        """
+
+
+def sandbox_path_join(*parts: str) -> str:
+    """Join POSIX path parts for use inside a sandbox."""
+    return str(PurePosixPath(*parts))

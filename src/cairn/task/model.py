@@ -1,0 +1,318 @@
+"""Frozen pydantic models of task.toml (SPEC §1.1) and of a loaded task.
+
+Two layers:
+
+- ``*Config`` classes mirror task.toml keys one to one (what the author wrote, defaults
+  applied, env templates kept as templates).
+- :class:`Task` and :class:`Step` are the loaded task: every step resolved with its files and
+  its effective settings (fallbacks applied). A single-step task is a task with one step named
+  ``main`` — one shape for everything downstream (CONVENTIONS habit 11).
+
+Unknown keys are allowed here (``extra="allow"``) because the loader reports them as findings
+with their line (SPEC §2); pydantic alone would drop or reject them without a line.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from cairn.sandbox.base import NetworkMode
+
+STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+"""Valid step names (SPEC §1.1)."""
+
+DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
+"""Agent timeout when neither the task nor the step sets one (Evolve's default; SPEC §1.1)."""
+
+DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
+DEFAULT_SETUP_TIMEOUT_SEC = 600.0
+DEFAULT_BUILD_TIMEOUT_SEC = 600.0
+SINGLE_STEP_NAME = "main"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="allow", populate_by_name=True)
+
+
+class Healthcheck(_Model):
+    """A healthcheck (SPEC §4.3): Docker HEALTHCHECK semantics run by cairn with execs.
+
+    Units are seconds.
+    """
+
+    command: str
+    interval_sec: float = 5.0
+    timeout_sec: float = 30.0
+    start_period_sec: float = 0.0
+    start_interval_sec: float = 5.0
+    retries: int = 3
+
+
+class Artifact(_Model):
+    """One artifact entry (SPEC §4.5): a path string is ``Artifact(source=path)``.
+
+    ``source`` is an absolute sandbox path; ``destination`` is relative to the step's
+    ``artifacts/`` folder (default: the source path without its leading ``/``).
+    """
+
+    source: str
+    destination: str | None = None
+    exclude: tuple[str, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return {"source": value}
+        return value
+
+    @property
+    def effective_destination(self) -> str:
+        """Destination relative to the artifacts folder."""
+        return self.destination if self.destination is not None else self.source.lstrip("/")
+
+
+class Author(_Model):
+    """``[task].authors`` entry."""
+
+    name: str | None = None
+    email: str | None = None
+
+
+class TaskInfo(_Model):
+    """``[task]``: identity. ``name`` is ``org/name``; defaults to the folder name."""
+
+    name: str | None = None
+    version: str | None = None
+    description: str | None = None
+    authors: tuple[Author, ...] = ()
+    keywords: tuple[str, ...] = ()
+
+
+class AgentConfig(_Model):
+    """``[agent]`` or ``[steps.agent]``: timeout in seconds and the user agents run as."""
+
+    timeout_sec: float | None = None
+    user: str | int | None = None
+
+
+class EnvironmentConfig(_Model):
+    """``[environment]`` (SPEC §1.1). Units: seconds, cores, MiB."""
+
+    build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC
+    docker_image: str | None = None
+    workdir: str | None = None
+    cpus: int | float | None = None
+    memory_mb: int | None = None
+    storage_mb: int | None = None
+    gpus: int = 0
+    network_mode: NetworkMode | None = None
+    allowed_hosts: tuple[str, ...] = ()
+    allow_internet: bool | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    healthcheck: Healthcheck | None = None
+    os: str = "linux"
+    mcp_servers: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def effective_network_mode(self) -> NetworkMode:
+        """``network_mode`` if given; else legacy ``allow_internet`` (false → no-network); else public."""
+        if self.network_mode is not None:
+            return self.network_mode
+        if self.allow_internet is False:
+            return NetworkMode.NO_NETWORK
+        return NetworkMode.PUBLIC
+
+
+class VerifierConfig(_Model):
+    """``[verifier]`` or ``[steps.verifier]``."""
+
+    timeout_sec: float | None = None
+    user: str | int | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    environment_mode: Literal["shared", "separate"] | None = None
+    environment: EnvironmentConfig | None = None
+
+
+class SolutionConfig(_Model):
+    """``[solution]``: variables for the oracle only."""
+
+    env: dict[str, str] = Field(default_factory=dict)
+
+
+MinReward = float | dict[str, float]
+
+
+class StepConfig(_Model):
+    """One ``[[steps]]`` entry."""
+
+    name: str
+    min_reward: MinReward | None = None
+    artifacts: tuple[Artifact, ...] = ()
+    healthcheck: Healthcheck | None = None
+    setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+
+    @field_validator("min_reward", mode="before")
+    @classmethod
+    def _min_reward_numbers(cls, value: Any) -> Any:
+        if value is None:
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float, dict)):
+            raise ValueError("min_reward must be a number or a table of numbers")
+        if isinstance(value, dict):
+            for key, v in value.items():
+                if isinstance(v, bool) or not isinstance(v, (int, float)):
+                    raise ValueError(f"min_reward.{key} must be a number")
+            return {k: float(v) for k, v in value.items()}
+        return float(value)
+
+
+class TaskConfig(_Model):
+    """A whole task.toml (SPEC §1.1), as written, defaults applied."""
+
+    schema_version: str = Field(default="1.4", alias="schema_version")
+    multi_step_reward_strategy: Literal["mean", "final"] = "mean"
+    artifacts: tuple[Artifact, ...] = ()
+    source: str | None = None
+    task: TaskInfo = Field(default_factory=TaskInfo)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    agent: AgentConfig = Field(default_factory=AgentConfig)
+    verifier: VerifierConfig = Field(default_factory=VerifierConfig)
+    solution: SolutionConfig = Field(default_factory=SolutionConfig)
+    environment: EnvironmentConfig = Field(default_factory=EnvironmentConfig)
+    steps: tuple[StepConfig, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _version_alias(cls, value: Any) -> Any:
+        if isinstance(value, dict) and "version" in value and "schema_version" not in value:
+            value = dict(value)
+            value["schema_version"] = str(value.pop("version"))
+        return value
+
+
+class Step(BaseModel):
+    """One step of a loaded task, with its files and effective settings resolved.
+
+    Attributes:
+        index: 1-based position in execution order.
+        name: the step name (``main`` for a single-step task).
+        instruction: the instruction text (canary lines not yet removed).
+        test_sh: the test script that verifies this step (the step's own, else the shared one);
+            ``None`` only when the task is invalid.
+        tests_dirs: folders uploaded to ``/tests`` in order (shared ``tests/``, then
+            ``steps/<name>/tests/``), those that exist.
+        solution_dirs: folders uploaded to ``/solution`` in order (shared, then step).
+        solve_sh: the oracle script (the step's, else the shared one), or ``None``.
+        workdir_dir: ``steps/<name>/workdir/`` if it exists.
+        agent_timeout_sec: effective agent timeout (step, else task, else 3600).
+        agent_user: effective agent user (step, else task, else image default).
+        verifier_timeout_sec: effective verifier timeout (step, else task, else 600).
+        verifier_user: effective verifier user.
+        verifier_env: merged verifier env templates (task ``[verifier].env`` then step's).
+        verifier_mode: ``shared`` or ``separate``.
+        verifier_environment: the separate verifier's environment, if any.
+        min_reward: the gate (number or table), or ``None``.
+        artifacts: task-level then step-level artifact entries.
+        healthcheck: the step healthcheck, or ``None``.
+        setup_timeout_sec: bound on ``workdir/setup.sh``.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    index: int
+    name: str
+    instruction: str
+    test_sh: Path | None
+    tests_dirs: tuple[Path, ...] = ()
+    solution_dirs: tuple[Path, ...] = ()
+    solve_sh: Path | None = None
+    workdir_dir: Path | None = None
+    agent_timeout_sec: float = DEFAULT_AGENT_TIMEOUT_SEC
+    agent_user: str | int | None = None
+    verifier_timeout_sec: float = DEFAULT_VERIFIER_TIMEOUT_SEC
+    verifier_user: str | int | None = None
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    verifier_mode: Literal["shared", "separate"] = "shared"
+    verifier_environment: EnvironmentConfig | None = None
+    min_reward: MinReward | None = None
+    artifacts: tuple[Artifact, ...] = ()
+    healthcheck: Healthcheck | None = None
+    setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
+
+    @property
+    def setup_sh(self) -> Path | None:
+        """``steps/<name>/workdir/setup.sh`` if present (reserved name, SPEC §1)."""
+        if self.workdir_dir is None:
+            return None
+        p = self.workdir_dir / "setup.sh"
+        return p if p.is_file() else None
+
+    @property
+    def dir_name(self) -> str:
+        """The step's folder name in results: ``<nn>-<name>`` (SPEC §7)."""
+        return f"{self.index:02d}-{self.name}"
+
+
+class Task(BaseModel):
+    """A loaded, validated task.
+
+    Attributes:
+        path: the task folder (absolute).
+        name: ``[task].name``, else the folder name.
+        config: the parsed task.toml.
+        steps: the steps in execution order (one named ``main`` for a single-step task).
+        multi_step: whether task.toml declared ``[[steps]]``.
+        content_hash: sha256 hex of the task's files (names and bytes; mtimes ignored).
+        env_hash: sha256 hex of ``environment/`` (names, bytes, exec bits) plus the image
+            settings that change a build; keys the image cache.
+        warnings: findings of severity warning found while loading.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    path: Path
+    name: str
+    config: TaskConfig
+    steps: tuple[Step, ...]
+    multi_step: bool
+    content_hash: str
+    env_hash: str
+    warnings: tuple[Any, ...] = ()
+
+    @property
+    def environment(self) -> EnvironmentConfig:
+        """The ``[environment]`` table."""
+        return self.config.environment
+
+    @property
+    def env_dir(self) -> Path | None:
+        """``environment/`` if it exists."""
+        p = self.path / "environment"
+        return p if p.is_dir() else None
+
+    @property
+    def dockerfile(self) -> Path | None:
+        """``environment/Dockerfile`` if it exists."""
+        p = self.path / "environment" / "Dockerfile"
+        return p if p.is_file() else None
+
+    @property
+    def compose_file(self) -> Path | None:
+        """``environment/docker-compose.yaml`` (or ``.yml``) if it exists."""
+        for n in ("docker-compose.yaml", "docker-compose.yml"):
+            p = self.path / "environment" / n
+            if p.is_file():
+                return p
+        return None
+
+    @property
+    def slug(self) -> str:
+        """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (SPEC §7)."""
+        return re.sub(r"[^A-Za-z0-9._-]", "-", self.name)
