@@ -46,7 +46,7 @@ class AgentExit(StrEnum):
 
 
 class _Persisted(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ErrorInfo(_Persisted):
@@ -78,6 +78,18 @@ class StopReason(_Persisted):
     threshold: float | None = None
     error_kind: ErrorKind | None = None
     """The step's error kind (``step_error``)."""
+
+
+class Gate(_Persisted):
+    """One evaluated ``min_reward`` gate of a step (SPEC §5.4 rule 4)."""
+
+    key: str
+    """The gated key (``reward`` for a number gate, which gates the primary reward)."""
+    value: float | None
+    """The actual value; ``None`` when the key was missing (counts as −∞, fails)."""
+    threshold: float
+    passed: bool
+    """``value >= threshold``."""
 
 
 class Tokens(_Persisted):
@@ -117,7 +129,7 @@ class StepResult(_Persisted):
     timings: StepTimings = Field(default_factory=StepTimings)
     tokens: Tokens | None = None
     cost_usd: float | None = None
-    gates: list[dict[str, Any]] = Field(default_factory=list)
+    gates: list[Gate] = Field(default_factory=list)
     """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
 
     @property
@@ -175,3 +187,102 @@ class TrialResult(_Persisted):
     engine_version: str | None = None
     warnings: list[str] = Field(default_factory=list)
     steps: list[StepResult]
+
+
+class StepsFile(_Persisted):
+    """steps.json (SPEC §7): the ``steps`` rows of result.json, rewritten after each step."""
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    steps: list[StepResult]
+    """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
+
+
+SUMMARY_SCHEMA_VERSION = "1.0"
+
+
+class KeyStat(_Persisted):
+    """The mean of one reward key over the scored trials that have it."""
+
+    mean: float
+    n: int
+    """How many scored trials carry the key."""
+
+
+class StepSummary(_Persisted):
+    """One (task, step) line of summary.json, over the task's scored trials."""
+
+    index: int
+    """1-based position."""
+    name: str
+    n_reached: int
+    """Scored trials in which the step's procedure began (source not ``not-run``)."""
+    n_results: int
+    """Scored trials in which the step has a verifier result or a candidate-error 0."""
+    n_passed: int
+    """Scored trials in which the step passed (SPEC §5.2)."""
+    mean_reward: float | None = None
+    """Mean primary reward over the step's results that have one; ``None`` without any."""
+
+
+class TaskSummary(_Persisted):
+    """One task of summary.json."""
+
+    name: str
+    n_trials: int
+    n_scored: int
+    """Trials with outcome ``completed`` or ``stopped``."""
+    outcomes: dict[Outcome, int]
+    n_passed: int
+    pass_rate: float | None = None
+    """``n_passed`` over the scored trials that have a primary reward."""
+    mean_reward: float | None = None
+    """Mean primary reward over the scored trials that have one."""
+    reward_all_steps_mean: float | None = None
+    steps: list[StepSummary] = Field(default_factory=list)
+
+
+class TimingSummary(_Persisted):
+    """Trial wall times, in seconds, over the trials that recorded ``timings.total_sec``."""
+
+    n: int = 0
+    total_sec_sum: float = 0.0
+    total_sec_mean: float | None = None
+
+
+class JobSummary(_Persisted):
+    """summary.json (SPEC §7), rewritten after each trial.
+
+    Scores (means, pass rate, pass@k) are over *scored* trials (outcome ``completed`` or
+    ``stopped``); errored and cancelled trials are counted beside them by kind and never
+    folded in as 0, except in :attr:`mean_reward_errors_as_zero` (SPEC §6).
+    """
+
+    schema_version: str = SUMMARY_SCHEMA_VERSION
+    n_trials: int
+    n_scored: int
+    n_no_reward: int = 0
+    """Scored trials whose primary reward is ``None`` (metrics only): left out of the means."""
+    outcomes: dict[Outcome, int]
+    """Trials per outcome (every outcome present, 0 when none)."""
+    errors: dict[ErrorKind, int] = Field(default_factory=dict)
+    """Errored and cancelled trials per error kind."""
+    error_categories: dict[Category, int] = Field(default_factory=dict)
+    """Errored and cancelled trials per error category."""
+    mean_reward: float | None = None
+    """Mean primary reward over the scored trials that have one."""
+    mean_reward_errors_as_zero: float | None = None
+    """The same mean with every errored trial added as 0."""
+    rewards: dict[str, KeyStat] = Field(default_factory=dict)
+    """Mean of every reward key over the scored trials that carry it."""
+    reward_all_steps_mean: float | None = None
+    """Mean of ``reward_all_steps`` over the scored trials that have it."""
+    n_passed: int = 0
+    pass_rate: float | None = None
+    """``n_passed`` over the scored trials that have a primary reward."""
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    """Unbiased pass@k for k = 1 … max attempts, averaged over tasks with n ≥ k (SPEC §5.2)."""
+    tasks: list[TaskSummary] = Field(default_factory=list)
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float | None = None
+    """Sum over the trials that report a cost; ``None`` when none does."""
+    timings: TimingSummary = Field(default_factory=TimingSummary)
