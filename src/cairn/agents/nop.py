@@ -1,0 +1,18 @@
+"""The ``nop`` agent: does nothing (SPEC §10). A task whose nop run passes has a weak verifier."""
+
+from __future__ import annotations
+
+from cairn.agents.base import Agent, AgentContext
+from cairn.sandbox.base import Sandbox
+
+
+class NopAgent(Agent):
+    """Does nothing in every step; takes no model."""
+
+    name = "nop"
+    version = "1"
+    needs_model = False
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Return at once, leaving the sandbox as it is."""
+        return None

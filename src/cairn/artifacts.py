@@ -1,0 +1,122 @@
+"""Collect a step's artifacts from the sandbox to the host (SPEC §4.5).
+
+Best-effort: a failed entry is recorded in the manifest, never fatal. Symlinks are stored as
+links and never followed (the sandbox's download guarantees it); a per-entry size cap protects
+the host.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import shlex
+import shutil
+from pathlib import Path, PurePosixPath
+
+from cairn.errors import SandboxLostError
+from cairn.sandbox.base import Sandbox
+from cairn.task.model import Artifact
+
+DEFAULT_ARTIFACT_CAP_BYTES = 1 << 30
+"""Per-entry size cap: 1 GiB."""
+
+LOGS_ARTIFACTS = "/logs/artifacts"
+MANIFEST = "manifest.json"
+
+
+def _remove_excluded(root: Path, patterns: tuple[str, ...]) -> list[str]:
+    """Delete files under ``root`` whose relative path (or name) matches a glob; no link following."""
+    removed: list[str] = []
+    if not patterns or not root.exists():
+        return removed
+    if root.is_file() or root.is_symlink():
+        if any(fnmatch.fnmatch(root.name, p) for p in patterns):
+            root.unlink()
+            removed.append(root.name)
+        return removed
+    for dirpath, dirnames, filenames in os.walk(root, topdown=True, followlinks=False):
+        for name in list(dirnames) + filenames:
+            full = Path(dirpath) / name
+            rel = full.relative_to(root).as_posix()
+            if any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(name, p) for p in patterns):
+                if full.is_dir() and not full.is_symlink():
+                    shutil.rmtree(full)
+                    if name in dirnames:
+                        dirnames.remove(name)
+                else:
+                    full.unlink()
+                removed.append(rel)
+    return removed
+
+
+async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
+    """Total size of a sandbox path in bytes (``du -sb``, not following links); None if absent."""
+    r = await sandbox.exec(f"du -sb --apparent-size {shlex.quote(source)} 2>/dev/null | tail -n1",
+                           user="root")
+    try:
+        return int(r.stdout.split()[0])
+    except (IndexError, ValueError):
+        return None
+
+
+async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
+                            cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES) -> list[dict]:
+    """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
+
+    Args:
+        sandbox: the trial's sandbox.
+        entries: task-level then step-level artifact entries.
+        dest_dir: the step's ``artifacts/`` folder (exists).
+        cap_bytes: per-entry size cap in bytes.
+
+    Returns:
+        The manifest rows: ``{source, destination, status: "copied"|"failed", bytes, error,
+        excluded}``; ``/logs/artifacts`` contents land at the folder's root.
+
+    Raises:
+        SandboxLostError: the engine is gone (every other failure is recorded per entry).
+    """
+    rows: list[dict] = []
+    all_entries = [*entries, Artifact(source=LOGS_ARTIFACTS, destination=".")]
+    for entry in all_entries:
+        dest_rel = entry.effective_destination
+        row: dict = {"source": entry.source, "destination": dest_rel, "status": "failed",
+                     "bytes": None, "error": None, "excluded": []}
+        rows.append(row)
+        target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
+        try:
+            if entry.source == LOGS_ARTIFACTS:
+                r = await sandbox.exec(f"find {LOGS_ARTIFACTS} -mindepth 1 | head -n 1", user="root")
+                if not r.stdout.strip():
+                    rows.pop()
+                    continue
+            size = await _size_bytes(sandbox, entry.source)
+            if size is None:
+                if entry.source == LOGS_ARTIFACTS:
+                    rows.pop()
+                    continue
+                row["error"] = "not found in the sandbox"
+                continue
+            row["bytes"] = size
+            if size > cap_bytes:
+                row["error"] = f"{size} bytes is over the {cap_bytes}-byte cap"
+                continue
+            r = await sandbox.exec(["test", "-d", entry.source], user="root")
+            is_dir = r.exit_code == 0
+            if is_dir:
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            if not is_dir and target.resolve(strict=False).parent != target.parent.resolve():
+                row["error"] = "destination escapes the artifacts folder"
+                continue
+            await sandbox.download(entry.source, target)
+            row["excluded"] = _remove_excluded(target, tuple(entry.exclude))
+            row["status"] = "copied"
+        except SandboxLostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - best effort by spec: recorded, never fatal
+            row["error"] = f"{type(exc).__name__}: {exc}"
+    for row in rows:
+        row["destination"] = str(PurePosixPath(row["destination"]))
+    return rows
