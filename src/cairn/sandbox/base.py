@@ -130,6 +130,9 @@ class SandboxSpec:
         env_hash: content hash of ``env_dir`` (label ``cairn.env_hash``; image tag).
         name: a human hint for resource names (task slug).
         keep: leave the sandbox running on stop (``--keep-sandbox``).
+        job_dir: absolute path of the owning job's folder (label ``cairn.job_dir``), so
+            ``cairn clean`` can tell whether the job is running (its lock is held); ``None``
+            for sandboxes outside a job (then the owning process decides).
     """
 
     env_dir: Path | None = None
@@ -148,6 +151,7 @@ class SandboxSpec:
     env_hash: str = ""
     name: str = "sandbox"
     keep: bool = False
+    job_dir: Path | None = None
 
 
 class Sandbox(ABC):
@@ -166,6 +170,10 @@ class Sandbox(ABC):
     """The backend's registry name (``docker``, ``local``)."""
 
     capabilities: ClassVar[Capabilities]
+
+    known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+    """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
+    fails; the suite skips and lists them (SPEC §3.4)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
