@@ -1,0 +1,80 @@
+"""Strict JSON in and out (SPEC §7): no NaN or Infinity either way.
+
+Python's :mod:`json` writes ``NaN``/``Infinity`` and reads them back by default; neither is JSON.
+These helpers refuse both, and turn pydantic models into plain JSON values first.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import PurePath
+from typing import Any
+
+from pydantic import BaseModel
+
+
+def to_jsonable(obj: Any) -> Any:
+    """Convert a value to plain JSON types (dict, list, str, int, float, bool, None).
+
+    Args:
+        obj: a pydantic model (dumped with ``mode="json"``), a mapping, a list or tuple, a path
+            (as a string), or a plain JSON value; nested freely.
+
+    Returns:
+        The converted value. Other types are returned unchanged (``json.dumps`` refuses them).
+    """
+    if isinstance(obj, BaseModel):
+        return obj.model_dump(mode="json")
+    if isinstance(obj, Mapping):
+        return {str(k): to_jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [to_jsonable(v) for v in obj]
+    if isinstance(obj, PurePath):
+        return str(obj)
+    return obj
+
+
+def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
+    """Serialize to JSON text, refusing non-finite numbers.
+
+    Args:
+        obj: anything :func:`to_jsonable` accepts.
+        indent: indentation (``None`` for one line).
+
+    Returns:
+        The JSON text, UTF-8 friendly (non-ASCII kept), ending with a newline.
+
+    Raises:
+        ValueError: when a float is NaN or ±Infinity.
+        TypeError: when a value is not JSON-serializable.
+    """
+    return json.dumps(to_jsonable(obj), allow_nan=False, indent=indent,
+                      ensure_ascii=False) + "\n"
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text} overflows a float")
+    return value
+
+
+def loads_strict(data: str | bytes) -> Any:
+    """Parse JSON text, refusing ``NaN``, ``Infinity``, ``-Infinity`` and overflowing numbers.
+
+    Args:
+        data: the JSON text (bytes are decoded as UTF-8, BOM tolerated by :mod:`json`).
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        ValueError: invalid JSON (``json.JSONDecodeError``), a non-finite constant, a number
+            such as ``1e400`` that overflows a float, or bytes that are not valid text.
+    """
+    return json.loads(data, parse_constant=_reject_constant, parse_float=_finite_float)
