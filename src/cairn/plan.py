@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from cairn.task.model import Task
 
 
@@ -90,3 +92,52 @@ def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: d
          "kwargs": agent_kwargs, "model": model, "backend": backend, "attempt": attempt},
         sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
+
+
+class JobConfig(BaseModel):
+    """A job's resolved configuration (SPEC §8); what ``-c job.yaml`` holds, flags win.
+
+    Recorded in job.json (templates, never secret values). Units: seconds, counts.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    paths: tuple[Path, ...] = ()
+    """Task folders or dataset folders (``-p``)."""
+    include: tuple[str, ...] = ()
+    """Task-name globs to keep (``-i``); empty keeps all."""
+    exclude: tuple[str, ...] = ()
+    """Task-name globs to drop (``-x``)."""
+    attempts: int = Field(default=1, ge=1)
+    """Attempts per task (``-k``)."""
+    n_concurrent: int = Field(default=4, ge=1)
+    """Trials running at once (``-n``)."""
+    agent: str = "oracle"
+    model: str | None = None
+    agent_kwargs: dict[str, Any] = Field(default_factory=dict)
+    agent_env: dict[str, str] = Field(default_factory=dict)
+    backend: str = "auto"
+    """``auto``, ``docker`` or ``local`` (``-e``)."""
+    job_name: str | None = None
+    """Default: the start time, ``YYYY-MM-DD__HH-MM-SS``."""
+    jobs_dir: Path = Path("jobs")
+    max_retries: int = Field(default=2, ge=0)
+    """Automatic re-runs of an infra-errored trial (so at most ``max_retries + 1`` runs)."""
+    retry_backoff_sec: float = Field(default=2.0, ge=0)
+    """First retry delay, doubled on each further retry."""
+    timeout_multiplier: float = Field(default=1.0, gt=0)
+    verify: bool = True
+    force_build: bool = False
+    keep_sandbox: bool = False
+    hardened_verify: bool = False
+    resume_agent_session: bool = False
+    max_cost_usd: float | None = None
+    """Stop starting new trials once the job has spent this much (USD)."""
+
+    def run_options(self) -> RunOptions:
+        """The per-trial :class:`RunOptions` of this job."""
+        return RunOptions(timeout_multiplier=self.timeout_multiplier, verify=self.verify,
+                          keep_sandbox=self.keep_sandbox, force_build=self.force_build,
+                          hardened_verify=self.hardened_verify,
+                          resume_agent_session=self.resume_agent_session,
+                          agent_env=dict(self.agent_env))

@@ -164,7 +164,7 @@ async def _evidence(sandbox: Sandbox, agent_dir: Path) -> list[str]:
 
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
-                   task, min_reward_cb=None) -> tuple[StepResult, AgentContext | None]:
+                   task) -> tuple[StepResult, AgentContext | None]:
     """Run one step (SPEC §4.2 items 2–8) and return its row.
 
     Failures of SPEC §6's vocabulary raised by the phases are left to the caller (the trial),
@@ -256,8 +256,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         err = error_info(v.error, step=step)
         return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
                           timings=StepTimings(**timings), **row), context
-    gates = [g.as_dict() if hasattr(g, "as_dict") else g
-             for g in evaluate_gates(step.min_reward, v.rewards)] if step.min_reward is not None else []
+    gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
     return StepResult(
         source=StepSource.VERIFIER, reward=primary_reward(v.rewards), rewards=v.rewards,
         passed=step_passed(step.min_reward, v.rewards, True), verifier_exit_code=v.exit_code,

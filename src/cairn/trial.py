@@ -40,7 +40,7 @@ from cairn.results import (
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
 from cairn.step import StepDirs, StepEnv, run_step
-from cairn.store import Masker, TrialStore
+from cairn.store import Masker, TrialPaths, TrialStore
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
 
@@ -90,7 +90,7 @@ class _TrialRun:
         self.task = plan.task
         self.agent = agent
         self.emit = on_event or (lambda line: None)
-        self.store = TrialStore(plan.trial_dir)
+        self.store = TrialStore(TrialPaths(plan.trial_dir))
         self.rows: list[StepResult] = [
             StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in self.task.steps]
         self.error: ErrorInfo | None = None
@@ -104,7 +104,7 @@ class _TrialRun:
         self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
 
     def log(self, line: str) -> None:
-        self.store.log(self.masker.mask(line))
+        self.store.append_log(line)
 
     def event(self, line: str) -> None:
         self.log(line)
@@ -124,6 +124,7 @@ class _TrialRun:
         for s, resolved in zip(task.steps, verifier_envs):
             secrets |= set(secret_values(s.verifier_env, resolved))
         self.masker = Masker(secrets)
+        self.store.masker = self.masker
         e = task.environment
         spec = SandboxSpec(
             env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
@@ -188,7 +189,7 @@ class _TrialRun:
         self.phase = Phase.AGENT_SETUP
         started = time.monotonic()
         first = self.task.steps[0]
-        ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.trial_dir,
+        ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
                            timeout_sec=self.plan.options.agent_setup_timeout_sec,
                            user=first.agent_user, env=dict(self.plan.options.agent_env))
         try:
@@ -212,7 +213,8 @@ class _TrialRun:
             env.verifier_env = venv
             self.steps_run += 1
             self.phase = Phase.SETUP
-            dirs = StepDirs(**self.store.step_dirs(step.dir_name))
+            sp = self.store.step_dirs(step.index, step.name)
+            dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
             try:
                 row, _ = await run_step(sandbox, self.agent, step, dirs, env, self.task)
                 self.after_agent = True
@@ -221,7 +223,6 @@ class _TrialRun:
                 row = self._step_failure(step, exc)
             self.rows[step.index - 1] = row
             self.store.write_steps(self.rows)
-            self.store.mask_step(step.dir_name, self.masker)
             self._step_event(step, row)
             if self.error is not None:
                 return
@@ -356,6 +357,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         cancelled = True
         raise
     finally:
+        run.warnings.extend(run.store.mask_files())
         result = run.result(started_at, time.monotonic() - t0, cancelled)
         run.store.write_result(result)
         if not cancelled:
