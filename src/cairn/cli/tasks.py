@@ -1,0 +1,78 @@
+"""``cairn tasks check`` and ``cairn tasks init`` (SPEC §2).
+
+Thin commands over :mod:`cairn.task.load` and :mod:`cairn.task.init`; both are imported inside
+the commands so that ``cairn --help`` does not pay for pydantic.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from cairn.cli import tasks_app
+
+
+@tasks_app.command(
+    "check",
+    epilog=(
+        "Examples:\n\n"
+        "  cairn tasks check tasks/two-steps\n\n"
+        "  cairn tasks check datasets/mine --strict"
+    ),
+)
+def check(
+    paths: Annotated[list[Path], typer.Argument(
+        help="Task folders (holding task.toml or task.md) or dataset folders of tasks.",
+        show_default=False)],
+    strict: Annotated[bool, typer.Option(
+        "--strict", help="Treat warnings (unknown keys, :latest images, CRLF …) as errors.")]
+    = False,
+) -> None:
+    """Validate tasks without starting anything.
+
+    Prints one line per finding (`path:line: error|warning: text`) and `PATH: ok` for each task without errors. Exits 0 when there is no error, 1 otherwise.
+    """
+    from cairn.task.load import check_paths
+
+    results = check_paths(paths, strict=strict)
+    for result in results:
+        for finding in result.findings:
+            typer.echo(str(finding))
+        if result.ok:
+            typer.echo(f"{result.path}: ok")
+    raise typer.Exit(0 if all(r.ok for r in results) else 1)
+
+
+@tasks_app.command(
+    "init",
+    epilog=(
+        "Examples:\n\n"
+        "  cairn tasks init hello\n\n"
+        "  cairn tasks init two-steps --steps write,append --dir tasks"
+    ),
+)
+def init(
+    name: Annotated[str, typer.Argument(
+        help="Task name (`name` or `org/name`); the folder is named after its last part.",
+        show_default=False)],
+    steps: Annotated[Optional[str], typer.Option(  # noqa: UP007 (typer needs Optional)
+        "--steps", help="Comma-separated step names: writes a multi-step task.")] = None,
+    directory: Annotated[Path, typer.Option(
+        "--dir", help="Folder to create the task in.")] = Path("."),
+) -> None:
+    """Write a runnable task skeleton whose oracle passes and whose nop run scores 0."""
+    from cairn.errors import UsageError
+    from cairn.task.init import init_task
+
+    step_names = [s for s in (steps or "").split(",") if s.strip()] if steps else []
+    try:
+        root = init_task(name, step_names, directory)
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    kind = f"{len(step_names)}-step" if step_names else "single-step"
+    typer.echo(f"created {kind} task {root}")
+    typer.echo(f"  check it:       cairn tasks check --strict {root}")
+    typer.echo(f"  run the oracle: cairn run -p {root} -a oracle")
