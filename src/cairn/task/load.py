@@ -67,6 +67,19 @@ def find_tasks(path: Path) -> list[Path]:
     path = Path(path)
     if is_task_dir(path):
         return [path]
+    return task_dirs(path)
+
+
+def task_dirs(path: Path) -> list[Path]:
+    """The immediate sub-folders of a dataset folder that are tasks.
+
+    Args:
+        path: a dataset folder.
+
+    Returns:
+        Task folders sorted by name; ``[]`` when ``path`` is not a folder or holds none.
+    """
+    path = Path(path)
     if not path.is_dir():
         return []
     return sorted((c for c in path.iterdir() if c.is_dir() and is_task_dir(c)),
