@@ -1,0 +1,120 @@
+"""Agent names → agent classes (SPEC §10), and the option checks run before anything starts.
+
+Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``. An ``-a``
+value containing ``:`` is an import path ``package.module:Class`` naming an
+:class:`~cairn.agents.base.Agent` subclass. Modules are imported only when asked, so importing
+the registry never imports LiteLLM.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from cairn.agents.base import Agent
+from cairn.errors import UsageError
+
+_AGENTS: dict[str, str] = {
+    "oracle": "cairn.agents.oracle:OracleAgent",
+    "nop": "cairn.agents.nop:NopAgent",
+    "llm": "cairn.agents.llm:LlmAgent",
+    "claude-code": "cairn.agents.installed:ClaudeCodeAgent",
+    "codex": "cairn.agents.installed:CodexAgent",
+    "opencode": "cairn.agents.installed:OpenCodeAgent",
+}
+
+AGENT_NAMES = tuple(_AGENTS)
+"""The built-in agent names, in display order."""
+
+
+def _load(target: str, shown: str) -> type[Agent]:
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise UsageError(f"agent {shown!r}: an import path must look like package.module:Class")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise UsageError(f"agent {shown!r}: cannot import module {module_name!r}: {exc}") from exc
+    try:
+        cls = getattr(module, attr)
+    except AttributeError:
+        raise UsageError(f"agent {shown!r}: module {module_name!r} has no {attr!r}") from None
+    if not (isinstance(cls, type) and issubclass(cls, Agent)):
+        raise UsageError(f"agent {shown!r}: {attr!r} is not a subclass of cairn.agents.base.Agent")
+    return cls
+
+
+def get_agent_class(name: str) -> type[Agent]:
+    """Resolve an ``-a`` value to its agent class.
+
+    Args:
+        name: a built-in name (:data:`AGENT_NAMES`) or ``package.module:Class``.
+
+    Returns:
+        The :class:`~cairn.agents.base.Agent` subclass.
+
+    Raises:
+        UsageError: unknown name, unimportable module, or not an Agent subclass.
+    """
+    if ":" in name:
+        return _load(name, name)
+    try:
+        target = _AGENTS[name]
+    except KeyError:
+        raise UsageError(f"unknown agent {name!r}; known: {', '.join(AGENT_NAMES)} "
+                         "(or package.module:Class)") from None
+    return _load(target, name)
+
+
+def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, Any],
+                           env: Mapping[str, str] | None = None) -> type[Agent]:
+    """Check an agent choice before any sandbox starts (CLI exit code 2 on failure).
+
+    Checks: the agent exists; ``-m`` is given exactly when the agent wants it (``needs_model``
+    ``True`` requires it, ``False`` refuses it, ``None`` accepts both); then the agent's own
+    ``validate_options(model, kwargs, env)`` classmethod if it has one (option names and values,
+    API keys of installed agents).
+
+    Args:
+        name: the ``-a`` value.
+        model: the ``-m`` value, or ``None``.
+        kwargs: the ``--ak`` options.
+        env: the ``--ae`` variables; API keys are looked up there, then in the host environment.
+
+    Returns:
+        The agent class.
+
+    Raises:
+        UsageError: any of the checks fails; the message says what to change.
+    """
+    cls = get_agent_class(name)
+    needs = getattr(cls, "needs_model", False)
+    if needs is False and model:
+        raise UsageError(f"agent {name!r} takes no model; remove -m {model!r}")
+    if needs is True and not model:
+        raise UsageError(f"agent {name!r} needs a model: add -m provider/model "
+                         "(e.g. -m openai/gpt-4o-mini)")
+    check = getattr(cls, "validate_options", None)
+    if callable(check):
+        check(model, dict(kwargs), {**os.environ, **dict(env or {})})
+    return cls
+
+
+def create_agent(name: str, model: str | None, kwargs: Mapping[str, Any]) -> Agent:
+    """Instantiate the agent ``name`` with its model and ``--ak`` options.
+
+    Args:
+        name: the ``-a`` value.
+        model: the ``-m`` value, or ``None``.
+        kwargs: the ``--ak`` options.
+
+    Returns:
+        A new agent instance (the engine uses one per trial).
+
+    Raises:
+        UsageError: the name cannot be resolved or the options are invalid.
+    """
+    cls = get_agent_class(name)
+    return cls(model=model, **dict(kwargs))

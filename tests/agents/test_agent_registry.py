@@ -1,0 +1,119 @@
+"""The agent registry: names, import paths, and the option checks run before anything starts."""
+
+from __future__ import annotations
+
+import pytest
+
+from cairn.agents.base import Agent
+from cairn.agents.registry import (
+    AGENT_NAMES,
+    create_agent,
+    get_agent_class,
+    validate_agent_options,
+)
+from cairn.errors import UsageError
+
+
+class EchoAgent(Agent):
+    """A custom agent reachable as ``agents.test_agent_registry:EchoAgent`` (tests/ is on sys.path)."""
+
+    name = "echo"
+    needs_model = None
+
+    async def run(self, instruction, sandbox, context) -> None:
+        await sandbox.exec(["echo", instruction])
+
+
+class NotAnAgent:
+    pass
+
+
+def test_builtin_names_resolve_to_agent_classes():
+    expected = {"oracle": "OracleAgent", "nop": "NopAgent", "llm": "LlmAgent",
+                "claude-code": "ClaudeCodeAgent", "codex": "CodexAgent",
+                "opencode": "OpenCodeAgent"}
+    assert set(AGENT_NAMES) == set(expected)
+    for name, cls_name in expected.items():
+        cls = get_agent_class(name)
+        assert cls.__name__ == cls_name
+        assert cls.name == name
+
+
+def test_import_path_agent():
+    cls = get_agent_class("agents.test_agent_registry:EchoAgent")
+    assert cls.__name__ == "EchoAgent" and issubclass(cls, Agent) and cls.needs_model is None
+    agent = create_agent("agents.test_agent_registry:EchoAgent", "some/model", {"x": "1"})
+    assert agent.model == "some/model" and agent.kwargs == {"x": "1"}
+
+
+@pytest.mark.parametrize("name, fragment", [
+    ("no-such-agent", "unknown agent"),
+    ("agents.test_agent_registry:Missing", "has no 'Missing'"),
+    ("agents.test_agent_registry:NotAnAgent", "not a subclass"),
+    ("no_such_module_xyz:Agent", "cannot import"),
+    ("agents.test_agent_registry:", "package.module:Class"),
+])
+def test_bad_agent_names_are_usage_errors(name, fragment):
+    with pytest.raises(UsageError, match=fragment):
+        get_agent_class(name)
+
+
+def test_model_given_to_agent_without_model_is_refused():
+    for name in ("oracle", "nop"):
+        with pytest.raises(UsageError, match="takes no model"):
+            validate_agent_options(name, "openai/gpt-4o", {}, {})
+    assert validate_agent_options("nop", None, {}, {}).name == "nop"
+
+
+def test_model_required_for_llm():
+    with pytest.raises(UsageError, match="needs a model"):
+        validate_agent_options("llm", None, {}, {})
+    assert validate_agent_options("llm", "openai/gpt-4o-mini", {"max_turns": "5"}, {}).name == "llm"
+
+
+def test_llm_bad_options_are_usage_errors():
+    with pytest.raises(UsageError, match="no option 'max_turn'"):
+        validate_agent_options("llm", "openai/x", {"max_turn": "5"}, {})
+    with pytest.raises(UsageError, match="not a number"):
+        validate_agent_options("llm", "openai/x", {"temperature": "hot"}, {})
+    with pytest.raises(UsageError, match="max_turns must be >= 1"):
+        validate_agent_options("llm", "openai/x", {"max_turns": "0"}, {})
+
+
+def test_installed_agents_need_their_api_keys(monkeypatch):
+    for var in ("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN", "OPENAI_API_KEY"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
+        validate_agent_options("claude-code", None, {}, {})
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        validate_agent_options("codex", "openai/gpt-5", {}, {})
+    # a key given with --ae is enough; so is one in the host environment
+    validate_agent_options("claude-code", "anthropic/claude-sonnet-4-5", {},
+                           {"ANTHROPIC_API_KEY": "sk-ant-test"})
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    validate_agent_options("codex", None, {}, {})
+
+
+def test_opencode_needs_provider_model_and_that_providers_key(monkeypatch):
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    with pytest.raises(UsageError, match="needs a model"):
+        validate_agent_options("opencode", None, {}, {})
+    with pytest.raises(UsageError, match="provider/model"):
+        validate_agent_options("opencode", "claude-sonnet", {}, {"ANTHROPIC_API_KEY": "k"})
+    with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
+        validate_agent_options("opencode", "anthropic/claude-sonnet-4-5", {}, {})
+    validate_agent_options("opencode", "anthropic/claude-sonnet-4-5", {},
+                           {"ANTHROPIC_API_KEY": "k"})
+
+
+def test_installed_agent_options(tmp_path, monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    with pytest.raises(UsageError, match="no option 'model'"):
+        validate_agent_options("claude-code", None, {"model": "x"}, {})
+    with pytest.raises(UsageError, match="does not exist"):
+        validate_agent_options("claude-code", None, {"package_file": str(tmp_path / "no.tgz")}, {})
+    pkg = tmp_path / "claude.tgz"
+    pkg.write_bytes(b"")
+    validate_agent_options("claude-code", None, {"package_file": str(pkg), "version": "2.0.0"}, {})
+    agent = create_agent("claude-code", None, {"version": "2.0.0"})
+    assert agent.version == "2.0.0"
