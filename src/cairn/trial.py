@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.aggregate import reward_all_steps, stop_decision, trial_rewards
+from cairn.aggregate import score_trial, stop_decision
 from cairn.errors import (
     Category,
     ErrorKind,
@@ -277,24 +277,13 @@ class _TrialRun:
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
         task = self.task
         strategy = task.config.multi_step_reward_strategy
+        error = self.error
+        if cancelled and error is None:
+            error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=self.phase,
+                              message="the trial was cancelled")
+        score = score_trial(strategy, self.rows, steps_total=len(task.steps),
+                            stop_reason=self.stop_reason, error=error, cancelled=cancelled)
         verify = self.plan.options.verify
-        if cancelled:
-            outcome = Outcome.CANCELLED
-            if self.error is None:
-                self.error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB,
-                                       phase=self.phase, message="the trial was cancelled")
-        elif self.error is not None:
-            outcome = Outcome.ERRORED
-        elif self.stop_reason is not None:
-            outcome = Outcome.STOPPED
-        else:
-            outcome = Outcome.COMPLETED
-        rewards, reward = trial_rewards(strategy, self.rows) if verify else (None, None)
-        all_steps = reward_all_steps(self.rows, len(task.steps)) if verify else None
-        if outcome is not Outcome.STOPPED and outcome is not Outcome.COMPLETED:
-            passed = False
-        else:
-            passed = outcome is Outcome.COMPLETED and reward is not None and reward >= 1.0
         toks = [r.tokens for r in self.rows if r.tokens is not None]
         costs = [r.cost_usd for r in self.rows if r.cost_usd is not None]
         return TrialResult(
@@ -303,11 +292,13 @@ class _TrialRun:
             task=TaskRef(name=task.name, content_hash=task.content_hash),
             agent=AgentRef(name=self.plan.agent_name, version=self.agent.version,
                            kwargs=dict(self.plan.agent_kwargs)),
-            model=self.plan.model, backend=self.plan.backend, outcome=outcome, error=self.error,
-            reward=reward, rewards=rewards, reward_all_steps=all_steps, passed=passed,
-            strategy=strategy, steps_total=len(task.steps), steps_run=self.steps_run,
-            stopped_after=self.stop_reason.step if outcome is Outcome.STOPPED else None,
-            stop_reason=self.stop_reason if outcome is Outcome.STOPPED else None,
+            model=self.plan.model, backend=self.plan.backend, outcome=score.outcome,
+            error=score.error, reward=score.reward if verify else None,
+            rewards=score.rewards if verify else None,
+            reward_all_steps=score.reward_all_steps if verify else None,
+            passed=score.passed and verify, strategy=strategy, steps_total=len(task.steps),
+            steps_run=self.steps_run, stopped_after=score.stopped_after,
+            stop_reason=score.stop_reason,
             timings=TrialTimings(total_sec=total_sec, **self.timings),
             tokens=Tokens(prompt=sum(t.prompt for t in toks),
                           completion=sum(t.completion for t in toks),
