@@ -15,6 +15,10 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain (click) help and usage errors: Typer's Rich help formatter imports rich.markdown,
+    # markdown-it and pygments (~200 ms), which alone breaks the `cairn --help` < 0.3 s
+    # target (SPEC §12; bench/help_time.py). Rich stays in use for progress and tables.
+    rich_markup_mode=None,
 )
 tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.", no_args_is_help=True)
 app.add_typer(tasks_app, name="tasks")

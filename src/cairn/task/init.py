@@ -138,8 +138,9 @@ def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path(".")) ->
         UsageError: an invalid task or step name, a duplicate step, or a target folder that
             already exists and is not empty.
     """
-    folder = name.rsplit("/", 1)[-1]
-    if not STEP_NAME_RE.match(folder):
+    parts = name.split("/")
+    folder = parts[-1]
+    if len(parts) > 2 or not all(STEP_NAME_RE.match(p) for p in parts):
         raise UsageError(f"invalid task name {name!r}: use letters, digits, `.`, `_` and `-` "
                          "(optionally `org/` in front)")
     steps = [s.strip() for s in steps]
