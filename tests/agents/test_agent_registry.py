@@ -15,7 +15,7 @@ from cairn.errors import UsageError
 
 
 class EchoAgent(Agent):
-    """A custom agent reachable as ``agents.test_agent_registry:EchoAgent`` (tests/ is on sys.path)."""
+    """A custom agent reachable as ``test_agent_registry:EchoAgent`` (its folder is on sys.path)."""
 
     name = "echo"
     needs_model = None
@@ -40,18 +40,18 @@ def test_builtin_names_resolve_to_agent_classes():
 
 
 def test_import_path_agent():
-    cls = get_agent_class("agents.test_agent_registry:EchoAgent")
-    assert cls.__name__ == "EchoAgent" and issubclass(cls, Agent) and cls.needs_model is None
-    agent = create_agent("agents.test_agent_registry:EchoAgent", "some/model", {"x": "1"})
+    cls = get_agent_class("test_agent_registry:EchoAgent")
+    assert cls is EchoAgent and issubclass(cls, Agent)
+    agent = create_agent("test_agent_registry:EchoAgent", "some/model", {"x": "1"})
     assert agent.model == "some/model" and agent.kwargs == {"x": "1"}
 
 
 @pytest.mark.parametrize("name, fragment", [
     ("no-such-agent", "unknown agent"),
-    ("agents.test_agent_registry:Missing", "has no 'Missing'"),
-    ("agents.test_agent_registry:NotAnAgent", "not a subclass"),
+    ("test_agent_registry:Missing", "has no 'Missing'"),
+    ("test_agent_registry:NotAnAgent", "not a subclass"),
     ("no_such_module_xyz:Agent", "cannot import"),
-    ("agents.test_agent_registry:", "package.module:Class"),
+    ("test_agent_registry:", "package.module:Class"),
 ])
 def test_bad_agent_names_are_usage_errors(name, fragment):
     with pytest.raises(UsageError, match=fragment):

@@ -1,0 +1,498 @@
+"""The built-in model-driven agent, ``-a llm -m provider/model`` (SPEC §10, issue 7).
+
+The agent talks to any model LiteLLM supports. Each cairn step is one conversation (a fresh
+one unless ``--resume-agent-session``): a system prompt, the step's instruction, then turns in
+which the model calls two tools through native function calling:
+
+- ``bash`` ``{"command": str, "timeout_sec": int?}`` runs the command in the sandbox (as the
+  step's agent user, with ``--ae`` variables, in the working dir) with a timeout and a bounded
+  output; failures, timeouts and truncation are reported to the model as observations.
+- ``submit`` ``{}`` ends the step.
+
+The run ends on ``submit``, after ``max_turns`` model calls (``agent_exit`` ``max_turns``), or
+when the engine cancels it at the step's timeout. ``trajectory.json`` (ATIF) is rewritten after
+every turn and once more when the run ends for any reason, so a cancelled run keeps what it did.
+
+Model errors: rate limits, 5xx answers, connection failures and timeouts are retried with
+exponential backoff (counted in ``context.metadata["model_retries"]``); once retries are used up
+the step raises :class:`~cairn.errors.ModelError` ``model_unavailable``; authentication failures
+(401/403) raise ``model_auth_failed`` at once. A model that refuses a too-long conversation
+(context window exceeded) ends the step with ``agent_exit`` ``error``.
+
+LiteLLM is imported lazily (``pip install 'cairn-eval[llm]'``) with its local cost map only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import uuid
+import warnings
+from dataclasses import dataclass, fields
+from typing import Any
+
+from cairn import __version__
+from cairn.agents.base import Agent, AgentContext
+from cairn.agents.trajectory import Trajectory, step_metrics, tool_call
+from cairn.errors import ErrorKind, ModelError, SandboxError, UsageError
+from cairn.results import AgentExit, Tokens
+from cairn.sandbox.base import ExecResult, Sandbox
+
+SYSTEM_PROMPT = """\
+You are an autonomous agent solving a task inside a Linux sandbox. You act only through tools:
+- `bash` runs one shell command (bash -c) in the working directory {workdir} and returns its \
+exit code, stdout and stderr. Commands run non-interactively; each call is a new shell, so \
+`cd` and variables do not carry over (files and background processes do). Long outputs are \
+truncated. A command that runs past its timeout is killed; pass `timeout_sec` for long commands.
+- `submit` ends your work on the current task. Call it once the task is complete.
+Work step by step: inspect, act, verify your result, then call `submit`."""
+
+NUDGE = ("You did not call a tool. Continue working with the `bash` tool, and call `submit` "
+         "when the task is complete.")
+
+TOOLS: list[dict[str, Any]] = [
+    {"type": "function", "function": {
+        "name": "bash",
+        "description": "Run a shell command in the sandbox and return its exit code and output.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "The command, run with bash -c."},
+                "timeout_sec": {"type": "integer",
+                                "description": "Seconds before the command is killed."},
+            },
+            "required": ["command"],
+        }}},
+    {"type": "function", "function": {
+        "name": "submit",
+        "description": "Finish: call this when the task is complete.",
+        "parameters": {"type": "object", "properties": {}},
+    }},
+]
+
+
+@dataclass(frozen=True)
+class LlmOptions:
+    """The ``--ak`` options of the ``llm`` agent (values arrive as strings and are converted).
+
+    Attributes:
+        api_base: base URL of an OpenAI-compatible (or other provider) endpoint.
+        temperature: sampling temperature; the provider default when unset.
+        max_turns: model calls per step before the step ends with ``max_turns``.
+        max_output_bytes: tail of each output stream (stdout, stderr) shown to the model, bytes.
+        command_timeout_sec: default timeout of one ``bash`` call, seconds (the model may ask
+            for another with ``timeout_sec``; capped by the step's agent timeout).
+        max_tokens: cap on output tokens per model call; the provider default when unset.
+        model_retries: retries of one model call on transient errors before
+            ``model_unavailable``.
+        retry_base_delay_sec: first backoff delay, doubled per retry, seconds.
+        retry_max_delay_sec: cap on one backoff delay, seconds.
+        request_timeout_sec: bound on one model HTTP call, seconds.
+    """
+
+    api_base: str | None = None
+    temperature: float | None = None
+    max_turns: int = 50
+    max_output_bytes: int = 16_384
+    command_timeout_sec: float = 180.0
+    max_tokens: int | None = None
+    model_retries: int = 6
+    retry_base_delay_sec: float = 2.0
+    retry_max_delay_sec: float = 60.0
+    request_timeout_sec: float = 600.0
+
+    @classmethod
+    def parse(cls, kwargs: dict[str, Any]) -> LlmOptions:
+        """Convert ``--ak`` strings into options.
+
+        Args:
+            kwargs: option name → value (strings from the CLI, or already typed values).
+
+        Returns:
+            The options.
+
+        Raises:
+            UsageError: an unknown option, or a value of the wrong type or range.
+        """
+        known = {f.name: f for f in fields(cls)}
+        values: dict[str, Any] = {}
+        for key, raw in kwargs.items():
+            if key not in known:
+                raise UsageError(f"agent 'llm' has no option {key!r} (--ak); known: "
+                                 f"{', '.join(sorted(known))}")
+            kind = str(known[key].type)
+            try:
+                if raw is None or kind.startswith("str"):
+                    value = raw
+                elif "int" in kind:
+                    value = int(raw)
+                else:
+                    value = float(raw)
+            except (TypeError, ValueError):
+                raise UsageError(f"agent 'llm' option {key}={raw!r} is not a number") from None
+            if isinstance(value, (int, float)) and value < 0:
+                raise UsageError(f"agent 'llm' option {key}={raw!r} must not be negative")
+            values[key] = value
+        opts = cls(**values)
+        if opts.max_turns < 1 or opts.max_output_bytes < 256 or opts.command_timeout_sec <= 0:
+            raise UsageError("agent 'llm': max_turns must be >= 1, max_output_bytes >= 256 and "
+                             "command_timeout_sec > 0")
+        return opts
+
+
+class _ContextWindowExceeded(Exception):
+    """The model refused the conversation as too long: the step ends with agent_exit error."""
+
+
+def _import_litellm() -> Any:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    # pydantic complains about LiteLLM's own TypedDicts on first use; not the user's concern
+    warnings.filterwarnings("ignore", message=r".*`ReadOnly` qualifier", category=UserWarning)
+    try:
+        import litellm
+    except ImportError as exc:  # pragma: no cover - depends on the installation
+        raise UsageError("the 'llm' agent needs LiteLLM: pip install 'cairn-eval[llm]'") from exc
+    litellm.suppress_debug_info = True
+    return litellm
+
+
+def _classify(exc: Exception, litellm: Any) -> str:
+    """``auth`` | ``transient`` | ``context`` | ``fatal`` for a failed model call."""
+    if isinstance(exc, getattr(litellm, "ContextWindowExceededError", ())):
+        return "context"
+    if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
+        return "auth"
+    transient = tuple(getattr(litellm, n) for n in (
+        "RateLimitError", "InternalServerError", "ServiceUnavailableError", "APIConnectionError",
+        "Timeout", "BadGatewayError") if hasattr(litellm, n))
+    if isinstance(exc, transient):
+        return "transient"
+    status = getattr(exc, "status_code", None)
+    if status in (401, 403):
+        return "auth"
+    if status == 429 or (isinstance(status, int) and status >= 500) or \
+            isinstance(exc, (ConnectionError, TimeoutError)):
+        return "transient"
+    return "fatal"
+
+
+def _retry_after_sec(exc: Exception) -> float | None:
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    try:
+        value = headers.get("retry-after") if headers is not None else None
+        return float(value) if value is not None else None
+    except (TypeError, ValueError):
+        return None
+
+
+def format_exec_result(result: ExecResult, timeout_sec: float, max_output_bytes: int) -> str:
+    """Render one ``bash`` call's result as the observation the model reads.
+
+    Args:
+        result: the sandbox exec result.
+        timeout_sec: the timeout the command ran with, seconds.
+        max_output_bytes: the per-stream tail size, bytes.
+
+    Returns:
+        ``exit_code: N`` (or a timeout notice), then ``stdout:`` and ``stderr:`` sections; a
+        section whose front was dropped starts with an ``[output truncated …]`` marker.
+    """
+    lines: list[str] = []
+    if result.timed_out:
+        lines.append(f"[command timed out after {timeout_sec:g} s and was killed (pass a larger "
+                     "timeout_sec for long commands); output so far below]")
+    else:
+        lines.append(f"exit_code: {result.exit_code}")
+    for label, text, truncated in (("stdout", result.stdout, result.stdout_truncated),
+                                   ("stderr", result.stderr, result.stderr_truncated)):
+        data = text.encode("utf-8", "replace")
+        if len(data) > max_output_bytes:
+            text = data[-max_output_bytes:].decode("utf-8", "replace")
+            truncated = True
+        if not text and not truncated:
+            continue
+        lines.append(f"{label}:")
+        if truncated:
+            lines.append(f"[output truncated: only the last {max_output_bytes} bytes of {label} "
+                         "are shown]")
+        lines.append(text.rstrip("\n"))
+    return "\n".join(lines)
+
+
+class _StepUsage:
+    """Running token and cost sums of one cairn step."""
+
+    def __init__(self) -> None:
+        self.prompt = self.completion = self.cached = 0
+        self.cost: float | None = 0.0
+
+    def add(self, prompt: int, completion: int, cached: int, cost: float | None) -> None:
+        self.prompt += prompt
+        self.completion += completion
+        self.cached += cached
+        self.cost = None if cost is None or self.cost is None else self.cost + cost
+
+    def publish(self, context: AgentContext) -> None:
+        context.tokens = Tokens(prompt=self.prompt, completion=self.completion,
+                                cached=self.cached)
+        context.cost_usd = self.cost
+
+
+class LlmAgent(Agent):
+    """A tool-using agent for any LiteLLM model (``-a llm -m provider/model``).
+
+    Args:
+        model: the LiteLLM model id, e.g. ``openai/gpt-4o-mini``, ``anthropic/claude-...``.
+        **kwargs: ``--ak`` options, see :class:`LlmOptions`.
+
+    Raises:
+        UsageError: an unknown or malformed option.
+    """
+
+    name = "llm"
+    version = __version__
+    needs_model = True
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self.options = LlmOptions.parse(kwargs)
+        self._messages: list[dict[str, Any]] = []
+        self._session_steps: list[dict[str, Any]] = []
+        self._session_id: str | None = None
+        self._last_step_name: str | None = None
+
+    @classmethod
+    def validate_options(cls, model: str | None, kwargs: dict[str, Any],
+                         env: dict[str, str]) -> None:
+        """Check ``--ak`` options before anything starts.
+
+        Raises:
+            UsageError: an unknown or malformed option.
+        """
+        LlmOptions.parse(kwargs)
+
+    # ---- the step loop -------------------------------------------------------------------
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Drive the model through one step; see the module docstring.
+
+        Raises:
+            ModelError: ``model_auth_failed`` or ``model_unavailable``.
+            SandboxError: the sandbox itself failed (not a failing command).
+        """
+        opts = self.options
+        resume = context.resume_session and bool(self._messages)
+        if not resume:
+            self._session_id = str(uuid.uuid4())
+            self._messages = []
+            self._session_steps = []
+        traj = Trajectory(session_id=self._session_id or "", agent_name=self.name,
+                          agent_version=str(self.version), model_name=self.model,
+                          agent_extra={"max_turns": opts.max_turns,
+                                       "temperature": opts.temperature},
+                          extra={"cairn_step": context.step.name, "resumed": resume or None})
+        if resume:
+            traj.add_history(self._session_steps, cairn_step=self._last_step_name)
+        else:
+            system = SYSTEM_PROMPT.format(workdir=sandbox.workdir)
+            self._messages.append({"role": "system", "content": system})
+            traj.add_step("system", system)
+        self._messages.append({"role": "user", "content": instruction})
+        traj.add_step("user", instruction)
+
+        usage = _StepUsage()
+        usage.publish(context)
+        path = context.logs_dir / "trajectory.json"
+        pending: list[tuple[dict[str, Any], str]] = []  # (agent step, call id) not yet answered
+        try:
+            for _turn in range(opts.max_turns):
+                try:
+                    response, retries = await self._complete(context)
+                except _ContextWindowExceeded as exc:
+                    context.exit = AgentExit.ERROR
+                    context.metadata["stop"] = f"context window exceeded: {exc}"
+                    return
+                step = self._record_turn(response, retries, traj, usage, pending)
+                usage.publish(context)
+                traj.write(path)
+                if await self._run_tools(step, traj, pending, sandbox, context):
+                    return
+                traj.write(path)
+            context.exit = AgentExit.MAX_TURNS
+        finally:
+            for step, call_id in pending:  # cancelled mid-turn: keep the conversation valid
+                note = "[not run: the step ended (timeout) before this call completed]"
+                self._messages.append({"role": "tool", "tool_call_id": call_id, "content": note})
+                traj.add_result(step, call_id, note)
+            pending.clear()
+            usage.publish(context)
+            self._session_steps = list(traj.steps)
+            self._last_step_name = context.step.name
+            traj.write(path)
+
+    def _record_turn(self, response: Any, retries: int, traj: Trajectory, usage: _StepUsage,
+                     pending: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
+        """Append the model's turn to the conversation and the trajectory; return its step."""
+        message = response.choices[0].message
+        content = message.content if isinstance(message.content, str) else ""
+        calls = []
+        for i, call in enumerate(message.tool_calls or []):
+            call_id = call.id or f"call_{uuid.uuid4().hex[:12]}_{i}"
+            calls.append({"id": call_id, "type": "function",
+                          "function": {"name": call.function.name or "",
+                                       "arguments": call.function.arguments or "{}"}})
+        assistant: dict[str, Any] = {"role": "assistant", "content": content or None}
+        if calls:
+            assistant["tool_calls"] = calls
+        self._messages.append(assistant)
+
+        raw_usage = getattr(response, "usage", None)
+        prompt = int(getattr(raw_usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(raw_usage, "completion_tokens", 0) or 0)
+        details = getattr(raw_usage, "prompt_tokens_details", None)
+        cached = int(getattr(details, "cached_tokens", 0) or 0) if details is not None else 0
+        cost = self._cost(response)
+        usage.add(prompt, completion, cached, cost)
+
+        atif_calls = [tool_call(c["id"], c["function"]["name"],
+                                _parse_arguments(c["function"]["arguments"])[0]) for c in calls]
+        step = traj.add_step(
+            "agent", content, tool_calls=atif_calls, model_name=getattr(response, "model", None),
+            reasoning_content=getattr(message, "reasoning_content", None) or None,
+            metrics=step_metrics(prompt, completion, cached, cost),
+            extra={"model_retries": retries} if retries else None)
+        pending.extend((step, c["id"]) for c in calls)
+        return step
+
+    async def _run_tools(self, step: dict[str, Any], traj: Trajectory,
+                         pending: list[tuple[dict[str, Any], str]], sandbox: Sandbox,
+                         context: AgentContext) -> bool:
+        """Answer every tool call of the last turn in order; True when ``submit`` was called.
+
+        A turn without tool calls gets a reminder (a user message, ``extra.cairn_nudge``).
+        """
+        calls = list(step.get("tool_calls") or [])
+        if not calls:
+            self._messages.append({"role": "user", "content": NUDGE})
+            traj.add_step("user", NUDGE, extra={"cairn_nudge": True})
+            return False
+        raw = {c["id"]: c["function"]["arguments"] for c in self._messages[-1]["tool_calls"]}
+        submitted = False
+        for call in calls:
+            call_id, name = call["tool_call_id"], call["function_name"]
+            args, parse_error = _parse_arguments(raw.get(call_id, "{}"))
+            if submitted:
+                content = "[not run: submit was called earlier in this turn]"
+            elif parse_error:
+                content = f"error: the arguments are not a valid JSON object: {parse_error}"
+            elif name == "submit":
+                submitted, content = True, "Submitted. Your work on this task is over."
+            elif name == "bash":
+                content = await self._bash(args, sandbox, context)
+            else:
+                content = f"error: unknown tool {name!r}; the tools are `bash` and `submit`"
+            self._messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+            Trajectory.add_result(step, call_id, content)
+            pending[:] = [p for p in pending if p[1] != call_id]
+        return submitted
+
+    async def _bash(self, args: dict[str, Any], sandbox: Sandbox, context: AgentContext) -> str:
+        """Run one ``bash`` call; every failure but a broken sandbox becomes the observation."""
+        opts = self.options
+        command = args.get("command")
+        if not isinstance(command, str) or not command.strip():
+            return "error: `bash` needs a non-empty string argument `command`"
+        timeout = opts.command_timeout_sec
+        asked = args.get("timeout_sec")
+        if asked is not None:
+            try:
+                timeout = max(1.0, float(asked))
+            except (TypeError, ValueError):
+                return f"error: timeout_sec must be a number of seconds, got {asked!r}"
+        timeout = min(timeout, max(1.0, context.timeout_sec))
+        try:
+            result = await sandbox.exec(command, user=context.user, env=dict(context.env) or None,
+                                        timeout_sec=timeout,
+                                        max_output_bytes=opts.max_output_bytes)
+        except SandboxError:
+            raise
+        except (ValueError, OSError) as exc:
+            return f"error: the command could not be run: {exc}"
+        return format_exec_result(result, timeout, opts.max_output_bytes)
+
+    # ---- model calls ---------------------------------------------------------------------
+    async def _complete(self, context: AgentContext) -> tuple[Any, int]:
+        """One model call with retries; returns ``(response, retries used)``.
+
+        Raises:
+            ModelError: authentication failure, or transient failures beyond the retries, or
+                any other refusal of the request.
+            _ContextWindowExceeded: the conversation is too long for the model.
+        """
+        litellm = _import_litellm()
+        opts = self.options
+        extra: dict[str, Any] = {}
+        if opts.api_base:
+            extra["api_base"] = opts.api_base
+        if opts.temperature is not None:
+            extra["temperature"] = opts.temperature
+        if opts.max_tokens is not None:
+            extra["max_tokens"] = opts.max_tokens
+        retries = 0
+        while True:
+            try:
+                response = await litellm.acompletion(
+                    model=self.model, messages=self._messages, tools=TOOLS,
+                    num_retries=0, max_retries=0, timeout=opts.request_timeout_sec, **extra)
+                return response, retries
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
+                kind = _classify(exc, litellm)
+                detail = {"model": self.model, "error": f"{type(exc).__name__}: {exc}"[:2000],
+                          "retries": retries}
+                if kind == "auth":
+                    raise ModelError(ErrorKind.MODEL_AUTH_FAILED,
+                                     f"model {self.model!r}: authentication failed: {exc}",
+                                     detail=detail) from exc
+                if kind == "context":
+                    raise _ContextWindowExceeded(str(exc)) from exc
+                if kind == "fatal":
+                    raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
+                                     f"model {self.model!r} refused the request: {exc}",
+                                     detail=detail) from exc
+                if retries >= opts.model_retries:
+                    raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
+                                     f"model {self.model!r} unavailable after {retries} "
+                                     f"retries: {exc}", detail=detail) from exc
+                retries += 1
+                context.metadata["model_retries"] = context.metadata.get("model_retries", 0) + 1
+                delay = min(opts.retry_base_delay_sec * 2 ** (retries - 1),
+                            opts.retry_max_delay_sec)
+                delay *= 1 + random.random() * 0.25
+                hinted = _retry_after_sec(exc)
+                if hinted is not None:
+                    delay = max(delay, min(hinted, opts.retry_max_delay_sec))
+                await asyncio.sleep(delay)
+
+    def _cost(self, response: Any) -> float | None:
+        """The call's cost from LiteLLM's local cost map; ``None`` for an unknown model."""
+        litellm = _import_litellm()
+        try:
+            cost = litellm.completion_cost(completion_response=response, model=self.model)
+        except Exception:  # noqa: BLE001 - unknown model or pricing: cost unknown
+            return None
+        return float(cost) if cost is not None else None
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Parse a tool call's JSON arguments: ``(object, None)`` or ``({"raw_arguments": …}, error)``."""
+    try:
+        value = json.loads(raw or "{}")
+    except json.JSONDecodeError as exc:
+        return {"raw_arguments": raw}, str(exc)
+    if not isinstance(value, dict):
+        return {"raw_arguments": raw}, "not a JSON object"
+    return value, None
