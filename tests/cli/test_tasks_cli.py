@@ -18,7 +18,7 @@ from cairn.task.init import init_task
 runner = CliRunner()
 
 
-def cairn(*args: str, cwd: Path | None = None):
+def run_cli(*args: str, cwd: Path | None = None):
     old = Path.cwd()
     if cwd is not None:
         os.chdir(cwd)
@@ -41,7 +41,7 @@ def dataset(tmp_path: Path) -> Path:
 
 
 def test_dataset_with_one_broken_task(dataset):
-    result = cairn("tasks", "check", str(dataset))
+    result = run_cli("tasks", "check", str(dataset))
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
     toml = dataset / "b-broken" / "task.toml"
@@ -54,14 +54,14 @@ def test_dataset_with_one_broken_task(dataset):
 
 
 def test_clean_tasks_exit_zero_and_print_ok(dataset):
-    result = cairn("tasks", "check", str(dataset / "a-good"), str(dataset / "c-good"))
+    result = run_cli("tasks", "check", str(dataset / "a-good"), str(dataset / "c-good"))
     assert result.exit_code == 0
     assert result.stdout.splitlines() == [f"{dataset / 'a-good'}: ok",
                                           f"{dataset / 'c-good'}: ok"]
 
 
 def test_relative_paths_are_printed_as_given(dataset):
-    result = cairn("tasks", "check", "b-broken", cwd=dataset)
+    result = run_cli("tasks", "check", "b-broken", cwd=dataset)
     assert result.exit_code == 1
     line = result.stdout.splitlines()[0]
     assert line.startswith("b-broken/task.toml:")
@@ -72,14 +72,14 @@ def test_warnings_print_and_strict_turns_them_into_errors(dataset):
     task = dataset / "a-good"
     with (task / "task.toml").open("a") as fh:
         fh.write("\n[verifier.environment]\nmemroy_mb = 1\n")
-    result = cairn("tasks", "check", str(task))
+    result = run_cli("tasks", "check", str(task))
     assert result.exit_code == 0
     n = len((task / "task.toml").read_text().splitlines())
     assert result.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: warning: unknown key `memroy_mb` in "
         "[verifier.environment] (did you mean `memory_mb`?)",
         f"{task}: ok"]
-    strict = cairn("tasks", "check", "--strict", str(task))
+    strict = run_cli("tasks", "check", "--strict", str(task))
     assert strict.exit_code == 1
     assert strict.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: error: unknown key `memroy_mb` in "
@@ -87,7 +87,7 @@ def test_warnings_print_and_strict_turns_them_into_errors(dataset):
 
 
 def test_a_path_that_is_no_task(tmp_path):
-    result = cairn("tasks", "check", str(tmp_path / "nope"), str(tmp_path))
+    result = run_cli("tasks", "check", str(tmp_path / "nope"), str(tmp_path))
     assert result.exit_code == 1
     assert result.stdout.splitlines() == [f"{tmp_path / 'nope'}: error: does not exist",
                                           f"{tmp_path}: error: not a task (no task.toml or "
@@ -95,22 +95,22 @@ def test_a_path_that_is_no_task(tmp_path):
 
 
 def test_init_writes_skeletons_that_pass_strict_check(tmp_path):
-    single = cairn("tasks", "init", "hello", "--dir", str(tmp_path))
+    single = run_cli("tasks", "init", "hello", "--dir", str(tmp_path))
     assert single.exit_code == 0 and "single-step" in single.stdout
-    multi = cairn("tasks", "init", "org/steps", "--steps", "a,b,c", "--dir", str(tmp_path))
+    multi = run_cli("tasks", "init", "org/steps", "--steps", "a,b,c", "--dir", str(tmp_path))
     assert multi.exit_code == 0 and "3-step" in multi.stdout
     assert sorted(p.name for p in (tmp_path / "steps" / "steps").iterdir()) == ["a", "b", "c"]
-    check = cairn("tasks", "check", "--strict", str(tmp_path))
+    check = run_cli("tasks", "check", "--strict", str(tmp_path))
     assert check.exit_code == 0
     assert check.stdout.splitlines() == [f"{tmp_path / 'hello'}: ok", f"{tmp_path / 'steps'}: ok"]
 
 
 def test_init_defaults_to_the_current_folder_and_refuses_bad_names(tmp_path):
-    assert cairn("tasks", "init", "here", cwd=tmp_path).exit_code == 0
+    assert run_cli("tasks", "init", "here", cwd=tmp_path).exit_code == 0
     assert (tmp_path / "here" / "task.toml").is_file()
-    again = cairn("tasks", "init", "here", cwd=tmp_path)
+    again = run_cli("tasks", "init", "here", cwd=tmp_path)
     assert again.exit_code == 2 and "not empty" in again.stderr
-    bad = cairn("tasks", "init", "x", "--steps", "a,../b", cwd=tmp_path)
+    bad = run_cli("tasks", "init", "x", "--steps", "a,../b", cwd=tmp_path)
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
 
 

@@ -308,3 +308,9 @@ def test_strict_turns_every_warning_into_an_error(two_step):
     assert [f.severity for f in found] == ["warning"] * 3
     assert [f.severity for f in check_task(task_dir, strict=True)] == ["error"] * 3
     assert len(load_task(task_dir).warnings) == 3
+
+
+def test_steps_of_the_wrong_type_is_one_error_not_a_cascade(single_step):
+    task_dir = single_step(toml='steps = "write"\n' + NET, drop=("instruction.md",))
+    e = only(check_task(task_dir))
+    assert "steps" in e.text and e.line == 1

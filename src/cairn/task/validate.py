@@ -60,7 +60,9 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     """
     steps = declared_steps(doc)
     valid_names = _check_steps(root, doc, steps, sink) if steps else []
-    if not steps:
+    if "steps" in doc and not isinstance(doc["steps"], list):
+        pass  # a type error already reported; whether the task is multi-step is unknown
+    elif not steps:
         if not instruction_in_header and not (root / "instruction.md").is_file():
             sink.file(root, ERROR, "missing `instruction.md` (required for a single-step task)")
         if not (root / "tests" / "test.sh").is_file():
