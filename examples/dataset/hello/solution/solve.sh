@@ -1,0 +1,2 @@
+#!/bin/bash
+echo 'Hello, cairn!' > /app/hello.txt
