@@ -1,4 +1,8 @@
-"""Fixtures for task-loading tests: the two-step task of issue 2, written in a tmp folder."""
+"""Helpers and fixtures for task-loading tests: the two-step task of issue 2 in a tmp folder.
+
+A plain module (not a conftest.py, which would shadow the root conftest's ``import conftest``);
+test modules import the fixtures they use by name.
+"""
 
 from __future__ import annotations
 

@@ -7,7 +7,7 @@ import shutil
 
 from cairn.task.hashing import env_hash, task_content_hash
 
-from conftest import single_step_files, write_files
+from taskfiles import single_step_files, write_files
 
 
 def test_hash_ignores_mtimes_pycache_and_git(tmp_path):

@@ -9,7 +9,7 @@ import pytest
 from cairn.task.load import check_task, load_task
 from cairn.task.validate import set_e_risk
 
-from conftest import TWO_STEP_TOML, line_of
+from taskfiles import TWO_STEP_TOML, line_of, single_step, two_step  # noqa: F401 (fixtures)
 
 
 def only(findings, severity="error"):

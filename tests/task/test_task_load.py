@@ -11,7 +11,13 @@ from cairn.errors import TaskFormatError
 from cairn.task.findings import Finding
 from cairn.task.load import check_task, find_tasks, load_dataset, load_task, task_dirs
 
-from conftest import TWO_STEP_TOML, line_of, write_files
+from taskfiles import (  # noqa: F401 (fixtures)
+    TWO_STEP_TOML,
+    line_of,
+    single_step,
+    two_step,
+    write_files,
+)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
