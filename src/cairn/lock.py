@@ -1,0 +1,159 @@
+"""Job locks and resource ownership (SPEC §3 "Ownership and cleanup", §7 ``lock``).
+
+A running job holds ``jobs/<name>/lock`` with ``flock``; the file's mere presence means nothing
+(a SIGKILLed process leaves it behind, and the kernel has already released its lock). Every
+sandbox resource records its owning process as an *owner token* (host, pid, process start time),
+so a left-over can be told from a live one even outside a job.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+from cairn.errors import UsageError
+
+LOCK_FILE = "lock"
+"""Name of the lock file inside a job folder."""
+
+
+class JobLockedError(UsageError):
+    """Another process is running this job (its lock is held)."""
+
+
+def _proc_start_ticks(pid: int) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read().decode("ascii", "replace")
+    except OSError:
+        return None
+    try:
+        return int(stat[stat.rindex(")") + 2:].split()[19])
+    except (ValueError, IndexError):
+        return None
+
+
+def owner_token(pid: int | None = None) -> str:
+    """``<hostname>:<pid>:<start_ticks>`` of this (or the given) process; survives pid reuse."""
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_proc_start_ticks(pid) or 0}"
+
+
+def owner_alive(token: str) -> bool | None:
+    """Whether the process named by an :func:`owner_token` still runs.
+
+    Returns:
+        True or False for a process on this host; None when the token is malformed or names
+        another host (then it cannot be known).
+    """
+    host, _, rest = token.rpartition(":")
+    host, _, pid_s = host.rpartition(":")
+    if not host or not pid_s.isdigit() or not rest.isdigit():
+        return None
+    if host != socket.gethostname():
+        return None
+    ticks = _proc_start_ticks(int(pid_s))
+    return ticks is not None and ticks == int(rest)
+
+
+class JobLock:
+    """Hold a job folder's lock for the lifetime of a ``with`` block (or acquire/release).
+
+    Args:
+        job_dir: the job folder (created if missing).
+        wait_sec: how long to retry when the lock is busy, seconds (a concurrent
+            :func:`is_locked` probe holds it for microseconds).
+
+    Raises:
+        JobLockedError: on enter, when another process holds the lock.
+    """
+
+    def __init__(self, job_dir: Path, *, wait_sec: float = 0.5) -> None:
+        self.job_dir = Path(job_dir)
+        self.path = self.job_dir / LOCK_FILE
+        self.wait_sec = wait_sec
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self) -> None:
+        """Take the lock, writing the holder's pid and owner token into the file.
+
+        Raises:
+            JobLockedError: another process (or another JobLock) holds it.
+        """
+        if self._fd is not None:
+            return
+        self.job_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + self.wait_sec
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    raise JobLockedError(
+                        f"job {self.job_dir} is already running{holder}; "
+                        "wait for it or stop that process") from None
+                time.sleep(0.02)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner_token()}).encode() + b"\n",
+                  0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Release the lock (the file stays; its presence means nothing)."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def __enter__(self) -> JobLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _read_holder(fd: int) -> str:
+    with contextlib.suppress(OSError, ValueError):
+        data = json.loads(os.pread(fd, 4096, 0) or b"{}")
+        if data.get("pid"):
+            return f" (pid {data['pid']})"
+    return ""
+
+
+def is_locked(job_dir: Path) -> bool:
+    """Whether a process holds ``job_dir``'s lock (i.e. the job is running).
+
+    A missing folder or lock file means not running. Probing takes a shared lock for an
+    instant and never blocks.
+    """
+    path = Path(job_dir) / LOCK_FILE
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)

@@ -1,0 +1,417 @@
+"""Docker engine plumbing for the docker backend: clients, error mapping, images (SPEC §3.1).
+
+- :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
+- :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
+  never starve the event loop's default executor.
+- :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at a
+  time per hash in this process — an :class:`asyncio.Lock` — and across processes — a file lock),
+  reuses the image afterwards, and classifies failures as ``build_failed``, ``build_timeout`` or
+  ``image_not_found``. A build past its timeout is aborted by killing the build's running
+  intermediate container (read from the build output), which the SDK cannot cancel otherwise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import functools
+import hashlib
+import os
+import re
+import threading
+import time
+import weakref
+from collections import deque
+from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import docker
+import docker.errors
+import requests.exceptions
+
+from cairn.errors import (
+    BuildError,
+    ErrorKind,
+    SandboxError,
+    SandboxLostError,
+    TrialFailure,
+    UnsupportedError,
+)
+from cairn.sandbox.base import SandboxSpec
+
+T = TypeVar("T")
+
+IMAGE_REPO = "cairn-env"
+"""Repository of built environment images: ``cairn-env:<env_hash[:16]>``."""
+
+LABEL_ENV_HASH = "cairn.env_hash"
+LOG_TAIL_LINES = 60
+FAILURE_TTL_SEC = 300.0
+"""How long a deterministic build failure is remembered in-process (no rebuild meanwhile)."""
+
+_IO_POOL = ThreadPoolExecutor(max_workers=96, thread_name_prefix="cairn-docker")
+_API_VERSION: str | None = None
+_ENGINE_VERSION: str | None = None
+
+
+# ---- threads and errors -------------------------------------------------------------------
+async def in_thread(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """Run a blocking call on cairn's docker I/O thread pool and await its result."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_IO_POOL, functools.partial(fn, *args, **kwargs))
+
+
+def start_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
+    """Start ``fn`` on the I/O pool now; return an awaitable future (it is not cancelled with
+    its awaiter: shield it, and stop the work by other means)."""
+    return asyncio.get_running_loop().run_in_executor(_IO_POOL, fn)
+
+
+def is_engine_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` means the Docker engine does not answer (not a refused request)."""
+    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
+        return True
+    if isinstance(exc, docker.errors.APIError):
+        return False
+    return isinstance(exc, docker.errors.DockerException)
+
+
+@contextlib.contextmanager
+def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Iterator[None]:
+    """Map Docker SDK failures inside the block to cairn's sandbox exceptions.
+
+    Raises:
+        SandboxLostError: the engine does not answer.
+        SandboxError: the engine refused the request (kind ``kind``).
+    """
+    try:
+        yield
+    except (TrialFailure, UnsupportedError, FileNotFoundError):
+        raise
+    except Exception as exc:
+        if is_engine_gone(exc):
+            raise SandboxLostError(f"{what}: Docker engine not reachable: {exc}") from exc
+        if isinstance(exc, docker.errors.APIError):
+            msg = exc.explanation or str(exc)
+            raise SandboxError(f"{what}: {msg}", kind=kind) from exc
+        raise
+
+
+# ---- clients ------------------------------------------------------------------------------
+def make_client() -> docker.DockerClient:
+    """A Docker SDK client from the environment (``DOCKER_HOST`` …), API version detected once.
+
+    Raises:
+        SandboxLostError: no engine answers.
+    """
+    global _API_VERSION
+    try:
+        client = docker.DockerClient.from_env(version=_API_VERSION or "auto", timeout=300,
+                                              max_pool_size=64)
+    except docker.errors.DockerException as exc:
+        raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
+    _API_VERSION = client.api.api_version
+    return client
+
+
+def engine_version(client: docker.DockerClient) -> str | None:
+    """The engine's version string (``20.10.24+dfsg1``), cached per process."""
+    global _ENGINE_VERSION
+    if _ENGINE_VERSION is None:
+        with contextlib.suppress(Exception):
+            _ENGINE_VERSION = str(client.api.version().get("Version"))
+    return _ENGINE_VERSION
+
+
+# ---- images -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ImageInfo:
+    """A resolved image and the parts of its config the sandbox needs.
+
+    Attributes:
+        ref: the name the container is created from (tag or id).
+        image_id: the image id (``sha256:…``).
+        entrypoint: the image ENTRYPOINT (empty when none).
+        cmd: the image CMD (empty when none).
+        workdir: the image WORKDIR ("" when none).
+        built: whether this call built it (False: reused).
+        build_sec: seconds spent building (0 when reused).
+    """
+
+    ref: str
+    image_id: str
+    entrypoint: tuple[str, ...]
+    cmd: tuple[str, ...]
+    workdir: str
+    built: bool = False
+    build_sec: float = 0.0
+
+
+def hash_env_dir(env_dir: Path) -> str:
+    """sha256 hex of a folder's names, file bytes, exec bits and link targets (mtimes ignored)."""
+    h = hashlib.sha256()
+    for dirpath, dirnames, filenames in os.walk(env_dir):
+        dirnames.sort()
+        for n in sorted(dirnames + filenames):
+            p = Path(dirpath, n)
+            rel = p.relative_to(env_dir).as_posix()
+            h.update(b"\0name\0" + rel.encode("utf-8", "surrogateescape"))
+            if p.is_symlink():
+                h.update(b"\0link\0" + os.readlink(p).encode("utf-8", "surrogateescape"))
+            elif p.is_file():
+                h.update(b"\0x\0" if os.access(p, os.X_OK) else b"\0-\0")
+                with open(p, "rb") as f:
+                    while chunk := f.read(1 << 20):
+                        h.update(chunk)
+    return h.hexdigest()
+
+
+def _image_info(client: docker.DockerClient, ref: str, **kw: Any) -> ImageInfo:
+    data = client.api.inspect_image(ref)
+    cfg = data.get("Config") or {}
+    return ImageInfo(ref=ref, image_id=data["Id"], entrypoint=tuple(cfg.get("Entrypoint") or ()),
+                     cmd=tuple(cfg.get("Cmd") or ()), workdir=cfg.get("WorkingDir") or "", **kw)
+
+
+def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
+    try:
+        return _image_info(client, ref)
+    except docker.errors.ImageNotFound:
+        return None
+    except docker.errors.NotFound:
+        return None
+
+
+_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+    weakref.WeakKeyDictionary())
+_FAILURES: dict[str, tuple[float, BuildError]] = {}
+_FORCE_BUILT: set[str] = set()
+
+
+def _lock_dir() -> Path:
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "cairn" / "locks"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        return base
+    except OSError:
+        alt = Path("/tmp") / f"cairn-locks-{os.getuid()}"
+        alt.mkdir(parents=True, exist_ok=True)
+        return alt
+
+
+@contextlib.asynccontextmanager
+async def _build_lock(env_hash: str) -> AsyncIterator[None]:
+    """One build per hash at a time: in this event loop, then across processes (flock)."""
+    loop = asyncio.get_running_loop()
+    lock = _LOCKS.setdefault(loop, {}).setdefault(env_hash, asyncio.Lock())
+    async with lock:
+        fd = os.open(_lock_dir() / f"build-{env_hash[:32]}.lock", os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    await asyncio.sleep(0.2)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+
+async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
+    """Resolve the spec's image: reuse or build the Dockerfile, or take ``docker_image``.
+
+    Bounded by ``spec.build_timeout_sec`` (waiting for another trial's build included).
+
+    Returns:
+        The :class:`ImageInfo`.
+
+    Raises:
+        BuildError: ``build_failed`` (with ``detail["log_tail"]``), ``build_timeout`` or
+            ``image_not_found``.
+        UnsupportedError: a compose environment (not this backend's job).
+        TrialFailure: ``config_error`` when the spec names no environment.
+        SandboxLostError: the engine does not answer.
+    """
+    env_dir = spec.env_dir
+    dockerfile = env_dir / "Dockerfile" if env_dir else None
+    has_df = bool(dockerfile and dockerfile.is_file())
+    if spec.docker_image and not (spec.force_build and has_df):
+        info = await in_thread(_lookup, client, spec.docker_image)
+        if info is not None:
+            return info
+        if not has_df:
+            return await _pull(client, spec)
+    if not has_df:
+        if env_dir and any((env_dir / n).is_file() for n in (
+                "docker-compose.yaml", "docker-compose.yml", "compose.yaml")):
+            raise UnsupportedError("a docker-compose environment needs the compose backend")
+        raise TrialFailure(ErrorKind.CONFIG_ERROR,
+                           "no environment definition: neither environment/Dockerfile nor "
+                           "[environment].docker_image")
+    assert env_dir is not None
+    env_hash = spec.env_hash or await in_thread(hash_env_dir, env_dir)
+    tag = f"{IMAGE_REPO}:{env_hash[:16]}"
+    try:
+        async with asyncio.timeout(spec.build_timeout_sec):
+            async with _build_lock(env_hash):
+                failed = _FAILURES.get(env_hash)
+                if failed and time.monotonic() - failed[0] < FAILURE_TTL_SEC:
+                    raise BuildError(failed[1].kind, str(failed[1]), detail=failed[1].detail)
+                if not spec.force_build or env_hash in _FORCE_BUILT:
+                    info = await in_thread(_lookup, client, tag)
+                    if info is not None:
+                        return info
+                info = await _build(client, env_dir, tag, env_hash, spec.force_build)
+                if spec.force_build:
+                    _FORCE_BUILT.add(env_hash)
+                return info
+    except TimeoutError:
+        raise BuildError(ErrorKind.BUILD_TIMEOUT,
+                         f"building the environment took longer than "
+                         f"{spec.build_timeout_sec:g} s") from None
+
+
+async def _pull(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
+    name = spec.docker_image
+    assert name
+    try:
+        async with asyncio.timeout(min(spec.build_timeout_sec, 600.0)):
+            await in_thread(client.images.pull, name)
+    except TimeoutError:
+        raise BuildError(ErrorKind.BUILD_TIMEOUT, f"pulling image {name!r} timed out") from None
+    except Exception as exc:
+        if is_engine_gone(exc) and not isinstance(exc, requests.exceptions.Timeout):
+            raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
+        raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
+                         f"image {name!r} is not present and cannot be pulled: {exc}",
+                         detail={"image": name}) from exc
+    info = await in_thread(_lookup, client, name)
+    if info is None:
+        raise BuildError(ErrorKind.IMAGE_NOT_FOUND, f"image {name!r} not found")
+    return info
+
+
+_STEP_RE = re.compile(r"^Step \d+/\d+ : (\w+)")
+_RUNNING_RE = re.compile(r"^ ---> Running in ([0-9a-f]{12,64})")
+_BUILT_RE = re.compile(r"^Successfully built ([0-9a-f]{12,64})")
+
+
+class _BuildRun:
+    """One classic-builder build, consumed on a thread; cancellable by killing its container."""
+
+    def __init__(self, client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
+                 nocache: bool) -> None:
+        self.client, self.env_dir, self.tag = client, env_dir, tag
+        self.labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
+        self.nocache = nocache
+        self.log: deque[str] = deque(maxlen=LOG_TAIL_LINES)
+        self.containers: list[str] = []
+        self.step = ""
+        self.error: str | None = None
+        self.image_id: str | None = None
+        self.cancelled = threading.Event()
+        self._mu = threading.Lock()
+
+    def run(self) -> None:
+        stream = self.client.api.build(
+            path=str(self.env_dir), dockerfile="Dockerfile", tag=self.tag, labels=self.labels,
+            rm=True, forcerm=True, decode=True, pull=False, nocache=self.nocache)
+        for chunk in stream:
+            if "stream" in chunk:
+                for line in str(chunk["stream"]).splitlines():
+                    self._line(line)
+            elif "error" in chunk:
+                self.error = str(chunk.get("error") or "build error").strip()
+                self.log.append(self.error)
+            elif isinstance(chunk.get("aux"), dict) and chunk["aux"].get("ID"):
+                self.image_id = chunk["aux"]["ID"]
+
+    def _line(self, line: str) -> None:
+        if line.strip():
+            self.log.append(line.rstrip())
+        if m := _STEP_RE.match(line):
+            self.step = m.group(1).upper()
+        elif m := _RUNNING_RE.match(line):
+            with self._mu:
+                self.containers.append(m.group(1))
+            if self.cancelled.is_set():
+                self._kill(m.group(1))
+        elif m := _BUILT_RE.match(line):
+            self.image_id = self.image_id or m.group(1)
+
+    def _kill(self, cid: str) -> None:
+        with contextlib.suppress(Exception):
+            self.client.api.kill(cid)
+
+    def cancel(self) -> None:
+        """Abort: kill the running intermediate container (and any started later)."""
+        self.cancelled.set()
+        with self._mu:
+            cids = list(self.containers)
+        for cid in cids:
+            self._kill(cid)
+
+    def cleanup(self) -> None:
+        """Remove every intermediate container the build started (the daemon usually has)."""
+        with self._mu:
+            cids = list(self.containers)
+        for cid in cids:
+            with contextlib.suppress(Exception):
+                self.client.api.remove_container(cid, force=True)
+
+    @property
+    def log_tail(self) -> str:
+        return "\n".join(self.log)
+
+
+async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
+                 nocache: bool) -> ImageInfo:
+    """Build on a thread; the caller's ``asyncio.timeout`` cancels us, which aborts the build."""
+    run = _BuildRun(client, env_dir, tag, env_hash, nocache)
+    t0 = time.monotonic()
+    fut = start_thread(run.run)
+    try:
+        await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        # Timeout (asyncio.timeout above) or cancellation: stop the build, then re-raise.
+        run.cancel()
+        with contextlib.suppress(BaseException):
+            async with asyncio.timeout(30):
+                await asyncio.shield(fut)
+        await in_thread(run.cleanup)
+        raise
+    except Exception as exc:
+        await in_thread(run.cleanup)
+        if is_engine_gone(exc):
+            raise SandboxLostError(f"Docker engine not reachable during build: {exc}") from exc
+        msg = getattr(exc, "explanation", None) or str(exc)
+        err = BuildError(ErrorKind.BUILD_FAILED, f"docker build failed: {msg}",
+                         detail={"log_tail": run.log_tail + "\n" + msg})
+        _FAILURES[env_hash] = (time.monotonic(), err)
+        raise err from exc
+    await in_thread(run.cleanup)
+    if run.error is not None:
+        if run.step == "FROM":
+            kind = ErrorKind.IMAGE_NOT_FOUND
+            msg = f"base image not found and cannot be pulled: {run.error}"
+        else:
+            kind = ErrorKind.BUILD_FAILED
+            msg = f"docker build failed at {run.step or 'parse'}: {run.error}"
+        err = BuildError(kind, msg, detail={"log_tail": run.log_tail, "step": run.step})
+        _FAILURES[env_hash] = (time.monotonic(), err)
+        raise err
+    info = await in_thread(_lookup, client, tag)
+    if info is None:
+        raise BuildError(ErrorKind.BUILD_FAILED, "the build finished without an image",
+                         detail={"log_tail": run.log_tail})
+    return ImageInfo(ref=info.ref, image_id=info.image_id, entrypoint=info.entrypoint,
+                     cmd=info.cmd, workdir=info.workdir, built=True,
+                     build_sec=time.monotonic() - t0)

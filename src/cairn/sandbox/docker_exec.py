@@ -1,0 +1,184 @@
+"""Exec plumbing of the docker backend: streamed output with bounded tails, and the small shell
+scripts run inside containers (the keeper under the init, process-tree kill, process listing).
+
+Every exec carries a unique ``CAIRN_EXEC_ID`` in its environment. Children inherit it through
+``setsid``, ``nohup`` and double forks, so a timed-out exec's whole tree is found by reading
+``/proc/<pid>/environ`` inside the container (as the exec's own user: without CAP_SYS_PTRACE,
+root in a container cannot read another user's environ) and killed — a process that clears its
+environment escapes this, a documented limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import threading
+import time
+from typing import Any
+
+from docker.utils.socket import frames_iter
+
+from cairn.sandbox.base import ProcessInfo
+
+EXEC_ID_VAR = "CAIRN_EXEC_ID"
+KEEPER_MARKER = "cairn-keeper"
+
+KEEPER_SCRIPT = (
+    'trap "exit 0" TERM INT HUP; '
+    'if [ "$#" -gt 0 ]; then "$@" & fi; '
+    "while :; do sleep 2147483647 & wait $!; done"
+)
+"""The container's main process under the init: starts the image ENTRYPOINT (+CMD) in the
+background, then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
+[entrypoint…]``."""
+
+KILL_BY_ENV_SCRIPT = r"""
+id="$1"; me=$$; n=0
+while [ $n -lt 20 ]; do
+  found=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    [ "$p" = "$me" ] && continue
+    e=$(tr '\0' '\n' 2>/dev/null < "$d/environ") || continue
+    case "$e" in *"CAIRN_EXEC_ID=$id"*) found="$found $p";; esac
+  done
+  [ -z "$found" ] && exit 0
+  kill -STOP $found 2>/dev/null
+  kill -KILL $found 2>/dev/null
+  n=$((n+1))
+  sleep 0.05 2>/dev/null || sleep 1
+done
+exit 1
+"""
+"""Kills every process whose environment holds ``CAIRN_EXEC_ID=$1`` (stop first, so a fork
+storm cannot outrun it); repeats until none is left."""
+
+PS_SCRIPT = r"""
+printf '%s' "$$"
+for d in /proc/[0-9]*; do
+  read -r s 2>/dev/null < "$d/stat" || continue
+  c=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline")
+  printf '\036%s\037%s' "$s" "$c"
+done
+"""
+"""Prints its own pid, then one record per process: ``\x1e<stat line>\x1f<cmdline>``."""
+
+KILL_KEYS_SCRIPT = r"""
+f22() { shift 19; st=$1; }
+m=""
+for pt in "$@"; do
+  p=${pt%%:*}; t=${pt#*:}
+  [ "$p" = 1 ] && continue
+  read -r s 2>/dev/null < "/proc/$p/stat" || continue
+  st=""
+  f22 ${s##*) }
+  [ "$st" = "$t" ] && m="$m $p"
+done
+[ -n "$m" ] && { kill -STOP $m 2>/dev/null; kill -KILL $m 2>/dev/null; }
+exit 0
+"""
+"""SIGKILLs each ``pid:start_ticks`` argument whose start time still matches; never pid 1."""
+
+
+def parse_processes(out: str) -> list[ProcessInfo]:
+    """Parse :data:`PS_SCRIPT` output, leaving out the listing's own processes."""
+    head, *records = out.split("\x1e")
+    own = int(head.strip()) if head.strip().isdigit() else -1
+    procs: list[ProcessInfo] = []
+    for rec in records:
+        stat, _, cmd = rec.partition("\x1f")
+        try:
+            pid = int(stat.split(" ", 1)[0])
+            fields = stat[stat.rindex(")") + 2:].split()
+            ppid, start = int(fields[1]), int(fields[19])
+        except (ValueError, IndexError):
+            continue
+        if pid == own or ppid == own:
+            continue
+        procs.append(ProcessInfo(pid=pid, ppid=ppid, start_ticks=start,
+                                 cmdline=cmd.replace("\n", " ").strip()))
+    return procs
+
+
+class Tail:
+    """Keeps the last ``cap`` bytes written to it (memory bounded by about twice that)."""
+
+    def __init__(self, cap: int) -> None:
+        self.cap = max(0, cap)
+        self.buf = bytearray()
+        self.truncated = False
+
+    def add(self, data: bytes) -> None:
+        """Append ``data``, dropping from the front past the cap."""
+        self.buf += data
+        if len(self.buf) > 2 * self.cap + 65536:
+            self._trim()
+
+    def _trim(self) -> None:
+        if len(self.buf) > self.cap:
+            del self.buf[: len(self.buf) - self.cap]
+            self.truncated = True
+            # do not start in the middle of a UTF-8 sequence
+            k = 0
+            while k < 3 and k < len(self.buf) and (self.buf[k] & 0xC0) == 0x80:
+                k += 1
+            del self.buf[:k]
+
+    def text(self) -> str:
+        """The kept tail, decoded as UTF-8 with replacement."""
+        self._trim()
+        return self.buf.decode("utf-8", "replace")
+
+
+class ExecStream:
+    """Reads one started exec's multiplexed output on a thread; abortable from another.
+
+    Args:
+        api: the SDK's low-level ``APIClient``.
+        exec_id: the exec instance id.
+        cap: tail bytes kept per stream.
+    """
+
+    def __init__(self, api: Any, exec_id: str, cap: int) -> None:
+        self.api, self.exec_id = api, exec_id
+        self.stdout, self.stderr = Tail(cap), Tail(cap)
+        self._sock: Any = None
+        self._aborted = threading.Event()
+
+    def run(self) -> None:
+        """Start the exec and read until its output closes (or :meth:`abort`)."""
+        sock = self.api.exec_start(self.exec_id, socket=True)
+        self._sock = sock
+        for s in (sock, getattr(sock, "_sock", None)):
+            if s is not None and hasattr(s, "settimeout"):
+                s.settimeout(None)
+        try:
+            if self._aborted.is_set():
+                return
+            for stream, data in frames_iter(sock, tty=False):
+                (self.stderr if stream == 2 else self.stdout).add(data)
+        except OSError:
+            if not self._aborted.is_set():
+                raise
+        finally:
+            with contextlib.suppress(Exception):
+                sock.close()
+
+    def abort(self) -> None:
+        """Stop reading: shut the connection down so the reading thread returns."""
+        self._aborted.set()
+        raw = getattr(self._sock, "_sock", self._sock)
+        if raw is not None:
+            with contextlib.suppress(OSError):
+                raw.shutdown(socket.SHUT_RDWR)
+
+    def exit_code(self, wait_sec: float = 5.0) -> int | None:
+        """The exec's exit code once the engine reports it ended (None if it never does)."""
+        deadline = time.monotonic() + wait_sec
+        while True:
+            info = self.api.exec_inspect(self.exec_id)
+            if not info.get("Running") and info.get("ExitCode") is not None:
+                return int(info["ExitCode"])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
