@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-import cairn.cli.tasks  # noqa: F401 - registers the commands on tasks_app
+import cairn.cli.tasks  # noqa: F401  (importing registers the commands on tasks_app)
 from cairn.cli import app
 from cairn.task.init import init_task
 

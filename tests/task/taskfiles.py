@@ -1,15 +1,13 @@
 """Helpers and fixtures for task-loading tests: the two-step task of issue 2 in a tmp folder.
 
 A plain module (not a conftest.py, which would shadow the root conftest's ``import conftest``);
-test modules import the fixtures they use by name.
+test modules wrap the factories in their own fixtures.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-
-import pytest
 
 TWO_STEP_TOML = """\
 multi_step_reward_strategy = "final"
@@ -74,9 +72,8 @@ def single_step_files(toml: str = '[environment]\nnetwork_mode = "no-network"\n'
     }
 
 
-@pytest.fixture
-def two_step(tmp_path: Path) -> Callable[..., Path]:
-    """Factory: ``two_step(toml=..., name=..., extra={...})`` writes the two-step task."""
+def two_step_factory(tmp_path: Path) -> Callable[..., Path]:
+    """A factory ``make(toml=..., name=..., extra={...})`` writing the two-step task in tmp_path."""
 
     def make(toml: str = TWO_STEP_TOML, name: str = "two-steps",
              extra: dict[str, str | bytes] | None = None) -> Path:
@@ -87,9 +84,8 @@ def two_step(tmp_path: Path) -> Callable[..., Path]:
     return make
 
 
-@pytest.fixture
-def single_step(tmp_path: Path) -> Callable[..., Path]:
-    """Factory: ``single_step(toml=..., extra={...}, drop=[...])`` writes a single-step task."""
+def single_step_factory(tmp_path: Path) -> Callable[..., Path]:
+    """A factory ``make(toml=..., extra={...}, drop=[...])`` writing a single-step task."""
 
     def make(toml: str = '[environment]\nnetwork_mode = "no-network"\n', name: str = "one",
              extra: dict[str, str | bytes] | None = None, drop: tuple[str, ...] = ()) -> Path:

@@ -9,7 +9,19 @@ import pytest
 from cairn.task.load import check_task, load_task
 from cairn.task.validate import set_e_risk
 
-from taskfiles import TWO_STEP_TOML, line_of, single_step, two_step  # noqa: F401 (fixtures)
+from taskfiles import TWO_STEP_TOML, line_of, single_step_factory, two_step_factory
+
+
+@pytest.fixture
+def two_step(tmp_path):
+    """Factory writing the two-step task of issue 2 (see taskfiles.two_step_factory)."""
+    return two_step_factory(tmp_path)
+
+
+@pytest.fixture
+def single_step(tmp_path):
+    """Factory writing a valid single-step task (see taskfiles.single_step_factory)."""
+    return single_step_factory(tmp_path)
 
 
 def only(findings, severity="error"):

@@ -11,13 +11,25 @@ from cairn.errors import TaskFormatError
 from cairn.task.findings import Finding
 from cairn.task.load import check_task, find_tasks, load_dataset, load_task, task_dirs
 
-from taskfiles import (  # noqa: F401 (fixtures)
+from taskfiles import (
     TWO_STEP_TOML,
     line_of,
-    single_step,
-    two_step,
+    single_step_factory,
+    two_step_factory,
     write_files,
 )
+
+
+@pytest.fixture
+def two_step(tmp_path):
+    """Factory writing the two-step task of issue 2 (see taskfiles.two_step_factory)."""
+    return two_step_factory(tmp_path)
+
+
+@pytest.fixture
+def single_step(tmp_path):
+    """Factory writing a valid single-step task (see taskfiles.single_step_factory)."""
+    return single_step_factory(tmp_path)
 
 
 def errors(findings: list[Finding]) -> list[Finding]:
