@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from agent_helpers import needs_sandbox, step_context, task_sandbox
+from agent_helpers import BACKEND, needs_sandbox, step_context, task_sandbox
 from taskgen import DOCKERFILE, StepSpec, write_task
 
 from cairn.agents.installed import (
@@ -29,8 +29,10 @@ from cairn.agents.installed import (
     parse_codex_json,
 )
 from cairn.errors import ErrorKind, TrialFailure
+from cairn.plan import RunOptions, TrialPlan, trial_id
 from cairn.results import AgentExit, Tokens
 from cairn.task.load import load_task
+from cairn.trial import run_trial
 
 SECRET = "sk-ant-test-secret-value"
 TRICKY = ("Write \"quotes\", 'single', $HOME, `uname`, $(id -u), a \\ backslash,\n"
@@ -224,6 +226,33 @@ def test_offline_install_without_npm_says_so(tmp_path, api_key):
     exc = asyncio.run(main())
     assert exc.kind is ErrorKind.AGENT_SETUP_FAILED
     assert "npm is not installed in the image" in str(exc)
+
+
+@needs_sandbox
+@pytest.mark.docker
+def test_installed_agent_through_the_trial_engine(tmp_path, api_key):
+    """-a claude-code --ak package_file=…: setup once, run per step, verifier sees its work."""
+    path = write_task(tmp_path / "tasks", "engine", dockerfile=IMAGE, files={
+        "environment/npm": FAKE_NPM, "tests/expected.txt": TRICKY,
+        "tests/test.sh": "#!/bin/bash\nif cmp -s /tests/expected.txt /app/claude-did-this.txt; "
+                         "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"},
+        instruction=TRICKY, test="", solve=None)
+    task = load_task(path)
+    kwargs = {"package_file": str(_claude_package(tmp_path / "claude-code.tgz"))}
+    tid = trial_id(task.name, task.content_hash, "claude-code", kwargs, None, BACKEND, 1)
+    trial_dir = tmp_path / "job" / "trials" / f"{task.slug}__1__{tid[:8]}"
+    plan = TrialPlan(task=task, agent_name="claude-code", agent_kwargs=kwargs, model=None,
+                     backend=BACKEND, attempt=1, trial_id=tid, trial_dir=trial_dir,
+                     job_id="test-" + tid[:8], job_dir=tmp_path / "job", options=RunOptions())
+    asyncio.run(run_trial(plan))
+    data = json.loads((trial_dir / "result.json").read_text())
+    assert data["outcome"] == "completed" and data["reward"] == 1.0
+    assert data["agent"]["name"] == "claude-code" and data["agent"]["version"] == "2.1.332"
+    assert data["steps"][0]["tokens"] == {"prompt": 125, "completion": 30, "cached": 20}
+    assert data["cost_usd"] == pytest.approx(0.0123)
+    agent_dir = trial_dir / "steps" / "01-main" / "agent"
+    assert {"stdout.txt", "stderr.txt", "instruction.md", "command.txt"} <= \
+        {p.name for p in agent_dir.iterdir()}
 
 
 # ---- units -------------------------------------------------------------------------------

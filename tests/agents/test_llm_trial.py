@@ -1,0 +1,111 @@
+"""The ``llm`` agent through the real trial engine on the two-step example (examples/two-steps).
+
+The engine creates the agent from its name through the registry (``-a llm -m … --ak …``), runs
+both steps in one sandbox, verifies them, and writes result.json with tokens per step and per
+trial. The model is the scripted server in tests/fixtures/fake_openai.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("litellm")
+
+from agent_helpers import BACKEND, needs_sandbox  # noqa: E402
+from fixtures.fake_openai import FakeOpenAI, bash_call, error, submit_call  # noqa: E402
+
+from cairn.plan import RunOptions, TrialPlan, trial_id  # noqa: E402
+from cairn.task.load import load_task  # noqa: E402
+from cairn.trial import run_trial  # noqa: E402
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
+MODEL = "openai/gpt-4o-mini"
+
+pytestmark = [needs_sandbox, pytest.mark.docker]
+
+
+@pytest.fixture(autouse=True)
+def _api_key(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-test-key")
+
+
+def _run(tmp_path: Path, server: FakeOpenAI, **options):
+    task = load_task(EXAMPLE)
+    kwargs = {"api_base": server.url, "retry_base_delay_sec": "0.01",
+              **options.pop("agent_kwargs", {})}
+    tid = trial_id(task.name, task.content_hash, "llm", kwargs, MODEL, BACKEND, 1)
+    job_dir = tmp_path / "job"
+    plan = TrialPlan(task=task, agent_name="llm", agent_kwargs=kwargs, model=MODEL,
+                     backend=BACKEND, attempt=1, trial_id=tid,
+                     trial_dir=job_dir / "trials" / f"{task.slug}__1__{tid[:8]}",
+                     job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions(**options))
+    result = asyncio.run(run_trial(plan))
+    return result, json.loads((plan.trial_dir / "result.json").read_text()), plan.trial_dir
+
+
+def _script():
+    return [bash_call("echo 1 > /app/a.txt", usage=(120, 30, 20)),
+            submit_call(usage=(160, 10)),
+            bash_call("echo 2 > /app/b.txt", usage=(200, 25, 50)),
+            submit_call(usage=(260, 6))]
+
+
+@pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resumed"])
+def test_two_step_example_scored_with_tokens(tmp_path, resume):
+    with FakeOpenAI(_script()) as server:
+        result, data, trial_dir = _run(tmp_path, server, resume_agent_session=resume)
+    assert data["outcome"] == "completed"
+    assert [s["reward"] for s in data["steps"]] == [1.0, 1.0]
+    assert [s["agent_exit"] for s in data["steps"]] == ["ok", "ok"]
+    # tokens per step equal the scripted usage sums, and the trial sums the steps
+    assert data["steps"][0]["tokens"] == {"prompt": 280, "completion": 40, "cached": 20}
+    assert data["steps"][1]["tokens"] == {"prompt": 460, "completion": 31, "cached": 50}
+    assert data["tokens"] == {"prompt": 740, "completion": 71, "cached": 70}
+    assert data["cost_usd"] == pytest.approx(data["steps"][0]["cost_usd"] +
+                                             data["steps"][1]["cost_usd"])
+    assert data["cost_usd"] > 0
+    # each step's trajectory lists its own tool calls
+    for step_dir, command in (("01-write", "echo 1 > /app/a.txt"),
+                              ("02-append", "echo 2 > /app/b.txt")):
+        traj = json.loads((trial_dir / "steps" / step_dir / "agent" / "trajectory.json")
+                          .read_text())
+        own = [c for s in traj["steps"] if not s.get("extra", {}).get("cairn_history")
+               for c in s.get("tool_calls", [])]
+        assert [c["function_name"] for c in own] == ["bash", "submit"]
+        assert own[0]["arguments"] == {"command": command}
+    # step 2's conversation holds step 1's messages only when resumed
+    step2 = json.dumps(server.messages(2))
+    assert ("Write the single line `1`" in step2) is resume
+    assert "Keep `/app/a.txt` as it is" in step2
+
+
+def test_max_turns_is_recorded_and_the_verifier_still_runs(tmp_path):
+    with FakeOpenAI(default=bash_call("ls", usage=(10, 1))) as server:
+        _, data, _ = _run(tmp_path, server, agent_kwargs={"max_turns": "2"})
+    first = data["steps"][0]
+    assert first["agent_exit"] == "max_turns"
+    assert first["source"] == "verifier" and first["reward"] == 0.0
+    assert first["tokens"] == {"prompt": 20, "completion": 2, "cached": 0}
+    assert data["outcome"] == "stopped"  # min_reward 1.0 on step 1 gates step 2
+
+
+def test_rate_limits_are_retried_and_the_trial_completes(tmp_path):
+    script = [error(429), error(429), *_script()]
+    with FakeOpenAI(script) as server:
+        _, data, _ = _run(tmp_path, server)
+    assert data["outcome"] == "completed"
+    assert [s["reward"] for s in data["steps"]] == [1.0, 1.0]
+    assert len(server.requests) == 6
+
+
+def test_auth_failure_errors_the_trial_never_scores_it(tmp_path):
+    with FakeOpenAI(default=error(401, "invalid api key")) as server:
+        _, data, _ = _run(tmp_path, server)
+    assert data["outcome"] == "errored"
+    assert data["error"]["kind"] == "model_auth_failed"
+    assert data["reward"] is None
+    assert len(server.requests) == 1
