@@ -124,3 +124,17 @@ def test_skeleton_oracle_passes_and_nop_scores_zero(tmp_path, docker_client, ste
         assert nop.reward(task.steps[0].tests_dirs) == "0"
     finally:
         nop.close()
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+@pytest.mark.parametrize("steps", [[], ["write", "append"]])
+def test_skeleton_through_the_trial_engine(tmp_path, docker_client, steps):
+    from conftest import run_trial_sync  # the root tests/conftest.py helper
+
+    root = init_task("skel", steps, tmp_path / "tasks")
+    oracle = run_trial_sync(root, "oracle", "docker", tmp_path / "jobs-oracle")
+    assert oracle.outcome == "completed" and oracle.reward == 1.0 and oracle.passed
+    assert [s.reward for s in oracle.steps] == [1.0] * max(1, len(steps))
+    nop = run_trial_sync(root, "nop", "docker", tmp_path / "jobs-nop")
+    assert nop.steps[0].reward == 0.0 and not nop.passed
