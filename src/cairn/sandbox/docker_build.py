@@ -204,11 +204,17 @@ def _lock_dir() -> Path:
 
 
 @contextlib.asynccontextmanager
-async def _build_lock(env_hash: str) -> AsyncIterator[None]:
-    """One build per hash at a time: in this event loop, then across processes (flock)."""
+async def _build_lock(env_hash: str, deadline: float) -> AsyncIterator[None]:
+    """One build per hash at a time: in this event loop, then across processes (flock).
+
+    Raises:
+        TimeoutError: ``deadline`` (event-loop time) passed while waiting.
+    """
     loop = asyncio.get_running_loop()
     lock = _LOCKS.setdefault(loop, {}).setdefault(env_hash, asyncio.Lock())
-    async with lock:
+    async with asyncio.timeout_at(deadline):
+        await lock.acquire()
+    try:
         fd = os.open(_lock_dir() / f"build-{env_hash[:32]}.lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
             while True:
@@ -216,6 +222,8 @@ async def _build_lock(env_hash: str) -> AsyncIterator[None]:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                     break
                 except BlockingIOError:
+                    if loop.time() >= deadline:
+                        raise TimeoutError from None
                     await asyncio.sleep(0.2)
             try:
                 yield
@@ -223,6 +231,25 @@ async def _build_lock(env_hash: str) -> AsyncIterator[None]:
                 fcntl.flock(fd, fcntl.LOCK_UN)
         finally:
             os.close(fd)
+    finally:
+        lock.release()
+
+
+def build_in_progress(env_hash: str) -> bool:
+    """Whether some process holds the build lock of ``env_hash`` right now."""
+    try:
+        fd = os.open(_lock_dir() / f"build-{env_hash[:32]}.lock", os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
@@ -259,24 +286,25 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
     assert env_dir is not None
     env_hash = spec.env_hash or await in_thread(hash_env_dir, env_dir)
     tag = f"{IMAGE_REPO}:{env_hash[:16]}"
+    deadline = asyncio.get_running_loop().time() + spec.build_timeout_sec
     try:
-        async with asyncio.timeout(spec.build_timeout_sec):
-            async with _build_lock(env_hash):
-                failed = _FAILURES.get(env_hash)
-                if failed and time.monotonic() - failed[0] < FAILURE_TTL_SEC:
-                    raise BuildError(failed[1].kind, str(failed[1]), detail=failed[1].detail)
-                if not spec.force_build or env_hash in _FORCE_BUILT:
-                    info = await in_thread(_lookup, client, tag)
-                    if info is not None:
-                        return info
-                info = await _build(client, env_dir, tag, env_hash, spec.force_build)
-                if spec.force_build:
-                    _FORCE_BUILT.add(env_hash)
-                return info
+        async with _build_lock(env_hash, deadline):
+            failed = _FAILURES.get(env_hash)
+            if failed and time.monotonic() - failed[0] < FAILURE_TTL_SEC:
+                raise BuildError(failed[1].kind, str(failed[1]), detail=failed[1].detail)
+            if not spec.force_build or env_hash in _FORCE_BUILT:
+                info = await in_thread(_lookup, client, tag)
+                if info is not None:
+                    return info
+            info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
+                                spec.build_timeout_sec)
+            if spec.force_build:
+                _FORCE_BUILT.add(env_hash)
+            return info
     except TimeoutError:
         raise BuildError(ErrorKind.BUILD_TIMEOUT,
-                         f"building the environment took longer than "
-                         f"{spec.build_timeout_sec:g} s") from None
+                         f"waited longer than {spec.build_timeout_sec:g} s for another build "
+                         f"of this environment") from None
 
 
 async def _pull(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
@@ -373,21 +401,30 @@ class _BuildRun:
 
 
 async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
-                 nocache: bool) -> ImageInfo:
-    """Build on a thread; the caller's ``asyncio.timeout`` cancels us, which aborts the build."""
+                 nocache: bool, deadline: float, timeout_sec: float) -> ImageInfo:
+    """Build on a thread until ``deadline`` (event-loop time); past it, abort the build.
+
+    Raises:
+        BuildError: see :func:`ensure_image`.
+    """
     run = _BuildRun(client, env_dir, tag, env_hash, nocache)
+    loop = asyncio.get_running_loop()
     t0 = time.monotonic()
     fut = start_thread(run.run)
     try:
-        await asyncio.shield(fut)
-    except asyncio.CancelledError:
-        # Timeout (asyncio.timeout above) or cancellation: stop the build, then re-raise.
+        await asyncio.wait_for(asyncio.shield(fut), max(0.0, deadline - loop.time()))
+    except (TimeoutError, asyncio.CancelledError) as exc:
         run.cancel()
         with contextlib.suppress(BaseException):
-            async with asyncio.timeout(30):
-                await asyncio.shield(fut)
-        await in_thread(run.cleanup)
-        raise
+            await asyncio.wait_for(asyncio.shield(fut), 30)
+        await asyncio.shield(in_thread(run.cleanup))
+        if isinstance(exc, asyncio.CancelledError):
+            raise
+        raise BuildError(ErrorKind.BUILD_TIMEOUT,
+                         f"building the environment took longer than {timeout_sec:g} s "
+                         f"(aborted at step {run.step or '?'})",
+                         detail={"log_tail": run.log_tail, "containers": list(run.containers)},
+                         ) from None
     except Exception as exc:
         await in_thread(run.cleanup)
         if is_engine_gone(exc):
@@ -405,7 +442,8 @@ async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash:
         else:
             kind = ErrorKind.BUILD_FAILED
             msg = f"docker build failed at {run.step or 'parse'}: {run.error}"
-        err = BuildError(kind, msg, detail={"log_tail": run.log_tail, "step": run.step})
+        err = BuildError(kind, msg, detail={"log_tail": run.log_tail, "step": run.step,
+                                            "containers": list(run.containers)})
         _FAILURES[env_hash] = (time.monotonic(), err)
         raise err
     info = await in_thread(_lookup, client, tag)

@@ -1,0 +1,58 @@
+"""``cairn clean`` (SPEC §3, §9): a thin command over :func:`cairn.clean.clean`."""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Optional
+
+import typer
+
+from cairn.cli import app
+
+
+@app.command(
+    "clean",
+    epilog=(
+        "Examples:\n\n"
+        "  cairn clean\n\n"
+        "  cairn clean --images\n\n"
+        "  cairn clean --job 2025-01-31__12-00-00"
+    ),
+)
+def clean_command(
+    images: Annotated[bool, typer.Option(
+        "--images", help="Also remove cairn's environment images (cairn-env:*) no container uses.")]
+    = False,
+    job: Annotated[Optional[str], typer.Option(  # noqa: UP007 (typer needs Optional)
+        "--job", help="Only the resources of this job (its id or its folder name).",
+        show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+) -> None:
+    """Remove left-over sandboxes: containers and networks of jobs that are not running.
+
+    A resource is left over when its job's lock is free and the process that created it is gone
+    (e.g. a run killed with SIGKILL, or a --keep-sandbox container after its job ended). Running
+    jobs' resources and anything without cairn labels are never touched. Exits 1 when a removal
+    failed.
+    """
+    from cairn.clean import clean
+
+    report = clean(job=job, images=images)
+    if as_json:
+        typer.echo(json.dumps({
+            "containers": report.containers, "networks": report.networks,
+            "images": report.images, "kept": report.kept, "errors": report.errors,
+            "engine_reachable": report.engine_reachable}, indent=2))
+    else:
+        if not report.engine_reachable:
+            typer.echo("docker: engine not reachable; nothing to clean there", err=True)
+        for kind, names in (("container", report.containers), ("network", report.networks),
+                            ("image", report.images)):
+            for name in names:
+                typer.echo(f"removed {kind} {name}")
+        for line in report.kept:
+            typer.echo(f"kept {line}")
+        for line in report.errors:
+            typer.echo(f"error: {line}", err=True)
+        typer.echo(f"{report.removed} removed, {len(report.kept)} kept")
+    raise typer.Exit(1 if report.errors else 0)
