@@ -7,12 +7,14 @@ on 127.0.0.1; real commands in a real sandbox (docker by default).
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import time
 
 import pytest
 
-pytest.importorskip("litellm")
+if importlib.util.find_spec("litellm") is None:  # not imported here: cairn sets its env first
+    pytest.skip("LiteLLM is not installed (pip install 'cairn-eval[llm]')", allow_module_level=True)
 
 from agent_helpers import needs_sandbox, step_context, task_sandbox  # noqa: E402
 from fixtures.fake_openai import (  # noqa: E402
@@ -201,19 +203,23 @@ def test_huge_output_and_tool_timeout_are_observations(two_steps, tmp_path):
 @needs_sandbox
 @pytest.mark.docker
 def test_rate_limited_twice_then_success_counts_retries(two_steps, tmp_path):
-    script = [error(429, "slow down"), error(429, "slow down"), bash_call("echo ok > out.txt"),
-              submit_call()]
+    script = [error(429, "slow down"), error(429, "slow down", headers={"Retry-After": "1"}),
+              bash_call("echo ok > out.txt"), submit_call()]
 
     async def main():
         agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, **FAST)
         async with task_sandbox(two_steps) as sandbox:
             ctx = step_context(two_steps, 1, tmp_path)
+            _import_litellm()
+            started = time.monotonic()
             await agent.run(WRITE, sandbox, ctx)
-            return ctx, (await sandbox.exec("cat out.txt")).stdout
+            elapsed = time.monotonic() - started
+            return ctx, (await sandbox.exec("cat out.txt")).stdout, elapsed
 
     with FakeOpenAI(script) as server:
-        ctx, content = asyncio.run(main())
+        ctx, content, elapsed = asyncio.run(main())
     assert content == "ok\n" and ctx.exit is None
+    assert elapsed >= 1.0  # the server's Retry-After was honoured
     assert ctx.metadata["model_retries"] == 2
     assert len(server.requests) == 4  # no hidden retries inside the client
     assert ctx.tokens == Tokens(prompt=20, completion=10, cached=0)

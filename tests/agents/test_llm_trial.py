@@ -8,12 +8,14 @@ trial. The model is the scripted server in tests/fixtures/fake_openai.py.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-pytest.importorskip("litellm")
+if importlib.util.find_spec("litellm") is None:  # not imported here: cairn sets its env first
+    pytest.skip("LiteLLM is not installed (pip install 'cairn-eval[llm]')", allow_module_level=True)
 
 from agent_helpers import BACKEND, needs_sandbox  # noqa: E402
 from fixtures.fake_openai import FakeOpenAI, bash_call, error, submit_call  # noqa: E402

@@ -323,7 +323,7 @@ class LlmAgent(Agent):
             context.exit = AgentExit.MAX_TURNS
         finally:
             for step, call_id in pending:  # cancelled mid-turn: keep the conversation valid
-                note = "[not run: the step ended (timeout) before this call completed]"
+                note = "[not run: the step ended before this call completed]"
                 self._messages.append({"role": "tool", "tool_call_id": call_id, "content": note})
                 traj.add_result(step, call_id, note)
             pending.clear()
@@ -488,7 +488,11 @@ class LlmAgent(Agent):
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Parse a tool call's JSON arguments: ``(object, None)`` or ``({"raw_arguments": …}, error)``."""
+    """Parse a tool call's JSON arguments.
+
+    Returns:
+        ``(object, None)``, or ``({"raw_arguments": raw}, error text)`` when not a JSON object.
+    """
     try:
         value = json.loads(raw or "{}")
     except json.JSONDecodeError as exc:
