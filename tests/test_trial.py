@@ -172,8 +172,8 @@ def test_background_server_survives_finished_agent(tmp_path, backend):
 def test_timed_out_agent_leaves_no_process(tmp_path, backend):
     task = write_task(tmp_path / "tasks", "sleeper", toml_extra="[agent]\ntimeout_sec = 2\n",
                       solve="(sleep 4444 &)\nsleep 30\n",
-                      test=reward_if("! ps -eo args 2>/dev/null | grep -q '^sleep 4444' && "
-                                     "! grep -l 4444 /proc/[0-9]*/cmdline 2>/dev/null | grep -q ."))
+                      test=reward_if("! (for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; "
+                                     "done 2>/dev/null | grep -q '^sleep 4444')"))
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.steps[0].agent_exit.value == "timeout"
     assert r.reward == 1.0
@@ -184,7 +184,7 @@ def test_timed_out_agent_leaves_no_process(tmp_path, backend):
     ("Infinity", "reward_parse_error"), ("1\\n2", "reward_parse_error"), ("", "reward_empty"),
 ])
 def test_bad_reward_txt(tmp_path, backend, content, kind):
-    task = write_task(tmp_path / "tasks", "bad", test=f"printf '{content}' > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path / "tasks", "bad", test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored" and r.error.kind.value == kind
 

@@ -218,6 +218,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     timings["agent_sec"] = time.monotonic() - started
     if agent_exit is AgentExit.OK and context.exit is not None:
         agent_exit = context.exit
+    if context.metadata.get("model_retries"):
+        warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
 
     # 6. end the agent phase (§4.4): kill what a timed-out or crashed agent started
     await sandbox.exec(["rm", "-rf", "/solution"], user="root")
