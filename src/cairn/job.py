@@ -308,11 +308,10 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             resumed job differs.
     """
     from cairn.lock import JobLock, JobLockedError
-    from cairn.sandbox.auto import resolve_backend
 
     job = _Job(config, job_dir=job_dir, resume=resume, retry_errors=retry_errors,
                on_event=on_event)
-    job.backend = resolve_backend(config.backend)
+    job.backend = _resolve_backend(config.backend)
     if job.paths.job_json.exists() and not resume:
         raise UsageError(f"job folder {job.job_dir} exists; use `cairn resume {job.job_dir}` "
                          "or another --job-name")
@@ -358,6 +357,24 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             write_summary_safely(job)
     finally:
         lock.release()
+
+
+def _resolve_backend(name: str) -> str:
+    """``auto`` → docker or local (SPEC §3.3); a named backend is checked against the registry.
+
+    Raises:
+        UsageError: an unknown backend name.
+    """
+    from cairn.sandbox import BACKEND_NAMES
+
+    if name == "auto":
+        from cairn.sandbox.auto import resolve_backend
+
+        return resolve_backend(name)
+    if name not in BACKEND_NAMES:
+        raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
+                         + ", ".join(BACKEND_NAMES))
+    return name
 
 
 def write_summary_safely(job: _Job) -> None:
