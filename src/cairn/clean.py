@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cairn.lock import is_locked, owner_alive
+from cairn.lock import is_locked, owner_alive, owner_token
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +41,7 @@ class CleanReport:
         containers: names of the containers removed.
         networks: names of the networks removed.
         images: tags (or ids) of the images removed.
+        folders: local-backend sandbox folders removed.
         kept: cairn resources left alone because their job or owner still runs (or cannot
             be judged), as ``kind name (reason)``.
         errors: removals that failed.
@@ -50,6 +51,7 @@ class CleanReport:
     containers: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     engine_reachable: bool = True
@@ -57,7 +59,7 @@ class CleanReport:
     @property
     def removed(self) -> int:
         """Number of resources removed."""
-        return len(self.containers) + len(self.networks) + len(self.images)
+        return len(self.containers) + len(self.networks) + len(self.images) + len(self.folders)
 
 
 def leftover_reason(labels: Mapping[str, str], *, own_job_dir: Path | None = None) -> str | None:
@@ -95,7 +97,8 @@ def _matches_job(labels: Mapping[str, str], job: str | None) -> bool:
 
 def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | None = None,
           client: Any = None) -> CleanReport:
-    """Remove left-over cairn containers and networks (and, with ``images``, cairn images).
+    """Remove left-over cairn containers and networks (and, with ``images``, cairn images),
+    and left-over local-backend sandbox folders.
 
     Args:
         job: only resources of this job (its ``cairn.job`` id or its folder's name).
@@ -107,6 +110,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
         A :class:`CleanReport`.
     """
     report = CleanReport()
+    _clean_local(job, own_job_dir, report)
     if client is None:
         try:
             import docker
@@ -213,3 +217,37 @@ def _clean_images(client: Any, report: CleanReport) -> None:
                 report.kept.append(f"image {ident} (in use)")
             else:
                 report.errors.append(f"image {ident}: {exc.explanation or exc}")
+
+
+def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport) -> None:
+    """Left-over local-backend sandbox folders (their marker file carries the owner)."""
+    try:
+        from cairn.sandbox import local
+    except ImportError:
+        return
+    find = getattr(local, "find_local_sandboxes", None)
+    remove = getattr(local, "remove_local_sandbox", None)
+    if find is None or remove is None:
+        return
+    for folder, marker in find():
+        if "unreadable" in marker:
+            report.kept.append(f"folder {folder} (marker unreadable)")
+            continue
+        labels = {LABEL_JOB: str(marker.get("job_id") or ""),
+                  LABEL_JOB_DIR: str(marker.get("job_dir") or "")}
+        if marker.get("owner"):
+            labels[LABEL_OWNER] = str(marker["owner"])
+        elif str(marker.get("owner_pid") or "").isdigit():
+            # pid only (no start time): a live pid counts as the owner (errs on keeping)
+            labels[LABEL_OWNER] = owner_token(int(marker["owner_pid"]))
+        if not _matches_job(labels, job):
+            continue
+        reason = leftover_reason(labels, own_job_dir=own_job_dir)
+        if reason:
+            report.kept.append(f"folder {folder} ({reason})")
+            continue
+        try:
+            remove(folder)
+            report.folders.append(str(folder))
+        except (OSError, ValueError) as exc:
+            report.errors.append(f"folder {folder}: {exc}")

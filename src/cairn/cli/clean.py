@@ -41,13 +41,13 @@ def clean_command(
     if as_json:
         typer.echo(json.dumps({
             "containers": report.containers, "networks": report.networks,
-            "images": report.images, "kept": report.kept, "errors": report.errors,
+            "images": report.images, "folders": report.folders, "kept": report.kept, "errors": report.errors,
             "engine_reachable": report.engine_reachable}, indent=2))
     else:
         if not report.engine_reachable:
             typer.echo("docker: engine not reachable; nothing to clean there", err=True)
         for kind, names in (("container", report.containers), ("network", report.networks),
-                            ("image", report.images)):
+                            ("image", report.images), ("folder", report.folders)):
             for name in names:
                 typer.echo(f"removed {kind} {name}")
         for line in report.kept:
