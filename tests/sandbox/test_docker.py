@@ -319,3 +319,37 @@ def test_failed_start_leaves_nothing(tmp_path):
     assert not _exists(cid)
     flt = {"label": [f"cairn.trial={spec.trial_id}"]}
     assert client.containers.list(all=True, filters=flt) == []
+
+
+_BUILDER = """
+import asyncio, sys
+from pathlib import Path
+from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.docker import DockerSandbox
+async def main():
+    spec = SandboxSpec(env_dir=Path(sys.argv[1]), network_mode=NetworkMode.NO_NETWORK,
+                       job_id="test-docker", trial_id=sys.argv[2])
+    async with DockerSandbox(spec) as sb:
+        print("built" if sb.image.built else "reused", sb.image.image_id, flush=True)
+asyncio.run(main())
+"""
+
+
+def test_two_processes_build_a_hash_once(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "Dockerfile").write_text(f"FROM {BASE}\nRUN sleep 2 && echo {uuid.uuid4().hex} > /x\n")
+    src = str(Path(__file__).resolve().parents[2] / "src")
+    penv = {**os.environ, "PYTHONPATH": src}
+    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(env), f"p{i}"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=penv)
+             for i in range(2)]
+    outs = [p.communicate(timeout=180) for p in procs]
+    assert all(p.returncode == 0 for p in procs), outs
+    words = sorted(o[0].split()[0] for o in outs)
+    ids = {o[0].split()[1] for o in outs}
+    assert words == ["built", "reused"] and len(ids) == 1
