@@ -71,3 +71,29 @@ def validate_result_files(trial_dir: Path) -> None:
 
     jsonschema.validate(json.loads((trial_dir / "result.json").read_text()), load_schema("result"))
     jsonschema.validate(json.loads((trial_dir / "steps.json").read_text()), load_schema("steps"))
+
+
+@pytest.fixture(autouse=True)
+def _results_match_schemas(request):
+    """Every result.json / steps.json / summary.json a test leaves under its tmp_path validates
+    against the shipped JSON Schemas (issue 5: every result the suite produces)."""
+    yield
+    tmp = request.node.funcargs.get("tmp_path")
+    if tmp is None or not Path(tmp).is_dir():
+        return
+    import jsonschema
+
+    from cairn.schemas import load_schema
+
+    names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary"}
+    for fname, schema in names.items():
+        for p in Path(tmp).rglob(fname):
+            if "trials" not in p.parts and fname != "summary.json":
+                continue  # only files cairn's store wrote under a job folder
+            if fname == "summary.json" and not (p.parent / "job.json").exists():
+                continue
+            try:
+                data = json.loads(p.read_text())
+            except (OSError, ValueError):
+                continue  # tests that plant broken files check that themselves
+            jsonschema.validate(data, load_schema(schema))
