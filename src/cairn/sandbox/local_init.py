@@ -1,0 +1,417 @@
+"""PID 1 of a local sandbox: builds the root file system, then forks every exec (SPEC §3.2).
+
+This file runs as a *standalone program* (``python -I -S local_init.py STAGE CONTROL_FD
+CONFIG_JSON_PATH``); it imports only the standard library and nothing from cairn. As root it runs twice:
+stage ``outer`` (``unshare --mount``: real root mounts the overlays, which inside a user
+namespace could not use host folders that have mounts beneath them) execs the inner
+``unshare --user --pid --ipc --uts [--net] --mount --fork``, whose child runs stage ``inner``
+as PID 1 (the copied overlays are then locked for the sandbox). Unprivileged, only ``inner``.
+
+Why the init forks the execs instead of ``nsenter``: joining a user namespace with ``setns``
+resets the bounding set to full, and any dynamically linked helper run inside the sandbox
+(``setpriv``) can be hijacked by the sandbox's own ``/etc/ld.so.preload`` while it still holds
+every capability. The init's code is already in memory, so a forked child drops capabilities,
+sets no-new-privs and switches user *before* the first ``execve`` of a sandbox-controlled file
+(the same model as runc).
+
+Protocol on the control socket (``SOCK_SEQPACKET``, one JSON object per message):
+
+- init → host ``{"op": "hello", "host_pid": N}``: the user namespace exists; the host writes
+  ``uid_map``/``gid_map`` (when it is root) and answers ``{"op": "go"}``.
+- init → host ``{"op": "ready"}`` or ``{"op": "error", "msg": ...}`` after the mounts.
+- host → init ``{"op": "exec", "id": K, "argv": [...], "env": {...}, "cwd": ..., "uid": U,
+  "gid": G, "groups": [...]}`` with the exec's stdout and stderr write ends (and, for big
+  requests, a memfd holding the JSON) as ``SCM_RIGHTS``; init → host ``{"op": "started",
+  "id": K, "pid": P}`` then ``{"op": "exit", "id": K, "status": WAITSTATUS}``.
+
+When the host end closes, the init exits (so the whole pid namespace dies), unless the sandbox
+is kept (``keep``). It ignores SIGTERM/SIGINT/SIGHUP; it is ended with SIGKILL.
+"""
+
+import array
+import ctypes
+import errno
+import fcntl
+import json
+import os
+import platform
+import selectors
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SIOCGIFFLAGS = 0x8913
+SIOCSIFFLAGS = 0x8914
+IFF_UP = 0x1
+PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41,
+                      "ppc64le": 203, "ppc64": 203, "s390x": 217, "i686": 217, "armv7l": 218}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
+                        ctypes.c_char_p]
+_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+_libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
+                        ctypes.c_ulong]
+
+
+def _check(rc, what):
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, f"{what}: {os.strerror(e)}")
+
+
+def _b(s):
+    return None if s is None else os.fsencode(s)
+
+
+def mount(source, target, fstype, flags=0, data=None):
+    """mount(2); raises OSError naming the target."""
+    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
+           f"mount {fstype or 'bind'} {source} on {target}")
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+def clear_inheritable_caps():
+    """Empty the inheritable set (``unshare --keep-caps`` filled it), keeping the others."""
+    hdr = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capget(ctypes.byref(hdr), data), "capget")
+    for d in data:
+        d.inheritable = 0
+    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
+
+
+def prctl(option, arg2=0):
+    _check(_libc.prctl(option, arg2, 0, 0, 0), f"prctl {option}")
+
+
+def pivot_root_here():
+    """Make the current directory the root of this mount namespace and drop the old root."""
+    nr = PIVOT_ROOT_SYSCALL.get(platform.machine())
+    if nr is None:
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown architecture {platform.machine()}")
+    _libc.syscall.restype = ctypes.c_long
+    _check(_libc.syscall(ctypes.c_long(nr), b".", b"."), "pivot_root")
+    _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+
+
+# ---- building the root ------------------------------------------------------------------
+def apply_op(op):
+    """Run one step of the host-computed root plan (see cairn.sandbox.local_rootfs)."""
+    kind = op["op"]
+    target = op.get("target")
+    if kind == "overlay":
+        lower = ":".join(op["lower"])
+        data = f"lowerdir={lower},upperdir={op['upper']},workdir={op['work']},userxattr"
+        mount("overlay", target, "overlay", 0, data)
+    elif kind == "bind":
+        if not os.path.lexists(op["source"]):
+            return
+        if not os.path.lexists(target):
+            if os.path.isdir(op["source"]):
+                os.makedirs(target, exist_ok=True)
+            else:
+                os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        mount(op["source"], target, None, MS_BIND | (MS_REC if op.get("rec") else 0))
+        if op.get("ro"):
+            mount(None, target, None,
+                  MS_REMOUNT | MS_BIND | MS_RDONLY | op.get("flags", 0))
+    elif kind == "mount":
+        if op.get("optional") and not os.path.isdir(target):
+            return
+        try:
+            mount(op["source"], target, op["fstype"], op.get("flags", 0), op.get("data"))
+        except OSError:
+            if not op.get("optional"):
+                raise
+    elif kind == "mkdir":
+        os.makedirs(target, exist_ok=True)
+        os.chmod(target, op.get("mode", 0o755))
+    elif kind == "symlink":
+        if not os.path.lexists(target):
+            os.symlink(op["source"], target)
+    elif kind == "mask":
+        # Hide a file with /dev/null, a folder with an empty read-only tmpfs (Docker's
+        # masked paths); a missing path is left alone.
+        if not os.path.lexists(target):
+            return
+        if os.path.isdir(target):
+            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
+                  "size=0")
+        else:
+            mount(op["null"], target, None, MS_BIND)
+    elif kind == "readonly":
+        if not os.path.lexists(target):
+            return
+        mount(target, target, None, MS_BIND | MS_REC)
+        mount(None, target, None,
+              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    else:
+        raise ValueError(f"unknown root plan step {kind!r}")
+
+
+def loopback_up():
+    """Bring ``lo`` up in a fresh network namespace."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        ifr = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH14x", b"lo", flags | IFF_UP))
+
+
+def build_root(cfg):
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    root = cfg["root"]
+    if any(op.get("stage") == "outer" for op in cfg["plan"]):
+        # Mounts copied from the outer stage are locked here; pivot_root needs a new root
+        # mount of our own, so bind the tree onto itself (its children stay locked with it).
+        mount(root, root, None, MS_BIND | MS_REC)
+    for op in cfg["plan"]:
+        if op.get("stage") != "outer":
+            apply_op(op)
+    if cfg.get("hostname"):
+        name = cfg["hostname"].encode()
+        _check(_libc.sethostname(name, len(name)), "sethostname")
+    if cfg.get("own_net"):
+        loopback_up()
+    os.chdir(cfg["root"])
+    pivot_root_here()
+
+
+# ---- execs ------------------------------------------------------------------------------
+def _exec_child(req, out_fd, err_fd, keep_caps, last_cap):
+    """In the forked child: drop privileges, then execve the command. Never returns."""
+    try:
+        for sig in range(1, signal.NSIG):
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(sig, signal.SIG_DFL)
+                except (OSError, ValueError):
+                    pass
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        null = os.open("/dev/null", os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        os.closerange(3, 1 << 16)
+        prctl(PR_SET_NO_NEW_PRIVS, 1)
+        for cap in range(last_cap + 1):
+            if cap not in keep_caps:
+                prctl(PR_CAPBSET_DROP, cap)
+        try:
+            prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+        except OSError:
+            pass
+        clear_inheritable_caps()
+        if req.get("setgroups", True):
+            os.setgroups(req.get("groups") or [])
+        os.setresgid(req["gid"], req["gid"], req["gid"])
+        os.setresuid(req["uid"], req["uid"], req["uid"])
+        os.umask(0o022)
+    except BaseException as exc:  # noqa: BLE001 - report and leave, never return to the loop
+        os.write(2, f"cairn: cannot set up the exec: {exc}\n".encode())
+        os._exit(126)
+    try:
+        os.chdir(req["cwd"])
+    except OSError as exc:
+        os.write(2, f"cairn: chdir to cwd {req['cwd']!r} failed: {exc.strerror}\n".encode())
+        os._exit(126)
+    argv = req["argv"]
+    env = req["env"]
+    try:
+        if "/" in argv[0]:
+            candidates = [argv[0]]
+        else:
+            dirs = env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":")
+            candidates = [os.path.join(d or ".", argv[0]) for d in dirs]
+        last = saved = None
+        for path in candidates:
+            try:
+                os.execve(path, argv, env)
+            except OSError as exc:
+                last = exc
+                if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
+                    saved = exc
+        err = saved or last
+        os.write(2, f"cairn: exec {argv[0]!r} failed: {err.strerror}\n".encode())
+        os._exit(127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
+    except BaseException:  # noqa: BLE001 - a forked child must never return to the loop
+        os._exit(127)
+
+
+class Init:
+    """The event loop of PID 1: control messages, SIGCHLD reaping, exec bookkeeping."""
+
+    def __init__(self, sock, cfg):
+        self.sock = sock
+        self.cfg = cfg
+        self.running = {}  # pid -> exec id
+        self.keep_caps = set(cfg["keep_caps"])
+        self.last_cap = cfg["last_cap"]
+        self.sel = selectors.DefaultSelector()
+
+    def send(self, obj):
+        try:
+            self.sock.send(json.dumps(obj).encode())
+        except OSError:
+            pass
+
+    def handle(self, data, fds):
+        req = json.loads(data) if data else {}
+        if req.get("op") == "exec_fd":
+            payload = b""
+            big = fds.pop()
+            while chunk := os.pread(big, 1 << 20, len(payload)):
+                payload += chunk
+            os.close(big)
+            req = json.loads(payload)
+        if req.get("op") != "exec" or len(fds) < 2:
+            for fd in fds:
+                os.close(fd)
+            return
+        out_fd, err_fd = fds[0], fds[1]
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            self.send({"op": "failed", "id": req["id"], "msg": str(exc)})
+            pid = -1
+        if pid == 0:
+            try:
+                _exec_child(req, out_fd, err_fd, self.keep_caps, self.last_cap)
+            finally:
+                os._exit(127)
+        for fd in fds:
+            os.close(fd)
+        if pid > 0:
+            self.running[pid] = req["id"]
+            self.send({"op": "started", "id": req["id"], "pid": pid})
+
+    def reap(self):
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            exec_id = self.running.pop(pid, None)
+            if exec_id is not None:
+                self.send({"op": "exit", "id": exec_id, "status": status})
+
+    def loop(self):
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        signal.set_wakeup_fd(wake_w)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        self.sock.setblocking(False)
+        self.sel.register(self.sock, selectors.EVENT_READ, "ctl")
+        self.sel.register(wake_r, selectors.EVENT_READ, "sig")
+        self.reap()
+        while True:
+            for key, _ in self.sel.select():
+                if key.data == "sig":
+                    try:
+                        while os.read(wake_r, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                    continue
+                try:
+                    data, anc, _flags, _addr = self.sock.recvmsg(1 << 18, socket.CMSG_SPACE(64))
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    data, anc = b"", []
+                fds = []
+                for level, typ, cdata in anc:
+                    if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
+                        arr = array.array("i")
+                        arr.frombytes(cdata[:len(cdata) - len(cdata) % arr.itemsize])
+                        fds.extend(arr)
+                if not data and not fds:
+                    # The host went away: end the sandbox unless it is kept.
+                    self.sel.unregister(self.sock)
+                    self.sock.close()
+                    if not self.cfg.get("keep"):
+                        os._exit(0)
+                    continue
+                self.handle(data, fds)
+
+
+def outer_stage(sock, fd, cfg_path):
+    """Privileged first stage: mount the overlays as real root in a private mount namespace,
+    then exec the inner ``unshare`` (user, pid, ipc, uts, net, mount), which copies them."""
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    try:
+        mount(None, "/", None, MS_REC | MS_PRIVATE)
+        for op in cfg["plan"]:
+            if op.get("stage") == "outer":
+                apply_op(op)
+    except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
+        msg = f"{exc}\n{traceback.format_exc(limit=3)}"
+        sock.send(json.dumps({"op": "error", "msg": msg[-4000:]}).encode())
+        os._exit(1)
+    os.set_inheritable(fd, True)
+    argv = list(cfg["inner_unshare"]) + [sys.executable, "-I", "-S", os.path.abspath(__file__),
+                                          "inner", str(fd), cfg_path]
+    os.execv(argv[0], argv)
+
+
+def main():
+    stage, fd, cfg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    sock = socket.socket(fileno=fd)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    if stage == "outer":
+        outer_stage(sock, fd, cfg_path)
+        return
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    host_pid = int(os.readlink("/proc/self"))
+    sock.send(json.dumps({"op": "hello", "host_pid": host_pid}).encode())
+    go = json.loads(sock.recv(4096) or b"{}")
+    if go.get("op") != "go":
+        os._exit(1)
+    try:
+        build_root(cfg)
+        prctl(PR_SET_DUMPABLE, 0)
+        null = os.open("/dev/null", os.O_RDWR)
+        for i in (0, 1, 2):
+            os.dup2(null, i)
+        os.close(null)
+    except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
+        msg = f"{exc}\n{traceback.format_exc(limit=3)}"
+        sock.send(json.dumps({"op": "error", "msg": msg[-4000:]}).encode())
+        os._exit(1)
+    sock.send(json.dumps({"op": "ready"}).encode())
+    Init(sock, cfg).loop()
+
+
+if __name__ == "__main__":
+    main()
