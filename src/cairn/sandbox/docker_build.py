@@ -3,8 +3,8 @@
 - :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
   never starve the event loop's default executor.
-- :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at a
-  time per hash in this process — an :class:`asyncio.Lock` — and across processes — a file lock),
+- :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at
+  a time per hash: an :class:`asyncio.Lock` in this process, a file lock across processes),
   reuses the image afterwards, and classifies failures as ``build_failed``, ``build_timeout`` or
   ``image_not_found``. A build past its timeout is aborted by killing the build's running
   intermediate container (read from the build output), which the SDK cannot cancel otherwise.
