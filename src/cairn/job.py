@@ -388,13 +388,15 @@ def write_summary_safely(job: _Job) -> None:
 
 def _clean_own_leftovers(job: _Job) -> None:
     """SPEC §3: a run or resume first removes its own job's left-over sandboxes."""
+    from cairn.clean import clean
+
     try:
-        from cairn.clean import clean_job_leftovers
-    except ImportError:
+        report = clean(job=job.job_id, own_job_dir=job.job_dir)
+    except Exception as exc:  # noqa: BLE001 - no engine reachable: nothing of ours to clean there
+        log.info("left-over check skipped: %s", exc)
         return
-    removed = clean_job_leftovers(job.job_id)
-    if removed:
-        job.emit(f"removed {len(removed)} left-over resource(s) of job {job.job_id}")
+    if report.removed:
+        job.emit(f"removed {report.removed} left-over resource(s) of job {job.job_id}")
 
 
 async def _run_all(job: _Job, plans: list[TrialPlan], queue: asyncio.Queue) -> None:
