@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from cairn.errors import SandboxError
+from cairn.errors import BuildError, ErrorKind, SandboxError
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
@@ -41,6 +41,7 @@ from cairn.sandbox.local_files import SandboxFS, resolve_user
 from cairn.sandbox.local_layer import ensure_layer
 from cairn.sandbox.local_ns import InitConfig, NamespaceRuntime
 from cairn.sandbox.local_rootfs import (
+    HostSupport,
     check_state_dir,
     kill_init,
     prepare_mask,
@@ -124,33 +125,41 @@ class LocalSandbox(Sandbox):
         spec = self.spec
         self.check(spec)
         support = probe_host()
-        async with asyncio.timeout(spec.build_timeout_sec):
-            layer = await ensure_layer(spec, support)
-            self._meta = layer.meta if layer else ImageMeta()
-            base = sandboxes_dir()
-            base.mkdir(parents=True, exist_ok=True)
-            self._dir = base / f"{_safe_name(spec.trial_id)}-{uuid.uuid4().hex[:8]}"
-            self._dir.mkdir(mode=0o711)
-            marker = {"backend": "local", "job_id": spec.job_id, "trial_id": spec.trial_id,
-                      "job_dir": str(spec.job_dir) if spec.job_dir else None,
-                      "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
-                      "pid": None, "pid_start_ticks": None, "owner_pid": os.getpid(),
-                      "env_hash": spec.env_hash, "keep": spec.keep}
-            write_marker(self._dir, marker)
-            self._hostname = _safe_name(spec.trial_id, 12).lower().strip("-_.") or "cairn"
-            own_net = spec.network_mode is NetworkMode.NO_NETWORK
-            await asyncio.to_thread(self._prepare_dirs)
-            plan = root_plan(self._dir, [layer.root] if layer else [], own_net=own_net,
-                             privileged=support.privileged)
-            self._ns = NamespaceRuntime(support)
-            await self._ns.start(InitConfig(plan=plan, rootfs=self._dir / "rootfs",
-                                            hostname=self._hostname, own_net=own_net,
-                                            keep=spec.keep))
-            marker.update(pid=self._ns.host_pid, pid_start_ticks=self._ns.start_ticks)
-            write_marker(self._dir, marker)
-            self._fs = SandboxFS(self._ns.root)
-            await asyncio.to_thread(self._prepare_inside)
+        try:
+            async with asyncio.timeout(spec.build_timeout_sec):
+                await self._start(support)
+        except TimeoutError:
+            raise BuildError(ErrorKind.BUILD_TIMEOUT, "local sandbox build and start exceeded "
+                             f"build_timeout_sec = {spec.build_timeout_sec:.0f} s") from None
         self._state = "running"
+
+    async def _start(self, support: HostSupport) -> None:
+        spec = self.spec
+        layer = await ensure_layer(spec, support)
+        self._meta = layer.meta if layer else ImageMeta()
+        base = sandboxes_dir()
+        base.mkdir(parents=True, exist_ok=True)
+        self._dir = base / f"{_safe_name(spec.trial_id)}-{uuid.uuid4().hex[:8]}"
+        self._dir.mkdir(mode=0o711)
+        marker = {"backend": "local", "job_id": spec.job_id, "trial_id": spec.trial_id,
+                  "job_dir": str(spec.job_dir) if spec.job_dir else None,
+                  "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+                  "pid": None, "pid_start_ticks": None, "owner_pid": os.getpid(),
+                  "env_hash": spec.env_hash, "keep": spec.keep}
+        write_marker(self._dir, marker)
+        self._hostname = _safe_name(spec.trial_id, 12).lower().strip("-_.") or "cairn"
+        own_net = spec.network_mode is NetworkMode.NO_NETWORK
+        await asyncio.to_thread(self._prepare_dirs)
+        plan = root_plan(self._dir, [layer.root] if layer else [], own_net=own_net,
+                         privileged=support.privileged)
+        self._ns = NamespaceRuntime(support)
+        await self._ns.start(InitConfig(plan=plan, rootfs=self._dir / "rootfs",
+                                        hostname=self._hostname, own_net=own_net,
+                                        keep=spec.keep))
+        marker.update(pid=self._ns.host_pid, pid_start_ticks=self._ns.start_ticks)
+        write_marker(self._dir, marker)
+        self._fs = SandboxFS(self._ns.root)
+        await asyncio.to_thread(self._prepare_inside)
 
     def _prepare_dirs(self) -> None:
         assert self._dir is not None
@@ -244,6 +253,11 @@ class LocalSandbox(Sandbox):
             return ExecResult(exit_code=126, stderr=f"unable to find user {name}: no matching "
                                                     "entries in passwd file\n")
         uid, gid, groups, home = resolved
+        if not ns.support.privileged and (uid, gid) != (0, 0):
+            return ExecResult(exit_code=126, stderr=(
+                f"cairn: user {user!r} (uid {uid}) cannot run here: the local backend runs in "
+                "an unprivileged user namespace where only root is mapped; run cairn as root "
+                "for other users\n"))
         full_env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
                     **self._meta.env, **self.spec.env, **(env or {})}
         return await ns.run(argv, uid=uid, gid=gid, groups=groups, cwd=cwd or self._workdir,

@@ -156,6 +156,7 @@ class NamespaceRuntime:
         self._reader: asyncio.Task | None = None
         self._drainers: set[_PipeReader] = set()
         self._lost: str | None = None
+        self._log = Path("/dev/null")
         self._stopped = False
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -191,12 +192,13 @@ class NamespaceRuntime:
                     "outer", str(child.fileno()), str(cfg_path)]
         else:
             argv = [*inner, *script, "inner", str(child.fileno()), str(cfg_path)]
+        self._log = cfg.rootfs.parent / "init.log"
         try:
-            self.proc = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
-                start_new_session=True, env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-                                             "LC_ALL": "C.UTF-8"})
+            with open(self._log, "wb") as log:
+                self.proc = await asyncio.create_subprocess_exec(
+                    *argv, pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+                    stdout=log, stderr=log, start_new_session=True,
+                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
         finally:
             child.close()
         parent.setblocking(False)
@@ -226,10 +228,11 @@ class NamespaceRuntime:
 
     async def _start_error(self, msg: dict) -> SandboxError:
         reason = msg.get("msg", "")
-        if not reason and self.proc is not None and self.proc.stderr is not None:
+        if not reason and self.proc is not None:
             with contextlib.suppress(asyncio.TimeoutError):
-                reason = (await asyncio.wait_for(self.proc.stderr.read(8192), 2)).decode(
-                    "utf-8", "replace")
+                await asyncio.wait_for(self.proc.wait(), 2)
+            with contextlib.suppress(OSError):
+                reason = self._log.read_bytes()[-8192:].decode("utf-8", "replace")
         return SandboxError(f"local sandbox failed to start: {reason.strip() or 'init exited'}",
                             kind=ErrorKind.START_FAILED, detail={"log_tail": reason[-4000:]})
 
@@ -250,11 +253,14 @@ class NamespaceRuntime:
                 finally:
                     os.close(fd)
         if self.proc is not None:
-            if self.proc.returncode is None:
+            # unshare reaps the killed init and exits; kill it only if it does not.
+            try:
+                await asyncio.wait_for(self.proc.wait(), 2)
+            except asyncio.TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), 5)
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(self.proc.wait(), 5)
         self._shutdown_channel("the local sandbox was stopped")
 
     def detach(self) -> None:
