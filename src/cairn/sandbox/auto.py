@@ -1,0 +1,69 @@
+"""``-e auto`` (SPEC §3.3): docker when a Docker engine answers within 2 s, else local.
+
+The chosen backend is printed on stderr, with a warning when it is local. The Docker engine is
+found the way the Docker SDK finds it (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
+``DOCKER_CERT_PATH``, else the default socket), so pointing ``DOCKER_HOST`` at a closed socket
+selects local.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from typing import TextIO
+
+AUTO = "auto"
+PING_TIMEOUT_SEC = 2.0
+"""How long a Docker engine has to answer a ping before ``auto`` picks local, seconds."""
+
+
+def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
+    """Whether a Docker engine answers a ping within ``timeout_sec`` seconds.
+
+    The ping runs in a daemon thread bounded by the wall-clock timeout, so a daemon that
+    accepts the connection but never replies cannot hold the caller longer.
+    """
+    result: list[bool] = []
+
+    def ping() -> None:
+        try:
+            import docker
+
+            client = docker.from_env(timeout=max(1, int(timeout_sec + 0.999)))
+            try:
+                result.append(bool(client.ping()))
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 - any failure means "no engine here"
+            result.append(False)
+
+    t = threading.Thread(target=ping, name="cairn-docker-ping", daemon=True)
+    t.start()
+    t.join(timeout_sec)
+    return bool(result and result[0])
+
+
+def resolve_backend(name: str, *, stream: TextIO | None = None,
+                    timeout_sec: float = PING_TIMEOUT_SEC) -> str:
+    """Resolve a ``-e`` value to a backend name.
+
+    Args:
+        name: ``docker``, ``local`` (returned as is) or ``auto``.
+        stream: where the choice is printed (default stderr).
+        timeout_sec: how long the Docker engine has to answer, seconds.
+
+    Returns:
+        ``docker`` when a Docker engine answered, else ``local``; any other ``name`` unchanged.
+    """
+    if name != AUTO:
+        return name
+    out = stream if stream is not None else sys.stderr
+    if docker_answers(timeout_sec):
+        print("cairn: -e auto: using the docker backend (a Docker engine answered)", file=out)
+        return "docker"
+    where = os.environ.get("DOCKER_HOST") or "the default Docker socket"
+    print(f"cairn: warning: no Docker engine answered at {where} within {timeout_sec:g} s; "
+          "-e auto: using the local backend (namespaces + overlayfs on this host, for trusted "
+          "agents; see docs/local-backend.md)", file=out)
+    return "local"
