@@ -39,8 +39,10 @@ import selectors
 import signal
 import socket
 import struct
+import subprocess
 import sys
 import traceback
+import warnings  # noqa: F401 - os.get_exec_path imports it lazily, after pivot_root
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -94,16 +96,6 @@ class _CapHeader(ctypes.Structure):
 class _CapData(ctypes.Structure):
     _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
                 ("inheritable", ctypes.c_uint32)]
-
-
-def clear_inheritable_caps():
-    """Empty the inheritable set (``unshare --keep-caps`` filled it), keeping the others."""
-    hdr = _CapHeader(0x20080522, 0)
-    data = (_CapData * 2)()
-    _check(_libc.capget(ctypes.byref(hdr), data), "capget")
-    for d in data:
-        d.inheritable = 0
-    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
 
 
 def prctl(option, arg2=0):
@@ -203,65 +195,32 @@ def build_root(cfg):
     pivot_root_here()
 
 
-# ---- execs ------------------------------------------------------------------------------
-def _exec_child(req, out_fd, err_fd, keep_caps, last_cap):
-    """In the forked child: drop privileges, then execve the command. Never returns."""
+# ---- privileges and execs ----------------------------------------------------------------
+def drop_privileges(keep_caps, last_cap, privileged):
+    """Once the root is built: no-new-privs, bounding set and effective/permitted sets cut
+    to Docker's, inheritable and ambient sets empty, no supplementary groups. Every exec
+    inherits this before its first ``execve`` of a file the sandbox controls."""
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    for cap in range(last_cap + 1):
+        if cap not in keep_caps:
+            prctl(PR_CAPBSET_DROP, cap)
     try:
-        for sig in range(1, signal.NSIG):
-            if sig not in (signal.SIGKILL, signal.SIGSTOP):
-                try:
-                    signal.signal(sig, signal.SIG_DFL)
-                except (OSError, ValueError):
-                    pass
-        signal.pthread_sigmask(signal.SIG_SETMASK, [])
-        null = os.open("/dev/null", os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_fd, 1)
-        os.dup2(err_fd, 2)
-        os.closerange(3, 1 << 16)
-        prctl(PR_SET_NO_NEW_PRIVS, 1)
-        for cap in range(last_cap + 1):
-            if cap not in keep_caps:
-                prctl(PR_CAPBSET_DROP, cap)
-        try:
-            prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
-        except OSError:
-            pass
-        clear_inheritable_caps()
-        if req.get("setgroups", True):
-            os.setgroups(req.get("groups") or [])
-        os.setresgid(req["gid"], req["gid"], req["gid"])
-        os.setresuid(req["uid"], req["uid"], req["uid"])
-        os.umask(0o022)
-    except BaseException as exc:  # noqa: BLE001 - report and leave, never return to the loop
-        os.write(2, f"cairn: cannot set up the exec: {exc}\n".encode())
-        os._exit(126)
-    try:
-        os.chdir(req["cwd"])
-    except OSError as exc:
-        os.write(2, f"cairn: chdir to cwd {req['cwd']!r} failed: {exc.strerror}\n".encode())
-        os._exit(126)
-    argv = req["argv"]
-    env = req["env"]
-    try:
-        if "/" in argv[0]:
-            candidates = [argv[0]]
-        else:
-            dirs = env.get("PATH", "/usr/local/bin:/usr/bin:/bin").split(":")
-            candidates = [os.path.join(d or ".", argv[0]) for d in dirs]
-        last = saved = None
-        for path in candidates:
-            try:
-                os.execve(path, argv, env)
-            except OSError as exc:
-                last = exc
-                if saved is None and exc.errno not in (errno.ENOENT, errno.ENOTDIR):
-                    saved = exc
-        err = saved or last
-        os.write(2, f"cairn: exec {argv[0]!r} failed: {err.strerror}\n".encode())
-        os._exit(127 if err.errno in (errno.ENOENT, errno.ENOTDIR) else 126)
-    except BaseException:  # noqa: BLE001 - a forked child must never return to the loop
-        os._exit(127)
+        prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    except OSError:
+        pass
+    if privileged:
+        os.setgroups([])
+    mask = sum(1 << c for c in keep_caps)
+    hdr = _CapHeader(0x20080522, 0)
+    data = (_CapData * 2)()
+    for i, d in enumerate(data):
+        d.effective = d.permitted = (mask >> (32 * i)) & 0xFFFFFFFF
+        d.inheritable = 0
+    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
+
+
+def _noop_handler(*_args):
+    """Installed instead of SIG_IGN so that execs start with default dispositions."""
 
 
 class Init:
@@ -270,9 +229,7 @@ class Init:
     def __init__(self, sock, cfg):
         self.sock = sock
         self.cfg = cfg
-        self.running = {}  # pid -> exec id
-        self.keep_caps = set(cfg["keep_caps"])
-        self.last_cap = cfg["last_cap"]
+        self.running = {}  # pid -> (exec id, Popen); the Popen is kept so it never reaps
         self.sel = selectors.DefaultSelector()
 
     def send(self, obj):
@@ -295,21 +252,37 @@ class Init:
                 os.close(fd)
             return
         out_fd, err_fd = fds[0], fds[1]
+        uid, gid = req["uid"], req["gid"]
+        groups = req.get("groups") or []
+        as_root = uid == 0 and gid == 0 and groups in ([], [0])
+        proc = None
         try:
-            pid = os.fork()
+            proc = subprocess.Popen(
+                req["argv"], stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
+                cwd=req["cwd"], env=req["env"], close_fds=True, restore_signals=True,
+                umask=0o022, user=None if as_root else uid, group=None if as_root else gid,
+                extra_groups=None if as_root or not req.get("setgroups", True) else groups)
         except OSError as exc:
-            self.send({"op": "failed", "id": req["id"], "msg": str(exc)})
-            pid = -1
-        if pid == 0:
+            if exc.filename == req["cwd"] and exc.errno in (errno.ENOENT, errno.ENOTDIR,
+                                                          errno.EACCES):
+                msg, code = f"chdir to cwd {req['cwd']!r} failed: {exc.strerror}", 126
+            else:
+                code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
+                msg = f"exec {req['argv'][0]!r} failed: {exc.strerror}"
             try:
-                _exec_child(req, out_fd, err_fd, self.keep_caps, self.last_cap)
-            finally:
-                os._exit(127)
-        for fd in fds:
-            os.close(fd)
-        if pid > 0:
-            self.running[pid] = req["id"]
-            self.send({"op": "started", "id": req["id"], "pid": pid})
+                os.write(err_fd, f"cairn: {msg}\n".encode())
+            except OSError:
+                pass
+            self.send({"op": "started", "id": req["id"], "pid": 0})
+            self.send({"op": "exit", "id": req["id"], "status": code << 8})
+        except BaseException as exc:  # noqa: BLE001 - report, keep serving other execs
+            self.send({"op": "failed", "id": req["id"], "msg": repr(exc)})
+        finally:
+            for fd in fds:
+                os.close(fd)
+        if proc is not None:
+            self.running[proc.pid] = (req["id"], proc)
+            self.send({"op": "started", "id": req["id"], "pid": proc.pid})
 
     def reap(self):
         while True:
@@ -319,14 +292,16 @@ class Init:
                 return
             if pid == 0:
                 return
-            exec_id = self.running.pop(pid, None)
-            if exec_id is not None:
+            entry = self.running.pop(pid, None)
+            if entry is not None:
+                exec_id, proc = entry
+                proc.returncode = os.waitstatus_to_exitcode(status)
                 self.send({"op": "exit", "id": exec_id, "status": status})
 
     def loop(self):
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGCHLD, _noop_handler)
         self.sock.setblocking(False)
         self.sel.register(self.sock, selectors.EVENT_READ, "ctl")
         self.sel.register(wake_r, selectors.EVENT_READ, "sig")
@@ -386,8 +361,9 @@ def outer_stage(sock, fd, cfg_path):
 def main():
     stage, fd, cfg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     sock = socket.socket(fileno=fd)
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGPIPE):
-        signal.signal(sig, signal.SIG_IGN)
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, _noop_handler)
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
     if stage == "outer":
         outer_stage(sock, fd, cfg_path)
         return
@@ -401,6 +377,7 @@ def main():
     try:
         build_root(cfg)
         prctl(PR_SET_DUMPABLE, 0)
+        drop_privileges(set(cfg["keep_caps"]), cfg["last_cap"], cfg.get("privileged", True))
         null = os.open("/dev/null", os.O_RDWR)
         for i in (0, 1, 2):
             os.dup2(null, i)

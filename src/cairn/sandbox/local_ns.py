@@ -183,7 +183,8 @@ class NamespaceRuntime:
         inner.append("--")
         init_cfg = {"plan": cfg.plan, "root": str(cfg.rootfs), "hostname": cfg.hostname,
                     "own_net": cfg.own_net, "keep": cfg.keep, "keep_caps": list(DOCKER_CAPS),
-                    "last_cap": _last_cap(), "inner_unshare": inner}
+                    "last_cap": _last_cap(), "inner_unshare": inner,
+                    "privileged": self.support.privileged}
         cfg_path = cfg.rootfs.parent / "init.json"
         cfg_path.write_text(json.dumps(init_cfg))
         script = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
