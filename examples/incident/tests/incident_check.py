@@ -185,7 +185,7 @@ class Checks:
             detail = ""
             if isinstance(ok, tuple):
                 ok, detail = ok
-        except Exception as exc:  # the agent's files may be anything: score, don't crash
+        except Exception as exc:  # noqa: BLE001 - the agent's files may be anything
             ok, detail = False, f"{type(exc).__name__}: {exc}"
         print(f"{'PASS' if ok else 'FAIL'} {name}" + (f": {detail}" if detail else ""))
         if guard:
@@ -225,7 +225,7 @@ def stage_evidence(c: Checks) -> None:
 
     def same_events():
         got = read_json(path)
-        key = lambda ev: json.dumps(ev, sort_keys=True)  # noqa: E731
+        key = lambda ev: json.dumps(ev, sort_keys=True)
         missing = len(set(map(key, want)) - set(map(key, got)))
         extra = len(set(map(key, got)) - set(map(key, want)))
         ok = sorted(map(key, got)) == sorted(map(key, want))
@@ -342,7 +342,7 @@ def stage_postmortem(c: Checks) -> None:
     c.check("Resolution gives the new value and the rollback record",
             lambda: mentions("Resolution", str(new), "rollback.json"))
     c.check("Follow-up has at least one list item",
-            lambda: re.search(r"^\s*(?:[-*]|\d+\.)\s+\S", found.get("Follow-up", ""), re.M)
+            lambda: re.search(r"^\s*(?:[-*]|\d+\.)\s+\S", found.get("Follow-up", ""), re.MULTILINE)
             is not None)
 
 
