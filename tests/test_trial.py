@@ -293,3 +293,18 @@ def test_artifacts_collected(tmp_path, backend):
     assert {m["source"]: m["status"] for m in manifest} == {
         "/app/out": "copied", "/nope": "failed", "/logs/artifacts": "copied"}
     assert r.reward == 1.0
+
+
+def test_verifier_files_do_not_leak_into_next_step(tmp_path, backend):
+    """Step 1's verifier output is gone before step 2's agent runs, and is not called planted."""
+    task = write_task(tmp_path / "tasks", "leak", steps=[
+        StepSpec("one", test="echo secret-answer > /logs/verifier/notes.txt\n"
+                             "echo 1 > /logs/verifier/reward.txt\n"),
+        StepSpec("two", solve="ls /logs/verifier > /app/seen.txt\n",
+                 test=reward_if("[ ! -s /app/seen.txt ]")),
+    ])
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert [s.reward for s in r.steps] == [1.0, 1.0]
+    assert not any("planted" in w for s in r.steps for w in s.warnings)
+    d = _trial_dir(tmp_path / "jobs")
+    assert not (d / "steps" / "02-two" / "agent" / "planted-verifier-logs").exists()

@@ -357,5 +357,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                 verdict = "FAIL"
             r = f"{result.reward:.2f}" if result.reward is not None else "none"
             how = f"{result.strategy} of {result.steps_total} steps"
+            if result.steps_run < result.steps_total:
+                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
             run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s")
     return result

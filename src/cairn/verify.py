@@ -129,7 +129,10 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         return run
     finally:
         try:
-            await asyncio.shield(sandbox.exec(["rm", "-rf", TESTS_DIR], user="root"))
+            # /tests goes, and so does what this verifier left in /logs/verifier (it is on the
+            # host already): the next step's agent must not read it, nor be blamed for it.
+            await asyncio.shield(sandbox.exec(
+                f"rm -rf {TESTS_DIR}; find {VERIFIER_LOGS} -mindepth 1 -delete", user="root"))
         except SandboxLostError:
             raise
         except Exception:  # noqa: BLE001 - the run's own error matters more than cleanup
