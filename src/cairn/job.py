@@ -137,8 +137,9 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         job.write_summary()
         for r in done:
             yield r
-        async for r in run_all(job, plans):
-            yield r
+        async with contextlib.aclosing(run_all(job, plans)) as results:
+            async for r in results:  # a consumer that stops early cancels the rest cleanly
+                yield r
     finally:
         if begun:
             job.write_summary()

@@ -1,0 +1,50 @@
+"""Agents for the job tests, loaded by import path (``-a job_agents:FlakySetupAgent``) exactly as
+a user's own agent class would be (SPEC §10). The tests folder must be on ``PYTHONPATH``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from cairn.agents.base import AgentContext
+from cairn.agents.oracle import OracleAgent
+from cairn.errors import ErrorKind, ModelError
+from cairn.sandbox.base import Sandbox
+
+
+class FlakySetupAgent(OracleAgent):
+    """The oracle, whose ``setup()`` fails the first time it is ever called: it checks the
+    sandbox really answers (an exec), then fails unless ``--ak marker=PATH`` exists on the host,
+    creating it. A real infra hiccup seen by the engine as ``agent_setup_failed``."""
+
+    name = "flaky-setup"
+
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+        """Fail once per marker file (then succeed)."""
+        probe = await sandbox.exec(["true"])
+        assert probe.exit_code == 0
+        marker = Path(str(self.kwargs["marker"]))
+        if not marker.exists():
+            marker.write_text("failed once\n")
+            raise ConnectionError("agent installer could not reach its mirror (simulated)")
+
+
+class CostlyAgent(OracleAgent):
+    """The oracle, reporting a cost of ``--ak usd=X`` dollars (default 1.0) per step."""
+
+    name = "costly"
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Solve, then report the cost."""
+        await super().run(instruction, sandbox, context)
+        context.cost_usd = float(self.kwargs.get("usd", 1.0))
+
+
+class AuthFailAgent(OracleAgent):
+    """An agent whose model rejects its API key on the first call."""
+
+    name = "auth-fail"
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Raise the model's authentication error."""
+        raise ModelError(ErrorKind.MODEL_AUTH_FAILED, "401 invalid API key (simulated)")
