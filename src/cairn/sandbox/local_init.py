@@ -1,48 +1,40 @@
-"""PID 1 of a local sandbox: builds the root file system, then forks every exec (SPEC §3.2).
+"""PID 1 of a local sandbox: builds the root file system, then spawns every exec (SPEC §3.2).
 
 This file runs as a *standalone program* (``python -I -S local_init.py STAGE CONTROL_FD
-CONFIG_JSON_PATH``); it imports only the standard library and nothing from cairn. As root it runs twice:
-stage ``outer`` (``unshare --mount``: real root mounts the overlays, which inside a user
-namespace could not use host folders that have mounts beneath them) execs the inner
-``unshare --user --pid --ipc --uts [--net] --mount --fork``, whose child runs stage ``inner``
-as PID 1 (the copied overlays are then locked for the sandbox). Unprivileged, only ``inner``.
+CONFIG_PATH``); it imports only the standard library, nothing from cairn, and as little as it
+can (it starts once or twice per sandbox). As root it runs twice: stage ``outer`` (in
+``unshare --mount``) mounts the overlays as real root — inside a user namespace a host folder
+with mounts beneath it could not be an overlay layer — then execs the inner ``unshare --user
+--pid --ipc --uts [--net] --mount --fork``, whose child runs stage ``inner`` as PID 1 (the
+copied overlays are then locked for the sandbox). Unprivileged, only ``inner`` runs.
 
-Why the init forks the execs instead of ``nsenter``: joining a user namespace with ``setns``
+Why the init spawns the execs instead of ``nsenter``: joining a user namespace with ``setns``
 resets the bounding set to full, and any dynamically linked helper run inside the sandbox
-(``setpriv``) can be hijacked by the sandbox's own ``/etc/ld.so.preload`` while it still holds
-every capability. The init's code is already in memory, so a forked child drops capabilities,
-sets no-new-privs and switches user *before* the first ``execve`` of a sandbox-controlled file
-(the same model as runc).
+(``setpriv``) could be hijacked by the sandbox's own ``/etc/ld.so.preload`` while it still
+holds every capability. The init instead drops to a Docker container root's capabilities and
+no-new-privs once, after building the root, and every exec inherits that (the runc model).
 
-Protocol on the control socket (``SOCK_SEQPACKET``, one JSON object per message):
+Protocol on the control socket (``SOCK_SEQPACKET``; one ``marshal``-ed dict per message — both
+ends are the same interpreter):
 
 - init → host ``{"op": "hello", "host_pid": N}``: the user namespace exists; the host writes
   ``uid_map``/``gid_map`` (when it is root) and answers ``{"op": "go"}``.
-- init → host ``{"op": "ready"}`` or ``{"op": "error", "msg": ...}`` after the mounts.
+- init → host ``{"op": "ready"}``, or ``{"op": "error", "msg": ...}`` and exit.
 - host → init ``{"op": "exec", "id": K, "argv": [...], "env": {...}, "cwd": ..., "uid": U,
-  "gid": G, "groups": [...]}`` with the exec's stdout and stderr write ends (and, for big
-  requests, a memfd holding the JSON) as ``SCM_RIGHTS``; init → host ``{"op": "started",
-  "id": K, "pid": P}`` then ``{"op": "exit", "id": K, "status": WAITSTATUS}``.
+  "gid": G, "groups": [...], "setgroups": bool}`` with the exec's stdout and stderr write ends
+  as ``SCM_RIGHTS`` (a big request comes as ``{"op": "exec_fd"}`` plus a memfd holding it);
+  init → host ``{"op": "started", "id": K, "pid": P}`` then ``{"op": "exit", "id": K,
+  "status": WAITSTATUS}``.
 
-When the host end closes, the init exits (so the whole pid namespace dies), unless the sandbox
-is kept (``keep``). It ignores SIGTERM/SIGINT/SIGHUP; it is ended with SIGKILL.
+When the host end closes, the init exits (the kernel then kills the whole pid namespace),
+unless the sandbox is kept. SIGTERM, SIGINT and SIGHUP do nothing; it is ended with SIGKILL.
 """
 
-import array
 import ctypes
 import errno
-import fcntl
-import json
+import marshal
 import os
-import platform
-import selectors
-import signal
-import socket
-import struct
-import subprocess
 import sys
-import traceback
-import warnings  # noqa: F401 - os.get_exec_path imports it lazily, after pivot_root
 
 MS_RDONLY = 1
 MS_NOSUID = 2
@@ -71,6 +63,7 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
                         ctypes.c_ulong]
+_libc.syscall.restype = ctypes.c_long
 
 
 def _check(rc, what):
@@ -89,28 +82,27 @@ def mount(source, target, fstype, flags=0, data=None):
            f"mount {fstype or 'bind'} {source} on {target}")
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
-
-
 def prctl(option, arg2=0):
     _check(_libc.prctl(option, arg2, 0, 0, 0), f"prctl {option}")
 
 
 def pivot_root_here():
     """Make the current directory the root of this mount namespace and drop the old root."""
-    nr = PIVOT_ROOT_SYSCALL.get(platform.machine())
+    machine = os.uname().machine
+    nr = PIVOT_ROOT_SYSCALL.get(machine)
     if nr is None:
-        raise OSError(errno.ENOSYS, f"pivot_root: unknown architecture {platform.machine()}")
-    _libc.syscall.restype = ctypes.c_long
+        raise OSError(errno.ENOSYS, f"pivot_root: unknown architecture {machine}")
     _check(_libc.syscall(ctypes.c_long(nr), b".", b"."), "pivot_root")
     _check(_libc.umount2(b".", MNT_DETACH), "umount old root")
     os.chdir("/")
+
+
+def send(fd, obj):
+    """Send one message on the control socket (``write`` on a SEQPACKET socket)."""
+    try:
+        os.write(fd, marshal.dumps(obj))
+    except OSError:
+        pass
 
 
 # ---- building the root ------------------------------------------------------------------
@@ -132,8 +124,7 @@ def apply_op(op):
                 os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
         mount(op["source"], target, None, MS_BIND | (MS_REC if op.get("rec") else 0))
         if op.get("ro"):
-            mount(None, target, None,
-                  MS_REMOUNT | MS_BIND | MS_RDONLY | op.get("flags", 0))
+            mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | op.get("flags", 0))
     elif kind == "mount":
         if op.get("optional") and not os.path.isdir(target):
             return
@@ -170,6 +161,10 @@ def apply_op(op):
 
 def loopback_up():
     """Bring ``lo`` up in a fresh network namespace."""
+    import fcntl
+    import socket
+    import struct
+
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         ifr = struct.pack("16sH14x", b"lo", 0)
         flags = struct.unpack("16sH14x", fcntl.ioctl(s, SIOCGIFFLAGS, ifr))[1]
@@ -177,6 +172,7 @@ def loopback_up():
 
 
 def build_root(cfg):
+    """Mount the inner-stage steps of the plan, set the hostname, pivot into the root."""
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     root = cfg["root"]
     if any(op.get("stage") == "outer" for op in cfg["plan"]):
@@ -186,20 +182,29 @@ def build_root(cfg):
     for op in cfg["plan"]:
         if op.get("stage") != "outer":
             apply_op(op)
-    if cfg.get("hostname"):
-        name = cfg["hostname"].encode()
-        _check(_libc.sethostname(name, len(name)), "sethostname")
+    name = cfg["hostname"].encode()
+    _check(_libc.sethostname(name, len(name)), "sethostname")
     if cfg.get("own_net"):
         loopback_up()
-    os.chdir(cfg["root"])
+    os.chdir(root)
     pivot_root_here()
 
 
-# ---- privileges and execs ----------------------------------------------------------------
+# ---- privileges ---------------------------------------------------------------------------
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
 def drop_privileges(keep_caps, last_cap, privileged):
-    """Once the root is built: no-new-privs, bounding set and effective/permitted sets cut
-    to Docker's, inheritable and ambient sets empty, no supplementary groups. Every exec
-    inherits this before its first ``execve`` of a file the sandbox controls."""
+    """Once the root is built: no-new-privs, bounding, effective and permitted sets cut to
+    Docker's, inheritable and ambient sets empty, no supplementary groups, not dumpable (the
+    sandbox cannot ptrace its init). Every exec inherits this before its first ``execve``."""
+    prctl(PR_SET_DUMPABLE, 0)
     prctl(PR_SET_NO_NEW_PRIVS, 1)
     for cap in range(last_cap + 1):
         if cap not in keep_caps:
@@ -211,56 +216,65 @@ def drop_privileges(keep_caps, last_cap, privileged):
     if privileged:
         os.setgroups([])
     mask = sum(1 << c for c in keep_caps)
-    hdr = _CapHeader(0x20080522, 0)
     data = (_CapData * 2)()
     for i, d in enumerate(data):
         d.effective = d.permitted = (mask >> (32 * i)) & 0xFFFFFFFF
         d.inheritable = 0
-    _check(_libc.capset(ctypes.byref(hdr), data), "capset")
+    _check(_libc.capset(ctypes.byref(_CapHeader(0x20080522, 0)), data), "capset")
 
 
 def _noop_handler(*_args):
-    """Installed instead of SIG_IGN so that execs start with default dispositions."""
+    """Installed instead of SIG_IGN, so that execs start with default dispositions."""
 
 
+# ---- the loop ---------------------------------------------------------------------------
 class Init:
     """The event loop of PID 1: control messages, SIGCHLD reaping, exec bookkeeping."""
 
-    def __init__(self, sock, cfg):
-        self.sock = sock
+    def __init__(self, fd, cfg):
+        # Everything the loop and the execs need is imported now, while the host root is
+        # still visible (after pivot_root the standard library is gone).
+        import array  # noqa: F401
+        import select  # noqa: F401
+        import socket
+        import subprocess
+        import warnings  # noqa: F401 - os.get_exec_path imports it lazily
+
+        self.fd = fd
+        self.sock = socket.socket(fileno=fd)
+        self.subprocess = subprocess
         self.cfg = cfg
         self.running = {}  # pid -> (exec id, Popen); the Popen is kept so it never reaps
-        self.sel = selectors.DefaultSelector()
-
-    def send(self, obj):
-        try:
-            self.sock.send(json.dumps(obj).encode())
-        except OSError:
-            pass
 
     def handle(self, data, fds):
-        req = json.loads(data) if data else {}
-        if req.get("op") == "exec_fd":
-            payload = b""
+        req = marshal.loads(data) if data else {}
+        if req.get("op") == "exec_fd" and fds:
             big = fds.pop()
-            while chunk := os.pread(big, 1 << 20, len(payload)):
-                payload += chunk
+            chunks, offset = [], 0
+            while chunk := os.pread(big, 1 << 20, offset):
+                chunks.append(chunk)
+                offset += len(chunk)
             os.close(big)
-            req = json.loads(payload)
+            req = marshal.loads(b"".join(chunks))
         if req.get("op") != "exec" or len(fds) < 2:
             for fd in fds:
                 os.close(fd)
             return
+        self.spawn(req, fds)
+
+    def spawn(self, req, fds):
+        """Start one exec with its stdout/stderr pipes (``fds``); report started/exit."""
+        sp = self.subprocess
         out_fd, err_fd = fds[0], fds[1]
         uid, gid = req["uid"], req["gid"]
         groups = req.get("groups") or []
         as_root = uid == 0 and gid == 0 and groups in ([], [0])
         proc = None
         try:
-            proc = subprocess.Popen(
-                req["argv"], stdin=subprocess.DEVNULL, stdout=out_fd, stderr=err_fd,
-                cwd=req["cwd"], env=req["env"], close_fds=True, restore_signals=True,
-                umask=0o022, user=None if as_root else uid, group=None if as_root else gid,
+            proc = sp.Popen(
+                req["argv"], stdin=sp.DEVNULL, stdout=out_fd, stderr=err_fd, cwd=req["cwd"],
+                env=req["env"], close_fds=True, restore_signals=True, umask=0o022,
+                user=None if as_root else uid, group=None if as_root else gid,
                 extra_groups=None if as_root or not req.get("setgroups", True) else groups)
         except OSError as exc:
             if exc.filename == req["cwd"] and exc.errno in (errno.ENOENT, errno.ENOTDIR,
@@ -273,16 +287,16 @@ class Init:
                 os.write(err_fd, f"cairn: {msg}\n".encode())
             except OSError:
                 pass
-            self.send({"op": "started", "id": req["id"], "pid": 0})
-            self.send({"op": "exit", "id": req["id"], "status": code << 8})
+            send(self.fd, {"op": "started", "id": req["id"], "pid": 0})
+            send(self.fd, {"op": "exit", "id": req["id"], "status": code << 8})
         except BaseException as exc:  # noqa: BLE001 - report, keep serving other execs
-            self.send({"op": "failed", "id": req["id"], "msg": repr(exc)})
+            send(self.fd, {"op": "failed", "id": req["id"], "msg": repr(exc)})
         finally:
             for fd in fds:
                 os.close(fd)
         if proc is not None:
             self.running[proc.pid] = (req["id"], proc)
-            self.send({"op": "started", "id": req["id"], "pid": proc.pid})
+            send(self.fd, {"op": "started", "id": req["id"], "pid": proc.pid})
 
     def reap(self):
         while True:
@@ -296,19 +310,30 @@ class Init:
             if entry is not None:
                 exec_id, proc = entry
                 proc.returncode = os.waitstatus_to_exitcode(status)
-                self.send({"op": "exit", "id": exec_id, "status": status})
+                send(self.fd, {"op": "exit", "id": exec_id, "status": status})
 
     def loop(self):
+        import array
+        import select
+        import signal
+        import socket
+
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(wake_w)
         signal.signal(signal.SIGCHLD, _noop_handler)
         self.sock.setblocking(False)
-        self.sel.register(self.sock, selectors.EVENT_READ, "ctl")
-        self.sel.register(wake_r, selectors.EVENT_READ, "sig")
+        poll = select.poll()
+        poll.register(self.fd, select.POLLIN)
+        poll.register(wake_r, select.POLLIN)
+        space = socket.CMSG_SPACE(16 * array.array("i").itemsize)
         self.reap()
         while True:
-            for key, _ in self.sel.select():
-                if key.data == "sig":
+            try:
+                events = poll.poll()
+            except InterruptedError:
+                continue
+            for fd, _ev in events:
+                if fd == wake_r:
                     try:
                         while os.read(wake_r, 512):
                             pass
@@ -317,7 +342,7 @@ class Init:
                     self.reap()
                     continue
                 try:
-                    data, anc, _flags, _addr = self.sock.recvmsg(1 << 18, socket.CMSG_SPACE(64))
+                    data, anc, _flags, _addr = self.sock.recvmsg(1 << 18, space)
                 except BlockingIOError:
                     continue
                 except OSError:
@@ -330,7 +355,7 @@ class Init:
                         fds.extend(arr)
                 if not data and not fds:
                     # The host went away: end the sandbox unless it is kept.
-                    self.sel.unregister(self.sock)
+                    poll.unregister(self.fd)
                     self.sock.close()
                     if not self.cfg.get("keep"):
                         os._exit(0)
@@ -338,56 +363,67 @@ class Init:
                 self.handle(data, fds)
 
 
-def outer_stage(sock, fd, cfg_path):
+# ---- stages -------------------------------------------------------------------------------
+def _fail(fd, exc):
+    send(fd, {"op": "error", "msg": f"{type(exc).__name__}: {exc}"[-4000:]})
+    os._exit(1)
+
+
+def outer_stage(fd, cfg_path):
     """Privileged first stage: mount the overlays as real root in a private mount namespace,
     then exec the inner ``unshare`` (user, pid, ipc, uts, net, mount), which copies them."""
-    with open(cfg_path) as f:
-        cfg = json.load(f)
+    with open(cfg_path, "rb") as f:
+        cfg = marshal.load(f)
     try:
         mount(None, "/", None, MS_REC | MS_PRIVATE)
         for op in cfg["plan"]:
             if op.get("stage") == "outer":
                 apply_op(op)
+        os.set_inheritable(fd, True)
+        argv = list(cfg["inner_unshare"]) + [sys.executable, "-I", "-S",
+                                              os.path.abspath(__file__), "inner", str(fd),
+                                              cfg_path]
+        os.execv(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
-        msg = f"{exc}\n{traceback.format_exc(limit=3)}"
-        sock.send(json.dumps({"op": "error", "msg": msg[-4000:]}).encode())
-        os._exit(1)
-    os.set_inheritable(fd, True)
-    argv = list(cfg["inner_unshare"]) + [sys.executable, "-I", "-S", os.path.abspath(__file__),
-                                          "inner", str(fd), cfg_path]
-    os.execv(argv[0], argv)
+        _fail(fd, exc)
 
 
-def main():
-    stage, fd, cfg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    sock = socket.socket(fileno=fd)
+def inner_stage(fd, cfg_path):
+    """PID 1 of the sandbox: handshake, build the root, drop privileges, serve execs."""
+    import signal
+
+    with open(cfg_path, "rb") as f:
+        cfg = marshal.load(f)
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, _noop_handler)
     signal.signal(signal.SIGPIPE, signal.SIG_IGN)
-    if stage == "outer":
-        outer_stage(sock, fd, cfg_path)
-        return
-    with open(cfg_path) as f:
-        cfg = json.load(f)
-    host_pid = int(os.readlink("/proc/self"))
-    sock.send(json.dumps({"op": "hello", "host_pid": host_pid}).encode())
-    go = json.loads(sock.recv(4096) or b"{}")
+    send(fd, {"op": "hello", "host_pid": int(os.readlink("/proc/self"))})
+    try:
+        go = marshal.loads(os.read(fd, 4096) or marshal.dumps({}))
+    except (OSError, ValueError, EOFError):
+        go = {}
     if go.get("op") != "go":
         os._exit(1)
     try:
+        init = Init(fd, cfg)  # imports what the loop needs before the host root goes away
         build_root(cfg)
-        prctl(PR_SET_DUMPABLE, 0)
         drop_privileges(set(cfg["keep_caps"]), cfg["last_cap"], cfg.get("privileged", True))
         null = os.open("/dev/null", os.O_RDWR)
         for i in (0, 1, 2):
             os.dup2(null, i)
         os.close(null)
     except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
-        msg = f"{exc}\n{traceback.format_exc(limit=3)}"
-        sock.send(json.dumps({"op": "error", "msg": msg[-4000:]}).encode())
-        os._exit(1)
-    sock.send(json.dumps({"op": "ready"}).encode())
-    Init(sock, cfg).loop()
+        _fail(fd, exc)
+    send(fd, {"op": "ready"})
+    init.loop()
+
+
+def main():
+    stage, fd, cfg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    if stage == "outer":
+        outer_stage(fd, cfg_path)
+    else:
+        inner_stage(fd, cfg_path)
 
 
 if __name__ == "__main__":

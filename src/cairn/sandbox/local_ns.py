@@ -19,7 +19,7 @@ import array
 import asyncio
 import contextlib
 import itertools
-import json
+import marshal
 import os
 import signal
 import socket
@@ -185,8 +185,8 @@ class NamespaceRuntime:
                     "own_net": cfg.own_net, "keep": cfg.keep, "keep_caps": list(DOCKER_CAPS),
                     "last_cap": _last_cap(), "inner_unshare": inner,
                     "privileged": self.support.privileged}
-        cfg_path = cfg.rootfs.parent / "init.json"
-        cfg_path.write_text(json.dumps(init_cfg))
+        cfg_path = cfg.rootfs.parent / "init.cfg"
+        cfg_path.write_bytes(marshal.dumps(init_cfg))
         script = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
         if self.support.privileged:
             argv = [self.support.unshare, "--mount", "--propagation", "private", "--", *script,
@@ -216,7 +216,7 @@ class NamespaceRuntime:
             except OSError as exc:
                 raise SandboxError(f"cannot map user ids of the local sandbox: {exc}",
                                    kind=ErrorKind.START_FAILED) from exc
-        await asyncio.get_running_loop().sock_sendall(parent, b'{"op": "go"}')
+        await asyncio.get_running_loop().sock_sendall(parent, marshal.dumps({"op": "go"}))
         ready = await self._recv_setup()
         if ready.get("op") != "ready":
             raise await self._start_error(ready)
@@ -225,7 +225,7 @@ class NamespaceRuntime:
     async def _recv_setup(self) -> dict:
         assert self.sock is not None
         data = await asyncio.get_running_loop().sock_recv(self.sock, 1 << 16)
-        return json.loads(data) if data else {}
+        return marshal.loads(data) if data else {}
 
     async def _start_error(self, msg: dict) -> SandboxError:
         reason = msg.get("msg", "")
@@ -294,7 +294,7 @@ class NamespaceRuntime:
                 data = await loop.sock_recv(self.sock, 1 << 16)
                 if not data:
                     break
-                msg = json.loads(data)
+                msg = marshal.loads(data)
                 futs = self._pending.get(msg.get("id"))
                 if futs is None:
                     continue
@@ -306,7 +306,7 @@ class NamespaceRuntime:
                     started.set_exception(SandboxError(f"exec could not start: {msg.get('msg')}"))
                 elif op == "exit" and not exited.done():
                     exited.set_result(int(msg["status"]))
-        except (OSError, ValueError):
+        except (OSError, ValueError, EOFError, TypeError):
             pass
         if not self._stopped:
             self._lost = "the local sandbox's init exited"
@@ -390,13 +390,13 @@ class NamespaceRuntime:
 
     async def _send(self, req: dict, fds: list[int]) -> None:
         assert self.sock is not None
-        payload = json.dumps(req).encode()
+        payload = marshal.dumps(req)
         extra: list[int] = []
         if len(payload) > INLINE_REQUEST_BYTES:
             mfd = os.memfd_create("cairn-exec", os.MFD_CLOEXEC)
             os.write(mfd, payload)
             extra = [mfd]
-            payload = b'{"op": "exec_fd"}'
+            payload = marshal.dumps({"op": "exec_fd"})
         anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds + extra))]
         try:
             for _ in range(2000):
