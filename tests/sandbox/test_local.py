@@ -298,3 +298,95 @@ def test_probe_refuses_without_root_or_user_namespaces(tmp_path: Path) -> None:
     (tmp_path / "filesystems").write_text("nodev\tproc\n")
     with pytest.raises(UnsupportedError, match="overlayfs"):
         probe_host(euid=0, proc_root=tmp_path, which=lambda _: "/usr/bin/unshare")
+
+
+CRASHING_OWNER = """\
+import asyncio, os, sys
+from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.local import LocalSandbox
+
+async def main():
+    sb = LocalSandbox(SandboxSpec(network_mode=NetworkMode.NO_NETWORK, job_id="test-local",
+                                  trial_id=sys.argv[1]))
+    await sb.start()
+    await sb.exec("nohup sleep 600 >/dev/null 2>&1 &")
+    print(sb._ns.host_pid, flush=True)
+    os._exit(9)  # the owner dies without stopping the sandbox
+
+asyncio.run(main())
+"""
+
+
+def test_sandbox_ends_when_its_owner_dies(tmp_path: Path) -> None:
+    """A crashed cairn process leaves no running sandbox, only a folder clean removes."""
+    import subprocess
+    import sys
+    import time
+
+    script = tmp_path / "owner.py"
+    script.write_text(CRASHING_OWNER)
+    trial = f"crash-{uuid.uuid4().hex[:8]}"
+    out = subprocess.run([sys.executable, str(script), trial], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 9, out.stderr
+    pid = int(out.stdout.strip())
+    deadline = time.monotonic() + 5
+    while os.path.exists(f"/proc/{pid}") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not os.path.exists(f"/proc/{pid}"), "the init outlived its owner"
+    [(path, marker)] = [(p, m) for p, m in find_local_sandboxes() if m.get("trial_id") == trial]
+    assert marker["pid"] == pid
+    remove_local_sandbox(path)
+    assert not path.exists()
+
+
+UNPRIVILEGED_SCRIPT = """\
+import asyncio, os, sys
+from pathlib import Path
+from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.local import LocalSandbox
+
+async def main():
+    env = Path(sys.argv[1])
+    sb = LocalSandbox(SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK,
+                                  trial_id="unprivileged"))
+    async with sb:
+        for cmd in ("id -u", "cat /built.txt", "pwd", "echo w > /tmp/w && cat /tmp/w",
+                    "test -e /var/lib/docker && echo visible || echo hidden"):
+            r = await sb.exec(cmd)
+            print(r.exit_code, r.stdout.strip())
+        r = await sb.exec("id", user="nobody")
+        print(r.exit_code, "only root is mapped" in r.stderr)
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+                    reason="needs root to switch to an unprivileged user and /usr/bin/python3")
+def test_unprivileged_user_namespace_mode(tmp_path: Path) -> None:
+    """Run as ``nobody`` (unprivileged user namespace): layers build, execs run as root
+    inside, other users are refused with a clear message."""
+    import subprocess
+
+    work = Path("/tmp") / f"cairn-unpriv-{uuid.uuid4().hex[:8]}"
+    env = work / "env"
+    env.mkdir(parents=True)
+    (env / "Dockerfile").write_text("FROM debian\nRUN echo built > /built.txt\nWORKDIR /app\n")
+    (work / "run.py").write_text(UNPRIVILEGED_SCRIPT)
+    state = work / "state"
+    subprocess.run(["chown", "-R", "nobody", str(work)], check=True)
+    src = Path(__file__).resolve().parents[2] / "src"
+    try:
+        out = subprocess.run(
+            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
+             "/usr/bin/python3", str(work / "run.py"), str(env)],
+            capture_output=True, text=True, timeout=120, cwd=work,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "CAIRN_LOCAL_DIR": str(state)})
+        if out.returncode != 0 and "needs root or unprivileged user namespaces" in out.stderr:
+            pytest.skip("unprivileged user namespaces are not available here")
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.splitlines() == ["0 0", "0 built", "0 /app", "0 w", "0 hidden",
+                                           "126 True"]
+    finally:
+        subprocess.run(["rm", "-rf", str(work)], check=False)

@@ -8,13 +8,14 @@ import io
 import tarfile
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from cairn.errors import BuildError, ErrorKind, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
-from cairn.sandbox.local import LocalSandbox
+from cairn.sandbox.local import LocalSandbox, find_local_layers, remove_local_layer
 from cairn.sandbox.local_layer import hash_env_dir, layer_key
 from cairn.sandbox.local_rootfs import layers_dir, probe_host
 
@@ -45,7 +46,22 @@ def _env(tmp_path: Path, dockerfile: str, files: dict[str, str | bytes] | None =
     return env
 
 
+_USED_KEYS: set[str] = set()
+
+
+@pytest.fixture(autouse=True)
+def _remove_built_layers() -> Iterator[None]:
+    """Each test's environments are unique: drop their layers afterwards."""
+    yield
+    for key in _USED_KEYS:
+        for path in [layers_dir() / key, *layers_dir().glob(f".old-{key}-*")]:
+            if path.exists():
+                remove_local_layer(path)
+    _USED_KEYS.clear()
+
+
 def _spec(env: Path, **kw: object) -> SandboxSpec:
+    _USED_KEYS.add(hash_env_dir(env))
     fields: dict[str, object] = {"env_dir": env, "env_hash": hash_env_dir(env),
                                  "network_mode": NetworkMode.NO_NETWORK, "job_id": "test-layer",
                                  "trial_id": f"layer-{uuid.uuid4().hex[:8]}"}
@@ -89,6 +105,8 @@ def test_layer_built_once_reused_and_faster(tmp_path: Path) -> None:
     assert stamp1 == stamp2, "the second trial rebuilt the layer"
     assert first > 1.0 and second < first - 0.5, (first, second)
     assert (layers_dir() / hash_env_dir(env) / "meta.json").exists()
+    [(_path, info)] = [(p, i) for p, i in find_local_layers() if p.name == hash_env_dir(env)]
+    assert info["meta"]["from_image"] == "debian:bookworm-slim"
 
 
 def test_concurrent_starts_build_once(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
+import json
 import os
 import re
 import uuid
@@ -36,7 +37,12 @@ from cairn.sandbox.base import (
     Sandbox,
     SandboxSpec,
 )
-from cairn.sandbox.local_dockerfile import COMPOSE_FILES, ImageMeta, NEEDS_DOCKER, check_env_dir
+from cairn.sandbox.local_dockerfile import (
+    COMPOSE_FILES,
+    NEEDS_DOCKER,
+    ImageMeta,
+    check_env_dir,
+)
 from cairn.sandbox.local_files import SandboxFS, resolve_user
 from cairn.sandbox.local_layer import ensure_layer
 from cairn.sandbox.local_ns import InitConfig, NamespaceRuntime
@@ -44,6 +50,7 @@ from cairn.sandbox.local_rootfs import (
     HostSupport,
     check_state_dir,
     kill_init,
+    layers_dir,
     prepare_mask,
     prepare_skeleton,
     probe_host,
@@ -56,8 +63,13 @@ from cairn.sandbox.local_rootfs import (
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-__all__ = ["LocalSandbox", "find_local_sandboxes", "remove_local_sandbox", "COMPOSE_FILES",
-           "NEEDS_DOCKER"]
+__all__ = [
+    "COMPOSE_FILES",
+    "NEEDS_DOCKER",
+    "LocalSandbox",
+    "find_local_sandboxes",
+    "remove_local_sandbox",
+]
 
 
 def _safe_name(text: str, limit: int = 48) -> str:
@@ -143,7 +155,7 @@ class LocalSandbox(Sandbox):
         self._dir.mkdir(mode=0o711)
         marker = {"backend": "local", "job_id": spec.job_id, "trial_id": spec.trial_id,
                   "job_dir": str(spec.job_dir) if spec.job_dir else None,
-                  "created_at": dt.datetime.now(dt.timezone.utc).isoformat(),
+                  "created_at": dt.datetime.now(dt.UTC).isoformat(),
                   "pid": None, "pid_start_ticks": None, "owner_pid": os.getpid(),
                   "env_hash": spec.env_hash, "keep": spec.keep}
         write_marker(self._dir, marker)
@@ -360,3 +372,45 @@ def remove_local_sandbox(path: Path) -> None:
         kill_init(marker.get("pid"), marker.get("pid_start_ticks"))
     remove_tree(path)
 
+
+def find_local_layers() -> list[tuple[Path, dict]]:
+    """Every cached Dockerfile layer of the local backend (``cairn clean --images``).
+
+    Returns:
+        ``(folder, info)`` pairs; ``info`` is the layer's ``meta.json`` (``key``, ``meta``,
+        ``created_at``), ``{"replaced": True}`` for a layer set aside by ``--force-build``, or
+        ``{"unreadable": "<reason>"}``. Half-built ``.build-*`` folders of crashed builds
+        are listed with ``{"partial": True}``.
+    """
+    base = layers_dir()
+    out: list[tuple[Path, dict]] = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        if d.name.startswith(".old-"):
+            out.append((d, {"replaced": True}))
+        elif d.name.startswith(".build-"):
+            out.append((d, {"partial": True}))
+        elif not d.name.startswith("."):
+            try:
+                out.append((d, json.loads((d / "meta.json").read_text())))
+            except (OSError, ValueError) as exc:
+                out.append((d, {"unreadable": str(exc)}))
+    return out
+
+
+def remove_local_layer(path: Path) -> None:
+    """Delete one cached layer folder (and its lock file). Sandboxes already running on it
+    keep working only if they are stopped first: call this for left-overs only.
+
+    Raises:
+        ValueError: ``path`` is not inside the layers folder.
+    """
+    path = Path(path)
+    if path.parent.resolve() != layers_dir().resolve():
+        raise ValueError(f"{path} is not a local layer folder")
+    remove_tree(path)
+    with contextlib.suppress(FileNotFoundError):
+        (path.parent / f".{path.name}.lock").unlink()

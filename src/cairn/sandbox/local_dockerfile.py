@@ -125,11 +125,10 @@ def parse_dockerfile(text: str) -> list[Instruction]:
                 parts.append("\\")
                 continue
             parts.append(nxt.rstrip())
-        if parts[-1].endswith("\\"):
-            parts[-1] = parts[-1][:-1]
+        parts[-1] = parts[-1].removesuffix("\\")
         logical = "".join(p for p in parts if p != "\\").strip()
         i += 1
-        m = re.match(r"^([A-Za-z]+)(?:\s+(.*))?$", logical, re.S)
+        m = re.match(r"^([A-Za-z]+)(?:\s+(.*))?$", logical, re.DOTALL)
         if not m:
             raise DockerfileError(f"Dockerfile line {start + 1}: not an instruction: {logical!r}")
         keyword, rest = m.group(1).upper(), (m.group(2) or "").strip()
@@ -173,7 +172,7 @@ def refusal(ins: Instruction) -> str | None:
             return f"{where}: {kw} --from (multi-stage or image copies)"
         bad = set(ins.flags) - {"chown", "chmod", "link"}
         if bad:
-            return f"{where}: {kw} --{sorted(bad)[0]}"
+            return f"{where}: {kw} --{min(bad)}"
         if _HEREDOC.search(ins.args) and ins.json_args is None:
             return f"{where}: {kw} with a heredoc"
         if kw == "ADD":
@@ -182,7 +181,7 @@ def refusal(ins: Instruction) -> str | None:
                 return f"{where}: ADD of a URL or git repository"
     if kw == "RUN":
         if ins.flags:
-            return f"{where}: RUN --{sorted(ins.flags)[0]}"
+            return f"{where}: RUN --{min(ins.flags)}"
         if ins.json_args is None and _HEREDOC.search(ins.args):
             return f"{where}: RUN with a heredoc"
     return None
@@ -257,7 +256,7 @@ def _expand_at(s: str, i: int, env: dict[str, str]) -> tuple[str, int]:
         if end < 0:
             raise DockerfileError(f"missing '}}' in {s!r}")
         body = s[i + 2:end]
-        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*))?$", body, re.S)
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*))?$", body, re.DOTALL)
         if not m:
             raise DockerfileError(f"bad substitution ${{{body}}}")
         name, op, word = m.group(1), m.group(2), m.group(3)

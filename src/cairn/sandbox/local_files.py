@@ -239,9 +239,9 @@ class SandboxFS:
             return groups
         for line in text.splitlines():
             f = line.split(":")
-            if len(f) >= 4 and f[2].isdigit() and name in f[3].split(","):
-                if int(f[2]) not in groups:
-                    groups.append(int(f[2]))
+            if (len(f) >= 4 and f[2].isdigit() and name in f[3].split(",")
+                    and int(f[2]) not in groups):
+                groups.append(int(f[2]))
         return groups
 
     def group_gid(self, group: str) -> int | None:

@@ -177,7 +177,7 @@ async def _build(spec: SandboxSpec, support: HostSupport, key: str, final: Path)
         await asyncio.to_thread(_assemble, build_dir, staged, builder.overlay_rels)
         (staged / "meta.json").write_text(json.dumps({
             "format": LAYER_FORMAT, "key": key, "meta": meta.to_json(),
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat()}, indent=2))
+            "created_at": dt.datetime.now(dt.UTC).isoformat()}, indent=2))
         (staged / "build.log").write_text(builder.log_text())
         if final.exists():
             os.rename(final, final.with_name(f".old-{key}-{uuid.uuid4().hex[:8]}"))

@@ -30,6 +30,7 @@ from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError
 from cairn.sandbox.base import ExecResult, ProcessInfo
+from cairn.sandbox.local_proc import kill_processes, kill_tagged, list_processes
 from cairn.sandbox.local_rootfs import DOCKER_CAPS, HostSupport
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
@@ -37,7 +38,6 @@ EXEC_TAG_VAR = "CAIRN_EXEC_ID"
 DRAIN_GRACE_SEC = 0.1
 """After an exec's main process ended, how long its pipes may stay open (a background process
 that kept them) before the exec returns; the pipes are then drained in the background."""
-KILL_ROUNDS = 50
 INLINE_REQUEST_BYTES = 60_000
 
 
@@ -194,14 +194,15 @@ class NamespaceRuntime:
         else:
             argv = [*inner, *script, "inner", str(child.fileno()), str(cfg_path)]
         self._log = cfg.rootfs.parent / "init.log"
+        log_fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
-            with open(self._log, "wb") as log:
-                self.proc = await asyncio.create_subprocess_exec(
-                    *argv, pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
-                    stdout=log, stderr=log, start_new_session=True,
-                    env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
+            self.proc = await asyncio.create_subprocess_exec(
+                *argv, pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fd, stderr=log_fd, start_new_session=True,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
         finally:
             child.close()
+            os.close(log_fd)
         parent.setblocking(False)
         self.sock = parent
         hello = await self._recv_setup()
@@ -257,7 +258,7 @@ class NamespaceRuntime:
             # unshare reaps the killed init and exits; kill it only if it does not.
             try:
                 await asyncio.wait_for(self.proc.wait(), 2)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 with contextlib.suppress(ProcessLookupError):
                     self.proc.kill()
                 with contextlib.suppress(asyncio.TimeoutError):
@@ -363,6 +364,9 @@ class NamespaceRuntime:
                     async with asyncio.timeout(2):
                         await asyncio.shield(exited)
         except BaseException:
+            # The caller gave up on this exec (cancelled): end its whole tree, like a timeout.
+            with contextlib.suppress(Exception):
+                self.kill_tagged(tag)
             for r in readers:
                 r.close()
             raise
@@ -413,82 +417,22 @@ class NamespaceRuntime:
                 os.close(fd)
 
     # ---- processes ------------------------------------------------------------------------
-    def _proc_fd(self) -> int:
-        try:
-            return os.open(f"{self.root}/proc", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-        except OSError as exc:
-            raise SandboxLostError(f"cannot read the local sandbox's processes: {exc}") from exc
-
     def processes(self) -> list[ProcessInfo]:
         """Processes of the sandbox's pid namespace, as it sees them (zombies left out).
 
         Raises:
             SandboxLostError: the sandbox is gone.
         """
-        pfd = self._proc_fd()
-        out = []
-        try:
-            for name in os.listdir(pfd):
-                if not name.isdigit():
-                    continue
-                info = _read_process(pfd, name)
-                if info is not None:
-                    out.append(info)
-        finally:
-            os.close(pfd)
-        return sorted(out, key=lambda p: p.pid)
+        return list_processes(self.root)
 
     def kill(self, targets: list[ProcessInfo]) -> None:
         """SIGKILL processes matched by ``(pid, start_ticks)``; pid 1 and gone ones skipped."""
-        pfd = self._proc_fd()
-        try:
-            for p in targets:
-                if p.pid > 1:
-                    _kill_if_same(pfd, str(p.pid), p.start_ticks)
-        finally:
-            os.close(pfd)
+        kill_processes(self.root, targets)
 
     def kill_tagged(self, tag: str) -> int:
-        """SIGKILL every process carrying ``CAIRN_EXEC_ID=tag`` and their descendants, until
-        none is left (new forks are caught by later rounds). Returns how many were killed."""
-        needle = f"{EXEC_TAG_VAR}={tag}".encode()
-        killed = 0
-        try:
-            pfd = self._proc_fd()
-        except SandboxError:
-            return 0
-        try:
-            for _ in range(KILL_ROUNDS):
-                procs: dict[int, tuple[int, int]] = {}
-                tagged: set[int] = set()
-                for name in os.listdir(pfd):
-                    if not name.isdigit() or name == "1":
-                        continue
-                    info = _read_process(pfd, name)
-                    if info is None:
-                        continue
-                    procs[info.pid] = (info.ppid, info.start_ticks)
-                    with contextlib.suppress(OSError):
-                        env = _read_at(pfd, f"{name}/environ")
-                        if needle in env.split(b"\0"):
-                            tagged.add(info.pid)
-                victims = set(tagged)
-                grew = True
-                while grew:
-                    grew = False
-                    for pid, (ppid, _st) in procs.items():
-                        if ppid in victims and pid not in victims:
-                            victims.add(pid)
-                            grew = True
-                if not victims:
-                    break
-                for pid in victims:
-                    if _kill_if_same(pfd, str(pid), procs[pid][1]):
-                        killed += 1
-                time.sleep(0.005)
-        finally:
-            os.close(pfd)
-        return killed
+        """SIGKILL every process of the exec tagged ``tag`` and its descendants (see
+        :func:`~cairn.sandbox.local_proc.kill_tagged`)."""
+        return kill_tagged(self.root, f"{EXEC_TAG_VAR}={tag}")
 
 
 def _exit_code(status: int | None) -> int | None:
@@ -497,46 +441,3 @@ def _exit_code(status: int | None) -> int | None:
     if os.WIFSIGNALED(status):
         return 128 + os.WTERMSIG(status)
     return os.waitstatus_to_exitcode(status)
-
-
-def _read_at(dir_fd: int, rel: str) -> bytes:
-    fd = os.open(rel, os.O_RDONLY | os.O_CLOEXEC, dir_fd=dir_fd)
-    try:
-        chunks = []
-        while chunk := os.read(fd, 1 << 16):
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
-def _read_process(pfd: int, name: str) -> ProcessInfo | None:
-    try:
-        stat = _read_at(pfd, f"{name}/stat")
-        cmdline = _read_at(pfd, f"{name}/cmdline")
-    except OSError:
-        return None
-    rest = stat[stat.rindex(b")") + 2:].split()
-    if rest[0] in (b"Z", b"X"):
-        return None
-    return ProcessInfo(pid=int(name), ppid=int(rest[1]), start_ticks=int(rest[19]),
-                       cmdline=cmdline.rstrip(b"\0").replace(b"\0", b" ").decode(
-                           "utf-8", "replace"))
-
-
-def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:
-    """SIGKILL ``/proc/<name>`` through a pidfd if its start time still matches."""
-    try:
-        fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pfd)
-    except OSError:
-        return False
-    try:
-        stat = _read_at(fd, "stat")
-        if int(stat[stat.rindex(b")") + 2:].split()[19]) != start_ticks:
-            return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
-        return True
-    except (OSError, ValueError, IndexError):
-        return False
-    finally:
-        os.close(fd)

@@ -425,7 +425,7 @@ def remove_tree(path: Path) -> None:
     """Remove a sandbox or layer folder, also overlay work folders with mode 000; a missing
     folder is fine."""
 
-    def onerror(func, p, exc_info):  # noqa: ANN001 - shutil's callback signature
+    def onerror(func, p, exc_info):
         if isinstance(exc_info[1], FileNotFoundError):
             return
         with contextlib.suppress(OSError):
