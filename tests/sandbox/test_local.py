@@ -327,7 +327,7 @@ def test_sandbox_ends_when_its_owner_dies(tmp_path: Path) -> None:
     script.write_text(CRASHING_OWNER)
     trial = f"crash-{uuid.uuid4().hex[:8]}"
     out = subprocess.run([sys.executable, str(script), trial], capture_output=True, text=True,
-                         timeout=60)
+                         timeout=60, check=False)
     assert out.returncode == 9, out.stderr
     pid = int(out.stdout.strip())
     deadline = time.monotonic() + 5
@@ -381,7 +381,7 @@ def test_unprivileged_user_namespace_mode(tmp_path: Path) -> None:
         out = subprocess.run(
             ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
              "/usr/bin/python3", str(work / "run.py"), str(env)],
-            capture_output=True, text=True, timeout=120, cwd=work,
+            capture_output=True, text=True, timeout=120, cwd=work, check=False,
             env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "CAIRN_LOCAL_DIR": str(state)})
         if out.returncode != 0 and "needs root or unprivileged user namespaces" in out.stderr:
             pytest.skip("unprivileged user namespaces are not available here")
