@@ -37,7 +37,7 @@ from cairn.job_runner import (
     run_all,
     undo_empty,
 )
-from cairn.plan import JobConfig
+from cairn.plan import JobConfig, TrialPlan
 from cairn.results import JobSummary, Outcome, TrialResult
 from cairn.summary import summarize_job
 
@@ -81,7 +81,9 @@ def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
 
 async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
                       retry_errors: bool = False, on_event: EventSink | None = None,
-                      on_start: Callable[[int, int], None] | None = None
+                      on_start: Callable[[int, int], None] | None = None,
+                      on_trial_start: Callable[[TrialPlan], None] | None = None,
+                      on_trial_end: Callable[[TrialPlan], None] | None = None,
                       ) -> AsyncIterator[TrialResult]:
     """Run a job and yield each :class:`TrialResult` as it finishes (for training loops).
 
@@ -99,6 +101,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         retry_errors: with ``resume``, also re-run task-category errors.
         on_event: receives human-readable event lines (also written to job.log).
         on_start: called once with (trials to run, trials already final).
+        on_trial_start: called when a trial gets its slot and starts.
+        on_trial_end: called when a started trial ends (before its result is yielded).
 
     Yields:
         Each trial's result, as it finishes.
@@ -114,6 +118,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     entries = discover_tasks(config)
     job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
                retry_errors=retry_errors, on_event=on_event)
+    job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
     lock, created = lock_job(job, resume)
     begun = False
     try:

@@ -89,6 +89,8 @@ class JobRun:
         self.spent_usd = 0.0
         self.declared_steps: dict[str, list[str]] = {}
         self.started_at = datetime.now(UTC)
+        self.on_trial_start: Callable[[TrialPlan], None] | None = None
+        self.on_trial_end: Callable[[TrialPlan], None] | None = None
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -339,7 +341,13 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncIterator[TrialRes
                     result = job.write_not_started(plan, job.stopped_by)
                 else:
                     started = True
-                    result = await job.run_one(plan)
+                    if job.on_trial_start is not None:
+                        job.on_trial_start(plan)
+                    try:
+                        result = await job.run_one(plan)
+                    finally:
+                        if job.on_trial_end is not None:
+                            job.on_trial_end(plan)
         except asyncio.CancelledError:
             if not started:  # never began: no sandbox; record it so the summary counts it
                 job.record(job.write_not_started(plan, "interrupted"))

@@ -7,6 +7,7 @@ before a task is published.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,9 +21,11 @@ class SanityReport:
 
     Attributes:
         problems: task name → list of problems found (empty for a good task).
+        job_dirs: the oracle job's and the nop job's folders.
     """
 
     problems: dict[str, list[str]] = field(default_factory=dict)
+    job_dirs: list[Path] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -48,12 +51,12 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
     """
     from cairn.job import arun_job, default_job_name
 
-    stamp = default_job_name()
+    stamp = f"{default_job_name()}-{uuid.uuid4().hex[:4]}"
     report = SanityReport()
 
     async def both():
-        base = dict(paths=tuple(paths), backend=backend, n_concurrent=n_concurrent,
-                    jobs_dir=jobs_dir, max_retries=1)
+        base = {"paths": tuple(paths), "backend": backend, "n_concurrent": n_concurrent,
+                "jobs_dir": jobs_dir, "max_retries": 1}
         oracle = await arun_job(JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base),
                                 on_event=on_event)
         nop = await arun_job(JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base),
@@ -61,10 +64,13 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
         return oracle, nop
 
     oracle, nop = asyncio.run(both())
+    report.job_dirs = [oracle.job_dir, nop.job_dir]
     for r in oracle.results:
         probs = report.problems.setdefault(r.task.name, [])
         if r.outcome.value == "errored":
-            probs.append(f"oracle errored ({r.error.kind.value}: {r.error.message})")
+            first = (r.error.message or "").strip().splitlines()[:1]
+            probs.append(f"oracle errored ({r.error.kind.value}"
+                         + (f": {first[0][:200]}" if first else "") + ")")
         failing = [s.name for s in r.steps if not s.passed]
         if failing and r.outcome.value != "errored":
             probs.append(f"oracle does not pass step(s) {', '.join(failing)}")

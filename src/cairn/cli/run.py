@@ -182,7 +182,8 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
                 pass
         return await arun_job(cfg, job_dir=job_dir, resume=resume, retry_errors=retry_errors,
                               on_event=progress.event, on_start=progress.start,
-                              on_result=progress.result)
+                              on_result=progress.result, on_trial_start=progress.trial_started,
+                              on_trial_end=progress.trial_finished)
 
     try:
         result = asyncio.run(main())
@@ -272,4 +273,5 @@ def sanity_cmd(
         raise typer.Exit(2) from None
     for line in report.lines():
         print(line)
+    print("results: " + ", ".join(str(d) for d in report.job_dirs), file=sys.stderr)
     raise typer.Exit(0 if report.ok else 1)
