@@ -30,7 +30,12 @@ from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError
 from cairn.sandbox.base import ExecResult, ProcessInfo
-from cairn.sandbox.local_proc import kill_processes, kill_tagged, list_processes
+from cairn.sandbox.local_proc import (
+    kill_processes,
+    kill_tagged,
+    list_processes,
+    tagged_processes,
+)
 from cairn.sandbox.local_rootfs import DOCKER_CAPS, HostSupport
 
 INIT_SCRIPT = Path(__file__).with_name("local_init.py")
@@ -39,6 +44,8 @@ DRAIN_GRACE_SEC = 0.1
 """After an exec's main process ended, how long its pipes may stay open (a background process
 that kept them) before the exec returns; the pipes are then drained in the background."""
 INLINE_REQUEST_BYTES = 60_000
+SETTLE_MAX_SEC = 0.05
+SETTLE_POLL_SEC = 0.005
 
 
 class TailBuffer:
@@ -372,12 +379,30 @@ class NamespaceRuntime:
             raise
         finally:
             self._pending.pop(exec_id, None)
+        if not timed_out:
+            await self._settle(tag, " ".join(argv))
         await self._finish_readers(readers)
         exit_code = None if timed_out else _exit_code(status)
         return ExecResult(exit_code=exit_code, stdout=out_tail.text(), stderr=err_tail.text(),
                           timed_out=timed_out, elapsed_sec=time.monotonic() - t0,
                           stdout_truncated=out_tail.truncated,
                           stderr_truncated=err_tail.truncated)
+
+    async def _settle(self, tag: str, own_cmdline: str) -> None:
+        """Let background processes the exec left finish starting: wait (at most
+        :data:`SETTLE_MAX_SEC`) until their command lines stop changing and none is still an
+        un-exec'd fork of the exec's own command. Costs one scan when nothing was left."""
+        entry = f"{EXEC_TAG_VAR}={tag}"
+        previous: dict[int, str] | None = None
+        deadline = time.monotonic() + SETTLE_MAX_SEC
+        while True:
+            now = tagged_processes(self.root, entry)
+            if not now or (now == previous and own_cmdline not in now.values()):
+                return
+            if time.monotonic() >= deadline:
+                return
+            previous = now
+            await asyncio.sleep(SETTLE_POLL_SEC)
 
     async def _finish_readers(self, readers: list[_PipeReader]) -> None:
         pending = [r.done for r in readers if not r.done.done()]

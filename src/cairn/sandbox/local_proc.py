@@ -104,6 +104,29 @@ def kill_processes(root: str, targets: list[ProcessInfo]) -> None:
         os.close(pfd)
 
 
+def tagged_processes(root: str, env_entry: str) -> dict[int, str]:
+    """``{pid: cmdline}`` of the processes whose initial environment holds ``env_entry``
+    (empty when the sandbox is gone)."""
+    needle = env_entry.encode()
+    out: dict[int, str] = {}
+    try:
+        pfd = _proc_fd(root)
+    except SandboxLostError:
+        return out
+    try:
+        for name in os.listdir(pfd):
+            if not name.isdigit() or name == "1":
+                continue
+            with contextlib.suppress(OSError):
+                if needle in _read_at(pfd, f"{name}/environ").split(b"\0"):
+                    info = _read_process(pfd, name)
+                    if info is not None:
+                        out[info.pid] = info.cmdline
+    finally:
+        os.close(pfd)
+    return out
+
+
 def kill_tagged(root: str, env_entry: str) -> int:
     """SIGKILL every process whose initial environment holds ``env_entry`` (``NAME=value``)
     and every descendant of one, round after round until none is left (a fork racing a
