@@ -121,6 +121,11 @@ def test_model_auth_failure_stops_the_job(tmp_path):
     assert by_attempt[1].error.kind.value == "model_auth_failed"
     assert [by_attempt[a].outcome.value for a in (2, 3)] == ["cancelled", "cancelled"]
     assert result.stopped_by == "model_auth_failed" and result.exit_code == 1
+    # a resume (say, with the key fixed) re-runs the auth failure and the cancelled trials
+    again = resume_job(result.job_dir)
+    first = result.job_dir / "trials" / by_attempt[1].trial_name
+    assert (first / "attempts" / "1" / "result.json").is_file()
+    assert again.stopped_by == "model_auth_failed"  # the key is still bad: stopped again
 
 
 def test_changed_task_reruns_under_new_id(tmp_path):

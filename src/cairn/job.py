@@ -138,7 +138,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         if on_start is not None:
             on_start(len(plans), len(done))
         for r in done:
-            job.record(r)
+            job.record(r, write=False)
         job.write_summary()
         for r in done:
             yield r

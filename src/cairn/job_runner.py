@@ -144,13 +144,13 @@ class JobRun:
         return out
 
     def should_rerun(self, old: TrialResult) -> bool:
-        """SPEC §8: genuine scores never re-run; cancelled and infra errors do; task errors
-        only with ``--retry-errors``."""
+        """SPEC §8: genuine scores never re-run; cancelled trials, infra errors and job-level
+        errors (``model_auth_failed``) do; task errors only with ``--retry-errors``."""
         if old.outcome in (Outcome.COMPLETED, Outcome.STOPPED):
             return False
         if old.outcome is Outcome.CANCELLED or old.error is None:
             return True
-        if old.error.category is Category.INFRA:
+        if old.error.category in (Category.INFRA, Category.JOB):  # e.g. model_auth_failed
             return True
         return self.retry_errors
 
@@ -233,8 +233,9 @@ class JobRun:
         TrialStore(tp).create().write_result(result)
         return result
 
-    def record(self, result: TrialResult) -> None:
-        """Count a finished trial: stop rules of the job, summary.json rewritten."""
+    def record(self, result: TrialResult, *, write: bool = True) -> None:
+        """Count a finished trial: stop rules of the job, summary.json rewritten (unless
+        ``write`` is false: the caller writes it once for a batch)."""
         self.results[result.trial_id] = result
         self.spent_usd += result.cost_usd or 0.0
         before = self.stopped_by
@@ -246,7 +247,8 @@ class JobRun:
             self.emit(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
                       "trial starts, the remaining ones are recorded cancelled")
             self.write_job_json()
-        self.write_summary()
+        if write:
+            self.write_summary()
 
     def summary(self) -> JobSummary:
         return summarize_job(list(self.results.values()), self.declared_steps)
@@ -349,8 +351,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncIterator[TrialRes
                         if job.on_trial_end is not None:
                             job.on_trial_end(plan)
         except asyncio.CancelledError:
-            if not started:  # never began: no sandbox; record it so the summary counts it
-                job.record(job.write_not_started(plan, "interrupted"))
+            if not started:  # never began: no sandbox; the summary is written once after
+                job.record(job.write_not_started(plan, "interrupted"), write=False)
             else:
                 _record_cancelled(job, plan)
             raise
@@ -383,4 +385,4 @@ def _record_cancelled(job: JobRun, plan: TrialPlan) -> None:
     from cairn.store import TrialPaths, read_result
 
     with contextlib.suppress(OSError, ValueError):
-        job.record(read_result(TrialPaths(plan.trial_dir).result_json))
+        job.record(read_result(TrialPaths(plan.trial_dir).result_json), write=False)

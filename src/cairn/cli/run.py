@@ -218,13 +218,15 @@ def resume_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
     n_concurrent: Annotated[Optional[int], typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
+    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     from cairn.errors import CairnError
     from cairn.job import resume_config
 
     try:
-        overrides = {"n_concurrent": n_concurrent} if n_concurrent else None
+        overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
+                                       ("max_cost_usd", max_cost_usd)) if v is not None}
         cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides)
     except (typer.BadParameter, CairnError) as exc:
         _err(str(exc))
