@@ -295,6 +295,11 @@ def test_probe_refuses_without_root_or_user_namespaces(tmp_path: Path) -> None:
     assert probe_host(euid=0, proc_root=tmp_path, which=lambda _: "/usr/bin/unshare").privileged
     with pytest.raises(UnsupportedError, match="unshare"):
         probe_host(euid=0, proc_root=tmp_path, which=lambda _: None)
+    old = tmp_path / "old-unshare"
+    old.write_text("#!/bin/sh\necho 'Usage: unshare [options] --map-root-user'\n")
+    old.chmod(0o755)
+    with pytest.raises(UnsupportedError, match="lacks --keep-caps"):
+        probe_host(euid=0, proc_root=tmp_path, which=lambda _: str(old))
     (tmp_path / "filesystems").write_text("nodev\tproc\n")
     with pytest.raises(UnsupportedError, match="overlayfs"):
         probe_host(euid=0, proc_root=tmp_path, which=lambda _: "/usr/bin/unshare")

@@ -20,11 +20,13 @@ whiteouts for ``/etc/shadow``, ``/etc/gshadow``, ``/etc/ssh/*key*``, ``/var/lib/
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
 import shutil
 import stat
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,6 +139,20 @@ class HostSupport:
     unshare: str
 
 
+UNSHARE_OPTIONS = ("--keep-caps", "--kill-child", "--map-root-user", "--propagation")
+"""``unshare`` options the backend uses (``--keep-caps`` needs a recent util-linux)."""
+
+
+@functools.lru_cache(maxsize=8)
+def _unshare_missing_options(unshare: str) -> tuple[str, ...]:
+    try:
+        out = subprocess.run([unshare, "--help"], capture_output=True, text=True, timeout=10,
+                             check=False).stdout
+    except (OSError, subprocess.SubprocessError):
+        return UNSHARE_OPTIONS
+    return tuple(o for o in UNSHARE_OPTIONS if o not in out)
+
+
 def _read_int(path: Path) -> int | None:
     try:
         return int(path.read_text().strip())
@@ -157,7 +173,8 @@ def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
         The :class:`HostSupport`.
 
     Raises:
-        UnsupportedError: not Linux, util-linux ``unshare`` missing, no overlayfs, or neither
+        UnsupportedError: not Linux, util-linux ``unshare`` missing or too old, no overlayfs,
+            or neither
             root nor unprivileged user namespaces are available.
     """
     if not (proc_root / "self").exists() and proc_root == Path("/proc"):
@@ -166,6 +183,10 @@ def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
     if not unshare:
         raise UnsupportedError("the local backend needs util-linux 'unshare' on PATH "
                                "(Debian/Ubuntu: apt-get install util-linux)")
+    missing = _unshare_missing_options(str(unshare))
+    if missing:
+        raise UnsupportedError(f"the local backend needs a newer util-linux: {unshare} lacks "
+                               f"{', '.join(missing)}")
     try:
         filesystems = (proc_root / "filesystems").read_text()
     except OSError:
