@@ -395,3 +395,21 @@ def test_unprivileged_user_namespace_mode(tmp_path: Path) -> None:
                                            "126 True"]
     finally:
         subprocess.run(["rm", "-rf", str(work)], check=False)
+
+
+def test_docker_image_environment_runs_on_the_host_system(tmp_path: Path) -> None:
+    """``docker_image`` without a Dockerfile: the host stands in (warning) and the
+    environment's other files land in the working dir."""
+    (tmp_path / "data.csv").write_text("a,b\n")
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.txt").write_text("x\n")
+    (tmp_path / ".dockerignore").write_text("*.tmp\n")
+    spec = _spec(env_dir=tmp_path, docker_image="python:3.12-slim", workdir="/work")
+    assert any("python:3.12-slim" in w for w in LocalSandbox.check(spec))
+
+    async def main() -> None:
+        async with LocalSandbox(spec) as sb:
+            assert (await _sh(sb, "pwd; ls -A")) == "/work\ndata.csv\nsub\n"
+            assert (await _sh(sb, "cat sub/x.txt")) == "x\n"
+
+    asyncio.run(main())

@@ -185,20 +185,14 @@ class LocalSandbox(Sandbox):
         for d in LOG_DIRS:
             fs.make_fresh_dir(d, 0o777)
         self._workdir = self.spec.workdir or self._meta.workdir or "/"
-        try:
-            fs.lstat(self._workdir)
-        except FileNotFoundError:
-            fd = fs.open_dir(self._workdir, create=True)
-            try:
-                os.fchmod(fd, 0o777)
-            finally:
-                os.close(fd)
+        os.close(fs.open_dir(self._workdir, create=True))  # mkdir -p, as on docker
         if not _exists(fs, "/bin/bash"):
             self._shell = "/bin/sh"
         env_dir = self.spec.env_dir
         if self.spec.docker_image and env_dir and not (env_dir / "Dockerfile").exists():
             for entry in sorted(env_dir.iterdir()):
-                fs.upload(entry, f"{self._workdir.rstrip('/')}/{entry.name}")
+                if entry.name not in (*COMPOSE_FILES, "Dockerfile", ".dockerignore"):
+                    fs.upload(entry, f"{self._workdir.rstrip('/')}/{entry.name}")
 
     async def stop(self) -> None:
         """Kill the init (and so every process inside), remove the sandbox folder.
