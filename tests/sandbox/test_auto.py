@@ -54,7 +54,7 @@ def test_silent_daemon_is_given_up_after_the_timeout(monkeypatch: pytest.MonkeyP
         t0 = time.monotonic()
         assert resolve_backend("auto", stream=io.StringIO(), timeout_sec=1.0) == "local"
         took = time.monotonic() - t0
-        assert 0.9 < took < 2.0
+        assert 0.9 < took < 3.0
     finally:
         stop.set()
         t.join()
