@@ -67,7 +67,9 @@ __all__ = [
     "COMPOSE_FILES",
     "NEEDS_DOCKER",
     "LocalSandbox",
+    "find_local_layers",
     "find_local_sandboxes",
+    "remove_local_layer",
     "remove_local_sandbox",
 ]
 
@@ -202,13 +204,14 @@ class LocalSandbox(Sandbox):
         """
         if self._state == "stopped":
             return
+        started = self._state == "running"
         self._state = "stopped"
         if self._ns is not None:
-            if self.spec.keep:
+            if self.spec.keep and started:
                 self._ns.detach()
                 return
             await self._ns.stop()
-        if self._dir is not None and not self.spec.keep:
+        if self._dir is not None:
             await asyncio.to_thread(remove_tree, self._dir)
 
     # ---- operations -------------------------------------------------------------------
@@ -281,8 +284,6 @@ class LocalSandbox(Sandbox):
             raise FileNotFoundError(f"no such host path: {host_path}")
         try:
             await asyncio.to_thread(fs.upload, Path(host_path), sandbox_path)
-        except FileNotFoundError as exc:
-            raise SandboxError(f"upload to {sandbox_path} failed: {exc}") from exc
         except OSError as exc:
             raise SandboxError(f"upload to {sandbox_path} failed: {exc}") from exc
 
