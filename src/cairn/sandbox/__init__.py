@@ -22,13 +22,25 @@ _BACKENDS: dict[str, str] = {
     "local": "cairn.sandbox.local:LocalSandbox",
 }
 
+_COMPOSE_VARIANTS: dict[str, str] = {
+    "docker": "cairn.sandbox.compose:ComposeSandbox",
+}
+"""The class that runs multi-container (compose) environments, per backend; a backend without
+one refuses compose files in its own ``check()``."""
+
 BACKEND_NAMES = tuple(_BACKENDS)
 
 
-def get_backend(name: str) -> type[Sandbox]:
+def get_backend(name: str, *, compose: bool = False) -> type[Sandbox]:
     """Return the sandbox class registered under ``name`` (``docker``, ``local``).
 
     ``auto`` is resolved by :func:`cairn.sandbox.auto.resolve_backend`, not here.
+
+    Args:
+        name: the backend name.
+        compose: the environment is a compose file: return the backend's compose variant
+            (``docker`` → ``ComposeSandbox``), or the backend itself when it has none (its
+            ``check()`` then refuses the environment).
 
     Raises:
         KeyError: no backend has that name (the message lists the known ones).
@@ -37,6 +49,8 @@ def get_backend(name: str) -> type[Sandbox]:
         target = _BACKENDS[name]
     except KeyError:
         raise KeyError(f"unknown sandbox backend {name!r}; known: {', '.join(_BACKENDS)}") from None
+    if compose and name in _COMPOSE_VARIANTS:
+        target = _COMPOSE_VARIANTS[name]
     module_name, _, attr = target.partition(":")
     return getattr(importlib.import_module(module_name), attr)
 
