@@ -21,6 +21,7 @@ from cairn.artifacts import collect_artifacts
 from cairn.errors import (
     ErrorKind,
     ModelError,
+    Phase,
     SandboxError,
     SandboxLostError,
     TrialFailure,
@@ -62,6 +63,8 @@ class StepEnv:
         resume_session: ``--resume-agent-session``.
         trial_baseline: processes that existed before the first agent phase (hardened mode).
         mask: secret masker for text written to the host.
+        separate: step index → :class:`cairn.separate.SeparatePlan` for steps verified in a
+            separate sandbox (SPEC §4.6).
     """
 
     verifier_env: dict[str, str]
@@ -72,6 +75,7 @@ class StepEnv:
     resume_session: bool = False
     trial_baseline: list[ProcessInfo] | None = None
     mask: object = staticmethod(lambda s: s)
+    separate: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -247,15 +251,27 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         if killed:
             warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
         await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
-    v = await run_verifier(sandbox, step, env=env.verifier_env,
-                           timeout_sec=step.verifier_timeout_sec * env.time_scale,
-                           verifier_dir=dirs.verifier, mask=mask)
+    if step.verifier_mode == "separate":
+        from cairn.separate import run_separate_verifier
+
+        plan = env.separate.get(step.index)
+        if plan is None:
+            raise TrialFailure(ErrorKind.CONFIG_ERROR,
+                               f"step {step.name!r}: separate verifier was not planned")
+        v = await run_separate_verifier(plan, step, env=env.verifier_env,
+                                        timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                                        verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
+                                        mask=mask, time_scale=env.time_scale)
+    else:
+        v = await run_verifier(sandbox, step, env=env.verifier_env,
+                               timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                               verifier_dir=dirs.verifier, mask=mask)
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
     if v.error is not None:
         from cairn.trial import error_info  # local import: trial imports this module
 
-        err = error_info(v.error, step=step)
+        err = error_info(v.error, step=step, phase=Phase.VERIFIER)
         return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
                           timings=StepTimings(**timings), **row), context
     gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []

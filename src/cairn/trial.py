@@ -102,6 +102,7 @@ class _TrialRun:
         self.warnings: list[str] = []
         self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
         self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
+        self.separate: dict = {}
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
@@ -142,12 +143,16 @@ class _TrialRun:
         except TrialFailure as exc:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
-        cls = get_backend(self.plan.backend)
+        cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
             self.warnings.extend(cls.check(spec))
+            self.separate = self._plan_separate(spec)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
                                     phase=Phase.ENVIRONMENT)
+            return
+        except TrialFailure as exc:
+            self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
         if hasattr(self.agent, "solution_env"):
             self.agent.solution_env = solution_env
@@ -164,6 +169,22 @@ class _TrialRun:
                 self.event(f"sandbox kept for inspection: {sandbox.info}")
             else:
                 await asyncio.shield(sandbox.stop())
+
+    def _plan_separate(self, spec: SandboxSpec) -> dict:
+        """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
+        to the masker."""
+        if not self.plan.options.verify:
+            return {}
+        from cairn.separate import plan_separate_verifier
+
+        plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
+                                                 time_scale=self.plan.options.timeout_multiplier)
+                 for s in self.task.steps if s.verifier_mode == "separate"}
+        extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
+        if extra:
+            self.masker = Masker(set(self.masker.secrets) | extra)
+            self.store.masker = self.masker
+        return plans
 
     async def _start(self, sandbox: Sandbox) -> None:
         started = time.monotonic()
@@ -208,7 +229,8 @@ class _TrialRun:
         steps = self.task.steps
         env = StepEnv(verifier_env={}, time_scale=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
-                      resume_session=opts.resume_agent_session, mask=self.masker.mask)
+                      resume_session=opts.resume_agent_session, mask=self.masker.mask,
+                      separate=self.separate)
         for step, venv in zip(steps, verifier_envs):
             env.verifier_env = venv
             self.steps_run += 1

@@ -66,7 +66,8 @@ def _read_capped(path: Path) -> bytes | None:
 
 
 async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
-                       verifier_dir: Path, mask=lambda s: s) -> VerifierRun:
+                       verifier_dir: Path, mask=lambda s: s,
+                       image_tests: bool = False) -> VerifierRun:
     """Verify one step in the shared sandbox.
 
     Args:
@@ -76,6 +77,9 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         timeout_sec: bound on test.sh, seconds (already multiplied).
         verifier_dir: host folder ``steps/<nn>-<name>/verifier`` (exists).
         mask: masks secret values in text written to the host.
+        image_tests: when the step has no test.sh of its own, run the sandbox's own
+            ``/tests/test.sh`` (a separate verifier's image may ship it) instead of failing
+            with ``test_missing``.
 
     Returns:
         The :class:`VerifierRun`; failures of SPEC §6 (task category) are in ``error``.
@@ -85,18 +89,27 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         SandboxLostError: the engine is gone.
     """
     run = VerifierRun()
-    if step.test_sh is None:
+    if step.test_sh is None and not image_tests:
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
     try:
         await empty_verifier_logs(sandbox)
-        await sandbox.exec(["rm", "-rf", TESTS_DIR], user="root")
-        await sandbox.exec(["mkdir", "-p", TESTS_DIR], user="root")
-        for d in step.tests_dirs:
-            await sandbox.upload(d, TESTS_DIR)
-        if b"\r\n" in step.test_sh.read_bytes():
-            run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
-            await sandbox.exec(["sed", "-i", "s/\\r$//", f"{TESTS_DIR}/test.sh"], user="root")
+        if step.test_sh is None:
+            if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
+                run.error = TrialFailure(ErrorKind.TEST_MISSING,
+                                         f"step {step.name!r} has no test.sh, nor has the "
+                                         f"verifier's image a {TESTS_DIR}/test.sh")
+                return run
+        else:
+            await sandbox.exec(["rm", "-rf", TESTS_DIR], user="root")
+            await sandbox.exec(["mkdir", "-p", TESTS_DIR], user="root")
+            for d in step.tests_dirs:
+                await sandbox.upload(d, TESTS_DIR)
+            if b"\r\n" in step.test_sh.read_bytes():
+                run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded "
+                                    "copy")
+                await sandbox.exec(["sed", "-i", "s/\\r$//", f"{TESTS_DIR}/test.sh"],
+                                   user="root")
         await sandbox.exec(["chmod", "-R", "a+rwX", TESTS_DIR], user="root")
 
         started = time.monotonic()
