@@ -417,3 +417,97 @@ def test_conformance_on_main(check, tmp_path):
 
     _docker_client()
     conformance.run_check_sync(check, _compose_factory, tmp_path, leftovers=_leftovers)
+
+
+# ---- a start that fails or is cancelled half way leaves nothing ---------------------------------
+UNHEALTHY_COMPOSE = """\
+services:
+  main: {}
+  flaky:
+    image: debian:bookworm-slim
+    command: [sleep, infinity]
+    init: true
+    healthcheck:
+      test: ["CMD", "false"]
+      interval: 1s
+      timeout: 1s
+      retries: %d
+"""
+
+
+def _compose_spec(tmp_path: Path, compose: str) -> SandboxSpec:
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
+    (env / "docker-compose.yaml").write_text(compose)
+    return SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="test-compose",
+                       trial_id=f"unhealthy-{tmp_path.name[-12:]}")
+
+
+@pytest.mark.docker
+def test_an_unhealthy_service_is_start_failed_and_the_project_is_removed(tmp_path):
+    _docker_client()
+    from cairn.errors import SandboxError
+    from cairn.sandbox.compose import ComposeSandbox
+
+    sb = ComposeSandbox(_compose_spec(tmp_path, UNHEALTHY_COMPOSE % 1))
+
+    async def go():
+        async with sb:
+            pass
+
+    with pytest.raises(SandboxError) as exc:
+        asyncio.run(go())
+    assert exc.value.kind.value == "start_failed" and "flaky" in str(exc.value)
+    assert _project_leftovers(sb.project) == [] and _owned(sb.spec.trial_id) == []
+
+
+@pytest.mark.docker
+def test_a_start_cancelled_during_up_leaves_nothing(tmp_path):
+    _docker_client()
+    from cairn.sandbox.compose import ComposeSandbox
+
+    sb = ComposeSandbox(_compose_spec(tmp_path, UNHEALTHY_COMPOSE % 1000))
+
+    async def go():
+        async with asyncio.timeout(6):
+            async with sb:
+                raise AssertionError("the project came up healthy")
+
+    with pytest.raises(TimeoutError):
+        asyncio.run(go())
+    assert _project_leftovers(sb.project) == [] and _owned(sb.spec.trial_id) == []
+
+
+@pytest.mark.docker
+def test_cairn_limits_replace_the_files_own_limits_on_main(tmp_path):
+    _docker_client()
+    from cairn.sandbox.compose import ComposeSandbox
+
+    spec = _compose_spec(tmp_path, "services:\n  main:\n    mem_limit: 1g\n    cpus: 3\n"
+                                   "    deploy: {resources: {limits: {cpus: '3', memory: 1g}}}\n")
+    spec = SandboxSpec(**{**spec.__dict__, "cpus": 1.5, "memory_mb": 300})
+
+    async def go() -> str:
+        async with ComposeSandbox(spec) as sb:
+            r = await sb.exec("cat /sys/fs/cgroup/memory.max 2>/dev/null "
+                              "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+                              "cat /sys/fs/cgroup/cpu.max 2>/dev/null "
+                              "|| cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+            return r.stdout
+
+    mem, cpu = asyncio.run(go()).split("\n")[:2]
+    assert int(mem) == 300 * 1024 * 1024
+    assert cpu.split()[0] == "150000"
+
+
+def test_images_to_build_and_to_find_follow_the_cairn_file():
+    from cairn.sandbox.compose_files import images_to_build, images_to_find, with_images
+
+    model = _model()
+    doc = cairn_file(model, SandboxSpec(), project="p", env_hash="cd" * 32, labels=LABELS)
+    final = with_images(model, doc)
+    tag = f"cairn-env:{'cd' * 8}-compose-main"
+    assert images_to_build(final) == {"main": tag}
+    assert images_to_find(final) == {"db": "postgres:16"}
+    assert model["services"]["main"]["image"] == "shared:1"  # the input is not changed

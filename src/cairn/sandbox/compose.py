@@ -63,6 +63,7 @@ from cairn.sandbox.compose_files import (
     images_to_build,
     images_to_find,
     project_name,
+    with_images,
 )
 from cairn.sandbox.docker import DockerSandbox, container_labels
 from cairn.sandbox.docker_build import (
@@ -248,7 +249,7 @@ class ComposeSandbox(DockerSandbox):
         except UnsupportedError as exc:
             raise TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)) from None
         self._files.append(self._write("cairn-override.yaml", doc))
-        model = await self._config()
+        model = with_images(model, doc)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + spec.build_timeout_sec
         self._built = await self._build(model, env_hash, deadline)
@@ -381,13 +382,13 @@ class ComposeSandbox(DockerSandbox):
         code, out = await self._compose(
             "up", "--detach", "--no-build", "--pull", "never", "--wait",
             "--wait-timeout", str(int(timeout_sec)), timeout_sec=timeout_sec + 30)
-        if code == 0 and await self._main_running():
+        problems = await self._project_problems() if code == 0 else []
+        if code == 0 and not problems:
             return
         logs = ""
         with contextlib.suppress(Exception):
             _, logs = await self._compose("logs", "--no-color", "--tail", "30", timeout_sec=30)
-        why = "timed out" if code is None else \
-            f"exit {code}" if code else "service main is not running"
+        why = "timed out" if code is None else f"exit {code}" if code else "; ".join(problems)
         msg = self._mask(out.strip()[-1500:])
         raise SandboxError(f"docker compose up failed ({why}): {msg}",
                            kind=ErrorKind.START_FAILED,
@@ -398,9 +399,26 @@ class ComposeSandbox(DockerSandbox):
         flt = {"label": [f"{PROJECT_LABEL}={self.project}", f"{SERVICE_LABEL}={MAIN_SERVICE}"]}
         return await in_thread(self._client.api.containers, all=True, filters=flt)
 
-    async def _main_running(self) -> bool:
-        """Whether ``main``'s container runs (checked besides the CLI's exit code)."""
-        return any(c.get("State") == "running" for c in await self._main_containers())
+    async def _project_problems(self) -> list[str]:
+        """What is wrong with the project after ``up``, judged from the containers themselves
+        (not only from the CLI's exit code, which a wrapper around the plugin may lose): ``main``
+        must run; every service must run (healthy when it has a healthcheck) or have exited 0.
+        """
+        assert self._client is not None
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        problems: list[str] = []
+        containers = await in_thread(self._client.api.containers, all=True, filters=flt)
+        services = {(c.get("Labels") or {}).get(SERVICE_LABEL): c for c in containers}
+        if MAIN_SERVICE not in services:
+            problems.append("service main has no container")
+        for svc, c in sorted(services.items(), key=lambda kv: str(kv[0])):
+            state, status = c.get("State"), str(c.get("Status") or "")
+            if state == "running" and "unhealthy" not in status and "starting" not in status:
+                continue
+            if state == "exited" and svc != MAIN_SERVICE and status.startswith("Exited (0)"):
+                continue
+            problems.append(f"service {svc}: {status or state}")
+        return problems
 
     async def _adopt_main(self) -> None:
         """Point the docker backend's operations at ``main``'s container and prepare it."""

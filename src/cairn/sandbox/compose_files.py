@@ -304,6 +304,15 @@ def _limits(conf: Mapping[str, Any], spec: SandboxSpec) -> dict[str, Any]:
     return out
 
 
+def with_images(model: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, Any]:
+    """``model`` with the images the cairn file ``doc`` sets (what Compose would resolve)."""
+    services = {svc: dict(conf or {}) for svc, conf in (model.get("services") or {}).items()}
+    for svc, out in (doc.get("services") or {}).items():
+        if svc in services and "image" in out:
+            services[svc]["image"] = out["image"]
+    return {**model, "services": services}
+
+
 def images_to_build(model: Mapping[str, Any]) -> dict[str, str]:
     """Service → image tag for every service the final model builds."""
     return {svc: str(conf.get("image")) for svc, conf in (model.get("services") or {}).items()
