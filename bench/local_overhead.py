@@ -12,12 +12,15 @@ Prints medians of:
 - start+stop: a sandbox of an environment whose Dockerfile layer is cached.
 
 Usage: ``python bench/local_overhead.py [--rounds N]`` (root or unprivileged user namespaces).
+Each exec needs the sandbox's init to be scheduled twice, so on a machine whose CPUs are
+saturated by other work the figures grow with the run queue; the load average is printed.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -148,7 +151,9 @@ async def main(rounds: int) -> int:
     over_argv, over_shell = exec_argv - floor_argv, exec_shell - floor_shell
     over_step = step - floor_step
     n_execs = len(STEP_COMMANDS)
-    print(f"local backend overhead (medians, {rounds} rounds; kernel {sys.platform})")
+    load = " ".join(f"{x:.1f}" for x in os.getloadavg())
+    print(f"local backend overhead (medians, {rounds} rounds; {os.cpu_count()} CPUs, load "
+          f"average {load}; Linux {os.uname().release})")
     print(f"  exec argv  ['true']  : {exec_argv:7.2f} ms  host floor {floor_argv:6.2f} ms  "
           f"overhead {over_argv:6.2f} ms  (target < {EXEC_TARGET_MS:.0f} ms)")
     print(f"  exec shell 'true'    : {exec_shell:7.2f} ms  host floor {floor_shell:6.2f} ms  "
