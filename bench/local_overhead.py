@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import statistics
 import sys
 import tempfile
@@ -116,6 +117,13 @@ async def host_step(work: Path, tests: Path, scratch: Path) -> None:
 async def main(rounds: int) -> int:
     """Run the measurements and print them; returns 0 when both targets are met."""
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-local-"))
+    try:
+        return await _measure(rounds, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+async def _measure(rounds: int, tmp: Path) -> int:
     env = tmp / "env"
     env.mkdir()
     (env / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n"
