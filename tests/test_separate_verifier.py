@@ -180,3 +180,35 @@ def test_a_failing_verifier_image_build_is_build_failed_not_the_agents_fault(tmp
     assert r.error.phase.value == "verifier" and r.steps[0].source.value == "error"
     assert "verifier-boom-9" in r.error.detail["log_tail"]
     assert _owned(backend, r.trial_id) == []
+
+
+def test_a_compose_verifier_environment_from_tests(tmp_path):
+    """tests/docker-compose.yaml: the separate verifier itself is a compose project."""
+    import docker as docker_sdk
+
+    from conftest import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("docker not available")
+    compose = ("services:\n  main:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
+               "    depends_on:\n      ref:\n        condition: service_completed_successfully\n"
+               "  ref:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
+               "    command: [sh, -c, 'echo result-42 > /ref/expected']\nvolumes:\n  ref: {}\n")
+    test = reward_if('[ "$(cat /app/out.txt)" = "$(cat /ref/expected)" ] && [ ! -e /agent-marker ]')
+    task = write_task(tmp_path / "tasks", "composeverifier", test=test,
+                      solve="echo result-42 > /app/out.txt\n",
+                      dockerfile="FROM debian:bookworm-slim\nRUN echo a > /agent-marker\n"
+                                 "WORKDIR /app\n",
+                      toml_extra='[verifier]\nenvironment_mode = "separate"\n',
+                      files={"tests/docker-compose.yaml": compose})
+    _root_keys(task, 'artifacts = ["/app/out.txt"]\n')
+    r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs")
+    assert r.error is None, r.error
+    assert r.reward == 1.0
+    client = docker_sdk.from_env()
+    try:
+        flt = {"label": [f"cairn.trial={r.trial_id}"]}
+        assert client.containers.list(all=True, filters=flt) == []
+        assert client.volumes.list(filters=flt) == []
+    finally:
+        client.close()

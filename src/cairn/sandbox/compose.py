@@ -5,8 +5,9 @@ trial, named ``cairn-<trial id8>-<random>``; the agent's container is the servic
 :class:`ComposeSandbox` is the docker backend with a different lifecycle: ``start()`` brings
 the project up, then every operation (exec with process-tree kill, streamed transfers,
 processes) is the docker backend's own, aimed at ``main``'s container; ``stop()`` takes the
-whole project down (``down -v --remove-orphans -t 0``: containers, networks, volumes), also
-after a failed start, and sweeps by the project label whatever ``down`` left.
+whole project down — containers, networks, volumes, found by the project label, as
+``down --volumes --remove-orphans --timeout 0`` would (that is the fallback) — also after a
+failed or cancelled start.
 
 Start, in order (all bounded by ``build_timeout_sec``, the up by :data:`UP_TIMEOUT_SEC`):
 
@@ -297,16 +298,10 @@ class ComposeSandbox(DockerSandbox):
                 model = json.loads(out[start:])
                 if isinstance(model, dict) and isinstance(model.get("services"), dict):
                     return model
-        msg = self._mask(out.strip()[-2000:])
+        msg = out.strip()[-2000:]
         name = self._compose_file.name if self._compose_file else "the compose file"
         raise TrialFailure(ErrorKind.CONFIG_ERROR, f"docker compose rejected {name}: {msg}",
                            detail={"output_tail": msg})
-
-    def _mask(self, text: str) -> str:
-        for value in self.spec.env.values():
-            if len(value) >= 4:
-                text = text.replace(value, "***")
-        return text
 
     async def _image_exists(self, ref: str) -> bool:
         assert self._client is not None
@@ -348,13 +343,13 @@ class ComposeSandbox(DockerSandbox):
             raise BuildError(ErrorKind.BUILD_TIMEOUT,
                              f"building the compose environment took longer than "
                              f"{self.spec.build_timeout_sec:g} s",
-                             detail={"log_tail": self._mask(out[-6000:])})
+                             detail={"log_tail": out[-6000:]})
         if code == 0:  # trust the images, not only the exit code (a wrapper may lose it)
             for svc in missing:
                 if not await self._image_exists(wanted[svc]):
                     code = -1
         if code != 0:
-            tail = self._mask(out[-6000:])
+            tail = out[-6000:]
             steps = _STEP_RE.findall(out)
             if steps and steps[-1].upper() == "FROM":
                 raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
@@ -389,10 +384,10 @@ class ComposeSandbox(DockerSandbox):
         with contextlib.suppress(Exception):
             _, logs = await self._compose("logs", "--no-color", "--tail", "30", timeout_sec=30)
         why = "timed out" if code is None else f"exit {code}" if code else "; ".join(problems)
-        msg = self._mask(out.strip()[-1500:])
+        msg = out.strip()[-1500:]
         raise SandboxError(f"docker compose up failed ({why}): {msg}",
                            kind=ErrorKind.START_FAILED,
-                           detail={"output_tail": msg, "logs": self._mask(logs[-4000:])})
+                           detail={"output_tail": msg, "logs": logs[-4000:]})
 
     async def _main_containers(self) -> list[dict[str, Any]]:
         assert self._client is not None
@@ -453,41 +448,58 @@ class ComposeSandbox(DockerSandbox):
                         self.project, self.project, self._shell)
             return
         self._stopped = True
-        if self._started and self._docker:
-            try:
-                code, out = await self._compose("down", "--volumes", "--remove-orphans",
-                                                "--timeout", "0", timeout_sec=DOWN_TIMEOUT_SEC)
-                if code != 0:
-                    log.warning("docker compose down of %s failed: %s", self.project, out[-500:])
-            except Exception as exc:  # stop never raises; the sweep below finishes the job
-                log.warning("docker compose down of %s failed: %s", self.project, exc)
-            await self._sweep()
+        if self._started and self._client is not None:
+            if not await self._sweep() and self._docker:
+                try:  # the engine refused a removal: let Compose try once
+                    code, out = await self._compose("down", "--volumes", "--remove-orphans",
+                                                    "--timeout", "0",
+                                                    timeout_sec=DOWN_TIMEOUT_SEC)
+                    if code != 0:
+                        log.warning("docker compose down of %s: %s", self.project, out[-500:])
+                except Exception as exc:  # stop never raises; labels let `cairn clean` finish
+                    log.warning("docker compose down of %s failed: %s", self.project, exc)
         self._cid = None
         await super().stop()
         if self._tmp is not None:
             shutil.rmtree(self._tmp, ignore_errors=True)
             self._tmp = None
 
-    async def _sweep(self) -> None:
-        """Remove whatever still carries this project's label (containers, networks, volumes)."""
+    async def _sweep(self) -> bool:
+        """Remove the project's containers (SIGKILL, with their anonymous volumes), then its
+        networks and volumes, by the project label — what ``docker compose down --volumes
+        --remove-orphans --timeout 0`` does, without a CLI round trip.
+
+        Returns:
+            Whether everything went (False: some removal failed; it was logged).
+        """
         client = self._client
         if client is None:
-            return
+            return True
+        api = client.api
         flt = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        ok = True
 
-        def work() -> None:
-            api = client.api
-            for c in api.containers(all=True, filters=flt):
-                with contextlib.suppress(docker.errors.NotFound):
-                    api.remove_container(c["Id"], force=True, v=True)
-            for n in api.networks(filters=flt):
-                with contextlib.suppress(docker.errors.NotFound):
-                    api.remove_network(n["Id"])
-            for v in (api.volumes(filters=flt) or {}).get("Volumes") or []:
-                with contextlib.suppress(docker.errors.NotFound):
-                    api.remove_volume(v["Name"], force=True)
+        def gone(fn, *args, **kw) -> None:
+            with contextlib.suppress(docker.errors.NotFound):
+                fn(*args, **kw)
+
+        async def each(items, fn, key, **kw) -> None:
+            nonlocal ok
+            results = await asyncio.gather(*(in_thread(gone, fn, i[key], **kw) for i in items),
+                                           return_exceptions=True)
+            for item, res in zip(items, results):
+                if isinstance(res, BaseException):
+                    ok = False
+                    log.warning("removing %s of compose project %s failed: %s", item.get(key),
+                                self.project, res)
 
         try:
-            await in_thread(work)
-        except Exception as exc:  # labels let `cairn clean` finish later
+            await each(await in_thread(api.containers, all=True, filters=flt),
+                       api.remove_container, "Id", force=True, v=True)
+            await each(await in_thread(api.networks, filters=flt), api.remove_network, "Id")
+            vols = (await in_thread(api.volumes, filters=flt) or {}).get("Volumes") or []
+            await each(vols, api.remove_volume, "Name", force=True)
+        except Exception as exc:  # listing failed: the engine may be gone
             log.warning("sweeping compose project %s failed: %s", self.project, exc)
+            return False
+        return ok
