@@ -8,7 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import backend_available, run_trial_sync, validate_result_files
 from taskgen import reward_if, write_task
 
@@ -206,7 +205,7 @@ class _Recorder:
 
         class Recorder(Agent):
             name = "recorder"
-            seen: dict = {}
+            seen: dict | None = None
 
             async def run(self, instruction, sandbox, context):
                 flt = {"label": [f"cairn.compose_project={sandbox.info['compose_project']}"]}

@@ -6,7 +6,6 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import run_trial_sync, validate_result_files
 from taskgen import StepSpec, reward_if, write_task
 
@@ -185,7 +184,6 @@ def test_a_failing_verifier_image_build_is_build_failed_not_the_agents_fault(tmp
 def test_a_compose_verifier_environment_from_tests(tmp_path):
     """tests/docker-compose.yaml: the separate verifier itself is a compose project."""
     import docker as docker_sdk
-
     from conftest import backend_available
 
     if not backend_available("docker"):

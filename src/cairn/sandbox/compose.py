@@ -111,7 +111,7 @@ def compose_cli() -> str:
 
     try:
         r = subprocess.run([exe, "compose", "version", "--short"], capture_output=True,
-                           text=True, timeout=20)
+                           text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UnsupportedError(f"`docker compose version` failed: {exc}") from None
     if r.returncode != 0 or not r.stdout.strip():
@@ -448,16 +448,15 @@ class ComposeSandbox(DockerSandbox):
                         self.project, self.project, self._shell)
             return
         self._stopped = True
-        if self._started and self._client is not None:
-            if not await self._sweep() and self._docker:
-                try:  # the engine refused a removal: let Compose try once
-                    code, out = await self._compose("down", "--volumes", "--remove-orphans",
-                                                    "--timeout", "0",
-                                                    timeout_sec=DOWN_TIMEOUT_SEC)
-                    if code != 0:
-                        log.warning("docker compose down of %s: %s", self.project, out[-500:])
-                except Exception as exc:  # stop never raises; labels let `cairn clean` finish
-                    log.warning("docker compose down of %s failed: %s", self.project, exc)
+        if self._started and self._client is not None and not await self._sweep() \
+                and self._docker:
+            try:  # the engine refused a removal: let Compose try once
+                code, out = await self._compose("down", "--volumes", "--remove-orphans",
+                                                "--timeout", "0", timeout_sec=DOWN_TIMEOUT_SEC)
+                if code != 0:
+                    log.warning("docker compose down of %s: %s", self.project, out[-500:])
+            except Exception as exc:  # noqa: BLE001 - stop never raises; labels let clean finish
+                log.warning("docker compose down of %s failed: %s", self.project, exc)
         self._cid = None
         await super().stop()
         if self._tmp is not None:
@@ -499,7 +498,7 @@ class ComposeSandbox(DockerSandbox):
             await each(await in_thread(api.networks, filters=flt), api.remove_network, "Id")
             vols = (await in_thread(api.volumes, filters=flt) or {}).get("Volumes") or []
             await each(vols, api.remove_volume, "Name", force=True)
-        except Exception as exc:  # listing failed: the engine may be gone
+        except Exception as exc:  # noqa: BLE001 - listing failed: the engine may be gone
             log.warning("sweeping compose project %s failed: %s", self.project, exc)
             return False
         return ok
