@@ -225,3 +225,33 @@ def test_unlabelled_resources_survive_clean_images(tmp_path):
     finally:
         ctr.remove(force=True)
         net.remove()
+
+
+@pytest.mark.docker
+def test_clean_removes_leftover_labelled_volume_keeps_unlabelled(tmp_path):
+    """A compose volume of a job that ended (lock free, no owner alive) is removed; an
+    unlabelled volume and one of a running job survive."""
+    _, client = _docker()
+    job_id = f"cleanvol-{uuid.uuid4().hex[:8]}"
+    dead_job, live_job = tmp_path / "dead", tmp_path / "live"
+    dead_job.mkdir()
+    live_job.mkdir()
+    left = client.volumes.create(f"{job_id}-left", labels={
+        "cairn.job": job_id, "cairn.trial": "t1", "cairn.job_dir": str(dead_job)})
+    kept = client.volumes.create(f"{job_id}-kept", labels={
+        "cairn.job": job_id, "cairn.trial": "t2", "cairn.job_dir": str(live_job)})
+    plain = client.volumes.create(f"{job_id}-plain")
+    try:
+        with JobLock(live_job):
+            res = _cli("--job", job_id)
+            assert res.returncode == 0, res.stderr
+            names = {v.name for v in client.volumes.list()}
+            assert left.name not in names
+            assert kept.name in names and plain.name in names
+            assert f"removed volume {left.name}" in res.stdout
+    finally:
+        for v in (kept, plain):
+            try:
+                v.remove(force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass

@@ -40,6 +40,7 @@ class CleanReport:
     Attributes:
         containers: names of the containers removed.
         networks: names of the networks removed.
+        volumes: names of the volumes removed (compose projects).
         images: tags (or ids) of the images removed.
         folders: local-backend sandbox folders removed.
         kept: cairn resources left alone because their job or owner still runs (or cannot
@@ -50,6 +51,7 @@ class CleanReport:
 
     containers: list[str] = field(default_factory=list)
     networks: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
@@ -59,7 +61,8 @@ class CleanReport:
     @property
     def removed(self) -> int:
         """Number of resources removed."""
-        return len(self.containers) + len(self.networks) + len(self.images) + len(self.folders)
+        return (len(self.containers) + len(self.networks) + len(self.volumes) + len(self.images)
+                + len(self.folders))
 
 
 def leftover_reason(labels: Mapping[str, str], *, own_job_dir: Path | None = None) -> str | None:
@@ -126,6 +129,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
     try:
         _clean_containers(client, job, own_job_dir, report)
         _clean_networks(client, job, own_job_dir, report)
+        _clean_volumes(client, job, own_job_dir, report)
         if images:
             _clean_images(client, report)
     except Exception as exc:
@@ -167,24 +171,40 @@ def _clean_containers(client: Any, job: str | None, own_job_dir: Path | None,
 
 def _clean_networks(client: Any, job: str | None, own_job_dir: Path | None,
                     report: CleanReport) -> None:
+    """Remove left-over labelled networks (per-trial and compose networks)."""
+    items = [(n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
+             for n in client.api.networks(filters={"label": LABEL_JOB})]
+    _remove_labelled("network", items, client.api.remove_network, job, own_job_dir,
+                     report.networks, report)
+
+
+def _clean_volumes(client: Any, job: str | None, own_job_dir: Path | None,
+                   report: CleanReport) -> None:
+    """Remove left-over labelled volumes (compose projects' named volumes)."""
+    vols = (client.api.volumes(filters={"label": LABEL_JOB}) or {}).get("Volumes") or []
+    items = [(v["Name"], v["Name"], v.get("Labels") or {}) for v in vols]
+    _remove_labelled("volume", items, client.api.remove_volume, job, own_job_dir,
+                     report.volumes, report)
+
+
+def _remove_labelled(kind: str, items: list[tuple[str, str, dict]], remove: Any, job: str | None,
+                     own_job_dir: Path | None, removed: list[str], report: CleanReport) -> None:
     import docker.errors
 
-    for n in client.api.networks(filters={"label": LABEL_JOB}):
-        labels = n.get("Labels") or {}
-        name = n.get("Name") or n["Id"][:12]
+    for ident, name, labels in items:
         if not _matches_job(labels, job):
             continue
         reason = leftover_reason(labels, own_job_dir=own_job_dir)
         if reason:
-            report.kept.append(f"network {name} ({reason})")
+            report.kept.append(f"{kind} {name} ({reason})")
             continue
         try:
-            client.api.remove_network(n["Id"])
-            report.networks.append(name)
+            remove(ident)
+            removed.append(name)
         except docker.errors.NotFound:
             pass
         except docker.errors.APIError as exc:
-            report.errors.append(f"network {name}: {exc.explanation or exc}")
+            report.errors.append(f"{kind} {name}: {exc.explanation or exc}")
 
 
 def _clean_images(client: Any, report: CleanReport) -> None:

@@ -28,7 +28,7 @@ def clean_command(
         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
 ) -> None:
-    """Remove left-over sandboxes: containers and networks of jobs that are not running.
+    """Remove left-over sandboxes: containers, networks and volumes of jobs that are not running.
 
     A resource is left over when its job's lock is free and the process that created it is gone
     (e.g. a run killed with SIGKILL, or a --keep-sandbox container after its job ended). Running
@@ -41,14 +41,14 @@ def clean_command(
     if as_json:
         typer.echo(json.dumps({
             "containers": report.containers, "networks": report.networks,
-            "images": report.images, "folders": report.folders, "kept": report.kept,
+            "volumes": report.volumes, "images": report.images, "folders": report.folders, "kept": report.kept,
             "errors": report.errors,
             "engine_reachable": report.engine_reachable}, indent=2))
     else:
         if not report.engine_reachable:
             typer.echo("docker: engine not reachable; nothing to clean there", err=True)
         for kind, names in (("container", report.containers), ("network", report.networks),
-                            ("image", report.images), ("folder", report.folders)):
+                            ("volume", report.volumes), ("image", report.images), ("folder", report.folders)):
             for name in names:
                 typer.echo(f"removed {kind} {name}")
         for line in report.kept:
