@@ -144,13 +144,19 @@ def test_two_steps_shared_then_separate_same_agent_sandbox(tmp_path, backend):
     assert _owned(backend, r.trial_id) == []
 
 
-def test_separate_mode_with_nothing_to_start_is_a_config_error_before_anything(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "nothing",
+def test_separate_mode_without_verifier_image_uses_fresh_copy_of_environment(tmp_path, backend):
+    """SPEC §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
+    a fresh sandbox of the task's own environment, which sees the artifact and nothing else."""
+    task = write_task(tmp_path / "tasks", "copyenv",
+                      solve="echo result-42 > /app/out.txt\necho x > /app/planted.txt\n",
+                      test=reward_if('[ "$(cat /app/out.txt)" = result-42 ] && '
+                                     '[ ! -e /app/planted.txt ]'),
                       toml_extra='[verifier]\nenvironment_mode = "separate"\n')
-    r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
-    assert r.outcome.value == "errored" and r.error.kind.value == "config_error"
-    assert "tests/Dockerfile" in r.error.message and "docker_image" in r.error.message
-    assert r.timings.environment_sec is None and r.steps[0].source.value == "not-run"
+    _root_keys(task, 'artifacts = ["/app/out.txt"]\n')
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert r.outcome.value == "completed" and r.reward == 1.0
+    assert any("fresh copy of the task's environment" in w for w in r.steps[0].warnings)
+    assert _owned(backend, r.trial_id) == []
 
 
 def test_verifier_image_owns_its_test_sh(tmp_path, backend):

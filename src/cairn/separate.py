@@ -104,12 +104,21 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
     """
     cfg: EnvironmentConfig = step.verifier_environment or task.environment
     context = verifier_build_context(task, step)
+    fallback_note: tuple[str, ...] = ()
     if context is None and not cfg.docker_image:
-        raise TrialFailure(
-            ErrorKind.CONFIG_ERROR,
-            f"step {step.name!r} verifies in a separate environment but it has nothing to start: "
-            "set [verifier.environment].docker_image (or [environment].docker_image) or add "
-            "tests/Dockerfile (SPEC §4.6: the copy of [environment] is built from tests/)")
+        # SPEC §4.6 "else a copy of [environment]": with no verifier image of its own and no
+        # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
+        # (pristine: none of the agent's changes, only the declared artifacts).
+        context = task.env_dir
+        if context is None or (find_compose_file(context) is None
+                               and not (context / "Dockerfile").is_file()):
+            raise TrialFailure(
+                ErrorKind.CONFIG_ERROR,
+                f"step {step.name!r} verifies in a separate environment but it has nothing to "
+                "start: set [verifier.environment].docker_image, add tests/Dockerfile, or give "
+                "the task an environment/Dockerfile")
+        fallback_note = ("separate verifier: no verifier image given; using a fresh copy of the "
+                         "task's environment",)
     env = resolve_env(cfg.env, os.environ if environ is None else environ)
     compose = find_compose_file(context) is not None
     spec = dataclasses.replace(
@@ -127,7 +136,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
                            f"separate verifier of step {step.name!r}: {exc}") from None
     return SeparatePlan(backend=cls, spec=spec, healthcheck=cfg.healthcheck,
                         secrets=frozenset(secret_values(cfg.env, env)),
-                        warnings=tuple(warnings))
+                        warnings=(*fallback_note, *warnings))
 
 
 def _declared_rows(artifacts_dir: Path) -> list[dict]:
