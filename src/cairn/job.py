@@ -132,7 +132,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         job.open_log()
         job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                  f"(cairn {__version__}, backend {backend})")
-        clean_own_leftovers(job)
+        if not created:  # a folder this run just created has no earlier run to clean up after
+            clean_own_leftovers(job)
         job.write_job_json()
         plans, done = job.apply(decisions)
         if on_start is not None:
