@@ -112,7 +112,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             unresolved ``${VAR}`` template, the job is locked by another process, the folder
             exists without ``resume``, or a resumed job ran on another backend.
     """
-    backend = resolve_backend(config.backend, on_event)
+    backend = resolve_backend(config.backend)
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     entries = discover_tasks(config)

@@ -29,43 +29,27 @@ MASKED = "***"
 secrets; ``cairn resume`` takes them again from ``--ae`` or the host environment)."""
 
 
-def resolve_backend(name: str, emit: EventSink | None = None) -> str:
-    """``auto`` → ``docker`` when an engine answers within 2 s, else ``local`` (SPEC §3.3);
-    a named backend is checked against the registry.
+def resolve_backend(name: str) -> str:
+    """``auto`` → ``docker`` when an engine answers within 2 s, else ``local`` (SPEC §3.3,
+    :mod:`cairn.sandbox.auto`, which prints the choice on stderr); a named backend is checked
+    against the registry.
 
     Args:
         name: ``auto``, ``docker`` or ``local``.
-        emit: receives the line saying which backend ``auto`` chose.
 
     Raises:
         UsageError: an unknown backend name.
     """
     from cairn.sandbox import BACKEND_NAMES
 
-    if name != "auto":
-        if name not in BACKEND_NAMES:
-            raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
-                             + ", ".join(BACKEND_NAMES))
-        return name
-    try:
+    if name == "auto":
         from cairn.sandbox.auto import resolve_backend as resolve_auto
-    except ImportError:
-        resolve_auto = None
-    if resolve_auto is not None:
-        return resolve_auto(name)
-    chosen = "local"
-    try:
-        import docker
 
-        docker.from_env(timeout=2).ping()
-        chosen = "docker"
-    except Exception:  # noqa: BLE001, S110 - no engine within 2 s: the embedded backend
-        pass
-    if emit is not None:
-        emit(f"backend: {chosen}" + ("" if chosen == "docker" else
-                                     " (warning: no Docker engine answered; the local backend "
-                                     "is for trusted agents)"))
-    return chosen
+        return resolve_auto(name)
+    if name not in BACKEND_NAMES:
+        raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
+                         + ", ".join(BACKEND_NAMES))
+    return name
 
 
 class JobRun:
