@@ -273,6 +273,7 @@ def test_move_attempt_aside_never_deletes(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ job folder
 
 
+@pytest.mark.writes_invalid_results
 def test_job_files_and_iter_trial_results(tmp_path: Path) -> None:
     job_dir = tmp_path / "job"
     write_job_json(job_dir, {"agent": "oracle", "env": {"TOKEN": "${TOKEN}"}})
