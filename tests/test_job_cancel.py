@@ -24,10 +24,6 @@ def _docker():
         pytest.skip("no Docker engine")
 
 
-@pytest.mark.xfail(reason="engine bug reported to the lead: DockerSandbox.start() cancelled "
-                   "while api.create_container runs on its thread never records the container "
-                   "id, so stop() leaves the container behind (cairn clean removes it later)",
-                   strict=True)
 def test_cancel_during_container_create_leaves_no_container(monkeypatch):
     import docker
     from docker.api.client import APIClient

@@ -121,6 +121,7 @@ class DockerSandbox(Sandbox):
         super().__init__(spec)
         self._client: docker.DockerClient | None = None
         self._cid: str | None = None
+        self._creating: asyncio.Future[str] | None = None
         self._image: ImageInfo | None = None
         self._workdir = spec.workdir or "/"
         self._shell = "sh"
@@ -201,13 +202,19 @@ class DockerSandbox(Sandbox):
         img = self._image
         with translate("creating the container", kind=ErrorKind.START_FAILED):
             host_config = api.create_host_config(**host_kw)
-            created = await in_thread(
-                api.create_container, img.image_id,
-                entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
-                command=[*img.entrypoint, *img.cmd] if img.entrypoint else [],
-                labels=container_labels(spec, env_hash), host_config=host_config, name=name,
-                working_dir=self._workdir, environment=dict(spec.env) or None, detach=True)
-            self._cid = created["Id"]
+            def create() -> str:
+                # The id is recorded on the worker thread, so a start cancelled while the
+                # engine creates the container still lets stop() find and remove it.
+                created = api.create_container(
+                    img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
+                    command=[*img.entrypoint, *img.cmd] if img.entrypoint else [],
+                    labels=container_labels(spec, env_hash), host_config=host_config, name=name,
+                    working_dir=self._workdir, environment=dict(spec.env) or None, detach=True)
+                self._cid = created["Id"]
+                return self._cid
+
+            self._creating = start_thread(create)
+            await asyncio.shield(self._creating)
             await in_thread(api.start, self._cid)
 
     async def _prepare(self) -> None:
@@ -243,6 +250,9 @@ class DockerSandbox(Sandbox):
                         self._cid[:12], self._shell)
             return
         self._stopped = True
+        if self._creating is not None and not self._creating.done():
+            with contextlib.suppress(Exception):  # let a cancelled create land, then remove it
+                await asyncio.wait_for(asyncio.shield(self._creating), START_TIMEOUT_SEC)
         cid, self._cid = self._cid, None
         client, self._client = self._client, None
         if client is None:
