@@ -60,7 +60,8 @@ async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
 
 
 async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
-                            cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES) -> list[dict]:
+                            cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
+                            logs_artifacts_written: bool | None = None) -> list[dict]:
     """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
 
     Args:
@@ -68,6 +69,8 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         entries: task-level then step-level artifact entries.
         dest_dir: the step's ``artifacts/`` folder (exists).
         cap_bytes: per-entry size cap in bytes.
+        logs_artifacts_written: whether ``/logs/artifacts`` holds files, when the caller
+            already knows (saves a probe); ``None`` probes.
 
     Returns:
         The manifest rows: ``{source, destination, status: "copied"|"failed", bytes, error,
@@ -86,8 +89,12 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
         try:
             if entry.source == LOGS_ARTIFACTS:
-                r = await sandbox.exec(f"find {LOGS_ARTIFACTS} -mindepth 1 | head -n 1", user="root")
-                if not r.stdout.strip():
+                written = logs_artifacts_written
+                if written is None:
+                    r = await sandbox.exec(f"find {LOGS_ARTIFACTS} -mindepth 1 | head -n 1",
+                                           user="root")
+                    written = bool(r.stdout.strip())
+                if not written:
                     rows.pop()
                     continue
             size = await _size_bytes(sandbox, entry.source)

@@ -30,7 +30,7 @@ from cairn.healthcheck import run_healthcheck
 from cairn.results import AgentExit, StepResult, StepSource, StepTimings
 from cairn.sandbox.base import ProcessInfo, Sandbox
 from cairn.task.model import Step
-from cairn.verify import empty_verifier_logs, run_verifier
+from cairn.verify import run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
@@ -149,22 +149,36 @@ async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
     return time.monotonic() - started
 
 
-async def _evidence(sandbox: Sandbox, agent_dir: Path) -> list[str]:
-    """Move agent logs and planted verifier files to the host, then empty both folders (§11)."""
+_AFTER_AGENT_PROBE = (
+    "rm -rf /solution; for d in /logs/agent /logs/verifier /logs/artifacts; do "
+    "[ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] && echo \"$d\"; done; true")
+
+
+async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]:
+    """After an agent phase, in one probe: remove ``/solution`` and find which log folders hold
+    files; move agent logs and planted verifier files to the host and empty both (§11).
+
+    Returns:
+        (warnings, whether ``/logs/artifacts`` holds files).
+    """
     warnings: list[str] = []
-    r = await sandbox.exec("find /logs/agent -mindepth 1 | head -n 1", user="root")
-    if r.stdout.strip():
+    r = await sandbox.exec(_AFTER_AGENT_PROBE, user="root")
+    full = set(r.stdout.split())
+    emptied: list[str] = []
+    if "/logs/agent" in full:
         await sandbox.download("/logs/agent", agent_dir)
-        await sandbox.exec("find /logs/agent -mindepth 1 -delete", user="root")
-    r = await sandbox.exec("find /logs/verifier -mindepth 1 | head -n 1", user="root")
-    if r.stdout.strip():
+        emptied.append("/logs/agent")
+    if "/logs/verifier" in full:
         planted = agent_dir / "planted-verifier-logs"
         planted.mkdir(parents=True, exist_ok=True)
         await sandbox.download("/logs/verifier", planted)
         warnings.append("the agent wrote into /logs/verifier; kept as evidence in "
                         "agent/planted-verifier-logs and never read as a reward")
-    await empty_verifier_logs(sandbox)
-    return warnings
+        emptied.append("/logs/verifier")
+    if emptied:
+        await sandbox.exec(f"find {' '.join(emptied)} -mindepth 1 -delete; "
+                           "chmod 777 /logs/agent /logs/verifier", user="root")
+    return warnings, "/logs/artifacts" in full
 
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
@@ -226,15 +240,16 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
 
     # 6. end the agent phase (§4.4): kill what a timed-out or crashed agent started
-    await sandbox.exec(["rm", "-rf", "/solution"], user="root")
     if agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR):
         killed = await _kill_new(sandbox, before)
         if killed:
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
-    warnings.extend(await _evidence(sandbox, dirs.agent))
+    evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
+    warnings.extend(evidence_warnings)
 
     # 7. artifacts
-    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts)
+    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
+                                       logs_artifacts_written=artifacts_written)
     (dirs.artifacts / "manifest.json").write_text(json.dumps(manifest, indent=2))
     for row in manifest:
         if row["status"] != "copied":

@@ -93,24 +93,26 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
     try:
-        await empty_verifier_logs(sandbox)
         if step.test_sh is None:
+            await empty_verifier_logs(sandbox)
             if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
                 run.error = TrialFailure(ErrorKind.TEST_MISSING,
                                          f"step {step.name!r} has no test.sh, nor has the "
                                          f"verifier's image a {TESTS_DIR}/test.sh")
                 return run
         else:
-            await sandbox.exec(["rm", "-rf", TESTS_DIR], user="root")
-            await sandbox.exec(["mkdir", "-p", TESTS_DIR], user="root")
+            # one exec: empty /logs/verifier, fresh /tests
+            await sandbox.exec(
+                f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
+                f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR} && mkdir -p {TESTS_DIR}",
+                user="root")
             for d in step.tests_dirs:
                 await sandbox.upload(d, TESTS_DIR)
-            if b"\r\n" in step.test_sh.read_bytes():
-                run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded "
-                                    "copy")
-                await sandbox.exec(["sed", "-i", "s/\\r$//", f"{TESTS_DIR}/test.sh"],
-                                   user="root")
-        await sandbox.exec(["chmod", "-R", "a+rwX", TESTS_DIR], user="root")
+        fixups = f"chmod -R a+rwX {TESTS_DIR}"
+        if step.test_sh is not None and b"\r\n" in step.test_sh.read_bytes():
+            run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
+            fixups += f" && sed -i 's/\\r$//' {TESTS_DIR}/test.sh"
+        await sandbox.exec(fixups, user="root")
 
         started = time.monotonic()
         result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,

@@ -2,13 +2,11 @@
 
 Per step: uploads ``solution/`` then ``steps/<name>/solution/`` on top to ``/solution``, runs
 ``solve.sh`` (the step's, else the shared one) with bash and ``[solution].env``, as the step's
-agent user in the working dir, then removes ``/solution``. A non-zero exit is ``agent_exit``
+agent user in the working dir; the trial engine removes ``/solution`` after the phase. A non-zero exit is ``agent_exit``
 ``error``; the verifier still runs.
 """
 
 from __future__ import annotations
-
-import asyncio
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.results import AgentExit
@@ -33,7 +31,7 @@ class OracleAgent(Agent):
         self.solution_env: dict[str, str] = {}
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
-        """Upload the solution, run ``solve.sh``, remove ``/solution``.
+        """Upload the solution and run ``solve.sh`` (the engine removes ``/solution`` after).
 
         Writes ``solve-stdout.txt`` and ``solve-stderr.txt`` into ``context.logs_dir``. A step with
         no solve.sh is an error exit (nothing to run).
@@ -43,23 +41,21 @@ class OracleAgent(Agent):
             (context.logs_dir / "solve-stderr.txt").write_text("no solve.sh for this step\n")
             context.exit = AgentExit.ERROR
             return
-        try:
-            await sandbox.exec(["rm", "-rf", SOLUTION_DIR], user="root")
-            await sandbox.exec(["mkdir", "-p", SOLUTION_DIR], user="root")
-            for d in step.solution_dirs:
-                await sandbox.upload(d, SOLUTION_DIR)
-            if context.user is not None:
-                await sandbox.exec(["chown", "-R", str(context.user), SOLUTION_DIR], user="root")
-            env = {**self.solution_env, **context.env}
-            result = await sandbox.exec(
-                ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
-                timeout_sec=context.timeout_sec)
-            (context.logs_dir / "solve-stdout.txt").write_text(result.stdout)
-            (context.logs_dir / "solve-stderr.txt").write_text(result.stderr)
-            if result.timed_out:
-                raise TimeoutError("solve.sh timed out")
-            if result.exit_code != 0:
-                context.exit = AgentExit.ERROR
-                context.metadata["solve_exit_code"] = result.exit_code
-        finally:
-            await asyncio.shield(sandbox.exec(["rm", "-rf", SOLUTION_DIR], user="root"))
+        # /solution exists only during this run: the engine removes it after every agent phase
+        # (SPEC §11), also when this run is cancelled by the step timeout.
+        await sandbox.exec(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", user="root")
+        for d in step.solution_dirs:
+            await sandbox.upload(d, SOLUTION_DIR)
+        if context.user is not None:
+            await sandbox.exec(["chown", "-R", str(context.user), SOLUTION_DIR], user="root")
+        env = {**self.solution_env, **context.env}
+        result = await sandbox.exec(
+            ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
+            timeout_sec=context.timeout_sec)
+        (context.logs_dir / "solve-stdout.txt").write_text(result.stdout)
+        (context.logs_dir / "solve-stderr.txt").write_text(result.stderr)
+        if result.timed_out:
+            raise TimeoutError("solve.sh timed out")
+        if result.exit_code != 0:
+            context.exit = AgentExit.ERROR
+            context.metadata["solve_exit_code"] = result.exit_code
