@@ -308,3 +308,30 @@ def test_verifier_files_do_not_leak_into_next_step(tmp_path, backend):
     assert not any("planted" in w for s in r.steps for w in s.warnings)
     d = _trial_dir(tmp_path / "jobs")
     assert not (d / "steps" / "02-two" / "agent" / "planted-verifier-logs").exists()
+
+
+@pytest.mark.docker
+def test_keep_sandbox_keeps_failed_trial_only(tmp_path):
+    """--keep-sandbox leaves a failed trial's container running (until `cairn clean`); a
+    passing trial's container is removed as usual."""
+    from conftest import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no docker")
+    import docker
+
+    client = docker.from_env()
+    good = write_task(tmp_path / "tasks", "good")
+    bad = write_task(tmp_path / "tasks", "bad", test="echo 0 > /logs/verifier/reward.txt\n")
+    r_good = run_trial_sync(good, "nop", "docker", tmp_path / "jobs-good", keep_sandbox=True)
+    r_bad = run_trial_sync(bad, "nop", "docker", tmp_path / "jobs-bad", keep_sandbox=True)
+    try:
+        kept = client.containers.list(all=True, filters={"label": f"cairn.trial={r_bad.trial_id}"})
+        gone = client.containers.list(all=True, filters={"label": f"cairn.trial={r_good.trial_id}"})
+        assert r_good.passed and not r_bad.passed
+        assert len(kept) == 1 and kept[0].status == "running" and gone == []
+        assert kept[0].exec_run(["test", "-d", "/logs/verifier"]).exit_code == 0
+    finally:
+        for c in client.containers.list(all=True,
+                                        filters={"label": f"cairn.trial={r_bad.trial_id}"}):
+            c.remove(force=True)

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import time
 from collections.abc import Callable
@@ -69,6 +70,16 @@ _PHASE_OF = {
     ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
     ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
 }
+
+
+def _enter_hint(sandbox: Sandbox) -> str:
+    """How to look inside a kept sandbox, and how to remove it."""
+    info = sandbox.info
+    if info.get("container_id"):
+        how = f"docker exec -it {str(info['container_id'])[:12]} bash"
+    else:
+        how = f"{sandbox.name} sandbox {info}"
+    return f"{how}  (remove it with `cairn clean`)"
 
 
 def _now() -> datetime:
@@ -156,19 +167,26 @@ class _TrialRun:
             return
         if hasattr(self.agent, "solution_env"):
             self.agent.solution_env = solution_env
-        sandbox = cls(spec)
-        failed = True
+        keep = self.plan.options.keep_sandbox
+        sandbox = cls(dataclasses.replace(spec, keep=keep))
+        cancelled = True
         try:
             await self._start(sandbox)
             await self._steps(sandbox, verifier_envs)
-            failed = self.error is not None
+            cancelled = False
         except TrialFailure as exc:
+            cancelled = False
             self._record_failure(exc)
         finally:
-            if failed and self.plan.options.keep_sandbox:
-                self.event(f"sandbox kept for inspection: {sandbox.info}")
+            # --keep-sandbox keeps the sandbox of a trial that did not pass (never on Ctrl-C).
+            verified = self.plan.options.verify
+            failed = self.error is not None or self.stop_reason is not None or (
+                verified and not all(r.passed for r in self.rows))
+            if keep and failed and not cancelled:
+                self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
             else:
-                await asyncio.shield(sandbox.stop())
+                sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
+            await asyncio.shield(sandbox.stop())
 
     def _plan_separate(self, spec: SandboxSpec) -> dict:
         """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
