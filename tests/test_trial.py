@@ -335,3 +335,50 @@ def test_keep_sandbox_keeps_failed_trial_only(tmp_path):
         for c in client.containers.list(all=True,
                                         filters={"label": f"cairn.trial={r_bad.trial_id}"}):
             c.remove(force=True)
+
+
+def test_environment_healthcheck_failure_is_task_error(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "envhc", toml_extra="")
+    (task / "task.toml").write_text((task / "task.toml").read_text() + (
+        '\n[environment.healthcheck]\ncommand = "test -f /nope"\ninterval_sec = 0.1\n'
+        'start_interval_sec = 0.1\nretries = 2\n'))
+    r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
+    assert r.outcome.value == "errored"
+    assert r.error.kind.value == "env_healthcheck_failed" and r.error.category.value == "task"
+    assert r.steps[0].source.value == "not-run"
+
+
+def test_step_healthcheck_after_setup_and_before_agent(tmp_path, backend):
+    """A step healthcheck runs after setup.sh (which makes it pass) and fails on a later step
+    whose state the agent broke → candidate error, scored 0, trial stopped."""
+    hc = ('[steps.healthcheck]\ncommand = "test -f /app/ready"\ninterval_sec = 0.1\n'
+          'start_interval_sec = 0.1\nretries = 2\n')
+    task = write_task(tmp_path / "tasks", "stephc", steps=[
+        StepSpec("one", workdir={"setup.sh": "touch /app/ready\n"}, toml_extra=hc,
+                 solve="rm -f /app/ready\n", test=constant_reward(1)),
+        StepSpec("two", toml_extra=hc, test=constant_reward(1)),
+        StepSpec("three", test=constant_reward(1)),
+    ])
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert r.steps[0].reward == 1.0
+    s2 = r.steps[1]
+    assert s2.error.kind.value == "healthcheck_failed" and s2.error.category.value == "candidate"
+    assert s2.source.value == "candidate_error" and s2.reward == 0.0
+    assert r.outcome.value == "stopped" and r.steps[2].source.value == "not-run"
+
+
+def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backend):
+    """--hardened-verify: a process the agent left running (even after finishing normally) and a
+    planted sitecustomize.py are gone before the verifier runs."""
+    task = write_task(
+        tmp_path / "tasks", "hard",
+        solve="nohup sh -c 'while true; do date > /app/tick; sleep 0.2; done' >/dev/null 2>&1 &\n"
+              "d=$(python3 -c 'import site; print(site.getsitepackages()[0])')\n"
+              "mkdir -p \"$d\" && echo 'open(\"/app/hooked\", \"w\")' > \"$d/sitecustomize.py\"\n"
+              "sleep 0.5\n",
+        test=("python3 -c 'pass'\nsleep 1\na=$(cat /app/tick); sleep 1; b=$(cat /app/tick)\n"
+              + reward_if('[ "$a" = "$b" ] && [ ! -e /app/hooked ]')))
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs", hardened_verify=True)
+    assert r.reward == 1.0
+    soft = run_trial_sync(task, "oracle", backend, tmp_path / "jobs-soft")
+    assert soft.reward == 0.0  # without hardening the agent's loop and hook stay
