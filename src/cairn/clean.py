@@ -149,24 +149,14 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
 
 def _clean_containers(client: Any, job: str | None, own_job_dir: Path | None,
                       report: CleanReport) -> None:
-    import docker.errors
+    """Remove left-over labelled containers (with their anonymous volumes)."""
+    items = [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"), c.get("Labels") or {})
+             for c in client.api.containers(all=True, filters={"label": LABEL_JOB})]
 
-    for c in client.api.containers(all=True, filters={"label": LABEL_JOB}):
-        labels = c.get("Labels") or {}
-        name = (c.get("Names") or [c["Id"][:12]])[0].lstrip("/")
-        if not _matches_job(labels, job):
-            continue
-        reason = leftover_reason(labels, own_job_dir=own_job_dir)
-        if reason:
-            report.kept.append(f"container {name} ({reason})")
-            continue
-        try:
-            client.api.remove_container(c["Id"], force=True, v=True)
-            report.containers.append(name)
-        except docker.errors.NotFound:
-            pass
-        except docker.errors.APIError as exc:
-            report.errors.append(f"container {name}: {exc.explanation or exc}")
+    def remove(ident: str) -> None:
+        client.api.remove_container(ident, force=True, v=True)
+
+    _remove_labelled("container", items, remove, job, own_job_dir, report.containers, report)
 
 
 def _clean_networks(client: Any, job: str | None, own_job_dir: Path | None,

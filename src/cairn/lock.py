@@ -143,7 +143,14 @@ def is_locked(job_dir: Path) -> bool:
     A missing folder or lock file means not running. Probing takes a shared lock for an
     instant and never blocks.
     """
-    path = Path(job_dir) / LOCK_FILE
+    return flock_held(Path(job_dir) / LOCK_FILE)
+
+
+def flock_held(path: Path) -> bool:
+    """Whether some process holds an exclusive ``flock`` on ``path`` right now.
+
+    A missing file means no. Probing takes a shared lock for an instant and never blocks.
+    """
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import copy
 import json
-import os
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -220,19 +218,8 @@ def write_json_atomic(path: Path, data: Any) -> None:
         OSError: the file could not be written.
         ValueError: ``data`` holds NaN or Infinity.
     """
+    from cairn._util.atomic import write_bytes_atomic
+
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.write("\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    write_bytes_atomic(path, (text + "\n").encode("utf-8"))

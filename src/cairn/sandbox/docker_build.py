@@ -237,19 +237,9 @@ async def _build_lock(env_hash: str, deadline: float) -> AsyncIterator[None]:
 
 def build_in_progress(env_hash: str) -> bool:
     """Whether some process holds the build lock of ``env_hash`` right now."""
-    try:
-        fd = os.open(_lock_dir() / f"build-{env_hash[:32]}.lock", os.O_RDONLY)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    else:
-        fcntl.flock(fd, fcntl.LOCK_UN)
-        return False
-    finally:
-        os.close(fd)
+    from cairn.lock import flock_held
+
+    return flock_held(_lock_dir() / f"build-{env_hash[:32]}.lock")
 
 
 async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
