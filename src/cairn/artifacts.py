@@ -21,7 +21,6 @@ DEFAULT_ARTIFACT_CAP_BYTES = 1 << 30
 """Per-entry size cap: 1 GiB."""
 
 LOGS_ARTIFACTS = "/logs/artifacts"
-MANIFEST = "manifest.json"
 
 
 def _remove_excluded(root: Path, patterns: tuple[str, ...]) -> list[str]:

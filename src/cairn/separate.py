@@ -26,7 +26,6 @@ Failures of the verifier's sandbox are not the agent's: a build failure keeps it
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,12 +43,12 @@ from cairn.healthcheck import run_healthcheck
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
 from cairn.sandbox.compose_files import find_compose_file
+from cairn.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.hashing import env_hash
 from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
 from cairn.verify import VerifierRun, run_verifier
 
-ARTIFACTS_MANIFEST = "manifest.json"
 LOGS_ARTIFACTS = "/logs/artifacts"
 _DEFINITION_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
 
@@ -141,12 +140,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
 
 def _declared_rows(artifacts_dir: Path) -> list[dict]:
     """The manifest rows of the step's artifacts folder (empty when there is none)."""
-    path = artifacts_dir / ARTIFACTS_MANIFEST
-    try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return []
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    return read_artifacts_manifest(artifacts_dir)
 
 
 def _inside(root: Path, rel: str) -> Path | None:

@@ -8,7 +8,6 @@ The stop rules (9.) are applied by :mod:`cairn.trial`, which owns the loop.
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import time
 import traceback
@@ -23,12 +22,12 @@ from cairn.errors import (
     ModelError,
     Phase,
     SandboxError,
-    SandboxLostError,
     TrialFailure,
 )
 from cairn.healthcheck import run_healthcheck
 from cairn.results import AgentExit, StepResult, StepSource, StepTimings
 from cairn.sandbox.base import ProcessInfo, Sandbox
+from cairn.store import write_artifacts_manifest
 from cairn.task.model import Step
 from cairn.verify import run_verifier
 
@@ -250,7 +249,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     # 7. artifacts
     manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
                                        logs_artifacts_written=artifacts_written)
-    (dirs.artifacts / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")

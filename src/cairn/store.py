@@ -42,6 +42,7 @@ TRIAL_LOG = "trial.log"
 STEPS = "steps"
 ATTEMPTS = "attempts"
 STEP_SUBDIRS = ("agent", "verifier", "artifacts")
+ARTIFACTS_MANIFEST = "manifest.json"
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]")
 
@@ -399,6 +400,26 @@ def read_steps(path: Path) -> StepsFile:
 
 # ------------------------------------------------------------------------------------------
 # Job folder
+
+
+def write_artifacts_manifest(artifacts_dir: Path, rows: list[dict]) -> Path:
+    """Write a step's ``artifacts/manifest.json`` (one row per artifact entry), atomically.
+
+    Returns:
+        The manifest's path.
+    """
+    path = Path(artifacts_dir) / ARTIFACTS_MANIFEST
+    write_json_atomic(path, rows)
+    return path
+
+
+def read_artifacts_manifest(artifacts_dir: Path) -> list[dict]:
+    """The rows of a step's ``artifacts/manifest.json``; ``[]`` when absent or unreadable."""
+    try:
+        rows = read_json(Path(artifacts_dir) / ARTIFACTS_MANIFEST)
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
 
 
 def write_job_json(job_dir: Path, job: Any) -> None:
