@@ -65,7 +65,8 @@ def test_model_given_to_agent_without_model_is_refused():
     assert validate_agent_options("nop", None, {}, {}).name == "nop"
 
 
-def test_model_required_for_llm():
+def test_model_required_for_llm(monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
     with pytest.raises(UsageError, match="needs a model"):
         validate_agent_options("llm", None, {}, {})
     assert validate_agent_options("llm", "openai/gpt-4o-mini", {"max_turns": "5"}, {}).name == "llm"
@@ -117,3 +118,30 @@ def test_installed_agent_options(tmp_path, monkeypatch):
     validate_agent_options("claude-code", None, {"package_file": str(pkg), "version": "2.0.0"}, {})
     agent = create_agent("claude-code", None, {"version": "2.0.0"})
     assert agent.version == "2.0.0"
+
+
+def test_llm_without_provider_key_is_a_usage_error(monkeypatch):
+    """A missing API key is exit 2 before anything starts, not minutes of retries."""
+    from cairn.agents.registry import validate_agent_options
+    from cairn.errors import UsageError
+
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        validate_agent_options("llm", "openai/gpt-4o", {}, {})
+    # with a local OpenAI-compatible server no key is needed up front
+    validate_agent_options("llm", "openai/gpt-4o", {"api_base": "http://127.0.0.1:9"}, {})
+
+
+def test_missing_credentials_error_is_classified_auth():
+    import os
+
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    from cairn.agents.llm import _classify
+
+    exc = litellm.InternalServerError(
+        message="Missing credentials. Please pass an `api_key`", llm_provider="openai",
+        model="gpt-4o")
+    assert _classify(exc, litellm) == "auth"

@@ -164,6 +164,9 @@ def _classify(exc: Exception, litellm: Any) -> str:
         return "context"
     if isinstance(exc, (litellm.AuthenticationError, litellm.PermissionDeniedError)):
         return "auth"
+    text = str(exc)
+    if "Missing credentials" in text or "api_key client option must be set" in text:
+        return "auth"  # LiteLLM reports a missing key as an InternalServerError
     transient = tuple(getattr(litellm, n) for n in (
         "RateLimitError", "InternalServerError", "ServiceUnavailableError", "APIConnectionError",
         "Timeout", "BadGatewayError") if hasattr(litellm, n))
@@ -270,9 +273,26 @@ class LlmAgent(Agent):
         """Check ``--ak`` options before anything starts.
 
         Raises:
-            UsageError: an unknown or malformed option.
+            UsageError: an unknown or malformed option; LiteLLM not installed; the provider's
+                API key missing from the environment (unless ``api_base`` is given).
         """
-        LlmOptions.parse(kwargs)
+        opts = LlmOptions.parse(kwargs)
+        import importlib.util
+
+        if importlib.util.find_spec("litellm") is None:
+            raise UsageError("the 'llm' agent needs LiteLLM: pip install 'cairn-eval[llm]'")
+        if model and not opts.api_base:
+            os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+            import litellm
+
+            try:
+                check = litellm.validate_environment(model=model)
+            except Exception:  # noqa: BLE001 - an unknown provider is the model call's to report
+                return
+            missing = check.get("missing_keys") or []
+            if not check.get("keys_in_environment", True) and missing:
+                raise UsageError(f"model {model!r} needs {', '.join(missing)} in the "
+                                 "environment (or --ak api_base=... for a local server)")
 
     # ---- the step loop -------------------------------------------------------------------
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
