@@ -377,10 +377,18 @@ def test_a_failing_main_build_is_build_failed_with_its_log(tmp_path):
     task = write_task(tmp_path / "tasks", "badbuild",
                       dockerfile="FROM debian:bookworm-slim\nRUN echo compose-boom-7 && exit 3\n",
                       files={"environment/docker-compose.yaml": SIDECAR_COMPOSE})
+    import docker
+
+    client = docker.from_env()
+    before = {c.id for c in client.containers.list(all=True)}
     r = run_trial_sync(task, "nop", "docker", tmp_path / "jobs")
     assert r.error.kind.value == "build_failed"
     assert "compose-boom-7" in r.error.detail["log_tail"]
     assert _owned(r.trial_id) == []
+    # nor an unlabelled intermediate container of the failed build (cairn clean can't see those)
+    left = [c for c in client.containers.list(all=True) if c.id not in before
+            and "compose-boom-7" in " ".join(c.attrs["Config"].get("Cmd") or [])]
+    assert left == []
 
 
 # ---- the conformance suite against main ---------------------------------------------------------

@@ -339,6 +339,8 @@ class ComposeSandbox(DockerSandbox):
                     "build", *missing, timeout_sec=max(1.0, deadline - loop.time()))
         except TimeoutError:
             code, out = None, ""
+        if code != 0:
+            await self._remove_build_containers(out)
         if code is None:
             raise BuildError(ErrorKind.BUILD_TIMEOUT,
                              f"building the compose environment took longer than "
@@ -360,6 +362,15 @@ class ComposeSandbox(DockerSandbox):
             raise BuildError(ErrorKind.BUILD_FAILED, f"docker compose build failed: {last}",
                              detail={"log_tail": tail, "services": missing})
         return {svc: wanted[svc] for svc in missing}
+
+    async def _remove_build_containers(self, build_output: str) -> None:
+        """Remove the intermediate containers a failed classic build left (they carry no labels,
+        so ``cairn clean`` could never find them): the ids its ``Running in`` lines name."""
+        assert self._client is not None
+        ids = set(re.findall(r"Running in ([0-9a-f]{12,64})", build_output))
+        for cid in ids:
+            with contextlib.suppress(Exception):
+                await in_thread(self._client.api.remove_container, cid, force=True)
 
     async def _find_images(self, model: dict[str, Any]) -> None:
         """Every prebuilt image must be here: nothing is pulled.
