@@ -45,6 +45,15 @@ def test_discover_sorted_broken_kept_and_deduplicated(dataset):
     assert zeta.steps == ["main"]
 
 
+def test_two_tasks_with_one_name_are_refused(tmp_path):
+    """Two folders holding the same [task].name would share trial ids and folders."""
+    ds = tmp_path / "dup"
+    write_task(ds, "hello")
+    shutil.copytree(ds / "hello", ds / "hello-copy")
+    with pytest.raises(UsageError, match="two tasks are named 'test/hello'"):
+        discover_tasks(JobConfig(paths=(ds,)))
+
+
 @pytest.mark.parametrize("include,exclude,expected", [
     (("test/al*",), (), ["test/alpha", "test/alps"]),
     (("al*",), ("*ps",), ["test/alpha"]),  # the last part of the name matches too

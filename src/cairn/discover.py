@@ -111,6 +111,13 @@ def discover_tasks(config: JobConfig) -> list[TaskEntry]:
         entries = [e for e in entries if not _matches(e, config.exclude)]
     if not entries:
         raise UsageError("no task matched the given paths and filters (-p, -i, -x)")
+    seen: dict[str, Path] = {}
+    for e in entries:
+        if e.name in seen and seen[e.name] != e.path:
+            raise UsageError(f"two tasks are named {e.name!r}: {seen[e.name]} and {e.path}; "
+                             "task names identify trials and results, rename one "
+                             "([task].name)")
+        seen[e.name] = e.path
     return entries
 
 
