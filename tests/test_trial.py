@@ -382,3 +382,17 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
     assert r.reward == 1.0
     soft = run_trial_sync(task, "oracle", backend, tmp_path / "jobs-soft")
     assert soft.reward == 0.0  # without hardening the agent's loop and hook stay
+
+
+def test_agent_that_breaks_bash_is_scored_zero_not_a_task_error(tmp_path, backend):
+    """An agent that deletes bash leaves a sandbox the verifier cannot use: candidate error,
+    scored 0 (SPEC §6 sandbox_unusable), not the task's reward_missing."""
+    task = write_task(tmp_path / "tasks", "nobash", steps=[
+        StepSpec("break", solve="rm -f /bin/bash /usr/bin/bash\n", test=constant_reward(1)),
+        StepSpec("after", test=constant_reward(1)),
+    ])
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    s1 = r.steps[0]
+    assert s1.source.value == "candidate_error" and s1.reward == 0.0
+    assert s1.error.kind.value == "sandbox_unusable" and s1.error.category.value == "candidate"
+    assert r.outcome.value == "stopped" and r.steps[1].source.value == "not-run"

@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.errors import ErrorKind, SandboxLostError, TrialFailure
+from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.rewards import read_reward
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step
@@ -119,6 +119,13 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                                     cwd=TESTS_DIR, env=env, timeout_sec=timeout_sec)
         run.elapsed_sec = time.monotonic() - started
         run.exit_code = result.exit_code
+        if result.exit_code in (126, 127) and not (
+                await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
+            # bash itself no longer runs: whatever ran before broke the sandbox (SPEC §6
+            # sandbox_unusable), not the task's verifier
+            raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
+                               f"{result.stderr.strip()[-300:]}",
+                               detail={"exit_code": result.exit_code})
 
         await sandbox.download(VERIFIER_LOGS, verifier_dir)
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout))
