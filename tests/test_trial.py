@@ -396,3 +396,12 @@ def test_agent_that_breaks_bash_is_scored_zero_not_a_task_error(tmp_path, backen
     assert s1.source.value == "candidate_error" and s1.reward == 0.0
     assert s1.error.kind.value == "sandbox_unusable" and s1.error.category.value == "candidate"
     assert r.outcome.value == "stopped" and r.steps[1].source.value == "not-run"
+
+
+def test_crlf_solve_sh_is_normalised(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "crlf", solve="echo 1 > /app/a.txt\n",
+                      test=reward_if('[ "$(cat /app/a.txt)" = 1 ]'))
+    solve = task / "solution" / "solve.sh"
+    solve.write_bytes(solve.read_bytes().replace(b"\n", b"\r\n"))
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert r.reward == 1.0 and r.steps[0].agent_exit.value == "ok"

@@ -8,6 +8,8 @@ agent user in the working dir; the trial engine removes ``/solution`` after the 
 
 from __future__ import annotations
 
+import shlex
+
 from cairn.agents.base import Agent, AgentContext
 from cairn.results import AgentExit
 from cairn.sandbox.base import Sandbox
@@ -46,8 +48,13 @@ class OracleAgent(Agent):
         await sandbox.exec(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", user="root")
         for d in step.solution_dirs:
             await sandbox.upload(d, SOLUTION_DIR)
+        fixups = []
+        if b"\r\n" in step.solve_sh.read_bytes():  # run like test.sh: CRLF normalised (§4.6)
+            fixups.append(f"sed -i 's/\\r$//' {SOLUTION_DIR}/solve.sh")
         if context.user is not None:
-            await sandbox.exec(["chown", "-R", str(context.user), SOLUTION_DIR], user="root")
+            fixups.append(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}")
+        if fixups:
+            await sandbox.exec(" && ".join(fixups), user="root")
         env = {**self.solution_env, **context.env}
         result = await sandbox.exec(
             ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
