@@ -405,3 +405,40 @@ def test_crlf_solve_sh_is_normalised(tmp_path, backend):
     solve.write_bytes(solve.read_bytes().replace(b"\n", b"\r\n"))
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.reward == 1.0 and r.steps[0].agent_exit.value == "ok"
+
+
+def test_cancel_during_agent_records_step_and_phase(tmp_path, backend):
+    """Ctrl-C mid-agent: outcome cancelled, the error names the running step and phase, and
+    result.json is written (the sandbox removed)."""
+    import asyncio
+
+    from cairn.plan import RunOptions, TrialPlan, trial_id
+    from cairn.task.load import load_task
+    from cairn.trial import run_trial
+
+    path = write_task(tmp_path / "tasks", "cancel", solve="sleep 60\n")
+    task = load_task(path)
+    tid = trial_id(task.name, task.content_hash, "oracle", {}, None, backend, 1)
+    trial_dir = tmp_path / "jobs" / "job" / "trials" / f"x__1__{tid[:8]}"
+    plan = TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
+                     backend=backend, attempt=1, trial_id=tid, trial_dir=trial_dir,
+                     job_id="cancel-" + tid[:8], job_dir=tmp_path / "jobs" / "job",
+                     options=RunOptions())
+
+    async def go():
+        t = asyncio.create_task(run_trial(plan))
+        for _ in range(300):
+            await asyncio.sleep(0.1)
+            log = trial_dir / "trial.log"
+            if log.exists() and "environment:" in log.read_text():
+                break
+        await asyncio.sleep(1.0)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+
+    asyncio.run(go())
+    data = json.loads((trial_dir / "result.json").read_text())
+    assert data["outcome"] == "cancelled"
+    assert data["error"]["kind"] == "cancelled" and data["error"]["step"] == "main"
+    assert data["error"]["phase"] == "agent"

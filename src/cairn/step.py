@@ -64,6 +64,7 @@ class StepEnv:
         mask: secret masker for text written to the host.
         separate: step index → :class:`cairn.separate.SeparatePlan` for steps verified in a
             separate sandbox (SPEC §4.6).
+        phase: the phase the running step is in (kept up to date by :func:`run_step`).
     """
 
     verifier_env: dict[str, str]
@@ -75,6 +76,8 @@ class StepEnv:
     trial_baseline: list[ProcessInfo] | None = None
     mask: object = staticmethod(lambda s: s)
     separate: dict = field(default_factory=dict)
+    phase: Phase = Phase.SETUP
+    """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
 
 
 @dataclass
@@ -198,11 +201,13 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     mask = env.mask
 
     # 2-3. workdir and setup.sh
+    env.phase = Phase.SETUP
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
         timings["setup_sec"] = await _run_setup(sandbox, step, env.time_scale)
 
     # 4. step healthcheck
+    env.phase = Phase.HEALTHCHECK
     if step.healthcheck is not None:
         hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
                                    time_scale=env.time_scale)
@@ -213,6 +218,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
                                        "output_tail": hc.last_output})
 
     # 5. agent phase
+    env.phase = Phase.AGENT
     timeout = step.agent_timeout_sec * env.time_scale
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
@@ -247,6 +253,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     warnings.extend(evidence_warnings)
 
     # 7. artifacts
+    env.phase = Phase.ARTIFACTS
     manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
                                        logs_artifacts_written=artifacts_written)
     write_artifacts_manifest(dirs.artifacts, manifest)
@@ -260,6 +267,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 
     # 8. verifier
+    env.phase = Phase.VERIFIER
     if env.hardened:
         killed = await _kill_new(sandbox, env.trial_baseline or before)
         if killed:

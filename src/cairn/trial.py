@@ -114,13 +114,16 @@ class _TrialRun:
         self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
         self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
         self.separate: dict = {}
+        self.step_env: StepEnv | None = None
+        self.current_step: Step | None = None
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
 
     def event(self, line: str) -> None:
         self.log(line)
-        self.emit(f"[{self.task.name}] {line}")
+        tag = self.task.name if self.plan.attempt == 1 else f"{self.task.name} #{self.plan.attempt}"
+        self.emit(f"[{tag}] {line}")
 
     # ---- set-up ------------------------------------------------------------------------------
     def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
@@ -249,10 +252,12 @@ class _TrialRun:
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate)
+        self.step_env = env
         for step, venv in zip(steps, verifier_envs):
             env.verifier_env = venv
             self.steps_run += 1
-            self.phase = Phase.SETUP
+            self.current_step = step
+            env.phase = self.phase = Phase.SETUP
             sp = self.store.step_dirs(step.index, step.name)
             dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
             try:
@@ -261,6 +266,7 @@ class _TrialRun:
             except TrialFailure as exc:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
                 row = self._step_failure(step, exc)
+            self.current_step = None
             self.rows[step.index - 1] = row
             self.store.write_steps(self.rows)
             self._step_event(step, row)
@@ -277,13 +283,15 @@ class _TrialRun:
 
     def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
         """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
+        phase = _PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
         if isinstance(exc, SandboxLostError):
-            self.error = error_info(exc, step=step, mask=self.masker.mask)
+            self.error = error_info(exc, step=step, phase=phase, mask=self.masker.mask)
             return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
                               error=self.error)
         if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not self.after_agent:
             exc = TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
-        info = error_info(exc, step=step, after_agent=self.after_agent, mask=self.masker.mask)
+        info = error_info(exc, step=step, phase=phase, after_agent=self.after_agent,
+                          mask=self.masker.mask)
         if info.category is Category.CANDIDATE:
             return StepResult(index=step.index, name=step.name, source=StepSource.CANDIDATE_ERROR,
                               reward=0.0, rewards={"reward": 0.0}, passed=False, error=info)
@@ -298,7 +306,9 @@ class _TrialRun:
     def _step_event(self, step: Step, row: StepResult) -> None:
         n = len(self.task.steps)
         t = row.timings
-        if row.source in (StepSource.VERIFIER, StepSource.CANDIDATE_ERROR):
+        if row.source is StepSource.CANDIDATE_ERROR and row.error is not None:
+            what = f"reward 0.00 ({row.error.kind.value}: {row.error.message})"
+        elif row.source is StepSource.VERIFIER:
             what = f"reward {row.reward:.2f}" if row.reward is not None else \
                 f"rewards {row.rewards}"
         elif row.error is not None:
@@ -319,8 +329,12 @@ class _TrialRun:
         strategy = task.config.multi_step_reward_strategy
         error = self.error
         if cancelled and error is None:
-            error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=self.phase,
-                              message="the trial was cancelled")
+            running = self.current_step
+            phase = self.step_env.phase if running is not None and self.step_env else self.phase
+            error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=phase,
+                              step=running.name if running else None,
+                              message="the trial was cancelled"
+                              + (f" during step {running.name!r}" if running else ""))
         score = score_trial(strategy, self.rows, steps_total=len(task.steps),
                             stop_reason=self.stop_reason, error=error, cancelled=cancelled)
         verify = self.plan.options.verify
@@ -399,5 +413,9 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
             how = f"{result.strategy} of {result.steps_total} steps"
             if result.steps_run < result.steps_total:
                 how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s")
+            why = ""
+            if result.error is not None:
+                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
+                    if result.error.message else f": {result.error.kind.value}"
+            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}")
     return result
