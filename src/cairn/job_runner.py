@@ -6,6 +6,8 @@ concurrency, infra retries, the job's stop rules, summary.json and job.log.
 
 from __future__ import annotations
 
+import os
+
 import asyncio
 import contextlib
 import logging
@@ -38,7 +40,8 @@ def resolve_backend(name: str) -> str:
         name: ``auto``, ``docker`` or ``local``.
 
     Raises:
-        UsageError: an unknown backend name.
+        UsageError: an unknown backend name, or ``docker`` with no engine answering (checked
+            before anything runs: SPEC §9 exit 2).
     """
     from cairn.sandbox import BACKEND_NAMES
 
@@ -49,6 +52,13 @@ def resolve_backend(name: str) -> str:
     if name not in BACKEND_NAMES:
         raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
                          + ", ".join(BACKEND_NAMES))
+    if name == "docker":
+        from cairn.sandbox.auto import docker_answers
+
+        if not docker_answers(5.0):
+            raise UsageError("-e docker: no Docker engine answers (DOCKER_HOST="
+                             f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}); "
+                             "start one, or use -e local / -e auto")
     return name
 
 

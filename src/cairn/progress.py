@@ -27,10 +27,13 @@ class Progress:
     Args:
         json_mode: ``--json``: write to stderr (stdout is for the summary JSON).
         stream: where to write (default stdout, or stderr in JSON mode).
+        resume: a resumed job (then trials kept from earlier runs are announced).
     """
 
-    def __init__(self, *, json_mode: bool = False, stream: TextIO | None = None) -> None:
+    def __init__(self, *, json_mode: bool = False, stream: TextIO | None = None,
+                 resume: bool = False) -> None:
         self.json_mode = json_mode
+        self.resume = resume
         self.out = stream or (sys.stderr if json_mode else sys.stdout)
         self.bar = None
         self.task_id = None
@@ -43,7 +46,7 @@ class Progress:
     def start(self, to_run: int, already_done: int) -> None:
         """Called once the job is planned: ``to_run`` trials to run, ``already_done`` kept."""
         self.total = to_run + already_done
-        if already_done:
+        if already_done and self.resume:
             self.event(f"resuming: {already_done} trial(s) kept, {to_run} to run")
         isatty = getattr(self.out, "isatty", lambda: False)
         if isatty() and to_run > LIVE_THRESHOLD:

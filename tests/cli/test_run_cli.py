@@ -387,3 +387,21 @@ def test_config_file_globs_and_no_verify(tmp_path):
     for r in rs.values():
         assert r["outcome"] == "completed" and r["reward"] is None and not r["passed"]
         assert r["steps"][0]["source"] == "not-run"
+
+
+def test_docker_backend_without_engine_is_exit_2(tmp_path):
+    """-e docker with no engine answering is a job-level error before anything runs."""
+    task = write_task(tmp_path / "tasks", "t")
+    res = cairn("run", "-p", str(task), "-a", "nop", "-e", "docker", cwd=tmp_path,
+                DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "no Docker engine" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_fresh_run_does_not_claim_to_resume(tmp_path):
+    broken = write_task(tmp_path / "tasks", "broken")
+    (broken / "instruction.md").unlink()
+    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", cwd=tmp_path)
+    assert res.returncode == 1
+    assert "resuming" not in res.stdout + res.stderr

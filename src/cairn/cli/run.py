@@ -156,7 +156,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     if job_dir is None and cfg.job_name is None:
         cfg = cfg.model_copy(update={"job_name": default_job_name()})
     target = job_dir or Path(cfg.jobs_dir) / cfg.job_name
-    progress = Progress(json_mode=json_out)
+    progress = Progress(json_mode=json_out, resume=resume)
     interrupts = 0
 
     async def main():
