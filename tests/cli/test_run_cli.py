@@ -405,3 +405,14 @@ def test_fresh_run_does_not_claim_to_resume(tmp_path):
     res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", cwd=tmp_path)
     assert res.returncode == 1
     assert "resuming" not in res.stdout + res.stderr
+
+
+def test_version_and_help_examples(tmp_path):
+    from cairn import __version__
+
+    res = cairn("--version", cwd=tmp_path)
+    assert res.returncode == 0 and res.stdout.strip() == f"cairn {__version__}"
+    for args in ((), ("tasks",), ("run",), ("resume",), ("report",), ("clean",),
+                 ("tasks", "check"), ("tasks", "init"), ("tasks", "sanity")):
+        out = cairn(*args, "--help", cwd=tmp_path)
+        assert out.returncode == 0 and "Example" in out.stdout, args

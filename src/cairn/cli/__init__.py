@@ -11,7 +11,11 @@ import typer
 
 app = typer.Typer(
     name="cairn",
-    help="Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them.",
+    help="Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them."
+         "\n\nExamples:\n\n"
+         "  cairn run -p examples/two-steps -a oracle\n\n"
+         "  cairn tasks check examples/ --strict\n\n"
+         "  cairn report jobs/nightly --format markdown",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -20,7 +24,24 @@ app = typer.Typer(
     # target (SPEC §12; bench/help_time.py). Rich stays in use for progress and tables.
     rich_markup_mode=None,
 )
-tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.", no_args_is_help=True)
+tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.\n\nExamples:\n\n"
+                             "  cairn tasks check examples/ --strict\n\n"
+                             "  cairn tasks init my-task --steps fetch,fix\n\n"
+                             "  cairn tasks sanity examples/dataset", no_args_is_help=True)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from cairn import __version__
+
+        print(f"cairn {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print cairn's version and exit.")) -> None:
+    """Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them."""
 app.add_typer(tasks_app, name="tasks")
 
 

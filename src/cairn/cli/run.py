@@ -25,9 +25,10 @@ Examples:
 
   cairn run -p tasks/ -i 'org/*' -a llm -m openai/gpt-4o --ak temperature=0
 
-  cairn run -c job.yaml -n 2     (job.yaml holds JobConfig keys: paths, agent, attempts,
-                                  n_concurrent, ...; relative paths are taken from the
-                                  current directory; flags win)
+  cairn run -c job.yaml -n 2
+
+(job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
+are taken from the current directory; flags win.)
 """
 
 _FLAG_KEYS = {"k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model", "e": "backend",
@@ -93,7 +94,7 @@ def run_cmd(
     force_build: Annotated[bool, typer.Option("--force-build", help="Rebuild images.")] = False,
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
-    resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session")] = False,
+    resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
@@ -261,7 +262,7 @@ def report_cmd(
 def sanity_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Task or dataset folders.")],
     env: Annotated[str, typer.Option("-e", "--env", help="Sandbox backend.")] = "auto",
-    n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent")] = 4,
+    n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
     from cairn.errors import UsageError
