@@ -126,3 +126,22 @@ def sleepers(procs: Sequence[ProcessInfo], numbers: Sequence[int]) -> list[Proce
     wanted = {f"sleep {n}" for n in numbers}
     return [p for p in procs if " ".join(p.cmdline.split()) in wanted]
 
+
+async def processes_with(sb, numbers: Sequence[int], timeout_sec: float = 3.0
+                         ) -> list[ProcessInfo]:
+    """``sb.processes()`` once every ``sleep <n>`` of ``numbers`` shows (or the time is up).
+
+    A backgrounded ``sleep`` may not have exec'd yet when the command that started it returns
+    (a forked shell is still a shell for a moment), on any fast backend; polling briefly keeps
+    the checks about what they test, not about that race.
+    """
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        procs = await sb.processes()
+        if len(sleepers(procs, numbers)) >= len(set(numbers)) or time.monotonic() > deadline:
+            return procs
+        await asyncio.sleep(0.05)
+

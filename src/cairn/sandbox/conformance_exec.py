@@ -13,6 +13,7 @@ from cairn.sandbox.conformance_ctx import (
     CheckContext,
     ConformanceFailure,
     expect,
+    processes_with,
     run_ok,
     sleepers,
 )
@@ -57,7 +58,8 @@ async def check_exec_background_returns(ctx: CheckContext) -> None:
         took = time.monotonic() - t0
         expect(r.exit_code == 0 and not r.timed_out, f"exit {r.exit_code}")
         expect(took < 5, f"exec waited {took:.1f} s for a background process")
-        expect(sleepers(await sb.processes(), [7701]), "the background process is gone")
+        expect(sleepers(await processes_with(sb, [7701]), [7701]),
+               "the background process is gone")
 
 
 async def check_exec_timeout(ctx: CheckContext) -> None:
@@ -181,12 +183,12 @@ async def check_processes_and_kill(ctx: CheckContext) -> None:
     """processes() sees double-forked/setsid/nohup children; kill_processes kills by identity."""
     async with ctx.sandbox() as sb:
         await run_ok(sb, "nohup sleep 7783 >/dev/null 2>&1 &")
-        before = await sb.processes()
+        before = await processes_with(sb, [7783])
         expect(any(p.pid == 1 for p in before), "pid 1 not listed")
         expect(sleepers(before, [7783]), "a running process is not listed")
         await run_ok(sb, "(sleep 7784 >/dev/null 2>&1 &); setsid sleep 7785 >/dev/null 2>&1 & "
                       "nohup sleep 7786 >/dev/null 2>&1 &", user="agent")
-        after = await sb.processes()
+        after = await processes_with(sb, [7783, 7784, 7785, 7786])
         new = [p for p in after if p.key not in {q.key for q in before}]
         expect(len(sleepers(new, [7784, 7785, 7786])) == 3,
                 f"new processes not all listed: {[p.cmdline for p in new]}")
