@@ -255,3 +255,22 @@ def test_clean_removes_leftover_labelled_volume_keeps_unlabelled(tmp_path):
                 v.remove(force=True)
             except Exception:  # noqa: BLE001 - already gone
                 pass
+
+
+def test_a_zombie_owner_counts_as_dead():
+    """A SIGKILLed owner whose parent has not reaped it yet (state Z) no longer owns anything."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        token = owner_token(proc.pid)
+        assert owner_alive(token) is True
+        os.kill(proc.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:  # not reaped: a zombie until proc.wait()
+            with open(f"/proc/{proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    break
+            time.sleep(0.05)
+        assert owner_alive(token) is False
+    finally:
+        proc.kill()
+        proc.wait()

@@ -26,15 +26,21 @@ class JobLockedError(UsageError):
     """Another process is running this job (its lock is held)."""
 
 
-def _proc_start_ticks(pid: int) -> int | None:
-    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None."""
+def _proc_start_ticks(pid: int, *, living: bool = False) -> int | None:
+    """Field 22 of ``/proc/<pid>/stat`` (start time in clock ticks since boot), or None.
+
+    With ``living``, a zombie (state ``Z``: dead, not yet reaped by its parent) counts as gone.
+    """
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             stat = f.read().decode("ascii", "replace")
     except OSError:
         return None
     try:
-        return int(stat[stat.rindex(")") + 2:].split()[19])
+        fields = stat[stat.rindex(")") + 2:].split()
+        if living and fields[0] in ("Z", "X"):
+            return None
+        return int(fields[19])
     except (ValueError, IndexError):
         return None
 
@@ -58,7 +64,7 @@ def owner_alive(token: str) -> bool | None:
         return None
     if host != socket.gethostname():
         return None
-    ticks = _proc_start_ticks(int(pid_s))
+    ticks = _proc_start_ticks(int(pid_s), living=True)
     return ticks is not None and ticks == int(rest)
 
 
