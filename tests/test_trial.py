@@ -187,6 +187,7 @@ def test_bad_reward_txt(tmp_path, backend, content, kind):
     task = write_task(tmp_path / "tasks", "bad", test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored" and r.error.kind.value == kind
+    assert r.steps[0].reward_file == "reward.txt"
 
 
 def test_reward_json_wins_and_exit_code_ignored(tmp_path, backend):
@@ -289,6 +290,7 @@ def test_artifacts_collected(tmp_path, backend):
     assert (arts / "out" / "r.txt").read_text() == "hi\n"
     assert not (arts / "out" / "skip.log").exists()
     assert (arts / "a.txt").read_text() == "art\n"
+    assert arts.stat().st_mode & 0o022 == 0  # not group/world-writable on the host
     manifest = json.loads((arts / "manifest.json").read_text())
     assert {m["source"]: m["status"] for m in manifest} == {
         "/app/out": "copied", "/nope": "failed", "/logs/artifacts": "copied"}

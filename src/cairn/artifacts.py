@@ -125,4 +125,6 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
             row["error"] = f"{type(exc).__name__}: {exc}"
     for row in rows:
         row["destination"] = str(PurePosixPath(row["destination"]))
+    # the sandbox's /logs/artifacts is world-writable; its host copy must not be
+    dest_dir.chmod(0o755)
     return rows

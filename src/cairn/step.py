@@ -295,7 +295,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
         err = error_info(v.error, step=step, phase=Phase.VERIFIER)
         return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
-                          timings=StepTimings(**timings), **row), context
+                          reward_file=v.reward_file, timings=StepTimings(**timings),
+                          **row), context
     gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
     return StepResult(
         source=StepSource.VERIFIER, reward=primary_reward(v.rewards), rewards=v.rewards,

@@ -9,6 +9,7 @@ apart; record the exit code (not used for scoring); read the reward; remove ``/t
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +137,8 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                 f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
                 detail={"timeout_sec": timeout_sec})
             return run
+        present = [n for n in REWARD_FILES if os.path.lexists(verifier_dir / n)]
+        run.reward_file = present[0] if present else None
         try:
             files = {name: _read_capped(verifier_dir / name) for name in REWARD_FILES}
             read = read_reward(files)
