@@ -194,7 +194,8 @@ class _TrialRun:
     def _plan_separate(self, spec: SandboxSpec) -> dict:
         """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
         to the masker."""
-        if not self.plan.options.verify:
+        if not self.plan.options.verify or all(s.verifier_mode != "separate"
+                                               for s in self.task.steps):
             return {}
         from cairn.separate import plan_separate_verifier
 
