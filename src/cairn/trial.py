@@ -159,7 +159,9 @@ class _TrialRun:
             return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
-            self.warnings.extend(cls.check(spec))
+            for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
+                self.warnings.append(warning)
+                self.event(f"warning: {warning}")
             self.separate = self._plan_separate(spec)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
