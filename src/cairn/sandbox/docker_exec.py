@@ -18,6 +18,7 @@ from typing import Any
 
 from docker.utils.socket import frames_iter
 
+from cairn._util.tail import TailBuffer
 from cairn.sandbox.base import ProcessInfo
 
 EXEC_ID_VAR = "CAIRN_EXEC_ID"
@@ -100,36 +101,6 @@ def parse_processes(out: str) -> list[ProcessInfo]:
     return procs
 
 
-class Tail:
-    """Keeps the last ``cap`` bytes written to it (memory bounded by about twice that)."""
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(0, cap)
-        self.buf = bytearray()
-        self.truncated = False
-
-    def add(self, data: bytes) -> None:
-        """Append ``data``, dropping from the front past the cap."""
-        self.buf += data
-        if len(self.buf) > 2 * self.cap + 65536:
-            self._trim()
-
-    def _trim(self) -> None:
-        if len(self.buf) > self.cap:
-            del self.buf[: len(self.buf) - self.cap]
-            self.truncated = True
-            # do not start in the middle of a UTF-8 sequence
-            k = 0
-            while k < 3 and k < len(self.buf) and (self.buf[k] & 0xC0) == 0x80:
-                k += 1
-            del self.buf[:k]
-
-    def text(self) -> str:
-        """The kept tail, decoded as UTF-8 with replacement."""
-        self._trim()
-        return self.buf.decode("utf-8", "replace")
-
-
 class ExecStream:
     """Reads one started exec's multiplexed output on a thread; abortable from another.
 
@@ -141,7 +112,7 @@ class ExecStream:
 
     def __init__(self, api: Any, exec_id: str, cap: int) -> None:
         self.api, self.exec_id = api, exec_id
-        self.stdout, self.stderr = Tail(cap), Tail(cap)
+        self.stdout, self.stderr = TailBuffer(cap), TailBuffer(cap)
         self._sock: Any = None
         self._aborted = threading.Event()
 
@@ -156,7 +127,7 @@ class ExecStream:
             if self._aborted.is_set():
                 return
             for stream, data in frames_iter(sock, tty=False):
-                (self.stderr if stream == 2 else self.stdout).add(data)
+                (self.stderr if stream == 2 else self.stdout).append(data)
         except OSError:
             if not self._aborted.is_set():
                 raise

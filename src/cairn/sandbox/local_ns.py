@@ -28,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn._util.tail import TailBuffer
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError
 from cairn.sandbox.base import ExecResult, ProcessInfo
 from cairn.sandbox.local_proc import (
@@ -46,44 +47,6 @@ that kept them) before the exec returns; the pipes are then drained in the backg
 INLINE_REQUEST_BYTES = 60_000
 SETTLE_MAX_SEC = 0.05
 SETTLE_POLL_SEC = 0.005
-
-
-class TailBuffer:
-    """Keeps the last ``cap`` bytes written to it.
-
-    Args:
-        cap: the number of bytes kept.
-    """
-
-    def __init__(self, cap: int) -> None:
-        self.cap = max(0, cap)
-        self.buf = bytearray()
-        self.truncated = False
-        self.discard = False
-
-    def append(self, data: bytes) -> None:
-        """Add bytes, dropping the oldest beyond the cap (only amortised trimming)."""
-        if self.discard:
-            return
-        self.buf += data
-        if len(self.buf) > 2 * self.cap + 65536:
-            self._trim()
-
-    def _trim(self) -> None:
-        if len(self.buf) > self.cap:
-            del self.buf[: len(self.buf) - self.cap]
-            self.truncated = True
-
-    def text(self) -> str:
-        """The kept tail decoded as UTF-8 with replacement (a cut leading character dropped)."""
-        self._trim()
-        data = bytes(self.buf)
-        if self.truncated:
-            i = 0
-            while i < min(3, len(data)) and (data[i] & 0xC0) == 0x80:
-                i += 1
-            data = data[i:]
-        return data.decode("utf-8", "replace")
 
 
 class _PipeReader:
