@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import os
-import re
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from cairn.results import (
     TaskRef,
     TrialResult,
 )
+from cairn.store import trial_dir_name
 from cairn.task.model import Task
 
 
@@ -182,11 +182,6 @@ def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = N
                          "templates in task.toml): " + "; ".join(problems))
 
 
-def slug(name: str) -> str:
-    """A task name as a folder-name part (SPEC §7)."""
-    return re.sub(r"[^A-Za-z0-9._-]", "-", name)
-
-
 def _not_run(steps: Iterable[str]) -> list[StepResult]:
     return [StepResult(index=i, name=n, source=StepSource.NOT_RUN)
             for i, n in enumerate(steps, start=1)]
@@ -209,7 +204,7 @@ def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, at
     now = datetime.now(UTC)
     steps = entry.steps or ["main"]
     return TrialResult(
-        trial_id=trial_id, trial_name=f"{slug(entry.name)}__{attempt}__{trial_id[:8]}",
+        trial_id=trial_id, trial_name=trial_dir_name(entry.name, attempt, trial_id),
         attempt=attempt, task=TaskRef(name=entry.name, content_hash=entry.content_hash),
         agent=AgentRef(name=config.agent, kwargs=dict(config.agent_kwargs)), model=config.model,
         backend=backend, outcome=Outcome.ERRORED,

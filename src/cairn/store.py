@@ -28,6 +28,7 @@ from typing import Any
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
 from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable
 from cairn.masking import Masker, find_secrets, mask_tree
+from cairn.task.model import task_slug
 from cairn.results import RESULT_SCHEMA_VERSION, JobSummary, StepResult, StepsFile, TrialResult
 
 JOB_JSON = "job.json"
@@ -44,7 +45,6 @@ ATTEMPTS = "attempts"
 STEP_SUBDIRS = ("agent", "verifier", "artifacts")
 ARTIFACTS_MANIFEST = "manifest.json"
 
-_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
@@ -92,18 +92,6 @@ def read_json(path: Path) -> Any:
 
 # ------------------------------------------------------------------------------------------
 # Names and paths
-
-
-def task_slug(task_name: str) -> str:
-    """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (SPEC §7).
-
-    Args:
-        task_name: e.g. ``org/two steps``.
-
-    Returns:
-        e.g. ``org-two-steps``.
-    """
-    return _SLUG_RE.sub("-", task_name)
 
 
 def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:

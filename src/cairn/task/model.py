@@ -25,6 +25,17 @@ from cairn.sandbox.base import NetworkMode
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 """Valid step names (SPEC §1.1)."""
 
+_SLUG_RE = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def task_slug(task_name: str) -> str:
+    """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (SPEC §7).
+
+    Example: ``org/two steps`` → ``org-two-steps``.
+    """
+    return _SLUG_RE.sub("-", task_name)
+
+
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 """Agent timeout when neither the task nor the step sets one (Evolve's default; SPEC §1.1)."""
 
@@ -314,5 +325,5 @@ class Task(BaseModel):
 
     @property
     def slug(self) -> str:
-        """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (SPEC §7)."""
-        return re.sub(r"[^A-Za-z0-9._-]", "-", self.name)
+        """The task name as a folder-name part (:func:`task_slug`)."""
+        return task_slug(self.name)
