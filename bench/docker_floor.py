@@ -31,7 +31,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from cairn.sandbox.base import NetworkMode, SandboxSpec  # noqa: E402
-from cairn.sandbox.docker import DockerSandbox  # noqa: E402
+from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
 
 EXECS = (["echo", "hello"], ["cat", "/etc/hostname"], ["sh", "-c", "ls / > /dev/null"])
 

@@ -5,8 +5,8 @@ Prints medians of:
 - exec: ``sb.exec(["true"])`` and ``sb.exec("true")`` in a local sandbox, against the floor of
   spawning the same command on the host (``asyncio.create_subprocess_exec``); the difference
   is the harness overhead per exec.
-- step: the sandbox calls one trivial step makes (the sequence of ``cairn.step`` and
-  ``cairn.verify``: working-dir copy, process snapshots, log checks, tests upload, test.sh,
+- step: the sandbox calls one trivial step makes (the sequence of ``cairn.trial.step`` and
+  ``cairn.trial.verify``: working-dir copy, process snapshots, log checks, tests upload, test.sh,
   reward download), against the same commands run on the host; the difference is the harness
   overhead per step.
 - start+stop: a sandbox of an environment whose Dockerfile layer is cached.
@@ -31,8 +31,8 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from cairn.sandbox.base import NetworkMode, SandboxSpec
-from cairn.sandbox.local import LocalSandbox
-from cairn.sandbox.local_layer import hash_env_dir
+from cairn.sandbox.local.backend import LocalSandbox
+from cairn.sandbox.local.layer import hash_env_dir
 
 EXEC_TARGET_MS = 20.0
 STEP_TARGET_MS = 50.0

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 _AVAILABLE: dict[str, bool] = {}
 
@@ -49,7 +50,7 @@ def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir:
     from cairn.agents.base import Agent
     from cairn.plan import RunOptions, TrialPlan, trial_id
     from cairn.task.load import load_task
-    from cairn.trial import run_trial
+    from cairn.trial.run import run_trial
 
     task = load_task(task_path)
     agent_obj = agent if isinstance(agent, Agent) else None
@@ -67,7 +68,7 @@ def validate_result_files(trial_dir: Path) -> None:
     """Validate result.json and steps.json of a trial against the shipped JSON Schemas."""
     import jsonschema
 
-    from cairn.schemas import load_schema
+    from cairn.results.schemas import load_schema
 
     jsonschema.validate(json.loads((trial_dir / "result.json").read_text()), load_schema("result"))
     jsonschema.validate(json.loads((trial_dir / "steps.json").read_text()), load_schema("steps"))
@@ -89,7 +90,7 @@ def _results_match_schemas(request):
         return
     import jsonschema
 
-    from cairn.schemas import load_schema
+    from cairn.results.schemas import load_schema
 
     names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary"}
     for fname, schema in names.items():

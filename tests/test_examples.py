@@ -109,7 +109,7 @@ def test_incident_replay_script_matches_the_checker(incident_files, timeout_ms, 
 # -- end to end on docker --------------------------------------------------------------------
 
 def _run(paths, agent: str, tmp_path: Path, name: str):
-    from cairn.job import run_job
+    from cairn.job.run import run_job
     from cairn.plan import JobConfig
 
     config = JobConfig(paths=tuple(paths), agent=agent, backend="docker", jobs_dir=tmp_path,

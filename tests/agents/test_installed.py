@@ -30,9 +30,9 @@ from cairn.agents.installed import (
 )
 from cairn.errors import ErrorKind, TrialFailure
 from cairn.plan import RunOptions, TrialPlan, trial_id
-from cairn.results import AgentExit, Tokens
+from cairn.results.model import AgentExit, Tokens
 from cairn.task.load import load_task
-from cairn.trial import run_trial
+from cairn.trial.run import run_trial
 
 SECRET = "sk-ant-test-secret-value"
 TRICKY = ("Write \"quotes\", 'single', $HOME, `uname`, $(id -u), a \\ backslash,\n"

@@ -1,6 +1,6 @@
 """The built-in ``llm`` agent against a scripted OpenAI-compatible server and a real sandbox.
 
-Real HTTP through the real client (LiteLLM → openai SDK → httpx) to tests/fixtures/fake_openai.py
+Real HTTP through the real client (LiteLLM → openai SDK → httpx) to tests/helpers/fake_openai.py
 on 127.0.0.1; real commands in a real sandbox (docker by default).
 """
 
@@ -17,7 +17,7 @@ if importlib.util.find_spec("litellm") is None:  # not imported here: cairn sets
     pytest.skip("LiteLLM is not installed (pip install 'cairn-eval[llm]')", allow_module_level=True)
 
 from agent_helpers import needs_sandbox, step_context, task_sandbox  # noqa: E402
-from fixtures.fake_openai import (  # noqa: E402
+from fake_openai import (  # noqa: E402
     FakeOpenAI,
     bash_call,
     completion,
@@ -33,7 +33,7 @@ from cairn.agents.llm import (  # noqa: E402
     format_exec_result,
 )
 from cairn.errors import ErrorKind, ModelError, UsageError  # noqa: E402
-from cairn.results import AgentExit, Tokens  # noqa: E402
+from cairn.results.model import AgentExit, Tokens  # noqa: E402
 from cairn.sandbox.base import ExecResult  # noqa: E402
 from cairn.task.load import load_task  # noqa: E402
 

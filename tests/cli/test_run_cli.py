@@ -24,7 +24,7 @@ SRC = TESTS.parent / "src"
 
 
 def _env(**extra: str | None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS)])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")])}
     env.pop("FLAKY", None)
     for k, v in extra.items():
         if v is None:

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn.results import AgentExit, Tokens
+from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step, Task
 

@@ -33,7 +33,7 @@ from typing import Any
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import ErrorKind, TrialFailure, UsageError
-from cairn.results import AgentExit, Tokens
+from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
 
 AGENT_DIR = "/tmp/cairn-agent"

@@ -37,7 +37,7 @@ from cairn import __version__
 from cairn.agents.base import Agent, AgentContext
 from cairn.agents.trajectory import Trajectory, step_metrics, tool_call
 from cairn.errors import ErrorKind, ModelError, SandboxError, UsageError
-from cairn.results import AgentExit, Tokens
+from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import ExecResult, Sandbox
 
 SYSTEM_PROMPT = """\

@@ -11,7 +11,7 @@ from __future__ import annotations
 import shlex
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.results import AgentExit
+from cairn.results.model import AgentExit
 from cairn.sandbox.base import Sandbox
 
 SOLUTION_DIR = "/solution"

@@ -1,4 +1,4 @@
-"""``cairn clean`` (SPEC §3, §9): a thin command over :func:`cairn.clean.clean`."""
+"""``cairn clean`` (SPEC §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def clean_command(
     jobs' resources and anything without cairn labels are never touched. Exits 1 when a removal
     failed.
     """
-    from cairn.clean import clean
+    from cairn.sandbox.cleanup import clean
 
     report = clean(job=job, images=images)
     if as_json:

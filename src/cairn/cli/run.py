@@ -151,8 +151,8 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import signal
 
     from cairn.errors import UsageError
-    from cairn.job import arun_job, default_job_name, read_job
-    from cairn.progress import Progress
+    from cairn.job.run import arun_job, default_job_name, read_job
+    from cairn.cli.progress import Progress
 
     if job_dir is None and cfg.job_name is None:
         cfg = cfg.model_copy(update={"job_name": default_job_name()})
@@ -223,7 +223,7 @@ def resume_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     from cairn.errors import CairnError
-    from cairn.job import resume_config
+    from cairn.job.run import resume_config
 
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
@@ -243,8 +243,8 @@ def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     fmt: Annotated[str, typer.Option("--format", help="text, markdown or json.")] = "text",
 ) -> None:
-    from cairn.job import read_job
-    from cairn.report import render
+    from cairn.job.run import read_job
+    from cairn.results.report import render
 
     if fmt not in ("text", "markdown", "json"):
         _err("--format is text, markdown or json")
@@ -266,7 +266,7 @@ def sanity_cmd(
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
     from cairn.errors import UsageError
-    from cairn.sanity import run_sanity
+    from cairn.job.sanity import run_sanity
 
     try:
         report = run_sanity(paths, backend=env, n_concurrent=n_concurrent, jobs_dir=jobs_dir,

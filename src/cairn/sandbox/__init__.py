@@ -1,6 +1,6 @@
 """Sandbox backends behind one interface (SPEC §3), looked up by name.
 
-Backends register lazily: ``get_backend("docker")`` imports ``cairn.sandbox.docker`` only when
+Backends register lazily: ``get_backend("docker")`` imports ``cairn.sandbox.docker.backend`` only when
 asked, so importing cairn never imports the Docker SDK.
 """
 
@@ -18,12 +18,12 @@ from cairn.sandbox.base import (
 )
 
 _BACKENDS: dict[str, str] = {
-    "docker": "cairn.sandbox.docker:DockerSandbox",
-    "local": "cairn.sandbox.local:LocalSandbox",
+    "docker": "cairn.sandbox.docker.backend:DockerSandbox",
+    "local": "cairn.sandbox.local.backend:LocalSandbox",
 }
 
 _COMPOSE_VARIANTS: dict[str, str] = {
-    "docker": "cairn.sandbox.compose:ComposeSandbox",
+    "docker": "cairn.sandbox.docker.compose:ComposeSandbox",
 }
 """The class that runs multi-container (compose) environments, per backend; a backend without
 one refuses compose files in its own ``check()``."""

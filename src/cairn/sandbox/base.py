@@ -1,7 +1,7 @@
 """The sandbox interface (SPEC §3): one abstract class, one module per backend.
 
 Agents, the verifier and the trial engine know only :class:`Sandbox`; a backend module
-(``cairn.sandbox.docker``, ``cairn.sandbox.local``) implements it and is looked up by name
+(``cairn.sandbox.docker.backend``, ``cairn.sandbox.local.backend``) implements it and is looked up by name
 through :func:`cairn.sandbox.get_backend`, so the orchestrator never imports ``docker``.
 
 Every operation is async. A sandbox is used as an async context manager whose ``stop()`` always

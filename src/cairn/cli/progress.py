@@ -1,0 +1,115 @@
+"""What a running job shows (SPEC §9).
+
+- On a terminal, a job with more than :data:`LIVE_THRESHOLD` trials to run shows a live bar
+  (done/total, running, mean reward so far, errors); only verdict lines and job-level notices
+  scroll above it.
+- Otherwise every event is printed as a plain line (the per-step lines of a one-trial run).
+- With ``--json`` everything here goes to stderr, so stdout carries only the summary JSON.
+
+Rich is imported only when a live bar is shown.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+LIVE_THRESHOLD = 2
+"""Jobs with more trials than this to run show a live bar on a terminal."""
+
+_NOTABLE = (" PASS ", " FAIL ", " ERRORED", " STOPPED", " CANCELLED", "retrying", "job ",
+            "interrupted", "task changed", "left-over", "backend:", "resuming")
+
+
+class Progress:
+    """Receives job events and results; renders them.
+
+    Args:
+        json_mode: ``--json``: write to stderr (stdout is for the summary JSON).
+        stream: where to write (default stdout, or stderr in JSON mode).
+        resume: a resumed job (then trials kept from earlier runs are announced).
+    """
+
+    def __init__(self, *, json_mode: bool = False, stream: TextIO | None = None,
+                 resume: bool = False) -> None:
+        self.json_mode = json_mode
+        self.resume = resume
+        self.out = stream or (sys.stderr if json_mode else sys.stdout)
+        self.bar = None
+        self.task_id = None
+        self.total = 0
+        self.done = 0
+        self.running = 0
+        self.errors = 0
+        self.rewards: list[float] = []
+
+    def start(self, to_run: int, already_done: int) -> None:
+        """Called once the job is planned: ``to_run`` trials to run, ``already_done`` kept."""
+        self.total = to_run + already_done
+        if already_done and self.resume:
+            self.event(f"resuming: {already_done} trial(s) kept, {to_run} to run")
+        isatty = getattr(self.out, "isatty", lambda: False)
+        if isatty() and to_run > LIVE_THRESHOLD:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
+            from rich.progress import Progress as RichProgress
+
+            self.bar = RichProgress(TextColumn("[bold]cairn"), BarColumn(), MofNCompleteColumn(),
+                                    TextColumn("{task.description}"), TimeElapsedColumn(),
+                                    console=Console(file=self.out), transient=False)
+            self.bar.start()
+            self.task_id = self.bar.add_task("", total=self.total)
+            self._refresh()
+
+    def event(self, line: str) -> None:
+        """One event line (per-step lines of SPEC §9, verdicts, job notices)."""
+        if self.bar is not None:
+            if any(w in line for w in _NOTABLE):
+                self.bar.console.print(line, highlight=False, markup=False)
+            return
+        print(line, file=self.out, flush=True)
+
+    def trial_started(self, plan) -> None:
+        """A trial acquired its slot and starts."""
+        self.running += 1
+        self._refresh()
+
+    def result(self, result) -> None:
+        """A trial finished (or was kept from an earlier run)."""
+        self.done += 1
+        if result.outcome.value in ("errored", "cancelled"):
+            self.errors += 1
+        elif result.reward is not None:
+            self.rewards.append(result.reward)
+        self._refresh()
+
+    def trial_finished(self, plan) -> None:
+        """A started trial ended (its result follows)."""
+        self.running = max(0, self.running - 1)
+        self._refresh()
+
+    def _refresh(self) -> None:
+        if self.bar is None:
+            return
+        mean = sum(self.rewards) / len(self.rewards) if self.rewards else None
+        desc = (f"running {self.running}  mean {mean:.2f}" if mean is not None
+                else f"running {self.running}  mean -") + f"  errors {self.errors}"
+        self.bar.update(self.task_id, completed=self.done, description=desc)
+
+    def close(self) -> None:
+        """Stop the live bar (idempotent)."""
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def finish(self, job) -> None:
+        """Print the summary: JSON on stdout with ``--json``; else the report table when the
+        job had more than one trial, then where the results are."""
+        from cairn.results.report import render
+
+        if self.json_mode:
+            print(render(job, "json"), flush=True)
+            return
+        if len(job.results) > 1:
+            print(render(job, "text"), file=self.out)
+        print(f"results: {job.job_dir}", file=self.out, flush=True)

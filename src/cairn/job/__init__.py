@@ -1,0 +1,24 @@
+"""Stage 2, the job: plan a config's trials, run them concurrently, resume, read back.
+
+Modules: :mod:`~cairn.job.discover` (task folders → entries), :mod:`~cairn.job.runner`
+(the run loop's machinery), :mod:`~cairn.job.run` (the public entry points),
+:mod:`~cairn.job.sanity` (oracle-passes / nop-fails checks).
+"""
+
+from __future__ import annotations
+
+from cairn._util.lazy import lazy_face
+
+_NAMES = {
+    "JobResult": "cairn.job.run",
+    "default_job_name": "cairn.job.run",
+    "iter_trials": "cairn.job.run",
+    "arun_job": "cairn.job.run",
+    "run_job": "cairn.job.run",
+    "resume_config": "cairn.job.run",
+    "resume_job": "cairn.job.run",
+    "read_job": "cairn.job.run",
+}
+
+__all__ = sorted(_NAMES)
+__getattr__, __dir__ = lazy_face("cairn.job", _NAMES)

@@ -1,0 +1,236 @@
+"""A job's inputs (SPEC §8): task and dataset folders → filtered, loaded tasks; the checks run
+before anything starts (SPEC §9 exit 2); the results a job writes without running a sandbox
+(``config_error`` for an invalid task, ``cancelled`` for a trial that never started).
+
+Used by :mod:`cairn.job`; no sandbox, no agent, no job folder here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+from cairn.errors import Category, ErrorKind, Phase, TaskFormatError, UsageError
+from cairn.plan import JobConfig, TrialPlan
+from cairn.results.model import (
+    AgentRef,
+    ErrorInfo,
+    Outcome,
+    StepResult,
+    StepSource,
+    TaskRef,
+    TrialResult,
+)
+from cairn.results.store import trial_dir_name
+from cairn.task.model import Task
+
+
+@dataclass
+class TaskEntry:
+    """One task found in a job's inputs: loaded, or broken with its findings.
+
+    Attributes:
+        path: the task folder (absolute).
+        name: the task name (``[task].name``, else the folder name).
+        task: the loaded task, or ``None`` when it is invalid.
+        error: the validation findings of an invalid task, one per line.
+        content_hash: the task's content hash (also computed for an invalid task, so that
+            fixing it gives its trials a new id).
+        steps: declared step names, in order (``["main"]`` for a single-step task).
+    """
+
+    path: Path
+    name: str
+    task: Task | None = None
+    error: str | None = None
+    content_hash: str = ""
+    steps: list[str] = field(default_factory=list)
+
+
+def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
+    """A glob matches the full task name (``org/name``), its last part, or the folder name."""
+    names = {entry.name, entry.name.rsplit("/", 1)[-1], entry.path.name}
+    return any(fnmatch.fnmatchcase(n, g) for g in globs for n in names)
+
+
+def discover_tasks(config: JobConfig) -> list[TaskEntry]:
+    """Find, filter (``-i``/``-x``) and load the tasks of ``config.paths``.
+
+    A path is a task folder (it holds task.toml or task.md) or a dataset folder (its immediate
+    sub-folders that are tasks, sorted by name). An invalid task becomes an entry with
+    ``error`` (the job turns it into a ``config_error`` trial); it never stops the others.
+    A task reached twice (the same folder under two ``-p``) is kept once.
+
+    Args:
+        config: the job config.
+
+    Returns:
+        The entries, in input order.
+
+    Raises:
+        UsageError: no path given, a path does not exist or holds no task, or no task matched
+            the filters.
+    """
+    from cairn.task.hashing import task_content_hash
+    from cairn.task.load import find_tasks, load_task
+
+    if not config.paths:
+        raise UsageError("give at least one task or dataset folder (-p)")
+    entries: list[TaskEntry] = []
+    seen: set[Path] = set()
+    for p in config.paths:
+        p = Path(p).absolute()
+        if not p.exists():
+            raise UsageError(f"no such task or dataset folder: {p}")
+        dirs = find_tasks(p)
+        if not dirs:
+            raise UsageError(f"{p} is not a task folder (no task.toml or task.md) and holds "
+                             "no task folders")
+        for d in dirs:
+            if d in seen:
+                continue
+            seen.add(d)
+            try:
+                task = load_task(d)
+            except TaskFormatError as exc:
+                lines = [str(f) for f in exc.findings] or [str(exc)]
+                name, steps = _fallback_identity(d)
+                entries.append(TaskEntry(d, name, error="\n".join(lines),
+                                         content_hash=task_content_hash(d), steps=steps))
+                continue
+            entries.append(TaskEntry(d, task.name, task=task, content_hash=task.content_hash,
+                                     steps=[s.name for s in task.steps]))
+    if config.include:
+        entries = [e for e in entries if _matches(e, config.include)]
+    if config.exclude:
+        entries = [e for e in entries if not _matches(e, config.exclude)]
+    if not entries:
+        raise UsageError("no task matched the given paths and filters (-p, -i, -x)")
+    seen: dict[str, Path] = {}
+    for e in entries:
+        if e.name in seen and seen[e.name] != e.path:
+            raise UsageError(f"two tasks are named {e.name!r}: {seen[e.name]} and {e.path}; "
+                             "task names identify trials and results, rename one "
+                             "([task].name)")
+        seen[e.name] = e.path
+    return entries
+
+
+def _fallback_identity(path: Path) -> tuple[str, list[str]]:
+    """An invalid task's name and declared steps, read as far as its TOML allows.
+
+    Returns:
+        (``[task].name`` or the folder name, the ``[[steps]]`` names or ``["main"]``).
+    """
+    name, steps = path.name, ["main"]
+    try:
+        data = tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))
+    except (OSError, ValueError, UnicodeDecodeError):
+        return name, steps
+    info = data.get("task")
+    if isinstance(info, dict) and isinstance(info.get("name"), str) and info["name"]:
+        name = info["name"]
+    declared = data.get("steps")
+    if isinstance(declared, list) and declared:
+        names = [s.get("name") for s in declared if isinstance(s, dict)]
+        if names and all(isinstance(n, str) and n for n in names) \
+                and len(set(names)) == len(names):
+            steps = names
+    return name, steps
+
+
+def task_templates(task: Task) -> list[Mapping[str, str]]:
+    """Every env table of a task that may hold ``${VAR}`` templates (SPEC §1.1)."""
+    tables: list[Mapping[str, str]] = [task.environment.env, task.config.solution.env]
+    for s in task.steps:
+        tables.append(s.verifier_env)
+        if s.verifier_environment is not None:
+            tables.append(s.verifier_environment.env)
+    return tables
+
+
+def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None) -> None:
+    """Check that every ``${VAR}`` template of the given tasks resolves on this host.
+
+    SPEC §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
+    anything starts.
+
+    Args:
+        tasks: the tasks about to run.
+        environ: the host environment (default ``os.environ``).
+
+    Raises:
+        UsageError: naming each task and the variables it lacks.
+    """
+    from cairn.task.envvars import missing_variables
+
+    environ = os.environ if environ is None else environ
+    problems: list[str] = []
+    for task in tasks:
+        missing: set[str] = set()
+        for table in task_templates(task):
+            missing.update(missing_variables(table, environ))
+        if missing:
+            problems.append(f"{task.name}: {', '.join(sorted(missing))}")
+    if problems:
+        raise UsageError("environment variables not set on the host (needed by ${VAR} "
+                         "templates in task.toml): " + "; ".join(problems))
+
+
+def _not_run(steps: Iterable[str]) -> list[StepResult]:
+    return [StepResult(index=i, name=n, source=StepSource.NOT_RUN)
+            for i, n in enumerate(steps, start=1)]
+
+
+def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, attempt: int,
+                        trial_id: str) -> TrialResult:
+    """The result of a trial whose task is invalid: outcome ``errored``, kind ``config_error``.
+
+    Args:
+        entry: the invalid task (its findings become the message).
+        config: the job config (agent, model).
+        backend: the resolved backend.
+        attempt: 1-based attempt number.
+        trial_id: the trial's id.
+
+    Returns:
+        The result (not written).
+    """
+    now = datetime.now(UTC)
+    steps = entry.steps or ["main"]
+    return TrialResult(
+        trial_id=trial_id, trial_name=trial_dir_name(entry.name, attempt, trial_id),
+        attempt=attempt, task=TaskRef(name=entry.name, content_hash=entry.content_hash),
+        agent=AgentRef(name=config.agent, kwargs=dict(config.agent_kwargs)), model=config.model,
+        backend=backend, outcome=Outcome.ERRORED,
+        error=ErrorInfo(kind=ErrorKind.CONFIG_ERROR, category=Category.TASK,
+                        phase=Phase.ENVIRONMENT, message=entry.error or "invalid task"),
+        steps_total=len(steps), started_at=now, finished_at=now, steps=_not_run(steps))
+
+
+def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
+    """The result of a trial that never started because the job stopped (SPEC §6, §8).
+
+    Args:
+        plan: the trial's plan.
+        why: the reason, e.g. ``interrupted``, ``model_auth_failed``, ``max_cost``.
+
+    Returns:
+        An outcome ``cancelled`` result (not written).
+    """
+    now = datetime.now(UTC)
+    task = plan.task
+    return TrialResult(
+        trial_id=plan.trial_id, trial_name=plan.trial_name, attempt=plan.attempt,
+        task=TaskRef(name=task.name, content_hash=task.content_hash),
+        agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)), model=plan.model,
+        backend=plan.backend, outcome=Outcome.CANCELLED,
+        error=ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB,
+                        message=f"not started: the job stopped early ({why})"),
+        strategy=task.config.multi_step_reward_strategy, steps_total=len(task.steps),
+        started_at=now, finished_at=now, steps=_not_run(s.name for s in task.steps))

@@ -1,0 +1,300 @@
+"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (SPEC §8).
+
+Public API (what the CLI calls, and what training loops use):
+
+- :func:`iter_trials` — async iterator yielding each :class:`TrialResult` as it finishes.
+- :func:`run_job` / :func:`arun_job` — run a job to its end, return a :class:`JobResult`.
+- :func:`resume_job` — run the trials of an existing job that have no genuine score.
+- :func:`read_job` — read a job folder (works on folders copied from another machine).
+
+Example (a training loop consuming rewards as they come)::
+
+    async for result in iter_trials(JobConfig(paths=("tasks/",), agent="oracle", attempts=4)):
+        learner.update(result.task.name, result.reward)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from cairn import __version__
+from cairn.job.discover import check_templates, discover_tasks
+from cairn.errors import UsageError
+from cairn.job.runner import (
+    MASKED,
+    EventSink,
+    JobRun,
+    clean_own_leftovers,
+    lock_job,
+    resolve_backend,
+    run_all,
+    undo_empty,
+)
+from cairn.plan import JobConfig, TrialPlan
+from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.summary import summarize_job
+
+log = logging.getLogger("cairn.job")
+
+
+@dataclass
+class JobResult:
+    """What a finished job returns.
+
+    Attributes:
+        job_dir: the job folder.
+        results: the latest result of every trial of the job (resumed ones included).
+        summary: the job summary (also in summary.json).
+        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped
+            early, else None.
+    """
+
+    job_dir: Path
+    results: list[TrialResult]
+    summary: JobSummary
+    stopped_by: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        """SPEC §9: 0 when every trial is completed or stopped, else 1."""
+        ok = (Outcome.COMPLETED, Outcome.STOPPED)
+        return 0 if self.results and all(r.outcome in ok for r in self.results) else 1
+
+
+def default_job_name(now: datetime | None = None) -> str:
+    """``YYYY-MM-DD__HH-MM-SS`` of the start time (local time, as Harbor names jobs)."""
+    return (now or datetime.now()).strftime("%Y-%m-%d__%H-%M-%S")
+
+
+def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
+    if job_dir is not None:
+        return Path(job_dir)
+    return Path(config.jobs_dir) / (config.job_name or default_job_name())
+
+
+async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
+                      retry_errors: bool = False, on_event: EventSink | None = None,
+                      on_start: Callable[[int, int], None] | None = None,
+                      on_trial_start: Callable[[TrialPlan], None] | None = None,
+                      on_trial_end: Callable[[TrialPlan], None] | None = None,
+                      ) -> AsyncIterator[TrialResult]:
+    """Run a job and yield each :class:`TrialResult` as it finishes (for training loops).
+
+    Results already final in a resumed job are yielded first. At most ``config.n_concurrent``
+    trials run at once; an error in one trial never cancels a sibling; a ``model_auth_failed``
+    trial or ``max_cost_usd`` stops starting new trials (those are recorded ``cancelled``).
+    Cancelling the iteration (Ctrl-C) cancels running trials cleanly (sandboxes removed,
+    results ``cancelled``) and records the trials not started as ``cancelled``.
+
+    Args:
+        config: the job config.
+        job_dir: the job folder; default ``config.jobs_dir / config.job_name`` (the job name
+            defaults to the start time).
+        resume: use an existing job folder: keep its genuine scores (SPEC §8 resume rules).
+        retry_errors: with ``resume``, also re-run task-category errors.
+        on_event: receives human-readable event lines (also written to job.log).
+        on_start: called once with (trials to run, trials already final).
+        on_trial_start: called when a trial gets its slot and starts.
+        on_trial_end: called when a started trial ends (before its result is yielded).
+
+    Yields:
+        Each trial's result, as it finishes.
+
+    Raises:
+        UsageError: before anything runs — no task matched, an unknown backend, an
+            unresolved ``${VAR}`` template, the job is locked by another process, the folder
+            exists without ``resume``, or a resumed job ran on another backend.
+    """
+    backend = resolve_backend(config.backend)
+    config = config.model_copy(update={
+        "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
+    entries = discover_tasks(config)
+    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
+               retry_errors=retry_errors, on_event=on_event)
+    job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
+    lock, created = lock_job(job, resume)
+    begun = False
+    try:
+        decisions = job.decide(entries)
+        try:
+            check_templates(item[0].task for action, item in decisions if action == "run")
+        except UsageError:
+            undo_empty(job, created)
+            raise
+        begun = True
+        job.open_log()
+        job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
+                 f"(cairn {__version__}, backend {backend})")
+        if not created:  # a folder this run just created has no earlier run to clean up after
+            clean_own_leftovers(job)
+        job.write_job_json()
+        plans, done = job.apply(decisions)
+        if on_start is not None:
+            on_start(len(plans), len(done))
+        for r in done:
+            job.record(r, write=False)
+        job.write_summary()
+        for r in done:
+            yield r
+        async with contextlib.aclosing(run_all(job, plans)) as results:
+            async for r in results:  # a consumer that stops early cancels the rest cleanly
+                yield r
+    finally:
+        if begun:
+            job.write_summary()
+            with contextlib.suppress(Exception):
+                job.write_job_json(finished=True)
+            job.close_log()
+        lock.release()
+
+
+async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
+                   on_result: Callable[[TrialResult], None] | None = None,
+                   **kwargs: Any) -> JobResult:
+    """Run a job to its end (async). Arguments as :func:`iter_trials`, plus ``on_result``.
+
+    Returns:
+        The :class:`JobResult` read back from the job folder.
+
+    Raises:
+        UsageError: as :func:`iter_trials`.
+    """
+    if job_dir is None and config.job_name is None:
+        config = config.model_copy(update={"job_name": default_job_name()})
+    target = _job_dir(config, job_dir)
+    async for result in iter_trials(config, job_dir=target, **kwargs):
+        if on_result is not None:
+            on_result(result)
+    return read_job(target)
+
+
+def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
+    """Run a job to its end (blocking). Arguments as :func:`arun_job`.
+
+    Returns:
+        The :class:`JobResult` read back from the job folder.
+
+    Raises:
+        UsageError: as :func:`iter_trials`.
+    """
+    return asyncio.run(arun_job(config, **kwargs))
+
+
+def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
+                  environ: Mapping[str, str] | None = None,
+                  overrides: Mapping[str, Any] | None = None) -> JobConfig:
+    """The config of an existing job, from its job.json, ready to resume.
+
+    ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
+    host environment variable of the same name.
+
+    Args:
+        job_dir: the job folder.
+        agent_env: ``--ae`` values given again.
+        environ: the host environment (default ``os.environ``).
+        overrides: config fields to change (e.g. ``n_concurrent``).
+
+    Raises:
+        UsageError: not a job folder, or a masked ``--ae`` value is not available.
+    """
+    import os
+
+    from cairn.results.store import read_json
+
+    meta_path = Path(job_dir) / "job.json"
+    if not meta_path.is_file():
+        raise UsageError(f"{job_dir} is not a job folder (no job.json)")
+    try:
+        meta = read_json(meta_path)
+        cfg = dict(meta["config"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
+    environ = os.environ if environ is None else environ
+    given = dict(agent_env or {})
+    env: dict[str, str] = {}
+    missing = []
+    for k, v in dict(cfg.get("agent_env") or {}).items():
+        if k in given:
+            env[k] = given.pop(k)
+        elif v != MASKED:
+            env[k] = v
+        elif k in environ:
+            env[k] = environ[k]
+        else:
+            missing.append(k)
+    if missing:
+        raise UsageError("the job's agent env values are not stored; give them again with "
+                         + " ".join(f"--ae {k}=..." for k in missing)
+                         + " (or set them in the environment)")
+    cfg["agent_env"] = {**env, **given}
+    cfg["backend"] = meta.get("backend") or cfg.get("backend", "auto")
+    cfg.update(overrides or {})
+    try:
+        return JobConfig.model_validate(cfg)
+    except ValueError as exc:
+        raise UsageError(f"{meta_path}: {exc}") from None
+
+
+def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink | None = None,
+               overrides: Mapping[str, Any] | None = None,
+               agent_env: Mapping[str, str] | None = None) -> JobResult:
+    """Resume a job from its folder (blocking): runs trials with no result.json, cancelled ones
+    and infra-errored ones (``retry_errors`` adds task errors). Genuine scores never re-run;
+    a task whose content changed since is reported and re-run under a new trial id.
+
+    Args:
+        job_dir: the job folder.
+        retry_errors: also re-run task-category errors.
+        on_event: receives event lines.
+        overrides: config fields to change (e.g. ``{"n_concurrent": 8}``).
+        agent_env: ``--ae`` values (job.json keeps them masked).
+
+    Returns:
+        The :class:`JobResult`.
+
+    Raises:
+        UsageError: not a job folder, locked by a running process, or as :func:`iter_trials`.
+    """
+    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides)
+    return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
+                                retry_errors=retry_errors, on_event=on_event))
+
+
+def read_job(job_dir: Path) -> JobResult:
+    """Read a job folder from disk: every trial's result.json, the summary recomputed from
+    them (so it works on folders copied from another machine).
+
+    Unreadable result.json files are reported through the logger, never silently skipped.
+
+    Args:
+        job_dir: the job folder.
+
+    Returns:
+        The :class:`JobResult`.
+    """
+    from cairn.results.store import iter_trial_results, read_json
+
+    job_dir = Path(job_dir)
+    results: list[TrialResult] = []
+    for rf in iter_trial_results(job_dir):
+        if rf.result is None:
+            log.error("unreadable %s: %s", rf.path, rf.error)
+            continue
+        results.append(rf.result)
+    declared: dict[str, list[str]] = {}
+    for r in results:
+        declared.setdefault(r.task.name, [s.name for s in r.steps])
+    stopped = None
+    meta = job_dir / "job.json"
+    if meta.is_file():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stopped = read_json(meta).get("stopped_by")
+    return JobResult(job_dir=job_dir, results=results, summary=summarize_job(results, declared),
+                     stopped_by=stopped)

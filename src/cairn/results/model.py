@@ -1,0 +1,288 @@
+"""Persisted result types (SPEC §7): versioned pydantic models, one shape for every trial.
+
+A trial is a list of steps; a single-step task is a list of one step named ``main``.
+These are values: :mod:`cairn.results.store` alone writes them to disk.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from cairn.errors import Category, ErrorKind, Phase
+
+RESULT_SCHEMA_VERSION = "1.0"
+
+
+class Outcome(StrEnum):
+    """How a trial ended (SPEC §6)."""
+
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+    ERRORED = "errored"
+    CANCELLED = "cancelled"
+
+
+class StepSource(StrEnum):
+    """Where a step's reward came from (SPEC §7)."""
+
+    VERIFIER = "verifier"
+    CANDIDATE_ERROR = "candidate_error"
+    ERROR = "error"
+    NOT_RUN = "not-run"
+    ORACLE = "oracle"
+
+
+class AgentExit(StrEnum):
+    """How a step's agent phase ended (SPEC §6)."""
+
+    OK = "ok"
+    TIMEOUT = "timeout"
+    ERROR = "error"
+    MAX_TURNS = "max_turns"
+
+
+class _Persisted(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
+
+
+class ErrorInfo(_Persisted):
+    """``error`` of a trial or a step: ``{kind, category, phase, step, message}`` (+ detail)."""
+
+    kind: ErrorKind
+    """The failure kind (closed vocabulary)."""
+    category: Category
+    """Whose failure: infra, task, candidate, job."""
+    phase: Phase | None = None
+    """The phase it happened in."""
+    step: str | None = None
+    """The step name, when it happened inside a step."""
+    message: str = ""
+    """A human-readable explanation."""
+    detail: dict[str, Any] = Field(default_factory=dict)
+    """Structured detail: exit_code, stderr_tail, log_tail …"""
+
+
+class StopReason(_Persisted):
+    """Why a trial stopped early (SPEC §5.3)."""
+
+    kind: Literal["min_reward", "step_error"]
+    step: str
+    key: str | None = None
+    """The gated key (``min_reward``)."""
+    value: float | None = None
+    """The actual value (``None`` when the key was missing, i.e. −∞)."""
+    threshold: float | None = None
+    error_kind: ErrorKind | None = None
+    """The step's error kind (``step_error``)."""
+
+
+class Gate(_Persisted):
+    """One evaluated ``min_reward`` gate of a step (SPEC §5.4 rule 4)."""
+
+    key: str
+    """The gated key (``reward`` for a number gate, which gates the primary reward)."""
+    value: float | None
+    """The actual value; ``None`` when the key was missing (counts as −∞, fails)."""
+    threshold: float
+    passed: bool
+    """``value >= threshold``."""
+
+
+class Tokens(_Persisted):
+    """Token counts."""
+
+    prompt: int = 0
+    completion: int = 0
+    cached: int = 0
+
+
+class StepTimings(_Persisted):
+    """Seconds spent per phase of a step (``None`` when the phase did not run)."""
+
+    setup_sec: float | None = None
+    agent_sec: float | None = None
+    verifier_sec: float | None = None
+
+
+class StepResult(_Persisted):
+    """One row of ``steps`` in result.json / steps.json — one per *declared* step."""
+
+    index: int
+    """1-based position."""
+    name: str
+    source: StepSource
+    reward: float | None = None
+    """The primary reward (SPEC §5.2), or ``None``."""
+    rewards: dict[str, float] | None = None
+    """All reward keys read from the reward file (``None`` with no verifier result)."""
+    passed: bool = False
+    agent_exit: AgentExit | None = None
+    error: ErrorInfo | None = None
+    verifier_exit_code: int | None = None
+    reward_file: str | None = None
+    """``reward.json`` or ``reward.txt``: which file the reward came from."""
+    warnings: list[str] = Field(default_factory=list)
+    timings: StepTimings = Field(default_factory=StepTimings)
+    tokens: Tokens | None = None
+    cost_usd: float | None = None
+    gates: list[Gate] = Field(default_factory=list)
+    """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
+
+    @property
+    def has_result(self) -> bool:
+        """Whether the step counts in aggregation: a verifier result or a candidate-error 0."""
+        return self.source in (StepSource.VERIFIER, StepSource.CANDIDATE_ERROR) and \
+            self.rewards is not None
+
+
+class TaskRef(_Persisted):
+    name: str
+    content_hash: str
+
+
+class AgentRef(_Persisted):
+    name: str
+    version: str | None = None
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+
+
+class TrialTimings(_Persisted):
+    environment_sec: float | None = None
+    agent_setup_sec: float | None = None
+    total_sec: float | None = None
+
+
+class TrialResult(_Persisted):
+    """result.json (SPEC §7). Written last; its presence marks the trial finished."""
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    trial_id: str
+    trial_name: str
+    attempt: int = 1
+    task: TaskRef
+    agent: AgentRef
+    model: str | None = None
+    backend: str
+    outcome: Outcome
+    error: ErrorInfo | None = None
+    reward: float | None = None
+    rewards: dict[str, float] | None = None
+    reward_all_steps: float | None = None
+    passed: bool = False
+    strategy: Literal["mean", "final"] = "mean"
+    steps_total: int
+    steps_run: int = 0
+    stopped_after: str | None = None
+    stop_reason: StopReason | None = None
+    timings: TrialTimings = Field(default_factory=TrialTimings)
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float | None = None
+    started_at: datetime
+    finished_at: datetime
+    image_id: str | None = None
+    engine_version: str | None = None
+    warnings: list[str] = Field(default_factory=list)
+    steps: list[StepResult]
+
+
+class StepsFile(_Persisted):
+    """steps.json (SPEC §7): the ``steps`` rows of result.json, rewritten after each step."""
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    steps: list[StepResult]
+    """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
+
+
+SUMMARY_SCHEMA_VERSION = "1.0"
+
+
+class KeyStat(_Persisted):
+    """The mean of one reward key over the scored trials that have it."""
+
+    mean: float
+    n: int
+    """How many scored trials carry the key."""
+
+
+class StepSummary(_Persisted):
+    """One (task, step) line of summary.json, over the task's scored trials."""
+
+    index: int
+    """1-based position."""
+    name: str
+    n_reached: int
+    """Scored trials in which the step's procedure began (source not ``not-run``)."""
+    n_results: int
+    """Scored trials in which the step has a verifier result or a candidate-error 0."""
+    n_passed: int
+    """Scored trials in which the step passed (SPEC §5.2)."""
+    mean_reward: float | None = None
+    """Mean primary reward over the step's results that have one; ``None`` without any."""
+
+
+class TaskSummary(_Persisted):
+    """One task of summary.json."""
+
+    name: str
+    n_trials: int
+    n_scored: int
+    """Trials with outcome ``completed`` or ``stopped``."""
+    outcomes: dict[Outcome, int]
+    n_passed: int
+    pass_rate: float | None = None
+    """``n_passed`` over the scored trials that have a primary reward."""
+    mean_reward: float | None = None
+    """Mean primary reward over the scored trials that have one."""
+    reward_all_steps_mean: float | None = None
+    steps: list[StepSummary] = Field(default_factory=list)
+
+
+class TimingSummary(_Persisted):
+    """Trial wall times, in seconds, over the trials that recorded ``timings.total_sec``."""
+
+    n: int = 0
+    total_sec_sum: float = 0.0
+    total_sec_mean: float | None = None
+
+
+class JobSummary(_Persisted):
+    """summary.json (SPEC §7), rewritten after each trial.
+
+    Scores (means, pass rate, pass@k) are over *scored* trials (outcome ``completed`` or
+    ``stopped``); errored and cancelled trials are counted beside them by kind and never
+    folded in as 0, except in :attr:`mean_reward_errors_as_zero` (SPEC §6).
+    """
+
+    schema_version: str = SUMMARY_SCHEMA_VERSION
+    n_trials: int
+    n_scored: int
+    n_no_reward: int = 0
+    """Scored trials whose primary reward is ``None`` (metrics only): left out of the means."""
+    outcomes: dict[Outcome, int]
+    """Trials per outcome (every outcome present, 0 when none)."""
+    errors: dict[ErrorKind, int] = Field(default_factory=dict)
+    """Errored and cancelled trials per error kind."""
+    error_categories: dict[Category, int] = Field(default_factory=dict)
+    """Errored and cancelled trials per error category."""
+    mean_reward: float | None = None
+    """Mean primary reward over the scored trials that have one."""
+    mean_reward_errors_as_zero: float | None = None
+    """The same mean with every errored trial added as 0."""
+    rewards: dict[str, KeyStat] = Field(default_factory=dict)
+    """Mean of every reward key over the scored trials that carry it."""
+    reward_all_steps_mean: float | None = None
+    """Mean of ``reward_all_steps`` over the scored trials that have it."""
+    n_passed: int = 0
+    pass_rate: float | None = None
+    """``n_passed`` over the scored trials that have a primary reward."""
+    pass_at_k: dict[str, float] = Field(default_factory=dict)
+    """Unbiased pass@k for k = 1 … max attempts, averaged over tasks with n ≥ k (SPEC §5.2)."""
+    tasks: list[TaskSummary] = Field(default_factory=list)
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float | None = None
+    """Sum over the trials that report a cost; ``None`` when none does."""
+    timings: TimingSummary = Field(default_factory=TimingSummary)

@@ -1,0 +1,127 @@
+"""Render a job summary as text, markdown or JSON (SPEC §9 ``cairn report``).
+
+Reads only what :mod:`cairn.results.store` wrote (through :func:`cairn.job.read_job`), so it works on
+job folders copied from elsewhere. The per (task, step) rows are the "where do agents stop"
+view: how many scored trials reached each step, passed it, and stopped or errored there.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+
+from cairn.results.model import JobSummary, Outcome, TrialResult
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "-" if x is None else f"{x:.{digits}f}"
+
+
+def _counts(items: dict) -> str:
+    return ", ".join(f"{getattr(k, 'value', k)} {v}" for k, v in items.items() if v)
+
+
+def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tuple[str, str]]:
+    """The headline figures as (label, value) pairs.
+
+    Args:
+        summary: the job summary.
+        stopped_by: why the job stopped early, if it did.
+    """
+    s = summary
+    rows = [
+        ("trials", f"{s.n_trials} ({_counts(s.outcomes) or 'none'})"),
+        ("scored", str(s.n_scored)),
+        ("mean reward", f"{_f(s.mean_reward)} over {s.n_scored - s.n_no_reward} scored trials"),
+        ("mean, errors as 0", _f(s.mean_reward_errors_as_zero)),
+        ("mean over all steps", _f(s.reward_all_steps_mean)),
+        ("pass rate", f"{_f(s.pass_rate)} ({s.n_passed} passed)"),
+    ]
+    if s.pass_at_k:
+        rows.append(("pass@k", ", ".join(f"@{k} {_f(v)}" for k, v in s.pass_at_k.items())))
+    if s.errors:
+        rows.append(("errors", _counts(s.errors)))
+    if s.error_categories:
+        rows.append(("error categories", _counts(s.error_categories)))
+    for key, stat in s.rewards.items():
+        rows.append((f"reward[{key}]", f"{_f(stat.mean)} (n={stat.n})"))
+    if s.tokens.prompt or s.tokens.completion:
+        rows.append(("tokens", f"prompt {s.tokens.prompt}, completion {s.tokens.completion}, "
+                               f"cached {s.tokens.cached}"))
+    if s.cost_usd is not None:
+        rows.append(("cost", f"${s.cost_usd:.4f}"))
+    if s.timings.total_sec_mean is not None:
+        rows.append(("trial time", f"mean {s.timings.total_sec_mean:.1f} s, "
+                                   f"sum {s.timings.total_sec_sum:.1f} s"))
+    if stopped_by:
+        rows.append(("stopped early", stopped_by))
+    return rows
+
+
+def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter]:
+    """(task, step) → how many trials stopped / errored at that step."""
+    ends: dict[tuple[str, str], Counter] = {}
+    for r in results:
+        if r.outcome is Outcome.STOPPED and r.stopped_after:
+            ends.setdefault((r.task.name, r.stopped_after), Counter())["stopped"] += 1
+        elif r.outcome is Outcome.ERRORED and r.error is not None and r.error.step:
+            ends.setdefault((r.task.name, r.error.step), Counter())["errored"] += 1
+    return ends
+
+
+def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[list[str]]:
+    """Per task, then per step of multi-step tasks: name, n, reward, passed, outcomes.
+
+    Task rows count trials; step rows count the scored trials that reached the step, how
+    many passed it, and how many stopped (or errored) there.
+    """
+    ends = _ends_by_step(results)
+    rows: list[list[str]] = []
+    for t in summary.tasks:
+        rows.append([t.name, str(t.n_trials), _f(t.mean_reward), f"{t.n_passed}/{t.n_scored}",
+                     _counts(t.outcomes)])
+        if len(t.steps) > 1:
+            for st in t.steps:
+                here = ends.get((t.name, st.name), Counter())
+                rows.append([f"  {st.index}. {st.name}", str(st.n_reached), _f(st.mean_reward),
+                             f"{st.n_passed}/{st.n_reached}",
+                             _counts({f"{k} here": v for k, v in sorted(here.items())})])
+    return rows
+
+
+HEAD = ["task / step", "n", "reward", "passed", "outcomes"]
+
+
+def render(job, fmt: str = "text") -> str:
+    """Render a :class:`~cairn.job.JobResult` as ``text``, ``markdown`` or ``json``.
+
+    Args:
+        job: the job (its summary, results and stop reason).
+        fmt: ``text`` (aligned columns), ``markdown`` (tables) or ``json`` (summary.json's
+            content).
+
+    Returns:
+        The rendered report (no trailing newline).
+    """
+    summary: JobSummary = job.summary
+    stopped_by = getattr(job, "stopped_by", None)
+    if fmt == "json":
+        return json.dumps(summary.model_dump(mode="json"), indent=2)
+    rows = task_rows(summary, getattr(job, "results", ()))
+    head = summary_rows(summary, stopped_by)
+    if fmt == "markdown":
+        out = [f"# cairn job `{job.job_dir.name}`", "", "| | |", "|---|---|"]
+        out += [f"| {k} | {v} |" for k, v in head]
+        out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
+        out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        return "\n".join(out)
+    width = max(len(k) for k, _ in head)
+    out = [f"job {job.job_dir.name}"]
+    out += [f"  {k.ljust(width)}  {v}" for k, v in head]
+    if rows:
+        widths = [max(len(r[i]) for r in [*rows, HEAD]) for i in range(len(HEAD))]
+        out.append("")
+        out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    return "\n".join(out)

@@ -1,0 +1,488 @@
+"""Results on disk (SPEC §7): the only module that decides paths under ``jobs/`` or writes JSON.
+
+Layout::
+
+    jobs/<job_name>/
+      job.json  summary.json  job.log  lock
+      trials/<task-slug>__<attempt>__<id8>/
+        config.json  result.json  steps.json  trial.log
+        steps/<nn>-<name>/{agent,verifier,artifacts}/
+        attempts/<n>/            earlier infra-failed attempts, never deleted
+
+Every JSON file is written atomically (temp file in the same folder, fsync, ``os.replace``) and
+read with a strict parser (no NaN/Infinity). ``result.json`` is written last: its presence
+means the trial is finished. Secret values are masked as ``***`` in what cairn writes
+(:class:`Masker`, :func:`mask_tree`); artifacts are left as they are and only checked
+(:func:`find_secrets`). Reporting code reads only what this module wrote.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from cairn._util.atomic import FILE_MODE, write_bytes_atomic
+from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable
+from cairn.results.masking import Masker, find_secrets, mask_tree
+from cairn.task.model import task_slug
+from cairn.results.model import RESULT_SCHEMA_VERSION, JobSummary, StepResult, StepsFile, TrialResult
+
+JOB_JSON = "job.json"
+SUMMARY_JSON = "summary.json"
+JOB_LOG = "job.log"
+LOCK = "lock"
+TRIALS = "trials"
+CONFIG_JSON = "config.json"
+RESULT_JSON = "result.json"
+STEPS_JSON = "steps.json"
+TRIAL_LOG = "trial.log"
+STEPS = "steps"
+ATTEMPTS = "attempts"
+STEP_SUBDIRS = ("agent", "verifier", "artifacts")
+ARTIFACTS_MANIFEST = "manifest.json"
+
+
+__all__ = [
+    "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
+    "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json", "read_result",
+    "read_steps", "read_summary", "step_dir_name", "task_slug", "trial_dir_name",
+    "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
+]
+
+
+# ------------------------------------------------------------------------------------------
+# Atomic, strict files
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    """Write a value as strict JSON, atomically.
+
+    Args:
+        path: the destination (its folder must exist).
+        obj: a pydantic model (dumped with ``mode="json"``), or plain JSON values, nested
+            freely (models inside lists and dicts are dumped too).
+
+    Raises:
+        ValueError: a float is NaN or ±Infinity (nothing is written).
+        TypeError: a value is not JSON-serializable (nothing is written).
+        OSError: the file cannot be written.
+    """
+    write_bytes_atomic(path, dumps_strict(obj).encode("utf-8"))
+
+
+def read_json(path: Path) -> Any:
+    """Read a JSON file strictly (no NaN, Infinity or overflowing numbers).
+
+    Args:
+        path: the file.
+
+    Returns:
+        The parsed value.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: the content is not strict JSON.
+    """
+    return loads_strict(Path(path).read_bytes())
+
+
+# ------------------------------------------------------------------------------------------
+# Names and paths
+
+
+def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
+    """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (SPEC §7).
+
+    Args:
+        task_slug_: the task slug (slugified again, so a raw name is safe too).
+        attempt: the 1-based attempt number.
+        trial_id: the trial id; its first 8 hex digits (dashes and other characters dropped,
+            lower-cased) form ``id8``.
+
+    Returns:
+        The folder name, e.g. ``two-steps__1__3fa85f64``.
+
+    Raises:
+        ValueError: ``attempt`` < 1 or the id has fewer than 8 hex digits.
+    """
+    if attempt < 1:
+        raise ValueError(f"attempt is 1-based, got {attempt}")
+    hex_digits = re.sub(r"[^0-9a-f]", "", trial_id.lower())
+    if len(hex_digits) < 8:
+        raise ValueError(f"trial id {trial_id!r} has fewer than 8 hex digits")
+    return f"{task_slug(task_slug_)}__{attempt}__{hex_digits[:8]}"
+
+
+def step_dir_name(index: int, name: str) -> str:
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (SPEC §7).
+
+    Args:
+        index: 1-based step index.
+        name: the step name.
+
+    Returns:
+        e.g. ``01-main``.
+    """
+    return f"{index:02d}-{name}"
+
+
+@dataclass(frozen=True)
+class StepPaths:
+    """The folders of one step: ``steps/<nn>-<name>/{agent,verifier,artifacts}``."""
+
+    root: Path
+
+    @property
+    def agent(self) -> Path:
+        """Agent logs and ``trajectory.json``; planted reward files are kept here."""
+        return self.root / "agent"
+
+    @property
+    def verifier(self) -> Path:
+        """``test-stdout.txt``, ``test-stderr.txt``, ``reward.json|reward.txt``."""
+        return self.root / "verifier"
+
+    @property
+    def artifacts(self) -> Path:
+        """``manifest.json`` and the collected files (never modified by masking)."""
+        return self.root / "artifacts"
+
+    def create(self) -> StepPaths:
+        """Create the three folders (idempotent). Returns: ``self``."""
+        for sub in (self.agent, self.verifier, self.artifacts):
+            sub.mkdir(parents=True, exist_ok=True)
+        return self
+
+
+@dataclass(frozen=True)
+class TrialPaths:
+    """The files of one trial folder ``trials/<slug>__<attempt>__<id8>/``."""
+
+    root: Path
+
+    config_json = property(lambda self: self.root / CONFIG_JSON, doc="The trial's plan.")
+    result_json = property(lambda self: self.root / RESULT_JSON, doc="Written last.")
+    steps_json = property(lambda self: self.root / STEPS_JSON, doc="Rewritten after each step.")
+    trial_log = property(lambda self: self.root / TRIAL_LOG, doc="The trial's log.")
+    steps_dir = property(lambda self: self.root / STEPS, doc="Parent of the step folders.")
+    attempts_dir = property(lambda self: self.root / ATTEMPTS, doc="Earlier attempts.")
+
+    def step(self, index: int, name: str) -> StepPaths:
+        """The folders of step ``index`` (1-based) named ``name`` (not created)."""
+        return StepPaths(self.steps_dir / step_dir_name(index, name))
+
+    def attempt(self, n: int) -> Path:
+        """``attempts/<n>/`` (1-based)."""
+        return self.attempts_dir / str(n)
+
+    @property
+    def finished(self) -> bool:
+        """Whether ``result.json`` exists (the trial is finished)."""
+        return self.result_json.is_file()
+
+
+@dataclass(frozen=True)
+class JobPaths:
+    """The files of one job folder ``jobs/<job_name>/``."""
+
+    root: Path
+
+    job_json = property(lambda self: self.root / JOB_JSON, doc="Resolved config, versions.")
+    summary_json = property(lambda self: self.root / SUMMARY_JSON, doc="The job summary.")
+    job_log = property(lambda self: self.root / JOB_LOG, doc="The job's log.")
+    lock = property(lambda self: self.root / LOCK, doc="flock'ed while a process runs the job.")
+    trials_dir = property(lambda self: self.root / TRIALS, doc="Parent of the trial folders.")
+
+    def trial(self, task_name: str, attempt: int, trial_id: str) -> TrialPaths:
+        """The folder of a trial (not created); see :func:`trial_dir_name`."""
+        return TrialPaths(self.trials_dir / trial_dir_name(task_name, attempt, trial_id))
+
+    def trial_dirs(self) -> list[TrialPaths]:
+        """Every trial folder present, sorted by name (finished or not)."""
+        if not self.trials_dir.is_dir():
+            return []
+        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir()) if p.is_dir()]
+
+
+def move_attempt_aside(trial: TrialPaths) -> Path | None:
+    """Move a failed attempt's files into ``attempts/<n>/`` so the trial can run again.
+
+    Everything in the trial folder except ``attempts/`` moves (renames, same filesystem) into
+    the next free ``attempts/<n>`` (n = 1 + the largest number there). Nothing is deleted.
+
+    Args:
+        trial: the trial folder.
+
+    Returns:
+        The ``attempts/<n>`` folder, or ``None`` when there was nothing to move.
+    """
+    if not trial.root.is_dir():
+        return None
+    entries = sorted(p for p in trial.root.iterdir() if p.name != ATTEMPTS)
+    if not entries:
+        return None
+    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
+        if trial.attempts_dir.is_dir() else []
+    dest = trial.attempt(max(used, default=0) + 1)
+    dest.mkdir(parents=True)
+    for p in entries:
+        os.rename(p, dest / p.name)
+    return dest
+
+
+# ------------------------------------------------------------------------------------------
+# One trial folder
+
+
+class TrialStore:
+    """Writes one trial's folder (SPEC §7). The trial loop hands it values; it decides paths.
+
+    Every text or JSON file written through it has secret values masked. Call
+    :meth:`write_result` last.
+
+    Args:
+        paths: the trial folder.
+        masker: the secrets to mask (default: none).
+    """
+
+    def __init__(self, paths: TrialPaths, masker: Masker | None = None) -> None:
+        self.paths = paths
+        self.masker = masker or Masker(())
+
+    def create(self) -> TrialStore:
+        """Create the trial folder and ``steps/`` (idempotent). Returns: ``self``."""
+        self.paths.steps_dir.mkdir(parents=True, exist_ok=True)
+        return self
+
+    def step_dirs(self, index: int, name: str) -> StepPaths:
+        """Create and return a step's ``agent``, ``verifier`` and ``artifacts`` folders.
+
+        Args:
+            index: 1-based step index.
+            name: the step name.
+        """
+        return self.paths.step(index, name).create()
+
+    def _write_json(self, path: Path, obj: Any) -> None:
+        write_json_atomic(path, self.masker.mask_json(to_jsonable(obj)))
+
+    def write_config(self, config: Any) -> None:
+        """Write ``config.json`` (the trial's plan: task, agent, model, backend, image id).
+
+        Args:
+            config: a pydantic model or a dict; a ``schema_version`` key is added to a dict that
+                lacks one.
+
+        Raises:
+            ValueError: non-finite numbers.
+        """
+        data = to_jsonable(config)
+        if isinstance(data, dict):
+            data = {"schema_version": RESULT_SCHEMA_VERSION, **data}
+        self._write_json(self.paths.config_json, data)
+
+    def write_steps(self, steps: Sequence[StepResult]) -> None:
+        """Write ``steps.json`` (one row per declared step), after each step.
+
+        Args:
+            steps: the rows so far (steps not reached yet with source ``not-run``).
+        """
+        self._write_json(self.paths.steps_json, StepsFile(steps=list(steps)))
+
+    def write_result(self, result: TrialResult) -> None:
+        """Write ``result.json`` — last, since its presence marks the trial finished.
+
+        ``steps.json`` is rewritten first with the same rows, so the two always agree.
+
+        Args:
+            result: the finished trial.
+        """
+        self.write_steps(result.steps)
+        self._write_json(self.paths.result_json, result)
+
+    def append_log(self, text: str) -> None:
+        """Append text to ``trial.log`` (masked; a newline is added when missing).
+
+        Args:
+            text: one or more lines.
+        """
+        if not text.endswith("\n"):
+            text += "\n"
+        self.paths.root.mkdir(parents=True, exist_ok=True)
+        with open(self.paths.trial_log, "a", encoding="utf-8") as f:
+            f.write(self.masker.mask(text))
+
+    def write_text(self, path: Path | str, text: str | bytes) -> Path:
+        """Write a text file cairn produces inside the trial folder (masked, atomic).
+
+        Args:
+            path: relative to the trial folder (e.g. ``steps/01-main/verifier/test-stdout.txt``)
+                or absolute inside it. Parent folders are created.
+            text: the content; bytes are masked as bytes (any encoding that keeps the secret's
+                UTF-8 form).
+
+        Returns:
+            The absolute path written.
+
+        Raises:
+            ValueError: when ``path`` points outside the trial folder.
+        """
+        target = self._inside(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        data = text.encode("utf-8") if isinstance(text, str) else text
+        write_bytes_atomic(target, self.masker.mask_bytes(data))
+        return target
+
+    def _inside(self, path: Path | str) -> Path:
+        root = self.paths.root.resolve()
+        target = (root / path).resolve() if not Path(path).is_absolute() \
+            else Path(path).resolve()
+        if target != root and root not in target.parents:
+            raise ValueError(f"{path} is outside the trial folder {root}")
+        return target
+
+    def mask_files(self) -> list[str]:
+        """Mask secrets in every file of the trial folder except artifacts; check artifacts.
+
+        Run before :meth:`write_result`. Agent logs, trajectories and copies of test output
+        (written by other code) are rewritten in place; files under a step's ``artifacts/``
+        and under ``attempts/`` (already processed) are not modified.
+
+        Returns:
+            One warning per artifact file that contains a secret value.
+        """
+        if not self.masker:
+            return []
+        skip = {self.paths.attempts_dir}
+        artifact_dirs = sorted(self.paths.steps_dir.glob(f"*/{STEP_SUBDIRS[2]}")) \
+            if self.paths.steps_dir.is_dir() else []
+        mask_tree(self.paths.root, self.masker, skip=skip | set(artifact_dirs))
+        rel = self.paths.root
+        return [f"artifact {p.relative_to(rel)} contains a secret value (kept as collected)"
+                for d in artifact_dirs for p in find_secrets(d, self.masker)]
+
+
+def read_result(path: Path) -> TrialResult:
+    """Read and validate a ``result.json``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: not strict JSON, or not a valid TrialResult (pydantic ``ValidationError``).
+    """
+    return TrialResult.model_validate(read_json(path))
+
+
+def read_steps(path: Path) -> StepsFile:
+    """Read and validate a ``steps.json``.
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: not strict JSON, or not a valid steps file.
+    """
+    return StepsFile.model_validate(read_json(path))
+
+
+# ------------------------------------------------------------------------------------------
+# Job folder
+
+
+def write_artifacts_manifest(artifacts_dir: Path, rows: list[dict]) -> Path:
+    """Write a step's ``artifacts/manifest.json`` (one row per artifact entry), atomically.
+
+    Returns:
+        The manifest's path.
+    """
+    path = Path(artifacts_dir) / ARTIFACTS_MANIFEST
+    write_json_atomic(path, rows)
+    return path
+
+
+def read_artifacts_manifest(artifacts_dir: Path) -> list[dict]:
+    """The rows of a step's ``artifacts/manifest.json``; ``[]`` when absent or unreadable."""
+    try:
+        rows = read_json(Path(artifacts_dir) / ARTIFACTS_MANIFEST)
+    except (OSError, ValueError):
+        return []
+    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def write_job_json(job_dir: Path, job: Any) -> None:
+    """Write ``job.json``: the resolved config (templates, not secret values) and versions.
+
+    Args:
+        job_dir: the job folder (created if missing).
+        job: a pydantic model or a dict; a ``schema_version`` key is added to a dict lacking
+            one.
+
+    Raises:
+        ValueError: non-finite numbers.
+    """
+    paths = JobPaths(Path(job_dir))
+    paths.root.mkdir(parents=True, exist_ok=True)
+    data = to_jsonable(job)
+    if isinstance(data, dict):
+        data = {"schema_version": RESULT_SCHEMA_VERSION, **data}
+    write_json_atomic(paths.job_json, data)
+
+
+def write_summary(job_dir: Path, summary: JobSummary) -> None:
+    """Write ``summary.json`` atomically (rewritten after each trial).
+
+    Args:
+        job_dir: the job folder (created if missing).
+        summary: the summary.
+    """
+    paths = JobPaths(Path(job_dir))
+    paths.root.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(paths.summary_json, summary)
+
+
+def read_summary(job_dir: Path) -> JobSummary:
+    """Read and validate ``summary.json``.
+
+    Raises:
+        FileNotFoundError: no summary yet.
+        ValueError: not strict JSON, or not a valid summary.
+    """
+    return JobSummary.model_validate(read_json(JobPaths(Path(job_dir)).summary_json))
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """One ``result.json`` found in a job folder: either a result or why it could not be read.
+
+    Attributes:
+        path: the file.
+        result: the parsed result, or ``None`` when it failed to load.
+        error: the reason it failed to load (``None`` when it loaded).
+    """
+
+    path: Path
+    result: TrialResult | None
+    error: str | None = None
+
+
+def iter_trial_results(job_dir: Path) -> Iterator[ResultFile]:
+    """Read every finished trial's ``result.json`` of a job, in folder-name order.
+
+    Folders without result.json (unfinished trials) are not yielded; a result.json that does
+    not parse or validate is yielded with its error, never skipped silently. Earlier attempts
+    under ``attempts/`` are not read.
+
+    Args:
+        job_dir: the job folder.
+
+    Yields:
+        One :class:`ResultFile` per result.json.
+    """
+    for trial in JobPaths(Path(job_dir)).trial_dirs():
+        if not trial.result_json.exists():
+            continue
+        try:
+            yield ResultFile(trial.result_json, read_result(trial.result_json))
+        except (OSError, ValueError) as exc:
+            yield ResultFile(trial.result_json, None, f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,263 @@
+"""Remove left-over sandbox resources (SPEC §3 "Ownership and cleanup", §8).
+
+A cairn container or network carries ``cairn.job``, ``cairn.trial``, ``cairn.owner`` (the
+creating process: host, pid, start time) and, inside a job, ``cairn.job_dir``. It is *left over*
+when nothing that owns it is running:
+
+- its job's lock is free (the job folder is gone, or no process holds ``<job_dir>/lock``), and
+- its creating process is gone (so a sandbox made outside a job, or by a process that has not
+  taken a lock, is never pulled from under a live process).
+
+A resource whose owner cannot be judged (another host, no label) is kept. Resources without
+cairn labels are never listed, so never touched. ``images=True`` also removes cairn's images
+(``cairn-env:*``, label ``cairn.env_hash``) that no container uses and no build is writing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cairn.lock import is_locked, owner_alive, owner_token
+
+log = logging.getLogger(__name__)
+
+LABEL_JOB = "cairn.job"
+LABEL_JOB_DIR = "cairn.job_dir"
+LABEL_OWNER = "cairn.owner"
+LABEL_ENV_HASH = "cairn.env_hash"
+IMAGE_REPO = "cairn-env"
+
+
+@dataclass
+class CleanReport:
+    """What :func:`clean` did.
+
+    Attributes:
+        containers: names of the containers removed.
+        networks: names of the networks removed.
+        volumes: names of the volumes removed (compose projects).
+        images: tags (or ids) of the images removed.
+        folders: local-backend sandbox folders removed.
+        kept: cairn resources left alone because their job or owner still runs (or cannot
+            be judged), as ``kind name (reason)``.
+        errors: removals that failed.
+        engine_reachable: False when no Docker engine answered (nothing was cleaned there).
+    """
+
+    containers: list[str] = field(default_factory=list)
+    networks: list[str] = field(default_factory=list)
+    volumes: list[str] = field(default_factory=list)
+    images: list[str] = field(default_factory=list)
+    folders: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    engine_reachable: bool = True
+
+    @property
+    def removed(self) -> int:
+        """Number of resources removed."""
+        return (len(self.containers) + len(self.networks) + len(self.volumes) + len(self.images)
+                + len(self.folders))
+
+
+def leftover_reason(labels: Mapping[str, str], *, own_job_dir: Path | None = None) -> str | None:
+    """Why a labelled resource must be kept, or None when it is left over.
+
+    Args:
+        labels: the resource's labels.
+        own_job_dir: a job folder whose lock the caller itself holds (``cairn run`` /
+            ``cairn resume`` cleaning their job before starting); its lock counts as free.
+
+    Returns:
+        ``None`` for a left-over, else a short reason (``job running``, ``owner running``,
+        ``owner unknown``).
+    """
+    job_dir = labels.get(LABEL_JOB_DIR)
+    if job_dir:
+        own = own_job_dir is not None and Path(job_dir) == Path(own_job_dir).absolute()
+        if not own and is_locked(Path(job_dir)):
+            return "job running"
+    owner = labels.get(LABEL_OWNER)
+    alive = owner_alive(owner) if owner else None
+    if alive:
+        return "owner running"
+    if alive is None and not job_dir:
+        return "owner unknown"
+    return None
+
+
+def _matches_job(labels: Mapping[str, str], job: str | None) -> bool:
+    if job is None:
+        return True
+    job_dir = labels.get(LABEL_JOB_DIR) or ""
+    return labels.get(LABEL_JOB) == job or (bool(job_dir) and Path(job_dir).name == job)
+
+
+def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | None = None,
+          client: Any = None) -> CleanReport:
+    """Remove left-over cairn containers and networks (and, with ``images``, cairn images),
+    and left-over local-backend sandbox folders.
+
+    Args:
+        job: only resources of this job (its ``cairn.job`` id or its folder's name).
+        images: also remove cairn's images that nothing uses.
+        own_job_dir: the job folder the caller holds the lock of (see :func:`leftover_reason`).
+        client: a Docker SDK client to use (default: one from the environment).
+
+    Returns:
+        A :class:`CleanReport`.
+    """
+    report = CleanReport()
+    _clean_local(job, own_job_dir, report)
+    if client is None:
+        try:
+            import docker
+
+            client = docker.from_env(timeout=60)
+        except Exception as exc:  # no engine: nothing of docker's to clean
+            log.info("docker engine not reachable: %s", exc)
+            report.engine_reachable = False
+            return report
+        owned = True
+    else:
+        owned = False
+    try:
+        _clean_containers(client, job, own_job_dir, report)
+        _clean_networks(client, job, own_job_dir, report)
+        _clean_volumes(client, job, own_job_dir, report)
+        if images:
+            _clean_images(client, report)
+    except Exception as exc:
+        import docker.errors
+
+        if isinstance(exc, docker.errors.APIError):
+            report.errors.append(str(exc))
+        else:
+            report.engine_reachable = False
+            report.errors.append(f"docker engine: {exc}")
+    finally:
+        if owned:
+            with contextlib.suppress(Exception):
+                client.close()
+    return report
+
+
+def _clean_containers(client: Any, job: str | None, own_job_dir: Path | None,
+                      report: CleanReport) -> None:
+    """Remove left-over labelled containers (with their anonymous volumes)."""
+    items = [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"), c.get("Labels") or {})
+             for c in client.api.containers(all=True, filters={"label": LABEL_JOB})]
+
+    def remove(ident: str) -> None:
+        client.api.remove_container(ident, force=True, v=True)
+
+    _remove_labelled("container", items, remove, job, own_job_dir, report.containers, report)
+
+
+def _clean_networks(client: Any, job: str | None, own_job_dir: Path | None,
+                    report: CleanReport) -> None:
+    """Remove left-over labelled networks (per-trial and compose networks)."""
+    items = [(n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
+             for n in client.api.networks(filters={"label": LABEL_JOB})]
+    _remove_labelled("network", items, client.api.remove_network, job, own_job_dir,
+                     report.networks, report)
+
+
+def _clean_volumes(client: Any, job: str | None, own_job_dir: Path | None,
+                   report: CleanReport) -> None:
+    """Remove left-over labelled volumes (compose projects' named volumes)."""
+    vols = (client.api.volumes(filters={"label": LABEL_JOB}) or {}).get("Volumes") or []
+    items = [(v["Name"], v["Name"], v.get("Labels") or {}) for v in vols]
+    _remove_labelled("volume", items, client.api.remove_volume, job, own_job_dir,
+                     report.volumes, report)
+
+
+def _remove_labelled(kind: str, items: list[tuple[str, str, dict]], remove: Any, job: str | None,
+                     own_job_dir: Path | None, removed: list[str], report: CleanReport) -> None:
+    import docker.errors
+
+    for ident, name, labels in items:
+        if not _matches_job(labels, job):
+            continue
+        reason = leftover_reason(labels, own_job_dir=own_job_dir)
+        if reason:
+            report.kept.append(f"{kind} {name} ({reason})")
+            continue
+        try:
+            remove(ident)
+            removed.append(name)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            report.errors.append(f"{kind} {name}: {exc.explanation or exc}")
+
+
+def _clean_images(client: Any, report: CleanReport) -> None:
+    import docker.errors
+
+    from cairn.sandbox.docker.build import build_in_progress
+
+    in_use = {c.get("ImageID") for c in client.api.containers(all=True)}
+    for img in client.api.images(filters={"label": LABEL_ENV_HASH}):
+        tags = [t for t in (img.get("RepoTags") or []) if t != "<none>:<none>"]
+        label = (img.get("Labels") or {}).get(LABEL_ENV_HASH, "")
+        ident = tags[0] if tags else img["Id"][:19]
+        if any(not t.startswith(IMAGE_REPO + ":") for t in tags):
+            continue  # someone's own image built on top of ours: not cairn's to remove
+        if img["Id"] in in_use:
+            report.kept.append(f"image {ident} (used by a container)")
+            continue
+        if label and build_in_progress(label):
+            report.kept.append(f"image {ident} (a build is running)")
+            continue
+        try:
+            for t in tags[1:]:
+                client.api.remove_image(t)
+            client.api.remove_image(tags[0] if tags else img["Id"])
+            report.images.append(ident)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                report.kept.append(f"image {ident} (in use)")
+            else:
+                report.errors.append(f"image {ident}: {exc.explanation or exc}")
+
+
+def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport) -> None:
+    """Left-over local-backend sandbox folders (their marker file carries the owner)."""
+    try:
+        from cairn.sandbox import local
+    except ImportError:
+        return
+    find = getattr(local, "find_local_sandboxes", None)
+    remove = getattr(local, "remove_local_sandbox", None)
+    if find is None or remove is None:
+        return
+    for folder, marker in find():
+        if "unreadable" in marker:
+            report.kept.append(f"folder {folder} (marker unreadable)")
+            continue
+        labels = {LABEL_JOB: str(marker.get("job_id") or ""),
+                  LABEL_JOB_DIR: str(marker.get("job_dir") or "")}
+        if marker.get("owner"):
+            labels[LABEL_OWNER] = str(marker["owner"])
+        elif str(marker.get("owner_pid") or "").isdigit():
+            # pid only (no start time): a live pid counts as the owner (errs on keeping)
+            labels[LABEL_OWNER] = owner_token(int(marker["owner_pid"]))
+        if not _matches_job(labels, job):
+            continue
+        reason = leftover_reason(labels, own_job_dir=own_job_dir)
+        if reason:
+            report.kept.append(f"folder {folder} ({reason})")
+            continue
+        try:
+            remove(folder)
+            report.folders.append(str(folder))
+        except (OSError, ValueError) as exc:
+            report.errors.append(f"folder {folder}: {exc}")

@@ -1,0 +1,450 @@
+"""The docker sandbox backend (SPEC §3.1), through the Docker SDK for Python.
+
+One container per sandbox:
+
+- image: built from ``environment/Dockerfile`` once per content hash, or ``docker_image`` as is
+  (:mod:`cairn.sandbox.docker.build`);
+- PID 1 is Docker's init (tini), its child a tiny shell "keeper" that first starts the image's
+  ENTRYPOINT (with its CMD) in the background — so services the image starts come up — then
+  idles; SIGTERM ends it at once, and ``stop()`` removes the container with SIGKILL anyway;
+- labels ``cairn.job``, ``cairn.trial``, ``cairn.job_dir``, ``cairn.owner``, ``cairn.backend``
+  make every container attributable, so ``cairn clean`` removes exactly the left-overs;
+- ``no-network`` is ``--network none``, ``public`` the default bridge; ``allowlist`` is refused;
+- exec output is read from the multiplexed attach stream keeping only a tail per stream; a
+  timeout kills the exec's whole process tree inside the container (:mod:`.exec_stream`);
+- transfers are streamed tar archives (``put_archive`` fed by a generator, ``get_archive``
+  extracted as it arrives) through :mod:`cairn._util.tar`, so memory stays bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import posixpath
+import re
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import docker
+import docker.errors
+
+from cairn._util.tar import extract_tar_stream, tar_stream
+from cairn.errors import ErrorKind, SandboxError
+from cairn.lock import owner_token
+from cairn.sandbox.base import (
+    DEFAULT_MAX_OUTPUT_BYTES,
+    LOG_DIRS,
+    Capabilities,
+    ExecResult,
+    NetworkMode,
+    ProcessInfo,
+    Sandbox,
+    SandboxSpec,
+)
+from cairn.sandbox.docker.build import (
+    ImageInfo,
+    engine_version,
+    ensure_image,
+    in_thread,
+    make_client,
+    start_thread,
+    translate,
+)
+from cairn.sandbox.docker.exec_stream import (
+    EXEC_ID_VAR,
+    KEEPER_MARKER,
+    KEEPER_SCRIPT,
+    KILL_BY_ENV_SCRIPT,
+    KILL_KEYS_SCRIPT,
+    PS_SCRIPT,
+    ExecStream,
+    parse_processes,
+)
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_SEC = 120.0
+"""Bound on creating and starting the container once the image exists, seconds."""
+
+KILL_GRACE_SEC = 3.0
+"""After a timed-out exec's tree is killed, how long its output may take to close, seconds."""
+
+_SETUP_SCRIPT = """
+set -e
+for d in {logs}; do rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; done
+mkdir -p "$1"
+if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
+""".format(logs=" ".join(LOG_DIRS))
+
+_ENV_SKIP = frozenset({"Dockerfile", "docker-compose.yaml", "docker-compose.yml", "compose.yaml",
+                       ".dockerignore"})
+
+
+def container_labels(spec: SandboxSpec, env_hash: str = "") -> dict[str, str]:
+    """The ownership labels every cairn container carries (SPEC §3)."""
+    labels = {
+        "cairn.job": spec.job_id,
+        "cairn.trial": spec.trial_id,
+        "cairn.backend": "docker",
+        "cairn.owner": owner_token(),
+    }
+    if spec.job_dir is not None:
+        labels["cairn.job_dir"] = str(Path(spec.job_dir).absolute())
+    if env_hash:
+        labels["cairn.env_hash"] = env_hash
+    return labels
+
+
+def _user(user: str | int | None) -> str:
+    return "" if user is None else str(user)
+
+
+class DockerSandbox(Sandbox):
+    """A sandbox that is one Docker container (see the module docstring).
+
+    Args:
+        spec: the frozen :class:`SandboxSpec`.
+    """
+
+    name: ClassVar[str] = "docker"
+    capabilities: ClassVar[Capabilities] = Capabilities(
+        network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
+        cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
+        dockerfile="full")
+    known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+
+    def __init__(self, spec: SandboxSpec) -> None:
+        super().__init__(spec)
+        self._client: docker.DockerClient | None = None
+        self._cid: str | None = None
+        self._creating: asyncio.Future[str] | None = None
+        self._image: ImageInfo | None = None
+        self._workdir = spec.workdir or "/"
+        self._shell = "sh"
+        self._started = False
+        self._ready = False
+        self._stopped = False
+        self._engine_version: str | None = None
+        self.warnings: list[str] = []
+
+    # ---- lifecycle --------------------------------------------------------------------
+    @property
+    def workdir(self) -> str:
+        """``spec.workdir``, else the image WORKDIR, else ``/``."""
+        return self._workdir
+
+    @property
+    def container_id(self) -> str | None:
+        """The container's id while it exists."""
+        return self._cid
+
+    @property
+    def info(self) -> dict[str, str | None]:
+        """``backend``, ``image_id``, ``engine_version``, plus ``image`` and ``container_id``."""
+        return {"backend": self.name,
+                "image_id": self._image.image_id if self._image else None,
+                "engine_version": self._engine_version,
+                "image": self._image.ref if self._image else None,
+                "container_id": self._cid}
+
+    @property
+    def image(self) -> ImageInfo | None:
+        """The resolved image (after :meth:`start`)."""
+        return self._image
+
+    async def start(self) -> None:
+        """Build or reuse the image, start the container, prepare ``/logs`` and the workdir.
+
+        Raises:
+            UnsupportedError: a network mode or GPU request this backend cannot honour.
+            BuildError: ``build_failed``, ``build_timeout`` or ``image_not_found``.
+            SandboxError: ``start_failed``.
+            SandboxLostError: the engine does not answer.
+        """
+        if self._started or self._stopped:
+            raise SandboxError("a sandbox can be started once", kind=ErrorKind.START_FAILED)
+        self._started = True
+        self.warnings = self.check(self.spec)
+        self._client = await in_thread(make_client)
+        self._engine_version = await in_thread(engine_version, self._client)
+        self._image = await ensure_image(self._client, self.spec)
+        self._workdir = self.spec.workdir or self._image.workdir or "/"
+        try:
+            async with asyncio.timeout(START_TIMEOUT_SEC):
+                await self._create_and_start()
+                await self._prepare()
+        except TimeoutError:
+            raise SandboxError(f"the container did not start within {START_TIMEOUT_SEC:g} s",
+                               kind=ErrorKind.START_FAILED) from None
+        self._ready = True
+
+    async def _create_and_start(self) -> None:
+        assert self._client is not None and self._image is not None
+        api = self._client.api
+        spec = self.spec
+        host_kw: dict[str, Any] = {
+            "init": True,
+            "network_mode": "none" if spec.network_mode is NetworkMode.NO_NETWORK else "bridge",
+        }
+        if spec.cpus:
+            host_kw["nano_cpus"] = int(float(spec.cpus) * 1e9)
+        if spec.memory_mb:
+            host_kw["mem_limit"] = f"{int(spec.memory_mb)}m"
+            host_kw["memswap_limit"] = f"{int(spec.memory_mb)}m"
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.name).strip("-.")[:40] or "sandbox"
+        name = f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}-" \
+               f"{uuid.uuid4().hex[:6]}"
+        env_hash = spec.env_hash
+        img = self._image
+        with translate("creating the container", kind=ErrorKind.START_FAILED):
+            host_config = api.create_host_config(**host_kw)
+            def create() -> str:
+                # The id is recorded on the worker thread, so a start cancelled while the
+                # engine creates the container still lets stop() find and remove it.
+                created = api.create_container(
+                    img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
+                    command=[*img.entrypoint, *img.cmd] if img.entrypoint else [],
+                    labels=container_labels(spec, env_hash), host_config=host_config, name=name,
+                    working_dir=self._workdir, environment=dict(spec.env) or None, detach=True)
+                self._cid = created["Id"]
+                return self._cid
+
+            self._creating = start_thread(create)
+            await asyncio.shield(self._creating)
+            await in_thread(api.start, self._cid)
+
+    async def _prepare(self) -> None:
+        code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
+                                          self._workdir], user="0")
+        if code != 0:
+            logs = await self._container_logs()
+            raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
+                               f"{logs}".strip(), kind=ErrorKind.START_FAILED,
+                               detail={"stderr": err[-4000:], "logs": logs})
+        self._shell = "bash" if out.strip().endswith("bash") else "sh"
+        img, env_dir = self._image, self.spec.env_dir
+        if img is not None and not img.built and self.spec.docker_image and env_dir and \
+                env_dir.is_dir() and not (env_dir / "Dockerfile").is_file():
+            for entry in sorted(env_dir.iterdir()):
+                if entry.name not in _ENV_SKIP:
+                    await self.upload(entry, posixpath.join(self._workdir, entry.name))
+
+    async def _container_logs(self) -> str:
+        if not (self._client and self._cid):
+            return ""
+        with contextlib.suppress(Exception):
+            raw = await in_thread(self._client.api.logs, self._cid, tail=30)
+            return raw.decode("utf-8", "replace").strip()
+        return ""
+
+    async def stop(self) -> None:
+        """Remove the container (SIGKILL, no grace period). Idempotent; never raises for
+        resources already gone; with ``spec.keep`` a started sandbox is left running."""
+        if self.spec.keep and self._cid and not self._stopped and self._ready:
+            self._stopped = True
+            log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
+                        self._cid[:12], self._shell)
+            return
+        self._stopped = True
+        if self._creating is not None and not self._creating.done():
+            with contextlib.suppress(Exception):  # let a cancelled create land, then remove it
+                await asyncio.wait_for(asyncio.shield(self._creating), START_TIMEOUT_SEC)
+        cid, self._cid = self._cid, None
+        client, self._client = self._client, None
+        if client is None:
+            return
+        if cid is not None:
+            try:
+                await in_thread(client.api.remove_container, cid, force=True, v=True)
+            except docker.errors.NotFound:
+                pass
+            except Exception as exc:  # stop never raises; the label lets `cairn clean` finish
+                log.warning("could not remove container %s: %s", cid[:12], exc)
+        with contextlib.suppress(Exception):
+            client.close()
+
+    # ---- exec -------------------------------------------------------------------------
+    def _require(self) -> tuple[Any, str]:
+        if self._cid is None or self._client is None or self._stopped:
+            raise SandboxError("the sandbox is not running")
+        return self._client.api, self._cid
+
+    async def _run(self, argv: list[str], *, user: str | int | None = None,
+                   env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+        """An internal exec: no timeout machinery, small output, (exit code, stdout, stderr)."""
+        api, cid = self._require()
+
+        def work() -> tuple[int | None, str, str]:
+            ex = api.exec_create(cid, argv, stdout=True, stderr=True, user=_user(user),
+                                 environment=env)
+            out, err = api.exec_start(ex["Id"], demux=True)
+            code = api.exec_inspect(ex["Id"]).get("ExitCode")
+            return code, (out or b"").decode("utf-8", "replace"), \
+                (err or b"").decode("utf-8", "replace")
+
+        with translate("exec"):
+            return await in_thread(work)
+
+    async def exec(
+        self,
+        command: str | Sequence[str],
+        *,
+        user: str | int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> ExecResult:
+        """Run a command in the container; see :meth:`Sandbox.exec`.
+
+        Raises:
+            SandboxError: the container is gone or refuses execs.
+            SandboxLostError: the engine does not answer.
+        """
+        api, cid = self._require()
+        if isinstance(command, str):
+            argv = [self._shell, "-c", command]
+        else:
+            argv = [str(a) for a in command]
+            if not argv:
+                raise ValueError("empty argv")
+        token = uuid.uuid4().hex
+        environment = {**(env or {}), EXEC_ID_VAR: token}
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        with translate("exec"):
+            created = await in_thread(api.exec_create, cid, argv, stdout=True, stderr=True,
+                                      user=_user(user), workdir=cwd or self._workdir,
+                                      environment=environment)
+        stream = ExecStream(api, created["Id"], max_output_bytes)
+        fut = start_thread(stream.run)
+        timed_out = False
+        try:
+            with translate("exec"):
+                if timeout_sec is None:
+                    await asyncio.shield(fut)
+                else:
+                    await asyncio.wait_for(asyncio.shield(fut), max(0.0, timeout_sec))
+        except TimeoutError:
+            timed_out = True
+            await asyncio.shield(self._kill_tree(token, user, stream, fut))
+        except asyncio.CancelledError:
+            await asyncio.shield(self._kill_tree(token, user, stream, fut))
+            raise
+        code: int | None = None
+        if not timed_out:
+            with translate("exec"):
+                code = await in_thread(stream.exit_code)
+        return ExecResult(exit_code=code, stdout=stream.stdout.text(),
+                          stderr=stream.stderr.text(), timed_out=timed_out,
+                          elapsed_sec=loop.time() - t0,
+                          stdout_truncated=stream.stdout.truncated,
+                          stderr_truncated=stream.stderr.truncated)
+
+    async def _kill_tree(self, token: str, user: str | int | None, stream: ExecStream,
+                         fut: asyncio.Future[None]) -> None:
+        """Kill every process of one exec (found by its CAIRN_EXEC_ID), then stop reading."""
+        try:
+            async with asyncio.timeout(30):
+                await self._run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", token],
+                                user=user)
+        except Exception as exc:  # the container may be gone; reading still has to stop
+            log.debug("killing exec tree failed: %s", exc)
+        try:
+            await asyncio.wait_for(asyncio.shield(fut), KILL_GRACE_SEC)
+        except BaseException:  # noqa: BLE001 - output still open, or the read failed
+            stream.abort()
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(asyncio.shield(fut), 5)
+
+    # ---- processes ----------------------------------------------------------------------
+    async def processes(self) -> list[ProcessInfo]:
+        """List the container's processes from its own ``/proc`` (one exec).
+
+        Raises:
+            SandboxError: the list could not be read.
+        """
+        code, out, err = await self._run(["/bin/sh", "-c", PS_SCRIPT, "cairn-ps"], user="0")
+        if code != 0:
+            raise SandboxError(f"listing processes failed (exit {code}): {err.strip()[-500:]}")
+        return parse_processes(out)
+
+    async def kill_processes(self, pids: Sequence[ProcessInfo]) -> None:
+        """SIGKILL the given processes if their start time still matches; never PID 1 nor the
+        container's keeper (killing it would end the container).
+
+        Raises:
+            SandboxError: the kill could not be sent.
+        """
+        keys = [f"{p.pid}:{p.start_ticks}" for p in pids
+                if p.pid != 1 and not (p.ppid == 1 and KEEPER_MARKER in p.cmdline)]
+        if not keys:
+            return
+        code, _, err = await self._run(["/bin/sh", "-c", KILL_KEYS_SCRIPT, "cairn-killp", *keys],
+                                       user="0")
+        if code != 0:
+            raise SandboxError(f"killing processes failed (exit {code}): {err.strip()[-500:]}")
+
+    # ---- files --------------------------------------------------------------------------
+    def _abs(self, path: str) -> str:
+        p = path if path.startswith("/") else posixpath.join(self._workdir, path)
+        return posixpath.normpath(p) if p != "/" else "/"
+
+    async def upload(self, host_path: Path, sandbox_path: str) -> None:
+        """Stream a host file or folder into the container; see :meth:`Sandbox.upload`.
+
+        Raises:
+            FileNotFoundError: ``host_path`` does not exist.
+            SandboxError: kind ``transfer_failed``.
+        """
+        api, cid = self._require()
+        host_path = Path(host_path)
+        if not os.path.lexists(host_path):
+            raise FileNotFoundError(f"no such host path: {host_path}")
+        dest = self._abs(sandbox_path)
+        is_dir = host_path.is_dir() and not host_path.is_symlink()
+        if not is_dir and dest == "/":
+            raise SandboxError("cannot upload a file onto /", kind=ErrorKind.TRANSFER_FAILED)
+        if is_dir and not any(os.scandir(host_path)):
+            code, _, err = await self._run(["mkdir", "-p", dest], user="0")
+            if code != 0:
+                raise SandboxError(f"upload to {dest}: {err.strip()}",
+                                   kind=ErrorKind.TRANSFER_FAILED)
+            return
+        arc = dest.lstrip("/")
+        with translate(f"upload to {dest}", kind=ErrorKind.TRANSFER_FAILED):
+            await in_thread(api.put_archive, cid, "/",
+                            tar_stream(host_path, arc, include_root=False))
+
+    async def download(self, sandbox_path: str, host_path: Path) -> None:
+        """Stream a container file or folder to the host; see :meth:`Sandbox.download`.
+
+        Raises:
+            FileNotFoundError: ``sandbox_path`` does not exist.
+            SandboxError: kind ``transfer_failed``, also when members were refused as unsafe
+                (everything safe is still written).
+        """
+        api, cid = self._require()
+        src = self._abs(sandbox_path)
+
+        def work() -> Any:
+            try:
+                chunks, stat = api.get_archive(cid, src, chunk_size=1 << 20)
+            except docker.errors.NotFound as exc:
+                if "container" in (exc.explanation or "").lower() and \
+                        "could not find the file" not in (exc.explanation or "").lower():
+                    raise
+                raise FileNotFoundError(f"no such path in the sandbox: {src}") from None
+            return extract_tar_stream(chunks, Path(host_path), root_name=stat["name"])
+
+        with translate(f"download of {src}", kind=ErrorKind.TRANSFER_FAILED):
+            report = await in_thread(work)
+        if report.refused:
+            raise SandboxError(
+                f"download of {src}: refused {len(report.refused)} unsafe member(s): "
+                f"{'; '.join(report.refused[:5])}", kind=ErrorKind.TRANSFER_FAILED,
+                detail={"refused": report.refused[:100]})

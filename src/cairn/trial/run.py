@@ -1,0 +1,424 @@
+"""Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (SPEC §4–§6).
+
+``trial.py`` never writes JSON itself: it hands values to :mod:`cairn.results.store`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import time
+from collections.abc import Callable
+from datetime import datetime, timezone
+
+from cairn.agents.base import Agent, AgentContext
+from cairn.results.aggregate import score_trial, stop_decision
+from cairn.errors import (
+    Category,
+    ErrorKind,
+    Phase,
+    SandboxError,
+    SandboxLostError,
+    TrialFailure,
+    UnsupportedError,
+    category_of,
+)
+from cairn.trial.healthcheck import run_healthcheck
+from cairn.plan import TrialPlan
+from cairn.results.model import (
+    AgentRef,
+    ErrorInfo,
+    Outcome,
+    StepResult,
+    StepSource,
+    StopReason,
+    TaskRef,
+    Tokens,
+    TrialResult,
+    TrialTimings,
+)
+from cairn.sandbox import get_backend
+from cairn.sandbox.base import Sandbox, SandboxSpec
+from cairn.trial.step import StepDirs, StepEnv, run_step
+from cairn.results.store import Masker, TrialPaths, TrialStore
+from cairn.task.envvars import resolve_env, secret_values
+from cairn.task.model import Step
+
+EventSink = Callable[[str], None]
+
+
+def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
+               after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
+    """Classify a :class:`TrialFailure` into the persisted ``error`` (SPEC §6)."""
+    step_index = step.index if step is not None else 1
+    detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
+              if not k.startswith("_")}
+    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
+                                                         after_agent=after_agent),
+                     phase=phase or _PHASE_OF.get(exc.kind), step=step.name if step else None,
+                     message=mask(str(exc)), detail=detail)
+
+
+_PHASE_OF = {
+    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT, ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT, ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
+    ErrorKind.START_FAILED: Phase.ENVIRONMENT, ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP, ErrorKind.SETUP_FAILED: Phase.SETUP,
+    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK, ErrorKind.TEST_MISSING: Phase.VERIFIER,
+    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
+    ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
+    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
+}
+
+
+def _enter_hint(sandbox: Sandbox) -> str:
+    """How to look inside a kept sandbox, and how to remove it."""
+    info = sandbox.info
+    if info.get("container_id"):
+        how = f"docker exec -it {str(info['container_id'])[:12]} bash"
+    else:
+        how = f"{sandbox.name} sandbox {info}"
+    return f"{how}  (remove it with `cairn clean`)"
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def make_agent(plan: TrialPlan) -> Agent:
+    """Instantiate the plan's agent through the agent registry."""
+    from cairn.agents.registry import create_agent
+
+    return create_agent(plan.agent_name, plan.model, dict(plan.agent_kwargs))
+
+
+class _TrialRun:
+    """The mutable state of one running trial; :func:`run_trial` is its only user."""
+
+    def __init__(self, plan: TrialPlan, agent: Agent, on_event: EventSink | None) -> None:
+        self.plan = plan
+        self.task = plan.task
+        self.agent = agent
+        self.emit = on_event or (lambda line: None)
+        self.store = TrialStore(TrialPaths(plan.trial_dir))
+        self.rows: list[StepResult] = [
+            StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in self.task.steps]
+        self.error: ErrorInfo | None = None
+        self.stop_reason: StopReason | None = None
+        self.phase = Phase.ENVIRONMENT
+        self.after_agent = False
+        self.steps_run = 0
+        self.masker = Masker(())
+        self.warnings: list[str] = []
+        self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
+        self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
+        self.separate: dict = {}
+        self.step_env: StepEnv | None = None
+        self.current_step: Step | None = None
+
+    def log(self, line: str) -> None:
+        self.store.append_log(line)
+
+    def event(self, line: str) -> None:
+        self.log(line)
+        tag = self.task.name if self.plan.attempt == 1 else f"{self.task.name} #{self.plan.attempt}"
+        self.emit(f"[{tag}] {line}")
+
+    # ---- set-up ------------------------------------------------------------------------------
+    def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
+        """Resolve env templates (SPEC §4.1 step 1) and build the sandbox spec."""
+        task, opts = self.task, self.plan.options
+        environ = os.environ
+        env_t = task.environment.env
+        env = resolve_env(env_t, environ)
+        sol_t = task.config.solution.env
+        solution_env = resolve_env(sol_t, environ)
+        verifier_envs = [resolve_env(s.verifier_env, environ) for s in task.steps]
+        secrets = set(secret_values(env_t, env)) | set(secret_values(sol_t, solution_env))
+        for s, resolved in zip(task.steps, verifier_envs):
+            secrets |= set(secret_values(s.verifier_env, resolved))
+        self.masker = Masker(secrets)
+        self.store.masker = self.masker
+        e = task.environment
+        spec = SandboxSpec(
+            env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
+            cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
+            network_mode=e.effective_network_mode, env=env,
+            build_timeout_sec=e.build_timeout_sec * opts.timeout_multiplier,
+            force_build=opts.force_build, job_id=self.plan.job_id, trial_id=self.plan.trial_id,
+            env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
+        return spec, solution_env, verifier_envs
+
+    # ---- the body ----------------------------------------------------------------------------
+    async def body(self) -> None:
+        try:
+            spec, solution_env, verifier_envs = self._resolve()
+        except TrialFailure as exc:
+            self.error = error_info(exc, phase=Phase.ENVIRONMENT)
+            return
+        cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
+        try:
+            for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
+                self.warnings.append(warning)
+                self.event(f"warning: {warning}")
+            self.separate = self._plan_separate(spec)
+        except UnsupportedError as exc:
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
+                                    phase=Phase.ENVIRONMENT)
+            return
+        except TrialFailure as exc:
+            self.error = error_info(exc, phase=Phase.ENVIRONMENT)
+            return
+        if hasattr(self.agent, "solution_env"):
+            self.agent.solution_env = solution_env
+        keep = self.plan.options.keep_sandbox
+        sandbox = cls(dataclasses.replace(spec, keep=keep))
+        cancelled = True
+        try:
+            await self._start(sandbox)
+            await self._steps(sandbox, verifier_envs)
+            cancelled = False
+        except TrialFailure as exc:
+            cancelled = False
+            self._record_failure(exc)
+        finally:
+            # --keep-sandbox keeps the sandbox of a trial that did not pass (never on Ctrl-C).
+            verified = self.plan.options.verify
+            failed = self.error is not None or self.stop_reason is not None or (
+                verified and not all(r.passed for r in self.rows))
+            if keep and failed and not cancelled:
+                self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
+            else:
+                sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
+            await asyncio.shield(sandbox.stop())
+
+    def _plan_separate(self, spec: SandboxSpec) -> dict:
+        """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
+        to the masker."""
+        if not self.plan.options.verify or all(s.verifier_mode != "separate"
+                                               for s in self.task.steps):
+            return {}
+        from cairn.trial.separate_verifier import plan_separate_verifier
+
+        plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
+                                                 time_scale=self.plan.options.timeout_multiplier)
+                 for s in self.task.steps if s.verifier_mode == "separate"}
+        extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
+        if extra:
+            self.masker = Masker(set(self.masker.secrets) | extra)
+            self.store.masker = self.masker
+        return plans
+
+    async def _start(self, sandbox: Sandbox) -> None:
+        started = time.monotonic()
+        self.phase = Phase.ENVIRONMENT
+        try:
+            await sandbox.start()
+        except SandboxError as exc:
+            if exc.kind is ErrorKind.SANDBOX_UNUSABLE:
+                raise TrialFailure(ErrorKind.START_FAILED, str(exc), detail=exc.detail) from exc
+            raise
+        self.timings["environment_sec"] = time.monotonic() - started
+        self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
+        self.event(f"environment: {self.plan.backend}, ready in "
+                   f"{self.timings['environment_sec']:.1f} s")
+        hc = self.task.environment.healthcheck
+        if hc is not None:
+            out = await run_healthcheck(sandbox, hc, time_scale=self.plan.options.timeout_multiplier)
+            if not out.healthy:
+                raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
+                                   f"environment healthcheck failed after {out.probes} probes",
+                                   detail={"exit_code": out.last_exit_code,
+                                           "output_tail": out.last_output})
+        self.phase = Phase.AGENT_SETUP
+        started = time.monotonic()
+        first = self.task.steps[0]
+        ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
+                           timeout_sec=self.plan.options.agent_setup_timeout_sec,
+                           user=first.agent_user, env=dict(self.plan.options.agent_env))
+        try:
+            async with asyncio.timeout(self.plan.options.agent_setup_timeout_sec
+                                       * self.plan.options.timeout_multiplier):
+                await self.agent.setup(sandbox, ctx)
+        except (TrialFailure, asyncio.CancelledError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - any setup failure is agent_setup_failed (infra)
+            raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
+                               f"agent setup failed: {type(exc).__name__}: {exc}") from exc
+        self.timings["agent_setup_sec"] = time.monotonic() - started
+
+    async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
+        opts = self.plan.options
+        steps = self.task.steps
+        env = StepEnv(verifier_env={}, time_scale=opts.timeout_multiplier, verify=opts.verify,
+                      hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
+                      resume_session=opts.resume_agent_session, mask=self.masker.mask,
+                      separate=self.separate)
+        self.step_env = env
+        for step, venv in zip(steps, verifier_envs):
+            env.verifier_env = venv
+            self.steps_run += 1
+            self.current_step = step
+            env.phase = self.phase = Phase.SETUP
+            sp = self.store.step_dirs(step.index, step.name)
+            dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
+            try:
+                row, _ = await run_step(sandbox, self.agent, step, dirs, env, self.task)
+                self.after_agent = True
+            except TrialFailure as exc:
+                self.after_agent = self.after_agent or env.trial_baseline is not None
+                row = self._step_failure(step, exc)
+            self.current_step = None
+            self.rows[step.index - 1] = row
+            self.store.write_steps(self.rows)
+            self._step_event(step, row)
+            if self.error is not None:
+                return
+            if row.error is not None and row.source is StepSource.ERROR:
+                self.error = row.error
+                return
+            stop = stop_decision(row, step.min_reward, is_last=step.index == len(steps),
+                                 verify=opts.verify)
+            if stop is not None:
+                self.stop_reason = stop
+                return
+
+    def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
+        """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
+        phase = _PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
+        if isinstance(exc, SandboxLostError):
+            self.error = error_info(exc, step=step, phase=phase, mask=self.masker.mask)
+            return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
+                              error=self.error)
+        if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not self.after_agent:
+            exc = TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
+        info = error_info(exc, step=step, phase=phase, after_agent=self.after_agent,
+                          mask=self.masker.mask)
+        if info.category is Category.CANDIDATE:
+            return StepResult(index=step.index, name=step.name, source=StepSource.CANDIDATE_ERROR,
+                              reward=0.0, rewards={"reward": 0.0}, passed=False, error=info)
+        self.error = info
+        return StepResult(index=step.index, name=step.name, source=StepSource.ERROR, error=info)
+
+    def _record_failure(self, exc: TrialFailure) -> None:
+        if self.error is None:
+            self.error = error_info(exc, phase=self.phase if exc.kind not in _PHASE_OF else None,
+                                    after_agent=self.after_agent, mask=self.masker.mask)
+
+    def _step_event(self, step: Step, row: StepResult) -> None:
+        n = len(self.task.steps)
+        t = row.timings
+        if row.source is StepSource.CANDIDATE_ERROR and row.error is not None:
+            what = f"reward 0.00 ({row.error.kind.value}: {row.error.message})"
+        elif row.source is StepSource.VERIFIER:
+            what = f"reward {row.reward:.2f}" if row.reward is not None else \
+                f"rewards {row.rewards}"
+        elif row.error is not None:
+            what = f"error {row.error.kind.value}: {row.error.message}"
+        else:
+            what = "agent only (no verification)"
+        parts = [f"agent {t.agent_sec:.1f} s" if t.agent_sec is not None else None,
+                 f"verifier {t.verifier_sec:.1f} s" if t.verifier_sec is not None else None]
+        extra = ", ".join(p for p in parts if p)
+        exit_note = f" [agent {row.agent_exit.value}]" if row.agent_exit and \
+            row.agent_exit.value != "ok" else ""
+        self.event(f"step {step.index}/{n} {step.name}: {what}{exit_note}"
+                   + (f" ({extra})" if extra else ""))
+
+    # ---- result ------------------------------------------------------------------------------
+    def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
+        task = self.task
+        strategy = task.config.multi_step_reward_strategy
+        error = self.error
+        if cancelled and error is None:
+            running = self.current_step
+            phase = self.step_env.phase if running is not None and self.step_env else self.phase
+            error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=phase,
+                              step=running.name if running else None,
+                              message="the trial was cancelled"
+                              + (f" during step {running.name!r}" if running else ""))
+        score = score_trial(strategy, self.rows, steps_total=len(task.steps),
+                            stop_reason=self.stop_reason, error=error, cancelled=cancelled)
+        verify = self.plan.options.verify
+        toks = [r.tokens for r in self.rows if r.tokens is not None]
+        costs = [r.cost_usd for r in self.rows if r.cost_usd is not None]
+        return TrialResult(
+            trial_id=self.plan.trial_id, trial_name=self.plan.trial_name,
+            attempt=self.plan.attempt,
+            task=TaskRef(name=task.name, content_hash=task.content_hash),
+            agent=AgentRef(name=self.plan.agent_name, version=self.agent.version,
+                           kwargs=dict(self.plan.agent_kwargs)),
+            model=self.plan.model, backend=self.plan.backend, outcome=score.outcome,
+            error=score.error, reward=score.reward if verify else None,
+            rewards=score.rewards if verify else None,
+            reward_all_steps=score.reward_all_steps if verify else None,
+            passed=score.passed and verify, strategy=strategy, steps_total=len(task.steps),
+            steps_run=self.steps_run, stopped_after=score.stopped_after,
+            stop_reason=score.stop_reason,
+            timings=TrialTimings(total_sec=total_sec, **self.timings),
+            tokens=Tokens(prompt=sum(t.prompt for t in toks),
+                          completion=sum(t.completion for t in toks),
+                          cached=sum(t.cached for t in toks)),
+            cost_usd=sum(costs) if costs else None, started_at=started_at, finished_at=_now(),
+            image_id=self.info.get("image_id"), engine_version=self.info.get("engine_version"),
+            warnings=[*self.task_warnings(), *self.warnings], steps=self.rows)
+
+    def task_warnings(self) -> list[str]:
+        return [str(w) for w in self.task.warnings]
+
+
+async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
+                    on_event: EventSink | None = None) -> TrialResult:
+    """Run one trial to its end and write its results (SPEC §4.1).
+
+    Args:
+        plan: the trial plan (task, agent, backend, attempt, ids, folders, options).
+        agent: an agent instance to use instead of creating one from ``plan.agent_name``.
+        on_event: receives one human-readable line per event (SPEC §9's per-step lines).
+
+    Returns:
+        The :class:`TrialResult`, also written to ``<trial_dir>/result.json`` (last).
+
+    Raises:
+        asyncio.CancelledError: after recording the trial as ``cancelled`` (sandbox removed).
+    """
+    started_at = _now()
+    t0 = time.monotonic()
+    run = _TrialRun(plan, agent or make_agent(plan), on_event)
+    run.store.create()
+    run.store.write_config({
+        "task": {"name": plan.task.name, "content_hash": plan.task.content_hash,
+                 "path": str(plan.task.path)},
+        "agent": {"name": plan.agent_name, "kwargs": plan.agent_kwargs,
+                  "version": run.agent.version},
+        "model": plan.model, "backend": plan.backend, "attempt": plan.attempt,
+        "trial_id": plan.trial_id, "job_id": plan.job_id,
+        "options": {"timeout_multiplier": plan.options.timeout_multiplier,
+                    "verify": plan.options.verify,
+                    "hardened_verify": plan.options.hardened_verify}})
+    run.store.write_steps(run.rows)
+    cancelled = False
+    try:
+        await run.body()
+    except asyncio.CancelledError:
+        cancelled = True
+        raise
+    finally:
+        run.warnings.extend(run.store.mask_files())
+        result = run.result(started_at, time.monotonic() - t0, cancelled)
+        run.store.write_result(result)
+        if not cancelled:
+            verdict = "PASS" if result.passed else result.outcome.value.upper()
+            if result.outcome is Outcome.COMPLETED and not result.passed:
+                verdict = "FAIL"
+            r = f"{result.reward:.2f}" if result.reward is not None else "none"
+            how = f"{result.strategy} of {result.steps_total} steps"
+            if result.steps_run < result.steps_total:
+                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
+            why = ""
+            if result.error is not None:
+                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
+                    if result.error.message else f": {result.error.kind.value}"
+            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}")
+    return result

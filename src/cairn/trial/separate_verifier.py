@@ -1,0 +1,255 @@
+"""The separate verifier (SPEC §4.6, "Separate mode"): grade in a fresh sandbox that sees only
+the step's declared artifacts.
+
+For a step whose ``environment_mode`` is ``"separate"`` (step level, else task level):
+
+1. Before anything starts, :func:`plan_separate_verifier` resolves the verifier's environment:
+   the ``[verifier].environment`` table (the step's, else the task's), else a copy of
+   ``[environment]``; its image is built from the step's ``tests/`` folder when that holds a
+   ``Dockerfile`` or ``docker-compose.yaml``, else from the task's ``tests/``, else it is that
+   table's ``docker_image``. With neither, the task is refused (``config_error``), as Harbor
+   refuses it. Env templates are resolved and the backend's capability check runs here, so a
+   bad verifier environment fails in a second, not after the agent's hour.
+2. After the agent phase and the artifact collection, :func:`run_separate_verifier` starts that
+   sandbox with the trial's backend (its compose variant for a compose folder), runs its
+   ``healthcheck`` if set, copies the step's declared artifacts in at their original paths from
+   the host copies in the step's ``artifacts/`` folder (only entries the manifest marks
+   ``copied``; ``exclude``d files stay out), restores ``/logs/artifacts``, then runs the verifier
+   exactly as in shared mode (:func:`cairn.trial.verify.run_verifier`), and removes the sandbox.
+   When the task ships no ``test.sh`` for the step, the image's own ``/tests/test.sh`` runs.
+
+Failures of the verifier's sandbox are not the agent's: a build failure keeps its kind
+(``build_failed`` / ``image_not_found``, task), any other sandbox failure becomes
+``start_failed`` (infra, retried).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+from cairn.errors import (
+    BuildError,
+    ErrorKind,
+    SandboxError,
+    SandboxLostError,
+    TrialFailure,
+    UnsupportedError,
+)
+from cairn.trial.healthcheck import run_healthcheck
+from cairn.sandbox import get_backend
+from cairn.sandbox.base import Sandbox, SandboxSpec
+from cairn.sandbox.docker.compose_files import find_compose_file
+from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
+from cairn.task.envvars import resolve_env, secret_values
+from cairn.task.hashing import env_hash
+from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
+from cairn.trial.verify import VerifierRun, run_verifier
+
+LOGS_ARTIFACTS = "/logs/artifacts"
+_DEFINITION_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
+
+
+@dataclass(frozen=True)
+class SeparatePlan:
+    """How one step's separate verifier sandbox is made (resolved before anything starts).
+
+    Attributes:
+        backend: the sandbox class (the trial's backend, or its compose variant).
+        spec: the verifier sandbox's spec.
+        healthcheck: the verifier environment's healthcheck, if any.
+        secrets: resolved template values of the verifier environment's env (to mask).
+        warnings: capability warnings of the backend for this spec.
+    """
+
+    backend: type[Sandbox]
+    spec: SandboxSpec
+    healthcheck: Healthcheck | None
+    secrets: frozenset[str] = frozenset()
+    warnings: tuple[str, ...] = ()
+
+
+def verifier_build_context(task: Task, step: Step) -> Path | None:
+    """The folder the step's verifier image is built from: ``steps/<name>/tests/`` when it holds
+    a Dockerfile or compose file, else ``tests/`` when that does, else ``None``."""
+    for d in (task.path / "steps" / step.name / "tests", task.path / "tests"):
+        if any((d / n).is_file() for n in _DEFINITION_FILES):
+            return d
+    return None
+
+
+def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: str, *,
+                           environ: Mapping[str, str] | None = None,
+                           time_scale: float = 1.0) -> SeparatePlan:
+    """Resolve the separate verifier sandbox of ``step``.
+
+    Args:
+        task: the loaded task.
+        step: a step with ``verifier_mode == "separate"``.
+        base: the trial's sandbox spec (job and trial ids, ``force_build``, job folder).
+        backend: the trial's backend name (``docker``, ``local``).
+        environ: the host environment for ``${VAR}`` templates (default ``os.environ``).
+        time_scale: the timeout multiplier (applied to ``build_timeout_sec``).
+
+    Returns:
+        The :class:`SeparatePlan`.
+
+    Raises:
+        TrialFailure: ``config_error`` — nothing to build the verifier from, a template missing
+            on the host, or an environment the backend cannot run.
+    """
+    cfg: EnvironmentConfig = step.verifier_environment or task.environment
+    context = verifier_build_context(task, step)
+    fallback_note: tuple[str, ...] = ()
+    if context is None and not cfg.docker_image:
+        # SPEC §4.6 "else a copy of [environment]": with no verifier image of its own and no
+        # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
+        # (pristine: none of the agent's changes, only the declared artifacts).
+        context = task.env_dir
+        if context is None or (find_compose_file(context) is None
+                               and not (context / "Dockerfile").is_file()):
+            raise TrialFailure(
+                ErrorKind.CONFIG_ERROR,
+                f"step {step.name!r} verifies in a separate environment but it has nothing to "
+                "start: set [verifier.environment].docker_image, add tests/Dockerfile, or give "
+                "the task an environment/Dockerfile")
+        fallback_note = ("separate verifier: no verifier image given; using a fresh copy of the "
+                         "task's environment",)
+    env = resolve_env(cfg.env, os.environ if environ is None else environ)
+    compose = find_compose_file(context) is not None
+    spec = dataclasses.replace(
+        base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
+        cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
+        network_mode=cfg.effective_network_mode, env=env,
+        build_timeout_sec=cfg.build_timeout_sec * time_scale,
+        env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
+        name=f"{task.slug}-verifier", keep=False)
+    cls = get_backend(backend, compose=compose)
+    try:
+        warnings = cls.check(spec)
+    except UnsupportedError as exc:
+        raise TrialFailure(ErrorKind.CONFIG_ERROR,
+                           f"separate verifier of step {step.name!r}: {exc}") from None
+    return SeparatePlan(backend=cls, spec=spec, healthcheck=cfg.healthcheck,
+                        secrets=frozenset(secret_values(cfg.env, env)),
+                        warnings=(*fallback_note, *warnings))
+
+
+def _declared_rows(artifacts_dir: Path) -> list[dict]:
+    """The manifest rows of the step's artifacts folder (empty when there is none)."""
+    return read_artifacts_manifest(artifacts_dir)
+
+
+def _inside(root: Path, rel: str) -> Path | None:
+    """``root / rel`` when it stays inside ``root`` (no ``..``, not absolute), else ``None``."""
+    p = PurePosixPath(rel)
+    if p.is_absolute() or ".." in p.parts:
+        return None
+    return root if str(p) in ("", ".") else root / p
+
+
+async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path) -> list[str]:
+    """Copy the step's collected artifacts into ``sandbox`` at their original paths.
+
+    Every manifest row with status ``copied`` goes back to its ``source`` path; the files
+    ``/logs/artifacts`` held (the folder's root, minus ``manifest.json`` and the other entries'
+    destinations) go back to ``/logs/artifacts``.
+
+    Args:
+        sandbox: the verifier's fresh sandbox.
+        artifacts_dir: the step's host ``artifacts/`` folder (with ``manifest.json``).
+
+    Returns:
+        The sandbox paths restored.
+
+    Raises:
+        SandboxError: a transfer failed.
+    """
+    restored: list[str] = []
+    rows = _declared_rows(artifacts_dir)
+    taken: set[str] = {ARTIFACTS_MANIFEST}
+    for row in rows:
+        dest = str(row.get("destination") or "")
+        if row.get("source") != LOGS_ARTIFACTS and dest not in ("", "."):
+            taken.add(PurePosixPath(dest).parts[0])
+    for row in rows:
+        source, dest = row.get("source"), str(row.get("destination") or "")
+        if row.get("status") != "copied" or not isinstance(source, str) or \
+                not source.startswith("/"):
+            continue
+        if source == LOGS_ARTIFACTS:
+            for entry in sorted(artifacts_dir.iterdir()):
+                if entry.name not in taken:
+                    await sandbox.upload(entry, f"{LOGS_ARTIFACTS}/{entry.name}")
+                    restored.append(f"{LOGS_ARTIFACTS}/{entry.name}")
+            continue
+        host = _inside(artifacts_dir, dest)
+        if host is None or not os.path.lexists(host) or host == artifacts_dir:
+            continue
+        parent = str(PurePosixPath(source).parent)
+        await sandbox.exec(["mkdir", "-p", parent], user="root")
+        await sandbox.upload(host, source)
+        restored.append(source)
+    return restored
+
+
+async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
+                                timeout_sec: float, verifier_dir: Path, artifacts_dir: Path,
+                                mask=lambda s: s, time_scale: float = 1.0) -> VerifierRun:
+    """Verify ``step`` in a fresh sandbox holding only its declared artifacts.
+
+    Args:
+        plan: from :func:`plan_separate_verifier`.
+        step: the step.
+        env: the resolved, merged verifier env (as in shared mode).
+        timeout_sec: bound on test.sh, seconds (already multiplied).
+        verifier_dir: host ``steps/<nn>-<name>/verifier`` (exists).
+        artifacts_dir: host ``steps/<nn>-<name>/artifacts`` (collected, with its manifest).
+        mask: masks secret values in text written to the host.
+        time_scale: the timeout multiplier (healthcheck timing).
+
+    Returns:
+        The :class:`~cairn.trial.verify.VerifierRun`; sandbox failures are in ``error``
+        (``build_failed``/``image_not_found``/``build_timeout`` as built, others
+        ``start_failed``).
+
+    Raises:
+        SandboxLostError: the engine is gone.
+    """
+    try:
+        async with plan.backend(plan.spec) as sb:
+            if plan.healthcheck is not None:
+                hc = await run_healthcheck(sb, plan.healthcheck, time_scale=time_scale)
+                if not hc.healthy:
+                    return VerifierRun(error=TrialFailure(
+                        ErrorKind.ENV_HEALTHCHECK_FAILED,
+                        f"the separate verifier environment of step {step.name!r} failed its "
+                        f"healthcheck after {hc.probes} probes",
+                        detail={"exit_code": hc.last_exit_code,
+                                "output_tail": mask(hc.last_output)}))
+            restored = await restore_artifacts(sb, artifacts_dir)
+            run = await run_verifier(sb, step, env=env, timeout_sec=timeout_sec,
+                                     verifier_dir=verifier_dir, mask=mask, image_tests=True)
+            run.warnings.extend(plan.warnings)
+            if not restored:
+                run.warnings.append("separate verifier: no artifact was copied into its sandbox")
+            return run
+    except SandboxLostError:
+        raise
+    except BuildError as exc:
+        return VerifierRun(error=TrialFailure(
+            exc.kind, f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
+            detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()}))
+    except (SandboxError, UnsupportedError) as exc:
+        return VerifierRun(error=TrialFailure(
+            ErrorKind.START_FAILED,
+            f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
+            detail={k: mask(v) if isinstance(v, str) else v
+                    for k, v in getattr(exc, "detail", {}).items()}))
+    except TrialFailure as exc:
+        if exc.kind is ErrorKind.CONFIG_ERROR:
+            return VerifierRun(error=exc)
+        raise

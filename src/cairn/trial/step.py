@@ -1,0 +1,304 @@
+"""One step's procedure, in SPEC §4.2's exact order, against the Sandbox interface.
+
+1. host folders; 2. copy ``workdir/`` (agent's earlier files kept); 3. ``setup.sh``;
+4. step healthcheck; 5. agent phase; 6. end the phase (§4.4); 7. artifacts; 8. verifier.
+The stop rules (9.) are applied by :mod:`cairn.trial`, which owns the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn.agents.base import Agent, AgentContext
+from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
+from cairn.trial.artifacts import collect_artifacts
+from cairn.errors import (
+    ErrorKind,
+    ModelError,
+    Phase,
+    SandboxError,
+    TrialFailure,
+)
+from cairn.trial.healthcheck import run_healthcheck
+from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
+from cairn.sandbox.base import ProcessInfo, Sandbox
+from cairn.results.store import write_artifacts_manifest
+from cairn.task.model import Step
+from cairn.trial.verify import run_verifier
+
+_GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
+SETUP_SCRIPT = "/tmp/.cairn-setup.sh"
+PYTHON_HOOKS_CMD = (
+    "find / -xdev \\( -path /proc -o -path /sys -o -path /tests \\) -prune -o "
+    "\\( -name sitecustomize.py -o -name usercustomize.py -o -name conftest.py \\) "
+    "-newer /proc/1/cmdline -type f -print -delete 2>/dev/null; "
+    "for d in $(python3 -c 'import site,sys; print(\" \".join(site.getsitepackages()+"
+    "[site.getusersitepackages()]))' 2>/dev/null); do "
+    "find \"$d\" -maxdepth 1 -name '*.pth' -newer /proc/1/cmdline -type f -print -delete "
+    "2>/dev/null; done; true")
+
+
+def strip_canary(text: str) -> str:
+    """Remove every line that carries a canary GUID (also inside ``<!-- -->``), SPEC §4.2."""
+    return _CANARY_LINE.sub("", text)
+
+
+@dataclass
+class StepEnv:
+    """Per-step inputs the trial resolved once.
+
+    Attributes:
+        verifier_env: resolved merged verifier env.
+        time_scale: the timeout multiplier.
+        verify: ``False`` under ``--no-verify``.
+        hardened: ``--hardened-verify``.
+        agent_env: ``--ae`` variables.
+        resume_session: ``--resume-agent-session``.
+        trial_baseline: processes that existed before the first agent phase (hardened mode).
+        mask: secret masker for text written to the host.
+        separate: step index → :class:`cairn.trial.separate_verifier.SeparatePlan` for steps verified in a
+            separate sandbox (SPEC §4.6).
+        phase: the phase the running step is in (kept up to date by :func:`run_step`).
+    """
+
+    verifier_env: dict[str, str]
+    time_scale: float = 1.0
+    verify: bool = True
+    hardened: bool = False
+    agent_env: dict[str, str] = field(default_factory=dict)
+    resume_session: bool = False
+    trial_baseline: list[ProcessInfo] | None = None
+    mask: object = staticmethod(lambda s: s)
+    separate: dict = field(default_factory=dict)
+    phase: Phase = Phase.SETUP
+    """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
+
+
+@dataclass
+class StepDirs:
+    """The step's host folders."""
+
+    agent: Path
+    verifier: Path
+    artifacts: Path
+
+
+async def _kill_new(sandbox: Sandbox, before: list[ProcessInfo]) -> list[ProcessInfo]:
+    """SIGKILL every process that is not in ``before`` (by pid and start time); repeat until none.
+
+    Returns:
+        The processes killed.
+    """
+    known = {p.key for p in before}
+    killed: list[ProcessInfo] = []
+    for _ in range(5):
+        new = [p for p in await sandbox.processes() if p.key not in known and p.pid != 1]
+        if not new:
+            break
+        await sandbox.kill_processes(new)
+        killed.extend(new)
+        await asyncio.sleep(0.05)
+    return killed
+
+
+async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
+    """Copy ``steps/<name>/workdir/`` (except setup.sh) into the working dir, owned by the agent user."""
+    if step.workdir_dir is None:
+        return
+    wd = sandbox.workdir
+    entries = sorted(p for p in step.workdir_dir.iterdir() if p.name != "setup.sh")
+    if not entries:
+        return
+    await sandbox.exec(["mkdir", "-p", wd], user="root")
+    for p in entries:
+        await sandbox.upload(p, f"{wd.rstrip('/')}/{p.name}")
+    owner = step.agent_user
+    if owner is None:
+        owner = (await sandbox.exec(["id", "-u"])).stdout.strip() or "0"
+    if str(owner) not in ("0", "root"):
+        await sandbox.exec(["chown", "-R", str(owner), *[f"{wd.rstrip('/')}/{p.name}" for p in entries]],
+                           user="root")
+
+
+async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
+    """Run ``workdir/setup.sh`` as the agent user in the working dir; returns seconds taken.
+
+    Raises:
+        TrialFailure: ``setup_failed`` on non-zero exit or timeout (exit code, stderr tail).
+    """
+    setup = step.setup_sh
+    if setup is None:
+        return 0.0
+    started = time.monotonic()
+    await sandbox.upload(setup, SETUP_SCRIPT)
+    await sandbox.exec(["chmod", "755", SETUP_SCRIPT], user="root")
+    if b"\r\n" in setup.read_bytes():
+        await sandbox.exec(["sed", "-i", "s/\\r$//", SETUP_SCRIPT], user="root")
+    timeout = step.setup_timeout_sec * time_scale
+    r = await sandbox.exec(["bash", SETUP_SCRIPT], user=step.agent_user, timeout_sec=timeout)
+    await sandbox.exec(["rm", "-f", SETUP_SCRIPT], user="root")
+    if not r.ok:
+        why = f"timed out after {timeout:g} s" if r.timed_out else f"exited {r.exit_code}"
+        raise TrialFailure(ErrorKind.SETUP_FAILED, f"setup.sh of step {step.name!r} {why}",
+                           detail={"exit_code": r.exit_code, "timed_out": r.timed_out,
+                                   "stderr_tail": r.stderr[-2000:]})
+    return time.monotonic() - started
+
+
+_AFTER_AGENT_PROBE = (
+    "rm -rf /solution; for d in /logs/agent /logs/verifier /logs/artifacts; do "
+    "[ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] && echo \"$d\"; done; true")
+
+
+async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]:
+    """After an agent phase, in one probe: remove ``/solution`` and find which log folders hold
+    files; move agent logs and planted verifier files to the host and empty both (§11).
+
+    Returns:
+        (warnings, whether ``/logs/artifacts`` holds files).
+    """
+    warnings: list[str] = []
+    r = await sandbox.exec(_AFTER_AGENT_PROBE, user="root")
+    full = set(r.stdout.split())
+    emptied: list[str] = []
+    if "/logs/agent" in full:
+        await sandbox.download("/logs/agent", agent_dir)
+        emptied.append("/logs/agent")
+    if "/logs/verifier" in full:
+        planted = agent_dir / "planted-verifier-logs"
+        planted.mkdir(parents=True, exist_ok=True)
+        await sandbox.download("/logs/verifier", planted)
+        warnings.append("the agent wrote into /logs/verifier; kept as evidence in "
+                        "agent/planted-verifier-logs and never read as a reward")
+        emptied.append("/logs/verifier")
+    if emptied:
+        await sandbox.exec(f"find {' '.join(emptied)} -mindepth 1 -delete; "
+                           "chmod 777 /logs/agent /logs/verifier", user="root")
+    return warnings, "/logs/artifacts" in full
+
+
+async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
+                   task) -> tuple[StepResult, AgentContext | None]:
+    """Run one step (SPEC §4.2 items 2–8) and return its row.
+
+    Failures of SPEC §6's vocabulary raised by the phases are left to the caller (the trial),
+    which classifies them; the returned row covers the normal path including verifier errors,
+    which are recorded in ``error`` with ``source = error``.
+
+    Raises:
+        TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox error;
+            the exception carries ``partial`` (the row so far) as ``exc.detail["_row"]``.
+        SandboxLostError: the engine is gone.
+    """
+    timings: dict[str, float | None] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
+    warnings: list[str] = []
+    mask = env.mask
+
+    # 2-3. workdir and setup.sh
+    env.phase = Phase.SETUP
+    await _copy_workdir(sandbox, step)
+    if step.setup_sh is not None:
+        timings["setup_sec"] = await _run_setup(sandbox, step, env.time_scale)
+
+    # 4. step healthcheck
+    env.phase = Phase.HEALTHCHECK
+    if step.healthcheck is not None:
+        hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
+                                   time_scale=env.time_scale)
+        if not hc.healthy:
+            raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
+                               f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
+                               detail={"exit_code": hc.last_exit_code,
+                                       "output_tail": hc.last_output})
+
+    # 5. agent phase
+    env.phase = Phase.AGENT
+    timeout = step.agent_timeout_sec * env.time_scale
+    context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
+                           user=step.agent_user, env=dict(env.agent_env),
+                           resume_session=env.resume_session)
+    before = await sandbox.processes()
+    if env.trial_baseline is None:
+        env.trial_baseline = before
+    agent_exit = AgentExit.OK
+    started = time.monotonic()
+    try:
+        async with asyncio.timeout(timeout):
+            await agent.run(strip_canary(step.instruction), sandbox, context)
+    except TimeoutError:
+        agent_exit = AgentExit.TIMEOUT
+    except (ModelError, SandboxError):
+        raise
+    except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
+        agent_exit = AgentExit.ERROR
+        (dirs.agent / "agent-error.txt").write_text(mask(traceback.format_exc()))
+    timings["agent_sec"] = time.monotonic() - started
+    if agent_exit is AgentExit.OK and context.exit is not None:
+        agent_exit = context.exit
+    if context.metadata.get("model_retries"):
+        warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
+
+    # 6. end the agent phase (§4.4): kill what a timed-out or crashed agent started
+    if agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR):
+        killed = await _kill_new(sandbox, before)
+        if killed:
+            warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
+    evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
+    warnings.extend(evidence_warnings)
+
+    # 7. artifacts
+    env.phase = Phase.ARTIFACTS
+    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
+                                       logs_artifacts_written=artifacts_written)
+    write_artifacts_manifest(dirs.artifacts, manifest)
+    for row in manifest:
+        if row["status"] != "copied":
+            warnings.append(f"artifact {row['source']} not collected: {row['error']}")
+
+    row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
+               tokens=context.tokens, cost_usd=context.cost_usd)
+    if not env.verify:
+        return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
+
+    # 8. verifier
+    env.phase = Phase.VERIFIER
+    if env.hardened:
+        killed = await _kill_new(sandbox, env.trial_baseline or before)
+        if killed:
+            warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
+        await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
+    if step.verifier_mode == "separate":
+        from cairn.trial.separate_verifier import run_separate_verifier
+
+        plan = env.separate.get(step.index)
+        if plan is None:
+            raise TrialFailure(ErrorKind.CONFIG_ERROR,
+                               f"step {step.name!r}: separate verifier was not planned")
+        v = await run_separate_verifier(plan, step, env=env.verifier_env,
+                                        timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                                        verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
+                                        mask=mask, time_scale=env.time_scale)
+    else:
+        v = await run_verifier(sandbox, step, env=env.verifier_env,
+                               timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                               verifier_dir=dirs.verifier, mask=mask)
+    timings["verifier_sec"] = v.elapsed_sec
+    warnings.extend(v.warnings)
+    if v.error is not None:
+        from cairn.trial.run import error_info  # local import: trial imports this module
+
+        err = error_info(v.error, step=step, phase=Phase.VERIFIER)
+        return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
+                          reward_file=v.reward_file, timings=StepTimings(**timings),
+                          **row), context
+    gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
+    return StepResult(
+        source=StepSource.VERIFIER, reward=primary_reward(v.rewards), rewards=v.rewards,
+        passed=step_passed(step.min_reward, v.rewards, True), verifier_exit_code=v.exit_code,
+        reward_file=v.reward_file, timings=StepTimings(**timings), gates=gates, **row), context

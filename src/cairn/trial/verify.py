@@ -1,0 +1,164 @@
+"""Run a step's verifier in the shared sandbox and read its reward (SPEC §4.6, §5.1, §11).
+
+Shared mode, in this order: empty ``/logs/verifier`` and ``/tests`` (as root); upload ``tests/``
+then ``steps/<name>/tests/`` on top; run ``test.sh`` with bash as the verifier user, cwd
+``/tests``, with the merged verifier env (the agent's env is not applied); save stdout and stderr
+apart; record the exit code (not used for scoring); read the reward; remove ``/tests``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
+from cairn.trial.rewards import read_reward
+from cairn.sandbox.base import Sandbox
+from cairn.task.model import Step
+
+TESTS_DIR = "/tests"
+VERIFIER_LOGS = "/logs/verifier"
+REWARD_FILES = ("reward.json", "reward.txt")
+REWARD_CAP_BYTES = 64 * 1024
+
+
+@dataclass
+class VerifierRun:
+    """What one verification produced.
+
+    Attributes:
+        rewards: the reward keys read (``None`` when reading failed; then ``error`` is set).
+        reward_file: ``reward.json`` or ``reward.txt``.
+        exit_code: test.sh's exit status (``None`` on timeout).
+        elapsed_sec: wall time of test.sh, seconds.
+        warnings: CRLF normalisation, both reward files present, values outside [0, 1].
+        error: the failure (``test_missing``, ``verifier_timeout``, ``reward_*``), if any.
+    """
+
+    rewards: dict[str, float] | None = None
+    reward_file: str | None = None
+    exit_code: int | None = None
+    elapsed_sec: float = 0.0
+    warnings: list[str] = field(default_factory=list)
+    error: TrialFailure | None = None
+
+
+async def empty_verifier_logs(sandbox: Sandbox) -> None:
+    """Remove everything under ``/logs/verifier`` (as root) and leave it world-writable."""
+    await sandbox.exec(
+        f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
+        f"chmod 777 {VERIFIER_LOGS}", user="root")
+
+
+def _read_capped(path: Path) -> bytes | None:
+    """Read a downloaded reward file without following links; ``None`` when absent."""
+    if path.is_symlink():
+        raise TrialFailure(ErrorKind.REWARD_PARSE_ERROR,
+                           f"{path.name} is a symbolic link; a reward must be a regular file")
+    if not path.exists():
+        return None
+    if not path.is_file():
+        raise TrialFailure(ErrorKind.REWARD_PARSE_ERROR, f"{path.name} is not a regular file")
+    with path.open("rb") as fh:
+        return fh.read(REWARD_CAP_BYTES + 1)
+
+
+async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
+                       verifier_dir: Path, mask=lambda s: s,
+                       image_tests: bool = False) -> VerifierRun:
+    """Verify one step in the shared sandbox.
+
+    Args:
+        sandbox: the trial's sandbox.
+        step: the step (its ``tests_dirs``, ``test_sh``, ``verifier_user``).
+        env: the resolved, merged verifier env.
+        timeout_sec: bound on test.sh, seconds (already multiplied).
+        verifier_dir: host folder ``steps/<nn>-<name>/verifier`` (exists).
+        mask: masks secret values in text written to the host.
+        image_tests: when the step has no test.sh of its own, run the sandbox's own
+            ``/tests/test.sh`` (a separate verifier's image may ship it) instead of failing
+            with ``test_missing``.
+
+    Returns:
+        The :class:`VerifierRun`; failures of SPEC §6 (task category) are in ``error``.
+
+    Raises:
+        SandboxError: a sandbox operation failed (the engine classifies it).
+        SandboxLostError: the engine is gone.
+    """
+    run = VerifierRun()
+    if step.test_sh is None and not image_tests:
+        run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
+        return run
+    try:
+        if step.test_sh is None:
+            await empty_verifier_logs(sandbox)
+            if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
+                run.error = TrialFailure(ErrorKind.TEST_MISSING,
+                                         f"step {step.name!r} has no test.sh, nor has the "
+                                         f"verifier's image a {TESTS_DIR}/test.sh")
+                return run
+        else:
+            # one exec: empty /logs/verifier, fresh /tests
+            await sandbox.exec(
+                f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
+                f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR} && mkdir -p {TESTS_DIR}",
+                user="root")
+            for d in step.tests_dirs:
+                await sandbox.upload(d, TESTS_DIR)
+        fixups = f"chmod -R a+rwX {TESTS_DIR}"
+        if step.test_sh is not None and b"\r\n" in step.test_sh.read_bytes():
+            run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
+            fixups += f" && sed -i 's/\\r$//' {TESTS_DIR}/test.sh"
+        await sandbox.exec(fixups, user="root")
+
+        started = time.monotonic()
+        result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,
+                                    cwd=TESTS_DIR, env=env, timeout_sec=timeout_sec)
+        run.elapsed_sec = time.monotonic() - started
+        run.exit_code = result.exit_code
+        if result.exit_code in (126, 127) and not (
+                await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
+            # bash itself no longer runs: whatever ran before broke the sandbox (SPEC §6
+            # sandbox_unusable), not the task's verifier
+            raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
+                               f"{result.stderr.strip()[-300:]}",
+                               detail={"exit_code": result.exit_code})
+
+        await sandbox.download(VERIFIER_LOGS, verifier_dir)
+        (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout))
+        (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr))
+        if result.timed_out:
+            run.error = TrialFailure(
+                ErrorKind.VERIFIER_TIMEOUT,
+                f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
+                detail={"timeout_sec": timeout_sec})
+            return run
+        present = [n for n in REWARD_FILES if os.path.lexists(verifier_dir / n)]
+        run.reward_file = present[0] if present else None
+        try:
+            files = {name: _read_capped(verifier_dir / name) for name in REWARD_FILES}
+            read = read_reward(files)
+        except TrialFailure as exc:
+            detail = dict(exc.detail)
+            detail.update(exit_code=result.exit_code, stdout_tail=mask(result.stdout[-2000:]),
+                          stderr_tail=mask(result.stderr[-2000:]))
+            run.error = TrialFailure(exc.kind, mask(str(exc)), detail=detail)
+            return run
+        run.rewards = dict(read.rewards)
+        run.reward_file = read.reward_file
+        run.warnings.extend(read.warnings)
+        return run
+    finally:
+        try:
+            # /tests goes, and so does what this verifier left in /logs/verifier (it is on the
+            # host already): the next step's agent must not read it, nor be blamed for it.
+            await asyncio.shield(sandbox.exec(
+                f"rm -rf {TESTS_DIR}; find {VERIFIER_LOGS} -mindepth 1 -delete", user="root"))
+        except SandboxLostError:
+            raise
+        except Exception:  # noqa: BLE001 - the run's own error matters more than cleanup
+            pass
