@@ -76,8 +76,9 @@ class TrialPlan:
 
     @property
     def trial_name(self) -> str:
-        """The trial folder name: ``<task-slug>__<attempt>__<id8>`` (SPEC §7)."""
-        return f"{self.task.slug}__{self.attempt}__{self.trial_id[:8]}"
+        """The trial folder's name (the job planner chose it by the store's rule,
+        :func:`cairn.results.store.trial_dir_name`)."""
+        return Path(self.trial_dir).name
 
 
 def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],

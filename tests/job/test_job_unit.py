@@ -16,7 +16,7 @@ from taskgen import write_task
 
 from cairn.job.discover import check_templates, config_error_result, discover_tasks
 from cairn.errors import UsageError
-from cairn.job.run import JobResult, arun_job, read_job, resume_config
+from cairn.job import JobResult, arun_job, read_job, resume_config
 from cairn.lock import JobLock
 from cairn.plan import JobConfig
 from cairn.results.store import JobPaths, TrialStore
@@ -97,7 +97,9 @@ def _job_json(job_dir: Path, agent_env: dict) -> None:
     job_dir.mkdir(parents=True)
     cfg = JobConfig(paths=(Path("/x"),), backend="docker").model_dump(mode="json")
     cfg["agent_env"] = agent_env
-    (job_dir / "job.json").write_text(json.dumps({"backend": "docker", "config": cfg}))
+    (job_dir / "job.json").write_text(json.dumps({
+        "schema_version": "1.0", "job_name": job_dir.name, "cairn_version": "0", "backend": "docker",
+        "config": cfg, "started_at": "2026-12-01T00:00:00+00:00"}))
 
 
 def test_resume_config_fills_masked_agent_env(tmp_path):

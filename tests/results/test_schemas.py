@@ -71,7 +71,7 @@ def errored_result() -> TrialResult:
 
 
 def test_committed_schemas_equal_generated_ones() -> None:
-    assert stale_schemas() == [], "run: python -m cairn.schemas"
+    assert stale_schemas() == [], "run: python -m cairn.results.schemas"
     assert schemas_main(["--check"]) == 0
     for name in SCHEMA_MODELS:
         assert load_schema(name) == json.loads(schema_text(name))
@@ -80,7 +80,8 @@ def test_committed_schemas_equal_generated_ones() -> None:
 def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
     assert schemas_main(["--bogus"]) == 2
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["result.schema.json", "steps.schema.json",
+    assert sorted(p.name for p in written) == ["config.schema.json", "job.schema.json",
+                                               "result.schema.json", "steps.schema.json",
                                                "summary.schema.json"]
     assert stale_schemas(tmp_path) == []
     (tmp_path / "steps.schema.json").write_text("{}")

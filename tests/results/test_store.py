@@ -177,6 +177,7 @@ def test_layout_names(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ TrialStore
 
 
+@pytest.mark.writes_invalid_results  # a partial config.json, written through the dict path
 def test_trial_store_writes_every_file(tmp_path: Path) -> None:
     job = JobPaths(tmp_path / "job")
     store = TrialStore(job.trial("two-steps", 1, TRIAL_ID)).create()

@@ -8,7 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.results.aggregate import primary_reward, summarize_job
+from cairn.results.aggregate import primary_reward
+from cairn.results.summary import summarize_job
 from cairn.errors import Category, ErrorKind, category_of
 from cairn.results.model import (
     AgentRef,

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.sandbox.auto import docker_answers, resolve_backend
+from cairn.sandbox.auto import docker_answers
+from cairn.sandbox.auto import resolve_auto as resolve_backend
 
 
 def test_explicit_backends_pass_through() -> None:

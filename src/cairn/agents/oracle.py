@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import shlex
 
+from cairn.layout import SOLUTION_DIR
 from cairn.agents.base import Agent, AgentContext
 from cairn.results.model import AgentExit
 from cairn.sandbox.base import Sandbox
 
-SOLUTION_DIR = "/solution"
 
 
 class OracleAgent(Agent):

@@ -223,7 +223,7 @@ def resume_cmd(
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     from cairn.errors import CairnError
-    from cairn.job.run import resume_config
+    from cairn.job import resume_config
 
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),

@@ -25,21 +25,23 @@ from pathlib import Path
 from typing import Any
 
 from cairn import __version__
-from cairn.job.discover import check_templates, discover_tasks
 from cairn.errors import UsageError
-from cairn.job.runner import (
-    MASKED,
-    EventSink,
-    JobRun,
+from cairn.job.discover import check_templates, discover_tasks
+from cairn.job.folder import (
+    apply_decisions,
     clean_own_leftovers,
     lock_job,
-    resolve_backend,
-    run_all,
+    resume_config,
+    scan_folder,
     undo_empty,
 )
+from cairn.job.planner import TrialAction, plan_trials
+from cairn.job.runner import EventSink, JobRun, run_all
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.store import iter_trial_results, read_json, trial_dir_name
 from cairn.results.summary import summarize_job
+from cairn.sandbox import resolve_backend
 
 log = logging.getLogger("cairn.job")
 
@@ -119,23 +121,27 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
                retry_errors=retry_errors, on_event=on_event)
     job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
-    lock, created = lock_job(job, resume)
+    lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
-        decisions = job.decide(entries)
+        for e in entries:
+            job.declared_steps[e.name] = list(e.steps)
+        decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
+                                retry_errors=retry_errors, folder_name=trial_dir_name)
         try:
-            check_templates(item[0].task for action, item in decisions if action == "run")
+            check_templates(d.entry.task for d in decisions if d.action is TrialAction.RUN)
         except UsageError:
-            undo_empty(job, created)
+            undo_empty(job.paths, created)
             raise
         begun = True
         job.open_log()
         job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                  f"(cairn {__version__}, backend {backend})")
         if not created:  # a folder this run just created has no earlier run to clean up after
-            clean_own_leftovers(job)
+            clean_own_leftovers(job.paths, job.emit)
         job.write_job_json()
-        plans, done = job.apply(decisions)
+        plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
+                                      emit=job.emit)
         if on_start is not None:
             on_start(len(plans), len(done))
         for r in done:
@@ -187,61 +193,6 @@ def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
     return asyncio.run(arun_job(config, **kwargs))
 
 
-def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
-                  environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobConfig:
-    """The config of an existing job, from its job.json, ready to resume.
-
-    ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
-    host environment variable of the same name.
-
-    Args:
-        job_dir: the job folder.
-        agent_env: ``--ae`` values given again.
-        environ: the host environment (default ``os.environ``).
-        overrides: config fields to change (e.g. ``n_concurrent``).
-
-    Raises:
-        UsageError: not a job folder, or a masked ``--ae`` value is not available.
-    """
-    import os
-
-    from cairn.results.store import read_json
-
-    meta_path = Path(job_dir) / "job.json"
-    if not meta_path.is_file():
-        raise UsageError(f"{job_dir} is not a job folder (no job.json)")
-    try:
-        meta = read_json(meta_path)
-        cfg = dict(meta["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
-    environ = os.environ if environ is None else environ
-    given = dict(agent_env or {})
-    env: dict[str, str] = {}
-    missing = []
-    for k, v in dict(cfg.get("agent_env") or {}).items():
-        if k in given:
-            env[k] = given.pop(k)
-        elif v != MASKED:
-            env[k] = v
-        elif k in environ:
-            env[k] = environ[k]
-        else:
-            missing.append(k)
-    if missing:
-        raise UsageError("the job's agent env values are not stored; give them again with "
-                         + " ".join(f"--ae {k}=..." for k in missing)
-                         + " (or set them in the environment)")
-    cfg["agent_env"] = {**env, **given}
-    cfg["backend"] = meta.get("backend") or cfg.get("backend", "auto")
-    cfg.update(overrides or {})
-    try:
-        return JobConfig.model_validate(cfg)
-    except ValueError as exc:
-        raise UsageError(f"{meta_path}: {exc}") from None
-
-
 def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink | None = None,
                overrides: Mapping[str, Any] | None = None,
                agent_env: Mapping[str, str] | None = None) -> JobResult:
@@ -279,8 +230,6 @@ def read_job(job_dir: Path) -> JobResult:
     Returns:
         The :class:`JobResult`.
     """
-    from cairn.results.store import iter_trial_results, read_json
-
     job_dir = Path(job_dir)
     results: list[TrialResult] = []
     for rf in iter_trial_results(job_dir):

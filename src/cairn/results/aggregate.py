@@ -401,17 +401,9 @@ def pass_at_k_summary(per_task: Mapping[str, Sequence[bool]], k_max: int) -> dic
     return out
 
 
-def __getattr__(name: str):
-    # summarize_job lives in cairn.results.summary (which imports this module); re-exported lazily.
-    if name == "summarize_job":
-        from cairn.results.summary import summarize_job
-        return summarize_job
-    raise AttributeError(f"module 'cairn.aggregate' has no attribute {name!r}")
-
-
 __all__ = [
     "PASS_THRESHOLD", "PRIMARY_KEY", "TrialScore", "candidate_error_rewards", "counted_rewards",
     "evaluate_gates", "pass_at_k", "pass_at_k_summary", "primary_reward", "reward_all_steps",
-    "score_trial", "step_passed", "step_reached", "stop_decision", "summarize_job", "trial_error",
+    "score_trial", "step_passed", "step_reached", "stop_decision", "trial_error",
     "trial_outcome", "trial_passed", "trial_rewards",
 ]

@@ -197,6 +197,58 @@ class StepsFile(_Persisted):
     """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
 
 
+class JobMeta(_Persisted):
+    """job.json (SPEC §7): the job's resolved config and versions, rewritten when it stops.
+
+    ``--ae`` values are stored masked (``***``); ``cairn resume`` takes them again.
+    """
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    job_name: str
+    cairn_version: str
+    backend: str
+    """The resolved backend (``docker`` / ``local``); a resume refuses another one."""
+    engine_version: str | None = None
+    config: dict[str, Any]
+    """The :class:`~cairn.plan.JobConfig` as JSON (agent env values masked)."""
+    stopped_by: str | None = None
+    """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
+    started_at: datetime
+    finished_at: datetime | None = None
+
+
+class ConfigTask(_Persisted):
+    name: str
+    content_hash: str
+    path: str
+
+
+class ConfigAgent(_Persisted):
+    name: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
+
+
+class ConfigOptions(_Persisted):
+    timeout_multiplier: float = 1.0
+    verify: bool = True
+    hardened_verify: bool = False
+
+
+class TrialConfigFile(_Persisted):
+    """config.json (SPEC §7): a trial's plan as it was run, written when the trial starts."""
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    task: ConfigTask
+    agent: ConfigAgent
+    model: str | None = None
+    backend: str
+    attempt: int
+    trial_id: str
+    job_id: str
+    options: ConfigOptions = Field(default_factory=ConfigOptions)
+
+
 SUMMARY_SCHEMA_VERSION = "1.0"
 
 

@@ -29,7 +29,7 @@ from cairn._util.atomic import FILE_MODE, write_bytes_atomic
 from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.task.model import task_slug
-from cairn.results.model import RESULT_SCHEMA_VERSION, JobSummary, StepResult, StepsFile, TrialResult
+from cairn.results.model import RESULT_SCHEMA_VERSION, JobMeta, JobSummary, StepResult, StepsFile, TrialResult
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"
@@ -49,7 +49,7 @@ ARTIFACTS_MANIFEST = "manifest.json"
 __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json", "read_result",
-    "read_steps", "read_summary", "step_dir_name", "task_slug", "trial_dir_name",
+    "read_job_json", "read_steps", "read_summary", "move_superseded", "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
@@ -208,6 +208,31 @@ class JobPaths:
         return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir()) if p.is_dir()]
 
 
+def trial_dir_group(name: str) -> str:
+    """The ``<task-slug>__<attempt>`` part of a trial folder name (:func:`trial_dir_name`):
+    folders of one (task, attempt) under different trial ids share it."""
+    return name.rsplit("__", 1)[0]
+
+
+def _next_attempt_dir(trial: TrialPaths) -> Path:
+    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
+        if trial.attempts_dir.is_dir() else []
+    return trial.attempt(max(used, default=0) + 1)
+
+
+def move_superseded(old: TrialPaths, new: TrialPaths) -> Path:
+    """Move a whole trial folder that ran under an older trial id into ``new``'s
+    ``attempts/<n>/`` (the task changed since; SPEC §8). Nothing is deleted.
+
+    Returns:
+        Where the old folder now is.
+    """
+    new.attempts_dir.mkdir(parents=True, exist_ok=True)
+    dest = _next_attempt_dir(new)
+    old.root.rename(dest)
+    return dest
+
+
 def move_attempt_aside(trial: TrialPaths) -> Path | None:
     """Move a failed attempt's files into ``attempts/<n>/`` so the trial can run again.
 
@@ -225,9 +250,7 @@ def move_attempt_aside(trial: TrialPaths) -> Path | None:
     entries = sorted(p for p in trial.root.iterdir() if p.name != ATTEMPTS)
     if not entries:
         return None
-    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
-        if trial.attempts_dir.is_dir() else []
-    dest = trial.attempt(max(used, default=0) + 1)
+    dest = _next_attempt_dir(trial)
     dest.mkdir(parents=True)
     for p in entries:
         os.rename(p, dest / p.name)
@@ -408,6 +431,15 @@ def read_artifacts_manifest(artifacts_dir: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def read_job_json(job_dir: Path) -> JobMeta:
+    """Read and validate ``job.json``.
+
+    Raises:
+        OSError: unreadable; ValueError: not strict JSON or not a job.json.
+    """
+    return JobMeta.model_validate(read_json(JobPaths(Path(job_dir)).job_json))
 
 
 def write_job_json(job_dir: Path, job: Any) -> None:

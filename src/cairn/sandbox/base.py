@@ -18,10 +18,12 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
+from cairn.layout import LOG_DIRS as _LOG_DIRS
+
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
 
-LOG_DIRS = ("/logs/agent", "/logs/verifier", "/logs/artifacts")
+LOG_DIRS = _LOG_DIRS
 """Folders every sandbox creates empty at start, writable by the agent user (SPEC §3.1)."""
 
 
@@ -172,6 +174,12 @@ class Sandbox(ABC):
     capabilities: ClassVar[Capabilities]
 
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def engine_version(cls) -> str | None:
+        """The version of the engine behind this backend (recorded in job.json), or ``None``
+        when there is none or it does not answer. Never raises."""
+        return None
     """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
     fails; the suite skips and lists them (SPEC §3.4)."""
 

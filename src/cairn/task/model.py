@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file  # noqa: F401 - re-exported
 from cairn.sandbox.base import NetworkMode
 
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -316,12 +317,8 @@ class Task(BaseModel):
 
     @property
     def compose_file(self) -> Path | None:
-        """``environment/docker-compose.yaml`` (or ``.yml``) if it exists."""
-        for n in ("docker-compose.yaml", "docker-compose.yml"):
-            p = self.path / "environment" / n
-            if p.is_file():
-                return p
-        return None
+        """The environment's compose file (:func:`find_compose_file`), if any."""
+        return find_compose_file(self.path / "environment")
 
     @property
     def slug(self) -> str:

@@ -13,13 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cairn.layout import find_compose_file
 from cairn.task.envvars import embedded_template
 from cairn.task.findings import ERROR, WARNING, FindingSink, format_key_path
 from cairn.task.model import STEP_NAME_RE
 
 KeyPath = tuple[str | int, ...]
 
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
 
 
 def _table(node: Any, *keys: str | int) -> dict[str, Any]:
@@ -144,7 +144,7 @@ def _check_environment_definition(root: Path, doc: dict[str, Any], sink: Finding
     env_dir = root / "environment"
     if isinstance(image, str) and image.strip():
         return
-    if (env_dir / "Dockerfile").is_file() or any((env_dir / n).is_file() for n in COMPOSE_FILES):
+    if (env_dir / "Dockerfile").is_file() or find_compose_file(env_dir) is not None:
         return
     sink.key(("environment", "docker_image"), ERROR,
              "no environment definition: add `environment/Dockerfile` (or "

@@ -13,6 +13,7 @@ import shlex
 import shutil
 from pathlib import Path, PurePosixPath
 
+from cairn.layout import ARTIFACTS_DIR
 from cairn.errors import SandboxLostError
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Artifact
@@ -20,7 +21,7 @@ from cairn.task.model import Artifact
 DEFAULT_ARTIFACT_CAP_BYTES = 1 << 30
 """Per-entry size cap: 1 GiB."""
 
-LOGS_ARTIFACTS = "/logs/artifacts"
+LOGS_ARTIFACTS = ARTIFACTS_DIR
 
 
 def _remove_excluded(root: Path, patterns: tuple[str, ...]) -> list[str]:

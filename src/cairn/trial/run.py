@@ -24,10 +24,15 @@ from cairn.errors import (
     UnsupportedError,
     category_of,
 )
+from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.plan import TrialPlan
 from cairn.results.model import (
     AgentRef,
+    ConfigAgent,
+    ConfigOptions,
+    ConfigTask,
+    TrialConfigFile,
     ErrorInfo,
     Outcome,
     StepResult,
@@ -46,30 +51,6 @@ from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
 
 EventSink = Callable[[str], None]
-
-
-def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
-               after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
-    """Classify a :class:`TrialFailure` into the persisted ``error`` (SPEC §6)."""
-    step_index = step.index if step is not None else 1
-    detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
-              if not k.startswith("_")}
-    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
-                                                         after_agent=after_agent),
-                     phase=phase or _PHASE_OF.get(exc.kind), step=step.name if step else None,
-                     message=mask(str(exc)), detail=detail)
-
-
-_PHASE_OF = {
-    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT, ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
-    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT, ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
-    ErrorKind.START_FAILED: Phase.ENVIRONMENT, ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
-    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP, ErrorKind.SETUP_FAILED: Phase.SETUP,
-    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK, ErrorKind.TEST_MISSING: Phase.VERIFIER,
-    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
-    ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
-    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
-}
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -217,7 +198,7 @@ class _TrialRun:
             await sandbox.start()
         except SandboxError as exc:
             if exc.kind is ErrorKind.SANDBOX_UNUSABLE:
-                raise TrialFailure(ErrorKind.START_FAILED, str(exc), detail=exc.detail) from exc
+                raise as_start_failure(exc) from exc
             raise
         self.timings["environment_sec"] = time.monotonic() - started
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
@@ -286,13 +267,13 @@ class _TrialRun:
 
     def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
         """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
-        phase = _PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
+        phase = PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
         if isinstance(exc, SandboxLostError):
             self.error = error_info(exc, step=step, phase=phase, mask=self.masker.mask)
             return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
                               error=self.error)
         if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not self.after_agent:
-            exc = TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
+            exc = as_transfer_failure(exc)
         info = error_info(exc, step=step, phase=phase, after_agent=self.after_agent,
                           mask=self.masker.mask)
         if info.category is Category.CANDIDATE:
@@ -303,7 +284,7 @@ class _TrialRun:
 
     def _record_failure(self, exc: TrialFailure) -> None:
         if self.error is None:
-            self.error = error_info(exc, phase=self.phase if exc.kind not in _PHASE_OF else None,
+            self.error = error_info(exc, phase=self.phase if exc.kind not in PHASE_OF else None,
                                     after_agent=self.after_agent, mask=self.masker.mask)
 
     def _step_event(self, step: Step, row: StepResult) -> None:
@@ -387,16 +368,16 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     t0 = time.monotonic()
     run = _TrialRun(plan, agent or make_agent(plan), on_event)
     run.store.create()
-    run.store.write_config({
-        "task": {"name": plan.task.name, "content_hash": plan.task.content_hash,
-                 "path": str(plan.task.path)},
-        "agent": {"name": plan.agent_name, "kwargs": plan.agent_kwargs,
-                  "version": run.agent.version},
-        "model": plan.model, "backend": plan.backend, "attempt": plan.attempt,
-        "trial_id": plan.trial_id, "job_id": plan.job_id,
-        "options": {"timeout_multiplier": plan.options.timeout_multiplier,
-                    "verify": plan.options.verify,
-                    "hardened_verify": plan.options.hardened_verify}})
+    run.store.write_config(TrialConfigFile(
+        task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
+                        path=str(plan.task.path)),
+        agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs,
+                          version=run.agent.version),
+        model=plan.model, backend=plan.backend, attempt=plan.attempt,
+        trial_id=plan.trial_id, job_id=plan.job_id,
+        options=ConfigOptions(timeout_multiplier=plan.options.timeout_multiplier,
+                              verify=plan.options.verify,
+                              hardened_verify=plan.options.hardened_verify)))
     run.store.write_steps(run.rows)
     cancelled = False
     try:

@@ -31,6 +31,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
+from cairn.trial.classify import as_start_failure
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -42,15 +43,15 @@ from cairn.errors import (
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.sandbox.docker.compose_files import find_compose_file
 from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.hashing import env_hash
+from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
 from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
 from cairn.trial.verify import VerifierRun, run_verifier
 
-LOGS_ARTIFACTS = "/logs/artifacts"
-_DEFINITION_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
+LOGS_ARTIFACTS = ARTIFACTS_DIR
+_DEFINITION_FILES = ("Dockerfile", *COMPOSE_FILE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -244,9 +245,8 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
             exc.kind, f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
             detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()}))
     except (SandboxError, UnsupportedError) as exc:
-        return VerifierRun(error=TrialFailure(
-            ErrorKind.START_FAILED,
-            f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
+        return VerifierRun(error=as_start_failure(
+            exc, f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
             detail={k: mask(v) if isinstance(v, str) else v
                     for k, v in getattr(exc, "detail", {}).items()}))
     except TrialFailure as exc:

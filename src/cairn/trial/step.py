@@ -14,6 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, VERIFIER_LOGS_DIR
 from cairn.agents.base import Agent, AgentContext
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
 from cairn.trial.artifacts import collect_artifacts
@@ -24,6 +25,7 @@ from cairn.errors import (
     SandboxError,
     TrialFailure,
 )
+from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.sandbox.base import ProcessInfo, Sandbox
@@ -152,7 +154,7 @@ async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
 
 
 _AFTER_AGENT_PROBE = (
-    "rm -rf /solution; for d in /logs/agent /logs/verifier /logs/artifacts; do "
+    f"rm -rf {SOLUTION_DIR}; for d in {' '.join(LOG_DIRS)}; do "
     "[ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] && echo \"$d\"; done; true")
 
 
@@ -167,20 +169,20 @@ async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]
     r = await sandbox.exec(_AFTER_AGENT_PROBE, user="root")
     full = set(r.stdout.split())
     emptied: list[str] = []
-    if "/logs/agent" in full:
-        await sandbox.download("/logs/agent", agent_dir)
-        emptied.append("/logs/agent")
-    if "/logs/verifier" in full:
+    if AGENT_LOGS_DIR in full:
+        await sandbox.download(AGENT_LOGS_DIR, agent_dir)
+        emptied.append(AGENT_LOGS_DIR)
+    if VERIFIER_LOGS_DIR in full:
         planted = agent_dir / "planted-verifier-logs"
         planted.mkdir(parents=True, exist_ok=True)
-        await sandbox.download("/logs/verifier", planted)
-        warnings.append("the agent wrote into /logs/verifier; kept as evidence in "
+        await sandbox.download(VERIFIER_LOGS_DIR, planted)
+        warnings.append(f"the agent wrote into {VERIFIER_LOGS_DIR}; kept as evidence in "
                         "agent/planted-verifier-logs and never read as a reward")
-        emptied.append("/logs/verifier")
+        emptied.append(VERIFIER_LOGS_DIR)
     if emptied:
         await sandbox.exec(f"find {' '.join(emptied)} -mindepth 1 -delete; "
-                           "chmod 777 /logs/agent /logs/verifier", user="root")
-    return warnings, "/logs/artifacts" in full
+                           f"chmod 777 {AGENT_LOGS_DIR} {VERIFIER_LOGS_DIR}", user="root")
+    return warnings, ARTIFACTS_DIR in full
 
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
@@ -291,7 +293,6 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
     if v.error is not None:
-        from cairn.trial.run import error_info  # local import: trial imports this module
 
         err = error_info(v.error, step=step, phase=Phase.VERIFIER)
         return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,

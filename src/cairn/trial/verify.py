@@ -14,13 +14,13 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.trial.rewards import read_reward
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step
 
-TESTS_DIR = "/tests"
-VERIFIER_LOGS = "/logs/verifier"
+VERIFIER_LOGS = VERIFIER_LOGS_DIR
 REWARD_FILES = ("reward.json", "reward.txt")
 REWARD_CAP_BYTES = 64 * 1024
 

@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from conftest import local_available
 
 from cairn.errors import UnsupportedError
 from cairn.sandbox import conformance
@@ -18,16 +19,10 @@ from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes
 from cairn.sandbox.local.rootfs import probe_host
 
 
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
 
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 async def local_leftovers(spec: SandboxSpec) -> list[str]:

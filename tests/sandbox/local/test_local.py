@@ -10,6 +10,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from conftest import local_available
 
 from cairn.errors import SandboxError, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
@@ -21,16 +22,10 @@ from cairn.sandbox.local.rootfs import layers_dir, probe_host, process_start_tic
 DOCKER_CAPS_MASK = "00000000a80425fb"
 
 
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
 
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _spec(**kw: object) -> SandboxSpec:

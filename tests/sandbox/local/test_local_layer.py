@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from conftest import local_available
 
 from cairn.errors import BuildError, ErrorKind, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
@@ -20,16 +21,10 @@ from cairn.sandbox.local.layer import hash_env_dir, layer_key
 from cairn.sandbox.local.rootfs import layers_dir, probe_host
 
 
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
 
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _env(tmp_path: Path, dockerfile: str, files: dict[str, str | bytes] | None = None) -> Path:

@@ -33,6 +33,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cairn.layout import find_compose_file
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -267,8 +268,7 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
         if not has_df:
             return await _pull(client, spec)
     if not has_df:
-        if env_dir and any((env_dir / n).is_file() for n in (
-                "docker-compose.yaml", "docker-compose.yml", "compose.yaml")):
+        if find_compose_file(env_dir) is not None:
             raise UnsupportedError("a docker-compose environment needs the compose backend")
         raise TrialFailure(ErrorKind.CONFIG_ERROR,
                            "no environment definition: neither environment/Dockerfile nor "

@@ -17,10 +17,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.errors import UnsupportedError
 
 NEEDS_DOCKER = "this environment needs -e docker"
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+COMPOSE_FILES = COMPOSE_FILE_NAMES
 
 SUPPORTED = {"FROM", "ARG", "ENV", "WORKDIR", "USER", "SHELL", "VOLUME", "COPY", "ADD", "RUN"}
 RECORDED = {"LABEL", "MAINTAINER", "EXPOSE", "STOPSIGNAL", "CMD"}
