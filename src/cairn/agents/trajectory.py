@@ -18,6 +18,7 @@ import copy
 import json
 from datetime import UTC, datetime
 from pathlib import Path
+from cairn._util.jsonio import write_json_atomic
 from typing import Any, Literal
 
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"
@@ -204,22 +205,4 @@ class Trajectory:
         Raises:
             OSError: the file could not be written.
         """
-        write_json_atomic(path, self.to_dict())
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to ``path`` atomically (no NaN/Infinity).
-
-    Args:
-        path: destination; parent folders are created.
-        data: a JSON-serialisable value.
-
-    Raises:
-        OSError: the file could not be written.
-        ValueError: ``data`` holds NaN or Infinity.
-    """
-    from cairn._util.atomic import write_bytes_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
-    write_bytes_atomic(path, (text + "\n").encode("utf-8"))
+        write_json_atomic(path, self.to_dict(), make_parents=True)

@@ -172,8 +172,8 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
                 _err("interrupted twice: exiting now; left-over sandboxes are removed by the "
                      "next run of this job or by `cairn clean`")
                 os._exit(1)
-            progress.event("interrupted: cancelling running trials (Ctrl-C again to exit "
-                           "at once)")
+            progress.notice("interrupted: cancelling running trials (Ctrl-C again to exit "
+                            "at once)")
             me.cancel()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -182,9 +182,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         return await arun_job(cfg, job_dir=job_dir, resume=resume, retry_errors=retry_errors,
-                              on_event=progress.event, on_start=progress.start,
-                              on_result=progress.result, on_trial_start=progress.trial_started,
-                              on_trial_end=progress.trial_finished)
+                              observer=progress)
 
     try:
         result = asyncio.run(main())
@@ -266,11 +264,12 @@ def sanity_cmd(
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
     from cairn.errors import UsageError
+    from cairn.cli.progress import LinePrinter
     from cairn.job.sanity import run_sanity
 
     try:
         report = run_sanity(paths, backend=env, n_concurrent=n_concurrent, jobs_dir=jobs_dir,
-                            on_event=lambda line: print(line, file=sys.stderr, flush=True))
+                            observer=LinePrinter(sys.stderr))
     except UsageError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

@@ -10,13 +10,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from cairn import __version__
 from cairn.errors import UsageError
+from cairn.events import Event, EventKind, EventSink
 from cairn.job.discover import config_error_result
 from cairn.job.planner import ExistingTrial, FolderState, TrialAction, TrialDecision
 from cairn.lock import JobLock
@@ -36,7 +37,6 @@ from cairn.results.store import (
 )
 
 log = logging.getLogger("cairn.job")
-EventSink = Callable[[str], None]
 
 MASKED = "***"
 """What job.json holds instead of an ``--ae`` value (values given on a command line may be
@@ -97,7 +97,8 @@ def clean_own_leftovers(paths: JobPaths, emit: EventSink) -> None:
         return
     n = len(report.containers) + len(report.networks) + len(report.folders)
     if n:
-        emit(f"removed {n} left-over resource(s) of an earlier run of job {job_id}")
+        emit(Event(EventKind.JOB, f"removed {n} left-over resource(s) of an earlier run of job "
+                   f"{job_id}"))
 
 
 def scan_folder(paths: JobPaths) -> FolderState:
@@ -140,7 +141,8 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
             continue
         tp = TrialPaths(paths.trials_dir / d.folder)
         if d.unreadable:
-            emit(f"[{e.name}] unreadable result.json ({d.unreadable}); re-running")
+            emit(Event(EventKind.JOB, f"[{e.name}] unreadable result.json ({d.unreadable}); "
+                       "re-running", task=e.name))
         for name in d.superseded:
             _supersede(TrialPaths(paths.trials_dir / name), tp, d, emit)
         if d.action is TrialAction.INVALID:
@@ -149,7 +151,8 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
                                          trial_id=d.trial_id)
             TrialStore(tp).create().write_result(result)
             first = (e.error or "").splitlines()[0] if e.error else ""
-            emit(f"[{e.name}] ERRORED config_error: {first}")
+            emit(Event(EventKind.VERDICT, f"[{e.name}] ERRORED config_error: {first}",
+                       task=e.name, trial_id=d.trial_id))
             done.append(result)
             continue
         assert e.task is not None
@@ -166,9 +169,10 @@ def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, emit: EventSi
     was = "?"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         was = str(read_json(old.config_json)["task"]["content_hash"])[:12]
-    emit(f"[{d.entry.name}] task changed since the last run (content {was} → "
-         f"{d.entry.content_hash[:12]}); attempt {d.attempt} re-runs as trial "
-         f"{new.root.name}, the old folder {old.root.name} is kept under its attempts/")
+    emit(Event(EventKind.JOB, f"[{d.entry.name}] task changed since the last run (content "
+               f"{was} → {d.entry.content_hash[:12]}); attempt {d.attempt} re-runs as trial "
+               f"{new.root.name}, the old folder {old.root.name} is kept under its attempts/",
+               task=d.entry.name))
     move_superseded(old, new)
 
 

@@ -36,7 +36,8 @@ from cairn.job.folder import (
     undo_empty,
 )
 from cairn.job.planner import TrialAction, plan_trials
-from cairn.job.runner import EventSink, JobRun, run_all
+from cairn.events import Event, EventKind, JobObserver
+from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import JobSummary, Outcome, TrialResult
 from cairn.results.store import iter_trial_results, read_json, trial_dir_name
@@ -82,10 +83,7 @@ def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
 
 
 async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
-                      retry_errors: bool = False, on_event: EventSink | None = None,
-                      on_start: Callable[[int, int], None] | None = None,
-                      on_trial_start: Callable[[TrialPlan], None] | None = None,
-                      on_trial_end: Callable[[TrialPlan], None] | None = None,
+                      retry_errors: bool = False, observer: JobObserver | None = None,
                       ) -> AsyncIterator[TrialResult]:
     """Run a job and yield each :class:`TrialResult` as it finishes (for training loops).
 
@@ -101,10 +99,9 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             defaults to the start time).
         resume: use an existing job folder: keep its genuine scores (SPEC §8 resume rules).
         retry_errors: with ``resume``, also re-run task-category errors.
-        on_event: receives human-readable event lines (also written to job.log).
-        on_start: called once with (trials to run, trials already final).
-        on_trial_start: called when a trial gets its slot and starts.
-        on_trial_end: called when a started trial ends (before its result is yielded).
+        observer: receives the job's :class:`~cairn.events.Event` lines (also written to
+            job.log), the plan's size (``planned``), each trial's start and end, and each
+            result before it is yielded (:class:`~cairn.events.JobObserver`).
 
     Yields:
         Each trial's result, as it finishes.
@@ -119,8 +116,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     entries = discover_tasks(config)
     job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
-               retry_errors=retry_errors, on_event=on_event)
-    job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
+               retry_errors=retry_errors, observer=observer)
+    observer = job.observer
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
@@ -135,22 +132,23 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             raise
         begun = True
         job.open_log()
-        job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                 f"(cairn {__version__}, backend {backend})")
+        job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
+                   f"(cairn {__version__}, backend {backend})")
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit)
         job.write_job_json()
         plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
                                       emit=job.emit)
-        if on_start is not None:
-            on_start(len(plans), len(done))
+        observer.planned(len(plans), len(done))
         for r in done:
             job.record(r, write=False)
         job.write_summary()
         for r in done:
+            observer.result(r)
             yield r
         async with contextlib.aclosing(run_all(job, plans)) as results:
             async for r in results:  # a consumer that stops early cancels the rest cleanly
+                observer.result(r)
                 yield r
     finally:
         if begun:
@@ -162,9 +160,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
 
 
 async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
-                   on_result: Callable[[TrialResult], None] | None = None,
                    **kwargs: Any) -> JobResult:
-    """Run a job to its end (async). Arguments as :func:`iter_trials`, plus ``on_result``.
+    """Run a job to its end (async). Arguments as :func:`iter_trials`.
 
     Returns:
         The :class:`JobResult` read back from the job folder.
@@ -175,9 +172,8 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
     if job_dir is None and config.job_name is None:
         config = config.model_copy(update={"job_name": default_job_name()})
     target = _job_dir(config, job_dir)
-    async for result in iter_trials(config, job_dir=target, **kwargs):
-        if on_result is not None:
-            on_result(result)
+    async for _result in iter_trials(config, job_dir=target, **kwargs):
+        pass
     return read_job(target)
 
 
@@ -193,7 +189,7 @@ def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
     return asyncio.run(arun_job(config, **kwargs))
 
 
-def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink | None = None,
+def resume_job(job_dir: Path, *, retry_errors: bool = False, observer: JobObserver | None = None,
                overrides: Mapping[str, Any] | None = None,
                agent_env: Mapping[str, str] | None = None) -> JobResult:
     """Resume a job from its folder (blocking): runs trials with no result.json, cancelled ones
@@ -203,7 +199,7 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink
     Args:
         job_dir: the job folder.
         retry_errors: also re-run task-category errors.
-        on_event: receives event lines.
+        observer: receives events and results (:class:`~cairn.events.JobObserver`).
         overrides: config fields to change (e.g. ``{"n_concurrent": 8}``).
         agent_env: ``--ae`` values (job.json keeps them masked).
 
@@ -215,7 +211,7 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink
     """
     config = resume_config(job_dir, agent_env=agent_env, overrides=overrides)
     return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
-                                retry_errors=retry_errors, on_event=on_event))
+                                retry_errors=retry_errors, observer=observer))
 
 
 def read_job(job_dir: Path) -> JobResult:

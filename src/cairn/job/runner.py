@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cairn.events import Event, EventKind, JobObserver
 from cairn.errors import Category, ErrorKind
 from cairn.job.discover import cancelled_result
 from cairn.job.folder import write_job_meta
@@ -33,13 +34,12 @@ from cairn.sandbox import get_backend
 from cairn.trial.run import run_trial
 
 log = logging.getLogger("cairn.job")
-EventSink = Callable[[str], None]
 
 class JobRun:
     """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
 
     def __init__(self, config: JobConfig, backend: str, job_dir: Path, *, resume: bool,
-                 retry_errors: bool, on_event: EventSink | None) -> None:
+                 retry_errors: bool, observer: JobObserver | None) -> None:
         self.config = config
         self.backend = backend
         self.job_dir = job_dir.absolute()
@@ -47,28 +47,29 @@ class JobRun:
         self.job_id = self.job_dir.name
         self.resume = resume
         self.retry_errors = retry_errors
-        self._sink = on_event
+        self.observer = observer or JobObserver()
         self._log = None
         self.results: dict[str, TrialResult] = {}
         self.stopped_by: str | None = None
         self.spent_usd = 0.0
         self.declared_steps: dict[str, list[str]] = {}
         self.started_at = datetime.now(UTC)
-        self.on_trial_start: Callable[[TrialPlan], None] | None = None
-        self.on_trial_end: Callable[[TrialPlan], None] | None = None
         self._engine_version: str | None = None
         self._engine_known = False
 
     # ---- events -------------------------------------------------------------------------------
-    def emit(self, line: str) -> None:
-        """Send an event line to the caller and append it to job.log."""
+    def emit(self, event: Event) -> None:
+        """Append an event's line to job.log and hand the event to the observer."""
         if self._log is not None:
             with contextlib.suppress(OSError, ValueError):
                 stamp = datetime.now(UTC).strftime("%H:%M:%S")
-                self._log.write(f"{stamp} {line}\n")
+                self._log.write(f"{stamp} {event.text}\n")
                 self._log.flush()
-        if self._sink is not None:
-            self._sink(line)
+        self.observer.event(event)
+
+    def notice(self, text: str, kind: EventKind = EventKind.JOB, task: str | None = None) -> None:
+        """Emit a job-level line."""
+        self.emit(Event(kind, text, task=task))
 
     def open_log(self) -> None:
         self._log = open(self.paths.job_log, "a", encoding="utf-8")  # noqa: SIM115
@@ -93,9 +94,9 @@ class JobRun:
                          and result.error.category is Category.INFRA)
             if not retryable or runs > self.config.max_retries or self.stopped_by:
                 return result
-            self.emit(f"[{plan.task.name}] infra error {result.error.kind.value}; retrying in "
+            self.notice(f"[{plan.task.name}] infra error {result.error.kind.value}; retrying in "
                       f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
-                      f"{self.config.max_retries + 1})")
+                      f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
             await asyncio.sleep(delay)
             delay *= 2
 
@@ -118,7 +119,7 @@ class JobRun:
         if self.config.max_cost_usd is not None and self.spent_usd >= self.config.max_cost_usd:
             self.stopped_by = self.stopped_by or "max_cost"
         if self.stopped_by != before:
-            self.emit(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
+            self.notice(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
                       "trial starts, the remaining ones are recorded cancelled")
             self.write_job_json()
         if write:
@@ -155,13 +156,11 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncIterator[TrialRes
                     result = job.write_not_started(plan, job.stopped_by)
                 else:
                     started = True
-                    if job.on_trial_start is not None:
-                        job.on_trial_start(plan)
+                    job.observer.trial_started(plan)
                     try:
                         result = await job.run_one(plan)
                     finally:
-                        if job.on_trial_end is not None:
-                            job.on_trial_end(plan)
+                        job.observer.trial_finished(plan)
         except asyncio.CancelledError:
             if not started:  # never began: no sandbox; the summary is written once after
                 job.record(job.write_not_started(plan, "interrupted"), write=False)

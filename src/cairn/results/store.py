@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
-from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable
+from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_json_atomic
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.task.model import task_slug
 from cairn.results.model import RESULT_SCHEMA_VERSION, JobMeta, JobSummary, StepResult, StepsFile, TrialResult
@@ -56,22 +56,6 @@ __all__ = [
 
 # ------------------------------------------------------------------------------------------
 # Atomic, strict files
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write a value as strict JSON, atomically.
-
-    Args:
-        path: the destination (its folder must exist).
-        obj: a pydantic model (dumped with ``mode="json"``), or plain JSON values, nested
-            freely (models inside lists and dicts are dumped too).
-
-    Raises:
-        ValueError: a float is NaN or ±Infinity (nothing is written).
-        TypeError: a value is not JSON-serializable (nothing is written).
-        OSError: the file cannot be written.
-    """
-    write_bytes_atomic(path, dumps_strict(obj).encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:

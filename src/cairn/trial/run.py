@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 
+from cairn.events import Event, EventKind, EventSink
 from cairn.agents.base import Agent, AgentContext
 from cairn.results.aggregate import score_trial, stop_decision
 from cairn.errors import (
@@ -50,7 +51,6 @@ from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
 
-EventSink = Callable[[str], None]
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -81,7 +81,7 @@ class _TrialRun:
         self.plan = plan
         self.task = plan.task
         self.agent = agent
-        self.emit = on_event or (lambda line: None)
+        self.emit: EventSink = on_event or (lambda event: None)
         self.store = TrialStore(TrialPaths(plan.trial_dir))
         self.rows: list[StepResult] = [
             StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in self.task.steps]
@@ -101,10 +101,11 @@ class _TrialRun:
     def log(self, line: str) -> None:
         self.store.append_log(line)
 
-    def event(self, line: str) -> None:
+    def event(self, line: str, kind: EventKind = EventKind.TRIAL) -> None:
+        """Log a line in trial.log and emit it as ``[task] line`` (``[task #n]`` after attempt 1)."""
         self.log(line)
         tag = self.task.name if self.plan.attempt == 1 else f"{self.task.name} #{self.plan.attempt}"
-        self.emit(f"[{tag}] {line}")
+        self.emit(Event(kind, f"[{tag}] {line}", task=self.task.name, trial_id=self.plan.trial_id))
 
     # ---- set-up ------------------------------------------------------------------------------
     def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
@@ -142,7 +143,7 @@ class _TrialRun:
         try:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
                 self.warnings.append(warning)
-                self.event(f"warning: {warning}")
+                self.event(f"warning: {warning}", EventKind.WARNING)
             self.separate = self._plan_separate(spec)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
@@ -203,7 +204,7 @@ class _TrialRun:
         self.timings["environment_sec"] = time.monotonic() - started
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
         self.event(f"environment: {self.plan.backend}, ready in "
-                   f"{self.timings['environment_sec']:.1f} s")
+                   f"{self.timings['environment_sec']:.1f} s", EventKind.ENVIRONMENT)
         hc = self.task.environment.healthcheck
         if hc is not None:
             out = await run_healthcheck(sandbox, hc, time_scale=self.plan.options.timeout_multiplier)
@@ -305,7 +306,7 @@ class _TrialRun:
         exit_note = f" [agent {row.agent_exit.value}]" if row.agent_exit and \
             row.agent_exit.value != "ok" else ""
         self.event(f"step {step.index}/{n} {step.name}: {what}{exit_note}"
-                   + (f" ({extra})" if extra else ""))
+                   + (f" ({extra})" if extra else ""), EventKind.STEP)
 
     # ---- result ------------------------------------------------------------------------------
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
@@ -356,7 +357,8 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     Args:
         plan: the trial plan (task, agent, backend, attempt, ids, folders, options).
         agent: an agent instance to use instead of creating one from ``plan.agent_name``.
-        on_event: receives one human-readable line per event (SPEC §9's per-step lines).
+        on_event: receives each :class:`~cairn.events.Event` (SPEC §9's per-step lines,
+            the verdict, warnings).
 
     Returns:
         The :class:`TrialResult`, also written to ``<trial_dir>/result.json`` (last).
@@ -401,5 +403,6 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
             if result.error is not None:
                 why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
                     if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}")
+            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}",
+                      EventKind.VERDICT)
     return result

@@ -33,6 +33,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cairn._util.treehash import tree_hash
 from cairn.layout import find_compose_file
 from cairn.errors import (
     BuildError,
@@ -152,25 +153,6 @@ class ImageInfo:
     build_sec: float = 0.0
 
 
-def hash_env_dir(env_dir: Path) -> str:
-    """sha256 hex of a folder's names, file bytes, exec bits and link targets (mtimes ignored)."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(env_dir):
-        dirnames.sort()
-        for n in sorted(dirnames + filenames):
-            p = Path(dirpath, n)
-            rel = p.relative_to(env_dir).as_posix()
-            h.update(b"\0name\0" + rel.encode("utf-8", "surrogateescape"))
-            if p.is_symlink():
-                h.update(b"\0link\0" + os.readlink(p).encode("utf-8", "surrogateescape"))
-            elif p.is_file():
-                h.update(b"\0x\0" if os.access(p, os.X_OK) else b"\0-\0")
-                with open(p, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        h.update(chunk)
-    return h.hexdigest()
-
-
 def _image_info(client: docker.DockerClient, ref: str, **kw: Any) -> ImageInfo:
     data = client.api.inspect_image(ref)
     cfg = data.get("Config") or {}
@@ -274,7 +256,7 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
                            "no environment definition: neither environment/Dockerfile nor "
                            "[environment].docker_image")
     assert env_dir is not None
-    env_hash = spec.env_hash or await in_thread(hash_env_dir, env_dir)
+    env_hash = spec.env_hash or await in_thread(tree_hash, env_dir)
     tag = f"{IMAGE_REPO}:{env_hash[:16]}"
     deadline = asyncio.get_running_loop().time() + spec.build_timeout_sec
     try:

@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import docker.errors
 
+from cairn._util.treehash import tree_hash
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -71,7 +72,6 @@ from cairn.sandbox.docker.build import (
     ImageInfo,
     _build_lock,
     engine_version,
-    hash_env_dir,
     in_thread,
     make_client,
 )
@@ -234,7 +234,7 @@ class ComposeSandbox(DockerSandbox):
         assert self._compose_file is not None and spec.env_dir is not None
         self._client = await in_thread(make_client)
         self._engine_version = await in_thread(engine_version, self._client)
-        env_hash = spec.env_hash or await in_thread(hash_env_dir, spec.env_dir)
+        env_hash = spec.env_hash or await in_thread(tree_hash, spec.env_dir)
         self._tmp = Path(tempfile.mkdtemp(prefix=f"{self.project}-"))
         main_image = built_image_tag(env_hash, MAIN_SERVICE)
         self._env = self._cli_env(main_image)
