@@ -23,7 +23,7 @@ class AgentContext:
         task: the loaded task.
         step: the step being run.
         logs_dir: host folder for this step's agent logs (``steps/<nn>-<name>/agent``); an agent
-            writes ``trajectory.json`` here (shared/ATIF.md).
+            writes ``trajectory.json`` here (ATIF; docs/agents.md, "Trajectories").
         timeout_sec: the step's agent timeout (already multiplied). The engine enforces it by
             cancelling :meth:`Agent.run`; an agent may use it to bound its own commands.
         user: the user the agent's commands run as (``None`` = image default).
