@@ -1,4 +1,4 @@
-"""The separate verifier (issue 8, SPEC §4.6): a fresh sandbox that sees only declared artifacts."""
+"""The separate verifier (issue 8, SPEC §4.6): a fresh sandbox seeing only declared artifacts."""
 
 from __future__ import annotations
 
