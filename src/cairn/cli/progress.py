@@ -1,4 +1,4 @@
-"""What a running job shows (SPEC §9).
+"""What a running job shows (design §9).
 
 - On a terminal, a job with more than :data:`LIVE_THRESHOLD` trials to run shows a live bar
   (done/total, running, mean reward so far, errors); only verdict lines and job-level notices
@@ -62,7 +62,7 @@ class Progress:
             self._refresh()
 
     def event(self, line: str) -> None:
-        """One event line (per-step lines of SPEC §9, verdicts, job notices)."""
+        """One event line (per-step lines of design §9, verdicts, job notices)."""
         if self.bar is not None:
             if any(w in line for w in _NOTABLE):
                 self.bar.console.print(line, highlight=False, markup=False)

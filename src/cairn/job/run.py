@@ -1,4 +1,4 @@
-"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (SPEC §8).
+"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (design §8).
 
 Public API (what the CLI calls, and what training loops use):
 
@@ -65,7 +65,7 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
-        """SPEC §9: 0 when every trial is completed or stopped, else 1."""
+        """design §9: 0 when every trial is completed or stopped, else 1."""
         ok = (Outcome.COMPLETED, Outcome.STOPPED)
         return 0 if self.results and all(r.outcome in ok for r in self.results) else 1
 
@@ -99,7 +99,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         config: the job config.
         job_dir: the job folder; default ``config.jobs_dir / config.job_name`` (the job name
             defaults to the start time).
-        resume: use an existing job folder: keep its genuine scores (SPEC §8 resume rules).
+        resume: use an existing job folder: keep its genuine scores (design §8 resume rules).
         retry_errors: with ``resume``, also re-run task-category errors.
         on_event: receives human-readable event lines (also written to job.log).
         on_start: called once with (trials to run, trials already final).
