@@ -1,4 +1,4 @@
-"""Harness overhead of the local backend (SPEC §12: per step < 50 ms, issue 4: per exec < 20 ms).
+"""Harness overhead of the local backend (design §12: per step < 50 ms, issue 4: per exec < 20 ms).
 
 Prints medians of:
 

@@ -1,4 +1,4 @@
-"""What a running job tells its watcher: typed event lines and one observer (SPEC §9).
+"""What a running job tells its watcher: typed event lines and one observer (design §9).
 
 The trial engine and the job's run loop emit :class:`Event` values; a :class:`JobObserver`
 (the CLI's progress display, a training loop, a viewer) receives them together with the trial

@@ -1,5 +1,5 @@
 """Where things are, in the sandbox and in a task's environment folder: one home for the
-fixed paths every stage agrees on (SPEC §1, §4).
+fixed paths every stage agrees on (design §1, §4).
 
 A plain-value module with no dependencies (the local backend's helper programs run under the
 system Python, without cairn's third-party packages).

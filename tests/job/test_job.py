@@ -1,4 +1,4 @@
-"""Jobs through the Python API on Docker (SPEC §6, §7, §8; issue 6): streaming results,
+"""Jobs through the Python API on Docker (design §6, §7, §8; issue 6): streaming results,
 infra retries with earlier attempts kept, the job's stop rules, invalid tasks, changed tasks
 on resume, summary.json after each trial.
 """

@@ -1,4 +1,4 @@
-"""Job planning pieces that need no sandbox (SPEC §8, §9): task discovery and filters, the
+"""Job planning pieces that need no sandbox (design §8, §9): task discovery and filters, the
 template preflight, the lock, job.json's masked agent env on resume, reading a job folder
 copied from elsewhere, and ``-c job.yaml`` spellings.
 """

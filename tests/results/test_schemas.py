@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas (SPEC §7): equal to freshly generated ones, and they validate results."""
+"""The shipped JSON Schemas (design §7): equal to freshly generated ones, and they validate results."""
 
 from __future__ import annotations
 

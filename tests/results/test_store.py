@@ -1,4 +1,4 @@
-"""Results on disk (SPEC §7): names, folders, atomic strict JSON, masking, attempts, reading back."""
+"""Results on disk (design §7): names, folders, atomic strict JSON, masking, attempts, reading back."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The job summary (SPEC §6, §7): scores over scored trials, errors beside them, never as 0."""
+"""The job summary (design §6, §7): scores over scored trials, errors beside them, never as 0."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""``-e auto`` (SPEC §3.3): docker when an engine answers within 2 s, else local, printed."""
+"""``-e auto`` (design §3.3): docker when an engine answers within 2 s, else local, printed."""
 
 from __future__ import annotations
 

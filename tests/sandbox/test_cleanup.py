@@ -1,4 +1,4 @@
-"""Ownership and cleanup (SPEC §3 "Ownership and cleanup", issue 3): job locks, left-over
+"""Ownership and cleanup (design §3 "Ownership and cleanup", issue 3): job locks, left-over
 detection, and ``cairn clean`` against real containers."""
 
 from __future__ import annotations

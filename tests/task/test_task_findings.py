@@ -1,4 +1,4 @@
-"""Every error and warning of SPEC §2, each with the file and line a task author needs."""
+"""Every error and warning of design §2, each with the file and line a task author needs."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 2 acceptance lines and the resolved Task/Step shape (SPEC §1, §2)."""
+"""Issue 2 acceptance lines and the resolved Task/Step shape (design §1, §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Healthcheck semantics (SPEC §4.3) against a real sandbox: start period, retries, first success."""
+"""Healthcheck semantics (design §4.3) against a real sandbox: start period, retries, first success."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The separate verifier (issue 8, SPEC §4.6): a fresh sandbox that sees only declared artifacts."""
+"""The separate verifier (issue 8, design §4.6): a fresh sandbox seeing only declared artifacts."""
 
 from __future__ import annotations
 
@@ -145,7 +145,7 @@ def test_two_steps_shared_then_separate_same_agent_sandbox(tmp_path, backend):
 
 
 def test_separate_mode_without_verifier_image_uses_fresh_copy_of_environment(tmp_path, backend):
-    """SPEC §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
+    """design §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
     a fresh sandbox of the task's own environment, which sees the artifact and nothing else."""
     task = write_task(tmp_path / "tasks", "copyenv",
                       solve="echo result-42 > /app/out.txt\necho x > /app/planted.txt\n",

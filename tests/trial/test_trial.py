@@ -388,7 +388,7 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
 
 def test_agent_that_breaks_bash_is_scored_zero_not_a_task_error(tmp_path, backend):
     """An agent that deletes bash leaves a sandbox the verifier cannot use: candidate error,
-    scored 0 (SPEC §6 sandbox_unusable), not the task's reward_missing."""
+    scored 0 (design §6 sandbox_unusable), not the task's reward_missing."""
     task = write_task(tmp_path / "tasks", "nobash", steps=[
         StepSpec("break", solve="rm -f /bin/bash /usr/bin/bash\n", test=constant_reward(1)),
         StepSpec("after", test=constant_reward(1)),

@@ -1,4 +1,4 @@
-"""Strict JSON in and out (SPEC §7): no NaN or Infinity either way.
+"""Strict JSON in and out (design §7): no NaN or Infinity either way.
 
 Python's :mod:`json` writes ``NaN``/``Infinity`` and reads them back by default; neither is JSON.
 These helpers refuse both, and turn pydantic models into plain JSON values first.

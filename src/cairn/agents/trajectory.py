@@ -1,4 +1,6 @@
-"""Build and write agent trajectories in Harbor's ATIF shape (shared/ATIF.md, ``ATIF-v1.7``).
+"""Build and write agent trajectories in Harbor's ATIF shape (``ATIF-v1.7``).
+
+The fields cairn writes are listed in docs/agents.md, "Trajectories".
 
 One :class:`Trajectory` is one agent run over one cairn step. Steps are plain dicts in ATIF
 field names; :meth:`Trajectory.to_dict` drops ``None`` values and computes ``final_metrics`` as

@@ -1,4 +1,4 @@
-"""``cairn clean`` (SPEC §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
+"""``cairn clean`` (design §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What a running job shows (SPEC §9).
+"""What a running job shows (design §9).
 
 - On a terminal, a job with more than :data:`LIVE_THRESHOLD` trials to run shows a live bar
   (done/total, running, mean reward so far, errors); only verdict lines and job-level notices
@@ -71,7 +71,7 @@ class Progress(JobObserver):
             self._refresh()
 
     def event(self, event: Event) -> None:
-        """One event (per-step lines of SPEC §9, verdicts, job notices): printed as a line;
+        """One event (per-step lines of design §9, verdicts, job notices): printed as a line;
         under the live bar only the notable kinds (verdicts, retries, job notices)."""
         if self.bar is not None:
             if event.notable:

@@ -1,4 +1,4 @@
-"""``cairn run``, ``cairn resume``, ``cairn report`` and ``cairn tasks sanity`` (SPEC §8, §9).
+"""``cairn run``, ``cairn resume``, ``cairn report`` and ``cairn tasks sanity`` (design §8, §9).
 
 Thin: parse options, build a :class:`~cairn.plan.JobConfig`, call the job API, print, exit.
 Exit codes: 0 every trial completed or stopped; 1 some trial errored or cancelled; 2 usage or
@@ -142,7 +142,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
          json_out: bool = False) -> int:
-    """Run (or resume) a job with progress display and Ctrl-C semantics of SPEC §8.
+    """Run (or resume) a job with progress display and Ctrl-C semantics of design §8.
 
     The first Ctrl-C (or SIGTERM) stops starting trials and cancels the running ones cleanly;
     a second Ctrl-C exits at once (left-overs are removed by the next run or `cairn clean`).

@@ -1,4 +1,4 @@
-"""``cairn tasks check`` and ``cairn tasks init`` (SPEC §2).
+"""``cairn tasks check`` and ``cairn tasks init`` (design §2).
 
 Thin commands over :mod:`cairn.task.load` and :mod:`cairn.task.init`; both are imported inside
 the commands so that ``cairn --help`` does not pay for pydantic.

@@ -1,4 +1,4 @@
-"""The job folder (SPEC §7, §8): its lock, what it already holds, carrying the planner's
+"""The job folder (design §7, §8): its lock, what it already holds, carrying the planner's
 decisions out on disk, job.json, and the left-overs of earlier runs.
 
 Everything here writes through :mod:`cairn.results.store`; the decisions themselves come from
@@ -86,7 +86,7 @@ def undo_empty(paths: JobPaths, created: bool) -> None:
 
 
 def clean_own_leftovers(paths: JobPaths, emit: EventSink) -> None:
-    """SPEC §3: a run or resume first removes its own job's left-over sandboxes."""
+    """design §3: a run or resume first removes its own job's left-over sandboxes."""
     from cairn.sandbox.cleanup import clean
 
     job_id = paths.root.name
@@ -165,7 +165,7 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
 
 def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, emit: EventSink) -> None:
     """A trial folder of the same (task, attempt) under another id: the task changed since
-    (SPEC §8). Reported, and moved into the new trial's ``attempts/`` (never deleted)."""
+    (design §8). Reported, and moved into the new trial's ``attempts/`` (never deleted)."""
     was = "?"
     with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
         was = str(read_json(old.config_json)["task"]["content_hash"])[:12]

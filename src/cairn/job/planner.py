@@ -1,5 +1,5 @@
 """The job's planning, pure: discovered tasks × attempts, matched against the job folder → what
-to do with each trial (SPEC §8).
+to do with each trial (design §8).
 
 No I/O here: the caller reads the job folder through :mod:`cairn.results.store` and hands in
 what it found (:class:`FolderState`); :func:`plan_trials` returns one :class:`TrialDecision`
@@ -88,7 +88,7 @@ class TrialDecision:
 
 
 def should_rerun(old: TrialResult, *, retry_errors: bool) -> bool:
-    """SPEC §8: genuine scores never re-run; cancelled trials, infra errors and job-level
+    """design §8: genuine scores never re-run; cancelled trials, infra errors and job-level
     errors (``model_auth_failed``) do; task errors only with ``retry_errors``.
 
     Args:

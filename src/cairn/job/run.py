@@ -1,4 +1,4 @@
-"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (SPEC §8).
+"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (design §8).
 
 Public API (what the CLI calls, and what training loops use):
 
@@ -66,7 +66,7 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
-        """SPEC §9: 0 when every trial is completed or stopped, else 1."""
+        """design §9: 0 when every trial is completed or stopped, else 1."""
         ok = (Outcome.COMPLETED, Outcome.STOPPED)
         return 0 if self.results and all(r.outcome in ok for r in self.results) else 1
 
@@ -97,7 +97,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         config: the job config.
         job_dir: the job folder; default ``config.jobs_dir / config.job_name`` (the job name
             defaults to the start time).
-        resume: use an existing job folder: keep its genuine scores (SPEC §8 resume rules).
+        resume: use an existing job folder: keep its genuine scores (design §8 resume rules).
         retry_errors: with ``resume``, also re-run task-category errors.
         observer: receives the job's :class:`~cairn.events.Event` lines (also written to
             job.log), the plan's size (``planned``), each trial's start and end, and each

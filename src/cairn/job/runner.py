@@ -1,4 +1,4 @@
-"""The run loop of one job (SPEC §8): concurrency, infra retries, the job's stop rules,
+"""The run loop of one job (design §8): concurrency, infra retries, the job's stop rules,
 summary.json and job.log.
 
 Planning is :mod:`cairn.job.planner` (pure), the folder work :mod:`cairn.job.folder`, and the
@@ -82,7 +82,7 @@ class JobRun:
 
     # ---- running ------------------------------------------------------------------------------
     async def run_one(self, plan: TrialPlan) -> TrialResult:
-        """Run one trial with automatic retries of infra errors (SPEC §6), attempts kept."""
+        """Run one trial with automatic retries of infra errors (design §6), attempts kept."""
         tp = TrialPaths(plan.trial_dir)
         delay = self.config.retry_backoff_sec
         runs = 0

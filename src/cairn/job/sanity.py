@@ -1,4 +1,4 @@
-"""``cairn tasks sanity``: the oracle must pass every step, nop must not pass (SPEC §2).
+"""``cairn tasks sanity``: the oracle must pass every step, nop must not pass (design §2).
 
 Tells a broken verifier (nop passes) or a broken solution (oracle fails) from a weak agent,
 before a task is published.

@@ -1,4 +1,4 @@
-"""Results on disk (SPEC §7): the only module that decides paths under ``jobs/`` or writes JSON.
+"""Results on disk (design §7): the only module that decides paths under ``jobs/`` or writes JSON.
 
 Layout::
 
@@ -79,7 +79,7 @@ def read_json(path: Path) -> Any:
 
 
 def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
-    """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (SPEC §7).
+    """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (design §7).
 
     Args:
         task_slug_: the task slug (slugified again, so a raw name is safe too).
@@ -102,7 +102,7 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
 
 
 def step_dir_name(index: int, name: str) -> str:
-    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (SPEC §7).
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7).
 
     Args:
         index: 1-based step index.
@@ -206,7 +206,7 @@ def _next_attempt_dir(trial: TrialPaths) -> Path:
 
 def move_superseded(old: TrialPaths, new: TrialPaths) -> Path:
     """Move a whole trial folder that ran under an older trial id into ``new``'s
-    ``attempts/<n>/`` (the task changed since; SPEC §8). Nothing is deleted.
+    ``attempts/<n>/`` (the task changed since; design §8). Nothing is deleted.
 
     Returns:
         Where the old folder now is.
@@ -246,7 +246,7 @@ def move_attempt_aside(trial: TrialPaths) -> Path | None:
 
 
 class TrialStore:
-    """Writes one trial's folder (SPEC §7). The trial loop hands it values; it decides paths.
+    """Writes one trial's folder (design §7). The trial loop hands it values; it decides paths.
 
     Every text or JSON file written through it has secret values masked. Call
     :meth:`write_result` last.

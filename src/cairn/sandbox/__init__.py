@@ -1,4 +1,4 @@
-"""Sandbox backends behind one interface (SPEC §3), looked up by name.
+"""Sandbox backends behind one interface (design §3), looked up by name.
 
 Backends register lazily: ``get_backend("docker")`` imports ``cairn.sandbox.docker.backend`` only when
 asked, so importing cairn never imports the Docker SDK.
@@ -60,7 +60,7 @@ def get_backend(name: str, *, compose: bool = False) -> type[Sandbox]:
 def resolve_backend(name: str) -> str:
     """Resolve a ``-e`` value to a registered backend, before anything runs.
 
-    ``auto`` → ``docker`` when an engine answers within 2 s, else ``local`` (SPEC §3.3; the
+    ``auto`` → ``docker`` when an engine answers within 2 s, else ``local`` (design §3.3; the
     choice is printed on stderr by :func:`cairn.sandbox.auto.resolve_auto`); a named backend is
     checked against the registry, and ``docker`` must have an engine answering.
 
@@ -72,7 +72,7 @@ def resolve_backend(name: str) -> str:
 
     Raises:
         UsageError: an unknown backend name, or ``docker`` with no engine answering within 5 s
-            (SPEC §9: exit 2 before anything runs).
+            (design §9: exit 2 before anything runs).
     """
     from cairn.sandbox.auto import AUTO, docker_answers, resolve_auto
 

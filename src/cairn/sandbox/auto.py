@@ -1,4 +1,4 @@
-"""``-e auto`` (SPEC §3.3): docker when a Docker engine answers within 2 s, else local.
+"""``-e auto`` (design §3.3): docker when a Docker engine answers within 2 s, else local.
 
 The chosen backend is printed on stderr, with a warning when it is local. The Docker engine is
 found the way the Docker SDK finds it (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,

@@ -1,4 +1,4 @@
-"""Content hashes of tasks and environments (SPEC §3.1, §8).
+"""Content hashes of tasks and environments (design §3.1, §8).
 
 Both hashes are sha256 hex digests over the sorted relative paths, the bytes and the exec bit
 of every file (symlinks by their target text, never followed), so they are stable across
@@ -16,7 +16,7 @@ from cairn._util.treehash import IGNORED_NAMES, _update_tree, tree_hash  # noqa:
 
 
 def task_content_hash(path: Path) -> str:
-    """The content hash of a task folder (SPEC §8: part of the trial id).
+    """The content hash of a task folder (design §8: part of the trial id).
 
     Args:
         path: the task folder.
@@ -28,7 +28,7 @@ def task_content_hash(path: Path) -> str:
 
 
 def env_hash(env_dir: Path | None, *, docker_image: str | None, workdir: str | None) -> str:
-    """The hash that keys a task environment's image (SPEC §3.1).
+    """The hash that keys a task environment's image (design §3.1).
 
     Args:
         env_dir: the task's ``environment/`` folder, or ``None`` when it has none.

@@ -1,4 +1,4 @@
-"""Check a parsed task.toml document against the task models (SPEC §1.1, §2).
+"""Check a parsed task.toml document against the task models (design §1.1, §2).
 
 Pydantic with ``extra="allow"`` keeps unknown keys silently and coerces ``"512"`` to 512, so
 this module walks the raw document against the models' fields itself, at every level

@@ -1,4 +1,4 @@
-"""The task-folder checks of SPEC §2 that go beyond key types.
+"""The task-folder checks of design §2 that go beyond key types.
 
 Every check reads the parsed task.toml document defensively (a value of the wrong type has
 already been reported by :mod:`cairn.task.schema_check` and is skipped here) and the files of
@@ -49,7 +49,7 @@ def declared_steps(doc: dict[str, Any]) -> list[Any]:
 
 def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
                       instruction_in_header: bool = False) -> None:
-    """Run every folder and semantic check of SPEC §2.
+    """Run every folder and semantic check of design §2.
 
     Args:
         root: the task folder, as the caller named it (findings use it as their prefix).

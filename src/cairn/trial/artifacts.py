@@ -1,4 +1,4 @@
-"""Collect a step's artifacts from the sandbox to the host (SPEC §4.5).
+"""Collect a step's artifacts from the sandbox to the host (design §4.5).
 
 Best-effort: a failed entry is recorded in the manifest, never fatal. Symlinks are stored as
 links and never followed (the sandbox's download guarantees it); a per-entry size cap protects

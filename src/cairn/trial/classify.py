@@ -1,4 +1,4 @@
-"""One home for error classification: a raised failure → the persisted ``error`` (SPEC §6).
+"""One home for error classification: a raised failure → the persisted ``error`` (design §6).
 
 The trial (:mod:`cairn.trial.run`), the step (:mod:`cairn.trial.step`) and the separate verifier
 (:mod:`cairn.trial.separate_verifier`) all classify here, so the phase table and the relabels
@@ -28,7 +28,7 @@ PHASE_OF: dict[ErrorKind, Phase] = {
 
 def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
                after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
-    """Classify a :class:`TrialFailure` into the persisted ``error`` (SPEC §6).
+    """Classify a :class:`TrialFailure` into the persisted ``error`` (design §6).
 
     Args:
         exc: the failure.

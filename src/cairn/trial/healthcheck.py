@@ -1,4 +1,4 @@
-"""Healthchecks with Docker HEALTHCHECK semantics, run by cairn with execs (SPEC §4.3)."""
+"""Healthchecks with Docker HEALTHCHECK semantics, run by cairn with execs (design §4.3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (SPEC §4–§6).
+"""Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (design §4–§6).
 
 ``trial.py`` never writes JSON itself: it hands values to :mod:`cairn.results.store`.
 """
@@ -109,7 +109,7 @@ class _TrialRun:
 
     # ---- set-up ------------------------------------------------------------------------------
     def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
-        """Resolve env templates (SPEC §4.1 step 1) and build the sandbox spec."""
+        """Resolve env templates (design §4.1 step 1) and build the sandbox spec."""
         task, opts = self.task, self.plan.options
         environ = os.environ
         env_t = task.environment.env
@@ -176,7 +176,7 @@ class _TrialRun:
             await asyncio.shield(sandbox.stop())
 
     def _plan_separate(self, spec: SandboxSpec) -> dict:
-        """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
+        """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
         to the masker."""
         if not self.plan.options.verify or all(s.verifier_mode != "separate"
                                                for s in self.task.steps):
@@ -352,12 +352,12 @@ class _TrialRun:
 
 async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                     on_event: EventSink | None = None) -> TrialResult:
-    """Run one trial to its end and write its results (SPEC §4.1).
+    """Run one trial to its end and write its results (design §4.1).
 
     Args:
         plan: the trial plan (task, agent, backend, attempt, ids, folders, options).
         agent: an agent instance to use instead of creating one from ``plan.agent_name``.
-        on_event: receives each :class:`~cairn.events.Event` (SPEC §9's per-step lines,
+        on_event: receives each :class:`~cairn.events.Event` (design §9's per-step lines,
             the verdict, warnings).
 
     Returns:

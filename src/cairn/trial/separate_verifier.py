@@ -1,4 +1,4 @@
-"""The separate verifier (SPEC §4.6, "Separate mode"): grade in a fresh sandbox that sees only
+"""The separate verifier (design §4.6, "Separate mode"): grade in a fresh sandbox that sees only
 the step's declared artifacts.
 
 For a step whose ``environment_mode`` is ``"separate"`` (step level, else task level):
@@ -106,7 +106,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
     context = verifier_build_context(task, step)
     fallback_note: tuple[str, ...] = ()
     if context is None and not cfg.docker_image:
-        # SPEC §4.6 "else a copy of [environment]": with no verifier image of its own and no
+        # design §4.6 "else a copy of [environment]": with no verifier image of its own and no
         # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
         # (pristine: none of the agent's changes, only the declared artifacts).
         context = task.env_dir

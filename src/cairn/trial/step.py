@@ -1,4 +1,4 @@
-"""One step's procedure, in SPEC §4.2's exact order, against the Sandbox interface.
+"""One step's procedure, in design §4.2's exact order, against the Sandbox interface.
 
 1. host folders; 2. copy ``workdir/`` (agent's earlier files kept); 3. ``setup.sh``;
 4. step healthcheck; 5. agent phase; 6. end the phase (§4.4); 7. artifacts; 8. verifier.
@@ -47,7 +47,7 @@ PYTHON_HOOKS_CMD = (
 
 
 def strip_canary(text: str) -> str:
-    """Remove every line that carries a canary GUID (also inside ``<!-- -->``), SPEC §4.2."""
+    """Remove every line that carries a canary GUID (also inside ``<!-- -->``), design §4.2."""
     return _CANARY_LINE.sub("", text)
 
 
@@ -65,7 +65,7 @@ class StepEnv:
         trial_baseline: processes that existed before the first agent phase (hardened mode).
         mask: secret masker for text written to the host.
         separate: step index → :class:`cairn.trial.separate_verifier.SeparatePlan` for steps verified in a
-            separate sandbox (SPEC §4.6).
+            separate sandbox (design §4.6).
         phase: the phase the running step is in (kept up to date by :func:`run_step`).
     """
 
@@ -187,9 +187,9 @@ async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
                    task) -> tuple[StepResult, AgentContext | None]:
-    """Run one step (SPEC §4.2 items 2–8) and return its row.
+    """Run one step (design §4.2 items 2–8) and return its row.
 
-    Failures of SPEC §6's vocabulary raised by the phases are left to the caller (the trial),
+    Failures of design §6's vocabulary raised by the phases are left to the caller (the trial),
     which classifies them; the returned row covers the normal path including verifier errors,
     which are recorded in ``error`` with ``source = error``.
 

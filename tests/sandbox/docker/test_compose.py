@@ -1,4 +1,4 @@
-"""Multi-container (compose) environments (issue 8, SPEC §3.1): the override files cairn lays
+"""Multi-container (compose) environments (issue 8, design §3.1): the override files cairn lays
 over a task's compose file, the conformance suite on ``main``, and whole trials on docker."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The backend-agnostic conformance suite (SPEC §3.4) against the local backend.
+"""The backend-agnostic conformance suite (design §3.4) against the local backend.
 
 Every check of :mod:`cairn.sandbox.conformance` runs as its own test; the checks the local
 backend knowingly fails (resource limits) are skipped and listed by :func:`test_gaps_listed`.

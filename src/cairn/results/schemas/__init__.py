@@ -1,4 +1,4 @@
-"""JSON Schemas of the files cairn writes (SPEC §7), shipped as package data.
+"""JSON Schemas of the files cairn writes (design §7), shipped as package data.
 
 ``result.schema.json`` (result.json), ``steps.schema.json`` (steps.json) and
 ``summary.schema.json`` (summary.json), ``job.schema.json`` (job.json) and

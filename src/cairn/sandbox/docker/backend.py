@@ -1,4 +1,4 @@
-"""The docker sandbox backend (SPEC §3.1), through the Docker SDK for Python.
+"""The docker sandbox backend (design §3.1), through the Docker SDK for Python.
 
 One container per sandbox:
 
@@ -85,7 +85,7 @@ _ENV_SKIP = frozenset({"Dockerfile", *COMPOSE_FILE_NAMES, ".dockerignore"})
 
 
 def container_labels(spec: SandboxSpec, env_hash: str = "") -> dict[str, str]:
-    """The ownership labels every cairn container carries (SPEC §3)."""
+    """The ownership labels every cairn container carries (design §3)."""
     labels = {
         "cairn.job": spec.job_id,
         "cairn.trial": spec.trial_id,

@@ -1,4 +1,4 @@
-"""Docker engine plumbing for the docker backend: clients, error mapping, images (SPEC §3.1).
+"""Docker engine plumbing for the docker backend: clients, error mapping, images (design §3.1).
 
 - :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs

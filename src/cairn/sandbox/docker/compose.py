@@ -1,4 +1,4 @@
-"""Multi-container environments through the Docker Compose v2 CLI (SPEC §3.1).
+"""Multi-container environments through the Docker Compose v2 CLI (design §3.1).
 
 A task whose ``environment/`` holds ``docker-compose.yaml`` runs as one compose project per
 trial, named ``cairn-<trial id8>-<random>``; the agent's container is the service ``main``.

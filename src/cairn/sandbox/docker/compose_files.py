@@ -1,4 +1,4 @@
-"""The files and variables cairn lays over a task's ``docker-compose.yaml`` (SPEC §3.1).
+"""The files and variables cairn lays over a task's ``docker-compose.yaml`` (design §3.1).
 
 Pure functions, no Docker: :mod:`cairn.sandbox.docker.compose` runs ``docker compose`` with
 

@@ -1,4 +1,4 @@
-"""The Dockerfile subset the local backend runs (SPEC §3.2), parsed and checked up front.
+"""The Dockerfile subset the local backend runs (design §3.2), parsed and checked up front.
 
 Supported: ``FROM`` (recorded; the host system stands in for the image, with a warning),
 ``ARG``, ``ENV``, ``WORKDIR``, ``USER``, ``SHELL``, ``VOLUME`` (the folder is created),

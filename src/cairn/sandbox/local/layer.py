@@ -1,4 +1,4 @@
-"""Building and caching the local backend's Dockerfile layers (SPEC §3.2).
+"""Building and caching the local backend's Dockerfile layers (design §3.2).
 
 An environment's Dockerfile runs once, in a build sandbox (host network, like ``docker build``)
 whose upper folders are then merged into one tree and kept as a layer under
