@@ -30,9 +30,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from cairn._util.treehash import tree_hash
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox
-from cairn._util.treehash import tree_hash
 
 EXEC_TARGET_MS = 20.0
 STEP_TARGET_MS = 50.0

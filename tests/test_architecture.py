@@ -186,9 +186,7 @@ def test_docker_sdk_only_under_sandbox():
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "docker"
-                                                    for a in node.names):
-                users.add(m)
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
+                                                    for a in node.names) or isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
                     and node.module.split(".")[0] == "docker":
                 users.add(m)
     assert users and {m for m in users if not m.startswith("cairn.sandbox.")} == set()

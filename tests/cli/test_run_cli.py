@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from taskgen import reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -12,12 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from cairn.events import JobObserver
-from taskgen import reward_if, write_task
-
 from cairn.errors import UsageError
+from cairn.events import JobObserver
 from cairn.job.run import iter_trials, read_job, resume_job, run_job
 from cairn.plan import JobConfig
+from taskgen import reward_if, write_task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 

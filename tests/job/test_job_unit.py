@@ -12,15 +12,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from taskgen import write_task
 
-from cairn.job.discover import check_templates, config_error_result, discover_tasks
 from cairn.errors import UsageError
 from cairn.job import JobResult, arun_job, read_job, resume_config
+from cairn.job.discover import check_templates, config_error_result, discover_tasks
 from cairn.lock import JobLock
 from cairn.plan import JobConfig
 from cairn.results.store import JobPaths, TrialStore
 from cairn.task.load import load_task
+from taskgen import write_task
 
 
 @pytest.fixture

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from cairn.errors import Category, ErrorKind, Phase, category_of
 from cairn.results.aggregate import (
     candidate_error_rewards,
     counted_rewards,
@@ -27,7 +28,6 @@ from cairn.results.aggregate import (
     trial_passed,
     trial_rewards,
 )
-from cairn.errors import Category, ErrorKind, Phase, category_of
 from cairn.results.model import (
     AgentExit,
     ErrorInfo,

@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cairn.results.aggregate import evaluate_gates, score_trial
 from cairn.errors import Category, ErrorKind, Phase
+from cairn.results.aggregate import evaluate_gates, score_trial
 from cairn.results.model import (
     AgentRef,
     ErrorInfo,
@@ -23,8 +23,14 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
-from cairn.results.schemas import SCHEMA_MODELS, load_schema, schema_text, stale_schemas, validate
-from cairn.results.schemas import write_schemas
+from cairn.results.schemas import (
+    SCHEMA_MODELS,
+    load_schema,
+    schema_text,
+    stale_schemas,
+    validate,
+    write_schemas,
+)
 from cairn.results.schemas.__main__ import main as schemas_main
 from cairn.results.store import JobPaths, TrialStore, read_json, write_summary
 from cairn.results.summary import summarize_job

@@ -8,9 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.results.aggregate import primary_reward
-from cairn.results.summary import summarize_job
 from cairn.errors import Category, ErrorKind, category_of
+from cairn.results.aggregate import primary_reward
 from cairn.results.model import (
     AgentRef,
     ErrorInfo,
@@ -23,6 +22,7 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
+from cairn.results.summary import summarize_job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.sandbox.cleanup import leftover_reason
 from cairn.lock import JobLock, JobLockedError, is_locked, owner_alive, owner_token
+from cairn.sandbox.cleanup import leftover_reason
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

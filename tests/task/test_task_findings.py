@@ -8,7 +8,6 @@ import pytest
 
 from cairn.task.load import check_task, load_task
 from cairn.task.validate import set_e_risk
-
 from taskfiles import TWO_STEP_TOML, line_of, single_step_factory, two_step_factory
 
 

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_trial_sync, validate_result_files
-from taskgen import StepSpec, reward_if, write_task
 
 from cairn.agents.base import Agent
+from conftest import run_trial_sync, validate_result_files
+from taskgen import StepSpec, reward_if, write_task
 
 pytestmark = pytest.mark.slow
 
@@ -190,6 +190,7 @@ def test_a_failing_verifier_image_build_is_build_failed_not_the_agents_fault(tmp
 def test_a_compose_verifier_environment_from_tests(tmp_path):
     """tests/docker-compose.yaml: the separate verifier itself is a compose project."""
     import docker as docker_sdk
+
     from conftest import backend_available
 
     if not backend_available("docker"):

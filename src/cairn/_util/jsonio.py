@@ -7,14 +7,13 @@ These helpers refuse both, and turn pydantic models into plain JSON values first
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from collections.abc import Mapping
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
-from cairn._util.atomic import write_bytes_atomic
-
 from pydantic import BaseModel
+
+from cairn._util.atomic import write_bytes_atomic
 
 
 def to_jsonable(obj: Any) -> Any:

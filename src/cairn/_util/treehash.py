@@ -37,7 +37,7 @@ def _entries(root: Path) -> list[tuple[str, Path]]:
     return out
 
 
-def _update_tree(h: "hashlib._Hash", root: Path) -> None:
+def _update_tree(h: hashlib._Hash, root: Path) -> None:
     for rel, path in _entries(root):
         name = rel.encode("utf-8", "surrogateescape")
         if path.is_symlink():

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import shlex
 
-from cairn.layout import SOLUTION_DIR
 from cairn.agents.base import Agent, AgentContext
+from cairn.layout import SOLUTION_DIR
 from cairn.results.model import AgentExit
 from cairn.sandbox.base import Sandbox
-
 
 
 class OracleAgent(Agent):

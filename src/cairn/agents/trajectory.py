@@ -17,11 +17,11 @@ and lose their ``metrics``: their tokens were counted in the earlier step's file
 from __future__ import annotations
 
 import copy
-import json
 from datetime import UTC, datetime
 from pathlib import Path
-from cairn._util.jsonio import write_json_atomic
 from typing import Any, Literal
+
+from cairn._util.jsonio import write_json_atomic
 
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"
 

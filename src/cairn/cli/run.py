@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -74,28 +74,28 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
 def run_cmd(
-    path: Annotated[Optional[list[Path]], typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
-    agent: Annotated[Optional[str], typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
-    model: Annotated[Optional[str], typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
-    ak: Annotated[Optional[list[str]], typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
-    ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
-    env: Annotated[Optional[str], typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
-    include: Annotated[Optional[list[str]], typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
-    exclude: Annotated[Optional[list[str]], typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
-    attempts: Annotated[Optional[int], typer.Option("-k", "--attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
-    n_concurrent: Annotated[Optional[int], typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
-    config: Annotated[Optional[Path], typer.Option("-c", "--config", help="job.yaml with the same options (flags win).")] = None,  # noqa: E501
-    job_name: Annotated[Optional[str], typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
-    jobs_dir: Annotated[Optional[Path], typer.Option("--jobs-dir", help="Default ./jobs.")] = None,
+    path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
+    agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
+    model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
+    ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
+    ae: Annotated[list[str] | None, typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
+    env: Annotated[str | None, typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
+    include: Annotated[list[str] | None, typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
+    exclude: Annotated[list[str] | None, typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
+    attempts: Annotated[int | None, typer.Option("-k", "--attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
+    n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="job.yaml with the same options (flags win).")] = None,  # noqa: E501
+    job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
+    jobs_dir: Annotated[Path | None, typer.Option("--jobs-dir", help="Default ./jobs.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name.")] = False,  # noqa: E501
-    max_retries: Annotated[Optional[int], typer.Option("--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
-    timeout_multiplier: Annotated[Optional[float], typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
+    max_retries: Annotated[int | None, typer.Option("--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
+    timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Run agents only (no reward).")] = False,  # noqa: E501
     force_build: Annotated[bool, typer.Option("--force-build", help="Rebuild images.")] = False,
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
-    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     from cairn.errors import CairnError
@@ -150,9 +150,9 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import asyncio
     import signal
 
+    from cairn.cli.progress import Progress
     from cairn.errors import UsageError
     from cairn.job.run import arun_job, default_job_name, read_job
-    from cairn.cli.progress import Progress
 
     if job_dir is None and cfg.job_name is None:
         cfg = cfg.model_copy(update={"job_name": default_job_name()})
@@ -215,9 +215,9 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
 def resume_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
-    n_concurrent: Annotated[Optional[int], typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
-    ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
-    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
+    n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
+    ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     from cairn.errors import CairnError
@@ -263,8 +263,8 @@ def sanity_cmd(
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
-    from cairn.errors import UsageError
     from cairn.cli.progress import LinePrinter
+    from cairn.errors import UsageError
     from cairn.job.sanity import run_sanity
 
     try:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -26,6 +26,7 @@ from typing import Any
 
 from cairn import __version__
 from cairn.errors import UsageError
+from cairn.events import JobObserver
 from cairn.job.discover import check_templates, discover_tasks
 from cairn.job.folder import (
     apply_decisions,
@@ -36,9 +37,8 @@ from cairn.job.folder import (
     undo_empty,
 )
 from cairn.job.planner import TrialAction, plan_trials
-from cairn.events import Event, EventKind, JobObserver
 from cairn.job.runner import JobRun, run_all
-from cairn.plan import JobConfig, TrialPlan
+from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
 from cairn.results.store import iter_trial_results, read_json, trial_dir_name
 from cairn.results.summary import summarize_job

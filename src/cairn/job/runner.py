@@ -10,13 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
-from cairn.events import Event, EventKind, JobObserver
 from cairn.errors import Category, ErrorKind
+from cairn.events import Event, EventKind, JobObserver
 from cairn.job.discover import cancelled_result
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan

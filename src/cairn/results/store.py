@@ -26,10 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
-from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_json_atomic
+from cairn._util.jsonio import loads_strict, to_jsonable, write_json_atomic
 from cairn.results.masking import Masker, find_secrets, mask_tree
+from cairn.results.model import (
+    RESULT_SCHEMA_VERSION,
+    JobMeta,
+    JobSummary,
+    StepResult,
+    StepsFile,
+    TrialResult,
+)
 from cairn.task.model import task_slug
-from cairn.results.model import RESULT_SCHEMA_VERSION, JobMeta, JobSummary, StepResult, StepsFile, TrialResult
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"

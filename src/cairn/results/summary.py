@@ -13,8 +13,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from cairn.results.aggregate import counted_rewards, pass_at_k_summary, primary_reward, step_reached
 from cairn.errors import Category, ErrorKind
+from cairn.results.aggregate import counted_rewards, pass_at_k_summary, primary_reward, step_reached
 from cairn.results.model import (
     JobSummary,
     KeyStat,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from pathlib import Path
 
 from cairn._util.treehash import IGNORED_NAMES, _update_tree, tree_hash  # noqa: F401 - re-exported

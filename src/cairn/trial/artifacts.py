@@ -13,8 +13,8 @@ import shlex
 import shutil
 from pathlib import Path, PurePosixPath
 
-from cairn.layout import ARTIFACTS_DIR
 from cairn.errors import SandboxLostError
+from cairn.layout import ARTIFACTS_DIR
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Artifact
 

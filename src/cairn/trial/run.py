@@ -9,12 +9,9 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
-from cairn.events import Event, EventKind, EventSink
 from cairn.agents.base import Agent, AgentContext
-from cairn.results.aggregate import score_trial, stop_decision
 from cairn.errors import (
     Category,
     ErrorKind,
@@ -23,17 +20,15 @@ from cairn.errors import (
     SandboxLostError,
     TrialFailure,
     UnsupportedError,
-    category_of,
 )
-from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
-from cairn.trial.healthcheck import run_healthcheck
+from cairn.events import Event, EventKind, EventSink
 from cairn.plan import TrialPlan
+from cairn.results.aggregate import score_trial, stop_decision
 from cairn.results.model import (
     AgentRef,
     ConfigAgent,
     ConfigOptions,
     ConfigTask,
-    TrialConfigFile,
     ErrorInfo,
     Outcome,
     StepResult,
@@ -41,16 +36,18 @@ from cairn.results.model import (
     StopReason,
     TaskRef,
     Tokens,
+    TrialConfigFile,
     TrialResult,
     TrialTimings,
 )
+from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.trial.step import StepDirs, StepEnv, run_step
-from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
-
+from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
+from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.step import StepDirs, StepEnv, run_step
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -64,7 +61,7 @@ def _enter_hint(sandbox: Sandbox) -> str:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def make_agent(plan: TrialPlan) -> Agent:

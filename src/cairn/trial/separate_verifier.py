@@ -31,7 +31,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from cairn.trial.classify import as_start_failure
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -40,14 +39,15 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
-from cairn.trial.healthcheck import run_healthcheck
+from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
+from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.hashing import env_hash
-from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
 from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
+from cairn.trial.classify import as_start_failure
+from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import VerifierRun, run_verifier
 
 LOGS_ARTIFACTS = ARTIFACTS_DIR

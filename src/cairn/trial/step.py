@@ -14,10 +14,7 @@ import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, VERIFIER_LOGS_DIR
 from cairn.agents.base import Agent, AgentContext
-from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
-from cairn.trial.artifacts import collect_artifacts
 from cairn.errors import (
     ErrorKind,
     ModelError,
@@ -25,12 +22,15 @@ from cairn.errors import (
     SandboxError,
     TrialFailure,
 )
+from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, VERIFIER_LOGS_DIR
+from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
+from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
+from cairn.results.store import write_artifacts_manifest
+from cairn.sandbox.base import ProcessInfo, Sandbox
+from cairn.task.model import Step
+from cairn.trial.artifacts import collect_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
-from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
-from cairn.sandbox.base import ProcessInfo, Sandbox
-from cairn.results.store import write_artifacts_manifest
-from cairn.task.model import Step
 from cairn.trial.verify import run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"

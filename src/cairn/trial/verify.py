@@ -14,11 +14,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
-from cairn.trial.rewards import read_reward
+from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step
+from cairn.trial.rewards import read_reward
 
 VERIFIER_LOGS = VERIFIER_LOGS_DIR
 REWARD_FILES = ("reward.json", "reward.txt")

@@ -10,16 +10,11 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import local_available
 
-from cairn.errors import UnsupportedError
 from cairn.sandbox import conformance
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes
-from cairn.sandbox.local.rootfs import probe_host
-
-
-
+from conftest import local_available
 
 pytestmark = [pytest.mark.local,
               pytest.mark.skipif(not local_available(), reason="no local sandbox support")]

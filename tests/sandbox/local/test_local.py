@@ -10,7 +10,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import local_available
 
 from cairn.errors import SandboxError, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
@@ -18,6 +17,7 @@ from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes, remo
 from cairn.sandbox.local.dockerfile import NEEDS_DOCKER
 from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir, probe_host, process_start_ticks
+from conftest import local_available
 
 DOCKER_CAPS_MASK = "00000000a80425fb"
 

@@ -12,17 +12,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import local_available
 
-from cairn.errors import BuildError, ErrorKind, UnsupportedError
+from cairn._util.treehash import tree_hash
+from cairn.errors import BuildError, ErrorKind
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_layers, remove_local_layer
 from cairn.sandbox.local.layer import layer_key
-from cairn._util.treehash import tree_hash
-from cairn.sandbox.local.rootfs import layers_dir, probe_host
-
-
-
+from cairn.sandbox.local.rootfs import layers_dir
+from conftest import local_available
 
 pytestmark = [pytest.mark.local,
               pytest.mark.skipif(not local_available(), reason="no local sandbox support")]

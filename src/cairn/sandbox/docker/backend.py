@@ -32,9 +32,9 @@ from typing import Any, ClassVar
 import docker
 import docker.errors
 
-from cairn.layout import COMPOSE_FILE_NAMES
 from cairn._util.tar import extract_tar_stream, tar_stream
 from cairn.errors import ErrorKind, SandboxError
+from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import fcntl
 import functools
-import hashlib
 import os
 import re
 import threading
@@ -34,7 +33,6 @@ import docker.errors
 import requests.exceptions
 
 from cairn._util.treehash import tree_hash
-from cairn.layout import find_compose_file
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -43,6 +41,7 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
+from cairn.layout import find_compose_file
 from cairn.sandbox.base import SandboxSpec
 
 T = TypeVar("T")

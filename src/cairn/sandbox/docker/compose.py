@@ -52,6 +52,14 @@ from cairn.errors import (
     UnsupportedError,
 )
 from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec
+from cairn.sandbox.docker.backend import DockerSandbox, container_labels
+from cairn.sandbox.docker.build import (
+    ImageInfo,
+    _build_lock,
+    engine_version,
+    in_thread,
+    make_client,
+)
 from cairn.sandbox.docker.compose_files import (
     MAIN_SERVICE,
     PROTECTED_VARS,
@@ -66,14 +74,6 @@ from cairn.sandbox.docker.compose_files import (
     images_to_find,
     project_name,
     with_images,
-)
-from cairn.sandbox.docker.backend import DockerSandbox, container_labels
-from cairn.sandbox.docker.build import (
-    ImageInfo,
-    _build_lock,
-    engine_version,
-    in_thread,
-    make_client,
 )
 
 log = logging.getLogger(__name__)

@@ -29,8 +29,6 @@ import yaml
 
 from cairn.errors import UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
-from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file
-
 
 MAIN_SERVICE = "main"
 IMAGE_REPO = "cairn-env"

@@ -17,8 +17,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.errors import UnsupportedError
+from cairn.layout import COMPOSE_FILE_NAMES
 
 NEEDS_DOCKER = "this environment needs -e docker"
 COMPOSE_FILES = COMPOSE_FILE_NAMES

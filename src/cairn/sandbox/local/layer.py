@@ -16,7 +16,6 @@ import contextlib
 import datetime as dt
 import fcntl
 import fnmatch
-import hashlib
 import json
 import os
 import posixpath
