@@ -90,7 +90,7 @@ class ProcessInfo:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can enforce; checked before any trial is queued (CONVENTIONS habit 7).
+    """What a backend can enforce; checked before any trial is queued (docs/architecture.md, habit 7).
 
     Attributes:
         network_modes: the network modes the backend enforces.

@@ -6,7 +6,7 @@ Two layers:
   applied, env templates kept as templates).
 - :class:`Task` and :class:`Step` are the loaded task: every step resolved with its files and
   its effective settings (fallbacks applied). A single-step task is a task with one step named
-  ``main`` — one shape for everything downstream (CONVENTIONS habit 11).
+  ``main`` — one shape for everything downstream (docs/architecture.md, habit 11).
 
 Unknown keys are allowed here (``extra="allow"``) because the loader reports them as findings
 with their line (design §2); pydantic alone would drop or reject them without a line.
