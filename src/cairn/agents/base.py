@@ -33,7 +33,8 @@ class AgentContext:
         tokens: set by the agent: tokens used in this step.
         cost_usd: set by the agent: cost of this step in USD, ``None`` when unknown.
         exit: set by the agent to report ``max_turns`` or ``error`` without raising.
-        metadata: free-form values the agent wants recorded.
+        metadata: values the agent reports back to the engine. Only ``model_retries`` (an int:
+            model calls retried) is read, and shown as a step warning; nothing else is stored.
     """
 
     task: Task

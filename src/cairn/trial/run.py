@@ -181,7 +181,7 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 time_scale=self.plan.options.timeout_multiplier)
+                                                 timeout_multiplier=self.plan.options.timeout_multiplier)
                  for s in self.task.steps if s.verifier_mode == "separate"}
         extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
         if extra:
@@ -204,7 +204,7 @@ class _TrialRun:
                    f"{self.timings['environment_sec']:.1f} s", EventKind.ENVIRONMENT)
         hc = self.task.environment.healthcheck
         if hc is not None:
-            out = await run_healthcheck(sandbox, hc, time_scale=self.plan.options.timeout_multiplier)
+            out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
             if not out.healthy:
                 raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
                                    f"environment healthcheck failed after {out.probes} probes",
@@ -213,12 +213,13 @@ class _TrialRun:
         self.phase = Phase.AGENT_SETUP
         started = time.monotonic()
         first = self.task.steps[0]
+        setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
+                             * self.plan.options.timeout_multiplier)  # scaled once, as steps are
         ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
-                           timeout_sec=self.plan.options.agent_setup_timeout_sec,
+                           timeout_sec=setup_timeout_sec,
                            user=first.agent_user, env=dict(self.plan.options.agent_env))
         try:
-            async with asyncio.timeout(self.plan.options.agent_setup_timeout_sec
-                                       * self.plan.options.timeout_multiplier):
+            async with asyncio.timeout(setup_timeout_sec):
                 await self.agent.setup(sandbox, ctx)
         except (TrialFailure, asyncio.CancelledError):
             raise
@@ -230,7 +231,7 @@ class _TrialRun:
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
         steps = self.task.steps
-        env = StepEnv(verifier_env={}, time_scale=opts.timeout_multiplier, verify=opts.verify,
+        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate)

@@ -84,7 +84,7 @@ def verifier_build_context(task: Task, step: Step) -> Path | None:
 
 def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: str, *,
                            environ: Mapping[str, str] | None = None,
-                           time_scale: float = 1.0) -> SeparatePlan:
+                           timeout_multiplier: float = 1.0) -> SeparatePlan:
     """Resolve the separate verifier sandbox of ``step``.
 
     Args:
@@ -93,7 +93,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         base: the trial's sandbox spec (job and trial ids, ``force_build``, job folder).
         backend: the trial's backend name (``docker``, ``local``).
         environ: the host environment for ``${VAR}`` templates (default ``os.environ``).
-        time_scale: the timeout multiplier (applied to ``build_timeout_sec``).
+        timeout_multiplier: the timeout multiplier (applied to ``build_timeout_sec``).
 
     Returns:
         The :class:`SeparatePlan`.
@@ -125,7 +125,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
         cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
         network_mode=cfg.effective_network_mode, env=env,
-        build_timeout_sec=cfg.build_timeout_sec * time_scale,
+        build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
         name=f"{task.slug}-verifier", keep=False)
     cls = get_backend(backend, compose=compose)
@@ -199,7 +199,7 @@ async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path) -> list[str]:
 
 async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
                                 timeout_sec: float, verifier_dir: Path, artifacts_dir: Path,
-                                mask=lambda s: s, time_scale: float = 1.0) -> VerifierRun:
+                                mask=lambda s: s, timeout_multiplier: float = 1.0) -> VerifierRun:
     """Verify ``step`` in a fresh sandbox holding only its declared artifacts.
 
     Args:
@@ -210,7 +210,7 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
         verifier_dir: host ``steps/<nn>-<name>/verifier`` (exists).
         artifacts_dir: host ``steps/<nn>-<name>/artifacts`` (collected, with its manifest).
         mask: masks secret values in text written to the host.
-        time_scale: the timeout multiplier (healthcheck timing).
+        timeout_multiplier: the timeout multiplier (healthcheck timing).
 
     Returns:
         The :class:`~cairn.trial.verify.VerifierRun`; sandbox failures are in ``error``
@@ -223,7 +223,7 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
     try:
         async with plan.backend(plan.spec) as sb:
             if plan.healthcheck is not None:
-                hc = await run_healthcheck(sb, plan.healthcheck, time_scale=time_scale)
+                hc = await run_healthcheck(sb, plan.healthcheck, timeout_multiplier=timeout_multiplier)
                 if not hc.healthy:
                     return VerifierRun(error=TrialFailure(
                         ErrorKind.ENV_HEALTHCHECK_FAILED,

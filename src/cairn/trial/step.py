@@ -57,7 +57,7 @@ class StepEnv:
 
     Attributes:
         verifier_env: resolved merged verifier env.
-        time_scale: the timeout multiplier.
+        timeout_multiplier: the timeout multiplier.
         verify: ``False`` under ``--no-verify``.
         hardened: ``--hardened-verify``.
         agent_env: ``--ae`` variables.
@@ -70,7 +70,7 @@ class StepEnv:
     """
 
     verifier_env: dict[str, str]
-    time_scale: float = 1.0
+    timeout_multiplier: float = 1.0
     verify: bool = True
     hardened: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
@@ -128,7 +128,7 @@ async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
                            user="root")
 
 
-async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
+async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) -> float:
     """Run ``workdir/setup.sh`` as the agent user in the working dir; returns seconds taken.
 
     Raises:
@@ -142,7 +142,7 @@ async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
     await sandbox.exec(["chmod", "755", SETUP_SCRIPT], user="root")
     if b"\r\n" in setup.read_bytes():
         await sandbox.exec(["sed", "-i", "s/\\r$//", SETUP_SCRIPT], user="root")
-    timeout = step.setup_timeout_sec * time_scale
+    timeout = step.setup_timeout_sec * timeout_multiplier
     r = await sandbox.exec(["bash", SETUP_SCRIPT], user=step.agent_user, timeout_sec=timeout)
     await sandbox.exec(["rm", "-f", SETUP_SCRIPT], user="root")
     if not r.ok:
@@ -194,8 +194,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     which are recorded in ``error`` with ``source = error``.
 
     Raises:
-        TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox error;
-            the exception carries ``partial`` (the row so far) as ``exc.detail["_row"]``.
+        TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox
+            error (the trial turns it into the step's row, :func:`cairn.trial.classify.error_info`).
         SandboxLostError: the engine is gone.
     """
     timings: dict[str, float | None] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
@@ -206,13 +206,13 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     env.phase = Phase.SETUP
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
-        timings["setup_sec"] = await _run_setup(sandbox, step, env.time_scale)
+        timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
 
     # 4. step healthcheck
     env.phase = Phase.HEALTHCHECK
     if step.healthcheck is not None:
         hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
-                                   time_scale=env.time_scale)
+                                   timeout_multiplier=env.timeout_multiplier)
         if not hc.healthy:
             raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
                                f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
@@ -221,7 +221,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 5. agent phase
     env.phase = Phase.AGENT
-    timeout = step.agent_timeout_sec * env.time_scale
+    timeout = step.agent_timeout_sec * env.timeout_multiplier
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
                            resume_session=env.resume_session)
@@ -283,12 +283,12 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             raise TrialFailure(ErrorKind.CONFIG_ERROR,
                                f"step {step.name!r}: separate verifier was not planned")
         v = await run_separate_verifier(plan, step, env=env.verifier_env,
-                                        timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                                        timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
-                                        mask=mask, time_scale=env.time_scale)
+                                        mask=mask, timeout_multiplier=env.timeout_multiplier)
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
-                               timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                               timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                verifier_dir=dirs.verifier, mask=mask)
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
