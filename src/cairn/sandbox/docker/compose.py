@@ -51,6 +51,7 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
+from cairn.layout import find_compose_file
 from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec
 from cairn.sandbox.docker.backend import DockerSandbox, container_labels
 from cairn.sandbox.docker.build import (
@@ -68,7 +69,6 @@ from cairn.sandbox.docker.compose_files import (
     check_compose_file,
     defaults_file,
     dump_yaml,
-    find_compose_file,
     harbor_variables,
     images_to_build,
     images_to_find,
