@@ -375,11 +375,15 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
     planted sitecustomize.py are gone before the verifier runs."""
     task = write_task(
         tmp_path / "tasks", "hard",
-        solve="nohup sh -c 'while true; do date > /app/tick; sleep 0.2; done' >/dev/null 2>&1 &\n"
+        solve="nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /app/tick; sleep 0.2; done'"
+              " >/dev/null 2>&1 &\n"
               "d=$(python3 -c 'import site; print(site.getsitepackages()[0])')\n"
               "mkdir -p \"$d\" && echo 'open(\"/app/hooked\", \"w\")' > \"$d/sitecustomize.py\"\n"
               "sleep 0.5\n",
-        test=("python3 -c 'pass'\nsleep 1\na=$(cat /app/tick); sleep 1; b=$(cat /app/tick)\n"
+        # a counter, not `date`: a live loop changes it within the 3 s window even on a loaded
+        # machine (a second-resolution clock made the unhardened run flaky under load)
+        test=("python3 -c 'pass'\nsleep 0.5\na=$(cat /app/tick)\n"
+              "for k in $(seq 30); do sleep 0.1; b=$(cat /app/tick); [ \"$a\" != \"$b\" ] && break; done\n"
               + reward_if('[ "$a" = "$b" ] && [ ! -e /app/hooked ]')))
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs", hardened_verify=True)
     assert r.reward == 1.0
