@@ -126,7 +126,7 @@ def run_cmd(
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
-    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume else None
+    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
 
 
