@@ -71,7 +71,7 @@ class Agent(ABC):
         self.model = model
         self.kwargs = kwargs
 
-    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.
 
         Raises:

@@ -30,6 +30,7 @@ class LinePrinter(JobObserver):
         self.stream = stream
 
     def event(self, event: Event) -> None:
+        """Print the event's line to the stream, flushed at once (a sanity run is watched live)."""
         print(event.text, file=self.stream, flush=True)
 
 

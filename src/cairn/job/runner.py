@@ -72,9 +72,15 @@ class JobRun:
         self.emit(Event(kind, text, task=task))
 
     def open_log(self) -> None:
-        self._log = open(self.paths.job_log, "a", encoding="utf-8")  # noqa: SIM115
+        """Open ``job.log`` for appending (a resumed job adds to the earlier runs' lines).
+
+        Raises:
+            OSError: the job folder is not writable.
+        """
+        self._log = open(self.paths.job_log, "a", encoding="utf-8")  # noqa: SIM115 - stays open for the whole run; close_log() closes it
 
     def close_log(self) -> None:
+        """Close ``job.log`` (idempotent; a close error is ignored: the lines were flushed)."""
         if self._log is not None:
             with contextlib.suppress(OSError):
                 self._log.close()
@@ -135,9 +141,13 @@ class JobRun:
                        stopped_by=self.stopped_by, finished=finished)
 
     def summary(self) -> JobSummary:
+        """The job's summary (design §7) over the results recorded so far; every task of the
+        job appears, in job order, also before any of its trials has a result."""
         return summarize_job(list(self.results.values()), self.declared_steps)
 
     def write_summary(self) -> None:
+        """Rewrite ``summary.json`` from :meth:`summary`; a write error is logged, not raised
+        (the trials' own files are already on disk)."""
         try:
             write_summary(self.job_dir, self.summary())
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
