@@ -59,7 +59,7 @@ def test_two_steps_nop_stops_after_write(tmp_path, backend):
 
 def _three(tmp_path, rewards, *, strategy=None, gates=(None, None, None)):
     steps = [StepSpec(f"s{i + 1}", test=constant_reward(v) if v is not None else "true\n",
-                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates))]
+                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates, strict=True))]
     return write_task(tmp_path / "tasks", "three", steps=steps, strategy=strategy)
 
 
@@ -185,7 +185,8 @@ def test_timed_out_agent_leaves_no_process(tmp_path, backend):
     ("Infinity", "reward_parse_error"), ("1\\n2", "reward_parse_error"), ("", "reward_empty"),
 ])
 def test_bad_reward_txt(tmp_path, backend, content, kind):
-    task = write_task(tmp_path / "tasks", "bad", test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path / "tasks", "bad",
+                      test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored" and r.error.kind.value == kind
     assert r.steps[0].reward_file == "reward.txt"

@@ -61,7 +61,9 @@ class Agent(ABC):
     """
 
     name: ClassVar[str] = "agent"
-    version: ClassVar[str | None] = None
+    version: str | None = None
+    """Recorded in results; a class default that an instance may pin (installed agents'
+    ``--ak version=``), hence not a ``ClassVar``."""
     needs_model: ClassVar[bool | None] = False
     """``True``: ``-m`` is required; ``False``: ``-m`` is refused; ``None``: optional."""
 
@@ -69,7 +71,7 @@ class Agent(ABC):
         self.model = model
         self.kwargs = kwargs
 
-    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.
 
         Raises:

@@ -41,7 +41,8 @@ def clean_command(
     if as_json:
         typer.echo(json.dumps({
             "containers": report.containers, "networks": report.networks,
-            "volumes": report.volumes, "images": report.images, "folders": report.folders, "kept": report.kept,
+            "volumes": report.volumes, "images": report.images, "folders": report.folders,
+            "kept": report.kept,
             "errors": report.errors,
             "engine_reachable": report.engine_reachable}, indent=2))
     else:

@@ -98,6 +98,16 @@ def run_cmd(
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
+    """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
+    over it, then the job (or, with ``--resume``, the named job resumed).
+
+    Typer shows the ``help=`` text of the command, not this docstring.
+
+    Raises:
+        typer.Exit: code 2 on a usage error (no ``-p``, an unreadable config, a bad ``--ak``/
+            ``--ae``, unknown agent options, ``--resume`` without ``--job-name``); otherwise the
+            job's exit code (design §9: 0 when every trial completed or stopped, else 1).
+    """
     from cairn.errors import CairnError
     from cairn.plan import JobConfig
 
@@ -126,7 +136,7 @@ def run_cmd(
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
-    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume else None
+    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
 
 
@@ -220,6 +230,13 @@ def resume_cmd(
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
+    """``cairn resume JOB_DIR``: re-run a job's unfinished, cancelled and infra-errored trials
+    with its recorded config (``-n``, ``--max-cost-usd`` and ``--ae`` may be given again).
+
+    Raises:
+        typer.Exit: code 2 when the folder has no ``job.json``, a masked ``--ae`` value is not
+            given again, or an option is malformed; otherwise the job's exit code (design §9).
+    """
     from cairn.errors import CairnError
     from cairn.job import resume_config
 
@@ -241,6 +258,13 @@ def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     fmt: Annotated[str, typer.Option("--format", help="text, markdown or json.")] = "text",
 ) -> None:
+    """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
+    ``markdown`` or ``json``) on stdout.
+
+    Raises:
+        typer.Exit: code 2 for an unknown ``--format`` or a folder with neither ``job.json`` nor
+            ``trials/``.
+    """
     from cairn.job.run import read_job
     from cairn.results.report import render
 
@@ -263,6 +287,12 @@ def sanity_cmd(
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
+    """``cairn tasks sanity PATHS``: run every task with ``oracle`` and with ``nop`` (two jobs
+    under ``--jobs-dir``) and print the tasks that fail either check.
+
+    Raises:
+        typer.Exit: code 0 when every task is sane, 1 otherwise, 2 when no task matched.
+    """
     from cairn.cli.progress import LinePrinter
     from cairn.errors import UsageError
     from cairn.job.sanity import run_sanity

@@ -111,13 +111,13 @@ def discover_tasks(config: JobConfig) -> list[TaskEntry]:
         entries = [e for e in entries if not _matches(e, config.exclude)]
     if not entries:
         raise UsageError("no task matched the given paths and filters (-p, -i, -x)")
-    seen: dict[str, Path] = {}
+    by_name: dict[str, Path] = {}
     for e in entries:
-        if e.name in seen and seen[e.name] != e.path:
-            raise UsageError(f"two tasks are named {e.name!r}: {seen[e.name]} and {e.path}; "
+        if e.name in by_name and by_name[e.name] != e.path:
+            raise UsageError(f"two tasks are named {e.name!r}: {by_name[e.name]} and {e.path}; "
                              "task names identify trials and results, rename one "
                              "([task].name)")
-        seen[e.name] = e.path
+        by_name[e.name] = e.path
     return entries
 
 
@@ -138,9 +138,9 @@ def _fallback_identity(path: Path) -> tuple[str, list[str]]:
     declared = data.get("steps")
     if isinstance(declared, list) and declared:
         names = [s.get("name") for s in declared if isinstance(s, dict)]
-        if names and all(isinstance(n, str) and n for n in names) \
-                and len(set(names)) == len(names):
-            steps = names
+        named = [n for n in names if isinstance(n, str) and n]
+        if named and len(named) == len(names) and len(set(named)) == len(named):
+            steps = named
     return name, steps
 
 

@@ -107,7 +107,10 @@ def should_rerun(old: TrialResult, *, retry_errors: bool) -> bool:
 class FolderNamer(Protocol):
     """The store's folder-name rule (:func:`cairn.results.store.trial_dir_name`)."""
 
-    def __call__(self, task_name: str, attempt: int, trial_id: str, /) -> str: ...
+    def __call__(self, task_name: str, attempt: int, trial_id: str, /) -> str:
+        """The folder name (one path component) of the trial ``trial_id``, attempt ``attempt``
+        (1-based) of the task ``task_name``."""
+        ...
 
 
 def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str,

@@ -140,17 +140,25 @@ class StepResult(_Persisted):
 
 
 class TaskRef(_Persisted):
+    """``task`` of result.json: the task's name and content hash (64 hex characters)."""
+
     name: str
     content_hash: str
 
 
 class AgentRef(_Persisted):
+    """``agent`` of result.json: the agent's name, its version (when it reports one) and its
+    ``--ak`` kwargs."""
+
     name: str
     version: str | None = None
     kwargs: dict[str, Any] = Field(default_factory=dict)
 
 
 class TrialTimings(_Persisted):
+    """``timings`` of result.json, in seconds (``null`` for a phase the trial did not reach):
+    sandbox start, agent setup, and the whole trial."""
+
     environment_sec: float | None = None
     agent_setup_sec: float | None = None
     total_sec: float | None = None
@@ -218,18 +226,24 @@ class JobMeta(_Persisted):
 
 
 class ConfigTask(_Persisted):
+    """``task`` of config.json: name, content hash and the task folder's path on the host."""
+
     name: str
     content_hash: str
     path: str
 
 
 class ConfigAgent(_Persisted):
+    """``agent`` of config.json: name, ``--ak`` kwargs and version (when it reports one)."""
+
     name: str
     kwargs: dict[str, Any] = Field(default_factory=dict)
     version: str | None = None
 
 
 class ConfigOptions(_Persisted):
+    """``options`` of config.json: the run options that change how a trial is scored."""
+
     timeout_multiplier: float = 1.0
     verify: bool = True
     hardened_verify: bool = False

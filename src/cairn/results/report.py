@@ -122,6 +122,7 @@ def render(job, fmt: str = "text") -> str:
     if rows:
         widths = [max(len(r[i]) for r in [*rows, HEAD]) for i in range(len(HEAD))]
         out.append("")
-        out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths, strict=True)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in rows]
     return "\n".join(out)

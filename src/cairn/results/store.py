@@ -55,8 +55,9 @@ ARTIFACTS_MANIFEST = "manifest.json"
 
 __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
-    "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json", "read_result",
-    "read_job_json", "read_steps", "read_summary", "move_superseded", "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
+    "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
+    "read_result", "read_job_json", "read_steps", "read_summary", "move_superseded",
+    "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 

@@ -115,7 +115,7 @@ class _TrialRun:
         solution_env = resolve_env(sol_t, environ)
         verifier_envs = [resolve_env(s.verifier_env, environ) for s in task.steps]
         secrets = set(secret_values(env_t, env)) | set(secret_values(sol_t, solution_env))
-        for s, resolved in zip(task.steps, verifier_envs):
+        for s, resolved in zip(task.steps, verifier_envs, strict=True):
             secrets |= set(secret_values(s.verifier_env, resolved))
         self.masker = Masker(secrets)
         self.store.masker = self.masker
@@ -236,7 +236,7 @@ class _TrialRun:
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate)
         self.step_env = env
-        for step, venv in zip(steps, verifier_envs):
+        for step, venv in zip(steps, verifier_envs, strict=True):
             env.verifier_env = venv
             self.steps_run += 1
             self.current_step = step

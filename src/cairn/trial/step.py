@@ -11,6 +11,7 @@ import asyncio
 import re
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,7 +77,7 @@ class StepEnv:
     agent_env: dict[str, str] = field(default_factory=dict)
     resume_session: bool = False
     trial_baseline: list[ProcessInfo] | None = None
-    mask: object = staticmethod(lambda s: s)
+    mask: Callable[[str], str] = field(default=lambda s: s)
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
     """Where the running step is (set by :func:`run_step`), for errors and cancellation."""

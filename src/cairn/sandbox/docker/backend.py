@@ -208,8 +208,8 @@ class DockerSandbox(Sandbox):
             host_kw["mem_limit"] = f"{int(spec.memory_mb)}m"
             host_kw["memswap_limit"] = f"{int(spec.memory_mb)}m"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.name).strip("-.")[:40] or "sandbox"
-        name = f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}-" \
-               f"{uuid.uuid4().hex[:6]}"
+        trial8 = re.sub(r"[^A-Za-z0-9]", "", spec.trial_id)[:8]
+        name = f"cairn-{slug}-{trial8}-{uuid.uuid4().hex[:6]}"
         env_hash = spec.env_hash
         img = self._image
         with translate("creating the container", kind=ErrorKind.START_FAILED):
@@ -274,7 +274,7 @@ class DockerSandbox(Sandbox):
                 await in_thread(client.api.remove_container, cid, force=True, v=True)
             except docker.errors.NotFound:
                 pass
-            except Exception as exc:  # stop never raises; the label lets `cairn clean` finish
+            except Exception as exc:  # noqa: BLE001 - stop never raises; the label lets `cairn clean` finish
                 log.warning("could not remove container %s: %s", cid[:12], exc)
         with contextlib.suppress(Exception):
             client.close()
@@ -364,7 +364,7 @@ class DockerSandbox(Sandbox):
             async with asyncio.timeout(30):
                 await self._run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", token],
                                 user=user)
-        except Exception as exc:  # the container may be gone; reading still has to stop
+        except Exception as exc:  # noqa: BLE001 - the container may be gone; reading still has to stop
             log.debug("killing exec tree failed: %s", exc)
         try:
             await asyncio.wait_for(asyncio.shield(fut), KILL_GRACE_SEC)

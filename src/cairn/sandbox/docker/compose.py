@@ -497,7 +497,7 @@ class ComposeSandbox(DockerSandbox):
             nonlocal ok
             results = await asyncio.gather(*(in_thread(gone, fn, i[key], **kw) for i in items),
                                            return_exceptions=True)
-            for item, res in zip(items, results):
+            for item, res in zip(items, results, strict=True):  # gather: one result each
                 if isinstance(res, BaseException):
                     ok = False
                     log.warning("removing %s of compose project %s failed: %s", item.get(key),

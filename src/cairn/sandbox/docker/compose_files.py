@@ -178,7 +178,7 @@ def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool) -> di
         main["image"] = main_image
     elif spec.docker_image:
         main["image"] = spec.docker_image
-    volumes = {vol: {} for vol in (*LOG_VOLUMES.values(), ALL_LOGS_VOLUME)}
+    volumes: dict[str, dict[str, Any]] = {vol: {} for vol in (*LOG_VOLUMES.values(), ALL_LOGS_VOLUME)}
     return {"services": {MAIN_SERVICE: main}, "volumes": volumes}
 
 
