@@ -80,6 +80,9 @@ class StepEnv:
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
     """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
+    snapshot: object = None
+    """``--snapshot-steps``: the hook of :func:`cairn.trial.snapshot.snapshot_taker`, called
+    after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
 
 
 @dataclass
@@ -254,6 +257,12 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
     warnings.extend(evidence_warnings)
 
+    # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (SPEC §4.7)
+    snapshot = None
+    if env.snapshot is not None:
+        snapshot, snapshot_warnings = await env.snapshot(sandbox, step)
+        warnings.extend(snapshot_warnings)
+
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
     manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
@@ -264,7 +273,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
 
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
-               tokens=context.tokens, cost_usd=context.cost_usd)
+               tokens=context.tokens, cost_usd=context.cost_usd,
+               snapshot=snapshot)
     if not env.verify:
         return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 
