@@ -199,6 +199,29 @@ def start_spec(spec: SandboxSpec, task: Task, options, backend: str
     return dataclasses.replace(spec, snapshot=ref), fork
 
 
+def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None,
+                 time_scale: float = 1.0, environ=None) -> tuple[SandboxSpec, set[str]]:
+    """The sandbox spec a trial of ``task`` runs with (set ``snapshot`` to start from one),
+    for ``cairn regrade`` and ``cairn shell``, and the secret values its env resolved.
+
+    Raises:
+        TrialFailure: ``config_error`` when an ``${VAR}`` template is missing from the host.
+    """
+    import os
+
+    from cairn.task.envvars import resolve_env, secret_values
+
+    e = task.environment
+    env = resolve_env(e.env, os.environ if environ is None else environ)
+    spec = SandboxSpec(
+        env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir, cpus=e.cpus,
+        memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
+        network_mode=e.effective_network_mode, env=env,
+        build_timeout_sec=e.build_timeout_sec * time_scale, job_id=job_id, trial_id=trial_id,
+        env_hash=task.env_hash, name=task.slug, job_dir=job_dir)
+    return spec, set(secret_values(e.env, env))
+
+
 # ---- checks before start --------------------------------------------------------------------
 def check_start_options(config, tasks: Iterable[Task | None], backend: str) -> None:
     """Usage checks of ``--snapshot-steps``, ``--start-step`` and ``--from``, before anything

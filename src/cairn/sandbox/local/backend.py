@@ -265,7 +265,7 @@ class LocalSandbox(Sandbox):
                "TERM": os.environ.get("TERM", "xterm"), **self._meta.env, **self.spec.env}
         argv = ["nsenter", "-t", str(ns.host_pid), "-U", "-m", "-p", "-i", "-u",
                 "--preserve-credentials" if not ns.support.privileged else "-S0",
-                "-r", f"-w{self._workdir}"]
+                "-r", f"--wdns={self._workdir}"]
         if self.spec.network_mode is NetworkMode.NO_NETWORK:
             argv.insert(5, "-n")
         if ns.support.privileged:
