@@ -389,6 +389,18 @@ class Sandbox(ABC):
 
         raise UnsupportedError(f"backend {self.name!r} cannot snapshot a sandbox")
 
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Delete a snapshot this backend made; one already gone is fine.
+
+        Raises:
+            UnsupportedError: the backend cannot snapshot.
+            SandboxError: the snapshot is in use (a sandbox runs from it) or cannot be removed.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {cls.name!r} cannot snapshot a sandbox")
+
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """A host command line that opens an interactive shell inside this running sandbox
         (``cairn shell``), as ``user`` in the working dir.

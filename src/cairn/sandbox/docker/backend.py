@@ -331,6 +331,31 @@ class DockerSandbox(Sandbox):
         return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size,
                            seconds=time.monotonic() - t0)
 
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Remove a snapshot image (its tags too); one already gone is fine.
+
+        Raises:
+            SandboxError: a container still uses it, or the engine refused.
+        """
+        client = await in_thread(make_client)
+        try:
+            def work() -> None:
+                try:
+                    data = client.api.inspect_image(ref)
+                except docker.errors.NotFound:
+                    return
+                for t in data.get("RepoTags") or []:
+                    client.api.remove_image(t)
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_image(data["Id"])
+
+            with translate(f"removing snapshot {ref[:19]}"):
+                await in_thread(work)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """``docker exec -it <container> bash`` as ``user`` in the working dir."""
         _, cid = self._require()

@@ -247,13 +247,32 @@ class LocalSandbox(Sandbox):
         t0 = time.monotonic()
         marker_labels = {**{k: str(v) for k, v in labels.items()}, "cairn.backend": "local"}
         try:
+            base = None
+            if self.spec.snapshot:  # started from a snapshot: its files are part of the state
+                from cairn.sandbox.local.snapshot import snapshot_root
+
+                base = snapshot_root(self.spec.snapshot)
             folder, copied = await asyncio.to_thread(make_snapshot, self._dir, self._overlay_rels,
-                                                     marker_labels, self._last_snapshot)
+                                                     marker_labels, self._last_snapshot, base)
         except OSError as exc:
             raise SandboxError(f"snapshot failed: {exc}") from exc
         self._last_snapshot = folder
         return SnapshotRef(backend=self.name, ref=str(folder), size_bytes=copied,
                            seconds=time.monotonic() - t0)
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Delete a local snapshot folder; one already gone is fine.
+
+        Raises:
+            SandboxError: ``ref`` is not a local snapshot folder.
+        """
+        from cairn.sandbox.local.snapshot import remove_local_snapshot
+
+        try:
+            await asyncio.to_thread(remove_local_snapshot, Path(ref))
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
 
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """``nsenter`` into the sandbox's namespaces and root, then ``bash`` (or ``sh``) in the

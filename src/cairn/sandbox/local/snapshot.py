@@ -55,8 +55,10 @@ class _Copier:
 
     def tree(self, src: Path, dst: Path, rel: str) -> None:
         """Copy the folder ``src`` (relative path ``rel`` in the snapshot) into ``dst``,
-        merging into what ``dst`` already holds."""
+        merging into what ``dst`` already holds (an opaque folder replaces it)."""
         st = os.lstat(src)
+        if os.path.lexists(dst) and (not dst.is_dir() or dst.is_symlink() or _opaque(src)):
+            remove_tree(dst) if dst.is_dir() and not dst.is_symlink() else os.unlink(dst)
         if not dst.exists():
             os.mkdir(dst, 0o700)
         for entry in os.scandir(src):
@@ -69,7 +71,7 @@ class _Copier:
         if stat.S_ISDIR(mode):
             self.tree(src, dst, rel)
             return
-        if os.path.lexists(dst):  # a nested overlay's file over the root overlay's
+        if os.path.lexists(dst):  # the upper's entry replaces the base's (or root overlay's)
             remove_tree(dst) if dst.is_dir() and not dst.is_symlink() else os.unlink(dst)
         if stat.S_ISREG(mode):
             self.file(src, dst, rel, st)
@@ -98,6 +100,39 @@ class _Copier:
         self.copied_bytes += st.st_size
         _copy_meta(src, dst, st)
         self.inodes[ident] = str(dst)
+
+
+def _opaque(path: Path) -> bool:
+    """Whether an overlay folder is opaque (it hides the lower layers' folder)."""
+    for name in ("trusted.overlay.opaque", "user.overlay.opaque"):
+        with contextlib.suppress(OSError):
+            if os.getxattr(path, name, follow_symlinks=False) == b"y":
+                return True
+    return False
+
+
+def _link_tree(src: Path, dst: Path) -> None:
+    """Rebuild the snapshot tree ``src`` at ``dst`` with every file hard linked (snapshot
+    trees are never written, so sharing their files is safe)."""
+    for dirpath, dirnames, filenames in os.walk(src):
+        rel = os.path.relpath(dirpath, src)
+        target = dst if rel == "." else dst / rel
+        st = os.lstat(dirpath)
+        if not target.exists():
+            os.mkdir(target, 0o700)
+        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
+            s_path = Path(dirpath, name)
+            fst = os.lstat(s_path)
+            if stat.S_ISREG(fst.st_mode):
+                os.link(s_path, target / name)
+            elif stat.S_ISLNK(fst.st_mode):
+                os.symlink(os.readlink(s_path), target / name)
+                _copy_meta(s_path, target / name, fst)
+            else:
+                os.mknod(target / name, fst.st_mode, fst.st_rdev)
+                _copy_meta(s_path, target / name, fst)
+        dirnames[:] = [d for d in dirnames if not os.path.islink(os.path.join(dirpath, d))]
+        _copy_meta(Path(dirpath), target, st)
 
 
 def _clone_or_copy(src: Path, dst: Path) -> None:
@@ -148,7 +183,7 @@ def _listxattr(path: Path) -> list[str]:
 
 
 def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, str],
-                  prev: Path | None = None) -> tuple[Path, int]:
+                  prev: Path | None = None, base: Path | None = None) -> tuple[Path, int]:
     """Copy a local sandbox's upper folders into a new snapshot folder.
 
     Args:
@@ -157,6 +192,8 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
             ``var/lib`` … (their upper folders are ``up/<rel>``).
         labels: ownership labels recorded in the marker (``cairn.job``, ``cairn.job_dir``…).
         prev: the previous snapshot of the same sandbox, whose unchanged files are hard linked.
+        base: the tree of the snapshot this sandbox was started from (its files are part of
+            the sandbox's state; they are hard linked, then the upper folders merged over).
 
     Returns:
         ``(snapshot folder, bytes copied)``.
@@ -164,10 +201,10 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
     Raises:
         OSError: the copy failed (the half-made folder is removed).
     """
-    base = snapshots_dir()
-    base.mkdir(parents=True, exist_ok=True)
+    where = snapshots_dir()
+    where.mkdir(parents=True, exist_ok=True)
     trial = "".join(c for c in labels.get("cairn.trial", "") if c.isalnum())[:12] or "adhoc"
-    folder = base / f"{trial}-{uuid.uuid4().hex[:12]}"
+    folder = where / f"{trial}-{uuid.uuid4().hex[:12]}"
     folder.mkdir(mode=0o711)
     prev_manifest: dict[str, list[int]] = {}
     prev_root = None
@@ -178,6 +215,8 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
     copier = _Copier(prev_manifest, prev_root)
     try:
         root = folder / "root"
+        if base is not None:
+            _link_tree(base, root)
         for rel in overlay_rels:
             up = sandbox_dir / "up" / rel
             if not up.is_dir():
