@@ -169,7 +169,7 @@ class _TrialRegrade:
                                         agent_sec=old_row.timings.agent_sec,
                                         verifier_sec=v.elapsed_sec))
         if v.error is not None:
-            from cairn.trial.run import error_info
+            from cairn.trial.classify import error_info
 
             err = error_info(v.error, step=step, phase=Phase.VERIFIER, mask=self.masker.mask)
             return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
