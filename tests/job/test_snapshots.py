@@ -13,7 +13,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskgen import StepSpec, reward_if, write_task
 
 from cairn.errors import UsageError
 from cairn.job.regrade import regrade_job
@@ -22,6 +21,7 @@ from cairn.plan import JobConfig
 from cairn.results.model import StepSource
 from cairn.results.report import render
 from cairn.sandbox.cleanup import clean
+from taskgen import StepSpec, reward_if, write_task
 
 ROOT = Path(__file__).resolve().parents[2]
 INCIDENT = ROOT / "examples" / "incident"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,8 +25,8 @@ def _err(msg: str) -> None:
     "  cairn regrade jobs/nightly -p tasks/ --job-name nightly-fixed"))
 def regrade_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The finished job folder.")],
-    path: Annotated[Optional[list[Path]], typer.Option("-p", "--path", help="Current task or dataset folder (repeatable); default: the task folders the trials recorded.")] = None,  # noqa: E501
-    job_name: Annotated[Optional[str], typer.Option("--job-name", help="Name of the derived job (default <name>__regrade-<time>), created next to the original.")] = None,  # noqa: E501
+    path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Current task or dataset folder (repeatable); default: the task folders the trials recorded.")] = None,  # noqa: E501
+    job_name: Annotated[str | None, typer.Option("--job-name", help="Name of the derived job (default <name>__regrade-<time>), created next to the original.")] = None,  # noqa: E501
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials regraded at once.")] = 4,  # noqa: E501
     fmt: Annotated[str, typer.Option("--format", help="Report format: text, markdown or json.")] = "text",  # noqa: E501
 ) -> None:
@@ -57,8 +57,8 @@ def regrade_cmd(
     "  cairn shell TRIAL_DIR --command 'cat /app/incident/diagnosis.json'"))
 def shell_cmd(
     trial_dir: Annotated[Path, typer.Argument(help="A recorded trial folder.")],
-    step: Annotated[Optional[str], typer.Option("--step", help="The step (default: the last one with a snapshot).")] = None,  # noqa: E501
-    command: Annotated[Optional[str], typer.Option("--command", "-c", help="Run this command instead of an interactive shell.")] = None,  # noqa: E501
+    step: Annotated[str | None, typer.Option("--step", help="The step (default: the last one with a snapshot).")] = None,  # noqa: E501
+    command: Annotated[str | None, typer.Option("--command", "-c", help="Run this command instead of an interactive shell.")] = None,  # noqa: E501
 ) -> None:
     import asyncio
 

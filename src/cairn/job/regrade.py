@@ -46,8 +46,8 @@ from cairn.results.model import (
     StepTimings,
     TrialResult,
 )
-from cairn.trial.snapshot import restore_spec
 from cairn.task.model import Step, Task
+from cairn.trial.snapshot import restore_spec
 
 EventSink = Callable[[str], None]
 
@@ -122,7 +122,7 @@ class _TrialRegrade:
         from cairn.task.envvars import resolve_env, secret_values
 
         self.verifier_envs = [resolve_env(s.verifier_env, os.environ) for s in task.steps]
-        for s, resolved in zip(task.steps, self.verifier_envs):
+        for s, resolved in zip(task.steps, self.verifier_envs, strict=True):
             secrets |= set(secret_values(s.verifier_env, resolved))
         self.masker = Masker(secrets)
         self.notes: list[str] = []
@@ -190,7 +190,7 @@ class _TrialRegrade:
         first = next((r.index for r in old.steps if r.source is not StepSource.NOT_RUN
                       or step_reached(r)), 1)
         n = len(task.steps)
-        for step, old_row in zip(task.steps, old.steps):
+        for step, old_row in zip(task.steps, old.steps, strict=True):
             ended = stop is not None or error is not None or partial is not None
             reached = old_row.source is not StepSource.NOT_RUN or step_reached(old_row)
             if ended:

@@ -118,8 +118,8 @@ def _table(head: list[str], rows: list[list[str]], fmt: str) -> list[str]:
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
         return out + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
     widths = [max(len(r[i]) for r in [*rows, head]) for i in range(len(head))]
-    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths)).rstrip()]
-    return out + ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    return out + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def render(job, fmt: str = "text") -> str:

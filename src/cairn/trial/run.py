@@ -43,9 +43,9 @@ from cairn.results.model import (
 from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.trial import snapshot as snapshots
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
+from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.step import StepDirs, StepEnv, run_step

@@ -55,8 +55,8 @@ from cairn.sandbox.docker.build import (
     engine_version,
     ensure_image,
     in_thread,
-    snapshot_image_info,
     make_client,
+    snapshot_image_info,
     start_thread,
     translate,
 )
