@@ -250,3 +250,24 @@ def test_shell_opens_the_step_snapshot_and_clean_removes_orphans(tmp_path, backe
     shutil.rmtree(job.job_dir)  # its job folder is gone: plain `cairn clean` finds them
     report = clean(job=job.job_dir.name)
     assert set(refs) <= set(report.snapshots)
+
+
+def test_regrade_separate_step_from_artifacts_without_snapshots(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "sep", steps=[
+        StepSpec("build", solve="echo A > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
+        StepSpec("report", solve="echo A+B > /app/report.txt\n",
+                 test=reward_if("grep -q 'A-B' /app/report.txt"),  # broken: wrong separator
+                 toml_extra='artifacts = ["/app/report.txt"]\n'
+                            '[steps.verifier]\nenvironment_mode = "separate"\n')],
+        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n"})
+    job = run_job(cfg(tmp_path, backend, task))
+    assert [s.reward for s in _only(job).steps] == [1.0, 0.0]
+    before = tree_digest(job.job_dir)
+    (task / "steps" / "report" / "tests" / "test.sh").write_text(
+        "#!/bin/bash\n" + reward_if("grep -q 'A+B' /app/report.txt"))
+    new = _only(read_job(regrade_job(job.job_dir, paths=[task], job_name="s").job_dir))
+    assert [(s.how, s.new_reward) for s in new.regrade.steps] == \
+        [("not_regradable", 1.0), ("artifacts", 1.0)]
+    assert new.regrade.status == "regraded" and new.reward == 1.0
+    assert "build" in new.regrade.message
+    assert tree_digest(job.job_dir) == before

@@ -38,6 +38,7 @@ from cairn.results.aggregate import (
     stop_decision,
 )
 from cairn.results.model import (
+    DerivedFrom,
     Outcome,
     RegradeInfo,
     RegradeStep,
@@ -302,7 +303,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         TrialStore,
         copy_job_folder,
         iter_trial_results,
-        read_json,
+        read_job_json,
         write_job_json,
         write_summary,
     )
@@ -316,25 +317,25 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     if is_locked(src):
         raise UsageError(f"job {src.name} is running; regrade it after it ends")
     try:
-        meta = dict(read_json(meta_path))
+        meta = read_job_json(src)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
     tasks = _load_tasks(paths)
     dest = src.parent / (job_name or _default_name(src))
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
-    time_scale = float((meta.get("config") or {}).get("timeout_multiplier") or 1.0)
+    time_scale = float(meta.config.get("timeout_multiplier") or 1.0)
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
     try:
         job_id = dest.name
-        meta.update({"job_name": job_id, "derived_from": {
-            "kind": "regrade", "job_dir": str(src), "job_name": src.name,
-            "tasks": [str(Path(p).absolute()) for p in paths] if paths else "recorded",
-            "at": datetime.now(UTC).isoformat()}})
-        meta.pop("schema_version", None)
-        write_job_json(dest, meta)
+        derived = DerivedFrom(
+            kind="regrade", job_dir=str(src), job_name=src.name,
+            tasks=[str(Path(p).absolute()) for p in paths] if paths else "recorded",
+            at=datetime.now(UTC))
+        write_job_json(dest, meta.model_copy(update={"job_name": job_id,
+                                                     "derived_from": derived}))
         cache: dict[str, Task | None] = {}
         olds = []
         for rf in iter_trial_results(src):

@@ -263,6 +263,19 @@ class StepsFile(_Persisted):
     """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
 
 
+class DerivedFrom(_Persisted):
+    """Where a derived job (``cairn regrade``) came from; its source folder is never modified."""
+
+    kind: Literal["regrade"]
+    job_dir: str
+    """The source job folder (absolute)."""
+    job_name: str
+    tasks: list[str] | Literal["recorded"] = "recorded"
+    """The ``-p`` folders the current tasks came from, or ``recorded`` (the trials' own)."""
+    at: datetime
+    """When the derived job was made."""
+
+
 class JobMeta(_Persisted):
     """job.json (design §7): the job's resolved config and versions, rewritten when it stops.
 
@@ -281,6 +294,8 @@ class JobMeta(_Persisted):
     """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
     started_at: datetime
     finished_at: datetime | None = None
+    derived_from: DerivedFrom | None = None
+    """Set on a job made by ``cairn regrade``."""
 
 
 class ConfigTask(_Persisted):
