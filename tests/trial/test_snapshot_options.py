@@ -6,13 +6,13 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
-from taskgen import StepSpec, write_task
 
 from cairn.errors import UsageError
 from cairn.job.run import run_job
 from cairn.plan import JobConfig, trial_id
 from cairn.results.model import AgentRef, Outcome, StepResult, StepSource, TaskRef, TrialResult
 from cairn.results.summary import summarize_job
+from taskgen import StepSpec, write_task
 
 
 def cfg(tmp_path, task, **kw) -> JobConfig:
