@@ -123,7 +123,7 @@ def main() -> None:
                       f"{'snap/step':>9}")
                 for name, d in steps.items():
                     st, sn, mb = (statistics.median(d[k]) for k in ("step", "snap", "mb"))
-                    print(f"  {name:<8} {st:>8.3f} s {sn:>8.3f} s {mb:>8.1f} MB "
+                    print(f"  {name:<8} {st:>8.3f} s {sn:>8.3f} s {mb:>8.3f} MB "
                           f"{sn / st if st else float('nan'):>8.2f}x")
     finally:
         env = {**os.environ, "PYTHONPATH": str(SRC)}
