@@ -112,14 +112,14 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, time_scale: float, emit: EventSink) -> None:
+                 job_dir: Path, timeout_multiplier: float, emit: EventSink) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
-        self.job_id, self.job_dir, self.time_scale = job_id, job_dir, time_scale
+        self.job_id, self.job_dir, self.timeout_multiplier = job_id, job_dir, timeout_multiplier
         self.emit = emit
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
-                                        job_dir=job_dir, time_scale=time_scale)
+                                        job_dir=job_dir, timeout_multiplier=timeout_multiplier)
         from cairn.task.envvars import resolve_env, secret_values
 
         self.verifier_envs = [resolve_env(s.verifier_env, os.environ) for s in task.steps]
@@ -135,18 +135,18 @@ class _TrialRegrade:
         from cairn.trial.verify import run_verifier
 
         sp = TrialPaths(self.dir).step(step.index, step.name)
-        timeout = step.verifier_timeout_sec * self.time_scale
+        timeout = step.verifier_timeout_sec * self.timeout_multiplier
         venv = self.verifier_envs[step.index - 1]
         if step.verifier_mode == "separate":
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
             plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          time_scale=self.time_scale)
+                                          timeout_multiplier=self.timeout_multiplier)
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
             v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
                                             verifier_dir=sp.verifier, artifacts_dir=sp.artifacts,
-                                            mask=self.masker.mask, time_scale=self.time_scale)
+                                            mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
             how = "artifacts"
         else:
             snap = old_row.snapshot
@@ -159,7 +159,7 @@ class _TrialRegrade:
                 if hc is not None:
                     from cairn.trial.healthcheck import run_healthcheck
 
-                    await run_healthcheck(sandbox, hc, time_scale=self.time_scale)
+                    await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
                 v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
                                        verifier_dir=sp.verifier, mask=self.masker.mask)
             how = "snapshot"
@@ -324,7 +324,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     dest = src.parent / (job_name or _default_name(src))
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
-    time_scale = float(meta.config.get("timeout_multiplier") or 1.0)
+    timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
@@ -363,7 +363,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                 async with limit:
                     try:
                         new = await _TrialRegrade(task, old, trial_dir, job_id=job_id,
-                                                  job_dir=dest, time_scale=time_scale,
+                                                  job_dir=dest, timeout_multiplier=timeout_multiplier,
                                                   emit=emit).run()
                     except (TrialFailure, UsageError) as exc:
                         kind = getattr(exc, "kind", None)

@@ -200,7 +200,7 @@ def start_spec(spec: SandboxSpec, task: Task, options, backend: str
 
 
 def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None,
-                 time_scale: float = 1.0, environ=None) -> tuple[SandboxSpec, set[str]]:
+                 timeout_multiplier: float = 1.0, environ=None) -> tuple[SandboxSpec, set[str]]:
     """The sandbox spec a trial of ``task`` runs with (set ``snapshot`` to start from one),
     for ``cairn regrade`` and ``cairn shell``, and the secret values its env resolved.
 
@@ -217,7 +217,7 @@ def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None
         env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir, cpus=e.cpus,
         memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
         network_mode=e.effective_network_mode, env=env,
-        build_timeout_sec=e.build_timeout_sec * time_scale, job_id=job_id, trial_id=trial_id,
+        build_timeout_sec=e.build_timeout_sec * timeout_multiplier, job_id=job_id, trial_id=trial_id,
         env_hash=task.env_hash, name=task.slug, job_dir=job_dir)
     return spec, set(secret_values(e.env, env))
 
