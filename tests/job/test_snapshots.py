@@ -263,3 +263,23 @@ def test_regrade_separate_step_from_artifacts_without_snapshots(tmp_path, backen
     assert new.regrade.status == "regraded" and new.reward == 1.0
     assert "build" in new.regrade.message
     assert tree_digest(job.job_dir) == before
+
+
+def test_regrade_whose_new_gate_fails_drops_the_later_steps(tmp_path):
+    task = write_task(tmp_path / "tasks", "newgate", steps=[
+        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
+        StepSpec("two", solve=STEP2_SOLVE, test=FIXED)])
+    job = run_job(cfg(tmp_path, "local", task, snapshot_steps=True))
+    assert _only(job).reward == 1.0
+    try:
+        toml = task / "task.toml"  # step one gains a gate its (now stricter) verifier fails
+        toml.write_text(toml.read_text().replace('name = "one"', 'name = "one"\nmin_reward = 1.0'))
+        (task / "steps" / "one" / "tests" / "test.sh").write_text(
+            "#!/bin/bash\n" + reward_if("grep -q ONE /app/one.txt"))
+        new = _only(read_job(regrade_job(job.job_dir, paths=[task], job_name="g").job_dir))
+        assert new.outcome.value == "stopped" and new.stopped_after == "one"
+        assert [(s.how, s.new_reward) for s in new.regrade.steps] == \
+            [("snapshot", 0.0), ("dropped", None)]
+        assert new.steps[1].source is StepSource.NOT_RUN and new.reward == 0.0
+    finally:
+        _drop_snapshots(job.job_dir)
