@@ -32,6 +32,12 @@ class RunOptions:
         resume_agent_session: carry the agent's conversation into the next step.
         agent_env: environment variables for the agent's commands (``--ae``).
         agent_setup_timeout_sec: bound on the agent's ``setup()``, seconds.
+        snapshot_steps: snapshot the sandbox after every step's agent phase
+            (``--snapshot-steps``, docs/snapshots.md).
+        start_step: the first step the agent runs (``--start-step``); the earlier ones are
+            replayed by the oracle, or taken from ``fork_from``.
+        fork_from: a recorded trial folder whose snapshot of the step before ``start_step``
+            the sandbox starts from (``--from``).
     """
 
     timeout_multiplier: float = 1.0
@@ -42,6 +48,9 @@ class RunOptions:
     resume_agent_session: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
     agent_setup_timeout_sec: float = 600.0
+    snapshot_steps: bool = False
+    start_step: str | None = None
+    fork_from: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -82,16 +91,24 @@ class TrialPlan:
 
 
 def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],
-             model: str | None, backend: str, attempt: int) -> str:
+             model: str | None, backend: str, attempt: int, *, start_step: str | None = None,
+             fork_from: str | None = None) -> str:
     """Deterministic trial id: sha256 hex (64 chars) of the canonical JSON of its inputs.
+
+    ``start_step`` and ``fork_from`` (``--start-step``, ``--from``: another experiment) enter
+    the hash only when set, so ids of ordinary trials do not move.
 
     Example: the same arguments always give the same id; a changed ``content_hash`` gives
     another.
     """
-    payload = json.dumps(
-        {"task": task_name, "content_hash": content_hash, "agent": agent_name,
-         "kwargs": agent_kwargs, "model": model, "backend": backend, "attempt": attempt},
-        sort_keys=True, separators=(",", ":"), default=str)
+    inputs: dict[str, Any] = {"task": task_name, "content_hash": content_hash,
+                              "agent": agent_name, "kwargs": agent_kwargs, "model": model,
+                              "backend": backend, "attempt": attempt}
+    if start_step is not None:
+        inputs["start_step"] = start_step
+    if fork_from is not None:
+        inputs["fork_from"] = fork_from
+    payload = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -134,6 +151,14 @@ class JobConfig(BaseModel):
     resume_agent_session: bool = False
     max_cost_usd: float | None = None
     """Stop starting new trials once the job has spent this much (USD)."""
+    snapshot_steps: bool = False
+    """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
+    start_step: str | None = None
+    """The first step the agent runs (``--start-step``); earlier steps are replayed by the
+    oracle (source ``oracle``, never scored), or taken from ``from_trial``."""
+    from_trial: Path | None = None
+    """A recorded trial folder (``--from``): start from its snapshot of the step before
+    ``start_step`` instead of replaying."""
 
     def run_options(self) -> RunOptions:
         """The per-trial :class:`RunOptions` of this job."""
@@ -141,4 +166,7 @@ class JobConfig(BaseModel):
                           keep_sandbox=self.keep_sandbox, force_build=self.force_build,
                           hardened_verify=self.hardened_verify,
                           resume_agent_session=self.resume_agent_session,
-                          agent_env=dict(self.agent_env))
+                          agent_env=dict(self.agent_env), snapshot_steps=self.snapshot_steps,
+                          start_step=self.start_step,
+                          fork_from=Path(self.from_trial).absolute() if self.from_trial
+                          else None)

@@ -510,3 +510,37 @@ def iter_trial_results(job_dir: Path) -> Iterator[ResultFile]:
             yield ResultFile(trial.result_json, read_result(trial.result_json))
         except (OSError, ValueError) as exc:
             yield ResultFile(trial.result_json, None, f"{type(exc).__name__}: {exc}")
+
+
+# ------------------------------------------------------------------------------------------
+# Derived jobs (cairn regrade)
+
+def copy_job_folder(src: Path, dest: Path) -> None:
+    """Copy a job folder to a new one for a derived job (``cairn regrade``): every file as it
+    is (symlinks as links), except the lock. The source is only read.
+
+    Raises:
+        FileExistsError: ``dest`` exists.
+        OSError: the copy failed.
+    """
+    import shutil
+
+    dest = Path(dest)
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists")
+    shutil.copytree(Path(src), dest, symlinks=True, ignore=shutil.ignore_patterns(LOCK))
+
+
+def empty_folder(path: Path) -> None:
+    """Remove everything inside ``path`` (a step's ``verifier/`` folder in a derived job before
+    its verifier runs again); create it when missing."""
+    import shutil
+
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    path.mkdir(parents=True, exist_ok=True)

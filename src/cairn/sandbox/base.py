@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path, PurePosixPath
@@ -100,6 +100,8 @@ class Capabilities:
         gpus: whether ``gpus > 0`` can be given to a sandbox.
         compose: whether multi-container (compose) environments run.
         dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (design §3.2's subset).
+        snapshot: whether :meth:`Sandbox.snapshot` works and a sandbox can start from a
+            snapshot (:attr:`SandboxSpec.snapshot`).
     """
 
     network_modes: frozenset[NetworkMode]
@@ -109,6 +111,31 @@ class Capabilities:
     gpus: bool = False
     compose: bool = False
     dockerfile: str = "full"
+    snapshot: bool = False
+
+
+SNAPSHOT_LABEL = "cairn.snapshot"
+"""Docker label (and local marker key) that marks a resource as a step snapshot."""
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """A snapshot of a sandbox's files (not its processes), made by :meth:`Sandbox.snapshot`.
+
+    Attributes:
+        backend: the backend that made it (``docker``, ``local``); a snapshot only restores on
+            the backend that made it.
+        ref: what the backend needs to start from it: a Docker image id (``sha256:…``) or the
+            absolute path of a local snapshot folder.
+        size_bytes: disk the snapshot adds, in bytes (docker: the committed layer; local: the
+            bytes copied, hard-linked files counted 0), or ``None`` when unknown.
+        seconds: wall time taken to make it, seconds.
+    """
+
+    backend: str
+    ref: str
+    size_bytes: int | None = None
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -135,6 +162,10 @@ class SandboxSpec:
         job_dir: absolute path of the owning job's folder (label ``cairn.job_dir``), so
             ``cairn clean`` can tell whether the job is running (its lock is held); ``None``
             for sandboxes outside a job (then the owning process decides).
+        snapshot: start from this snapshot's files (:attr:`SnapshotRef.ref` of a snapshot made
+            by the same backend) instead of the environment's fresh image; ``None`` starts
+            fresh. The environment (``env_dir``, ``docker_image``) still supplies the image
+            config (workdir, env, user).
     """
 
     env_dir: Path | None = None
@@ -154,6 +185,7 @@ class SandboxSpec:
     name: str = "sandbox"
     keep: bool = False
     job_dir: Path | None = None
+    snapshot: str | None = None
 
 
 class Sandbox(ABC):
@@ -331,6 +363,58 @@ class Sandbox(ABC):
         Raises:
             SandboxError: the kill could not be sent.
         """
+
+
+    # ---- snapshots (design §4.7; docs/snapshots.md) ---------------------------------------
+    async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
+        """Record the sandbox's files as they are now (running processes are not captured).
+
+        The sandbox keeps running unchanged; what it writes afterwards never changes the
+        snapshot. A new sandbox starts from it with ``SandboxSpec(snapshot=ref.ref)``.
+
+        Args:
+            labels: ownership labels to attach (``cairn.job``, ``cairn.trial``,
+                ``cairn.step``, ``cairn.job_dir`` …): Docker image labels, or the local
+                snapshot folder's marker, so ``cairn clean`` can find it.
+
+        Returns:
+            The :class:`SnapshotRef`.
+
+        Raises:
+            UnsupportedError: the backend cannot snapshot (``capabilities.snapshot`` false).
+            SandboxError: the snapshot could not be made (nothing is left behind).
+            SandboxLostError: the engine does not answer.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} cannot snapshot a sandbox")
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Delete a snapshot this backend made; one already gone is fine.
+
+        Raises:
+            UnsupportedError: the backend cannot snapshot.
+            SandboxError: the snapshot is in use (a sandbox runs from it) or cannot be removed.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {cls.name!r} cannot snapshot a sandbox")
+
+    def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
+        """A host command line that opens an interactive shell inside this running sandbox
+        (``cairn shell``), as ``user`` in the working dir.
+
+        Args:
+            user: user name or uid; ``None`` = the image default.
+            tty: allocate a terminal (``False`` when stdin is not a terminal).
+
+        Raises:
+            UnsupportedError: the backend has no way to attach a shell.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} cannot attach an interactive shell")
 
 
 def sandbox_path_join(*parts: str) -> str:

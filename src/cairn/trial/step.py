@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -33,6 +34,9 @@ from cairn.trial.artifacts import collect_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import run_verifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.trial.snapshot import SnapshotHook
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
@@ -81,6 +85,9 @@ class StepEnv:
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
     """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
+    snapshot: SnapshotHook | None = None
+    """``--snapshot-steps``: the hook of :func:`cairn.trial.snapshot.snapshot_taker`, called
+    after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
 
 
 @dataclass
@@ -255,6 +262,12 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
     warnings.extend(evidence_warnings)
 
+    # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
+    snapshot = None
+    if env.snapshot is not None:
+        snapshot, snapshot_warnings = await env.snapshot(sandbox, step)
+        warnings.extend(snapshot_warnings)
+
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
     manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
@@ -265,7 +278,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
 
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
-               tokens=context.tokens, cost_usd=context.cost_usd)
+               tokens=context.tokens, cost_usd=context.cost_usd,
+               snapshot=snapshot)
     if not env.verify:
         return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import posixpath
 import re
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,12 +41,14 @@ from cairn.lock import owner_token
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
+    SNAPSHOT_LABEL,
     Capabilities,
     ExecResult,
     NetworkMode,
     ProcessInfo,
     Sandbox,
     SandboxSpec,
+    SnapshotRef,
 )
 from cairn.sandbox.docker.build import (
     ImageInfo,
@@ -52,6 +56,7 @@ from cairn.sandbox.docker.build import (
     ensure_image,
     in_thread,
     make_client,
+    snapshot_image_info,
     start_thread,
     translate,
 )
@@ -80,6 +85,9 @@ for d in {logs}; do rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; done
 mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 """.format(logs=" ".join(LOG_DIRS))
+
+SNAPSHOT_REPO = "cairn-snap"
+"""Repository of step snapshot images: ``cairn-snap:<trial12>-<step>-<random8>``."""
 
 _ENV_SKIP = frozenset({"Dockerfile", *COMPOSE_FILE_NAMES, ".dockerignore"})
 
@@ -114,7 +122,7 @@ class DockerSandbox(Sandbox):
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
-        dockerfile="full")
+        dockerfile="full", snapshot=True)
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -183,7 +191,10 @@ class DockerSandbox(Sandbox):
         self.warnings = self.check(self.spec)
         self._client = await in_thread(make_client)
         self._engine_version = await in_thread(engine_version, self._client)
-        self._image = await ensure_image(self._client, self.spec)
+        if self.spec.snapshot:  # the files of a step snapshot, the image config it recorded
+            self._image = await in_thread(snapshot_image_info, self._client, self.spec.snapshot)
+        else:
+            self._image = await ensure_image(self._client, self.spec)
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
@@ -240,6 +251,7 @@ class DockerSandbox(Sandbox):
         self._shell = "bash" if out.strip().endswith("bash") else "sh"
         img, env_dir = self._image, self.spec.env_dir
         if img is not None and not img.built and self.spec.docker_image and env_dir and \
+                not self.spec.snapshot and \
                 env_dir.is_dir() and not (env_dir / "Dockerfile").is_file():
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in _ENV_SKIP:
@@ -278,6 +290,79 @@ class DockerSandbox(Sandbox):
                 log.warning("could not remove container %s: %s", cid[:12], exc)
         with contextlib.suppress(Exception):
             client.close()
+
+    # ---- snapshots ----------------------------------------------------------------------
+    async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
+        """Commit the container's files to an image labelled with ``labels`` (see
+        :meth:`Sandbox.snapshot`). The container is paused during the commit, so a process
+        still writing cannot leave a torn file; it resumes afterwards.
+
+        Returns:
+            A :class:`SnapshotRef` whose ``ref`` is the image id and ``size_bytes`` the size of
+            the committed layer (the image's size minus its parent's).
+
+        Raises:
+            SandboxError: the commit failed. SandboxLostError: the engine does not answer.
+        """
+        api, cid = self._require()
+        img = self._image
+        assert img is not None
+        t0 = time.monotonic()
+        meta = {**{k: str(v) for k, v in labels.items()}, SNAPSHOT_LABEL: "1",
+                "cairn.backend": "docker",
+                "cairn.image_entrypoint": json.dumps(list(img.entrypoint)),
+                "cairn.image_cmd": json.dumps(list(img.cmd)),
+                "cairn.image_workdir": img.workdir or ""}
+        trial = re.sub(r"[^A-Za-z0-9]", "", str(labels.get("cairn.trial", "")))[:12] or "adhoc"
+        step = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(labels.get("cairn.step", "step")))[:40]
+        tag = f"{trial}-{step}-{uuid.uuid4().hex[:8]}".strip("-.") or uuid.uuid4().hex
+
+        def work() -> tuple[str, int | None]:
+            done = api.commit(cid, repository=SNAPSHOT_REPO, tag=tag, pause=True,
+                              conf={"Labels": meta})
+            image_id = done["Id"]
+            size = api.inspect_image(image_id).get("Size")
+            base = api.inspect_image(img.image_id).get("Size")
+            return image_id, (max(0, int(size) - int(base)) if size is not None and
+                              base is not None else None)
+
+        with translate("snapshot (docker commit)", kind=ErrorKind.SANDBOX_UNUSABLE):
+            image_id, size = await in_thread(work)
+        return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size,
+                           seconds=time.monotonic() - t0)
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Remove a snapshot image (its tags too); one already gone is fine.
+
+        Raises:
+            SandboxError: a container still uses it, or the engine refused.
+        """
+        client = await in_thread(make_client)
+        try:
+            def work() -> None:
+                try:
+                    data = client.api.inspect_image(ref)
+                except docker.errors.NotFound:
+                    return
+                for t in data.get("RepoTags") or []:
+                    client.api.remove_image(t)
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_image(data["Id"])
+
+            with translate(f"removing snapshot {ref[:19]}"):
+                await in_thread(work)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
+        """``docker exec -it <container> bash`` as ``user`` in the working dir."""
+        _, cid = self._require()
+        argv = ["docker", "exec", "-it" if tty else "-i", "-w", self._workdir]
+        if user is not None:
+            argv += ["-u", str(user)]
+        return [*argv, cid, self._shell]
 
     # ---- exec -------------------------------------------------------------------------
     def _require(self) -> tuple[Any, str]:
