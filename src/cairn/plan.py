@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from cairn.netpolicy import AllowEntry, parse_address
 
 from cairn.task.model import Task
 
@@ -32,6 +34,10 @@ class RunOptions:
         resume_agent_session: carry the agent's conversation into the next step.
         agent_env: environment variables for the agent's commands (``--ae``).
         agent_setup_timeout_sec: bound on the agent's ``setup()``, seconds.
+        agent_hosts: hosts an in-sandbox agent may reach in its agent phases, on top of the
+            task's policy and the agent's own model hosts (``--allow-agent-host``).
+        add_hosts: ``(name, address)`` pairs the egress gateway resolves itself
+            (``--add-host``).
     """
 
     timeout_multiplier: float = 1.0
@@ -42,6 +48,8 @@ class RunOptions:
     resume_agent_session: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
     agent_setup_timeout_sec: float = 600.0
+    agent_hosts: tuple[str, ...] = ()
+    add_hosts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -133,6 +141,25 @@ class JobConfig(BaseModel):
     resume_agent_session: bool = False
     max_cost_usd: float | None = None
     """Stop starting new trials once the job has spent this much (USD)."""
+    agent_hosts: tuple[str, ...] = ()
+    """Hosts an in-sandbox agent may reach during its agent phases (``--allow-agent-host``)."""
+    add_hosts: dict[str, str] = Field(default_factory=dict)
+    """Host name → address the egress gateway resolves itself (``--add-host NAME=ADDR``)."""
+
+    @field_validator("agent_hosts")
+    @classmethod
+    def _agent_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            AllowEntry.parse(host)  # ValueError names the entry
+        return value
+
+    @field_validator("add_hosts")
+    @classmethod
+    def _add_hosts(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, addr in value.items():
+            if parse_address(addr) is None:
+                raise ValueError(f"add_hosts {name}={addr!r}: the address must be an IP address")
+        return value
 
     def run_options(self) -> RunOptions:
         """The per-trial :class:`RunOptions` of this job."""
@@ -140,4 +167,5 @@ class JobConfig(BaseModel):
                           keep_sandbox=self.keep_sandbox, force_build=self.force_build,
                           hardened_verify=self.hardened_verify,
                           resume_agent_session=self.resume_agent_session,
-                          agent_env=dict(self.agent_env))
+                          agent_env=dict(self.agent_env), agent_hosts=tuple(self.agent_hosts),
+                          add_hosts=tuple(sorted(self.add_hosts.items())))

@@ -2,7 +2,7 @@
 and HTTPS (port 443, a self-signed certificate made here with openssl), answering every
 request with ``host=<name>`` so a test sees which host it reached. Nothing leaves the machine.
 
-Use :func:`test_hosts` as a context manager; it removes the containers (and the certificate
+Use :func:`host_containers` as a context manager; it removes the containers (and the certificate
 folder) however the test ends.
 """
 
@@ -58,7 +58,7 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 @contextlib.contextmanager
-def test_hosts(*names: str, network: str = "bridge") -> Iterator[dict[str, str]]:
+def host_containers(*names: str, network: str = "bridge") -> Iterator[dict[str, str]]:
     """Start one server container per name on ``network``.
 
     Yields:

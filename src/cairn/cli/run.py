@@ -96,6 +96,8 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    allow_agent_host: Annotated[Optional[list[str]], typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
+    add_host: Annotated[Optional[list[str]], typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     from cairn.errors import CairnError
@@ -113,6 +115,7 @@ def run_cmd(
             "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not data.get("paths"):

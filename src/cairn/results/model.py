@@ -108,6 +108,18 @@ class StepTimings(_Persisted):
     verifier_sec: float | None = None
 
 
+class NetworkCounts(_Persisted):
+    """What the egress gateway saw in one step (``steps/<nn>-<name>/network.jsonl`` has every
+    attempt)."""
+
+    allowed: int = 0
+    """Connection attempts let through."""
+    denied: int = 0
+    """Connection attempts refused by the policy."""
+    denied_hosts: list[str] = Field(default_factory=list)
+    """The first ten distinct hosts refused, control characters replaced (agent output)."""
+
+
 class StepResult(_Persisted):
     """One row of ``steps`` in result.json / steps.json — one per *declared* step."""
 
@@ -131,6 +143,8 @@ class StepResult(_Persisted):
     cost_usd: float | None = None
     gates: list[Gate] = Field(default_factory=list)
     """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
+    network: NetworkCounts | None = None
+    """Connection attempts through the egress gateway (``None`` when the sandbox has none)."""
 
     @property
     def has_result(self) -> bool:

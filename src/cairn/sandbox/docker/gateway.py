@@ -171,15 +171,19 @@ class TrialNetwork:
         name_hint: a name stem (``cairn-<slug>-<trial8>``).
         needs_public: the gateway layout switches into a ``public`` phase at some point.
         hosts: host name → address the gateway resolves itself (``--add-host``).
+        own_internal: create the internal network (``False`` for a compose project, whose
+            own networks are made internal and joined by :meth:`connect_gateway`).
     """
 
     def __init__(self, client: Any, layout: Layout, labels: dict[str, str], name_hint: str, *,
-                 needs_public: bool = False, hosts: dict[str, str] | None = None) -> None:
+                 needs_public: bool = False, hosts: dict[str, str] | None = None,
+                 own_internal: bool = True) -> None:
         self.client = client
         self.layout = layout
         self.labels = dict(labels)
         self.stem = f"{name_hint}-{uuid.uuid4().hex[:6]}"
         self.needs_public = needs_public
+        self.own_internal = own_internal
         self.hosts = dict(hosts or {})
         self.internal: _Net | None = None
         self.public: _Net | None = None
@@ -212,7 +216,7 @@ class TrialNetwork:
         want: list[tuple[str, bool]] = []
         if self.layout is Layout.BRIDGE or (self.layout is Layout.GATEWAY and self.needs_public):
             want.append(("pub", False))
-        if self.layout is Layout.GATEWAY:
+        if self.layout is Layout.GATEWAY and self.own_internal:
             want.append(("int", True))
         results = await asyncio.gather(*(self._create_net(kind, internal)
                                          for kind, internal in want), return_exceptions=True)
@@ -246,27 +250,31 @@ class TrialNetwork:
                           separators=(",", ":"))
 
     async def start_gateway(self, image: str, policy: NetworkPolicy, phase: str) -> None:
-        """Create and start the gateway on the internal network and the default bridge.
+        """Create and start the gateway on the internal network (when this object made one)
+        and the default bridge.
 
         Raises:
             SandboxError: ``start_failed``.
         """
-        assert self.internal is not None
         api = self.client.api
         self.policy, self.phase = policy, phase
         state = self._state(policy, phase)
         name = f"{self.stem}-gw"
 
         def create() -> None:
+            internal = self.internal
             netcfg = api.create_networking_config({
-                self.internal.name: api.create_endpoint_config(aliases=[GATEWAY_ALIAS])})
-            host = api.create_host_config(network_mode=self.internal.name, init=True)
+                internal.name: api.create_endpoint_config(aliases=[GATEWAY_ALIAS])}) \
+                if internal is not None else None
+            host = api.create_host_config(
+                network_mode=internal.name if internal is not None else "bridge", init=True)
             created = api.create_container(
                 image, command=["serve", STATE_PATH, str(PROXY_PORT), state], name=name,
                 labels={**self.labels, "cairn.role": "gateway"}, host_config=host,
                 networking_config=netcfg, detach=True)
             self.gateway_id = created["Id"]
-            api.connect_container_to_network(self.gateway_id, "bridge")
+            if internal is not None:
+                api.connect_container_to_network(self.gateway_id, "bridge")
             api.start(self.gateway_id)
 
         with translate("starting the egress gateway", kind=ErrorKind.START_FAILED):
@@ -351,6 +359,8 @@ class TrialNetwork:
                                   stderr=False)
         out: list[dict[str, Any]] = []
         lines = raw.decode("utf-8", "replace").splitlines()
+        if raw and not raw.endswith(b"\n"):
+            lines = lines[:-1]  # a line still being written: read it next time
         for line in lines[self._records_seen:]:
             with contextlib.suppress(ValueError):
                 item = json.loads(line)
@@ -370,6 +380,22 @@ class TrialNetwork:
     async def remove(self) -> None:
         """Remove the gateway and the networks (after the sandbox's containers are gone).
         Never raises; labels let ``cairn clean`` finish what fails here."""
+        await self.remove_gateway()
+        api = self.client.api
+        for net in (self.internal, self.public):
+            if net is None:
+                continue
+            try:
+                await in_thread(api.remove_network, net.ident)
+            except docker.errors.NotFound:
+                pass
+            except Exception as exc:  # noqa: BLE001
+                log.warning("could not remove network %s: %s", net.name, exc)
+        self.internal = self.public = None
+
+    async def remove_gateway(self) -> None:
+        """Remove the gateway container (first, so the networks it joined can go). Never
+        raises."""
         for fut in self._creating:  # let a cancelled create land, then remove what it made
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(asyncio.shield(fut), 60)
@@ -382,13 +408,3 @@ class TrialNetwork:
                 pass
             except Exception as exc:  # noqa: BLE001 - stop never raises
                 log.warning("could not remove gateway %s: %s", gid[:12], exc)
-        for net in (self.internal, self.public):
-            if net is None:
-                continue
-            try:
-                await in_thread(api.remove_network, net.ident)
-            except docker.errors.NotFound:
-                pass
-            except Exception as exc:  # noqa: BLE001
-                log.warning("could not remove network %s: %s", net.name, exc)
-        self.internal = self.public = None
