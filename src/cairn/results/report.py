@@ -91,6 +91,24 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
 
 
 HEAD = ["task / step", "n", "reward", "passed", "outcomes"]
+NET_HEAD = ["trial", "step", "denied", "allowed", "denied hosts"]
+
+
+def network_rows(results: Sequence[TrialResult]) -> list[list[str]]:
+    """Per trial and step with a filtered network: connection attempts denied and allowed by
+    the egress gateway, and the first hosts denied (from ``steps[].network``, which the store
+    wrote from ``network.jsonl``). Steps with denials come first, most denials first.
+    """
+    rows: list[tuple[int, list[str]]] = []
+    for r in results:
+        for st in r.steps:
+            if st.network is None:
+                continue
+            rows.append((st.network.denied, [r.trial_name, f"{st.index}. {st.name}",
+                                             str(st.network.denied), str(st.network.allowed),
+                                             ", ".join(st.network.denied_hosts)]))
+    rows.sort(key=lambda item: -item[0])
+    return [row for _, row in rows]
 
 
 def render(job, fmt: str = "text") -> str:
@@ -108,13 +126,21 @@ def render(job, fmt: str = "text") -> str:
     stopped_by = getattr(job, "stopped_by", None)
     if fmt == "json":
         return json.dumps(summary.model_dump(mode="json"), indent=2)
-    rows = task_rows(summary, getattr(job, "results", ()))
+    results = getattr(job, "results", ())
+    rows = task_rows(summary, results)
+    net = network_rows(results)
     head = summary_rows(summary, stopped_by)
+    if net:
+        head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
+                                       f"in {sum(1 for r in net if r[2] != '0')} steps"))
     if fmt == "markdown":
         out = [f"# cairn job `{job.job_dir.name}`", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in head]
         out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        if net:
+            out += ["", "| " + " | ".join(NET_HEAD) + " |", "|" + "---|" * len(NET_HEAD)]
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in net]
         return "\n".join(out)
     width = max(len(k) for k, _ in head)
     out = [f"job {job.job_dir.name}"]
@@ -124,4 +150,9 @@ def render(job, fmt: str = "text") -> str:
         out.append("")
         out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths)).rstrip())
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+    if net:
+        widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
+        out += ["", "network (egress gateway)"]
+        out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in net]
     return "\n".join(out)

@@ -293,3 +293,40 @@ def test_cancelled_start_leaves_nothing(tmp_path):
 
     asyncio.run(go())
     assert _labelled(spec.trial_id) == ([], [])
+
+
+COMPOSE = """\
+services:
+  main:
+    build: .
+  web:
+    image: python:3.12-slim
+    command: ["python3", "-m", "http.server", "8080"]
+    healthcheck:
+      test: ["CMD", "python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 8080))"]
+      interval: 1s
+      retries: 30
+"""
+
+
+def test_compose_allowlist_services_reach_each_other_main_only_allowed(tmp_path, hosts):
+    task = write_task(tmp_path, "composed", network="allowlist", dockerfile=DOCKERFILE,
+                      files={"environment/probe.py": PROBE,
+                             "environment/docker-compose.yaml": COMPOSE})
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(
+        'network_mode = "allowlist"\n', 'network_mode = "allowlist"\n'
+        'allowed_hosts = ["allowed.test"]\n'))
+    agent = ProbeAgent(["http://web:8080/", "http://allowed.test/", "https://allowed.test/",
+                        "http://denied.test/", f"sock:{hosts['denied.test']}:80"])
+    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
+                            add_hosts=tuple(hosts.items()))
+    assert result.error is None, result.error
+    got = agent.results
+    assert got["http://web:8080/"]["ok"], got["http://web:8080/"]  # NO_PROXY: straight there
+    assert got["http://allowed.test/"]["text"].startswith("host=allowed.test")
+    assert got["https://allowed.test/"]["ok"]
+    assert not got["http://denied.test/"]["ok"]
+    assert not got[f"sock:{hosts['denied.test']}:80"]["ok"]
+    assert result.steps[0].network.denied == 1
+    assert _labelled(result.trial_id) == ([], [])
