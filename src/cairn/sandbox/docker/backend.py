@@ -203,10 +203,11 @@ class DockerSandbox(Sandbox):
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
                 if net.layout is Layout.GATEWAY:
+                    # The gateway comes up (and says it listens) while the sandbox starts.
                     await _gather(self._create_and_start(),
                                   net.start_gateway(gw_image, self.spec.network_policy,
                                                     "environment"))
-                    await _gather(self._prepare(), net.wait_ready(), self._attach_public())
+                    await _gather(self._prepare(), self._attach_public())
                 else:
                     await self._create_and_start()
                     await self._prepare()
@@ -336,7 +337,10 @@ class DockerSandbox(Sandbox):
                         self._cid[:12], self._shell)
             return
         try:
-            await self._stop_container()
+            if self._net is not None:  # sandbox and gateway go at once, then the networks
+                await asyncio.gather(self._stop_container(), self._net.remove_gateway())
+            else:
+                await self._stop_container()
         finally:
             net, self._net = self._net, None
             if net is not None:

@@ -283,7 +283,6 @@ class ComposeSandbox(DockerSandbox):
         image, _ = await _gather(ensure_gateway_image(self._client),
                                  self._net.create_networks())
         await self._net.start_gateway(image, self.spec.network_policy, "environment")
-        await self._net.wait_ready()
 
     async def _join_gateway(self) -> None:
         """Join the gateway to every network of ``main`` (alias ``cairn-gateway``)."""

@@ -7,7 +7,8 @@ environment's, each step's agent and verifier phase):
 - ``bridge`` — every phase ``public``: the trial's own bridge network (labelled, removed with
   the trial), so no trial reaches another trial's sandbox;
 - ``gateway`` — anything else (an allowlist, a model host under ``no-network``, phases that
-  differ): the sandbox sits on the trial's *internal* network (no route out); a gateway
+  differ): the sandbox sits on the trial's *internal* network (no route out, and no address
+  on the host, so the host's own listeners are out of reach as well); a gateway
   container joins that network (alias :data:`GATEWAY_ALIAS`) and the default bridge and runs
   :mod:`cairn.sandbox.network.proxy`. The sandbox gets ``HTTP_PROXY``/``HTTPS_PROXY``/
   ``NO_PROXY``. A ``public`` phase in this layout also connects the sandbox to the trial's own
@@ -51,6 +52,7 @@ IMAGE_REPO = "cairn-env"
 READY_TIMEOUT_SEC = 30.0
 SWITCH_TIMEOUT_SEC = 30.0
 NO_PROXY = "localhost,127.0.0.1,::1"
+INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
 
 
 class Layout(StrEnum):
@@ -90,7 +92,8 @@ def _gateway_files() -> dict[str, bytes]:
     policy = (here.parent / "netpolicy.py").read_bytes()
     dockerfile = (f"FROM {BASE_IMAGE}\n"
                   "COPY proxy.py netpolicy.py /opt/cairn-gateway/\n"
-                  'ENTRYPOINT ["python3", "-u", "/opt/cairn-gateway/proxy.py"]\n').encode()
+                  "RUN python3 -m compileall -q /opt/cairn-gateway\n"
+                  'ENTRYPOINT ["python3", "-u", "-S", "/opt/cairn-gateway/proxy.py"]\n').encode()
     return {"Dockerfile": dockerfile, "proxy.py": proxy, "netpolicy.py": policy}
 
 
@@ -229,7 +232,11 @@ class TrialNetwork:
         api = self.client.api
 
         def create() -> None:
+            # internal: no route out; inhibit_ipv4: no address on the host either, so the
+            # host's own services are out of reach too (Docker still gives internal networks
+            # a default route to the bridge address otherwise).
             created = api.create_network(name, driver="bridge", internal=internal,
+                                         options={INHIBIT_IPV4: "true"} if internal else None,
                                          labels={**self.labels, "cairn.network": kind},
                                          check_duplicate=True)
             net = _Net(name, created["Id"])
@@ -273,38 +280,50 @@ class TrialNetwork:
                 labels={**self.labels, "cairn.role": "gateway"}, host_config=host,
                 networking_config=netcfg, detach=True)
             self.gateway_id = created["Id"]
-            if internal is not None:
-                api.connect_container_to_network(self.gateway_id, "bridge")
             api.start(self.gateway_id)
+
+        def egress() -> None:  # the proxy needs no egress to come up: join while it starts
+            api.connect_container_to_network(self.gateway_id, "bridge")
 
         with translate("starting the egress gateway", kind=ErrorKind.START_FAILED):
             fut = start_thread(create)
             self._creating.append(fut)
             await asyncio.shield(fut)
+            if self.internal is not None:
+                fut = start_thread(egress)
+                self._creating.append(fut)
+                await asyncio.gather(asyncio.shield(fut), self.wait_ready())
+            else:
+                await self.wait_ready()
 
     async def wait_ready(self) -> None:
-        """Wait until the proxy listens (its first log line), bounded.
+        """Wait until the proxy listens (its first output line), bounded; one streaming read
+        of the gateway's output, no polling.
 
         Raises:
             SandboxError: ``start_failed`` with the gateway's output when it does not come up.
         """
         assert self.gateway_id is not None
         api = self.client.api
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + READY_TIMEOUT_SEC
-        delay = 0.01
-        while True:
+        gid = self.gateway_id
+        seen: list[bytes] = []
+
+        def follow() -> bool:
+            for chunk in api.logs(gid, stdout=True, stderr=True, stream=True, follow=True):
+                seen.append(chunk)
+                if b'"event":"ready"' in b"".join(seen[-4:]):
+                    return True
+            return False  # the stream ended: the proxy exited
+
+        try:
             with translate("reading the gateway's output", kind=ErrorKind.START_FAILED):
-                out = (await in_thread(api.logs, self.gateway_id, stdout=True,
-                                       stderr=True)).decode("utf-8", "replace")
-            if '"event":"ready"' in out:
-                return
-            info = await in_thread(api.inspect_container, self.gateway_id)
-            if not (info.get("State") or {}).get("Running") or loop.time() > deadline:
-                raise SandboxError(f"the egress gateway did not come up: {out[-1500:]}",
-                                   kind=ErrorKind.START_FAILED, detail={"logs": out[-4000:]})
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.2)
+                ready = await asyncio.wait_for(in_thread(follow), READY_TIMEOUT_SEC)
+        except TimeoutError:
+            ready = False
+        if not ready:
+            out = b"".join(seen).decode("utf-8", "replace")
+            raise SandboxError(f"the egress gateway did not come up: {out[-1500:]}",
+                               kind=ErrorKind.START_FAILED, detail={"logs": out[-4000:]})
 
     async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None) -> None:
         """Switch to ``policy`` for ``phase``: new proxy generation (closes every tunnel opened
@@ -382,15 +401,16 @@ class TrialNetwork:
         Never raises; labels let ``cairn clean`` finish what fails here."""
         await self.remove_gateway()
         api = self.client.api
-        for net in (self.internal, self.public):
-            if net is None:
-                continue
+
+        async def drop(net: _Net) -> None:
             try:
                 await in_thread(api.remove_network, net.ident)
             except docker.errors.NotFound:
                 pass
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:  # noqa: BLE001 - stop never raises
                 log.warning("could not remove network %s: %s", net.name, exc)
+
+        await asyncio.gather(*(drop(n) for n in (self.internal, self.public) if n is not None))
         self.internal = self.public = None
 
     async def remove_gateway(self) -> None:
