@@ -25,9 +25,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import hashlib
+import io
 import json
 import logging
+import posixpath
+import tarfile
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
@@ -83,6 +87,28 @@ def proxy_env(extra_no_proxy: tuple[str, ...] = ()) -> dict[str, str]:
     no_proxy = ",".join([NO_PROXY, *extra_no_proxy])
     return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
             "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+
+
+def _tar_file(name: str, data: bytes) -> bytes:
+    """A tar archive holding one file (what ``put_archive`` takes)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        info = tarfile.TarInfo(name)
+        info.size = len(data)
+        info.mode = 0o600
+        info.mtime = int(time.time())
+        tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _untar_one(archive: bytes) -> bytes:
+    """The content of the first file of a tar archive (what ``get_archive`` returns)."""
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        for member in tar:
+            if member.isfile():
+                f = tar.extractfile(member)
+                return f.read(4096) if f is not None else b""
+    return b""
 
 
 # ---- the image ----------------------------------------------------------------------------
@@ -336,20 +362,34 @@ class TrialNetwork:
             return
         assert self.gateway_id is not None
         api = self.client.api
+        gid = self.gateway_id
         self.generation += 1
-        state = self._state(policy, phase)
+        want = str(self.generation).encode()
+        state = _tar_file(posixpath.basename(STATE_PATH), self._state(policy, phase).encode())
+        applied = posixpath.basename(STATE_PATH) + ".applied"
 
-        def run() -> tuple[int | None, bytes]:
-            ex = api.exec_create(self.gateway_id, ["python3", "/opt/cairn-gateway/proxy.py",
-                                                   "set-state", STATE_PATH, state])
-            out = api.exec_start(ex["Id"])
-            return api.exec_inspect(ex["Id"]).get("ExitCode"), out
+        def run() -> bool:
+            # Copy the state in (no process started in the gateway), then wait for the
+            # proxy's acknowledgement: by then every older tunnel is closed.
+            api.put_archive(gid, posixpath.dirname(STATE_PATH), state)
+            delay = 0.005
+            deadline = time.monotonic() + SWITCH_TIMEOUT_SEC
+            while time.monotonic() < deadline:
+                try:
+                    chunks, _ = api.get_archive(gid, f"{posixpath.dirname(STATE_PATH)}/{applied}")
+                    if _untar_one(b"".join(chunks)).strip() == want:
+                        return True
+                except docker.errors.NotFound:
+                    pass
+                time.sleep(delay)
+                delay = min(delay * 2, 0.1)
+            return False
 
         with translate("switching the gateway's policy"):
-            code, out = await asyncio.wait_for(in_thread(run), SWITCH_TIMEOUT_SEC)
-        if code != 0:
-            raise SandboxError(f"the egress gateway did not take the {phase} policy: "
-                               f"{out.decode('utf-8', 'replace')[-500:]}")
+            ok = await in_thread(run)
+        if not ok:
+            raise SandboxError(f"the egress gateway did not take the {phase} policy within "
+                               f"{SWITCH_TIMEOUT_SEC:g} s")
         self.policy, self.phase = policy, phase
         if sandbox_id is not None and self.public is not None:
             await self.attach_public(sandbox_id, policy.mode is NetworkMode.PUBLIC)

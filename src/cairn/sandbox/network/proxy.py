@@ -20,11 +20,12 @@ UTC, when it was made), ``phase``, ``method``, ``host``, ``port``, ``verdict`` (
 upstream) and ``bytes_in`` (upstream → client). Host names are logged as the client sent them
 (bounded to 255 characters), since they are agent output.
 
-Policy switches: the state file (``--state``) holds ``{"generation", "phase", "policy",
-"hosts"}``. A watcher thread polls it every 10 ms; a new generation replaces the policy, closes
-every tunnel opened under an earlier generation (a verifier never inherits an agent's
-openings) and writes the generation to ``<state>.applied``. ``proxy.py set-state JSON`` writes a
-new state atomically and waits for that acknowledgement (what the backend runs with exec).
+Policy switches: the state file holds ``{"generation", "phase", "policy", "hosts"}``. A
+watcher thread polls it every 10 ms (and every new connection checks it first); a new
+generation replaces the policy, closes every tunnel opened under an earlier generation (a
+verifier never inherits an agent's openings) and writes the generation to
+``<state>.applied``. The backend copies a new state file in and waits for that
+acknowledgement; ``proxy.py set-state STATE JSON`` does the same from inside.
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ class Proxy:
         self.state = State(_read_json(state_path))
         self.lock = threading.Lock()
         self.out_lock = threading.Lock()
+        self.reload_lock = threading.Lock()
         self.open: dict[int, tuple[int, list[socket.socket]]] = {}
         self._stamp = _stamp(state_path)
 
@@ -87,15 +89,24 @@ class Proxy:
 
     # ---- policy switches ---------------------------------------------------------------------
     def watch(self) -> None:
+        """Poll the state file every :data:`POLL_SEC` (the backend may also replace it
+        without exec, by copying a file in)."""
         while True:
             time.sleep(POLL_SEC)
+            self.reload()
+
+    def reload(self) -> None:
+        """Take a changed state file: a new generation replaces the policy and closes every
+        tunnel opened under an earlier one; ``<state>.applied`` then names the generation.
+        A file read half-written is ignored and read again on the next call."""
+        with self.reload_lock:
             stamp = _stamp(self.state_path)
             if stamp == self._stamp:
-                continue
+                return
             try:
                 new = State(_read_json(self.state_path))
             except (OSError, ValueError):
-                continue  # a half-written file cannot happen (rename), but never crash
+                return
             self._stamp = stamp
             with self.lock:
                 old_gen = self.state.generation
@@ -103,12 +114,13 @@ class Proxy:
                 stale = [socks for gen, socks in self.open.values() if gen != new.generation]
             if new.generation != old_gen:
                 for socks in stale:
-                    for s in socks:
-                        _close(s)
+                    for sock in socks:
+                        _close(sock)
             _write_atomic(self.state_path + ".applied", str(new.generation))
 
     # ---- one client connection ---------------------------------------------------------------
     def handle(self, client: socket.socket) -> None:
+        self.reload()  # a switch the backend finished is seen by every later connection
         with self.lock:
             state = self.state
         entry: dict[str, Any] = {"time": _now_iso(), "phase": state.phase, "method": None,
@@ -170,12 +182,12 @@ class Proxy:
             self.record(entry)
 
 
-def _stamp(path: str) -> tuple[int, int] | None:
+def _stamp(path: str) -> tuple[int, int, int] | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return (st.st_ino, st.st_mtime_ns)
+    return (st.st_ino, st.st_mtime_ns, st.st_size)
 
 
 def _read_json(path: str) -> dict[str, Any]:
