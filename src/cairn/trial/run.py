@@ -155,7 +155,7 @@ class _TrialRun:
         return spec, solution_env, verifier_envs
 
     def _plan_networks(self) -> PhaseNetworks:
-        """Each step's agent and verifier policy (SPEC §3.5): the task's per-phase keys, plus
+        """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
         the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases."""
         task, opts = self.task, self.plan.options
         hosts = [*self.agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]

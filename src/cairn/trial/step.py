@@ -51,7 +51,7 @@ def strip_canary(text: str) -> str:
 
 @dataclass(frozen=True)
 class PhaseNetworks:
-    """The network policy of every phase of a trial (SPEC §3.5).
+    """The network policy of every phase of a trial (docs/network.md).
 
     Attributes:
         environment: the environment's policy (start, agent setup, ``setup.sh``, healthchecks).

@@ -330,3 +330,24 @@ def test_compose_allowlist_services_reach_each_other_main_only_allowed(tmp_path,
     assert not got[f"sock:{hosts['denied.test']}:80"]["ok"]
     assert result.steps[0].network.denied == 1
     assert _labelled(result.trial_id) == ([], [])
+
+
+def test_the_proxy_serves_only_the_sandbox_network(tmp_path):
+    """Another container on the gateway's egress network (the default bridge) cannot use
+    the trial's proxy; the sandbox can."""
+    spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("x.test",))
+    client = docker.from_env()
+
+    async def go():
+        async with DockerSandbox(spec) as sb:
+            info = client.api.inspect_container(sb._net.gateway_id)["NetworkSettings"]
+            egress_ip = info["Networks"]["bridge"]["IPAddress"]
+            outside = client.containers.run(
+                "python:3.12-slim", ["python3", "-c", PROBE, f"sock:{egress_ip}:3128"],
+                remove=True, network="bridge", labels={"cairn.test-host": "1"})
+            inside = await _probe(sb, "sock:cairn-gateway:3128")
+            return parse_probe(outside.decode()), inside
+
+    outside, inside = asyncio.run(go())
+    assert not next(iter(outside.values()))["ok"]
+    assert inside["sock:cairn-gateway:3128"]["ok"]

@@ -1,4 +1,4 @@
-"""Per-trial networks and the egress gateway of the docker backend (SPEC §3.1, §3.5).
+"""Per-trial networks and the egress gateway of the docker backend (SPEC §3.1; docs/network.md).
 
 A sandbox's network *layout* follows from every policy it will be switched into (the
 environment's, each step's agent and verifier phase):
@@ -302,7 +302,8 @@ class TrialNetwork:
             host = api.create_host_config(
                 network_mode=internal.name if internal is not None else "bridge", init=True)
             created = api.create_container(
-                image, command=["serve", STATE_PATH, str(PROXY_PORT), state], name=name,
+                image, command=["serve", STATE_PATH, str(PROXY_PORT), state,
+                                "primary" if internal is not None else "any"], name=name,
                 labels={**self.labels, "cairn.role": "gateway"}, host_config=host,
                 networking_config=netcfg, detach=True)
             self.gateway_id = created["Id"]

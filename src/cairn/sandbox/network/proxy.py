@@ -330,13 +330,17 @@ def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
     return counts.get(a.fileno(), 0), counts.get(b.fileno(), 0)
 
 
-def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None) -> None:
-    """Serve forever on ``0.0.0.0:port`` (and ``[::]`` when the host has IPv6).
+def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None,
+          bind: str = "any") -> None:
+    """Serve forever.
 
     Args:
         state_path: the state file (created from ``initial`` when given).
         port: the TCP port.
         initial: the first state as JSON text.
+        bind: ``any`` (``0.0.0.0`` and ``[::]``), or ``primary``: only the address this
+            host name resolves to — in a container, the network it was created on (the
+            sandbox's), so nothing on the egress network can use the proxy.
     """
     if initial is not None:
         State(json.loads(initial))
@@ -344,7 +348,10 @@ def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None) 
         _write_atomic(state_path, initial)
     proxy = Proxy(state_path)
     listeners = []
-    for family, addr in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+    addrs = ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::"))
+    if bind == "primary":
+        addrs = ((socket.AF_INET, socket.gethostbyname(socket.gethostname())),)
+    for family, addr in addrs:
         try:
             s = socket.socket(family, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -389,14 +396,14 @@ def set_state(state_path: str, text: str, timeout_sec: float = 10.0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    """``serve STATE [PORT [INITIAL_JSON]]`` or ``set-state STATE JSON``."""
-    if 2 <= len(argv) <= 4 and argv[0] == "serve":
+    """``serve STATE [PORT [INITIAL_JSON [any|primary]]]`` or ``set-state STATE JSON``."""
+    if 2 <= len(argv) <= 5 and argv[0] == "serve":
         serve(argv[1], int(argv[2]) if len(argv) > 2 else LISTEN_PORT,
-              argv[3] if len(argv) > 3 else None)
+              argv[3] if len(argv) > 3 else None, argv[4] if len(argv) > 4 else "any")
         return 0
     if len(argv) == 3 and argv[0] == "set-state":
         return set_state(argv[1], argv[2])
-    print("usage: proxy.py serve STATE [PORT [JSON]] | set-state STATE JSON", file=sys.stderr)
+    print("usage: proxy.py serve STATE [PORT [JSON [any|primary]]] | set-state STATE JSON", file=sys.stderr)
     return 2
 
 
