@@ -87,7 +87,7 @@ def host_containers(*names: str, network: str = "bridge") -> Iterator[dict[str, 
                 api.put_archive(c["Id"], "/", payload)
                 api.start(c["Id"])
             addrs = {}
-            for name, cid in zip(names, ids):
+            for name, cid in zip(names, ids, strict=True):
                 for _ in range(300):
                     if b"serving" in api.logs(cid):
                         break

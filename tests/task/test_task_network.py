@@ -7,7 +7,6 @@ import pytest
 
 from cairn.netpolicy import NetworkMode, NetworkPolicy
 from cairn.task.load import check_task, load_task
-
 from taskfiles import single_step_factory
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import time
 
+from cairn.errors import ErrorKind
 from conftest import run_trial_sync
 from taskgen import write_task
-
-from cairn.errors import ErrorKind
 
 
 def _allowlist_task(tmp_path):

@@ -96,8 +96,8 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
-    allow_agent_host: Annotated[Optional[list[str]], typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
-    add_host: Annotated[Optional[list[str]], typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
+    allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
+    add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     from cairn.errors import CairnError

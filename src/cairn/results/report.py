@@ -153,6 +153,7 @@ def render(job, fmt: str = "text") -> str:
     if net:
         widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
         out += ["", "network (egress gateway)"]
-        out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in net]
+        out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in net]
     return "\n".join(out)

@@ -288,7 +288,7 @@ class ComposeSandbox(DockerSandbox):
         """Join the gateway to every network of ``main`` (alias ``cairn-gateway``)."""
         assert self._client is not None and self._net is not None and self._cid is not None
         data = await in_thread(self._client.api.inspect_container, self._cid)
-        networks = sorted(((data.get("NetworkSettings") or {}).get("Networks") or {}))
+        networks = sorted((data.get("NetworkSettings") or {}).get("Networks") or {})
         if not networks:
             raise SandboxError("service main has no network to reach the egress gateway on "
                                "(network_mode: none?)", kind=ErrorKind.START_FAILED)

@@ -37,7 +37,7 @@ import socket
 import sys
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 try:  # inside the gateway the policy module sits next to this file
@@ -55,7 +55,7 @@ _HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection
 
 
 def _now_iso() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 class State:
@@ -82,6 +82,7 @@ class Proxy:
 
     # ---- the record ------------------------------------------------------------------------
     def record(self, entry: dict[str, Any]) -> None:
+        """Write one JSON line on stdout (the backend reads the gateway's output)."""
         line = json.dumps(entry, ensure_ascii=True, separators=(",", ":"))
         with self.out_lock:
             sys.stdout.write(line + "\n")
@@ -120,6 +121,7 @@ class Proxy:
 
     # ---- one client connection ---------------------------------------------------------------
     def handle(self, client: socket.socket) -> None:
+        """Serve one client connection to its end, then record it (one thread each)."""
         self.reload()  # a switch the backend finished is seen by every later connection
         with self.lock:
             state = self.state
