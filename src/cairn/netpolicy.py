@@ -1,4 +1,4 @@
-"""Network policy values (SPEC §1.1, §3): modes, allowlist entries, and one phase's policy.
+"""Network policy values (design §1.1, §3): modes, allowlist entries, and one phase's policy.
 
 A shared value module: it imports nothing from cairn and nothing outside the standard library,
 because the same file runs inside the egress gateway container next to
@@ -29,7 +29,7 @@ from typing import Any
 
 
 class NetworkMode(StrEnum):
-    """``network_mode`` of ``[environment]``, ``[agent]`` or ``[verifier]`` (SPEC §1.1)."""
+    """``network_mode`` of ``[environment]``, ``[agent]`` or ``[verifier]`` (design §1.1)."""
 
     PUBLIC = "public"
     NO_NETWORK = "no-network"

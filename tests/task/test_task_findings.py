@@ -1,4 +1,4 @@
-"""Every error and warning of SPEC §2, each with the file and line a task author needs."""
+"""Every error and warning of design §2, each with the file and line a task author needs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from cairn.task.load import check_task, load_task
 from cairn.task.validate import set_e_risk
-
 from taskfiles import TWO_STEP_TOML, line_of, single_step_factory, two_step_factory
 
 
@@ -180,8 +179,8 @@ def test_other_non_whole_templates_are_refused(single_step, value):
 
 
 def test_literal_and_whole_templates_are_valid(single_step):
-    toml = '[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n' \
-           'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n'
+    toml = ('[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n'
+            'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n')
     toml = toml.replace('[environment]\nnetwork_mode = "no-network"\n', "")
     assert check_task(single_step(toml=toml)) == []
 

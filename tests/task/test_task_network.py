@@ -1,4 +1,4 @@
-"""Network keys of task.toml (SPEC §1.1, issue 14): allowlist entries checked with their line,
+"""Network keys of task.toml (design §1.1, issue 14): allowlist entries checked with their line,
 and the per-phase ``[agent]`` / ``[verifier]`` policies (Harbor 0.26 semantics)."""
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cairn.agents.nop import NopAgent
 from conftest import run_trial_sync, validate_result_files
 from taskgen import StepSpec, constant_reward, reward_if, write_task
 
@@ -58,7 +59,7 @@ def test_two_steps_nop_stops_after_write(tmp_path, backend):
 
 def _three(tmp_path, rewards, *, strategy=None, gates=(None, None, None)):
     steps = [StepSpec(f"s{i + 1}", test=constant_reward(v) if v is not None else "true\n",
-                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates))]
+                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates, strict=True))]
     return write_task(tmp_path / "tasks", "three", steps=steps, strategy=strategy)
 
 
@@ -184,7 +185,8 @@ def test_timed_out_agent_leaves_no_process(tmp_path, backend):
     ("Infinity", "reward_parse_error"), ("1\\n2", "reward_parse_error"), ("", "reward_empty"),
 ])
 def test_bad_reward_txt(tmp_path, backend, content, kind):
-    task = write_task(tmp_path / "tasks", "bad", test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path / "tasks", "bad",
+                      test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored" and r.error.kind.value == kind
     assert r.steps[0].reward_file == "reward.txt"
@@ -374,11 +376,15 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
     planted sitecustomize.py are gone before the verifier runs."""
     task = write_task(
         tmp_path / "tasks", "hard",
-        solve="nohup sh -c 'while true; do date > /app/tick; sleep 0.2; done' >/dev/null 2>&1 &\n"
+        solve="nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /app/tick; sleep 0.2; done'"
+              " >/dev/null 2>&1 &\n"
               "d=$(python3 -c 'import site; print(site.getsitepackages()[0])')\n"
               "mkdir -p \"$d\" && echo 'open(\"/app/hooked\", \"w\")' > \"$d/sitecustomize.py\"\n"
               "sleep 0.5\n",
-        test=("python3 -c 'pass'\nsleep 1\na=$(cat /app/tick); sleep 1; b=$(cat /app/tick)\n"
+        # a counter, not `date`: a live loop changes it within the 3 s window even on a loaded
+        # machine (a second-resolution clock made the unhardened run flaky under load)
+        test=("python3 -c 'pass'\nsleep 0.5\na=$(cat /app/tick)\n"
+              "for k in $(seq 30); do sleep 0.1; b=$(cat /app/tick); [ \"$a\" != \"$b\" ] && break; done\n"
               + reward_if('[ "$a" = "$b" ] && [ ! -e /app/hooked ]')))
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs", hardened_verify=True)
     assert r.reward == 1.0
@@ -388,7 +394,7 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
 
 def test_agent_that_breaks_bash_is_scored_zero_not_a_task_error(tmp_path, backend):
     """An agent that deletes bash leaves a sandbox the verifier cannot use: candidate error,
-    scored 0 (SPEC §6 sandbox_unusable), not the task's reward_missing."""
+    scored 0 (design §6 sandbox_unusable), not the task's reward_missing."""
     task = write_task(tmp_path / "tasks", "nobash", steps=[
         StepSpec("break", solve="rm -f /bin/bash /usr/bin/bash\n", test=constant_reward(1)),
         StepSpec("after", test=constant_reward(1)),
@@ -444,3 +450,28 @@ def test_cancel_during_agent_records_step_and_phase(tmp_path, backend):
     assert data["outcome"] == "cancelled"
     assert data["error"]["kind"] == "cancelled" and data["error"]["step"] == "main"
     assert data["error"]["phase"] == "agent"
+
+
+class _SetupTimeoutProbe(NopAgent):
+    """An agent that records the setup timeout it is handed (and does nothing else)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[float] = []
+
+    async def setup(self, sandbox, context) -> None:
+        self.seen.append(context.timeout_sec)
+
+
+@pytest.mark.docker
+def test_agent_setup_gets_the_scaled_timeout_it_is_held_to(tmp_path):
+    """Regression: the setup context carried the unscaled timeout while asyncio.timeout used the
+    scaled one; an agent bounding its own install by ``timeout_sec`` stopped too early."""
+    from conftest import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("needs docker")
+    agent = _SetupTimeoutProbe()
+    run_trial_sync(_two_steps(tmp_path), agent, "docker", tmp_path / "jobs", timeout_multiplier=3.0,
+                   agent_setup_timeout_sec=40.0)
+    assert agent.seen == [120.0]

@@ -1,4 +1,4 @@
-"""What a running job shows (SPEC §9).
+"""What a running job shows (design §9).
 
 - On a terminal, a job with more than :data:`LIVE_THRESHOLD` trials to run shows a live bar
   (done/total, running, mean reward so far, errors); only verdict lines and job-level notices
@@ -12,17 +12,30 @@ Rich is imported only when a live bar is shown.
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+from cairn.events import Event, EventKind, JobObserver
+
+if TYPE_CHECKING:  # rich is imported only when the live bar is shown
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 LIVE_THRESHOLD = 2
 """Jobs with more trials than this to run show a live bar on a terminal."""
 
-_NOTABLE = (" PASS ", " FAIL ", " ERRORED", " STOPPED", " CANCELLED", "retrying", "job ",
-            "interrupted", "task changed", "left-over", "backend:", "resuming")
+class LinePrinter(JobObserver):
+    """An observer that prints every event line to a stream (e.g. ``cairn tasks sanity``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def event(self, event: Event) -> None:
+        """Print the event's line to the stream, flushed at once (a sanity run is watched live)."""
+        print(event.text, file=self.stream, flush=True)
 
 
-class Progress:
-    """Receives job events and results; renders them.
+class Progress(JobObserver):
+    """Receives job events and results (a :class:`~cairn.events.JobObserver`); renders them.
 
     Args:
         json_mode: ``--json``: write to stderr (stdout is for the summary JSON).
@@ -35,19 +48,20 @@ class Progress:
         self.json_mode = json_mode
         self.resume = resume
         self.out = stream or (sys.stderr if json_mode else sys.stdout)
-        self.bar = None
-        self.task_id = None
+        self.bar: RichProgress | None = None
+        self.task_id: TaskID | None = None
         self.total = 0
         self.done = 0
         self.running = 0
         self.errors = 0
         self.rewards: list[float] = []
 
-    def start(self, to_run: int, already_done: int) -> None:
+    def planned(self, to_run: int, already_done: int) -> None:
         """Called once the job is planned: ``to_run`` trials to run, ``already_done`` kept."""
         self.total = to_run + already_done
         if already_done and self.resume:
-            self.event(f"resuming: {already_done} trial(s) kept, {to_run} to run")
+            self.event(Event(EventKind.JOB, f"resuming: {already_done} trial(s) kept, "
+                             f"{to_run} to run"))
         isatty = getattr(self.out, "isatty", lambda: False)
         if isatty() and to_run > LIVE_THRESHOLD:
             from rich.console import Console
@@ -61,13 +75,18 @@ class Progress:
             self.task_id = self.bar.add_task("", total=self.total)
             self._refresh()
 
-    def event(self, line: str) -> None:
-        """One event line (per-step lines of SPEC §9, verdicts, job notices)."""
+    def event(self, event: Event) -> None:
+        """One event (per-step lines of design §9, verdicts, job notices): printed as a line;
+        under the live bar only the notable kinds (verdicts, retries, job notices)."""
         if self.bar is not None:
-            if any(w in line for w in _NOTABLE):
-                self.bar.console.print(line, highlight=False, markup=False)
+            if event.notable:
+                self.bar.console.print(event.text, highlight=False, markup=False)
             return
-        print(line, file=self.out, flush=True)
+        print(event.text, file=self.out, flush=True)
+
+    def notice(self, text: str) -> None:
+        """Print a job-level line of the CLI's own (e.g. an interruption)."""
+        self.event(Event(EventKind.JOB, text))
 
     def trial_started(self, plan) -> None:
         """A trial acquired its slot and starts."""
@@ -89,7 +108,7 @@ class Progress:
         self._refresh()
 
     def _refresh(self) -> None:
-        if self.bar is None:
+        if self.bar is None or self.task_id is None:
             return
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else None
         desc = (f"running {self.running}  mean {mean:.2f}" if mean is not None

@@ -1,5 +1,5 @@
-"""A job's inputs (SPEC §8): task and dataset folders → filtered, loaded tasks; the checks run
-before anything starts (SPEC §9 exit 2); the results a job writes without running a sandbox
+"""A job's inputs (design §8): task and dataset folders → filtered, loaded tasks; the checks run
+before anything starts (design §9 exit 2); the results a job writes without running a sandbox
 (``config_error`` for an invalid task, ``cancelled`` for a trial that never started).
 
 Used by :mod:`cairn.job`; no sandbox, no agent, no job folder here.
@@ -111,13 +111,13 @@ def discover_tasks(config: JobConfig) -> list[TaskEntry]:
         entries = [e for e in entries if not _matches(e, config.exclude)]
     if not entries:
         raise UsageError("no task matched the given paths and filters (-p, -i, -x)")
-    seen: dict[str, Path] = {}
+    by_name: dict[str, Path] = {}
     for e in entries:
-        if e.name in seen and seen[e.name] != e.path:
-            raise UsageError(f"two tasks are named {e.name!r}: {seen[e.name]} and {e.path}; "
+        if e.name in by_name and by_name[e.name] != e.path:
+            raise UsageError(f"two tasks are named {e.name!r}: {by_name[e.name]} and {e.path}; "
                              "task names identify trials and results, rename one "
                              "([task].name)")
-        seen[e.name] = e.path
+        by_name[e.name] = e.path
     return entries
 
 
@@ -138,14 +138,14 @@ def _fallback_identity(path: Path) -> tuple[str, list[str]]:
     declared = data.get("steps")
     if isinstance(declared, list) and declared:
         names = [s.get("name") for s in declared if isinstance(s, dict)]
-        if names and all(isinstance(n, str) and n for n in names) \
-                and len(set(names)) == len(names):
-            steps = names
+        named = [n for n in names if isinstance(n, str) and n]
+        if named and len(named) == len(names) and len(set(named)) == len(named):
+            steps = named
     return name, steps
 
 
 def task_templates(task: Task) -> list[Mapping[str, str]]:
-    """Every env table of a task that may hold ``${VAR}`` templates (SPEC §1.1)."""
+    """Every env table of a task that may hold ``${VAR}`` templates (design §1.1)."""
     tables: list[Mapping[str, str]] = [task.environment.env, task.config.solution.env]
     for s in task.steps:
         tables.append(s.verifier_env)
@@ -157,7 +157,7 @@ def task_templates(task: Task) -> list[Mapping[str, str]]:
 def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None) -> None:
     """Check that every ``${VAR}`` template of the given tasks resolves on this host.
 
-    SPEC §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
+    design §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
     anything starts.
 
     Args:
@@ -214,7 +214,7 @@ def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, at
 
 
 def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
-    """The result of a trial that never started because the job stopped (SPEC §6, §8).
+    """The result of a trial that never started because the job stopped (design §6, §8).
 
     Args:
         plan: the trial's plan.

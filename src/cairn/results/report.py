@@ -1,4 +1,4 @@
-"""Render a job summary as text, markdown or JSON (SPEC §9 ``cairn report``).
+"""Render a job summary as text, markdown or JSON (design §9 ``cairn report``).
 
 Reads only what :mod:`cairn.results.store` wrote (through :func:`cairn.job.read_job`), so it works on
 job folders copied from elsewhere. The per (task, step) rows are the "where do agents stop"
@@ -148,8 +148,9 @@ def render(job, fmt: str = "text") -> str:
     if rows:
         widths = [max(len(r[i]) for r in [*rows, HEAD]) for i in range(len(HEAD))]
         out.append("")
-        out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+        out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths, strict=True)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in rows]
     if net:
         widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
         out += ["", "network (egress gateway)"]

@@ -1,4 +1,4 @@
-"""Remove left-over sandbox resources (SPEC §3 "Ownership and cleanup", §8).
+"""Remove left-over sandbox resources (design §3 "Ownership and cleanup", §8).
 
 A cairn container or network carries ``cairn.job``, ``cairn.trial``, ``cairn.owner`` (the
 creating process: host, pid, start time) and, inside a job, ``cairn.job_dir``. It is *left over*
@@ -119,7 +119,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
             import docker
 
             client = docker.from_env(timeout=60)
-        except Exception as exc:  # no engine: nothing of docker's to clean
+        except Exception as exc:  # noqa: BLE001 - no SDK or no engine: nothing of docker's to clean
             log.info("docker engine not reachable: %s", exc)
             report.engine_reachable = False
             return report
@@ -132,7 +132,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
         _clean_volumes(client, job, own_job_dir, report)
         if images:
             _clean_images(client, report)
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - cleaning is best effort; every failure is reported
         import docker.errors
 
         if isinstance(exc, docker.errors.APIError):

@@ -1,4 +1,4 @@
-"""The docker sandbox backend (SPEC §3.1), through the Docker SDK for Python.
+"""The docker sandbox backend (design §3.1), through the Docker SDK for Python.
 
 One container per sandbox:
 
@@ -37,6 +37,7 @@ import docker.errors
 
 from cairn._util.tar import extract_tar_stream, tar_stream
 from cairn.errors import ErrorKind, SandboxError
+from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -58,13 +59,6 @@ from cairn.sandbox.docker.build import (
     start_thread,
     translate,
 )
-from cairn.sandbox.docker.gateway import (
-    Layout,
-    TrialNetwork,
-    ensure_gateway_image,
-    plan_layout,
-    proxy_env,
-)
 from cairn.sandbox.docker.exec_stream import (
     EXEC_ID_VAR,
     KEEPER_MARKER,
@@ -74,6 +68,13 @@ from cairn.sandbox.docker.exec_stream import (
     PS_SCRIPT,
     ExecStream,
     parse_processes,
+)
+from cairn.sandbox.docker.gateway import (
+    Layout,
+    TrialNetwork,
+    ensure_gateway_image,
+    plan_layout,
+    proxy_env,
 )
 
 log = logging.getLogger(__name__)
@@ -91,12 +92,11 @@ mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 """.format(logs=" ".join(LOG_DIRS))
 
-_ENV_SKIP = frozenset({"Dockerfile", "docker-compose.yaml", "docker-compose.yml", "compose.yaml",
-                       ".dockerignore"})
+_ENV_SKIP = frozenset({"Dockerfile", *COMPOSE_FILE_NAMES, ".dockerignore"})
 
 
 def container_labels(spec: SandboxSpec, env_hash: str = "") -> dict[str, str]:
-    """The ownership labels every cairn container carries (SPEC §3)."""
+    """The ownership labels every cairn container carries (design §3)."""
     labels = {
         "cairn.job": spec.job_id,
         "cairn.trial": spec.trial_id,
@@ -137,6 +137,18 @@ class DockerSandbox(Sandbox):
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
         dockerfile="full", gateway=True)
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def engine_version(cls) -> str | None:
+        """The Docker engine's version (``docker version``'s server version), or ``None``."""
+        try:
+            client = docker.from_env(timeout=5)
+            try:
+                return client.version().get("Version")
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 - a version is informative only
+            return None
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)
@@ -283,8 +295,8 @@ class DockerSandbox(Sandbox):
             host_kw["mem_limit"] = f"{int(spec.memory_mb)}m"
             host_kw["memswap_limit"] = f"{int(spec.memory_mb)}m"
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.name).strip("-.")[:40] or "sandbox"
-        name = f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}-" \
-               f"{uuid.uuid4().hex[:6]}"
+        trial8 = re.sub(r"[^A-Za-z0-9]", "", spec.trial_id)[:8]
+        name = f"cairn-{slug}-{trial8}-{uuid.uuid4().hex[:6]}"
         env_hash = spec.env_hash
         img = self._image
         with translate("creating the container", kind=ErrorKind.START_FAILED):
@@ -364,7 +376,7 @@ class DockerSandbox(Sandbox):
                 await in_thread(client.api.remove_container, cid, force=True, v=True)
             except docker.errors.NotFound:
                 pass
-            except Exception as exc:  # stop never raises; the label lets `cairn clean` finish
+            except Exception as exc:  # noqa: BLE001 - stop never raises; the label lets `cairn clean` finish
                 log.warning("could not remove container %s: %s", cid[:12], exc)
 
     # ---- exec -------------------------------------------------------------------------
@@ -452,7 +464,7 @@ class DockerSandbox(Sandbox):
             async with asyncio.timeout(30):
                 await self._run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", token],
                                 user=user)
-        except Exception as exc:  # the container may be gone; reading still has to stop
+        except Exception as exc:  # noqa: BLE001 - the container may be gone; reading still has to stop
             log.debug("killing exec tree failed: %s", exc)
         try:
             await asyncio.wait_for(asyncio.shield(fut), KILL_GRACE_SEC)

@@ -1,4 +1,4 @@
-"""Per-trial networks and the egress gateway of the docker backend (SPEC §3.1; docs/network.md).
+"""Per-trial networks and the egress gateway of the docker backend (design §3.1; docs/network.md).
 
 A sandbox's network *layout* follows from every policy it will be switched into (the
 environment's, each step's agent and verifier phase):
@@ -160,7 +160,7 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
         with tempfile.TemporaryDirectory(prefix="cairn-gateway-") as tmp:
             for name, data in _gateway_files().items():
                 Path(tmp, name).write_bytes(data)
-            out = []
+            out: list[str] = []
             for chunk in client.api.build(path=tmp, tag=tag, rm=True, forcerm=True, pull=False,
                                           labels={"cairn.env_hash": digest,
                                                   "cairn.backend": "docker"}, decode=True):

@@ -41,7 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 try:  # inside the gateway the policy module sits next to this file
-    from netpolicy import NetworkPolicy, normalize_host  # type: ignore[import-not-found]
+    from netpolicy import NetworkPolicy, normalize_host
 except ImportError:  # pragma: no cover - run from the cairn package (tests)
     from cairn.netpolicy import NetworkPolicy, normalize_host
 
@@ -350,9 +350,10 @@ def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None,
         _write_atomic(state_path, initial)
     proxy = Proxy(state_path)
     listeners = []
-    addrs = ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::"))
+    addrs: list[tuple[socket.AddressFamily, str]] = [(socket.AF_INET, "0.0.0.0"),
+                                                     (socket.AF_INET6, "::")]
     if bind == "primary":
-        addrs = ((socket.AF_INET, socket.gethostbyname(socket.gethostname())),)
+        addrs = [(socket.AF_INET, socket.gethostbyname(socket.gethostname()))]
     for family, addr in addrs:
         try:
             s = socket.socket(family, socket.SOCK_STREAM)
