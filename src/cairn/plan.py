@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Task
 
 
@@ -38,6 +39,10 @@ class RunOptions:
             replayed by the oracle, or taken from ``fork_from``.
         fork_from: a recorded trial folder whose snapshot of the step before ``start_step``
             the sandbox starts from (``--from``).
+        agent_hosts: hosts an in-sandbox agent may reach in its agent phases, on top of the
+            task's policy and the agent's own model hosts (``--allow-agent-host``).
+        add_hosts: ``(name, address)`` pairs the egress gateway resolves itself
+            (``--add-host``).
     """
 
     timeout_multiplier: float = 1.0
@@ -51,6 +56,8 @@ class RunOptions:
     snapshot_steps: bool = False
     start_step: str | None = None
     fork_from: Path | None = None
+    agent_hosts: tuple[str, ...] = ()
+    add_hosts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -159,6 +166,25 @@ class JobConfig(BaseModel):
     from_trial: Path | None = None
     """A recorded trial folder (``--from``): start from its snapshot of the step before
     ``start_step`` instead of replaying."""
+    agent_hosts: tuple[str, ...] = ()
+    """Hosts an in-sandbox agent may reach during its agent phases (``--allow-agent-host``)."""
+    add_hosts: dict[str, str] = Field(default_factory=dict)
+    """Host name → address the egress gateway resolves itself (``--add-host NAME=ADDR``)."""
+
+    @field_validator("agent_hosts")
+    @classmethod
+    def _agent_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            AllowEntry.parse(host)  # ValueError names the entry
+        return value
+
+    @field_validator("add_hosts")
+    @classmethod
+    def _add_hosts(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, addr in value.items():
+            if parse_address(addr) is None:
+                raise ValueError(f"add_hosts {name}={addr!r}: the address must be an IP address")
+        return value
 
     def run_options(self) -> RunOptions:
         """The per-trial :class:`RunOptions` of this job."""
@@ -169,4 +195,5 @@ class JobConfig(BaseModel):
                           agent_env=dict(self.agent_env), snapshot_steps=self.snapshot_steps,
                           start_step=self.start_step,
                           fork_from=Path(self.from_trial).absolute() if self.from_trial
-                          else None)
+                          else None, agent_hosts=tuple(self.agent_hosts),
+                          add_hosts=tuple(sorted(self.add_hosts.items())))

@@ -106,6 +106,8 @@ def run_cmd(
     snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
     start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
+    allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
+    add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
@@ -135,6 +137,7 @@ def run_cmd(
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
+            "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not data.get("paths"):

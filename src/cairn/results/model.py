@@ -120,6 +120,16 @@ class StepSnapshot(_Persisted):
     """Disk the snapshot adds (docker: the committed layer; local: bytes copied)."""
     seconds: float
     """Time taken to make it."""
+class NetworkCounts(_Persisted):
+    """What the egress gateway saw in one step (``steps/<nn>-<name>/network.jsonl`` has every
+    attempt)."""
+
+    allowed: int = 0
+    """Connection attempts let through."""
+    denied: int = 0
+    """Connection attempts refused by the policy."""
+    denied_hosts: list[str] = Field(default_factory=list)
+    """The first ten distinct hosts refused, control characters replaced (agent output)."""
 
 
 class StepResult(_Persisted):
@@ -147,6 +157,8 @@ class StepResult(_Persisted):
     """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
     snapshot: StepSnapshot | None = None
     """The snapshot taken after this step's agent phase (``--snapshot-steps``), or ``None``."""
+    network: NetworkCounts | None = None
+    """Connection attempts through the egress gateway (``None`` when the sandbox has none)."""
 
     @property
     def has_result(self) -> bool:

@@ -93,6 +93,24 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
 
 
 HEAD = ["task / step", "n", "reward", "passed", "outcomes"]
+NET_HEAD = ["trial", "step", "denied", "allowed", "denied hosts"]
+
+
+def network_rows(results: Sequence[TrialResult]) -> list[list[str]]:
+    """Per trial and step with a filtered network: connection attempts denied and allowed by
+    the egress gateway, and the first hosts denied (from ``steps[].network``, which the store
+    wrote from ``network.jsonl``). Steps with denials come first, most denials first.
+    """
+    rows: list[tuple[int, list[str]]] = []
+    for r in results:
+        for st in r.steps:
+            if st.network is None:
+                continue
+            rows.append((st.network.denied, [r.trial_name, f"{st.index}. {st.name}",
+                                             str(st.network.denied), str(st.network.allowed),
+                                             ", ".join(st.network.denied_hosts)]))
+    rows.sort(key=lambda item: -item[0])
+    return [row for _, row in rows]
 
 REGRADE_HEAD = ["trial / step", "old reward", "new reward", "how"]
 
@@ -137,13 +155,21 @@ def render(job, fmt: str = "text") -> str:
     stopped_by = getattr(job, "stopped_by", None)
     if fmt == "json":
         return json.dumps(summary.model_dump(mode="json"), indent=2)
-    rows = task_rows(summary, getattr(job, "results", ()))
+    results = getattr(job, "results", ())
+    rows = task_rows(summary, results)
+    net = network_rows(results)
     head = summary_rows(summary, stopped_by)
+    if net:
+        head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
+                                       f"in {sum(1 for r in net if r[2] != '0')} steps"))
     if fmt == "markdown":
         out = [f"# cairn job `{job.job_dir.name}`", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in head]
         out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        if net:
+            out += ["", "| " + " | ".join(NET_HEAD) + " |", "|" + "---|" * len(NET_HEAD)]
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in net]
         regrade = regrade_rows(getattr(job, "results", ()))
         if regrade:
             out += ["", "## regrade", ""] + _table(REGRADE_HEAD, regrade, "markdown")
@@ -155,7 +181,14 @@ def render(job, fmt: str = "text") -> str:
         widths = [max(len(r[i]) for r in [*rows, HEAD]) for i in range(len(HEAD))]
         out.append("")
         out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths, strict=True)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in rows]
+    if net:
+        widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
+        out += ["", "network (egress gateway)"]
+        out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in net]
     regrade = regrade_rows(getattr(job, "results", ()))
     if regrade:
         out += ["", "regrade (old → new)"] + _table(REGRADE_HEAD, regrade, "text")

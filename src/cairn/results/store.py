@@ -18,9 +18,10 @@ means the trial is finished. Secret values are masked as ``***`` in what cairn w
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
     JobMeta,
     JobSummary,
+    NetworkCounts,
     StepResult,
     StepsFile,
     TrialResult,
@@ -84,6 +86,15 @@ def read_json(path: Path) -> Any:
 
 # ------------------------------------------------------------------------------------------
 # Names and paths
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and bidi characters replaced by ``?`` (agent output shown to a
+    reviewer must not move their cursor or reorder their screen)."""
+    return _UNPRINTABLE.sub("?", text)
 
 
 def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
@@ -142,6 +153,11 @@ class StepPaths:
     def artifacts(self) -> Path:
         """``manifest.json`` and the collected files (never modified by masking)."""
         return self.root / "artifacts"
+
+    @property
+    def network(self) -> Path:
+        """``network.jsonl``: the egress gateway's record of the step's connection attempts."""
+        return self.root / "network.jsonl"
 
     def create(self) -> StepPaths:
         """Create the three folders (idempotent). Returns: ``self``."""
@@ -318,6 +334,40 @@ class TrialStore:
         """
         self.write_steps(result.steps)
         self._write_json(self.paths.result_json, result)
+
+    def append_network_records(self, index: int, name: str,
+                               records: Sequence[Mapping[str, Any]]) -> NetworkCounts:
+        """Append connection records to the step's ``network.jsonl`` (one JSON object a line,
+        masked; hostile text stays inside JSON strings) and count them.
+
+        Args:
+            index: 1-based step index.
+            name: the step name.
+            records: the gateway's records (:meth:`cairn.sandbox.base.Sandbox.network_records`).
+
+        Returns:
+            The step's :class:`NetworkCounts` for these records.
+        """
+        path = self.paths.step(index, name).network
+        path.parent.mkdir(parents=True, exist_ok=True)
+        denied_hosts: list[str] = []
+        allowed = denied = 0
+        lines = []
+        for rec in records:
+            clean = self.masker.mask_json(to_jsonable(dict(rec)))
+            lines.append(json.dumps(clean, ensure_ascii=True, sort_keys=True) + "\n")
+            if clean.get("verdict") == "denied":
+                denied += 1
+                host = _printable(str(clean.get("host") or "?"))[:120]
+                if host not in denied_hosts and len(denied_hosts) < 10:
+                    denied_hosts.append(host)
+            else:
+                allowed += 1
+        with open(path, "a", encoding="utf-8") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        return NetworkCounts(allowed=allowed, denied=denied, denied_hosts=denied_hosts)
 
     def append_log(self, text: str) -> None:
         """Append text to ``trial.log`` (masked; a newline is added when missing).

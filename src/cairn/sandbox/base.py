@@ -14,25 +14,17 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
+from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
 
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
 
 LOG_DIRS = _LOG_DIRS
 """Folders every sandbox creates empty at start, writable by the agent user (design §3.1)."""
-
-
-class NetworkMode(StrEnum):
-    """``[environment].network_mode`` (design §1.1)."""
-
-    PUBLIC = "public"
-    NO_NETWORK = "no-network"
-    ALLOWLIST = "allowlist"
 
 
 @dataclass(frozen=True)
@@ -102,6 +94,9 @@ class Capabilities:
         dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (design §3.2's subset).
         snapshot: whether :meth:`Sandbox.snapshot` works and a sandbox can start from a
             snapshot (:attr:`SandboxSpec.snapshot`).
+        gateway: whether the backend filters egress per phase (allowlists, model hosts of
+            in-sandbox agents, switching between phases whose policies differ).
+        network_hint: what to tell a user whose network policy this backend cannot enforce.
     """
 
     network_modes: frozenset[NetworkMode]
@@ -112,6 +107,8 @@ class Capabilities:
     compose: bool = False
     dockerfile: str = "full"
     snapshot: bool = False
+    gateway: bool = False
+    network_hint: str = ""
 
 
 SNAPSHOT_LABEL = "cairn.snapshot"
@@ -150,7 +147,13 @@ class SandboxSpec:
         memory_mb: memory limit in MiB, or ``None``.
         storage_mb: disk limit in MiB, or ``None``.
         gpus: GPUs requested (0 = none).
-        network_mode: the network mode.
+        network_mode: the environment's network mode (the policy the sandbox starts with).
+        allowed_hosts: the environment's allowlist (``network_mode = "allowlist"``).
+        network_phases: every other policy the trial will switch the sandbox into
+            (:meth:`Sandbox.set_network`): each step's agent and verifier phase. A backend
+            plans its wiring from these before it starts.
+        add_hosts: ``(name, address)`` pairs the egress gateway resolves itself (like
+            ``docker run --add-host``), e.g. a local model server or a test host.
         env: resolved environment variables set in every exec (``[environment].env``).
         build_timeout_sec: bound on build + start, seconds (already multiplied).
         force_build: rebuild even when an image with the content hash exists.
@@ -176,6 +179,9 @@ class SandboxSpec:
     storage_mb: int | None = None
     gpus: int = 0
     network_mode: NetworkMode = NetworkMode.PUBLIC
+    allowed_hosts: tuple[str, ...] = ()
+    network_phases: tuple[NetworkPolicy, ...] = ()
+    add_hosts: tuple[tuple[str, str], ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     build_timeout_sec: float = 600.0
     force_build: bool = False
@@ -186,6 +192,21 @@ class SandboxSpec:
     keep: bool = False
     job_dir: Path | None = None
     snapshot: str | None = None
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The policy the sandbox starts with (the environment's)."""
+        hosts = self.allowed_hosts if self.network_mode is NetworkMode.ALLOWLIST else ()
+        return NetworkPolicy(self.network_mode, tuple(hosts))
+
+    @property
+    def network_policies(self) -> tuple[NetworkPolicy, ...]:
+        """The start policy and every phase policy, reduced (:meth:`NetworkPolicy.effective`)."""
+        out = [self.network_policy.effective()]
+        for p in self.network_phases:
+            if p.effective() not in out:
+                out.append(p.effective())
+        return tuple(out)
 
 
 class Sandbox(ABC):
@@ -234,9 +255,19 @@ class Sandbox(ABC):
 
         caps = cls.capabilities
         warnings: list[str] = []
-        if spec.network_mode not in caps.network_modes:
+        hint = f" ({caps.network_hint})" if caps.network_hint else ""
+        policies = spec.network_policies
+        for policy in policies:
+            if policy.mode not in caps.network_modes:
+                raise UnsupportedError(f"unsupported network mode {policy.mode.value!r} on "
+                                       f"backend {cls.name!r}{hint}")
+            if policy.needs_gateway and not caps.gateway:
+                raise UnsupportedError(f"backend {cls.name!r} cannot enforce the network policy "
+                                       f"{policy.describe()}{hint}")
+        if len(policies) > 1 and not caps.gateway:
             raise UnsupportedError(
-                f"unsupported network mode {spec.network_mode.value!r} on backend {cls.name!r}")
+                f"backend {cls.name!r} cannot switch the network between phases "
+                f"({' / '.join(p.describe() for p in policies)}){hint}")
         if spec.gpus and not caps.gpus:
             raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
                                    f"(gpus = {spec.gpus})")
@@ -278,6 +309,31 @@ class Sandbox(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.shield(self.stop())
+
+    # ---- network phases ---------------------------------------------------------------
+    async def set_network(self, policy: NetworkPolicy, *, phase: str) -> None:
+        """Switch the sandbox to ``policy`` for ``phase`` (``agent``, ``verifier``, ``setup``…).
+
+        A backend with :attr:`Capabilities.gateway` applies it at once and closes every
+        connection opened before (a phase never inherits an earlier phase's openings). The
+        default accepts only policies that admit what the start policy admits (nothing to do).
+
+        Raises:
+            UnsupportedError: the backend cannot switch to ``policy`` (:meth:`check` refuses
+                such specs before start, so this means the caller skipped it).
+            SandboxError: the switch failed.
+        """
+        from cairn.errors import UnsupportedError
+
+        if policy.effective() != self.spec.network_policy.effective():
+            raise UnsupportedError(f"backend {self.name!r} cannot switch the network to "
+                                   f"{policy.describe()}")
+
+    async def network_records(self) -> list[dict[str, object]]:
+        """The connection records of the sandbox's egress gateway not returned before: one dict
+        per attempt (``time``, ``phase``, ``method``, ``host``, ``port``, ``verdict``,
+        ``reason``, ``bytes_out``, ``bytes_in``); ``[]`` without a gateway."""
+        return []
 
     # ---- operations -------------------------------------------------------------------
     @property

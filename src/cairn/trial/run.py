@@ -49,7 +49,7 @@ from cairn.task.model import Step
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
-from cairn.trial.step import StepDirs, StepEnv, run_step
+from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -98,6 +98,7 @@ class _TrialRun:
         self.current_step: Step | None = None
         self.forked_from: ForkRef | None = None
         self.solution_env: dict[str, str] = {}
+        self.networks: PhaseNetworks | None = None
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
@@ -124,14 +125,44 @@ class _TrialRun:
         self.masker = Masker(secrets)
         self.store.masker = self.masker
         e = task.environment
+        self.networks = self._plan_networks()
         spec = SandboxSpec(
             env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
             cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
             network_mode=e.effective_network_mode, env=env,
+            allowed_hosts=self.networks.environment.allowed_hosts,
+            network_phases=self.networks.phases, add_hosts=opts.add_hosts,
             build_timeout_sec=e.build_timeout_sec * opts.timeout_multiplier,
             force_build=opts.force_build, job_id=self.plan.job_id, trial_id=self.plan.trial_id,
             env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
         return spec, solution_env, verifier_envs
+
+    def _plan_networks(self) -> PhaseNetworks:
+        """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
+        the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases."""
+        task, opts = self.task, self.plan.options
+        hosts = [*self.agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
+        agent = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
+        verifier = {s.index: task.verifier_network(s) for s in task.steps
+                    if opts.verify and s.verifier_mode != "separate"}
+        return PhaseNetworks(environment=task.environment.network_policy, agent=agent,
+                             verifier=verifier)
+
+    async def _record_network(self, sandbox: Sandbox, step: Step, row: StepResult) -> StepResult:
+        """Hand the gateway's records of this step to the store; the row gets the counts."""
+        if self.networks is None or not self.networks.filtered:
+            return row
+        try:
+            records = await sandbox.network_records()
+        except (SandboxError, OSError) as exc:
+            self.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
+                       EventKind.WARNING)
+            return row
+        counts = self.store.append_network_records(step.index, step.name, records)
+        if counts.denied:
+            self.event(f"step {step.index} {step.name}: {counts.denied} connection attempt(s) "
+                       f"denied ({', '.join(counts.denied_hosts)})")
+        return row.model_copy(update={"network": counts})
 
     # ---- the body ----------------------------------------------------------------------------
     async def body(self) -> None:
@@ -242,7 +273,7 @@ class _TrialRun:
         env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
-                      separate=self.separate)
+                      separate=self.separate, networks=self.networks)
         self.step_env = env
         if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
             env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,
@@ -267,6 +298,7 @@ class _TrialRun:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
                 row = self._step_failure(step, exc)
             self.current_step = None
+            row = await self._record_network(sandbox, step, row)
             self.rows[step.index - 1] = row
             self.store.write_steps(self.rows)
             self._step_event(step, row)

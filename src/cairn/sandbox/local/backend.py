@@ -92,7 +92,9 @@ class LocalSandbox(Sandbox):
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
         cpu_limit=False, memory_limit=False, storage_limit=False, gpus=False, compose=False,
-        dockerfile="subset", snapshot=True)
+        dockerfile="subset", snapshot=True, gateway=False,
+        network_hint="allowlists, model hosts of in-sandbox agents under no-network and "
+                     "per-phase network modes need the egress gateway: use -e docker")
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset({"memory_limit", "cpu_limit"})
 
     def __init__(self, spec: SandboxSpec) -> None:
