@@ -40,9 +40,30 @@ DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 """Agent timeout when neither the task nor the step sets one (Evolve's default; SPEC §1.1)."""
 
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG])\s*$", re.IGNORECASE)
+
+
+def parse_size_mb(text: str) -> int | None:
+    """A legacy size string in MiB, as Harbor 0.26 maps ``memory``/``storage``.
+
+    ``"1G"`` → 1024, ``"512M"`` → 512, ``"2048K"`` → 2 (truncated, as Harbor's
+    ``EnvironmentConfig._parse_size_to_mb``). Case-insensitive.
+
+    Returns:
+        The size in MiB, or ``None`` when the text is not ``<number><K|M|G>``.
+    """
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    number, unit = float(m.group(1)), m.group(2).upper()
+    return int(number * 1024) if unit == "G" else int(number) if unit == "M" \
+        else int(number / 1024)
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 SINGLE_STEP_NAME = "main"
+MAIN_SERVICE = "main"
+"""The compose service that runs the agent (artifacts and collect hooks default to it)."""
 
 
 class _Model(BaseModel):
@@ -67,12 +88,15 @@ class Artifact(_Model):
     """One artifact entry (SPEC §4.5): a path string is ``Artifact(source=path)``.
 
     ``source`` is an absolute sandbox path; ``destination`` is relative to the step's
-    ``artifacts/`` folder (default: the source path without its leading ``/``).
+    ``artifacts/`` folder (default: the source path without its leading ``/``). ``service``
+    names the compose service to collect from (``None`` or ``main``: the main container), as
+    Harbor 0.26's ``ArtifactConfig.service``.
     """
 
     source: str
     destination: str | None = None
     exclude: tuple[str, ...] = ()
+    service: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -105,10 +129,23 @@ class TaskInfo(_Model):
 
 
 class AgentConfig(_Model):
-    """``[agent]`` or ``[steps.agent]``: timeout in seconds and the user agents run as."""
+    """``[agent]`` or ``[steps.agent]``: timeout in seconds and the user agents run as.
+
+    ``network_mode``/``allowed_hosts`` are Harbor 0.26's per-phase network override; they are
+    known keys here (never "unknown"), their enforcement belongs to the network policy work.
+    """
 
     timeout_sec: float | None = None
     user: str | int | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: tuple[str, ...] | None = None
+
+
+class TpuSpec(_Model):
+    """``[environment.tpu]`` (Harbor 0.26): a TPU slice. cairn refuses it (no TPU backend)."""
+
+    type: str | None = None
+    topology: str | None = None
 
 
 class EnvironmentConfig(_Model):
@@ -121,6 +158,9 @@ class EnvironmentConfig(_Model):
     memory_mb: int | None = None
     storage_mb: int | None = None
     gpus: int = 0
+    gpu_types: tuple[str, ...] | None = None
+    tpu: TpuSpec | None = None
+    skills_dir: str | None = None
     network_mode: NetworkMode | None = None
     allowed_hosts: tuple[str, ...] = ()
     allow_internet: bool | None = None
@@ -128,6 +168,24 @@ class EnvironmentConfig(_Model):
     healthcheck: Healthcheck | None = None
     os: str = "linux"
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    memory: str | None = None
+    storage: str | None = None
+    """Legacy spellings (``"1G"``, ``"512M"``): applied as ``memory_mb``/``storage_mb`` with a
+    deprecation warning by :meth:`_legacy_sizes` (as Harbor 0.26's loader maps them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        value = dict(value)
+        for legacy, field in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            raw = value.get(legacy)
+            if isinstance(raw, str) and value.get(field) is None:
+                mb = parse_size_mb(raw)
+                if mb is not None:
+                    value[field] = mb
+        return value
 
     @property
     def effective_network_mode(self) -> NetworkMode:
@@ -139,14 +197,45 @@ class EnvironmentConfig(_Model):
         return NetworkMode.PUBLIC
 
 
+class CollectHook(_Model):
+    """One ``[[verifier.collect]]`` entry (Harbor 0.26): a command run in a compose service
+    after the agent phase, before artifacts are collected (SPEC §4.5).
+
+    Units: seconds. ``service`` ``main`` is the main container; hooks on other services run
+    after the main container's agent phase has ended, before artifact collection.
+    """
+
+    command: str
+    service: str = MAIN_SERVICE
+    timeout_sec: float = 60.0
+    user: str | int | None = None
+
+
 class VerifierConfig(_Model):
-    """``[verifier]`` or ``[steps.verifier]``."""
+    """``[verifier]`` or ``[steps.verifier]``.
+
+    ``environment_mode`` unset with an ``environment`` table means ``separate`` (Harbor 0.26
+    ``verifier_mode._resolve_mode``); ``shared`` together with a table is refused at load.
+    """
 
     timeout_sec: float | None = None
     user: str | int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
+    collect: tuple[CollectHook, ...] = ()
+    network_mode: NetworkMode | None = None
+    allowed_hosts: tuple[str, ...] | None = None
+
+    @property
+    def declared_mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for: explicit, else ``separate`` when it has an
+        ``environment`` table, else ``None`` (inherit)."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        if self.environment is not None:
+            return "separate"
+        return None
 
 
 class SolutionConfig(_Model):
@@ -231,6 +320,8 @@ class Step(BaseModel):
         verifier_environment: the separate verifier's environment, if any.
         min_reward: the gate (number or table), or ``None``.
         artifacts: task-level then step-level artifact entries.
+        collect: ``[[verifier.collect]]`` hooks run before this step's artifacts are
+            collected: the task's, then the step's (Harbor 0.26 ``_collect_hooks_for``).
         healthcheck: the step healthcheck, or ``None``.
         setup_timeout_sec: bound on ``workdir/setup.sh``.
     """
@@ -254,6 +345,7 @@ class Step(BaseModel):
     verifier_environment: EnvironmentConfig | None = None
     min_reward: MinReward | None = None
     artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectHook, ...] = ()
     healthcheck: Healthcheck | None = None
     setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
 

@@ -156,6 +156,23 @@ class DockerSandbox(Sandbox):
         """The resolved image (after :meth:`start`)."""
         return self._image
 
+    @classmethod
+    def check(cls, spec: SandboxSpec) -> list[str]:
+        """:meth:`Sandbox.check`, plus: a Dockerfile that needs BuildKit must be buildable here.
+
+        Raises:
+            UnsupportedError: see :meth:`Sandbox.check`; BuildKit-only Dockerfile syntax this
+                engine cannot build (:func:`~cairn.sandbox.docker.buildkit.check_dockerfile`).
+        """
+        warnings = super().check(spec)
+        dockerfile = Path(spec.env_dir) / "Dockerfile" if spec.env_dir else None
+        if dockerfile is not None and dockerfile.is_file() and (
+                not spec.docker_image or spec.force_build):
+            from cairn.sandbox.docker.buildkit import check_dockerfile
+
+            warnings += check_dockerfile(dockerfile)
+        return warnings
+
     async def start(self) -> None:
         """Build or reuse the image, start the container, prepare ``/logs`` and the workdir.
 

@@ -286,8 +286,14 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
                 info = await in_thread(_lookup, client, tag)
                 if info is not None:
                     return info
-            info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
-                                spec.build_timeout_sec)
+            from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
+
+            if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
+                info = await _build_buildkit(client, env_dir, tag, env_hash, spec.force_build,
+                                             deadline, spec.build_timeout_sec)
+            else:
+                info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
+                                    spec.build_timeout_sec)
             if spec.force_build:
                 _FORCE_BUILT.add(env_hash)
             return info
@@ -388,6 +394,30 @@ class _BuildRun:
     @property
     def log_tail(self) -> str:
         return "\n".join(self.log)
+
+
+async def _build_buildkit(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
+                         nocache: bool, deadline: float, timeout_sec: float) -> ImageInfo:
+    """Build a Dockerfile that needs BuildKit (:mod:`cairn.sandbox.docker.buildkit`).
+
+    Raises:
+        BuildError: see :func:`ensure_image`.
+    """
+    from cairn.sandbox.docker.buildkit import build_with_buildkit
+
+    labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
+    try:
+        sec = await build_with_buildkit(env_dir, tag, labels, nocache=nocache,
+                                        deadline=deadline, timeout_sec=timeout_sec)
+    except BuildError as err:
+        if err.kind is not ErrorKind.BUILD_TIMEOUT:
+            _FAILURES[env_hash] = (time.monotonic(), err)
+        raise
+    info = await in_thread(_lookup, client, tag)
+    if info is None:
+        raise BuildError(ErrorKind.BUILD_FAILED, "the BuildKit build finished without an image")
+    return ImageInfo(ref=info.ref, image_id=info.image_id, entrypoint=info.entrypoint,
+                     cmd=info.cmd, workdir=info.workdir, built=True, build_sec=sec)
 
 
 async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,

@@ -198,7 +198,8 @@ class ComposeSandbox(DockerSandbox):
         path = find_compose_file(spec.env_dir)
         if path is None:
             raise UnsupportedError("the compose backend needs environment/docker-compose.yaml")
-        check_compose_file(path)
+        check_compose_file(path, main_supplied=bool(spec.docker_image) or (
+            Path(spec.env_dir) / "Dockerfile").is_file())  # type: ignore[arg-type]
         compose_cli()
         clash = sorted(PROTECTED_VARS & set(spec.env))
         if clash:
@@ -240,8 +241,10 @@ class ComposeSandbox(DockerSandbox):
         self._env = self._cli_env(main_image)
         build_main = (Path(spec.env_dir) / "Dockerfile").is_file() and \
             (not spec.docker_image or spec.force_build)
+        main_df = self._main_dockerfile() if build_main else None
         defaults = self._write("cairn-defaults.yaml",
-                               defaults_file(spec, main_image, build_main=build_main))
+                               defaults_file(spec, main_image, build_main=build_main,
+                                             dockerfile=main_df))
         self._files = [defaults, self._compose_file]
         model = await self._config()
         try:
@@ -258,6 +261,36 @@ class ComposeSandbox(DockerSandbox):
         await self._up(UP_TIMEOUT_SEC)
         await self._adopt_main()
         self._ready = True
+
+    def _main_dockerfile(self) -> Path | None:
+        """A copy of environment/Dockerfile rewritten for the built-in BuildKit frontend when
+        the rewrite changes it (a stock ``# syntax=`` line, ``--link``), else ``None``."""
+        from cairn.task.dockerfile_syntax import rewrite_for_builtin_frontend
+
+        assert self._tmp is not None and self.spec.env_dir is not None
+        text = (Path(self.spec.env_dir) / "Dockerfile").read_text(encoding="utf-8",
+                                                                  errors="replace")
+        new, notes = rewrite_for_builtin_frontend(text)
+        if not notes:
+            return None
+        path = self._tmp / "Dockerfile.main"
+        path.write_text(new, encoding="utf-8")
+        return path
+
+    def _needs_buildkit(self, model: dict[str, Any], services: list[str]) -> bool:
+        """Whether any of these services' Dockerfiles uses BuildKit-only syntax."""
+        from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
+
+        for svc in services:
+            build = ((model.get("services") or {}).get(svc) or {}).get("build") or {}
+            if not isinstance(build, dict) or not build.get("context"):
+                continue
+            df = Path(str(build.get("dockerfile") or "Dockerfile"))
+            if not df.is_absolute():
+                df = Path(str(build["context"])) / df
+            if dockerfile_needs_buildkit(df):
+                return True
+        return False
 
     def _cli_env(self, main_image: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
@@ -335,8 +368,12 @@ class ComposeSandbox(DockerSandbox):
                            if self.spec.force_build or not await self._image_exists(tag)]
                 if not missing:
                     return {}
-                code, out = await self._compose(
-                    "build", *missing, timeout_sec=max(1.0, deadline - loop.time()))
+                env = self._env
+                if self._needs_buildkit(model, missing):  # else the classic builder, as before
+                    env = {**self._env, "DOCKER_BUILDKIT": "1", "COMPOSE_DOCKER_CLI_BUILD": "1"}
+                code, out = await _run_cli(self._argv("build", *missing), env=env,
+                                           timeout_sec=max(1.0, deadline - loop.time()),
+                                           cwd=self._tmp)
         except TimeoutError:
             code, out = None, ""
         if code != 0:
