@@ -6,11 +6,11 @@ concurrency, infra retries, the job's stop rules, summary.json and job.log.
 
 from __future__ import annotations
 
-import os
-
 import asyncio
 import contextlib
 import logging
+import os
+import re
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -62,6 +62,9 @@ def resolve_backend(name: str) -> str:
     return name
 
 
+_TRIAL_WARNING_RE = re.compile(r"^\[[^\]]*\] warning: (.*)$", re.DOTALL)
+
+
 class JobRun:
     """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
 
@@ -85,16 +88,27 @@ class JobRun:
         self.started_at = datetime.now(UTC)
         self.on_trial_start: Callable[[TrialPlan], None] | None = None
         self.on_trial_end: Callable[[TrialPlan], None] | None = None
+        self._warned: set[str] = set()  # trial warnings already shown (once per job)
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
-        """Send an event line to the caller and append it to job.log."""
+        """Send an event line to the caller and append it to job.log.
+
+        A trial's ``warning: …`` line (a limit the backend cannot apply, an ignored
+        ``# syntax=`` line) is shown once per job; later copies go to job.log only (each
+        trial's result.json still records its warnings).
+        """
+        shown = True
+        m = _TRIAL_WARNING_RE.match(line)
+        if m:
+            shown = m.group(1) not in self._warned
+            self._warned.add(m.group(1))
         if self._log is not None:
             with contextlib.suppress(OSError, ValueError):
                 stamp = datetime.now(UTC).strftime("%H:%M:%S")
                 self._log.write(f"{stamp} {line}\n")
                 self._log.flush()
-        if self._sink is not None:
+        if self._sink is not None and shown:
             self._sink(line)
 
     def open_log(self) -> None:

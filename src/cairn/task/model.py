@@ -36,6 +36,28 @@ def task_slug(task_name: str) -> str:
     return _SLUG_RE.sub("-", task_name)
 
 
+_NUMBERED_RE = re.compile(r"^0*(\d+)([-_.])(.+)$")
+
+
+def step_folder_name(index: int, name: str) -> str:
+    """A step's results folder name (SPEC §7): ``<nn>-<name>``, nn the 1-based index on two
+    digits — without doubling a number the name already starts with.
+
+    A name that starts with the step's own number (``19-recall`` at index 19, ``1_setup`` at
+    index 1) keeps its separator and rest, with the number written on two digits:
+    ``19-recall``, ``01_setup`` (not ``19-19-recall``). Any other name is prefixed:
+    ``01-main``, ``02-3-three``.
+
+    Args:
+        index: 1-based step index.
+        name: the step name.
+    """
+    m = _NUMBERED_RE.match(name)
+    if m and int(m.group(1)) == index:
+        return f"{index:02d}{m.group(2)}{m.group(3)}"
+    return f"{index:02d}-{name}"
+
+
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 """Agent timeout when neither the task nor the step sets one (Evolve's default; SPEC §1.1)."""
 
@@ -359,8 +381,8 @@ class Step(BaseModel):
 
     @property
     def dir_name(self) -> str:
-        """The step's folder name in results: ``<nn>-<name>`` (SPEC §7)."""
-        return f"{self.index:02d}-{self.name}"
+        """The step's folder name in results (:func:`step_folder_name`, SPEC §7)."""
+        return step_folder_name(self.index, self.name)
 
 
 class Task(BaseModel):

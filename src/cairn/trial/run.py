@@ -54,8 +54,10 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
     step_index = step.index if step is not None else 1
     detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
               if not k.startswith("_")}
-    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
-                                                         after_agent=after_agent),
+    category = category_of(exc.kind, step_index=step_index, after_agent=after_agent)
+    if exc.detail.get("_task_fault"):  # a start the task's own definition breaks (issue #21)
+        category = Category.TASK
+    return ErrorInfo(kind=exc.kind, category=category,
                      phase=phase or _PHASE_OF.get(exc.kind), step=step.name if step else None,
                      message=mask(str(exc)), detail=detail)
 
@@ -409,16 +411,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         result = run.result(started_at, time.monotonic() - t0, cancelled)
         run.store.write_result(result)
         if not cancelled:
-            verdict = "PASS" if result.passed else result.outcome.value.upper()
-            if result.outcome is Outcome.COMPLETED and not result.passed:
-                verdict = "FAIL"
-            r = f"{result.reward:.2f}" if result.reward is not None else "none"
-            how = f"{result.strategy} of {result.steps_total} steps"
-            if result.steps_run < result.steps_total:
-                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
-            why = ""
-            if result.error is not None:
-                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
-                    if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}")
+            from cairn.results.verdict import verdict_line
+
+            run.event(verdict_line(result))
     return result

@@ -101,6 +101,48 @@ def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Ite
         raise
 
 
+# ---- task faults --------------------------------------------------------------------------
+_TASK_FAULT_RE = re.compile(
+    r"(executable file not found|no such file or directory|exec format error|permission denied"
+    r"|not a directory)[^\n]*", re.IGNORECASE)
+_OCI_RE = re.compile(r"OCI runtime (create|exec|start) failed|starting container process caused"
+                     r"|exec: \"|failed to create shim task", re.IGNORECASE)
+
+_EXEC_RE = re.compile(r'exec: "[^"\n]*"[^\n]*?(?=: unknown|$)', re.MULTILINE)
+
+TASK_FAULT = "_task_fault"
+"""Detail key (never persisted: it starts with ``_``) marking a start failure caused by the
+task's own definition, so the trial records a ``task`` error instead of retrying it as infra."""
+
+
+def task_fault_reason(text: str) -> str | None:
+    """Why a start failure is the task's own (its image or compose file), or ``None``.
+
+    A container whose entrypoint or command does not exist, is not executable or is not a
+    program for this machine fails the same way on every attempt; the engine says so in an
+    OCI runtime error (``exec: "/opt/x": stat /opt/x: no such file or directory``).
+
+    Args:
+        text: the engine's or Compose's error output.
+
+    Returns:
+        The matching line, or ``None`` when the failure may be transient (infra).
+    """
+    if not _OCI_RE.search(text or ""):
+        return None
+    m = _EXEC_RE.search(text) or _TASK_FAULT_RE.search(text)
+    return m.group(0).strip().removesuffix(": unknown")[:300] if m else None
+
+
+def no_shell_reason(code: int | None, text: str) -> str | None:
+    """Why the first command in a fresh container failed because the image has no
+    ``/bin/sh`` (exit 126/127 from the init), or ``None``."""
+    if code in (126, 127) and re.search(r"exec /bin/sh failed|/bin/sh: (not found|no such file)"
+                                        r"|\"/bin/sh\": stat", text or "", re.IGNORECASE):
+        return "the image has no /bin/sh (every command of a trial runs with it)"
+    return None
+
+
 # ---- clients ------------------------------------------------------------------------------
 def make_client() -> docker.DockerClient:
     """A Docker SDK client from the environment (``DOCKER_HOST`` …), API version detected once.

@@ -68,12 +68,14 @@ from cairn.sandbox.docker.compose_files import (
 )
 from cairn.sandbox.docker.backend import DockerSandbox, container_labels
 from cairn.sandbox.docker.build import (
+    TASK_FAULT,
     ImageInfo,
     _build_lock,
     engine_version,
     hash_env_dir,
     in_thread,
     make_client,
+    task_fault_reason,
 )
 
 log = logging.getLogger(__name__)
@@ -433,9 +435,29 @@ class ComposeSandbox(DockerSandbox):
             _, logs = await self._compose("logs", "--no-color", "--tail", "30", timeout_sec=30)
         why = "timed out" if code is None else f"exit {code}" if code else "; ".join(problems)
         msg = out.strip()[-1500:]
+        detail: dict[str, Any] = {"output_tail": msg, "logs": logs[-4000:]}
+        fault = task_fault_reason(out) if code is not None else None
+        if fault is None and code is not None:
+            fault = await self._exited_by_itself()
+        if fault is not None:  # the task's own definition: the same on every attempt
+            detail[TASK_FAULT] = True
+            raise SandboxError(f"docker compose up failed: the task's services cannot start: "
+                               f"{fault}", kind=ErrorKind.START_FAILED, detail=detail)
         raise SandboxError(f"docker compose up failed ({why}): {msg}",
-                           kind=ErrorKind.START_FAILED,
-                           detail={"output_tail": msg, "logs": logs[-4000:]})
+                           kind=ErrorKind.START_FAILED, detail=detail)
+
+    async def _exited_by_itself(self) -> str | None:
+        """A service whose own process exited with a failure code during ``up`` (not killed:
+        137/143 may be the engine's doing), as ``service web exited 127``; else ``None``."""
+        assert self._client is not None
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        with contextlib.suppress(Exception):
+            for c in await in_thread(self._client.api.containers, all=True, filters=flt):
+                m = re.match(r"Exited \((\d+)\)", str(c.get("Status") or ""))
+                if m and int(m.group(1)) not in (0, 137, 143):
+                    svc = (c.get("Labels") or {}).get(SERVICE_LABEL)
+                    return f"service {svc} exited {m.group(1)}"
+        return None
 
     async def _main_containers(self) -> list[dict[str, Any]]:
         assert self._client is not None
