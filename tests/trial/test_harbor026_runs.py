@@ -60,6 +60,7 @@ def test_buildkit_image_is_cached_by_content_hash(tmp_path):
 @pytest.mark.parametrize("name,says", [
     ("compose-sidecar-missing-command", 'exec: "/opt/missing-server"'),
     ("image-without-shell", "the image has no /bin/sh"),
+    ("bad-entrypoint", "the image ENTRYPOINT /opt/missing-entrypoint is not an executable"),
 ])
 def test_task_fault_at_start_is_a_task_error_not_retried(tmp_path, name, says):
     cfg = JobConfig(paths=(FIXTURES / name,), agent="oracle", backend="docker",

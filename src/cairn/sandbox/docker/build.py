@@ -135,8 +135,15 @@ def task_fault_reason(text: str) -> str | None:
 
 
 def no_shell_reason(code: int | None, text: str) -> str | None:
-    """Why the first command in a fresh container failed because the image has no
-    ``/bin/sh`` (exit 126/127 from the init), or ``None``."""
+    """Why a fresh container failed by the image's own definition: it has no ``/bin/sh``
+    (exit 126/127 from the init), or its ENTRYPOINT program does not exist (the keeper says
+    so); else ``None``."""
+    m = re.search(r"cairn: the image ENTRYPOINT (.*) is not an executable in the image",
+                  text or "")
+    if m:
+        return f"the image ENTRYPOINT {m.group(1)[:200]} is not an executable in the image"
+    if re.search(r"exec /bin/sh failed: no such file", text or "", re.IGNORECASE):
+        return "the image has no /bin/sh (every command of a trial runs with it)"
     if code in (126, 127) and re.search(r"exec /bin/sh failed|/bin/sh: (not found|no such file)"
                                         r"|\"/bin/sh\": stat", text or "", re.IGNORECASE):
         return "the image has no /bin/sh (every command of a trial runs with it)"
