@@ -137,3 +137,24 @@ def test_tpu_is_refused_and_gpu_types_without_gpus_warns(tmp_path):
         "`environment.tpu`: cairn has no backend that attaches TPUs; this task cannot run here"]
     assert "`environment.gpu_types` has no effect without `gpus` > 0" in _texts(findings,
                                                                               "warning")
+
+
+def test_service_artifacts_need_a_compose_file_that_defines_the_service(tmp_path):
+    root = shutil.copytree(FIXTURES / "sidecar-collect-artifact", tmp_path / "t")
+    assert not [f for f in check_task(root) if f.is_error]
+    compose = root / "environment" / "docker-compose.yaml"
+    compose.write_text(compose.read_text().replace("counter", "tally"))
+    assert _texts(check_task(root), "error") == [
+        "no service counter (named by artifacts or [[verifier.collect]] in task.toml)"]
+    compose.unlink()
+    assert _texts(check_task(root), "error") == [
+        "artifacts or [[verifier.collect]] name service(s) counter, but the task has no "
+        "environment/docker-compose.yaml"]
+
+
+def test_collect_hooks_resolve_task_then_step():
+    task = load_task(FIXTURES / "sidecar-collect-artifact")
+    (hook,) = task.steps[0].collect
+    assert (hook.service, hook.timeout_sec, hook.user) == ("counter", 30.0, None)
+    assert task.steps[0].artifacts[0].service == "counter"
+    assert task.steps[0].verifier_mode == "separate"

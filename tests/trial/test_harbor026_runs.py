@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.docker,
     ("buildkit-dockerfile", [1.0]),
     ("compose-without-main", [1.0]),
     ("legacy-memory-key", [1.0]),
+    ("sidecar-collect-artifact", [1.0]),
 ])
 def test_fixture_scores_as_on_harbor(tmp_path, name, rewards):
     r = run_trial_sync(FIXTURES / name, "oracle", "docker", tmp_path)
@@ -38,6 +39,17 @@ def test_fixture_scores_as_on_harbor(tmp_path, name, rewards):
     assert r.outcome is Outcome.COMPLETED
     assert [s.reward for s in r.steps] == rewards
     assert r.reward == 1.0 and r.passed
+
+
+def test_sidecar_artifact_manifest_names_its_service(tmp_path):
+    r = run_trial_sync(FIXTURES / "sidecar-collect-artifact", "oracle", "docker", tmp_path)
+    assert r.passed
+    trial_dir = next((tmp_path / "job" / "trials").iterdir())
+    art = trial_dir / "steps" / "01-main" / "artifacts"
+    manifest = json.loads((art / "manifest.json").read_text())
+    assert [(m["source"], m["service"], m["status"]) for m in manifest] == [
+        ("/state/count.txt", "counter", "copied")]
+    assert (art / "state" / "count.txt").read_text() == "3"
 
 
 def test_buildkit_image_is_cached_by_content_hash(tmp_path):

@@ -30,7 +30,7 @@ _STOCK_FRONTEND_RE = re.compile(
     r"^(docker\.io/)?docker/dockerfile(-upstream)?(:[0-9][0-9A-Za-z.\-]*)?(@sha256:[0-9a-f]{64})?$")
 _INSTR_RE = re.compile(r"^\s*(?P<instr>[A-Za-z]+)\s+(?P<rest>.*)$", re.DOTALL)
 _HEREDOC_RE = re.compile(r"<<-?\s*(?P<q>[\"']?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)(?P=q)")
-_LINK_RE = re.compile(r"(?<=\s)--link(=(true|false))?(?=\s)", re.IGNORECASE)
+_LINK_RE = re.compile(r"(?<=\s)--link(?:=(?:true|false))?(?:[ \t]+|(?=\s))", re.IGNORECASE)
 
 
 @dataclass(frozen=True)

@@ -95,6 +95,7 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     for path in _environment_tables(doc, steps):
         _check_environment_table(_table(doc, *path), path, sink)
     _check_harbor_rules(doc, steps, sink)
+    _check_services_exist(root, doc, sink)
     dockerfile = root / "environment" / "Dockerfile"
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
@@ -273,6 +274,31 @@ def _check_service(value: Any, path: KeyPath, sink: FindingSink) -> None:
         sink.key(path, ERROR, f"`{format_key_path(path)}` = {value!r} is not a compose "
                  "service name (letters, digits, `_`, `.`, `-`, starting with a letter or "
                  "digit)")
+
+
+def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
+    """Artifacts and collect hooks that name a service need a compose file that defines it."""
+    wanted = uses_services(doc)
+    if not wanted:
+        return
+    compose = next((root / "environment" / n for n in COMPOSE_FILES
+                    if (root / "environment" / n).is_file()), None)
+    if compose is None:
+        sink.file(root, ERROR, f"artifacts or [[verifier.collect]] name service(s) "
+                  f"{', '.join(sorted(wanted))}, but the task has no "
+                  "environment/docker-compose.yaml")
+        return
+    import yaml
+
+    try:
+        services = (yaml.safe_load(compose.read_text(encoding="utf-8")) or {}).get("services")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return  # reported when the run reads it
+    if isinstance(services, dict):
+        missing = sorted(wanted - set(services))
+        if missing:
+            sink.file(compose, ERROR, f"no service {', '.join(missing)} (named by artifacts "
+                      "or [[verifier.collect]] in task.toml)")
 
 
 def uses_services(doc: dict[str, Any]) -> set[str]:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
-from cairn.trial.artifacts import collect_artifacts
+from cairn.trial.artifacts import collect_step_artifacts
 from cairn.errors import (
     ErrorKind,
     ModelError,
@@ -254,8 +254,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
-    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
-                                       logs_artifacts_written=artifacts_written)
+    manifest, hook_warnings = await collect_step_artifacts(
+        sandbox, step.artifacts, step.collect, dirs.artifacts, time_scale=env.time_scale,
+        logs_artifacts_written=artifacts_written)
+    warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":

@@ -459,6 +459,28 @@ class ComposeSandbox(DockerSandbox):
                     return f"service {svc} exited {m.group(1)}"
         return None
 
+    async def for_service(self, service: str) -> DockerSandbox:
+        """A view of service ``service``'s container: the docker backend's exec and download
+        aimed at it (collect hooks and artifacts with a ``service``). Its ``stop()`` does
+        nothing: the project is stopped as a whole.
+
+        Raises:
+            UnsupportedError: the project has no running container for that service.
+        """
+        if service == MAIN_SERVICE:
+            return self
+        assert self._client is not None
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}", f"{SERVICE_LABEL}={service}"]}
+        found = await in_thread(self._client.api.containers, filters=flt)
+        if not found:
+            raise UnsupportedError(f"compose service {service!r} has no running container")
+        view = _ServiceView(self.spec)
+        view._client, view._cid = self._client, found[0]["Id"]
+        data = await in_thread(self._client.api.inspect_container, view._cid)
+        view._workdir = (data.get("Config") or {}).get("WorkingDir") or "/"
+        view._started = view._ready = True
+        return view
+
     async def _main_containers(self) -> list[dict[str, Any]]:
         assert self._client is not None
         flt = {"label": [f"{PROJECT_LABEL}={self.project}", f"{SERVICE_LABEL}={MAIN_SERVICE}"]}
@@ -572,3 +594,12 @@ class ComposeSandbox(DockerSandbox):
             log.warning("sweeping compose project %s failed: %s", self.project, exc)
             return False
         return ok
+
+
+class _ServiceView(DockerSandbox):
+    """One compose service's container, borrowed from a :class:`ComposeSandbox` (never owns
+    the container or the client)."""
+
+    async def stop(self) -> None:
+        """Nothing: the compose project is stopped as a whole."""
+        self._stopped = True
