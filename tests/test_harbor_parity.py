@@ -17,11 +17,10 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from conftest import backend_available
 
 from cairn.job.run import run_job
 from cairn.plan import JobConfig
-
-from conftest import backend_available
 
 HARBOR = Path("/work/harbor-venv/bin/harbor")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "harbor026"

@@ -61,9 +61,9 @@ def test_shared_mode_with_step_verifier_environment_is_an_error(tmp_path):
         "[steps.verifier.environment]")
     (root / "task.toml").write_text(toml)
     errors = _texts(check_task(root), "error")
-    assert errors == ['`steps[1].verifier.environment_mode = "shared"` conflicts with '
+    assert errors == [('`steps[1].verifier.environment_mode = "shared"` conflicts with '
                       "[steps[1].verifier.environment]: a shared verifier has no environment "
-                      'of its own; drop the table or set `environment_mode = "separate"`']
+                      'of its own; drop the table or set `environment_mode = "separate"`')]
 
 
 @pytest.mark.parametrize("text,mb", [("1G", 1024), ("512M", 512), ("2048k", 2), ("1.5G", 1536),
@@ -77,8 +77,8 @@ def test_legacy_memory_key_is_applied_with_a_deprecation_warning():
     task = load_task(path)
     assert task.environment.memory_mb == 512
     warnings = _texts(check_task(path), "warning")
-    assert warnings == ["`environment.memory` is deprecated: applied as `memory_mb = 512`; "
-                        "write that instead"]
+    assert warnings == [("`environment.memory` is deprecated: applied as `memory_mb = 512`; "
+                        "write that instead")]
 
 
 def test_legacy_storage_key_and_conflicts(tmp_path):
@@ -93,16 +93,16 @@ def test_legacy_storage_key_and_conflicts(tmp_path):
     toml.write_text(toml.read_text().replace('storage = "10G"\nstorage_mb = 100',
                                              'storage = "lots"'))
     assert _texts(check_task(root), "error") == [
-        '`environment.storage` = \'lots\': expected a size like "1G" or "512M" (better: '
-        '`storage_mb` in MiB)']
+        ('`environment.storage` = \'lots\': expected a size like "1G" or "512M" (better: '
+        '`storage_mb` in MiB)')]
 
 
 def test_name_without_org_is_accepted_with_a_warning():
     path = FIXTURES / "name-without-org"
     assert load_task(path).name == "plain-name"
     assert _texts(check_task(path), "warning") == [
-        "`task.name` = 'plain-name' is not in `org/name` form: cairn accepts it, Harbor 0.26 "
-        "refuses to load the task"]
+        ("`task.name` = 'plain-name' is not in `org/name` form: cairn accepts it, Harbor 0.26 "
+        "refuses to load the task")]
 
 
 def test_every_harbor_026_key_is_known():
@@ -148,8 +148,8 @@ def test_service_artifacts_need_a_compose_file_that_defines_the_service(tmp_path
         "no service counter (named by artifacts or [[verifier.collect]] in task.toml)"]
     compose.unlink()
     assert _texts(check_task(root), "error") == [
-        "artifacts or [[verifier.collect]] name service(s) counter, but the task has no "
-        "environment/docker-compose.yaml"]
+        ("artifacts or [[verifier.collect]] name service(s) counter, but the task has no "
+        "environment/docker-compose.yaml")]
 
 
 def test_collect_hooks_resolve_task_then_step():

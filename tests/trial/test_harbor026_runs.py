@@ -9,6 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import backend_available, run_trial_sync
 
 from cairn.errors import Category, ErrorKind
 from cairn.job.preflight import preflight_findings
@@ -16,8 +17,6 @@ from cairn.job.run import run_job
 from cairn.plan import JobConfig
 from cairn.results.model import Outcome
 from cairn.task.load import check_task
-
-from conftest import backend_available, run_trial_sync
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harbor026"
 

@@ -29,7 +29,6 @@ from cairn.plan import TrialPlan
 from cairn.results.model import (
     AgentRef,
     ErrorInfo,
-    Outcome,
     StepResult,
     StepSource,
     StopReason,
