@@ -25,6 +25,7 @@ class OracleAgent(Agent):
     """
 
     name = "oracle"
+    ignores_instruction = True
     version = "1"
     needs_model = False
 

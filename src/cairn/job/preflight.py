@@ -67,10 +67,10 @@ def unsupported_key_findings(task: Task) -> list[Finding]:
             out.append(Finding(source, None, WARNING,
                                f"{where}: a per-phase network_mode/allowed_hosts is not applied "
                                "by cairn yet; every phase gets the [environment] network policy"))
-    if cfg.environment.skills_dir:
+    if cfg.environment.skills_dir or cfg.environment.mcp_servers:
         out.append(Finding(source, None, WARNING,
-                           "[environment].skills_dir: cairn's agents take no skills folder; it "
-                           "stays in the image, unused"))
+                           "[environment].skills_dir/mcp_servers: a run refuses agents that "
+                           "take no skills or MCP servers (the oracle and nop run)"))
     return out
 
 

@@ -158,6 +158,11 @@ class _TrialRun:
         except TrialFailure as exc:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
+        refusal = self.agent.refusal(self.task)  # skills/MCP servers the agent cannot take
+        if refusal is not None:
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
+                                    phase=Phase.ENVIRONMENT)
+            return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
