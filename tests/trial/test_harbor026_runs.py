@@ -51,6 +51,21 @@ def test_sidecar_artifact_manifest_names_its_service(tmp_path):
     assert (art / "state" / "count.txt").read_text() == "3"
 
 
+def test_compose_main_from_a_buildkit_dockerfile(tmp_path):
+    root = shutil.copytree(FIXTURES / "compose-without-main", tmp_path / "t")
+    (root / "environment" / "tool.sh").write_text("#!/bin/sh\necho tool-ok\n")
+    (root / "environment" / "Dockerfile").write_text(
+        "# syntax=docker/dockerfile:1\nFROM python:3.12-slim\nWORKDIR /app\n"
+        "COPY --link --chmod=755 tool.sh /usr/local/bin/tool\n")
+    test = root / "tests" / "test.sh"
+    test.write_text(test.read_text().replace(
+        '[ "$(cat /app/word.txt)" = sidecar-word ]',
+        '[ "$(cat /app/word.txt)" = sidecar-word ] && [ "$(tool)" = tool-ok ]'))
+    r = run_trial_sync(root, "oracle", "docker", tmp_path / "jobs")
+    assert r.error is None, r.error
+    assert r.passed
+
+
 def test_buildkit_image_is_cached_by_content_hash(tmp_path):
     from cairn.task.load import load_task
 
