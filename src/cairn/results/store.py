@@ -38,7 +38,7 @@ from cairn.results.model import (
     StepsFile,
     TrialResult,
 )
-from cairn.task.model import task_slug
+from cairn.task.model import step_folder_name, task_slug
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"
@@ -59,7 +59,7 @@ __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
     "read_result", "read_job_json", "read_steps", "read_summary", "move_superseded",
-    "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
+    "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
@@ -121,7 +121,9 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
 
 
 def step_dir_name(index: int, name: str) -> str:
-    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7).
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7),
+    without doubling a number the name starts with (``19-recall`` at step 19 stays
+    ``19-recall``; see :func:`cairn.task.model.step_folder_name`).
 
     Args:
         index: 1-based step index.
@@ -130,6 +132,12 @@ def step_dir_name(index: int, name: str) -> str:
     Returns:
         e.g. ``01-main``.
     """
+    return step_folder_name(index, name)
+
+
+def legacy_step_dir_name(index: int, name: str) -> str:
+    """The folder name cairn used before numbered names were folded (``19-19-recall``), still
+    read in job folders written then."""
     return f"{index:02d}-{name}"
 
 
@@ -180,8 +188,14 @@ class TrialPaths:
     attempts_dir = property(lambda self: self.root / ATTEMPTS, doc="Earlier attempts.")
 
     def step(self, index: int, name: str) -> StepPaths:
-        """The folders of step ``index`` (1-based) named ``name`` (not created)."""
-        return StepPaths(self.steps_dir / step_dir_name(index, name))
+        """The folders of step ``index`` (1-based) named ``name`` (not created).
+
+        In a trial folder written before numbered step names were folded, the old
+        ``<nn>-<name>`` folder is used when it exists and the new one does not.
+        """
+        new = self.steps_dir / step_dir_name(index, name)
+        old = self.steps_dir / legacy_step_dir_name(index, name)
+        return StepPaths(old if old != new and old.is_dir() and not new.exists() else new)
 
     def attempt(self, n: int) -> Path:
         """``attempts/<n>/`` (1-based)."""

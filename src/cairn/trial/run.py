@@ -31,7 +31,6 @@ from cairn.results.model import (
     ConfigTask,
     ErrorInfo,
     ForkRef,
-    Outcome,
     StepResult,
     StepSource,
     StopReason,
@@ -175,6 +174,11 @@ class _TrialRun:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
         self.solution_env = solution_env
+        refusal = self.agent.refusal(self.task)  # skills/MCP servers the agent cannot take
+        if refusal is not None:
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
+                                    phase=Phase.ENVIRONMENT)
+            return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
@@ -472,17 +476,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         result = run.result(started_at, time.monotonic() - t0, cancelled)
         run.store.write_result(result)
         if not cancelled:
-            verdict = "PASS" if result.passed else result.outcome.value.upper()
-            if result.outcome is Outcome.COMPLETED and not result.passed:
-                verdict = "FAIL"
-            r = f"{result.reward:.2f}" if result.reward is not None else "none"
-            how = f"{result.strategy} of {result.steps_total} steps"
-            if result.steps_run < result.steps_total:
-                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
-            why = ""
-            if result.error is not None:
-                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
-                    if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}",
-                      EventKind.VERDICT)
+            from cairn.results.verdict import verdict_line
+
+            run.event(verdict_line(result), EventKind.VERDICT)
     return result

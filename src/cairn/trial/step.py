@@ -30,7 +30,7 @@ from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.results.store import write_artifacts_manifest
 from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox
 from cairn.task.model import Step
-from cairn.trial.artifacts import collect_artifacts
+from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import run_verifier
@@ -317,8 +317,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
-    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
-                                       logs_artifacts_written=artifacts_written)
+    manifest, hook_warnings = await collect_step_artifacts(
+        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
+        logs_artifacts_written=artifacts_written)
+    warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":
