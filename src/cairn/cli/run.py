@@ -25,6 +25,12 @@ Examples:
 
   cairn run -p tasks/ -i 'org/*' -a llm -m openai/gpt-4o --ak temperature=0
 
+  cairn run -d terminal-bench@2.0 -a oracle -l 5
+
+  cairn run -d demo@1.0 --registry-path registry.json -p extra-task/ -a oracle
+
+  cairn run --repo https://example.org/tasks.git@v1 --repo-path tasks -a oracle
+
   cairn run -c job.yaml -n 2
 
 (job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
@@ -33,7 +39,8 @@ are taken from the current directory; flags win.)
 
 _FLAG_KEYS = {"k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model", "e": "backend",
               "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
-              "ae": "agent_env", "i": "include", "x": "exclude", "no_verify": "verify"}
+              "ae": "agent_env", "i": "include", "x": "exclude", "no_verify": "verify",
+              "d": "datasets", "dataset": "datasets", "repo": "repos", "l": "n_tasks"}
 
 
 def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -66,7 +73,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         k = _FLAG_KEYS.get(k, k)
         if str(key).replace("-", "_").lstrip("_") == "no_verify":
             value = not value
-        if k in ("paths", "include", "exclude") and isinstance(value, str):
+        if k in ("paths", "include", "exclude", "datasets", "repos") and isinstance(value, str):
             value = [value]
         out[k] = value
     return out
@@ -75,6 +82,12 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
 def run_cmd(
     path: Annotated[Optional[list[Path]], typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
+    dataset: Annotated[Optional[list[str]], typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
+    registry_url: Annotated[Optional[str], typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
+    registry_path: Annotated[Optional[Path], typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
+    repo: Annotated[Optional[list[str]], typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
+    repo_path: Annotated[Optional[str], typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
+    n_tasks: Annotated[Optional[int], typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
     agent: Annotated[Optional[str], typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
     model: Annotated[Optional[str], typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
     ak: Annotated[Optional[list[str]], typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
@@ -113,10 +126,16 @@ def run_cmd(
             "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "datasets": dataset or None, "registry_url": registry_url,
+            "registry_path": str(registry_path.absolute()) if registry_path else None,
+            "repos": repo or None, "repo_path": repo_path, "n_tasks": n_tasks,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
-        if not data.get("paths"):
-            raise typer.BadParameter("give at least one task or dataset folder with -p")
+        if not (data.get("paths") or data.get("datasets") or data.get("repos")):
+            raise typer.BadParameter("give at least one task or dataset folder (-p), registry "
+                                     "dataset (-d) or git repository (--repo)")
+        if data.get("registry_url") and data.get("registry_path"):
+            raise typer.BadParameter("give --registry-url or --registry-path, not both")
         cfg = JobConfig.model_validate(data)
         from cairn.agents.registry import validate_agent_options
 

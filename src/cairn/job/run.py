@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn import __version__
-from cairn.job.discover import check_templates, discover_tasks
+from cairn.job.discover import check_templates, discover_inputs
 from cairn.errors import UsageError
 from cairn.job.runner import (
     MASKED,
@@ -115,9 +115,12 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     backend = resolve_backend(config.backend)
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-    entries = discover_tasks(config)
-    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
+    target = _job_dir(config, job_dir)
+    inputs = discover_inputs(config, resume_dir=target if resume else None, on_event=on_event)
+    entries = inputs.entries
+    job = JobRun(config, backend, target, resume=resume,
                retry_errors=retry_errors, on_event=on_event)
+    job.sources = inputs.sources  # datasets/--repo resolution, kept in job.json
     job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
     lock, created = lock_job(job, resume)
     begun = False
@@ -132,6 +135,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         job.open_log()
         job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                  f"(cairn {__version__}, backend {backend})")
+        for note in inputs.notes:
+            job.emit(note)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job)
         job.write_job_json()

@@ -85,6 +85,7 @@ class JobRun:
         self.started_at = datetime.now(UTC)
         self.on_trial_start: Callable[[TrialPlan], None] | None = None
         self.on_trial_end: Callable[[TrialPlan], None] | None = None
+        self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, line: str) -> None:
@@ -176,7 +177,8 @@ class JobRun:
             plans.append(TrialPlan(
                 task=e.task, agent_name=cfg.agent, agent_kwargs=dict(cfg.agent_kwargs),
                 model=cfg.model, backend=self.backend, attempt=attempt, trial_id=tid,
-                trial_dir=tp.root, job_id=self.job_id, job_dir=self.job_dir, options=opts))
+                trial_dir=tp.root, job_id=self.job_id, job_dir=self.job_dir, options=opts,
+                source=e.source))
         return plans, done
 
     def _supersede(self, e: TaskEntry, attempt: int, old, tp) -> None:
@@ -263,7 +265,7 @@ class JobRun:
         cfg["agent_env"] = {k: MASKED for k in self.config.agent_env}
         write_job_json(self.job_dir, {
             "job_name": self.job_id, "cairn_version": __version__, "backend": self.backend,
-            "engine_version": self.engine_version(), "config": cfg,
+            "engine_version": self.engine_version(), "config": cfg, "sources": self.sources,
             "stopped_by": self.stopped_by, "started_at": self.started_at.isoformat(),
             "finished_at": datetime.now(UTC).isoformat() if finished else None})
 

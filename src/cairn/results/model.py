@@ -139,9 +139,34 @@ class StepResult(_Persisted):
             self.rewards is not None
 
 
+class TaskSource(_Persisted):
+    """Where a task's folder came from: a registry dataset, a git repository, or both.
+
+    Absent (``None`` on :class:`TaskRef`) for a task run from a local folder (``-p``).
+    """
+
+    registry: str | None = None
+    """The registry's URL or file path (``-d``)."""
+    dataset: str | None = None
+    """The dataset name (``-d NAME@VERSION``)."""
+    dataset_version: str | None = None
+    """The dataset version that was resolved."""
+    git_url: str | None = None
+    """The repository the task was fetched from."""
+    git_ref: str | None = None
+    """The ref that was resolved to ``commit`` at the job's start (``--repo URL@REF``, or
+    ``HEAD`` for a registry entry without a pin); ``None`` when the commit was pinned."""
+    commit: str | None = None
+    """The full commit id the task was fetched at."""
+    path: str | None = None
+    """The task folder's path inside the repository (or relative to the registry file)."""
+
+
 class TaskRef(_Persisted):
     name: str
     content_hash: str
+    source: TaskSource | None = None
+    """Provenance of a task fetched by dataset name or from a git repository."""
 
 
 class AgentRef(_Persisted):
