@@ -207,8 +207,9 @@ def checkout_commit(url: str, commit: str, paths: Sequence[str], dest: Path) -> 
         dest: the folder to create the checkout in (removed and re-created).
 
     Returns:
-        (the full commit checked out, how it was fetched: ``shallow+sparse``, ``shallow`` or
-        ``full``).
+        (the full commit checked out, how it was fetched: ``shallow+sparse`` (only the wanted
+        folders' files were transferred), ``shallow`` (the whole commit, no history) or
+        ``full`` (every branch and tag)).
 
     Raises:
         DatasetError: the repository cannot be reached (URL and git's message), or it has no
@@ -225,6 +226,8 @@ def checkout_commit(url: str, commit: str, paths: Sequence[str], dest: Path) -> 
             p = run_git([*args, "origin", commit], cwd=dest, timeout_sec=FETCH_TIMEOUT_SEC,
                         what=f"fetching {commit} from {url}")
             if p.returncode == 0:
+                if "filtering not recognized" in p.stderr:
+                    how = "shallow"  # the server sent every file of the commit
                 c = _checkout(dest, commit, url)
                 if c.returncode == 0:
                     return commit.lower(), how
