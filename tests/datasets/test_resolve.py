@@ -1,0 +1,97 @@
+"""Resolving datasets and repositories through the API, without sandboxes: two concurrent
+jobs share one fetch, a registry that went away is read from its saved copy, a resumed job
+replays its recorded commits, and the datasets stage imports no later stage (issue 16)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import multiprocessing
+from pathlib import Path
+
+import pytest
+from gitserve import SmartHTTP, bare_clone, commit_all, init_repo
+from taskgen import write_task
+
+from cairn.datasets.cache import TaskCache
+from cairn.datasets.resolve import resolve_sources
+from cairn.errors import DatasetError
+
+SRC = Path(__file__).resolve().parents[2] / "src" / "cairn"
+
+
+@pytest.fixture
+def served(tmp_path):
+    work = init_repo(tmp_path / "work")
+    for n in ("a", "b"):
+        write_task(work / "tasks", n)
+    c1 = commit_all(work)
+    srv = tmp_path / "srv"
+    srv.mkdir()
+    bare_clone(work, srv / "tasks.git")
+    files = tmp_path / "files"
+    files.mkdir()
+    with SmartHTTP(srv, files) as http:
+        reg = [{"name": "demo", "version": "1.0", "description": "",
+                "tasks": [{"name": n, "git_url": http.url("tasks.git"), "git_commit_id": c1,
+                           "path": f"tasks/{n}"} for n in ("a", "b")]}]
+        (files / "registry.json").write_text(json.dumps(reg))
+        yield http, c1, tmp_path
+
+
+def _resolve(cache_root: str, registry_url: str, q) -> None:
+    res = resolve_sources(datasets=["demo@1.0"], registry_url=registry_url,
+                          cache=TaskCache(Path(cache_root)))
+    q.put([str(t.path) for t in res.tasks])
+
+
+def test_two_concurrent_jobs_share_one_fetch(served):
+    http, _c1, tmp = served
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_resolve, args=(str(tmp / "cache"),
+                                                http.file_url("registry.json"), q))
+             for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [q.get(timeout=120) for _ in procs]
+    for p in procs:
+        p.join(timeout=60)
+        assert p.exitcode == 0
+    assert got[0] == got[1] and len(got[0]) == 2
+    uploads = [r for r in http.requests if r.endswith("/git-upload-pack")]
+    assert len(uploads) == 1  # the second job waited on the lock and found the cached tasks
+
+
+def test_registry_copy_and_recorded_commits_carry_a_resume_through_an_outage(served):
+    http, c1, tmp = served
+    cache = TaskCache(tmp / "cache")
+    url = http.file_url("registry.json")
+    first = resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache)
+    assert [t.source.commit for t in first.tasks] == [c1, c1]
+    http.stop()
+    offline = resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache)
+    assert [t.path for t in offline.tasks] == [t.path for t in first.tasks]
+    assert any("using the copy saved on" in n for n in offline.notes)
+
+    import shutil
+
+    shutil.rmtree(tmp / "cache" / "registries")  # no saved copy either: only the job's records
+    with pytest.raises(DatasetError, match=f"registry {url} is unreachable"):
+        resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache)
+    replay = resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache,
+                             previous=first.records)
+    assert [(t.path, t.source) for t in replay.tasks] == \
+        [(t.path, t.source) for t in first.tasks]
+    assert "running the tasks and commits recorded when the job started" in replay.notes[0]
+    assert replay.records == first.records
+
+
+def test_the_datasets_stage_imports_no_later_stage():
+    later = ("cairn.job", "cairn.trial", "cairn.sandbox", "cairn.agents", "cairn.cli",
+             "cairn.results.store")
+    for f in (SRC / "datasets").glob("*.py"):
+        tree = ast.parse(f.read_text())
+        mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        assert not {m for m in mods if m.startswith(later)}, f.name
