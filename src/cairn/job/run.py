@@ -116,7 +116,9 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     target = _job_dir(config, job_dir)
-    inputs = discover_inputs(config, resume_dir=target if resume else None, on_event=on_event)
+    # a thread: fetching datasets can take minutes, and Ctrl-C must still be heard meanwhile
+    inputs = await asyncio.to_thread(discover_inputs, config,
+                                     resume_dir=target if resume else None, on_event=on_event)
     entries = inputs.entries
     job = JobRun(config, backend, target, resume=resume,
                retry_errors=retry_errors, on_event=on_event)
