@@ -364,7 +364,7 @@ def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
             res.notes.append("warning: the registry cannot be read; running the tasks and "
                              "commits recorded when the job started")
         if registry is not None:
-            res.notes.extend(registry.warnings)
+            res.notes.extend(f"warning: {w}" for w in registry.warnings)
         for spec in datasets:
             prev = _previous(previous, "dataset", spec=spec)
             if registry is None:
