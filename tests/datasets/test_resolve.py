@@ -95,3 +95,48 @@ def test_the_datasets_stage_imports_no_later_stage():
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
         mods |= {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
         assert not {m for m in mods if m.startswith(later)}, f.name
+
+
+def test_registry_file_tasks_without_git_url_are_folders_next_to_it(tmp_path):
+    from cairn.job.discover import discover_inputs
+    from cairn.plan import JobConfig
+
+    write_task(tmp_path / "reg" / "local", "one")
+    write_task(tmp_path / "reg" / "local", "two")
+    f = tmp_path / "reg" / "registry.json"
+    f.write_text(json.dumps([{"name": "loc", "version": "0.1", "description": "",
+                              "tasks": [{"name": "two", "path": "local/two"},
+                                        {"name": "one", "path": "local/one"}]}]))
+    inputs = discover_inputs(JobConfig(datasets=("loc",), registry_path=f, n_tasks=1))
+    (e,) = inputs.entries  # -l 1: the first in registry order
+    assert (e.name, e.path) == ("test/two", tmp_path / "reg" / "local" / "two")
+    assert e.source.model_dump() == {
+        "registry": str(f), "dataset": "loc", "dataset_version": "0.1", "git_url": None,
+        "git_ref": None, "commit": None, "path": "local/two"}
+    assert inputs.notes == ["dataset loc: no version given, using the highest, loc@0.1"]
+    assert inputs.sources[0]["tasks"][0] == {"name": "two", "git_url": None, "git_ref": None,
+                                             "commit": None, "path": "local/two"}
+
+
+def test_a_url_registry_cannot_name_a_task_by_path_alone(served):
+    http, _c1, tmp = served
+    (tmp / "files" / "p.json").write_text(json.dumps([{"name": "p", "version": "1",
+                                                        "description": "",
+                                                        "tasks": [{"name": "x", "path": "x"}]}]))
+    with pytest.raises(DatasetError, match="dataset p@1: task x has no git_url; a task given "
+                       "by path alone needs a registry file"):
+        resolve_sources(datasets=["p@1"], registry_url=http.file_url("p.json"),
+                        cache=TaskCache(tmp / "cache"))
+
+
+def test_job_yaml_takes_dataset_keys_under_flag_spellings(tmp_path):
+    from cairn.cli.run import _read_config_file
+    from cairn.plan import JobConfig
+
+    f = tmp_path / "job.yaml"
+    f.write_text("d: demo@1.0\nrepo: [https://example.invalid/t.git@v1]\nrepo_path: tasks\n"
+                 "l: 3\nregistry_url: http://127.0.0.1:1/r.json\n")
+    cfg = JobConfig.model_validate(_read_config_file(f))
+    assert (cfg.datasets, cfg.repos, cfg.repo_path, cfg.n_tasks, cfg.registry_url) == \
+        (("demo@1.0",), ("https://example.invalid/t.git@v1",), "tasks", 3,
+         "http://127.0.0.1:1/r.json")
