@@ -29,6 +29,11 @@ def _err(msg: str) -> None:
     print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
 
 
+def _printable(text: str) -> str:
+    """Registry text on one line, without control characters (a registry is remote input)."""
+    return "".join(c if c.isprintable() else " " for c in " ".join(text.split()))
+
+
 def _note(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
@@ -50,7 +55,7 @@ def list_cmd(
         raise typer.Exit(2) from None
     for w in registry.warnings:
         _note(f"warning: {w}")
-    rows = [(d.spec, str(len(d.tasks)), " ".join(d.description.split())[:100])
+    rows = [(_printable(d.spec), str(len(d.tasks)), _printable(d.description)[:100])
             for d in registry.datasets]
     width = max((len(r[0]) for r in rows), default=0)
     for spec, n, desc in rows:

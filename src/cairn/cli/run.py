@@ -128,7 +128,8 @@ def run_cmd(
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "datasets": dataset or None, "registry_url": registry_url,
             "registry_path": str(registry_path.absolute()) if registry_path else None,
-            "repos": repo or None, "repo_path": repo_path, "n_tasks": n_tasks,
+            "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
+            "n_tasks": n_tasks,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not (data.get("paths") or data.get("datasets") or data.get("repos")):
@@ -147,6 +148,14 @@ def run_cmd(
         raise typer.Exit(2) from None
     job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume else None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
+
+
+def _abs_repo(spec: str) -> str:
+    """``--repo`` naming a local folder: made absolute, so the job resumes from any folder."""
+    from cairn.datasets.git import normalize_url, split_repo_spec
+
+    url, ref = split_repo_spec(spec)
+    return normalize_url(url) + (f"@{ref}" if ref else "")
 
 
 def _one_line(exc: BaseException) -> str:
