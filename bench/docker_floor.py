@@ -1,4 +1,4 @@
-"""The docker backend against the raw Docker CLI floor (SPEC §12, issue 3).
+"""The docker backend against the raw Docker CLI floor (design §12, issue 3).
 
 Measures, side by side and interleaved (so both see the same machine load), medians over N
 rounds:

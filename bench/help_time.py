@@ -1,4 +1,4 @@
-"""How long `cairn --help` takes (SPEC §12: under 0.3 s), next to a bare interpreter start.
+"""How long `cairn --help` takes (design §12: under 0.3 s), next to a bare interpreter start.
 
 Runs `cairn --help` N times in fresh processes (alternating with `python -c pass`, so both see
 the same machine load) and prints the median wall times and their ratio.

@@ -1,4 +1,4 @@
-"""Job throughput (SPEC §12): a 3-step task, N trials (default 200) at ``-n 8`` on docker.
+"""Job throughput (design §12): a 3-step task, N trials (default 200) at ``-n 8`` on docker.
 
 Prints trials per second, mean wall time per trial, and the cairn process's peak resident
 memory. When ``HARBOR`` names a Harbor install (its ``harbor`` executable, or a folder holding

@@ -1,4 +1,4 @@
-"""Harness overhead of the local backend (SPEC §12: per step < 50 ms, issue 4: per exec < 20 ms).
+"""Harness overhead of the local backend (design §12: per step < 50 ms, issue 4: per exec < 20 ms).
 
 Prints medians of:
 
@@ -30,9 +30,9 @@ import uuid
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+from cairn._util.treehash import tree_hash
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox
-from cairn.sandbox.local.layer import hash_env_dir
 
 EXEC_TARGET_MS = 20.0
 STEP_TARGET_MS = 50.0
@@ -135,7 +135,7 @@ async def _measure(rounds: int, tmp: Path) -> int:
     (tests / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
 
     def spec() -> SandboxSpec:
-        return SandboxSpec(env_dir=env, env_hash=hash_env_dir(env), trial_id="bench-local",
+        return SandboxSpec(env_dir=env, env_hash=tree_hash(env), trial_id="bench-local",
                            job_id="bench", network_mode=NetworkMode.NO_NETWORK)
 
     async with LocalSandbox(spec()) as sb:  # builds the layer once

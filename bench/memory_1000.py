@@ -1,4 +1,4 @@
-"""Peak memory of the cairn process on a 1,000-trial job (SPEC §12: under 200 MB).
+"""Peak memory of the cairn process on a 1,000-trial job (design §12: under 200 MB).
 
 A single-step task run with the ``nop`` agent (the verifier still runs), N trials (default
 1000) as attempts of one task, ``-n 16`` at once, on docker. A small job (``--small``, default

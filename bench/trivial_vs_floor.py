@@ -1,4 +1,4 @@
-"""A trivial single-step task with the oracle on docker: cairn vs the raw docker floor (SPEC §12).
+"""A trivial single-step task with the oracle on docker: cairn vs the raw docker floor (design §12).
 
 Measured side by side, interleaved (so all see the same machine load), medians over N rounds,
 as whole-process wall times:
@@ -7,7 +7,7 @@ as whole-process wall times:
 - floor (same ops): the docker CLI doing exactly the container operations that one cairn trial
   does — captured from the engine's event stream during a warm-up run: ``docker create
   --init`` + ``start`` + the same execs (the same command lines, through ``docker exec``) + the
-  same archive transfers (``docker cp``) + ``docker rm -f``. This is SPEC §12's floor
+  same archive transfers (``docker cp``) + ``docker rm -f``. This is design §12's floor
   ("create + start + the same execs + remove"); target: cairn ≤ 1.3× it;
 - floor (minimal): what a hand-written script needs for the same task: create, start, cp the
   solution, exec solve.sh, cp the tests, exec test.sh, cp the reward out, rm -f. Shown for

@@ -16,6 +16,18 @@ sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 _AVAILABLE: dict[str, bool] = {}
 
 
+def local_available() -> bool:
+    """Whether the local namespace backend can run on this host (its own probe says so)."""
+    from cairn.errors import UnsupportedError
+    from cairn.sandbox.local.rootfs import probe_host
+
+    try:
+        probe_host()
+    except UnsupportedError:
+        return False
+    return True
+
+
 def backend_available(name: str) -> bool:
     """Whether a backend can run here (docker: a daemon answers; local: the module exists)."""
     if name not in _AVAILABLE:
@@ -49,6 +61,7 @@ def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir:
     """Load a task, plan one trial in ``jobs_dir/job`` and run it; returns the TrialResult."""
     from cairn.agents.base import Agent
     from cairn.plan import RunOptions, TrialPlan, trial_id
+    from cairn.results.store import trial_dir_name
     from cairn.task.load import load_task
     from cairn.trial.run import run_trial
 
@@ -59,7 +72,7 @@ def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir:
     job_dir = jobs_dir / "job"
     plan = TrialPlan(task=task, agent_name=agent_name, agent_kwargs={}, model=None,
                      backend=backend, attempt=attempt, trial_id=tid,
-                     trial_dir=job_dir / "trials" / f"{task.slug}__{attempt}__{tid[:8]}",
+                     trial_dir=job_dir / "trials" / trial_dir_name(task.name, attempt, tid),
                      job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions(**options))
     return asyncio.run(run_trial(plan, agent=agent_obj))
 
@@ -71,6 +84,7 @@ def validate_result_files(trial_dir: Path) -> None:
     from cairn.results.schemas import load_schema
 
     jsonschema.validate(json.loads((trial_dir / "result.json").read_text()), load_schema("result"))
+    jsonschema.validate(json.loads((trial_dir / "config.json").read_text()), load_schema("config"))
     jsonschema.validate(json.loads((trial_dir / "steps.json").read_text()), load_schema("steps"))
 
 
@@ -80,7 +94,8 @@ def _refuse_constant(name: str):
 
 @pytest.fixture(autouse=True)
 def _results_match_schemas(request):
-    """Every result.json / steps.json / summary.json a test leaves under its tmp_path validates
+    """Every result.json / steps.json / config.json / summary.json / job.json a test leaves
+    under its tmp_path validates
     against the shipped JSON Schemas (issue 5: every result the suite produces)."""
     yield
     if request.node.get_closest_marker("writes_invalid_results"):
@@ -92,13 +107,15 @@ def _results_match_schemas(request):
 
     from cairn.results.schemas import load_schema
 
-    names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary"}
+    names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary",
+             "config.json": "config", "job.json": "job"}
     for fname, schema in names.items():
         for p in Path(tmp).rglob(fname):
-            if "trials" not in p.parts and fname != "summary.json":
+            if fname in ("summary.json", "job.json"):
+                if not (p.parent / "trials").is_dir() and not (p.parent / "lock").exists():
+                    continue  # only a job folder's own files
+            elif "trials" not in p.parts:
                 continue  # only files cairn's store wrote under a job folder
-            if fname == "summary.json" and not (p.parent / "job.json").exists():
-                continue
             try:
                 data = json.loads(p.read_text(), parse_constant=_refuse_constant)
             except (OSError, ValueError):

@@ -1,4 +1,4 @@
-"""The whole error vocabulary of cairn (SPEC §6), in one module that imports nothing from cairn.
+"""The whole error vocabulary of cairn (design §6), in one module that imports nothing from cairn.
 
 Three closed vocabularies describe why a trial or step failed:
 
@@ -17,7 +17,7 @@ from enum import StrEnum
 
 
 class ErrorKind(StrEnum):
-    """Closed vocabulary of failure kinds (SPEC §6)."""
+    """Closed vocabulary of failure kinds (design §6)."""
 
     CONFIG_ERROR = "config_error"
     BUILD_FAILED = "build_failed"
@@ -42,7 +42,7 @@ class ErrorKind(StrEnum):
 
 
 class Phase(StrEnum):
-    """Closed vocabulary of trial phases (SPEC §6)."""
+    """Closed vocabulary of trial phases (design §6)."""
 
     ENVIRONMENT = "environment"
     AGENT_SETUP = "agent_setup"
@@ -55,7 +55,7 @@ class Phase(StrEnum):
 
 
 class Category(StrEnum):
-    """Whose failure it is (SPEC §6).
+    """Whose failure it is (design §6).
 
     ``infra``: retried up to ``--max-retries``. ``task``: the task is broken; counted as an error,
     never as reward 0. ``candidate``: the agent left the sandbox unusable; the step scores 0.
@@ -90,7 +90,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
 
 
 def category_of(kind: ErrorKind, *, step_index: int = 1, after_agent: bool = False) -> Category:
-    """Classify an error kind into its category (SPEC §6).
+    """Classify an error kind into its category (design §6).
 
     Args:
         kind: the failure kind.
@@ -116,7 +116,7 @@ class CairnError(Exception):
 
 
 class TaskFormatError(CairnError):
-    """A task folder cannot be loaded (SPEC §2).
+    """A task folder cannot be loaded (design §2).
 
     Attributes:
         findings: the error findings (objects with ``path``, ``line``, ``severity``, ``text``)
@@ -148,7 +148,7 @@ class UnsupportedError(CairnError):
 
 
 class TrialFailure(CairnError):
-    """A failure with a place in SPEC §6's vocabulary, raised inside a trial.
+    """A failure with a place in design §6's vocabulary, raised inside a trial.
 
     The trial engine catches it and records ``kind``, its category, the phase and the step.
 

@@ -1,4 +1,4 @@
-"""Job locks and resource ownership (SPEC §3 "Ownership and cleanup", §7 ``lock``).
+"""Job locks and resource ownership (design §3 "Ownership and cleanup", §7 ``lock``).
 
 A running job holds ``jobs/<name>/lock`` with ``flock``; the file's mere presence means nothing
 (a SIGKILLed process leaves it behind, and the kernel has already released its lock). Every

@@ -1,4 +1,4 @@
-"""Trial plans: what one trial runs, with a deterministic id (SPEC §8). Pure, no I/O.
+"""Trial plans: what one trial runs, with a deterministic id (design §8). Pure, no I/O.
 
 A trial id is a hash of (task name, task content hash, agent name and kwargs, model, backend,
 attempt), so the same job config over the same tasks always yields the same ids — which is what
@@ -11,17 +11,19 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from cairn.results.model import TaskSource
 from cairn.task.model import Task
+
+if TYPE_CHECKING:  # a value from the results room, carried through (the plan never reads it)
+    from cairn.results.model import TaskSource
 
 
 @dataclass(frozen=True)
 class RunOptions:
-    """Options that shape how trials run (CLI flags of SPEC §8).
+    """Options that shape how trials run (CLI flags of design §8).
 
     Attributes:
         timeout_multiplier: scales every timeout (agent, verifier, setup, build, healthcheck).
@@ -29,7 +31,7 @@ class RunOptions:
         keep_sandbox: leave the sandbox of a failed trial running (``--keep-sandbox``).
         force_build: rebuild images even when cached (``--force-build``).
         hardened_verify: kill every agent-started process and remove planted Python start-up
-            hooks before each verifier (``--hardened-verify``, SPEC §4.4).
+            hooks before each verifier (``--hardened-verify``, design §4.4).
         resume_agent_session: carry the agent's conversation into the next step.
         agent_env: environment variables for the agent's commands (``--ae``).
         agent_setup_timeout_sec: bound on the agent's ``setup()``, seconds.
@@ -80,8 +82,9 @@ class TrialPlan:
 
     @property
     def trial_name(self) -> str:
-        """The trial folder name: ``<task-slug>__<attempt>__<id8>`` (SPEC §7)."""
-        return f"{self.task.slug}__{self.attempt}__{self.trial_id[:8]}"
+        """The trial folder's name (the job planner chose it by the store's rule,
+        :func:`cairn.results.store.trial_dir_name`)."""
+        return Path(self.trial_dir).name
 
 
 def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],
@@ -99,7 +102,7 @@ def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: d
 
 
 class JobConfig(BaseModel):
-    """A job's resolved configuration (SPEC §8); what ``-c job.yaml`` holds, flags win.
+    """A job's resolved configuration (design §8); what ``-c job.yaml`` holds, flags win.
 
     Recorded in job.json (templates, never secret values). Units: seconds, counts.
     """

@@ -18,8 +18,6 @@ from pathlib import Path
 import pytest
 
 from agent_helpers import BACKEND, needs_sandbox, step_context, task_sandbox
-from taskgen import DOCKERFILE, StepSpec, write_task
-
 from cairn.agents.installed import (
     CLAUDE_CODE,
     ClaudeCodeAgent,
@@ -33,6 +31,7 @@ from cairn.plan import RunOptions, TrialPlan, trial_id
 from cairn.results.model import AgentExit, Tokens
 from cairn.task.load import load_task
 from cairn.trial.run import run_trial
+from taskgen import DOCKERFILE, StepSpec, write_task
 
 SECRET = "sk-ant-test-secret-value"
 TRICKY = ("Write \"quotes\", 'single', $HOME, `uname`, $(id -u), a \\ backslash,\n"

@@ -17,15 +17,6 @@ if importlib.util.find_spec("litellm") is None:  # not imported here: cairn sets
     pytest.skip("LiteLLM is not installed (pip install 'cairn-eval[llm]')", allow_module_level=True)
 
 from agent_helpers import needs_sandbox, step_context, task_sandbox  # noqa: E402
-from fake_openai import (  # noqa: E402
-    FakeOpenAI,
-    bash_call,
-    completion,
-    error,
-    submit_call,
-)
-from taskgen import StepSpec, reward_if, write_task  # noqa: E402
-
 from cairn.agents.llm import (  # noqa: E402
     LlmAgent,
     LlmOptions,
@@ -36,6 +27,14 @@ from cairn.errors import ErrorKind, ModelError, UsageError  # noqa: E402
 from cairn.results.model import AgentExit, Tokens  # noqa: E402
 from cairn.sandbox.base import ExecResult  # noqa: E402
 from cairn.task.load import load_task  # noqa: E402
+from fake_openai import (  # noqa: E402
+    FakeOpenAI,
+    bash_call,
+    completion,
+    error,
+    submit_call,
+)
+from taskgen import StepSpec, reward_if, write_task  # noqa: E402
 
 FAST = {"retry_base_delay_sec": "0.01"}
 WRITE = "Write the word hello into out.txt in the working directory."

@@ -18,11 +18,10 @@ if importlib.util.find_spec("litellm") is None:  # not imported here: cairn sets
     pytest.skip("LiteLLM is not installed (pip install 'cairn-eval[llm]')", allow_module_level=True)
 
 from agent_helpers import BACKEND, needs_sandbox  # noqa: E402
-from fake_openai import FakeOpenAI, bash_call, error, submit_call  # noqa: E402
-
 from cairn.plan import RunOptions, TrialPlan, trial_id  # noqa: E402
 from cairn.task.load import load_task  # noqa: E402
 from cairn.trial.run import run_trial  # noqa: E402
+from fake_openai import FakeOpenAI, bash_call, error, submit_call  # noqa: E402
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
 MODEL = "openai/gpt-4o-mini"

@@ -1,4 +1,4 @@
-"""``cairn run / resume / report / tasks sanity`` from the command line (SPEC §8, §9; issue 6).
+"""``cairn run / resume / report / tasks sanity`` from the command line (design §8, §9; issue 6).
 
 Every test runs ``python3 -m cairn`` in a subprocess, on real task folders written into
 tmp_path, and checks what a user sees: the exit code, what is printed (and that no traceback
@@ -17,6 +17,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+
 from taskgen import reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]

@@ -1,4 +1,4 @@
-"""``cairn tasks check`` and ``cairn tasks init`` from the command line (SPEC §2, §9)."""
+"""``cairn tasks check`` and ``cairn tasks init`` from the command line (design §2, §9)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Agents for the job tests, loaded by import path (``-a job_agents:FlakySetupAgent``) exactly as
-a user's own agent class would be (SPEC §10). The tests folder must be on ``PYTHONPATH``.
+a user's own agent class would be (design §10). The tests folder must be on ``PYTHONPATH``.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ def test_auto_falls_back_to_local_and_passes(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS reward=1.00" in proc.stdout
     assert "local" in proc.stderr and "warning" in proc.stderr
-    assert "stands in for the base image" in proc.stdout  # SPEC §3.2: said, not only recorded
+    assert "stands in for the base image" in proc.stdout  # design §3.2: said, not only recorded
     (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
     data = json.loads(result.read_text())
     assert data["backend"] == "local" and data["passed"] is True

@@ -1,4 +1,4 @@
-"""Jobs through the Python API on Docker (SPEC §6, §7, §8; issue 6): streaming results,
+"""Jobs through the Python API on Docker (design §6, §7, §8; issue 6): streaming results,
 infra retries with earlier attempts kept, the job's stop rules, invalid tasks, changed tasks
 on resume, summary.json after each trial.
 """
@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 
 import pytest
-from taskgen import reward_if, write_task
 
 from cairn.errors import UsageError
+from cairn.events import JobObserver
 from cairn.job.run import iter_trials, read_job, resume_job, run_job
 from cairn.plan import JobConfig
+from taskgen import reward_if, write_task
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
@@ -128,13 +129,23 @@ def test_model_auth_failure_stops_the_job(tmp_path):
     assert again.stopped_by == "model_auth_failed"  # the key is still bad: stopped again
 
 
+class _Collect(JobObserver):
+    """Keeps every event line."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+
+    def event(self, event) -> None:
+        self.lines.append(event.text)
+
+
 def test_changed_task_reruns_under_new_id(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
     events: list[str] = []
     first = run_job(config(tmp_path, task))
     (old,) = first.results
     (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 0.5 > /logs/verifier/reward.txt\n")
-    again = resume_job(tmp_path / "jobs" / "job", on_event=events.append)
+    again = resume_job(tmp_path / "jobs" / "job", observer=_Collect(events))
     (new,) = again.results
     assert new.trial_id != old.trial_id and new.task.content_hash != old.task.content_hash
     assert new.reward == 0.5

@@ -1,4 +1,4 @@
-"""Ctrl-C while a trial's sandbox is starting (SPEC §8: "sandboxes removed").
+"""Ctrl-C while a trial's sandbox is starting (design §8: "sandboxes removed").
 
 A job cancelled by Ctrl-C cancels each running trial, and the trial engine then calls the
 sandbox's ``stop()``. If the cancellation lands while the docker backend is creating the

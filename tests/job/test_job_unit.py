@@ -1,4 +1,4 @@
-"""Job planning pieces that need no sandbox (SPEC §8, §9): task discovery and filters, the
+"""Job planning pieces that need no sandbox (design §8, §9): task discovery and filters, the
 template preflight, the lock, job.json's masked agent env on resume, reading a job folder
 copied from elsewhere, and ``-c job.yaml`` spellings.
 """
@@ -12,15 +12,15 @@ import shutil
 from pathlib import Path
 
 import pytest
-from taskgen import write_task
 
-from cairn.job.discover import check_templates, config_error_result, discover_tasks
 from cairn.errors import UsageError
-from cairn.job.run import JobResult, arun_job, read_job, resume_config
+from cairn.job import JobResult, arun_job, read_job, resume_config
+from cairn.job.discover import check_templates, config_error_result, discover_tasks
 from cairn.lock import JobLock
 from cairn.plan import JobConfig
 from cairn.results.store import JobPaths, TrialStore
 from cairn.task.load import load_task
+from taskgen import write_task
 
 
 @pytest.fixture
@@ -97,7 +97,9 @@ def _job_json(job_dir: Path, agent_env: dict) -> None:
     job_dir.mkdir(parents=True)
     cfg = JobConfig(paths=(Path("/x"),), backend="docker").model_dump(mode="json")
     cfg["agent_env"] = agent_env
-    (job_dir / "job.json").write_text(json.dumps({"backend": "docker", "config": cfg}))
+    (job_dir / "job.json").write_text(json.dumps({
+        "schema_version": "1.0", "job_name": job_dir.name, "cairn_version": "0", "backend": "docker",
+        "config": cfg, "started_at": "2026-12-01T00:00:00+00:00"}))
 
 
 def test_resume_config_fills_masked_agent_env(tmp_path):

@@ -1,4 +1,4 @@
-"""Scoring (SPEC §5.2–§5.4, §6) as pure functions, including issue 5's examples at this level."""
+"""Scoring (design §5.2–§5.4, §6) as pure functions, including issue 5's examples at this level."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
+from cairn.errors import Category, ErrorKind, Phase, category_of
 from cairn.results.aggregate import (
     candidate_error_rewards,
     counted_rewards,
@@ -27,7 +28,6 @@ from cairn.results.aggregate import (
     trial_passed,
     trial_rewards,
 )
-from cairn.errors import Category, ErrorKind, Phase, category_of
 from cairn.results.model import (
     AgentExit,
     ErrorInfo,
@@ -266,7 +266,7 @@ def test_unknown_strategy() -> None:
 
 
 def test_reward_all_steps() -> None:
-    # SPEC §5.3: 5 steps, 1 then 0-and-stop -> Harbor mean 0.5 but reward_all_steps 0.2
+    # design §5.3: 5 steps, 1 then 0-and-stop -> Harbor mean 0.5 but reward_all_steps 0.2
     steps = [row(1, rewards={"reward": 1.0}), row(2, rewards={"reward": 0.0}),
              *[row(i, "not-run") for i in (3, 4, 5)]]
     assert trial_rewards("mean", steps)[1] == 0.5

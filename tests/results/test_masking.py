@@ -1,4 +1,4 @@
-"""Secret masking (SPEC §7, §11): values of 4+ characters become *** in what cairn writes."""
+"""Secret masking (design §7, §11): values of 4+ characters become *** in what cairn writes."""
 
 from __future__ import annotations
 

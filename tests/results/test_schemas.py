@@ -1,4 +1,4 @@
-"""The shipped JSON Schemas (SPEC §7): equal to freshly generated ones, and they validate results."""
+"""The shipped JSON Schemas (design §7): equal to freshly generated ones, and they validate results."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import jsonschema
 import pytest
 
-from cairn.results.aggregate import evaluate_gates, score_trial
 from cairn.errors import Category, ErrorKind, Phase
+from cairn.results.aggregate import evaluate_gates, score_trial
 from cairn.results.model import (
     AgentRef,
     ErrorInfo,
@@ -23,8 +23,14 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
-from cairn.results.schemas import SCHEMA_MODELS, load_schema, schema_text, stale_schemas, validate
-from cairn.results.schemas import write_schemas
+from cairn.results.schemas import (
+    SCHEMA_MODELS,
+    load_schema,
+    schema_text,
+    stale_schemas,
+    validate,
+    write_schemas,
+)
 from cairn.results.schemas.__main__ import main as schemas_main
 from cairn.results.store import JobPaths, TrialStore, read_json, write_summary
 from cairn.results.summary import summarize_job
@@ -71,7 +77,7 @@ def errored_result() -> TrialResult:
 
 
 def test_committed_schemas_equal_generated_ones() -> None:
-    assert stale_schemas() == [], "run: python -m cairn.schemas"
+    assert stale_schemas() == [], "run: python -m cairn.results.schemas"
     assert schemas_main(["--check"]) == 0
     for name in SCHEMA_MODELS:
         assert load_schema(name) == json.loads(schema_text(name))
@@ -80,7 +86,8 @@ def test_committed_schemas_equal_generated_ones() -> None:
 def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
     assert schemas_main(["--bogus"]) == 2
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["result.schema.json", "steps.schema.json",
+    assert sorted(p.name for p in written) == ["config.schema.json", "job.schema.json",
+                                               "result.schema.json", "steps.schema.json",
                                                "summary.schema.json"]
     assert stale_schemas(tmp_path) == []
     (tmp_path / "steps.schema.json").write_text("{}")

@@ -1,4 +1,4 @@
-"""The job summary (SPEC §6, §7): scores over scored trials, errors beside them, never as 0."""
+"""The job summary (design §6, §7): scores over scored trials, errors beside them, never as 0."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cairn.results.aggregate import primary_reward, summarize_job
 from cairn.errors import Category, ErrorKind, category_of
+from cairn.results.aggregate import primary_reward
 from cairn.results.model import (
     AgentRef,
     ErrorInfo,
@@ -22,6 +22,7 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
+from cairn.results.summary import summarize_job
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

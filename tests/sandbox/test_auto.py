@@ -1,4 +1,4 @@
-"""``-e auto`` (SPEC §3.3): docker when an engine answers within 2 s, else local, printed."""
+"""``-e auto`` (design §3.3): docker when an engine answers within 2 s, else local, printed."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.sandbox.auto import docker_answers, resolve_backend
+from cairn.sandbox.auto import docker_answers
+from cairn.sandbox.auto import resolve_auto as resolve_backend
 
 
 def test_explicit_backends_pass_through() -> None:

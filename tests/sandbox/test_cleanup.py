@@ -1,4 +1,4 @@
-"""Ownership and cleanup (SPEC §3 "Ownership and cleanup", issue 3): job locks, left-over
+"""Ownership and cleanup (design §3 "Ownership and cleanup", issue 3): job locks, left-over
 detection, and ``cairn clean`` against real containers."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from cairn.sandbox.cleanup import leftover_reason
 from cairn.lock import JobLock, JobLockedError, is_locked, owner_alive, owner_token
+from cairn.sandbox.cleanup import leftover_reason
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

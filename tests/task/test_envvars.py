@@ -1,4 +1,4 @@
-"""``${VAR}`` / ``${VAR:-default}`` env templates (SPEC §1.1) and the secrets they produce."""
+"""``${VAR}`` / ``${VAR:-default}`` env templates (design §1.1) and the secrets they produce."""
 
 from __future__ import annotations
 

@@ -6,7 +6,6 @@ import os
 import shutil
 
 from cairn.task.hashing import env_hash, task_content_hash
-
 from taskfiles import single_step_files, write_files
 
 

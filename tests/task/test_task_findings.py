@@ -1,4 +1,4 @@
-"""Every error and warning of SPEC §2, each with the file and line a task author needs."""
+"""Every error and warning of design §2, each with the file and line a task author needs."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import pytest
 
 from cairn.task.load import check_task, load_task
 from cairn.task.validate import set_e_risk
-
 from taskfiles import TWO_STEP_TOML, line_of, single_step_factory, two_step_factory
 
 

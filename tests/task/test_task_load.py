@@ -1,4 +1,4 @@
-"""Issue 2 acceptance lines and the resolved Task/Step shape (SPEC §1, §2)."""
+"""Issue 2 acceptance lines and the resolved Task/Step shape (design §1, §2)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ import pytest
 from cairn.errors import TaskFormatError
 from cairn.task.findings import Finding
 from cairn.task.load import check_task, find_tasks, load_dataset, load_task, task_dirs
-
 from taskfiles import (
     TWO_STEP_TOML,
     line_of,

@@ -1,4 +1,4 @@
-"""Healthcheck semantics (SPEC §4.3) against a real sandbox: start period, retries, first success."""
+"""Healthcheck semantics (design §4.3) against a real sandbox: start period, retries, first success."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import time
 
 import pytest
 
-from cairn.trial.healthcheck import run_healthcheck
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.task.hashing import env_hash
 from cairn.task.model import Healthcheck
+from cairn.trial.healthcheck import run_healthcheck
 
 pytestmark = pytest.mark.slow
 

@@ -1,4 +1,4 @@
-"""Reward files (SPEC §5.1): every case of issue 5's "Reward files" acceptance line and more."""
+"""Reward files (design §5.1): every case of issue 5's "Reward files" acceptance line and more."""
 
 from __future__ import annotations
 

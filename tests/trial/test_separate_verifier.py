@@ -1,4 +1,4 @@
-"""The separate verifier (issue 8, SPEC §4.6): a fresh sandbox that sees only declared artifacts."""
+"""The separate verifier (issue 8, design §4.6): a fresh sandbox seeing only declared artifacts."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import run_trial_sync, validate_result_files
-from taskgen import StepSpec, reward_if, write_task
 
 from cairn.agents.base import Agent
+from conftest import run_trial_sync, validate_result_files
+from taskgen import StepSpec, reward_if, write_task
 
 pytestmark = pytest.mark.slow
 
@@ -145,7 +145,7 @@ def test_two_steps_shared_then_separate_same_agent_sandbox(tmp_path, backend):
 
 
 def test_separate_mode_without_verifier_image_uses_fresh_copy_of_environment(tmp_path, backend):
-    """SPEC §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
+    """design §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
     a fresh sandbox of the task's own environment, which sees the artifact and nothing else."""
     task = write_task(tmp_path / "tasks", "copyenv",
                       solve="echo result-42 > /app/out.txt\necho x > /app/planted.txt\n",
@@ -190,6 +190,7 @@ def test_a_failing_verifier_image_build_is_build_failed_not_the_agents_fault(tmp
 def test_a_compose_verifier_environment_from_tests(tmp_path):
     """tests/docker-compose.yaml: the separate verifier itself is a compose project."""
     import docker as docker_sdk
+
     from conftest import backend_available
 
     if not backend_available("docker"):

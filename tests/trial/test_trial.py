@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cairn.agents.nop import NopAgent
 from conftest import run_trial_sync, validate_result_files
 from taskgen import StepSpec, constant_reward, reward_if, write_task
 
@@ -388,7 +389,7 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
 
 def test_agent_that_breaks_bash_is_scored_zero_not_a_task_error(tmp_path, backend):
     """An agent that deletes bash leaves a sandbox the verifier cannot use: candidate error,
-    scored 0 (SPEC §6 sandbox_unusable), not the task's reward_missing."""
+    scored 0 (design §6 sandbox_unusable), not the task's reward_missing."""
     task = write_task(tmp_path / "tasks", "nobash", steps=[
         StepSpec("break", solve="rm -f /bin/bash /usr/bin/bash\n", test=constant_reward(1)),
         StepSpec("after", test=constant_reward(1)),
@@ -444,3 +445,28 @@ def test_cancel_during_agent_records_step_and_phase(tmp_path, backend):
     assert data["outcome"] == "cancelled"
     assert data["error"]["kind"] == "cancelled" and data["error"]["step"] == "main"
     assert data["error"]["phase"] == "agent"
+
+
+class _SetupTimeoutProbe(NopAgent):
+    """An agent that records the setup timeout it is handed (and does nothing else)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[float] = []
+
+    async def setup(self, sandbox, context) -> None:
+        self.seen.append(context.timeout_sec)
+
+
+@pytest.mark.docker
+def test_agent_setup_gets_the_scaled_timeout_it_is_held_to(tmp_path):
+    """Regression: the setup context carried the unscaled timeout while asyncio.timeout used the
+    scaled one; an agent bounding its own install by ``timeout_sec`` stopped too early."""
+    from conftest import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("needs docker")
+    agent = _SetupTimeoutProbe()
+    run_trial_sync(_two_steps(tmp_path), agent, "docker", tmp_path / "jobs", timeout_multiplier=3.0,
+                   agent_setup_timeout_sec=40.0)
+    assert agent.seen == [120.0]

@@ -1,4 +1,4 @@
-"""Strict JSON in and out (SPEC §7): no NaN or Infinity either way.
+"""Strict JSON in and out (design §7): no NaN or Infinity either way.
 
 Python's :mod:`json` writes ``NaN``/``Infinity`` and reads them back by default; neither is JSON.
 These helpers refuse both, and turn pydantic models into plain JSON values first.
@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import PurePath
+from pathlib import Path, PurePath
 from typing import Any
 
 from pydantic import BaseModel
+
+from cairn._util.atomic import write_bytes_atomic
 
 
 def to_jsonable(obj: Any) -> Any:
@@ -51,6 +53,28 @@ def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
     """
     return json.dumps(to_jsonable(obj), allow_nan=False, indent=indent,
                       ensure_ascii=False) + "\n"
+
+
+def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False) -> None:
+    """Write a value as strict JSON (:func:`dumps_strict`), atomically (:mod:`cairn._util.atomic`).
+
+    The one JSON writer: the results store and the agents' trajectory files both use it.
+
+    Args:
+        path: the destination.
+        obj: a pydantic model (dumped with ``mode="json"``), or plain JSON values, nested
+            freely (models inside lists and dicts are dumped too).
+        make_parents: create the destination's folder if missing (else it must exist).
+
+    Raises:
+        ValueError: a float is NaN or ±Infinity (nothing is written).
+        TypeError: a value is not JSON-serializable (nothing is written).
+        OSError: the file cannot be written.
+    """
+    data = dumps_strict(obj).encode("utf-8")
+    if make_parents:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(path, data)
 
 
 def _reject_constant(name: str) -> Any:

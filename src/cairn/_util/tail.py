@@ -1,4 +1,4 @@
-"""A bounded output tail: what every backend keeps of an exec's stdout and stderr (SPEC §3)."""
+"""A bounded output tail: what every backend keeps of an exec's stdout and stderr (design §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The agent interface (SPEC §10): ``setup(sandbox)`` once per trial, ``run(...)`` once per step.
+"""The agent interface (design §10): ``setup(sandbox)`` once per trial, ``run(...)`` once per step.
 
 Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a backend.
 """
@@ -23,7 +23,7 @@ class AgentContext:
         task: the loaded task.
         step: the step being run.
         logs_dir: host folder for this step's agent logs (``steps/<nn>-<name>/agent``); an agent
-            writes ``trajectory.json`` here (shared/ATIF.md).
+            writes ``trajectory.json`` here (ATIF; docs/agents.md, "Trajectories").
         timeout_sec: the step's agent timeout (already multiplied). The engine enforces it by
             cancelling :meth:`Agent.run`; an agent may use it to bound its own commands.
         user: the user the agent's commands run as (``None`` = image default).
@@ -33,7 +33,8 @@ class AgentContext:
         tokens: set by the agent: tokens used in this step.
         cost_usd: set by the agent: cost of this step in USD, ``None`` when unknown.
         exit: set by the agent to report ``max_turns`` or ``error`` without raising.
-        metadata: free-form values the agent wants recorded.
+        metadata: values the agent reports back to the engine. Only ``model_retries`` (an int:
+            model calls retried) is read, and shown as a step warning; nothing else is stored.
     """
 
     task: Task
@@ -56,7 +57,7 @@ class Agent(ABC):
     (strings; the agent converts them). An agent that needs a model sets :attr:`needs_model`.
 
     Raising from :meth:`run` is an agent crash (``agent_exit`` ``error``); it does not skip the
-    verifier. :class:`~cairn.errors.ModelError` is the exception: it is classified (SPEC §6).
+    verifier. :class:`~cairn.errors.ModelError` is the exception: it is classified (design §6).
     """
 
     name: ClassVar[str] = "agent"

@@ -1,4 +1,4 @@
-"""The built-in model-driven agent, ``-a llm -m provider/model`` (SPEC §10, issue 7).
+"""The built-in model-driven agent, ``-a llm -m provider/model`` (design §10, issue 7).
 
 The agent talks to any model LiteLLM supports. Each cairn step is one conversation (a fresh
 one unless ``--resume-agent-session``): a system prompt, the step's instruction, then turns in

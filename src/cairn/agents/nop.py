@@ -1,4 +1,4 @@
-"""The ``nop`` agent: does nothing (SPEC §10). A task whose nop run passes has a weak verifier."""
+"""The ``nop`` agent: does nothing (design §10). A task whose nop run passes has a weak verifier."""
 
 from __future__ import annotations
 

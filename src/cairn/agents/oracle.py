@@ -1,4 +1,4 @@
-"""The ``oracle`` agent: runs the task's reference solution (SPEC §10).
+"""The ``oracle`` agent: runs the task's reference solution (design §10).
 
 Per step: uploads ``solution/`` then ``steps/<name>/solution/`` on top to ``/solution``, runs
 ``solve.sh`` (the step's, else the shared one) with bash and ``[solution].env``, as the step's
@@ -11,10 +11,9 @@ from __future__ import annotations
 import shlex
 
 from cairn.agents.base import Agent, AgentContext
+from cairn.layout import SOLUTION_DIR
 from cairn.results.model import AgentExit
 from cairn.sandbox.base import Sandbox
-
-SOLUTION_DIR = "/solution"
 
 
 class OracleAgent(Agent):
@@ -44,7 +43,7 @@ class OracleAgent(Agent):
             context.exit = AgentExit.ERROR
             return
         # /solution exists only during this run: the engine removes it after every agent phase
-        # (SPEC §11), also when this run is cancelled by the step timeout.
+        # (design §11), also when this run is cancelled by the step timeout.
         await sandbox.exec(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", user="root")
         for d in step.solution_dirs:
             await sandbox.upload(d, SOLUTION_DIR)

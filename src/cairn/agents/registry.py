@@ -1,4 +1,4 @@
-"""Agent names → agent classes (SPEC §10), and the option checks run before anything starts.
+"""Agent names → agent classes (design §10), and the option checks run before anything starts.
 
 Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``. An ``-a``
 value containing ``:`` is an import path ``package.module:Class`` naming an

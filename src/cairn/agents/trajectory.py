@@ -1,4 +1,6 @@
-"""Build and write agent trajectories in Harbor's ATIF shape (shared/ATIF.md, ``ATIF-v1.7``).
+"""Build and write agent trajectories in Harbor's ATIF shape (``ATIF-v1.7``).
+
+The fields cairn writes are listed in docs/agents.md, "Trajectories".
 
 One :class:`Trajectory` is one agent run over one cairn step. Steps are plain dicts in ATIF
 field names; :meth:`Trajectory.to_dict` drops ``None`` values and computes ``final_metrics`` as
@@ -15,10 +17,11 @@ and lose their ``metrics``: their tokens were counted in the earlier step's file
 from __future__ import annotations
 
 import copy
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
+
+from cairn._util.jsonio import write_json_atomic
 
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"
 
@@ -204,22 +207,4 @@ class Trajectory:
         Raises:
             OSError: the file could not be written.
         """
-        write_json_atomic(path, self.to_dict())
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as indented JSON to ``path`` atomically (no NaN/Infinity).
-
-    Args:
-        path: destination; parent folders are created.
-        data: a JSON-serialisable value.
-
-    Raises:
-        OSError: the file could not be written.
-        ValueError: ``data`` holds NaN or Infinity.
-    """
-    from cairn._util.atomic import write_bytes_atomic
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=2, ensure_ascii=False, allow_nan=False)
-    write_bytes_atomic(path, (text + "\n").encode("utf-8"))
+        write_json_atomic(path, self.to_dict(), make_parents=True)

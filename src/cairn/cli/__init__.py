@@ -1,4 +1,4 @@
-"""The ``cairn`` command: a thin Typer layer over the library API (SPEC §9).
+"""The ``cairn`` command: a thin Typer layer over the library API (design §9).
 
 Each sub-module registers the commands of one area on :data:`app`; commands parse options and
 call one library function. Heavy modules (docker, litellm, rich.live) are imported inside
@@ -22,7 +22,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     # Plain (click) help and usage errors: Typer's Rich help formatter imports rich.markdown,
     # markdown-it and pygments (~200 ms), which alone breaks the `cairn --help` < 0.3 s
-    # target (SPEC §12; bench/help_time.py). Rich stays in use for progress and tables.
+    # target (design §12; bench/help_time.py). Rich stays in use for progress and tables.
     rich_markup_mode=None,
 )
 tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.\n\nExamples:\n\n"

@@ -1,9 +1,9 @@
-"""``cairn clean`` (SPEC §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
+"""``cairn clean`` (design §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -23,7 +23,7 @@ def clean_command(
     images: Annotated[bool, typer.Option(
         "--images", help="Also remove cairn's environment images (cairn-env:*) no container uses.")]
     = False,
-    job: Annotated[Optional[str], typer.Option(  # noqa: UP007 (typer needs Optional)
+    job: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--job", help="Only the resources of this job (its id or its folder name).",
         show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -42,8 +42,8 @@ def _note(line: str) -> None:
                       "description.\n\nExamples:\n\n  cairn datasets list\n\n"
                       "  cairn datasets list --registry-path registry.json")
 def list_cmd(
-    registry_url: Annotated[Optional[str], typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
-    registry_path: Annotated[Optional[Path], typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
+    registry_url: Annotated[str | None, typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
 ) -> None:
     from cairn.datasets.registry import load_registry
     from cairn.errors import CairnError
@@ -69,9 +69,9 @@ def list_cmd(
                       "  cairn datasets download terminal-bench@2.0 -o tb2/")
 def download_cmd(
     datasets: Annotated[list[str], typer.Argument(help="NAME@VERSION (or NAME for the highest version).")],  # noqa: E501
-    out: Annotated[Optional[Path], typer.Option("-o", "--output", help="Also copy the task folders here (writable).")] = None,  # noqa: E501
-    registry_url: Annotated[Optional[str], typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
-    registry_path: Annotated[Optional[Path], typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--output", help="Also copy the task folders here (writable).")] = None,  # noqa: E501
+    registry_url: Annotated[str | None, typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
 ) -> None:
     from cairn.datasets.resolve import export_tasks, resolve_sources
     from cairn.errors import CairnError
@@ -99,7 +99,7 @@ def download_cmd(
                    "\n\nExamples:\n\n  cairn cache clean\n\n"
                    "  cairn cache clean --jobs-dir jobs --jobs-dir /data/old-jobs --dry-run")
 def cache_clean_cmd(
-    jobs_dir: Annotated[Optional[list[Path]], typer.Option("--jobs-dir", help="Jobs folder whose jobs keep their tasks (repeatable; default ./jobs).")] = None,  # noqa: E501
+    jobs_dir: Annotated[list[Path] | None, typer.Option("--jobs-dir", help="Jobs folder whose jobs keep their tasks (repeatable; default ./jobs).")] = None,  # noqa: E501
     everything: Annotated[bool, typer.Option("--all", help="Remove everything, registry copies included.")] = False,  # noqa: E501
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print what would go.")] = False,  # noqa: E501
 ) -> None:

@@ -1,4 +1,4 @@
-"""What a running job shows (SPEC §9).
+"""What a running job shows (design §9).
 
 - On a terminal, a job with more than :data:`LIVE_THRESHOLD` trials to run shows a live bar
   (done/total, running, mean reward so far, errors); only verdict lines and job-level notices
@@ -14,15 +14,23 @@ from __future__ import annotations
 import sys
 from typing import TextIO
 
+from cairn.events import Event, EventKind, JobObserver
+
 LIVE_THRESHOLD = 2
 """Jobs with more trials than this to run show a live bar on a terminal."""
 
-_NOTABLE = (" PASS ", " FAIL ", " ERRORED", " STOPPED", " CANCELLED", "retrying", "job ",
-            "interrupted", "task changed", "left-over", "backend:", "resuming")
+class LinePrinter(JobObserver):
+    """An observer that prints every event line to a stream (e.g. ``cairn tasks sanity``)."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+
+    def event(self, event: Event) -> None:
+        print(event.text, file=self.stream, flush=True)
 
 
-class Progress:
-    """Receives job events and results; renders them.
+class Progress(JobObserver):
+    """Receives job events and results (a :class:`~cairn.events.JobObserver`); renders them.
 
     Args:
         json_mode: ``--json``: write to stderr (stdout is for the summary JSON).
@@ -43,11 +51,12 @@ class Progress:
         self.errors = 0
         self.rewards: list[float] = []
 
-    def start(self, to_run: int, already_done: int) -> None:
+    def planned(self, to_run: int, already_done: int) -> None:
         """Called once the job is planned: ``to_run`` trials to run, ``already_done`` kept."""
         self.total = to_run + already_done
         if already_done and self.resume:
-            self.event(f"resuming: {already_done} trial(s) kept, {to_run} to run")
+            self.event(Event(EventKind.JOB, f"resuming: {already_done} trial(s) kept, "
+                             f"{to_run} to run"))
         isatty = getattr(self.out, "isatty", lambda: False)
         if isatty() and to_run > LIVE_THRESHOLD:
             from rich.console import Console
@@ -61,13 +70,18 @@ class Progress:
             self.task_id = self.bar.add_task("", total=self.total)
             self._refresh()
 
-    def event(self, line: str) -> None:
-        """One event line (per-step lines of SPEC §9, verdicts, job notices)."""
+    def event(self, event: Event) -> None:
+        """One event (per-step lines of design §9, verdicts, job notices): printed as a line;
+        under the live bar only the notable kinds (verdicts, retries, job notices)."""
         if self.bar is not None:
-            if any(w in line for w in _NOTABLE):
-                self.bar.console.print(line, highlight=False, markup=False)
+            if event.notable:
+                self.bar.console.print(event.text, highlight=False, markup=False)
             return
-        print(line, file=self.out, flush=True)
+        print(event.text, file=self.out, flush=True)
+
+    def notice(self, text: str) -> None:
+        """Print a job-level line of the CLI's own (e.g. an interruption)."""
+        self.event(Event(EventKind.JOB, text))
 
     def trial_started(self, plan) -> None:
         """A trial acquired its slot and starts."""

@@ -1,4 +1,4 @@
-"""``cairn run``, ``cairn resume``, ``cairn report`` and ``cairn tasks sanity`` (SPEC §8, §9).
+"""``cairn run``, ``cairn resume``, ``cairn report`` and ``cairn tasks sanity`` (design §8, §9).
 
 Thin: parse options, build a :class:`~cairn.plan.JobConfig`, call the job API, print, exit.
 Exit codes: 0 every trial completed or stopped; 1 some trial errored or cancelled; 2 usage or
@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -81,34 +81,34 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
 def run_cmd(
-    path: Annotated[Optional[list[Path]], typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
-    dataset: Annotated[Optional[list[str]], typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
-    registry_url: Annotated[Optional[str], typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
-    registry_path: Annotated[Optional[Path], typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
-    repo: Annotated[Optional[list[str]], typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
-    repo_path: Annotated[Optional[str], typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
-    n_tasks: Annotated[Optional[int], typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
-    agent: Annotated[Optional[str], typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
-    model: Annotated[Optional[str], typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
-    ak: Annotated[Optional[list[str]], typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
-    ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
-    env: Annotated[Optional[str], typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
-    include: Annotated[Optional[list[str]], typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
-    exclude: Annotated[Optional[list[str]], typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
-    attempts: Annotated[Optional[int], typer.Option("-k", "--attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
-    n_concurrent: Annotated[Optional[int], typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
-    config: Annotated[Optional[Path], typer.Option("-c", "--config", help="job.yaml with the same options (flags win).")] = None,  # noqa: E501
-    job_name: Annotated[Optional[str], typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
-    jobs_dir: Annotated[Optional[Path], typer.Option("--jobs-dir", help="Default ./jobs.")] = None,
+    path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
+    dataset: Annotated[list[str] | None, typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
+    registry_url: Annotated[str | None, typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
+    repo: Annotated[list[str] | None, typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
+    repo_path: Annotated[str | None, typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
+    n_tasks: Annotated[int | None, typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
+    agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
+    model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
+    ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
+    ae: Annotated[list[str] | None, typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
+    env: Annotated[str | None, typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
+    include: Annotated[list[str] | None, typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
+    exclude: Annotated[list[str] | None, typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
+    attempts: Annotated[int | None, typer.Option("-k", "--attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
+    n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
+    config: Annotated[Path | None, typer.Option("-c", "--config", help="job.yaml with the same options (flags win).")] = None,  # noqa: E501
+    job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
+    jobs_dir: Annotated[Path | None, typer.Option("--jobs-dir", help="Default ./jobs.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name.")] = False,  # noqa: E501
-    max_retries: Annotated[Optional[int], typer.Option("--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
-    timeout_multiplier: Annotated[Optional[float], typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
+    max_retries: Annotated[int | None, typer.Option("--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
+    timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
     no_verify: Annotated[bool, typer.Option("--no-verify", help="Run agents only (no reward).")] = False,  # noqa: E501
     force_build: Annotated[bool, typer.Option("--force-build", help="Rebuild images.")] = False,
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
-    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     from cairn.errors import CairnError
@@ -170,7 +170,7 @@ def _one_line(exc: BaseException) -> str:
 
 def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
          json_out: bool = False) -> int:
-    """Run (or resume) a job with progress display and Ctrl-C semantics of SPEC §8.
+    """Run (or resume) a job with progress display and Ctrl-C semantics of design §8.
 
     The first Ctrl-C (or SIGTERM) stops starting trials and cancels the running ones cleanly;
     a second Ctrl-C exits at once (left-overs are removed by the next run or `cairn clean`).
@@ -178,9 +178,9 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import asyncio
     import signal
 
+    from cairn.cli.progress import Progress
     from cairn.errors import UsageError
     from cairn.job.run import arun_job, default_job_name, read_job
-    from cairn.cli.progress import Progress
 
     if job_dir is None and cfg.job_name is None:
         cfg = cfg.model_copy(update={"job_name": default_job_name()})
@@ -200,8 +200,8 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
                 _err("interrupted twice: exiting now; left-over sandboxes are removed by the "
                      "next run of this job or by `cairn clean`")
                 os._exit(1)
-            progress.event("interrupted: cancelling running trials (Ctrl-C again to exit "
-                           "at once)")
+            progress.notice("interrupted: cancelling running trials (Ctrl-C again to exit "
+                            "at once)")
             me.cancel()
 
         for sig in (signal.SIGINT, signal.SIGTERM):
@@ -210,9 +210,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
         return await arun_job(cfg, job_dir=job_dir, resume=resume, retry_errors=retry_errors,
-                              on_event=progress.event, on_start=progress.start,
-                              on_result=progress.result, on_trial_start=progress.trial_started,
-                              on_trial_end=progress.trial_finished)
+                              observer=progress)
 
     try:
         result = asyncio.run(main())
@@ -245,13 +243,13 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
 def resume_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
-    n_concurrent: Annotated[Optional[int], typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
-    ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
-    max_cost_usd: Annotated[Optional[float], typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
+    n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
+    ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     from cairn.errors import CairnError
-    from cairn.job.run import resume_config
+    from cairn.job import resume_config
 
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
@@ -293,12 +291,13 @@ def sanity_cmd(
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
+    from cairn.cli.progress import LinePrinter
     from cairn.errors import UsageError
     from cairn.job.sanity import run_sanity
 
     try:
         report = run_sanity(paths, backend=env, n_concurrent=n_concurrent, jobs_dir=jobs_dir,
-                            on_event=lambda line: print(line, file=sys.stderr, flush=True))
+                            observer=LinePrinter(sys.stderr))
     except UsageError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

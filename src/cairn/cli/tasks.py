@@ -1,4 +1,4 @@
-"""``cairn tasks check`` and ``cairn tasks init`` (SPEC §2).
+"""``cairn tasks check`` and ``cairn tasks init`` (design §2).
 
 Thin commands over :mod:`cairn.task.load` and :mod:`cairn.task.init`; both are imported inside
 the commands so that ``cairn --help`` does not pay for pydantic.
@@ -7,7 +7,7 @@ the commands so that ``cairn --help`` does not pay for pydantic.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -57,7 +57,7 @@ def init(
     name: Annotated[str, typer.Argument(
         help="Task name (`name` or `org/name`); the folder is named after its last part.",
         show_default=False)],
-    steps: Annotated[Optional[str], typer.Option(  # noqa: UP007 (typer needs Optional)
+    steps: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--steps", help="Comma-separated step names: writes a multi-step task.")] = None,
     directory: Annotated[Path, typer.Option(
         "--dir", help="Folder to create the task in.")] = Path("."),

@@ -1,6 +1,6 @@
 """A job's datasets (``-d``) and repositories (``--repo``) → task folders with provenance.
 
-:func:`resolve_sources` runs before anything starts (SPEC §9 exit 2 on any bad source): it
+:func:`resolve_sources` runs before anything starts (design §9 exit 2 on any bad source): it
 reads the registry, pins every task to a commit, fetches what the cache lacks and returns the
 cached task folders, each with its :class:`~cairn.results.model.TaskSource`, and the records
 that job.json keeps under ``sources``. A resumed job passes the records of its first run:

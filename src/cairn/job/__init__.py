@@ -1,7 +1,8 @@
 """Stage 2, the job: plan a config's trials, run them concurrently, resume, read back.
 
 Modules: :mod:`~cairn.job.discover` (task folders → entries), :mod:`~cairn.job.runner`
-(the run loop's machinery), :mod:`~cairn.job.run` (the public entry points),
+(the run loop), :mod:`~cairn.job.planner` (pure planning: tasks × attempts against the folder),
+:mod:`~cairn.job.folder` (lock, job.json, left-overs), :mod:`~cairn.job.run` (the public entry points),
 :mod:`~cairn.job.sanity` (oracle-passes / nop-fails checks).
 """
 
@@ -15,9 +16,11 @@ _NAMES = {
     "iter_trials": "cairn.job.run",
     "arun_job": "cairn.job.run",
     "run_job": "cairn.job.run",
-    "resume_config": "cairn.job.run",
+    "resume_config": "cairn.job.folder",
     "resume_job": "cairn.job.run",
     "read_job": "cairn.job.run",
+    "plan_trials": "cairn.job.planner",
+    "TrialDecision": "cairn.job.planner",
 }
 
 __all__ = sorted(_NAMES)

@@ -1,6 +1,6 @@
-"""A job's inputs (SPEC §8): task and dataset folders, registry datasets and git repositories
-(:mod:`cairn.datasets`) → filtered, loaded tasks; the checks run
-before anything starts (SPEC §9 exit 2); the results a job writes without running a sandbox
+"""A job's inputs (design §8): task and dataset folders, registry datasets and git
+repositories (:mod:`cairn.datasets`) → filtered, loaded tasks; the checks run
+before anything starts (design §9 exit 2); the results a job writes without running a sandbox
 (``config_error`` for an invalid task, ``cancelled`` for a trial that never started).
 
 Used by :mod:`cairn.job`; no sandbox, no agent, no job folder here.
@@ -256,7 +256,7 @@ def _fallback_identity(path: Path) -> tuple[str, list[str]]:
 
 
 def task_templates(task: Task) -> list[Mapping[str, str]]:
-    """Every env table of a task that may hold ``${VAR}`` templates (SPEC §1.1)."""
+    """Every env table of a task that may hold ``${VAR}`` templates (design §1.1)."""
     tables: list[Mapping[str, str]] = [task.environment.env, task.config.solution.env]
     for s in task.steps:
         tables.append(s.verifier_env)
@@ -268,7 +268,7 @@ def task_templates(task: Task) -> list[Mapping[str, str]]:
 def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None) -> None:
     """Check that every ``${VAR}`` template of the given tasks resolves on this host.
 
-    SPEC §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
+    design §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
     anything starts.
 
     Args:
@@ -326,7 +326,7 @@ def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, at
 
 
 def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
-    """The result of a trial that never started because the job stopped (SPEC §6, §8).
+    """The result of a trial that never started because the job stopped (design §6, §8).
 
     Args:
         plan: the trial's plan.

@@ -1,4 +1,4 @@
-"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (SPEC §8).
+"""Jobs: every (task × attempt) of a config, concurrently, with retries and resume (design §8).
 
 Public API (what the CLI calls, and what training loops use):
 
@@ -18,28 +18,31 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from cairn import __version__
-from cairn.job.discover import check_templates, discover_inputs
 from cairn.errors import UsageError
-from cairn.job.runner import (
-    MASKED,
-    EventSink,
-    JobRun,
+from cairn.events import EventKind, JobObserver
+from cairn.job.discover import check_templates, discover_inputs
+from cairn.job.folder import (
+    apply_decisions,
     clean_own_leftovers,
     lock_job,
-    resolve_backend,
-    run_all,
+    resume_config,
+    scan_folder,
     undo_empty,
 )
-from cairn.plan import JobConfig, TrialPlan
+from cairn.job.planner import TrialAction, plan_trials
+from cairn.job.runner import JobRun, run_all
+from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.store import iter_trial_results, read_json, trial_dir_name
 from cairn.results.summary import summarize_job
+from cairn.sandbox import resolve_backend
 
 log = logging.getLogger("cairn.job")
 
@@ -63,7 +66,7 @@ class JobResult:
 
     @property
     def exit_code(self) -> int:
-        """SPEC §9: 0 when every trial is completed or stopped, else 1."""
+        """design §9: 0 when every trial is completed or stopped, else 1."""
         ok = (Outcome.COMPLETED, Outcome.STOPPED)
         return 0 if self.results and all(r.outcome in ok for r in self.results) else 1
 
@@ -80,10 +83,7 @@ def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
 
 
 async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
-                      retry_errors: bool = False, on_event: EventSink | None = None,
-                      on_start: Callable[[int, int], None] | None = None,
-                      on_trial_start: Callable[[TrialPlan], None] | None = None,
-                      on_trial_end: Callable[[TrialPlan], None] | None = None,
+                      retry_errors: bool = False, observer: JobObserver | None = None,
                       ) -> AsyncIterator[TrialResult]:
     """Run a job and yield each :class:`TrialResult` as it finishes (for training loops).
 
@@ -97,12 +97,11 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         config: the job config.
         job_dir: the job folder; default ``config.jobs_dir / config.job_name`` (the job name
             defaults to the start time).
-        resume: use an existing job folder: keep its genuine scores (SPEC §8 resume rules).
+        resume: use an existing job folder: keep its genuine scores (design §8 resume rules).
         retry_errors: with ``resume``, also re-run task-category errors.
-        on_event: receives human-readable event lines (also written to job.log).
-        on_start: called once with (trials to run, trials already final).
-        on_trial_start: called when a trial gets its slot and starts.
-        on_trial_end: called when a started trial ends (before its result is yielded).
+        observer: receives the job's :class:`~cairn.events.Event` lines (also written to
+            job.log), the plan's size (``planned``), each trial's start and end, and each
+            result before it is yielded (:class:`~cairn.events.JobObserver`).
 
     Yields:
         Each trial's result, as it finishes.
@@ -115,43 +114,50 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     backend = resolve_backend(config.backend)
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-    target = _job_dir(config, job_dir)
-    # a thread: fetching datasets can take minutes, and Ctrl-C must still be heard meanwhile
-    inputs = await asyncio.to_thread(discover_inputs, config,
-                                     resume_dir=target if resume else None, on_event=on_event)
+    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
+               retry_errors=retry_errors, observer=observer)
+    observer = job.observer
+    # datasets and --repo are fetched in a thread (minutes, for a large one) so that Ctrl-C is
+    # still heard; its progress lines reach the observer on the loop's thread
+    loop = asyncio.get_running_loop()
+    inputs = await asyncio.to_thread(
+        discover_inputs, config, resume_dir=job.job_dir if resume else None,
+        on_event=lambda line: loop.call_soon_threadsafe(job.notice, line))
     entries = inputs.entries
-    job = JobRun(config, backend, target, resume=resume,
-               retry_errors=retry_errors, on_event=on_event)
-    job.sources = inputs.sources  # datasets/--repo resolution, kept in job.json
-    job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
-    lock, created = lock_job(job, resume)
+    job.sources = inputs.sources
+    lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
-        decisions = job.decide(entries)
+        for e in entries:
+            job.declared_steps[e.name] = list(e.steps)
+        decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
+                                retry_errors=retry_errors, folder_name=trial_dir_name)
         try:
-            check_templates(item[0].task for action, item in decisions if action == "run")
+            check_templates(d.entry.task for d in decisions if d.action is TrialAction.RUN)
         except UsageError:
-            undo_empty(job, created)
+            undo_empty(job.paths, created)
             raise
         begun = True
         job.open_log()
-        job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                 f"(cairn {__version__}, backend {backend})")
+        job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
+                   f"(cairn {__version__}, backend {backend})")
         for note in inputs.notes:
-            job.emit(note)
+            job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         if not created:  # a folder this run just created has no earlier run to clean up after
-            clean_own_leftovers(job)
+            clean_own_leftovers(job.paths, job.emit)
         job.write_job_json()
-        plans, done = job.apply(decisions)
-        if on_start is not None:
-            on_start(len(plans), len(done))
+        plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
+                                      emit=job.emit)
+        observer.planned(len(plans), len(done))
         for r in done:
             job.record(r, write=False)
         job.write_summary()
         for r in done:
+            observer.result(r)
             yield r
         async with contextlib.aclosing(run_all(job, plans)) as results:
             async for r in results:  # a consumer that stops early cancels the rest cleanly
+                observer.result(r)
                 yield r
     finally:
         if begun:
@@ -163,9 +169,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
 
 
 async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
-                   on_result: Callable[[TrialResult], None] | None = None,
                    **kwargs: Any) -> JobResult:
-    """Run a job to its end (async). Arguments as :func:`iter_trials`, plus ``on_result``.
+    """Run a job to its end (async). Arguments as :func:`iter_trials`.
 
     Returns:
         The :class:`JobResult` read back from the job folder.
@@ -176,9 +181,8 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
     if job_dir is None and config.job_name is None:
         config = config.model_copy(update={"job_name": default_job_name()})
     target = _job_dir(config, job_dir)
-    async for result in iter_trials(config, job_dir=target, **kwargs):
-        if on_result is not None:
-            on_result(result)
+    async for _result in iter_trials(config, job_dir=target, **kwargs):
+        pass
     return read_job(target)
 
 
@@ -194,62 +198,7 @@ def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
     return asyncio.run(arun_job(config, **kwargs))
 
 
-def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
-                  environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobConfig:
-    """The config of an existing job, from its job.json, ready to resume.
-
-    ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
-    host environment variable of the same name.
-
-    Args:
-        job_dir: the job folder.
-        agent_env: ``--ae`` values given again.
-        environ: the host environment (default ``os.environ``).
-        overrides: config fields to change (e.g. ``n_concurrent``).
-
-    Raises:
-        UsageError: not a job folder, or a masked ``--ae`` value is not available.
-    """
-    import os
-
-    from cairn.results.store import read_json
-
-    meta_path = Path(job_dir) / "job.json"
-    if not meta_path.is_file():
-        raise UsageError(f"{job_dir} is not a job folder (no job.json)")
-    try:
-        meta = read_json(meta_path)
-        cfg = dict(meta["config"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
-    environ = os.environ if environ is None else environ
-    given = dict(agent_env or {})
-    env: dict[str, str] = {}
-    missing = []
-    for k, v in dict(cfg.get("agent_env") or {}).items():
-        if k in given:
-            env[k] = given.pop(k)
-        elif v != MASKED:
-            env[k] = v
-        elif k in environ:
-            env[k] = environ[k]
-        else:
-            missing.append(k)
-    if missing:
-        raise UsageError("the job's agent env values are not stored; give them again with "
-                         + " ".join(f"--ae {k}=..." for k in missing)
-                         + " (or set them in the environment)")
-    cfg["agent_env"] = {**env, **given}
-    cfg["backend"] = meta.get("backend") or cfg.get("backend", "auto")
-    cfg.update(overrides or {})
-    try:
-        return JobConfig.model_validate(cfg)
-    except ValueError as exc:
-        raise UsageError(f"{meta_path}: {exc}") from None
-
-
-def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink | None = None,
+def resume_job(job_dir: Path, *, retry_errors: bool = False, observer: JobObserver | None = None,
                overrides: Mapping[str, Any] | None = None,
                agent_env: Mapping[str, str] | None = None) -> JobResult:
     """Resume a job from its folder (blocking): runs trials with no result.json, cancelled ones
@@ -259,7 +208,7 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink
     Args:
         job_dir: the job folder.
         retry_errors: also re-run task-category errors.
-        on_event: receives event lines.
+        observer: receives events and results (:class:`~cairn.events.JobObserver`).
         overrides: config fields to change (e.g. ``{"n_concurrent": 8}``).
         agent_env: ``--ae`` values (job.json keeps them masked).
 
@@ -271,7 +220,7 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink
     """
     config = resume_config(job_dir, agent_env=agent_env, overrides=overrides)
     return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
-                                retry_errors=retry_errors, on_event=on_event))
+                                retry_errors=retry_errors, observer=observer))
 
 
 def read_job(job_dir: Path) -> JobResult:
@@ -286,8 +235,6 @@ def read_job(job_dir: Path) -> JobResult:
     Returns:
         The :class:`JobResult`.
     """
-    from cairn.results.store import iter_trial_results, read_json
-
     job_dir = Path(job_dir)
     results: list[TrialResult] = []
     for rf in iter_trial_results(job_dir):

@@ -1,4 +1,4 @@
-"""``cairn tasks sanity``: the oracle must pass every step, nop must not pass (SPEC §2).
+"""``cairn tasks sanity``: the oracle must pass every step, nop must not pass (design §2).
 
 Tells a broken verifier (nop passes) or a broken solution (oracle fails) from a weak agent,
 before a task is published.
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn.events import JobObserver
 from cairn.plan import JobConfig
 
 
@@ -39,7 +39,7 @@ class SanityReport:
 
 
 def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 4,
-               jobs_dir: Path = Path("jobs"), on_event: Callable[[str], None] | None = None
+               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None
                ) -> SanityReport:
     """Run each task with ``oracle`` and with ``nop`` (two jobs) and compare.
 
@@ -58,9 +58,9 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
         base = {"paths": tuple(paths), "backend": backend, "n_concurrent": n_concurrent,
                 "jobs_dir": jobs_dir, "max_retries": 1}
         oracle = await arun_job(JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base),
-                                on_event=on_event)
+                                observer=observer)
         nop = await arun_job(JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base),
-                             on_event=on_event)
+                             observer=observer)
         return oracle, nop
 
     oracle, nop = asyncio.run(both())

@@ -1,4 +1,4 @@
-"""Scoring as pure functions (SPEC §5.2–§5.4, §6): step rewards → trial reward → outcome.
+"""Scoring as pure functions (design §5.2–§5.4, §6): step rewards → trial reward → outcome.
 
 Nothing here does I/O. The trial loop calls, per step, :func:`evaluate_gates`,
 :func:`step_passed` and :func:`stop_decision`; at the end :func:`score_trial` (or the pieces it is
@@ -6,7 +6,7 @@ made of: :func:`trial_rewards`, :func:`reward_all_steps`, :func:`trial_outcome`,
 :func:`trial_passed`). pass@k is here too; :func:`summarize_job` lives in :mod:`cairn.results.summary`
 and is re-exported here.
 
-Which steps count (SPEC §5.3): a step *has a result* when its source is ``verifier`` (with
+Which steps count (design §5.3): a step *has a result* when its source is ``verifier`` (with
 rewards) or ``candidate_error`` (scored ``{"reward": 0.0}``). Steps with source ``error``,
 ``not-run`` or ``oracle`` (replayed by ``--start-step``) never count.
 """
@@ -25,14 +25,14 @@ Strategy = Literal["mean", "final"]
 MinReward = float | Mapping[str, float]
 
 PRIMARY_KEY = "reward"
-"""The key a step's primary reward is read from (SPEC §5.2); also the label of number gates."""
+"""The key a step's primary reward is read from (design §5.2); also the label of number gates."""
 
 PASS_THRESHOLD = 1.0
-"""A primary reward ≥ this passes (SPEC §5.2)."""
+"""A primary reward ≥ this passes (design §5.2)."""
 
 
 def candidate_error_rewards() -> dict[str, float]:
-    """The rewards of a step that failed for a candidate reason (SPEC §6): ``{"reward": 0.0}``.
+    """The rewards of a step that failed for a candidate reason (design §6): ``{"reward": 0.0}``.
 
     Returns:
         A fresh dict the trial loop stores as the step's ``rewards`` (with ``reward`` 0.0).
@@ -41,7 +41,7 @@ def candidate_error_rewards() -> dict[str, float]:
 
 
 def primary_reward(rewards: Mapping[str, float] | None) -> float | None:
-    """A step's primary reward (SPEC §5.2).
+    """A step's primary reward (design §5.2).
 
     Args:
         rewards: the step's rewards, or ``None`` without a verifier result.
@@ -65,7 +65,7 @@ def _mean(values: Sequence[float]) -> float | None:
 
 def evaluate_gates(min_reward: MinReward | None,
                    rewards: Mapping[str, float] | None) -> list[Gate]:
-    """Evaluate a step's ``min_reward`` gates (SPEC §5.4 rule 4).
+    """Evaluate a step's ``min_reward`` gates (design §5.4 rule 4).
 
     Args:
         min_reward: a number (gates the primary reward, recorded under key ``reward``), a table
@@ -90,7 +90,7 @@ def evaluate_gates(min_reward: MinReward | None,
 
 def step_passed(min_reward: MinReward | None, rewards: Mapping[str, float] | None,
                 has_result: bool) -> bool:
-    """Whether a step passes (SPEC §5.2).
+    """Whether a step passes (design §5.2).
 
     Args:
         min_reward: the step's gate (number or table), or ``None``. An empty table counts as no
@@ -148,7 +148,7 @@ def counted_rewards(step: StepResult) -> dict[str, float] | None:
 
 def trial_rewards(strategy: Strategy, steps: Sequence[StepResult]
                   ) -> tuple[dict[str, float] | None, float | None]:
-    """A trial's rewards and primary reward from its steps (SPEC §5.3).
+    """A trial's rewards and primary reward from its steps (design §5.3).
 
     Args:
         strategy: ``mean`` — each key averaged over the steps with a result (a step with a
@@ -184,7 +184,7 @@ def trial_rewards(strategy: Strategy, steps: Sequence[StepResult]
 
 
 def reward_all_steps(steps: Sequence[StepResult], steps_total: int) -> float | None:
-    """The mean primary reward over *all declared* steps, unreached ones counted 0 (SPEC §5.3).
+    """The mean primary reward over *all declared* steps, unreached ones counted 0 (design §5.3).
 
     Args:
         steps: the step rows (may be fewer than ``steps_total``; missing rows count 0).
@@ -207,7 +207,7 @@ def reward_all_steps(steps: Sequence[StepResult], steps_total: int) -> float | N
 
 def stop_decision(step: StepResult, min_reward: MinReward | None, is_last: bool,
                   verify: bool) -> StopReason | None:
-    """Apply the stop rules after a step (SPEC §5.4).
+    """Apply the stop rules after a step (design §5.4).
 
     Args:
         step: the finished step's row.
@@ -255,7 +255,7 @@ def trial_error(steps: Iterable[StepResult]) -> ErrorInfo | None:
 
 def trial_outcome(*, steps: Sequence[StepResult], stop_reason: StopReason | None,
                   error: ErrorInfo | None = None, cancelled: bool = False) -> Outcome:
-    """A trial's outcome (SPEC §6).
+    """A trial's outcome (design §6).
 
     Args:
         steps: the step rows.
@@ -281,7 +281,7 @@ def trial_outcome(*, steps: Sequence[StepResult], stop_reason: StopReason | None
 
 
 def trial_passed(outcome: Outcome, reward: float | None) -> bool:
-    """Whether a trial passes (SPEC §5.2): outcome ``completed`` and ``reward`` ≥ 1.0.
+    """Whether a trial passes (design §5.2): outcome ``completed`` and ``reward`` ≥ 1.0.
 
     Args:
         outcome: the trial's outcome.
@@ -324,7 +324,7 @@ class TrialScore:
 def score_trial(strategy: Strategy, steps: Sequence[StepResult], *,
                 steps_total: int | None = None, stop_reason: StopReason | None = None,
                 error: ErrorInfo | None = None, cancelled: bool = False) -> TrialScore:
-    """Score a finished trial: rewards, outcome and passing in one call (SPEC §5.3, §6).
+    """Score a finished trial: rewards, outcome and passing in one call (design §5.3, §6).
 
     Rewards are computed from whatever steps have results also when the trial errored or was
     cancelled (reports and summaries leave those trials out of the scores).
@@ -361,7 +361,7 @@ def score_trial(strategy: Strategy, steps: Sequence[StepResult], *,
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """The unbiased pass@k estimator 1 − C(n−c, k)/C(n, k) (SPEC §5.2).
+    """The unbiased pass@k estimator 1 − C(n−c, k)/C(n, k) (design §5.2).
 
     Args:
         n: scored attempts of one task (≥ 1).
@@ -383,7 +383,7 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def pass_at_k_summary(per_task: Mapping[str, Sequence[bool]], k_max: int) -> dict[str, float]:
-    """pass@k for k = 1 … ``k_max``, each averaged over the tasks with n ≥ k (SPEC §5.2).
+    """pass@k for k = 1 … ``k_max``, each averaged over the tasks with n ≥ k (design §5.2).
 
     Args:
         per_task: for each task, the pass verdict of each of its scored attempts that have a
@@ -401,17 +401,9 @@ def pass_at_k_summary(per_task: Mapping[str, Sequence[bool]], k_max: int) -> dic
     return out
 
 
-def __getattr__(name: str):
-    # summarize_job lives in cairn.results.summary (which imports this module); re-exported lazily.
-    if name == "summarize_job":
-        from cairn.results.summary import summarize_job
-        return summarize_job
-    raise AttributeError(f"module 'cairn.aggregate' has no attribute {name!r}")
-
-
 __all__ = [
     "PASS_THRESHOLD", "PRIMARY_KEY", "TrialScore", "candidate_error_rewards", "counted_rewards",
     "evaluate_gates", "pass_at_k", "pass_at_k_summary", "primary_reward", "reward_all_steps",
-    "score_trial", "step_passed", "step_reached", "stop_decision", "summarize_job", "trial_error",
+    "score_trial", "step_passed", "step_reached", "stop_decision", "trial_error",
     "trial_outcome", "trial_passed", "trial_rewards",
 ]

@@ -1,4 +1,4 @@
-"""Masking secret values in what cairn writes (SPEC §7, §11).
+"""Masking secret values in what cairn writes (design §7, §11).
 
 Resolved secret values (from ``${VAR}`` templates, 4+ characters) are replaced with ``***`` in
 every text file cairn writes: logs, copies of test output, trajectories, JSON results.
@@ -137,7 +137,7 @@ def mask_tree(folder: Path, masker: Masker, *, skip: Iterable[Path] = ()) -> lis
 def find_secrets(folder: Path, masker: Masker) -> list[Path]:
     """List the files under a folder that contain a secret value, without modifying them.
 
-    Used on artifacts, which are kept as collected (SPEC §7) but warned about. Binary files
+    Used on artifacts, which are kept as collected (design §7) but warned about. Binary files
     are searched too; symlinks are not followed.
 
     Args:

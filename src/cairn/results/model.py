@@ -1,4 +1,4 @@
-"""Persisted result types (SPEC §7): versioned pydantic models, one shape for every trial.
+"""Persisted result types (design §7): versioned pydantic models, one shape for every trial.
 
 A trial is a list of steps; a single-step task is a list of one step named ``main``.
 These are values: :mod:`cairn.results.store` alone writes them to disk.
@@ -18,7 +18,7 @@ RESULT_SCHEMA_VERSION = "1.0"
 
 
 class Outcome(StrEnum):
-    """How a trial ended (SPEC §6)."""
+    """How a trial ended (design §6)."""
 
     COMPLETED = "completed"
     STOPPED = "stopped"
@@ -27,7 +27,7 @@ class Outcome(StrEnum):
 
 
 class StepSource(StrEnum):
-    """Where a step's reward came from (SPEC §7)."""
+    """Where a step's reward came from (design §7)."""
 
     VERIFIER = "verifier"
     CANDIDATE_ERROR = "candidate_error"
@@ -37,7 +37,7 @@ class StepSource(StrEnum):
 
 
 class AgentExit(StrEnum):
-    """How a step's agent phase ended (SPEC §6)."""
+    """How a step's agent phase ended (design §6)."""
 
     OK = "ok"
     TIMEOUT = "timeout"
@@ -67,7 +67,7 @@ class ErrorInfo(_Persisted):
 
 
 class StopReason(_Persisted):
-    """Why a trial stopped early (SPEC §5.3)."""
+    """Why a trial stopped early (design §5.3)."""
 
     kind: Literal["min_reward", "step_error"]
     step: str
@@ -81,7 +81,7 @@ class StopReason(_Persisted):
 
 
 class Gate(_Persisted):
-    """One evaluated ``min_reward`` gate of a step (SPEC §5.4 rule 4)."""
+    """One evaluated ``min_reward`` gate of a step (design §5.4 rule 4)."""
 
     key: str
     """The gated key (``reward`` for a number gate, which gates the primary reward)."""
@@ -116,7 +116,7 @@ class StepResult(_Persisted):
     name: str
     source: StepSource
     reward: float | None = None
-    """The primary reward (SPEC §5.2), or ``None``."""
+    """The primary reward (design §5.2), or ``None``."""
     rewards: dict[str, float] | None = None
     """All reward keys read from the reward file (``None`` with no verifier result)."""
     passed: bool = False
@@ -182,7 +182,7 @@ class TrialTimings(_Persisted):
 
 
 class TrialResult(_Persisted):
-    """result.json (SPEC §7). Written last; its presence marks the trial finished."""
+    """result.json (design §7). Written last; its presence marks the trial finished."""
 
     schema_version: str = RESULT_SCHEMA_VERSION
     trial_id: str
@@ -215,11 +215,69 @@ class TrialResult(_Persisted):
 
 
 class StepsFile(_Persisted):
-    """steps.json (SPEC §7): the ``steps`` rows of result.json, rewritten after each step."""
+    """steps.json (design §7): the ``steps`` rows of result.json, rewritten after each step."""
 
     schema_version: str = RESULT_SCHEMA_VERSION
     steps: list[StepResult]
     """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
+
+
+class JobMeta(_Persisted):
+    """job.json (design §7): the job's resolved config and versions, rewritten when it stops.
+
+    ``--ae`` values are stored masked (``***``); ``cairn resume`` takes them again.
+    """
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    job_name: str
+    cairn_version: str
+    backend: str
+    """The resolved backend (``docker`` / ``local``); a resume refuses another one."""
+    engine_version: str | None = None
+    config: dict[str, Any]
+    """The :class:`~cairn.plan.JobConfig` as JSON (agent env values masked)."""
+    stopped_by: str | None = None
+    """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
+    started_at: datetime
+    finished_at: datetime | None = None
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    """Each ``-d`` dataset and ``--repo`` as resolved at the start: registry, name and
+    version, and per task its repository, commit, path and content hash
+    (:mod:`cairn.datasets.resolve`); a resume reuses these commits."""
+
+
+class ConfigTask(_Persisted):
+    name: str
+    content_hash: str
+    path: str
+    source: TaskSource | None = None
+    """Where a fetched task came from (as on result.json's ``task``)."""
+
+
+class ConfigAgent(_Persisted):
+    name: str
+    kwargs: dict[str, Any] = Field(default_factory=dict)
+    version: str | None = None
+
+
+class ConfigOptions(_Persisted):
+    timeout_multiplier: float = 1.0
+    verify: bool = True
+    hardened_verify: bool = False
+
+
+class TrialConfigFile(_Persisted):
+    """config.json (design §7): a trial's plan as it was run, written when the trial starts."""
+
+    schema_version: str = RESULT_SCHEMA_VERSION
+    task: ConfigTask
+    agent: ConfigAgent
+    model: str | None = None
+    backend: str
+    attempt: int
+    trial_id: str
+    job_id: str
+    options: ConfigOptions = Field(default_factory=ConfigOptions)
 
 
 SUMMARY_SCHEMA_VERSION = "1.0"
@@ -244,7 +302,7 @@ class StepSummary(_Persisted):
     n_results: int
     """Scored trials in which the step has a verifier result or a candidate-error 0."""
     n_passed: int
-    """Scored trials in which the step passed (SPEC §5.2)."""
+    """Scored trials in which the step passed (design §5.2)."""
     mean_reward: float | None = None
     """Mean primary reward over the step's results that have one; ``None`` without any."""
 
@@ -275,11 +333,11 @@ class TimingSummary(_Persisted):
 
 
 class JobSummary(_Persisted):
-    """summary.json (SPEC §7), rewritten after each trial.
+    """summary.json (design §7), rewritten after each trial.
 
     Scores (means, pass rate, pass@k) are over *scored* trials (outcome ``completed`` or
     ``stopped``); errored and cancelled trials are counted beside them by kind and never
-    folded in as 0, except in :attr:`mean_reward_errors_as_zero` (SPEC §6).
+    folded in as 0, except in :attr:`mean_reward_errors_as_zero` (design §6).
     """
 
     schema_version: str = SUMMARY_SCHEMA_VERSION
@@ -305,7 +363,7 @@ class JobSummary(_Persisted):
     pass_rate: float | None = None
     """``n_passed`` over the scored trials that have a primary reward."""
     pass_at_k: dict[str, float] = Field(default_factory=dict)
-    """Unbiased pass@k for k = 1 … max attempts, averaged over tasks with n ≥ k (SPEC §5.2)."""
+    """Unbiased pass@k for k = 1 … max attempts, averaged over tasks with n ≥ k (design §5.2)."""
     tasks: list[TaskSummary] = Field(default_factory=list)
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float | None = None

@@ -1,4 +1,4 @@
-"""Render a job summary as text, markdown or JSON (SPEC §9 ``cairn report``).
+"""Render a job summary as text, markdown or JSON (design §9 ``cairn report``).
 
 Reads only what :mod:`cairn.results.store` wrote (through :func:`cairn.job.read_job`), so it works on
 job folders copied from elsewhere. The per (task, step) rows are the "where do agents stop"

@@ -1,4 +1,4 @@
-"""Results on disk (SPEC §7): the only module that decides paths under ``jobs/`` or writes JSON.
+"""Results on disk (design §7): the only module that decides paths under ``jobs/`` or writes JSON.
 
 Layout::
 
@@ -26,10 +26,17 @@ from pathlib import Path
 from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
-from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable
+from cairn._util.jsonio import loads_strict, to_jsonable, write_json_atomic
 from cairn.results.masking import Masker, find_secrets, mask_tree
+from cairn.results.model import (
+    RESULT_SCHEMA_VERSION,
+    JobMeta,
+    JobSummary,
+    StepResult,
+    StepsFile,
+    TrialResult,
+)
 from cairn.task.model import task_slug
-from cairn.results.model import RESULT_SCHEMA_VERSION, JobSummary, StepResult, StepsFile, TrialResult
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"
@@ -49,29 +56,13 @@ ARTIFACTS_MANIFEST = "manifest.json"
 __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json", "read_result",
-    "read_steps", "read_summary", "step_dir_name", "task_slug", "trial_dir_name",
+    "read_job_json", "read_steps", "read_summary", "move_superseded", "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
 
 # ------------------------------------------------------------------------------------------
 # Atomic, strict files
-
-
-def write_json_atomic(path: Path, obj: Any) -> None:
-    """Write a value as strict JSON, atomically.
-
-    Args:
-        path: the destination (its folder must exist).
-        obj: a pydantic model (dumped with ``mode="json"``), or plain JSON values, nested
-            freely (models inside lists and dicts are dumped too).
-
-    Raises:
-        ValueError: a float is NaN or ±Infinity (nothing is written).
-        TypeError: a value is not JSON-serializable (nothing is written).
-        OSError: the file cannot be written.
-    """
-    write_bytes_atomic(path, dumps_strict(obj).encode("utf-8"))
 
 
 def read_json(path: Path) -> Any:
@@ -95,7 +86,7 @@ def read_json(path: Path) -> Any:
 
 
 def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
-    """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (SPEC §7).
+    """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (design §7).
 
     Args:
         task_slug_: the task slug (slugified again, so a raw name is safe too).
@@ -118,7 +109,7 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
 
 
 def step_dir_name(index: int, name: str) -> str:
-    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (SPEC §7).
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7).
 
     Args:
         index: 1-based step index.
@@ -208,6 +199,31 @@ class JobPaths:
         return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir()) if p.is_dir()]
 
 
+def trial_dir_group(name: str) -> str:
+    """The ``<task-slug>__<attempt>`` part of a trial folder name (:func:`trial_dir_name`):
+    folders of one (task, attempt) under different trial ids share it."""
+    return name.rsplit("__", 1)[0]
+
+
+def _next_attempt_dir(trial: TrialPaths) -> Path:
+    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
+        if trial.attempts_dir.is_dir() else []
+    return trial.attempt(max(used, default=0) + 1)
+
+
+def move_superseded(old: TrialPaths, new: TrialPaths) -> Path:
+    """Move a whole trial folder that ran under an older trial id into ``new``'s
+    ``attempts/<n>/`` (the task changed since; design §8). Nothing is deleted.
+
+    Returns:
+        Where the old folder now is.
+    """
+    new.attempts_dir.mkdir(parents=True, exist_ok=True)
+    dest = _next_attempt_dir(new)
+    old.root.rename(dest)
+    return dest
+
+
 def move_attempt_aside(trial: TrialPaths) -> Path | None:
     """Move a failed attempt's files into ``attempts/<n>/`` so the trial can run again.
 
@@ -225,9 +241,7 @@ def move_attempt_aside(trial: TrialPaths) -> Path | None:
     entries = sorted(p for p in trial.root.iterdir() if p.name != ATTEMPTS)
     if not entries:
         return None
-    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
-        if trial.attempts_dir.is_dir() else []
-    dest = trial.attempt(max(used, default=0) + 1)
+    dest = _next_attempt_dir(trial)
     dest.mkdir(parents=True)
     for p in entries:
         os.rename(p, dest / p.name)
@@ -239,7 +253,7 @@ def move_attempt_aside(trial: TrialPaths) -> Path | None:
 
 
 class TrialStore:
-    """Writes one trial's folder (SPEC §7). The trial loop hands it values; it decides paths.
+    """Writes one trial's folder (design §7). The trial loop hands it values; it decides paths.
 
     Every text or JSON file written through it has secret values masked. Call
     :meth:`write_result` last.
@@ -408,6 +422,15 @@ def read_artifacts_manifest(artifacts_dir: Path) -> list[dict]:
     except (OSError, ValueError):
         return []
     return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+
+
+def read_job_json(job_dir: Path) -> JobMeta:
+    """Read and validate ``job.json``.
+
+    Raises:
+        OSError: unreadable; ValueError: not strict JSON or not a job.json.
+    """
+    return JobMeta.model_validate(read_json(JobPaths(Path(job_dir)).job_json))
 
 
 def write_job_json(job_dir: Path, job: Any) -> None:

@@ -1,4 +1,4 @@
-"""The job summary (SPEC §6, §7): trial results → :class:`~cairn.results.JobSummary`. Pure.
+"""The job summary (design §6, §7): trial results → :class:`~cairn.results.JobSummary`. Pure.
 
 Scores — mean rewards, pass rate, pass@k, per-step figures — are computed over *scored*
 trials only (outcome ``completed`` or ``stopped``). Errored and cancelled trials are counted
@@ -13,8 +13,8 @@ import math
 from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
-from cairn.results.aggregate import counted_rewards, pass_at_k_summary, primary_reward, step_reached
 from cairn.errors import Category, ErrorKind
+from cairn.results.aggregate import counted_rewards, pass_at_k_summary, primary_reward, step_reached
 from cairn.results.model import (
     JobSummary,
     KeyStat,
@@ -27,7 +27,7 @@ from cairn.results.model import (
 )
 
 SCORED_OUTCOMES = (Outcome.COMPLETED, Outcome.STOPPED)
-"""Outcomes whose trials carry a genuine score (SPEC §6)."""
+"""Outcomes whose trials carry a genuine score (design §6)."""
 
 
 def is_scored(result: TrialResult) -> bool:
@@ -108,7 +108,7 @@ def _error_of(result: TrialResult) -> tuple[ErrorKind, Category] | None:
 
 def summarize_job(results: Sequence[TrialResult],
                   declared_steps: Mapping[str, Sequence[str]] | None = None) -> JobSummary:
-    """Summarize a job's trial results (SPEC §6, §7 summary.json).
+    """Summarize a job's trial results (design §6, §7 summary.json).
 
     Args:
         results: every finished trial of the job (one per result.json).

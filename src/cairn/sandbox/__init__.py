@@ -1,4 +1,4 @@
-"""Sandbox backends behind one interface (SPEC §3), looked up by name.
+"""Sandbox backends behind one interface (design §3), looked up by name.
 
 Backends register lazily: ``get_backend("docker")`` imports ``cairn.sandbox.docker.backend`` only when
 asked, so importing cairn never imports the Docker SDK.
@@ -7,7 +7,9 @@ asked, so importing cairn never imports the Docker SDK.
 from __future__ import annotations
 
 import importlib
+import os
 
+from cairn.errors import UsageError
 from cairn.sandbox.base import (
     Capabilities,
     ExecResult,
@@ -34,7 +36,7 @@ BACKEND_NAMES = tuple(_BACKENDS)
 def get_backend(name: str, *, compose: bool = False) -> type[Sandbox]:
     """Return the sandbox class registered under ``name`` (``docker``, ``local``).
 
-    ``auto`` is resolved by :func:`cairn.sandbox.auto.resolve_backend`, not here.
+    ``auto`` is resolved by :func:`resolve_backend`, not here.
 
     Args:
         name: the backend name.
@@ -55,6 +57,36 @@ def get_backend(name: str, *, compose: bool = False) -> type[Sandbox]:
     return getattr(importlib.import_module(module_name), attr)
 
 
+def resolve_backend(name: str) -> str:
+    """Resolve a ``-e`` value to a registered backend, before anything runs.
+
+    ``auto`` → ``docker`` when an engine answers within 2 s, else ``local`` (design §3.3; the
+    choice is printed on stderr by :func:`cairn.sandbox.auto.resolve_auto`); a named backend is
+    checked against the registry, and ``docker`` must have an engine answering.
+
+    Args:
+        name: ``auto``, ``docker`` or ``local``.
+
+    Returns:
+        The backend name (``docker`` or ``local``).
+
+    Raises:
+        UsageError: an unknown backend name, or ``docker`` with no engine answering within 5 s
+            (design §9: exit 2 before anything runs).
+    """
+    from cairn.sandbox.auto import AUTO, docker_answers, resolve_auto
+
+    if name == AUTO:
+        return resolve_auto(name)
+    if name not in BACKEND_NAMES:
+        raise UsageError(f"unknown sandbox backend {name!r}; use auto, " + ", ".join(BACKEND_NAMES))
+    if name == "docker" and not docker_answers(5.0):
+        raise UsageError("-e docker: no Docker engine answers (DOCKER_HOST="
+                         f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}); "
+                         "start one, or use -e local / -e auto")
+    return name
+
+
 __all__ = [
     "BACKEND_NAMES",
     "Capabilities",
@@ -64,4 +96,5 @@ __all__ = [
     "Sandbox",
     "SandboxSpec",
     "get_backend",
+    "resolve_backend",
 ]

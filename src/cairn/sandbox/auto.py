@@ -1,4 +1,4 @@
-"""``-e auto`` (SPEC §3.3): docker when a Docker engine answers within 2 s, else local.
+"""``-e auto`` (design §3.3): docker when a Docker engine answers within 2 s, else local.
 
 The chosen backend is printed on stderr, with a warning when it is local. The Docker engine is
 found the way the Docker SDK finds it (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``,
@@ -44,9 +44,10 @@ def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
     return bool(result and result[0])
 
 
-def resolve_backend(name: str, *, stream: TextIO | None = None,
+def resolve_auto(name: str, *, stream: TextIO | None = None,
                     timeout_sec: float = PING_TIMEOUT_SEC) -> str:
-    """Resolve a ``-e`` value to a backend name.
+    """Resolve ``auto`` to ``docker`` or ``local`` by pinging the engine (no other checks;
+    :func:`cairn.sandbox.resolve_backend` is the one entry point that also validates names).
 
     Args:
         name: ``docker``, ``local`` (returned as is) or ``auto``.

@@ -1,4 +1,4 @@
-"""The sandbox interface (SPEC §3): one abstract class, one module per backend.
+"""The sandbox interface (design §3): one abstract class, one module per backend.
 
 Agents, the verifier and the trial engine know only :class:`Sandbox`; a backend module
 (``cairn.sandbox.docker.backend``, ``cairn.sandbox.local.backend``) implements it and is looked up by name
@@ -18,15 +18,17 @@ from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
+from cairn.layout import LOG_DIRS as _LOG_DIRS
+
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
 
-LOG_DIRS = ("/logs/agent", "/logs/verifier", "/logs/artifacts")
-"""Folders every sandbox creates empty at start, writable by the agent user (SPEC §3.1)."""
+LOG_DIRS = _LOG_DIRS
+"""Folders every sandbox creates empty at start, writable by the agent user (design §3.1)."""
 
 
 class NetworkMode(StrEnum):
-    """``[environment].network_mode`` (SPEC §1.1)."""
+    """``[environment].network_mode`` (design §1.1)."""
 
     PUBLIC = "public"
     NO_NETWORK = "no-network"
@@ -88,7 +90,7 @@ class ProcessInfo:
 
 @dataclass(frozen=True)
 class Capabilities:
-    """What a backend can enforce; checked before any trial is queued (CONVENTIONS habit 7).
+    """What a backend can enforce; checked before any trial is queued (docs/architecture.md, habit 7).
 
     Attributes:
         network_modes: the network modes the backend enforces.
@@ -97,7 +99,7 @@ class Capabilities:
         storage_limit: whether ``storage_mb`` is applied.
         gpus: whether ``gpus > 0`` can be given to a sandbox.
         compose: whether multi-container (compose) environments run.
-        dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (SPEC §3.2's subset).
+        dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (design §3.2's subset).
     """
 
     network_modes: frozenset[NetworkMode]
@@ -172,8 +174,14 @@ class Sandbox(ABC):
     capabilities: ClassVar[Capabilities]
 
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def engine_version(cls) -> str | None:
+        """The version of the engine behind this backend (recorded in job.json), or ``None``
+        when there is none or it does not answer. Never raises."""
+        return None
     """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
-    fails; the suite skips and lists them (SPEC §3.4)."""
+    fails; the suite skips and lists them (design §3.4)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec

@@ -1,4 +1,4 @@
-"""Remove left-over sandbox resources (SPEC §3 "Ownership and cleanup", §8).
+"""Remove left-over sandbox resources (design §3 "Ownership and cleanup", §8).
 
 A cairn container or network carries ``cairn.job``, ``cairn.trial``, ``cairn.owner`` (the
 creating process: host, pid, start time) and, inside a job, ``cairn.job_dir``. It is *left over*

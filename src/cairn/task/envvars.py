@@ -1,10 +1,10 @@
-"""Environment-variable templates in task.toml env tables (SPEC §1.1).
+"""Environment-variable templates in task.toml env tables (design §1.1).
 
 A value is a literal, or — as the *whole* value — ``${VAR}`` (read from the host environment
 at run time) or ``${VAR:-default}`` (the default when ``VAR`` is unset). ``${...}`` inside a
 longer string is refused by validation (:func:`embedded_template`). The task model keeps the
 templates; :func:`resolve_env` turns them into values just before a trial starts, and
-:func:`secret_values` lists what must be masked in everything cairn writes (SPEC §7).
+:func:`secret_values` lists what must be masked in everything cairn writes (design §7).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from cairn.errors import ErrorKind, TrialFailure
 _TEMPLATE_RE = re.compile(r"^\$\{(?P<var>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}$")
 
 MIN_SECRET_LEN = 4
-"""Resolved template values shorter than this are not masked (SPEC §7)."""
+"""Resolved template values shorter than this are not masked (design §7)."""
 
 
 def parse_template(value: str) -> tuple[str, str | None] | None:
@@ -105,7 +105,7 @@ def resolve_env(templates: Mapping[str, str], environ: Mapping[str, str]) -> dic
 
 
 def secret_values(templates: Mapping[str, str], resolved: Mapping[str, str]) -> set[str]:
-    """The resolved values that came from the host through templates (to mask, SPEC §7).
+    """The resolved values that came from the host through templates (to mask, design §7).
 
     A value equal to the template's own default is not secret (it is written in the task),
     nor is one shorter than :data:`MIN_SECRET_LEN` characters.

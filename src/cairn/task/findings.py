@@ -1,4 +1,4 @@
-"""Validation findings (SPEC §2): one error or warning about a task, with file and line.
+"""Validation findings (design §2): one error or warning about a task, with file and line.
 
 A finding prints as ``path:line: error|warning: text`` (``path: error: text`` when it has no
 line). ``cairn tasks check --strict`` turns warnings into errors (:func:`promote_warnings`).

@@ -1,4 +1,4 @@
-"""``cairn tasks init``: write a runnable task skeleton (SPEC §2).
+"""``cairn tasks init``: write a runnable task skeleton (design §2).
 
 The skeleton passes ``cairn tasks check --strict``; its oracle passes every step and a nop run
 scores 0. Single-step: the agent writes ``hello`` to ``/app/hello.txt``. Multi-step (``steps``

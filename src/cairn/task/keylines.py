@@ -1,4 +1,4 @@
-"""Line numbers of keys in task.toml and YAML front-matter (for findings, SPEC §2).
+"""Line numbers of keys in task.toml and YAML front-matter (for findings, design §2).
 
 ``tomllib`` returns plain dicts without positions, so :func:`toml_key_lines` re-scans the
 source text (already known to be valid TOML) and records the line where every key path is

@@ -1,4 +1,4 @@
-"""Load and validate task folders (SPEC §1, §2).
+"""Load and validate task folders (design §1, §2).
 
 - :func:`load_task` reads a task folder (``task.toml`` + files, or BenchFlow's single-file
   ``task.md`` with a TOML ``+++`` or YAML ``---`` front-matter header) into a resolved
@@ -55,7 +55,7 @@ def is_task_dir(path: Path) -> bool:
 
 
 def find_tasks(path: Path) -> list[Path]:
-    """The task folders a path names (SPEC §8 ``-p``).
+    """The task folders a path names (design §8 ``-p``).
 
     Args:
         path: a task folder, or a dataset folder (its immediate sub-folders that are tasks).
@@ -226,7 +226,7 @@ def _analyse(root: Path) -> _Analysis:
 # -- public checks ---------------------------------------------------------------------------------
 
 def check_task(path: Path, strict: bool = False) -> list[Finding]:
-    """Validate a task folder without starting anything (SPEC §2).
+    """Validate a task folder without starting anything (design §2).
 
     Args:
         path: the task folder; findings name files under it as given (relative stays relative).

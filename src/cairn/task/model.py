@@ -1,4 +1,4 @@
-"""Frozen pydantic models of task.toml (SPEC §1.1) and of a loaded task.
+"""Frozen pydantic models of task.toml (design §1.1) and of a loaded task.
 
 Two layers:
 
@@ -6,10 +6,10 @@ Two layers:
   applied, env templates kept as templates).
 - :class:`Task` and :class:`Step` are the loaded task: every step resolved with its files and
   its effective settings (fallbacks applied). A single-step task is a task with one step named
-  ``main`` — one shape for everything downstream (CONVENTIONS habit 11).
+  ``main`` — one shape for everything downstream (docs/architecture.md, habit 11).
 
 Unknown keys are allowed here (``extra="allow"``) because the loader reports them as findings
-with their line (SPEC §2); pydantic alone would drop or reject them without a line.
+with their line (design §2); pydantic alone would drop or reject them without a line.
 """
 
 from __future__ import annotations
@@ -20,16 +20,17 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file  # noqa: F401 - re-exported
 from cairn.sandbox.base import NetworkMode
 
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-"""Valid step names (SPEC §1.1)."""
+"""Valid step names (design §1.1)."""
 
 _SLUG_RE = re.compile(r"[^A-Za-z0-9._-]")
 
 
 def task_slug(task_name: str) -> str:
-    """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (SPEC §7).
+    """The task name with characters outside ``[A-Za-z0-9._-]`` replaced by ``-`` (design §7).
 
     Example: ``org/two steps`` → ``org-two-steps``.
     """
@@ -37,7 +38,7 @@ def task_slug(task_name: str) -> str:
 
 
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
-"""Agent timeout when neither the task nor the step sets one (Evolve's default; SPEC §1.1)."""
+"""Agent timeout when neither the task nor the step sets one (Evolve's default; design §1.1)."""
 
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
@@ -50,7 +51,7 @@ class _Model(BaseModel):
 
 
 class Healthcheck(_Model):
-    """A healthcheck (SPEC §4.3): Docker HEALTHCHECK semantics run by cairn with execs.
+    """A healthcheck (design §4.3): Docker HEALTHCHECK semantics run by cairn with execs.
 
     Units are seconds.
     """
@@ -64,7 +65,7 @@ class Healthcheck(_Model):
 
 
 class Artifact(_Model):
-    """One artifact entry (SPEC §4.5): a path string is ``Artifact(source=path)``.
+    """One artifact entry (design §4.5): a path string is ``Artifact(source=path)``.
 
     ``source`` is an absolute sandbox path; ``destination`` is relative to the step's
     ``artifacts/`` folder (default: the source path without its leading ``/``).
@@ -112,7 +113,7 @@ class AgentConfig(_Model):
 
 
 class EnvironmentConfig(_Model):
-    """``[environment]`` (SPEC §1.1). Units: seconds, cores, MiB."""
+    """``[environment]`` (design §1.1). Units: seconds, cores, MiB."""
 
     build_timeout_sec: float = DEFAULT_BUILD_TIMEOUT_SEC
     docker_image: str | None = None
@@ -185,7 +186,7 @@ class StepConfig(_Model):
 
 
 class TaskConfig(_Model):
-    """A whole task.toml (SPEC §1.1), as written, defaults applied."""
+    """A whole task.toml (design §1.1), as written, defaults applied."""
 
     schema_version: str = Field(default="1.4", alias="schema_version")
     multi_step_reward_strategy: Literal["mean", "final"] = "mean"
@@ -259,7 +260,7 @@ class Step(BaseModel):
 
     @property
     def setup_sh(self) -> Path | None:
-        """``steps/<name>/workdir/setup.sh`` if present (reserved name, SPEC §1)."""
+        """``steps/<name>/workdir/setup.sh`` if present (reserved name, design §1)."""
         if self.workdir_dir is None:
             return None
         p = self.workdir_dir / "setup.sh"
@@ -267,7 +268,7 @@ class Step(BaseModel):
 
     @property
     def dir_name(self) -> str:
-        """The step's folder name in results: ``<nn>-<name>`` (SPEC §7)."""
+        """The step's folder name in results: ``<nn>-<name>`` (design §7)."""
         return f"{self.index:02d}-{self.name}"
 
 
@@ -316,12 +317,8 @@ class Task(BaseModel):
 
     @property
     def compose_file(self) -> Path | None:
-        """``environment/docker-compose.yaml`` (or ``.yml``) if it exists."""
-        for n in ("docker-compose.yaml", "docker-compose.yml"):
-            p = self.path / "environment" / n
-            if p.is_file():
-                return p
-        return None
+        """The environment's compose file (:func:`find_compose_file`), if any."""
+        return find_compose_file(self.path / "environment")
 
     @property
     def slug(self) -> str:

@@ -1,4 +1,4 @@
-"""Check a parsed task.toml document against the task models (SPEC §1.1, §2).
+"""Check a parsed task.toml document against the task models (design §1.1, §2).
 
 Pydantic with ``extra="allow"`` keeps unknown keys silently and coerces ``"512"`` to 512, so
 this module walks the raw document against the models' fields itself, at every level
@@ -238,9 +238,7 @@ def _trim_loc(doc: Any, loc: tuple, *, missing: bool) -> KeyPath:
     out: list[str | int] = []
     node = doc
     for k, part in enumerate(loc):
-        if isinstance(node, dict) and isinstance(part, str) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        if isinstance(node, dict) and isinstance(part, str) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         else:
             if missing and k == len(loc) - 1 and isinstance(part, str):

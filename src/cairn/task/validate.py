@@ -1,4 +1,4 @@
-"""The task-folder checks of SPEC §2 that go beyond key types.
+"""The task-folder checks of design §2 that go beyond key types.
 
 Every check reads the parsed task.toml document defensively (a value of the wrong type has
 already been reported by :mod:`cairn.task.schema_check` and is skipped here) and the files of
@@ -13,13 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cairn.layout import find_compose_file
 from cairn.task.envvars import embedded_template
 from cairn.task.findings import ERROR, WARNING, FindingSink, format_key_path
 from cairn.task.model import STEP_NAME_RE
 
 KeyPath = tuple[str | int, ...]
 
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml")
 
 
 def _table(node: Any, *keys: str | int) -> dict[str, Any]:
@@ -49,7 +49,7 @@ def declared_steps(doc: dict[str, Any]) -> list[Any]:
 
 def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
                       instruction_in_header: bool = False) -> None:
-    """Run every folder and semantic check of SPEC §2.
+    """Run every folder and semantic check of design §2.
 
     Args:
         root: the task folder, as the caller named it (findings use it as their prefix).
@@ -144,7 +144,7 @@ def _check_environment_definition(root: Path, doc: dict[str, Any], sink: Finding
     env_dir = root / "environment"
     if isinstance(image, str) and image.strip():
         return
-    if (env_dir / "Dockerfile").is_file() or any((env_dir / n).is_file() for n in COMPOSE_FILES):
+    if (env_dir / "Dockerfile").is_file() or find_compose_file(env_dir) is not None:
         return
     sink.key(("environment", "docker_image"), ERROR,
              "no environment definition: add `environment/Dockerfile` (or "

@@ -13,7 +13,7 @@ from cairn._util.lazy import lazy_face
 _NAMES = {
     "run_trial": "cairn.trial.run",
     "make_agent": "cairn.trial.run",
-    "error_info": "cairn.trial.run",
+    "error_info": "cairn.trial.classify",
 }
 
 __all__ = sorted(_NAMES)

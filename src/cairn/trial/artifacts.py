@@ -1,4 +1,4 @@
-"""Collect a step's artifacts from the sandbox to the host (SPEC §4.5).
+"""Collect a step's artifacts from the sandbox to the host (design §4.5).
 
 Best-effort: a failed entry is recorded in the manifest, never fatal. Symlinks are stored as
 links and never followed (the sandbox's download guarantees it); a per-entry size cap protects
@@ -14,13 +14,14 @@ import shutil
 from pathlib import Path, PurePosixPath
 
 from cairn.errors import SandboxLostError
+from cairn.layout import ARTIFACTS_DIR
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Artifact
 
 DEFAULT_ARTIFACT_CAP_BYTES = 1 << 30
 """Per-entry size cap: 1 GiB."""
 
-LOGS_ARTIFACTS = "/logs/artifacts"
+LOGS_ARTIFACTS = ARTIFACTS_DIR
 
 
 def _remove_excluded(root: Path, patterns: tuple[str, ...]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Healthchecks with Docker HEALTHCHECK semantics, run by cairn with execs (SPEC §4.3)."""
+"""Healthchecks with Docker HEALTHCHECK semantics, run by cairn with execs (design §4.3)."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class HealthcheckOutcome:
 
 
 async def run_healthcheck(sandbox: Sandbox, check: Healthcheck, *, user: str | int | None = None,
-                          time_scale: float = 1.0) -> HealthcheckOutcome:
+                          timeout_multiplier: float = 1.0) -> HealthcheckOutcome:
     """Probe ``check.command`` (``sh -c``) until it passes or fails (Docker's semantics).
 
     During ``start_period_sec`` probes run every ``start_interval_sec`` and failures do not count
@@ -39,20 +39,20 @@ async def run_healthcheck(sandbox: Sandbox, check: Healthcheck, *, user: str | i
         sandbox: the sandbox to probe.
         check: the healthcheck settings (seconds).
         user: the user probes run as.
-        time_scale: the job's timeout multiplier, applied to the per-probe timeout and the start
+        timeout_multiplier: the job's timeout multiplier, applied to the per-probe timeout and the start
             period.
 
     Returns:
         The :class:`HealthcheckOutcome`.
     """
     started = time.monotonic()
-    start_period = check.start_period_sec * time_scale
+    start_period = check.start_period_sec * timeout_multiplier
     failures = 0
     probes = 0
     while True:
         probes += 1
         r = await sandbox.exec(["sh", "-c", check.command], user=user,
-                               timeout_sec=check.timeout_sec * time_scale,
+                               timeout_sec=check.timeout_sec * timeout_multiplier,
                                max_output_bytes=4096)
         output = (r.stdout + r.stderr)[-2000:]
         if r.ok:

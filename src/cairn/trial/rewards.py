@@ -1,4 +1,4 @@
-"""Reading reward files (SPEC §5.1): pure functions on the bytes a verifier left behind.
+"""Reading reward files (design §5.1): pure functions on the bytes a verifier left behind.
 
 A verifier writes ``/logs/verifier/reward.json`` (an object of named finite numbers) or
 ``/logs/verifier/reward.txt`` (one number). The verifier module fetches their bytes (at most
@@ -188,7 +188,7 @@ def _json_type(value: object) -> str:
 
 
 def range_warnings(rewards: dict[str, float]) -> list[str]:
-    """Warnings for reward values outside [0, 1] (kept as written, SPEC §5.1).
+    """Warnings for reward values outside [0, 1] (kept as written, design §5.1).
 
     Args:
         rewards: the parsed rewards.
@@ -201,7 +201,7 @@ def range_warnings(rewards: dict[str, float]) -> list[str]:
 
 
 def read_reward(files: dict[str, bytes | None]) -> RewardRead:
-    """Read a verifier's reward from the contents of its reward files (SPEC §5.1).
+    """Read a verifier's reward from the contents of its reward files (design §5.1).
 
     Args:
         files: ``{"reward.json": bytes | None, "reward.txt": bytes | None}``; ``None`` or a

@@ -1,4 +1,4 @@
-"""Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (SPEC §4–§6).
+"""Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (design §4–§6).
 
 ``trial.py`` never writes JSON itself: it hands values to :mod:`cairn.results.store`.
 """
@@ -9,11 +9,9 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.results.aggregate import score_trial, stop_decision
 from cairn.errors import (
     Category,
     ErrorKind,
@@ -22,12 +20,15 @@ from cairn.errors import (
     SandboxLostError,
     TrialFailure,
     UnsupportedError,
-    category_of,
 )
-from cairn.trial.healthcheck import run_healthcheck
+from cairn.events import Event, EventKind, EventSink
 from cairn.plan import TrialPlan
+from cairn.results.aggregate import score_trial, stop_decision
 from cairn.results.model import (
     AgentRef,
+    ConfigAgent,
+    ConfigOptions,
+    ConfigTask,
     ErrorInfo,
     Outcome,
     StepResult,
@@ -35,41 +36,18 @@ from cairn.results.model import (
     StopReason,
     TaskRef,
     Tokens,
+    TrialConfigFile,
     TrialResult,
     TrialTimings,
 )
+from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.trial.step import StepDirs, StepEnv, run_step
-from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
-
-EventSink = Callable[[str], None]
-
-
-def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
-               after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
-    """Classify a :class:`TrialFailure` into the persisted ``error`` (SPEC §6)."""
-    step_index = step.index if step is not None else 1
-    detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
-              if not k.startswith("_")}
-    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
-                                                         after_agent=after_agent),
-                     phase=phase or _PHASE_OF.get(exc.kind), step=step.name if step else None,
-                     message=mask(str(exc)), detail=detail)
-
-
-_PHASE_OF = {
-    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT, ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
-    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT, ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
-    ErrorKind.START_FAILED: Phase.ENVIRONMENT, ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
-    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP, ErrorKind.SETUP_FAILED: Phase.SETUP,
-    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK, ErrorKind.TEST_MISSING: Phase.VERIFIER,
-    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
-    ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
-    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
-}
+from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
+from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.step import StepDirs, StepEnv, run_step
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -83,7 +61,7 @@ def _enter_hint(sandbox: Sandbox) -> str:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def make_agent(plan: TrialPlan) -> Agent:
@@ -100,7 +78,7 @@ class _TrialRun:
         self.plan = plan
         self.task = plan.task
         self.agent = agent
-        self.emit = on_event or (lambda line: None)
+        self.emit: EventSink = on_event or (lambda event: None)
         self.store = TrialStore(TrialPaths(plan.trial_dir))
         self.rows: list[StepResult] = [
             StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in self.task.steps]
@@ -120,14 +98,15 @@ class _TrialRun:
     def log(self, line: str) -> None:
         self.store.append_log(line)
 
-    def event(self, line: str) -> None:
+    def event(self, line: str, kind: EventKind = EventKind.TRIAL) -> None:
+        """Log a line in trial.log and emit it as ``[task] line`` (``[task #n]`` after attempt 1)."""
         self.log(line)
         tag = self.task.name if self.plan.attempt == 1 else f"{self.task.name} #{self.plan.attempt}"
-        self.emit(f"[{tag}] {line}")
+        self.emit(Event(kind, f"[{tag}] {line}", task=self.task.name, trial_id=self.plan.trial_id))
 
     # ---- set-up ------------------------------------------------------------------------------
     def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
-        """Resolve env templates (SPEC §4.1 step 1) and build the sandbox spec."""
+        """Resolve env templates (design §4.1 step 1) and build the sandbox spec."""
         task, opts = self.task, self.plan.options
         environ = os.environ
         env_t = task.environment.env
@@ -161,7 +140,7 @@ class _TrialRun:
         try:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
                 self.warnings.append(warning)
-                self.event(f"warning: {warning}")
+                self.event(f"warning: {warning}", EventKind.WARNING)
             self.separate = self._plan_separate(spec)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
@@ -194,7 +173,7 @@ class _TrialRun:
             await asyncio.shield(sandbox.stop())
 
     def _plan_separate(self, spec: SandboxSpec) -> dict:
-        """Plan every separate verifier (SPEC §4.6) before anything starts; adds their secrets
+        """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
         to the masker."""
         if not self.plan.options.verify or all(s.verifier_mode != "separate"
                                                for s in self.task.steps):
@@ -202,7 +181,7 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 time_scale=self.plan.options.timeout_multiplier)
+                                                 timeout_multiplier=self.plan.options.timeout_multiplier)
                  for s in self.task.steps if s.verifier_mode == "separate"}
         extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
         if extra:
@@ -217,15 +196,15 @@ class _TrialRun:
             await sandbox.start()
         except SandboxError as exc:
             if exc.kind is ErrorKind.SANDBOX_UNUSABLE:
-                raise TrialFailure(ErrorKind.START_FAILED, str(exc), detail=exc.detail) from exc
+                raise as_start_failure(exc) from exc
             raise
         self.timings["environment_sec"] = time.monotonic() - started
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
         self.event(f"environment: {self.plan.backend}, ready in "
-                   f"{self.timings['environment_sec']:.1f} s")
+                   f"{self.timings['environment_sec']:.1f} s", EventKind.ENVIRONMENT)
         hc = self.task.environment.healthcheck
         if hc is not None:
-            out = await run_healthcheck(sandbox, hc, time_scale=self.plan.options.timeout_multiplier)
+            out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
             if not out.healthy:
                 raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
                                    f"environment healthcheck failed after {out.probes} probes",
@@ -234,12 +213,13 @@ class _TrialRun:
         self.phase = Phase.AGENT_SETUP
         started = time.monotonic()
         first = self.task.steps[0]
+        setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
+                             * self.plan.options.timeout_multiplier)  # scaled once, as steps are
         ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
-                           timeout_sec=self.plan.options.agent_setup_timeout_sec,
+                           timeout_sec=setup_timeout_sec,
                            user=first.agent_user, env=dict(self.plan.options.agent_env))
         try:
-            async with asyncio.timeout(self.plan.options.agent_setup_timeout_sec
-                                       * self.plan.options.timeout_multiplier):
+            async with asyncio.timeout(setup_timeout_sec):
                 await self.agent.setup(sandbox, ctx)
         except (TrialFailure, asyncio.CancelledError):
             raise
@@ -251,7 +231,7 @@ class _TrialRun:
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
         steps = self.task.steps
-        env = StepEnv(verifier_env={}, time_scale=opts.timeout_multiplier, verify=opts.verify,
+        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate)
@@ -286,13 +266,13 @@ class _TrialRun:
 
     def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
         """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
-        phase = _PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
+        phase = PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
         if isinstance(exc, SandboxLostError):
             self.error = error_info(exc, step=step, phase=phase, mask=self.masker.mask)
             return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
                               error=self.error)
         if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not self.after_agent:
-            exc = TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
+            exc = as_transfer_failure(exc)
         info = error_info(exc, step=step, phase=phase, after_agent=self.after_agent,
                           mask=self.masker.mask)
         if info.category is Category.CANDIDATE:
@@ -303,7 +283,7 @@ class _TrialRun:
 
     def _record_failure(self, exc: TrialFailure) -> None:
         if self.error is None:
-            self.error = error_info(exc, phase=self.phase if exc.kind not in _PHASE_OF else None,
+            self.error = error_info(exc, phase=self.phase if exc.kind not in PHASE_OF else None,
                                     after_agent=self.after_agent, mask=self.masker.mask)
 
     def _step_event(self, step: Step, row: StepResult) -> None:
@@ -324,7 +304,7 @@ class _TrialRun:
         exit_note = f" [agent {row.agent_exit.value}]" if row.agent_exit and \
             row.agent_exit.value != "ok" else ""
         self.event(f"step {step.index}/{n} {step.name}: {what}{exit_note}"
-                   + (f" ({extra})" if extra else ""))
+                   + (f" ({extra})" if extra else ""), EventKind.STEP)
 
     # ---- result ------------------------------------------------------------------------------
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
@@ -371,12 +351,13 @@ class _TrialRun:
 
 async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                     on_event: EventSink | None = None) -> TrialResult:
-    """Run one trial to its end and write its results (SPEC §4.1).
+    """Run one trial to its end and write its results (design §4.1).
 
     Args:
         plan: the trial plan (task, agent, backend, attempt, ids, folders, options).
         agent: an agent instance to use instead of creating one from ``plan.agent_name``.
-        on_event: receives one human-readable line per event (SPEC §9's per-step lines).
+        on_event: receives each :class:`~cairn.events.Event` (design §9's per-step lines,
+            the verdict, warnings).
 
     Returns:
         The :class:`TrialResult`, also written to ``<trial_dir>/result.json`` (last).
@@ -388,17 +369,16 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     t0 = time.monotonic()
     run = _TrialRun(plan, agent or make_agent(plan), on_event)
     run.store.create()
-    run.store.write_config({
-        "task": {"name": plan.task.name, "content_hash": plan.task.content_hash,
-                 "path": str(plan.task.path),
-                 "source": plan.source.model_dump(mode="json") if plan.source else None},
-        "agent": {"name": plan.agent_name, "kwargs": plan.agent_kwargs,
-                  "version": run.agent.version},
-        "model": plan.model, "backend": plan.backend, "attempt": plan.attempt,
-        "trial_id": plan.trial_id, "job_id": plan.job_id,
-        "options": {"timeout_multiplier": plan.options.timeout_multiplier,
-                    "verify": plan.options.verify,
-                    "hardened_verify": plan.options.hardened_verify}})
+    run.store.write_config(TrialConfigFile(
+        task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
+                        path=str(plan.task.path), source=plan.source),
+        agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs,
+                          version=run.agent.version),
+        model=plan.model, backend=plan.backend, attempt=plan.attempt,
+        trial_id=plan.trial_id, job_id=plan.job_id,
+        options=ConfigOptions(timeout_multiplier=plan.options.timeout_multiplier,
+                              verify=plan.options.verify,
+                              hardened_verify=plan.options.hardened_verify)))
     run.store.write_steps(run.rows)
     cancelled = False
     try:
@@ -422,5 +402,6 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
             if result.error is not None:
                 why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
                     if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}")
+            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}",
+                      EventKind.VERDICT)
     return result

@@ -1,4 +1,4 @@
-"""The separate verifier (SPEC §4.6, "Separate mode"): grade in a fresh sandbox that sees only
+"""The separate verifier (design §4.6, "Separate mode"): grade in a fresh sandbox that sees only
 the step's declared artifacts.
 
 For a step whose ``environment_mode`` is ``"separate"`` (step level, else task level):
@@ -39,18 +39,19 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
-from cairn.trial.healthcheck import run_healthcheck
+from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
+from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.sandbox.docker.compose_files import find_compose_file
-from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.hashing import env_hash
 from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
+from cairn.trial.classify import as_start_failure
+from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import VerifierRun, run_verifier
 
-LOGS_ARTIFACTS = "/logs/artifacts"
-_DEFINITION_FILES = ("Dockerfile", "docker-compose.yaml", "docker-compose.yml")
+LOGS_ARTIFACTS = ARTIFACTS_DIR
+_DEFINITION_FILES = ("Dockerfile", *COMPOSE_FILE_NAMES)
 
 
 @dataclass(frozen=True)
@@ -83,7 +84,7 @@ def verifier_build_context(task: Task, step: Step) -> Path | None:
 
 def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: str, *,
                            environ: Mapping[str, str] | None = None,
-                           time_scale: float = 1.0) -> SeparatePlan:
+                           timeout_multiplier: float = 1.0) -> SeparatePlan:
     """Resolve the separate verifier sandbox of ``step``.
 
     Args:
@@ -92,7 +93,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         base: the trial's sandbox spec (job and trial ids, ``force_build``, job folder).
         backend: the trial's backend name (``docker``, ``local``).
         environ: the host environment for ``${VAR}`` templates (default ``os.environ``).
-        time_scale: the timeout multiplier (applied to ``build_timeout_sec``).
+        timeout_multiplier: the timeout multiplier (applied to ``build_timeout_sec``).
 
     Returns:
         The :class:`SeparatePlan`.
@@ -105,7 +106,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
     context = verifier_build_context(task, step)
     fallback_note: tuple[str, ...] = ()
     if context is None and not cfg.docker_image:
-        # SPEC §4.6 "else a copy of [environment]": with no verifier image of its own and no
+        # design §4.6 "else a copy of [environment]": with no verifier image of its own and no
         # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
         # (pristine: none of the agent's changes, only the declared artifacts).
         context = task.env_dir
@@ -124,7 +125,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
         cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
         network_mode=cfg.effective_network_mode, env=env,
-        build_timeout_sec=cfg.build_timeout_sec * time_scale,
+        build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
         name=f"{task.slug}-verifier", keep=False)
     cls = get_backend(backend, compose=compose)
@@ -198,7 +199,7 @@ async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path) -> list[str]:
 
 async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
                                 timeout_sec: float, verifier_dir: Path, artifacts_dir: Path,
-                                mask=lambda s: s, time_scale: float = 1.0) -> VerifierRun:
+                                mask=lambda s: s, timeout_multiplier: float = 1.0) -> VerifierRun:
     """Verify ``step`` in a fresh sandbox holding only its declared artifacts.
 
     Args:
@@ -209,7 +210,7 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
         verifier_dir: host ``steps/<nn>-<name>/verifier`` (exists).
         artifacts_dir: host ``steps/<nn>-<name>/artifacts`` (collected, with its manifest).
         mask: masks secret values in text written to the host.
-        time_scale: the timeout multiplier (healthcheck timing).
+        timeout_multiplier: the timeout multiplier (healthcheck timing).
 
     Returns:
         The :class:`~cairn.trial.verify.VerifierRun`; sandbox failures are in ``error``
@@ -222,7 +223,7 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
     try:
         async with plan.backend(plan.spec) as sb:
             if plan.healthcheck is not None:
-                hc = await run_healthcheck(sb, plan.healthcheck, time_scale=time_scale)
+                hc = await run_healthcheck(sb, plan.healthcheck, timeout_multiplier=timeout_multiplier)
                 if not hc.healthy:
                     return VerifierRun(error=TrialFailure(
                         ErrorKind.ENV_HEALTHCHECK_FAILED,
@@ -244,9 +245,8 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
             exc.kind, f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
             detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()}))
     except (SandboxError, UnsupportedError) as exc:
-        return VerifierRun(error=TrialFailure(
-            ErrorKind.START_FAILED,
-            f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
+        return VerifierRun(error=as_start_failure(
+            exc, f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
             detail={k: mask(v) if isinstance(v, str) else v
                     for k, v in getattr(exc, "detail", {}).items()}))
     except TrialFailure as exc:

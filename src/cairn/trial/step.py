@@ -1,4 +1,4 @@
-"""One step's procedure, in SPEC §4.2's exact order, against the Sandbox interface.
+"""One step's procedure, in design §4.2's exact order, against the Sandbox interface.
 
 1. host folders; 2. copy ``workdir/`` (agent's earlier files kept); 3. ``setup.sh``;
 4. step healthcheck; 5. agent phase; 6. end the phase (§4.4); 7. artifacts; 8. verifier.
@@ -15,8 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
-from cairn.trial.artifacts import collect_artifacts
 from cairn.errors import (
     ErrorKind,
     ModelError,
@@ -24,11 +22,15 @@ from cairn.errors import (
     SandboxError,
     TrialFailure,
 )
-from cairn.trial.healthcheck import run_healthcheck
+from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, VERIFIER_LOGS_DIR
+from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
 from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
-from cairn.sandbox.base import ProcessInfo, Sandbox
 from cairn.results.store import write_artifacts_manifest
+from cairn.sandbox.base import ProcessInfo, Sandbox
 from cairn.task.model import Step
+from cairn.trial.artifacts import collect_artifacts
+from cairn.trial.classify import error_info
+from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -45,7 +47,7 @@ PYTHON_HOOKS_CMD = (
 
 
 def strip_canary(text: str) -> str:
-    """Remove every line that carries a canary GUID (also inside ``<!-- -->``), SPEC §4.2."""
+    """Remove every line that carries a canary GUID (also inside ``<!-- -->``), design §4.2."""
     return _CANARY_LINE.sub("", text)
 
 
@@ -55,7 +57,7 @@ class StepEnv:
 
     Attributes:
         verifier_env: resolved merged verifier env.
-        time_scale: the timeout multiplier.
+        timeout_multiplier: the timeout multiplier.
         verify: ``False`` under ``--no-verify``.
         hardened: ``--hardened-verify``.
         agent_env: ``--ae`` variables.
@@ -63,12 +65,12 @@ class StepEnv:
         trial_baseline: processes that existed before the first agent phase (hardened mode).
         mask: secret masker for text written to the host.
         separate: step index → :class:`cairn.trial.separate_verifier.SeparatePlan` for steps verified in a
-            separate sandbox (SPEC §4.6).
+            separate sandbox (design §4.6).
         phase: the phase the running step is in (kept up to date by :func:`run_step`).
     """
 
     verifier_env: dict[str, str]
-    time_scale: float = 1.0
+    timeout_multiplier: float = 1.0
     verify: bool = True
     hardened: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
@@ -126,7 +128,7 @@ async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
                            user="root")
 
 
-async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
+async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) -> float:
     """Run ``workdir/setup.sh`` as the agent user in the working dir; returns seconds taken.
 
     Raises:
@@ -140,7 +142,7 @@ async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
     await sandbox.exec(["chmod", "755", SETUP_SCRIPT], user="root")
     if b"\r\n" in setup.read_bytes():
         await sandbox.exec(["sed", "-i", "s/\\r$//", SETUP_SCRIPT], user="root")
-    timeout = step.setup_timeout_sec * time_scale
+    timeout = step.setup_timeout_sec * timeout_multiplier
     r = await sandbox.exec(["bash", SETUP_SCRIPT], user=step.agent_user, timeout_sec=timeout)
     await sandbox.exec(["rm", "-f", SETUP_SCRIPT], user="root")
     if not r.ok:
@@ -152,7 +154,7 @@ async def _run_setup(sandbox: Sandbox, step: Step, time_scale: float) -> float:
 
 
 _AFTER_AGENT_PROBE = (
-    "rm -rf /solution; for d in /logs/agent /logs/verifier /logs/artifacts; do "
+    f"rm -rf {SOLUTION_DIR}; for d in {' '.join(LOG_DIRS)}; do "
     "[ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] && echo \"$d\"; done; true")
 
 
@@ -167,33 +169,33 @@ async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]
     r = await sandbox.exec(_AFTER_AGENT_PROBE, user="root")
     full = set(r.stdout.split())
     emptied: list[str] = []
-    if "/logs/agent" in full:
-        await sandbox.download("/logs/agent", agent_dir)
-        emptied.append("/logs/agent")
-    if "/logs/verifier" in full:
+    if AGENT_LOGS_DIR in full:
+        await sandbox.download(AGENT_LOGS_DIR, agent_dir)
+        emptied.append(AGENT_LOGS_DIR)
+    if VERIFIER_LOGS_DIR in full:
         planted = agent_dir / "planted-verifier-logs"
         planted.mkdir(parents=True, exist_ok=True)
-        await sandbox.download("/logs/verifier", planted)
-        warnings.append("the agent wrote into /logs/verifier; kept as evidence in "
+        await sandbox.download(VERIFIER_LOGS_DIR, planted)
+        warnings.append(f"the agent wrote into {VERIFIER_LOGS_DIR}; kept as evidence in "
                         "agent/planted-verifier-logs and never read as a reward")
-        emptied.append("/logs/verifier")
+        emptied.append(VERIFIER_LOGS_DIR)
     if emptied:
         await sandbox.exec(f"find {' '.join(emptied)} -mindepth 1 -delete; "
-                           "chmod 777 /logs/agent /logs/verifier", user="root")
-    return warnings, "/logs/artifacts" in full
+                           f"chmod 777 {AGENT_LOGS_DIR} {VERIFIER_LOGS_DIR}", user="root")
+    return warnings, ARTIFACTS_DIR in full
 
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
                    task) -> tuple[StepResult, AgentContext | None]:
-    """Run one step (SPEC §4.2 items 2–8) and return its row.
+    """Run one step (design §4.2 items 2–8) and return its row.
 
-    Failures of SPEC §6's vocabulary raised by the phases are left to the caller (the trial),
+    Failures of design §6's vocabulary raised by the phases are left to the caller (the trial),
     which classifies them; the returned row covers the normal path including verifier errors,
     which are recorded in ``error`` with ``source = error``.
 
     Raises:
-        TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox error;
-            the exception carries ``partial`` (the row so far) as ``exc.detail["_row"]``.
+        TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox
+            error (the trial turns it into the step's row, :func:`cairn.trial.classify.error_info`).
         SandboxLostError: the engine is gone.
     """
     timings: dict[str, float | None] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
@@ -204,13 +206,13 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     env.phase = Phase.SETUP
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
-        timings["setup_sec"] = await _run_setup(sandbox, step, env.time_scale)
+        timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
 
     # 4. step healthcheck
     env.phase = Phase.HEALTHCHECK
     if step.healthcheck is not None:
         hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
-                                   time_scale=env.time_scale)
+                                   timeout_multiplier=env.timeout_multiplier)
         if not hc.healthy:
             raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
                                f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
@@ -219,7 +221,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 5. agent phase
     env.phase = Phase.AGENT
-    timeout = step.agent_timeout_sec * env.time_scale
+    timeout = step.agent_timeout_sec * env.timeout_multiplier
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
                            resume_session=env.resume_session)
@@ -281,17 +283,16 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             raise TrialFailure(ErrorKind.CONFIG_ERROR,
                                f"step {step.name!r}: separate verifier was not planned")
         v = await run_separate_verifier(plan, step, env=env.verifier_env,
-                                        timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                                        timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
-                                        mask=mask, time_scale=env.time_scale)
+                                        mask=mask, timeout_multiplier=env.timeout_multiplier)
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
-                               timeout_sec=step.verifier_timeout_sec * env.time_scale,
+                               timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                verifier_dir=dirs.verifier, mask=mask)
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
     if v.error is not None:
-        from cairn.trial.run import error_info  # local import: trial imports this module
 
         err = error_info(v.error, step=step, phase=Phase.VERIFIER)
         return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,

@@ -1,4 +1,4 @@
-"""Run a step's verifier in the shared sandbox and read its reward (SPEC §4.6, §5.1, §11).
+"""Run a step's verifier in the shared sandbox and read its reward (design §4.6, §5.1, §11).
 
 Shared mode, in this order: empty ``/logs/verifier`` and ``/tests`` (as root); upload ``tests/``
 then ``steps/<name>/tests/`` on top; run ``test.sh`` with bash as the verifier user, cwd
@@ -15,12 +15,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
-from cairn.trial.rewards import read_reward
+from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step
+from cairn.trial.rewards import read_reward
 
-TESTS_DIR = "/tests"
-VERIFIER_LOGS = "/logs/verifier"
+VERIFIER_LOGS = VERIFIER_LOGS_DIR
 REWARD_FILES = ("reward.json", "reward.txt")
 REWARD_CAP_BYTES = 64 * 1024
 
@@ -83,7 +83,7 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
             with ``test_missing``.
 
     Returns:
-        The :class:`VerifierRun`; failures of SPEC §6 (task category) are in ``error``.
+        The :class:`VerifierRun`; failures of design §6 (task category) are in ``error``.
 
     Raises:
         SandboxError: a sandbox operation failed (the engine classifies it).
@@ -122,7 +122,7 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         run.exit_code = result.exit_code
         if result.exit_code in (126, 127) and not (
                 await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
-            # bash itself no longer runs: whatever ran before broke the sandbox (SPEC §6
+            # bash itself no longer runs: whatever ran before broke the sandbox (design §6
             # sandbox_unusable), not the task's verifier
             raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
                                f"{result.stderr.strip()[-300:]}",

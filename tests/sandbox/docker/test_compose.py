@@ -1,4 +1,4 @@
-"""Multi-container (compose) environments (issue 8, SPEC §3.1): the override files cairn lays
+"""Multi-container (compose) environments (issue 8, design §3.1): the override files cairn lays
 over a task's compose file, the conformance suite on ``main``, and whole trials on docker."""
 
 from __future__ import annotations
@@ -8,8 +8,6 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import backend_available, run_trial_sync, validate_result_files
-from taskgen import reward_if, write_task
 
 from cairn.errors import UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
@@ -23,6 +21,8 @@ from cairn.sandbox.docker.compose_files import (
     harbor_variables,
     project_name,
 )
+from conftest import backend_available, run_trial_sync, validate_result_files
+from taskgen import reward_if, write_task
 
 LABELS = {"cairn.job": "j1", "cairn.trial": "t1"}
 

@@ -1,4 +1,4 @@
-"""The conformance suite (SPEC §3.4) on the docker backend: one test per check."""
+"""The conformance suite (design §3.4) on the docker backend: one test per check."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Acceptance tests of issue 3 for the docker backend (SPEC §3.1, §4.4).
+"""Acceptance tests of issue 3 for the docker backend (design §3.1, §4.4).
 
 Lines of the acceptance list covered by the conformance suite run there too
 (tests/sandbox/test_conformance_docker.py): 256 MiB round trip with bounded memory

@@ -1,4 +1,4 @@
-"""The backend-agnostic conformance suite (SPEC §3.4) against the local backend.
+"""The backend-agnostic conformance suite (design §3.4) against the local backend.
 
 Every check of :mod:`cairn.sandbox.conformance` runs as its own test; the checks the local
 backend knowingly fails (resource limits) are skipped and listed by :func:`test_gaps_listed`.
@@ -11,23 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import UnsupportedError
 from cairn.sandbox import conformance
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes
-from cairn.sandbox.local.rootfs import probe_host
-
-
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
-
+from conftest import local_available
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 async def local_leftovers(spec: SandboxSpec) -> list[str]:

@@ -17,20 +17,15 @@ from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes, remo
 from cairn.sandbox.local.dockerfile import NEEDS_DOCKER
 from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir, probe_host, process_start_ticks
+from conftest import local_available
 
 DOCKER_CAPS_MASK = "00000000a80425fb"
 
 
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
 
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _spec(**kw: object) -> SandboxSpec:

@@ -13,23 +13,16 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import BuildError, ErrorKind, UnsupportedError
+from cairn._util.treehash import tree_hash
+from cairn.errors import BuildError, ErrorKind
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_layers, remove_local_layer
-from cairn.sandbox.local.layer import hash_env_dir, layer_key
-from cairn.sandbox.local.rootfs import layers_dir, probe_host
-
-
-def _local_available() -> bool:
-    try:
-        probe_host()
-    except UnsupportedError:
-        return False
-    return True
-
+from cairn.sandbox.local.layer import layer_key
+from cairn.sandbox.local.rootfs import layers_dir
+from conftest import local_available
 
 pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not _local_available(), reason="no local sandbox support")]
+              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _env(tmp_path: Path, dockerfile: str, files: dict[str, str | bytes] | None = None) -> Path:
@@ -61,8 +54,8 @@ def _remove_built_layers() -> Iterator[None]:
 
 
 def _spec(env: Path, **kw: object) -> SandboxSpec:
-    _USED_KEYS.add(hash_env_dir(env))
-    fields: dict[str, object] = {"env_dir": env, "env_hash": hash_env_dir(env),
+    _USED_KEYS.add(tree_hash(env))
+    fields: dict[str, object] = {"env_dir": env, "env_hash": tree_hash(env),
                                  "network_mode": NetworkMode.NO_NETWORK, "job_id": "test-layer",
                                  "trial_id": f"layer-{uuid.uuid4().hex[:8]}"}
     fields.update(kw)
@@ -104,8 +97,8 @@ def test_layer_built_once_reused_and_faster(tmp_path: Path) -> None:
     second, stamp2 = asyncio.run(one_trial())
     assert stamp1 == stamp2, "the second trial rebuilt the layer"
     assert first > 1.0 and second < first - 0.5, (first, second)
-    assert (layers_dir() / hash_env_dir(env) / "meta.json").exists()
-    [(_path, info)] = [(p, i) for p, i in find_local_layers() if p.name == hash_env_dir(env)]
+    assert (layers_dir() / tree_hash(env) / "meta.json").exists()
+    [(_path, info)] = [(p, i) for p, i in find_local_layers() if p.name == tree_hash(env)]
     assert info["meta"]["from_image"] == "debian:bookworm-slim"
 
 
@@ -234,5 +227,5 @@ def test_force_build_rebuilds_and_keeps_the_old_layer_aside(tmp_path: Path) -> N
     assert asyncio.run(stamp()) == first
     forced = asyncio.run(stamp(force_build=True))
     assert forced != first
-    key = hash_env_dir(env)
+    key = tree_hash(env)
     assert list(layers_dir().glob(f".old-{key}-*")), "the replaced layer was not set aside"

@@ -1,7 +1,8 @@
-"""JSON Schemas of the files cairn writes (SPEC §7), shipped as package data.
+"""JSON Schemas of the files cairn writes (design §7), shipped as package data.
 
 ``result.schema.json`` (result.json), ``steps.schema.json`` (steps.json) and
-``summary.schema.json`` (summary.json) are generated from the pydantic models in
+``summary.schema.json`` (summary.json), ``job.schema.json`` (job.json) and
+``config.schema.json`` (a trial's config.json) are generated from the pydantic models in
 :mod:`cairn.results`; regenerate them after changing a model with::
 
     python -m cairn.results.schemas          # rewrite the files
@@ -19,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cairn.results.model import JobSummary, StepsFile, TrialResult
+from cairn.results.model import JobMeta, JobSummary, StepsFile, TrialConfigFile, TrialResult
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -27,6 +28,8 @@ SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     "result": TrialResult,
     "steps": StepsFile,
     "summary": JobSummary,
+    "job": JobMeta,
+    "config": TrialConfigFile,
 }
 """Schema name → the model it is generated from; the file is ``<name>.schema.json``."""
 

@@ -1,4 +1,4 @@
-"""The backend-agnostic conformance suite (SPEC §3.4).
+"""The backend-agnostic conformance suite (design §3.4).
 
 Every sandbox backend runs the same behavioural checks: files, exec, users, cwd, env, timeouts,
 process-tree kill, output caps, big and oddly named files, symlinks, network modes, resource

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cairn._util.treehash import tree_hash
 from cairn.sandbox.base import NetworkMode, ProcessInfo, Sandbox, SandboxSpec
 
 SandboxFactory = Callable[[SandboxSpec], Sandbox]
@@ -72,7 +72,7 @@ class CheckContext:
             dockerfile.encode()).hexdigest()[:8])
         fields: dict[str, Any] = {
             "env_dir": env_dir,
-            "env_hash": _hash_env_dir(env_dir),
+            "env_hash": tree_hash(env_dir),
             "network_mode": NetworkMode.NO_NETWORK,
             "job_id": CONFORMANCE_JOB_ID,
             "trial_id": f"{self.check_name}-{uuid.uuid4().hex[:8]}",
@@ -89,17 +89,6 @@ class CheckContext:
         sb = self.make_sandbox(self.spec(**overrides))
         async with sb:
             yield sb
-
-
-def _hash_env_dir(path: Path) -> str:
-    h = hashlib.sha256()
-    for p in sorted(path.rglob("*")):
-        rel = p.relative_to(path).as_posix()
-        h.update(rel.encode() + b"\0")
-        if p.is_file() and not p.is_symlink():
-            h.update(p.read_bytes())
-            h.update(b"x" if os.access(p, os.X_OK) else b"-")
-    return h.hexdigest()
 
 
 # ---- assertions ---------------------------------------------------------------------------

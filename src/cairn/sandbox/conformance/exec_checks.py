@@ -1,4 +1,4 @@
-"""Conformance checks: exec, users, cwd, env, processes and lifecycle (SPEC §3, §3.4, §4.4)."""
+"""Conformance checks: exec, users, cwd, env, processes and lifecycle (design §3, §3.4, §4.4)."""
 
 from __future__ import annotations
 

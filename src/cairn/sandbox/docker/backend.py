@@ -1,4 +1,4 @@
-"""The docker sandbox backend (SPEC §3.1), through the Docker SDK for Python.
+"""The docker sandbox backend (design §3.1), through the Docker SDK for Python.
 
 One container per sandbox:
 
@@ -34,6 +34,7 @@ import docker.errors
 
 from cairn._util.tar import extract_tar_stream, tar_stream
 from cairn.errors import ErrorKind, SandboxError
+from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
@@ -80,12 +81,11 @@ mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 """.format(logs=" ".join(LOG_DIRS))
 
-_ENV_SKIP = frozenset({"Dockerfile", "docker-compose.yaml", "docker-compose.yml", "compose.yaml",
-                       ".dockerignore"})
+_ENV_SKIP = frozenset({"Dockerfile", *COMPOSE_FILE_NAMES, ".dockerignore"})
 
 
 def container_labels(spec: SandboxSpec, env_hash: str = "") -> dict[str, str]:
-    """The ownership labels every cairn container carries (SPEC §3)."""
+    """The ownership labels every cairn container carries (design §3)."""
     labels = {
         "cairn.job": spec.job_id,
         "cairn.trial": spec.trial_id,
@@ -116,6 +116,18 @@ class DockerSandbox(Sandbox):
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
         dockerfile="full")
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+
+    @classmethod
+    def engine_version(cls) -> str | None:
+        """The Docker engine's version (``docker version``'s server version), or ``None``."""
+        try:
+            client = docker.from_env(timeout=5)
+            try:
+                return client.version().get("Version")
+            finally:
+                client.close()
+        except Exception:  # noqa: BLE001 - a version is informative only
+            return None
 
     def __init__(self, spec: SandboxSpec) -> None:
         super().__init__(spec)

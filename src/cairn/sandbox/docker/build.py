@@ -1,4 +1,4 @@
-"""Docker engine plumbing for the docker backend: clients, error mapping, images (SPEC §3.1).
+"""Docker engine plumbing for the docker backend: clients, error mapping, images (design §3.1).
 
 - :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import fcntl
 import functools
-import hashlib
 import os
 import re
 import threading
@@ -33,6 +32,7 @@ import docker
 import docker.errors
 import requests.exceptions
 
+from cairn._util.treehash import tree_hash
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -41,6 +41,7 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
+from cairn.layout import find_compose_file
 from cairn.sandbox.base import SandboxSpec
 
 T = TypeVar("T")
@@ -151,25 +152,6 @@ class ImageInfo:
     build_sec: float = 0.0
 
 
-def hash_env_dir(env_dir: Path) -> str:
-    """sha256 hex of a folder's names, file bytes, exec bits and link targets (mtimes ignored)."""
-    h = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(env_dir):
-        dirnames.sort()
-        for n in sorted(dirnames + filenames):
-            p = Path(dirpath, n)
-            rel = p.relative_to(env_dir).as_posix()
-            h.update(b"\0name\0" + rel.encode("utf-8", "surrogateescape"))
-            if p.is_symlink():
-                h.update(b"\0link\0" + os.readlink(p).encode("utf-8", "surrogateescape"))
-            elif p.is_file():
-                h.update(b"\0x\0" if os.access(p, os.X_OK) else b"\0-\0")
-                with open(p, "rb") as f:
-                    while chunk := f.read(1 << 20):
-                        h.update(chunk)
-    return h.hexdigest()
-
-
 def _image_info(client: docker.DockerClient, ref: str, **kw: Any) -> ImageInfo:
     data = client.api.inspect_image(ref)
     cfg = data.get("Config") or {}
@@ -267,14 +249,13 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
         if not has_df:
             return await _pull(client, spec)
     if not has_df:
-        if env_dir and any((env_dir / n).is_file() for n in (
-                "docker-compose.yaml", "docker-compose.yml", "compose.yaml")):
+        if find_compose_file(env_dir) is not None:
             raise UnsupportedError("a docker-compose environment needs the compose backend")
         raise TrialFailure(ErrorKind.CONFIG_ERROR,
                            "no environment definition: neither environment/Dockerfile nor "
                            "[environment].docker_image")
     assert env_dir is not None
-    env_hash = spec.env_hash or await in_thread(hash_env_dir, env_dir)
+    env_hash = spec.env_hash or await in_thread(tree_hash, env_dir)
     tag = f"{IMAGE_REPO}:{env_hash[:16]}"
     deadline = asyncio.get_running_loop().time() + spec.build_timeout_sec
     try:

@@ -1,4 +1,4 @@
-"""Multi-container environments through the Docker Compose v2 CLI (SPEC §3.1).
+"""Multi-container environments through the Docker Compose v2 CLI (design §3.1).
 
 A task whose ``environment/`` holds ``docker-compose.yaml`` runs as one compose project per
 trial, named ``cairn-<trial id8>-<random>``; the agent's container is the service ``main``.
@@ -42,6 +42,7 @@ from typing import Any, ClassVar
 
 import docker.errors
 
+from cairn._util.treehash import tree_hash
 from cairn.errors import (
     BuildError,
     ErrorKind,
@@ -50,7 +51,16 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
+from cairn.layout import find_compose_file
 from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec
+from cairn.sandbox.docker.backend import DockerSandbox, container_labels
+from cairn.sandbox.docker.build import (
+    ImageInfo,
+    _build_lock,
+    engine_version,
+    in_thread,
+    make_client,
+)
 from cairn.sandbox.docker.compose_files import (
     MAIN_SERVICE,
     PROTECTED_VARS,
@@ -59,21 +69,11 @@ from cairn.sandbox.docker.compose_files import (
     check_compose_file,
     defaults_file,
     dump_yaml,
-    find_compose_file,
     harbor_variables,
     images_to_build,
     images_to_find,
     project_name,
     with_images,
-)
-from cairn.sandbox.docker.backend import DockerSandbox, container_labels
-from cairn.sandbox.docker.build import (
-    ImageInfo,
-    _build_lock,
-    engine_version,
-    hash_env_dir,
-    in_thread,
-    make_client,
 )
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class ComposeSandbox(DockerSandbox):
         assert self._compose_file is not None and spec.env_dir is not None
         self._client = await in_thread(make_client)
         self._engine_version = await in_thread(engine_version, self._client)
-        env_hash = spec.env_hash or await in_thread(hash_env_dir, spec.env_dir)
+        env_hash = spec.env_hash or await in_thread(tree_hash, spec.env_dir)
         self._tmp = Path(tempfile.mkdtemp(prefix=f"{self.project}-"))
         main_image = built_image_tag(env_hash, MAIN_SERVICE)
         self._env = self._cli_env(main_image)

@@ -1,4 +1,4 @@
-"""The files and variables cairn lays over a task's ``docker-compose.yaml`` (SPEC §3.1).
+"""The files and variables cairn lays over a task's ``docker-compose.yaml`` (design §3.1).
 
 Pure functions, no Docker: :mod:`cairn.sandbox.docker.compose` runs ``docker compose`` with
 
@@ -29,9 +29,6 @@ import yaml
 
 from cairn.errors import UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
-
-COMPOSE_FILE_NAMES = ("docker-compose.yaml", "docker-compose.yml")
-"""The compose file names an environment folder may hold (the task loader's names)."""
 
 MAIN_SERVICE = "main"
 IMAGE_REPO = "cairn-env"
@@ -66,17 +63,6 @@ _Dumper.add_representer(Reset, lambda d, _v: d.represent_sequence("!reset", []))
 def dump_yaml(doc: Mapping[str, Any]) -> str:
     """Render a compose override document as YAML (``Reset`` values as ``!reset []``)."""
     return yaml.dump(dict(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
-
-
-def find_compose_file(env_dir: Path | None) -> Path | None:
-    """The compose file of an environment folder (:data:`COMPOSE_FILE_NAMES`), or ``None``."""
-    if env_dir is None:
-        return None
-    for name in COMPOSE_FILE_NAMES:
-        p = Path(env_dir) / name
-        if p.is_file():
-            return p
-    return None
 
 
 def check_compose_file(path: Path) -> None:

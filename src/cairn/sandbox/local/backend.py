@@ -1,4 +1,4 @@
-"""The ``local`` sandbox backend: daemonless namespaces + overlayfs (SPEC §3.2).
+"""The ``local`` sandbox backend: daemonless namespaces + overlayfs (design §3.2).
 
 A local sandbox is a tree of Linux namespaces (user, mount, pid, ipc, uts; net for no-network)
 made with util-linux ``unshare``, whose root is an overlay of the host's system folders (/usr,
@@ -83,7 +83,7 @@ class LocalSandbox(Sandbox):
 
     See the module docstring; capabilities: network ``public`` (the host network) and
     ``no-network`` (loopback only); no CPU or memory limits (declared gaps); the Dockerfile
-    subset of SPEC §3.2; no compose.
+    subset of design §3.2; no compose.
     """
 
     name: ClassVar[str] = "local"

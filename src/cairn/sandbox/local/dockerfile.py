@@ -1,4 +1,4 @@
-"""The Dockerfile subset the local backend runs (SPEC §3.2), parsed and checked up front.
+"""The Dockerfile subset the local backend runs (design §3.2), parsed and checked up front.
 
 Supported: ``FROM`` (recorded; the host system stands in for the image, with a warning),
 ``ARG``, ``ENV``, ``WORKDIR``, ``USER``, ``SHELL``, ``VOLUME`` (the folder is created),
@@ -18,9 +18,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.errors import UnsupportedError
+from cairn.layout import COMPOSE_FILE_NAMES
 
 NEEDS_DOCKER = "this environment needs -e docker"
-COMPOSE_FILES = ("docker-compose.yaml", "docker-compose.yml", "compose.yaml", "compose.yml")
+COMPOSE_FILES = COMPOSE_FILE_NAMES
 
 SUPPORTED = {"FROM", "ARG", "ENV", "WORKDIR", "USER", "SHELL", "VOLUME", "COPY", "ADD", "RUN"}
 RECORDED = {"LABEL", "MAINTAINER", "EXPOSE", "STOPSIGNAL", "CMD"}

@@ -1,4 +1,4 @@
-"""Symlink-safe host-side file access to a local sandbox's root (SPEC §3, upload/download).
+"""Symlink-safe host-side file access to a local sandbox's root (design §3, upload/download).
 
 The host reaches a running sandbox's merged root through ``/proc/<init>/root``. A plain path
 walk there is unsafe: an absolute symlink planted inside (``/app/x -> /etc/passwd``) would be

@@ -1,4 +1,4 @@
-"""Building and caching the local backend's Dockerfile layers (SPEC §3.2).
+"""Building and caching the local backend's Dockerfile layers (design §3.2).
 
 An environment's Dockerfile runs once, in a build sandbox (host network, like ``docker build``)
 whose upper folders are then merged into one tree and kept as a layer under
@@ -16,7 +16,6 @@ import contextlib
 import datetime as dt
 import fcntl
 import fnmatch
-import hashlib
 import json
 import os
 import posixpath
@@ -28,6 +27,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn._util.treehash import tree_hash
 from cairn.errors import BuildError, ErrorKind, SandboxError
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.dockerfile import (
@@ -76,23 +76,10 @@ class Layer:
     meta: ImageMeta
 
 
-def hash_env_dir(env_dir: Path) -> str:
-    """A content hash of an environment folder (paths, bytes, exec bits, link targets)."""
-    h = hashlib.sha256()
-    for p in sorted(env_dir.rglob("*")):
-        h.update(p.relative_to(env_dir).as_posix().encode() + b"\0")
-        if p.is_symlink():
-            h.update(b"L" + os.readlink(p).encode())
-        elif p.is_file():
-            h.update(p.read_bytes())
-            h.update(b"x" if os.access(p, os.X_OK) else b"-")
-    return h.hexdigest()
-
-
 def layer_key(spec: SandboxSpec) -> str:
     """The cache key of ``spec``'s environment: ``env_hash`` (else a hash of ``env_dir``)."""
     assert spec.env_dir is not None
-    raw = spec.env_hash or hash_env_dir(spec.env_dir)
+    raw = spec.env_hash or tree_hash(spec.env_dir)
     return re.sub(r"[^A-Za-z0-9_.-]", "_", raw)[:64]
 
 

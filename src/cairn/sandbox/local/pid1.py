@@ -1,4 +1,4 @@
-"""PID 1 of a local sandbox: builds the root file system, then spawns every exec (SPEC §3.2).
+"""PID 1 of a local sandbox: builds the root file system, then spawns every exec (design §3.2).
 
 This file runs as a *standalone program* (``python -I -S pid1.py STAGE CONTROL_FD
 CONFIG_PATH``); it imports only the standard library, nothing from cairn, and as little as it

@@ -1,4 +1,4 @@
-"""Processes of a local sandbox, read and killed from the host (SPEC §3, §4.4).
+"""Processes of a local sandbox, read and killed from the host (design §3, §4.4).
 
 The sandbox's processes are host processes too. The host reads them through the sandbox's own
 ``/proc`` (``/proc/<init>/root/proc``), which shows exactly its pid namespace with the pids it

@@ -1,4 +1,4 @@
-"""Host side of the local backend's root file system (SPEC §3.2): where state lives, what the
+"""Host side of the local backend's root file system (design §3.2): where state lives, what the
 host supports, and the mount plan the sandbox init executes.
 
 The sandbox root is one overlay (Dockerfile layers over a per-sandbox *skeleton* of fresh

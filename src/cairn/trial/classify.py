@@ -1,0 +1,65 @@
+"""One home for error classification: a raised failure → the persisted ``error`` (design §6).
+
+The trial (:mod:`cairn.trial.run`), the step (:mod:`cairn.trial.step`) and the separate verifier
+(:mod:`cairn.trial.separate_verifier`) all classify here, so the phase table and the relabels
+exist once. The vocabulary itself (kinds, phases, categories) is :mod:`cairn.errors`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from cairn.errors import ErrorKind, Phase, TrialFailure, category_of
+from cairn.results.model import ErrorInfo
+from cairn.task.model import Step
+
+PHASE_OF: dict[ErrorKind, Phase] = {
+    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT, ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT, ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
+    ErrorKind.START_FAILED: Phase.ENVIRONMENT, ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP, ErrorKind.SETUP_FAILED: Phase.SETUP,
+    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK, ErrorKind.TEST_MISSING: Phase.VERIFIER,
+    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
+    ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
+    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
+}
+"""The phase a kind always belongs to; kinds not listed take the phase that was running."""
+
+
+def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
+               after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
+    """Classify a :class:`TrialFailure` into the persisted ``error`` (design §6).
+
+    Args:
+        exc: the failure.
+        step: the step it happened in (``None``: before the first step / the environment).
+        phase: the phase it happened in; defaults to :data:`PHASE_OF` for the kind.
+        after_agent: the step's agent phase had begun (candidate faults count from then on).
+        mask: secret masking applied to the message and string detail values.
+
+    Returns:
+        The :class:`~cairn.results.model.ErrorInfo` (kind, category, phase, step, message,
+        detail without ``_``-prefixed private keys).
+    """
+    step_index = step.index if step is not None else 1
+    detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
+              if not k.startswith("_")}
+    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
+                                                         after_agent=after_agent),
+                     phase=phase or PHASE_OF.get(exc.kind), step=step.name if step else None,
+                     message=mask(str(exc)), detail=detail)
+
+
+def as_start_failure(exc: Exception, message: str | None = None,
+                     detail: dict | None = None) -> TrialFailure:
+    """A sandbox that could not be made usable while starting is ``start_failed`` (infra).
+
+    Used for the trial's own sandbox and for a separate verifier's sandbox.
+    """
+    return TrialFailure(ErrorKind.START_FAILED, message if message is not None else str(exc),
+                        detail=getattr(exc, "detail", {}) if detail is None else detail)
+
+
+def as_transfer_failure(exc: TrialFailure) -> TrialFailure:
+    """A sandbox that broke before the agent ran is a failed transfer (infra), not a candidate fault."""
+    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
