@@ -8,10 +8,9 @@ import os
 import stat
 from pathlib import Path
 
-from taskgen import write_task
-
 from cairn.datasets.cache import CACHE_ENV, TaskCache, cache_root
 from cairn.task.hashing import task_content_hash
+from taskgen import write_task
 
 URL = "git://127.0.0.1:9/tasks.git"
 C1 = "1" * 40

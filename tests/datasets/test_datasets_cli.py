@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from gitserve import GitDaemon, SmartHTTP, bare_clone, commit_all, free_port, git, init_repo, push
 from taskgen import constant_reward, reward_if, write_task
 

@@ -7,10 +7,10 @@ from __future__ import annotations
 import os
 
 import pytest
-from gitserve import GitDaemon, SmartHTTP, bare_clone, commit_all, git, init_repo, push
 
 from cairn.datasets.git import checkout_commit, resolve_ref
 from cairn.errors import DatasetError
+from gitserve import GitDaemon, SmartHTTP, bare_clone, commit_all, git, init_repo, push
 
 
 def _pack_bytes(checkout) -> int:

@@ -10,12 +10,12 @@ import multiprocessing
 from pathlib import Path
 
 import pytest
-from gitserve import SmartHTTP, bare_clone, commit_all, init_repo
-from taskgen import write_task
 
 from cairn.datasets.cache import TaskCache
 from cairn.datasets.resolve import resolve_sources
 from cairn.errors import DatasetError
+from gitserve import SmartHTTP, bare_clone, commit_all, init_repo
+from taskgen import write_task
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "cairn"
 

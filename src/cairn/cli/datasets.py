@@ -45,6 +45,7 @@ def list_cmd(
     registry_url: Annotated[str | None, typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
     registry_path: Annotated[Path | None, typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
 ) -> None:
+    """``cairn datasets list``."""
     from cairn.datasets.registry import load_registry
     from cairn.errors import CairnError
 
@@ -73,6 +74,7 @@ def download_cmd(
     registry_url: Annotated[str | None, typer.Option("--registry-url", help=_REGISTRY_URL_HELP)] = None,  # noqa: E501
     registry_path: Annotated[Path | None, typer.Option("--registry-path", help=_REGISTRY_PATH_HELP)] = None,  # noqa: E501
 ) -> None:
+    """``cairn datasets download``."""
     from cairn.datasets.resolve import export_tasks, resolve_sources
     from cairn.errors import CairnError
 
@@ -103,6 +105,7 @@ def cache_clean_cmd(
     everything: Annotated[bool, typer.Option("--all", help="Remove everything, registry copies included.")] = False,  # noqa: E501
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only print what would go.")] = False,  # noqa: E501
 ) -> None:
+    """``cairn cache clean``."""
     from cairn.datasets.cache import TaskCache
     from cairn.datasets.clean import clean_cache
 

@@ -56,7 +56,7 @@ def _now() -> str:
 
 def make_read_only(root: Path) -> None:
     """Clear every write bit below ``root`` (exec bits stay: they are part of the hash)."""
-    for dirpath, dirnames, filenames in os.walk(root):
+    for dirpath, _dirs, filenames in os.walk(root):
         for f in filenames:
             p = Path(dirpath) / f
             if not p.is_symlink():
@@ -119,10 +119,12 @@ class TaskCache:
     # ---- paths ----------------------------------------------------------------------------
     @property
     def objects(self) -> Path:
+        """``objects/``: the task folders, ``<content-hash>/<folder-name>``."""
         return self.root / "objects"
 
     @property
     def tmp(self) -> Path:
+        """``tmp/``: checkouts and staged copies in progress."""
         return self.root / "tmp"
 
     def _index_file(self, git_url: str, commit: str, repo_path: str) -> Path:

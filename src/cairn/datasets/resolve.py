@@ -395,7 +395,7 @@ def _replay_dataset(prev: dict, cache: TaskCache, res: Resolution, notify: Notif
     for (url, commit), ws in groups.items():
         for p, hit in _fetch_group(cache, url, commit, ws, notify).items():
             hits[(url, commit, p)] = hit
-    for t, w in order:
+    for _t, w in order:
         hit = hits[(w.git_url, str(w.commit), w.path)]
         res.tasks.append(ResolvedTask(hit.path, TaskSource(
             registry=prev.get("registry"), dataset=prev.get("name"),
