@@ -25,6 +25,7 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
+from typing import TypeGuard
 
 from cairn.errors import DatasetError
 
@@ -38,9 +39,9 @@ _HEX40 = re.compile(r"[0-9a-f]{40}")
 _SHORT_HEX = re.compile(r"[0-9a-f]{4,39}")
 
 
-def is_full_commit(ref: str | None) -> bool:
-    """Whether ``ref`` is a full 40-hex commit id."""
-    return bool(ref) and bool(_HEX40.fullmatch(ref.lower()))
+def is_full_commit(ref: object) -> TypeGuard[str]:
+    """Whether ``ref`` is a full 40-hex commit id (a string)."""
+    return isinstance(ref, str) and bool(_HEX40.fullmatch(ref.lower()))
 
 
 def split_repo_spec(spec: str) -> tuple[str, str | None]:

@@ -147,10 +147,16 @@ def version_order(versions: set[str] | list[str]) -> list[str]:
     return head + numeric + rest
 
 
-def _str(value: Any, where: str, key: str, *, required: bool = True) -> str | None:
-    if value is None and not required:
+def _req(value: Any, where: str, key: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise DatasetError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
+    return value
+
+
+def _opt(value: Any, where: str, key: str) -> str | None:
+    if value is None:
         return None
-    if not isinstance(value, str) or (required and not value.strip()):
+    if not isinstance(value, str):
         raise DatasetError(f"{where}: '{key}' must be a non-empty string, got {value!r}")
     return value
 
@@ -179,11 +185,11 @@ def parse_registry(data: Any, source: str, base_dir: Path | None = None) -> Regi
         where = f"registry {source}: dataset #{i + 1}"
         if not isinstance(d, dict):
             raise DatasetError(f"{where}: expected an object")
-        name = _str(d.get("name"), where, "name")
+        name = _req(d.get("name"), where, "name")
         version = d.get("version")
         if isinstance(version, (int, float)) and not isinstance(version, bool):
             version = str(version)
-        version = _str(version, f"{where} ({name})", "version")
+        version = _req(version, f"{where} ({name})", "version")
         where = f"registry {source}: dataset {name}@{version}"
         if (name, version) in seen:
             raise DatasetError(f"{where} is listed twice")
@@ -196,12 +202,11 @@ def parse_registry(data: Any, source: str, base_dir: Path | None = None) -> Regi
             tw = f"{where}: task #{j + 1}"
             if not isinstance(t, dict):
                 raise DatasetError(f"{tw}: expected an object")
-            tname = _str(t.get("name"), tw, "name")
+            tname = _req(t.get("name"), tw, "name")
             tw = f"{where}: task {tname}"
-            path = t.get("path")
-            path = "" if path is None else _str(path, tw, "path", required=False)
-            git_url = _str(t.get("git_url"), tw, "git_url", required=False)
-            commit = _str(t.get("git_commit_id"), tw, "git_commit_id", required=False)
+            path = _opt(t.get("path"), tw, "path") or ""
+            git_url = _opt(t.get("git_url"), tw, "git_url")
+            commit = _opt(t.get("git_commit_id"), tw, "git_commit_id")
             if git_url is None and not path:
                 raise DatasetError(f"{tw}: has neither 'git_url' nor 'path'")
             tasks.append(RegistryTask(name=tname, path=path or "", git_url=git_url or None,

@@ -368,6 +368,7 @@ def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
         for spec in datasets:
             prev = _previous(previous, "dataset", spec=spec)
             if registry is None:
+                assert prev is not None  # checked above: every dataset has its record
                 _replay_dataset(prev, cache, res, notify)
             else:
                 _resolve_dataset(spec, registry, cache, res, prev, notify)
@@ -380,7 +381,7 @@ def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
 def _replay_dataset(prev: dict, cache: TaskCache, res: Resolution, notify: Notify) -> None:
     """A resumed dataset whose registry cannot be read: the recorded tasks and commits."""
     groups: dict[tuple[str, str], list[_Want]] = {}
-    order: list[tuple[dict, _Want | None]] = []
+    order: list[tuple[dict, _Want]] = []
     for t in prev.get("tasks", []):
         if not isinstance(t, dict) or not t.get("git_url") or not git.is_full_commit(
                 t.get("commit")):

@@ -120,9 +120,13 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     # datasets and --repo are fetched in a thread (minutes, for a large one) so that Ctrl-C is
     # still heard; its progress lines reach the observer on the loop's thread
     loop = asyncio.get_running_loop()
-    inputs = await asyncio.to_thread(
-        discover_inputs, config, resume_dir=job.job_dir if resume else None,
-        on_event=lambda line: loop.call_soon_threadsafe(job.notice, line))
+
+    def fetch_progress(line: str) -> None:
+        loop.call_soon_threadsafe(job.notice, line)
+
+    inputs = await asyncio.to_thread(discover_inputs, config,
+                                     resume_dir=job.job_dir if resume else None,
+                                     on_event=fetch_progress)
     entries = inputs.entries
     job.sources = inputs.sources
     lock, created = lock_job(job.paths, backend=backend, resume=resume)

@@ -163,6 +163,8 @@ class TaskSource(_Persisted):
 
 
 class TaskRef(_Persisted):
+    """result.json's ``task``: which task ran, by name and content hash, and where from."""
+
     name: str
     content_hash: str
     source: TaskSource | None = None
@@ -247,6 +249,8 @@ class JobMeta(_Persisted):
 
 
 class ConfigTask(_Persisted):
+    """config.json's ``task``: name, content hash, the folder it ran from, and its source."""
+
     name: str
     content_hash: str
     path: str
