@@ -17,13 +17,14 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "cairn"
 
-GROUND = {"cairn.errors", "cairn._util", "cairn.layout", "cairn.events"}
+GROUND = {"cairn.errors", "cairn._util", "cairn.layout", "cairn.events", "cairn.netpolicy"}
 """Value modules every room may import; they import nothing of cairn but each other."""
 
 LAYERS: dict[str, set[str]] = {
     "cairn.errors": set(),
     "cairn.layout": set(),
     "cairn.events": set(),
+    "cairn.netpolicy": set(),
     "cairn._util": set(),
     "cairn.lock": set(),
     "cairn.sandbox": {"cairn.lock"},
@@ -187,9 +188,10 @@ def test_docker_sdk_only_under_sandbox():
     for m, p in MODULE_FILES.items():
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "docker"
-                                                    for a in node.names) or isinstance(node, ast.ImportFrom) and node.level == 0 and node.module \
-                    and node.module.split(".")[0] == "docker":
+            if (isinstance(node, ast.Import)
+                    and any(a.name.split(".")[0] == "docker" for a in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == "docker"):
                 users.add(m)
     assert users and {m for m in users if not m.startswith("cairn.sandbox.")} == set()
 

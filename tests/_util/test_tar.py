@@ -58,9 +58,9 @@ def test_contents_only_stream_has_no_root_entry(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_text("a")
-    names = tarfile.open(fileobj=IterReader(tar_stream(src, "x/y", include_root=False)),
-                         mode="r|")
-    assert [m.name for m in names] == ["x/y/a"]
+    with tarfile.open(fileobj=IterReader(tar_stream(src, "x/y", include_root=False)),
+                      mode="r|") as names:
+        assert [m.name for m in names] == ["x/y/a"]
 
 
 def test_single_file_and_link_roots(tmp_path):

@@ -179,8 +179,8 @@ def test_other_non_whole_templates_are_refused(single_step, value):
 
 
 def test_literal_and_whole_templates_are_valid(single_step):
-    toml = '[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n' \
-           'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n'
+    toml = ('[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n'
+            'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n')
     toml = toml.replace('[environment]\nnetwork_mode = "no-network"\n', "")
     assert check_task(single_step(toml=toml)) == []
 

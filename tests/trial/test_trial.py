@@ -59,7 +59,7 @@ def test_two_steps_nop_stops_after_write(tmp_path, backend):
 
 def _three(tmp_path, rewards, *, strategy=None, gates=(None, None, None)):
     steps = [StepSpec(f"s{i + 1}", test=constant_reward(v) if v is not None else "true\n",
-                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates))]
+                      min_reward=g) for i, (v, g) in enumerate(zip(rewards, gates, strict=True))]
     return write_task(tmp_path / "tasks", "three", steps=steps, strategy=strategy)
 
 
@@ -185,7 +185,8 @@ def test_timed_out_agent_leaves_no_process(tmp_path, backend):
     ("Infinity", "reward_parse_error"), ("1\\n2", "reward_parse_error"), ("", "reward_empty"),
 ])
 def test_bad_reward_txt(tmp_path, backend, content, kind):
-    task = write_task(tmp_path / "tasks", "bad", test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path / "tasks", "bad",
+                      test=f"printf '%b' '{content}' > /logs/verifier/reward.txt\n")
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored" and r.error.kind.value == kind
     assert r.steps[0].reward_file == "reward.txt"
@@ -375,11 +376,15 @@ def test_hardened_verify_kills_agent_processes_and_python_hooks(tmp_path, backen
     planted sitecustomize.py are gone before the verifier runs."""
     task = write_task(
         tmp_path / "tasks", "hard",
-        solve="nohup sh -c 'while true; do date > /app/tick; sleep 0.2; done' >/dev/null 2>&1 &\n"
+        solve="nohup sh -c 'i=0; while true; do i=$((i+1)); echo $i > /app/tick; sleep 0.2; done'"
+              " >/dev/null 2>&1 &\n"
               "d=$(python3 -c 'import site; print(site.getsitepackages()[0])')\n"
               "mkdir -p \"$d\" && echo 'open(\"/app/hooked\", \"w\")' > \"$d/sitecustomize.py\"\n"
               "sleep 0.5\n",
-        test=("python3 -c 'pass'\nsleep 1\na=$(cat /app/tick); sleep 1; b=$(cat /app/tick)\n"
+        # a counter, not `date`: a live loop changes it within the 3 s window even on a loaded
+        # machine (a second-resolution clock made the unhardened run flaky under load)
+        test=("python3 -c 'pass'\nsleep 0.5\na=$(cat /app/tick)\n"
+              "for k in $(seq 30); do sleep 0.1; b=$(cat /app/tick); [ \"$a\" != \"$b\" ] && break; done\n"
               + reward_if('[ "$a" = "$b" ] && [ ! -e /app/hooked ]')))
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs", hardened_verify=True)
     assert r.reward == 1.0

@@ -6,6 +6,7 @@ Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -61,7 +62,9 @@ class Agent(ABC):
     """
 
     name: ClassVar[str] = "agent"
-    version: ClassVar[str | None] = None
+    version: str | None = None
+    """Recorded in results; a class default that an instance may pin (installed agents'
+    ``--ak version=``), hence not a ``ClassVar``."""
     needs_model: ClassVar[bool | None] = False
     """``True``: ``-m`` is required; ``False``: ``-m`` is refused; ``None``: optional."""
 
@@ -69,7 +72,24 @@ class Agent(ABC):
         self.model = model
         self.kwargs = kwargs
 
-    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+    def model_hosts(self, agent_env: Mapping[str, str]) -> list[str]:
+        """Hosts this agent must reach *from inside the sandbox* during its agent phases (its
+        model API). The trial opens them through the sandbox's egress gateway for the agent
+        phase only, also under ``no-network`` (where they are all the agent reaches).
+
+        An agent that talks to its model from the host (the built-in ``llm`` agent) returns
+        ``[]`` (the default). Called once per trial before the sandbox starts.
+
+        Args:
+            agent_env: the variables the agent's commands get (``--ae`` values; an agent may
+                also read the host environment, as it does for API keys).
+
+        Returns:
+            Host names or addresses (allowlist entries: ``api.example.com``, ``10.0.0.5``).
+        """
+        return []
+
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.
 
         Raises:

@@ -357,7 +357,7 @@ class LlmAgent(Agent):
         """Append the model's turn to the conversation and the trajectory; return its step."""
         message = response.choices[0].message
         content = message.content if isinstance(message.content, str) else ""
-        calls = []
+        calls: list[dict[str, Any]] = []
         for i, call in enumerate(message.tool_calls or []):
             call_id = call.id or f"call_{uuid.uuid4().hex[:12]}_{i}"
             calls.append({"id": call_id, "type": "function",

@@ -2,8 +2,8 @@
 
 Per step: uploads ``solution/`` then ``steps/<name>/solution/`` on top to ``/solution``, runs
 ``solve.sh`` (the step's, else the shared one) with bash and ``[solution].env``, as the step's
-agent user in the working dir; the trial engine removes ``/solution`` after the phase. A non-zero exit is ``agent_exit``
-``error``; the verifier still runs.
+agent user in the working dir; the trial engine removes ``/solution`` after the phase. A non-zero
+exit is ``agent_exit`` ``error``; the verifier still runs.
 """
 
 from __future__ import annotations

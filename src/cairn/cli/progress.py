@@ -12,9 +12,13 @@ Rich is imported only when a live bar is shown.
 from __future__ import annotations
 
 import sys
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from cairn.events import Event, EventKind, JobObserver
+
+if TYPE_CHECKING:  # rich is imported only when the live bar is shown
+    from rich.progress import Progress as RichProgress
+    from rich.progress import TaskID
 
 LIVE_THRESHOLD = 2
 """Jobs with more trials than this to run show a live bar on a terminal."""
@@ -26,6 +30,7 @@ class LinePrinter(JobObserver):
         self.stream = stream
 
     def event(self, event: Event) -> None:
+        """Print the event's line to the stream, flushed at once (a sanity run is watched live)."""
         print(event.text, file=self.stream, flush=True)
 
 
@@ -43,8 +48,8 @@ class Progress(JobObserver):
         self.json_mode = json_mode
         self.resume = resume
         self.out = stream or (sys.stderr if json_mode else sys.stdout)
-        self.bar = None
-        self.task_id = None
+        self.bar: RichProgress | None = None
+        self.task_id: TaskID | None = None
         self.total = 0
         self.done = 0
         self.running = 0
@@ -103,7 +108,7 @@ class Progress(JobObserver):
         self._refresh()
 
     def _refresh(self) -> None:
-        if self.bar is None:
+        if self.bar is None or self.task_id is None:
             return
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else None
         desc = (f"running {self.running}  mean {mean:.2f}" if mean is not None

@@ -33,11 +33,18 @@ Examples:
 
   cairn run -c job.yaml -n 2
 
+  cairn run -p examples/incident --start-step repair -a nop
+
+  cairn run -p examples/incident --snapshot-steps --job-name base
+
+  cairn run -p examples/incident --start-step repair --from jobs/base/trials/<trial> -a llm -m ...
+
 (job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
 are taken from the current directory; flags win.)
 """
 
-_FLAG_KEYS = {"k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model", "e": "backend",
+_FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model",
+              "e": "backend",
               "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
               "ae": "agent_env", "i": "include", "x": "exclude", "no_verify": "verify",
               "d": "datasets", "dataset": "datasets", "repo": "repos", "l": "n_tasks"}
@@ -109,8 +116,23 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
+    start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
+    from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
+    allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
+    add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
+    """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
+    over it, then the job (or, with ``--resume``, the named job resumed).
+
+    Typer shows the ``help=`` text of the command, not this docstring.
+
+    Raises:
+        typer.Exit: code 2 on a usage error (no ``-p``, an unreadable config, a bad ``--ak``/
+            ``--ae``, unknown agent options, ``--resume`` without ``--job-name``); otherwise the
+            job's exit code (design §9: 0 when every trial completed or stopped, else 1).
+    """
     from cairn.errors import CairnError
     from cairn.plan import JobConfig
 
@@ -130,6 +152,9 @@ def run_cmd(
             "registry_path": str(registry_path.absolute()) if registry_path else None,
             "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
             "n_tasks": n_tasks,
+            "snapshot_steps": snapshot_steps or None, "start_step": start_step,
+            "from_trial": str(from_trial) if from_trial else None,
+            "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not (data.get("paths") or data.get("datasets") or data.get("repos")):
@@ -146,7 +171,7 @@ def run_cmd(
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
-    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume else None
+    job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
 
 
@@ -248,6 +273,13 @@ def resume_cmd(
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
+    """``cairn resume JOB_DIR``: re-run a job's unfinished, cancelled and infra-errored trials
+    with its recorded config (``-n``, ``--max-cost-usd`` and ``--ae`` may be given again).
+
+    Raises:
+        typer.Exit: code 2 when the folder has no ``job.json``, a masked ``--ae`` value is not
+            given again, or an option is malformed; otherwise the job's exit code (design §9).
+    """
     from cairn.errors import CairnError
     from cairn.job import resume_config
 
@@ -269,6 +301,13 @@ def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     fmt: Annotated[str, typer.Option("--format", help="text, markdown or json.")] = "text",
 ) -> None:
+    """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
+    ``markdown`` or ``json``) on stdout.
+
+    Raises:
+        typer.Exit: code 2 for an unknown ``--format`` or a folder with neither ``job.json`` nor
+            ``trials/``.
+    """
     from cairn.job.run import read_job
     from cairn.results.report import render
 
@@ -291,6 +330,12 @@ def sanity_cmd(
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
     jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
 ) -> None:
+    """``cairn tasks sanity PATHS``: run every task with ``oracle`` and with ``nop`` (two jobs
+    under ``--jobs-dir``) and print the tasks that fail either check.
+
+    Raises:
+        typer.Exit: code 0 when every task is sane, 1 otherwise, 2 when no task matched.
+    """
     from cairn.cli.progress import LinePrinter
     from cairn.errors import UsageError
     from cairn.job.sanity import run_sanity

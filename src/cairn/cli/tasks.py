@@ -32,7 +32,8 @@ def check(
 ) -> None:
     """Validate tasks without starting anything.
 
-    Prints one line per finding (`path:line: error|warning: text`) and `PATH: ok` for each task without errors. Exits 0 when there is no error, 1 otherwise.
+    Prints one line per finding (`path:line: error|warning: text`) and `PATH: ok` for each task
+    without errors. Exits 0 when there is no error, 1 otherwise.
     """
     from cairn.task.load import check_paths
 

@@ -249,9 +249,9 @@ def _fallback_identity(path: Path) -> tuple[str, list[str]]:
     declared = data.get("steps")
     if isinstance(declared, list) and declared:
         names = [s.get("name") for s in declared if isinstance(s, dict)]
-        if names and all(isinstance(n, str) and n for n in names) \
-                and len(set(names)) == len(names):
-            steps = names
+        named = [n for n in names if isinstance(n, str) and n]
+        if named and len(named) == len(names) and len(set(named)) == len(named):
+            steps = named
     return name, steps
 
 

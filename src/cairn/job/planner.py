@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 from cairn.errors import Category
@@ -107,7 +108,10 @@ def should_rerun(old: TrialResult, *, retry_errors: bool) -> bool:
 class FolderNamer(Protocol):
     """The store's folder-name rule (:func:`cairn.results.store.trial_dir_name`)."""
 
-    def __call__(self, task_name: str, attempt: int, trial_id: str, /) -> str: ...
+    def __call__(self, task_name: str, attempt: int, trial_id: str, /) -> str:
+        """The folder name (one path component) of the trial ``trial_id``, attempt ``attempt``
+        (1-based) of the task ``task_name``."""
+        ...
 
 
 def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str,
@@ -130,7 +134,9 @@ def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str
     for e in entries:
         for attempt in range(1, config.attempts + 1):
             tid = trial_id(e.name, e.content_hash, config.agent, dict(config.agent_kwargs),
-                           config.model, backend, attempt)
+                           config.model, backend, attempt, start_step=config.start_step,
+                           fork_from=Path(config.from_trial).name if config.from_trial
+                           else None)
             name = folder_name(e.name, attempt, tid)
             prefix = name.rsplit("__", 1)[0]
             superseded = tuple(n for n in folder.by_prefix.get(prefix, ()) if n != name)

@@ -129,6 +129,10 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
                                      on_event=fetch_progress)
     entries = inputs.entries
     job.sources = inputs.sources
+    if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7 checks
+        from cairn.trial.snapshot import check_start_options
+
+        check_start_options(config, [e.task for e in entries], backend)
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
@@ -137,7 +141,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
                                 retry_errors=retry_errors, folder_name=trial_dir_name)
         try:
-            check_templates(d.entry.task for d in decisions if d.action is TrialAction.RUN)
+            check_templates(d.entry.task for d in decisions
+                            if d.action is TrialAction.RUN and d.entry.task is not None)
         except UsageError:
             undo_empty(job.paths, created)
             raise

@@ -10,9 +10,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TextIO
 
 from cairn.errors import Category, ErrorKind
 from cairn.events import Event, EventKind, JobObserver
@@ -47,7 +48,7 @@ class JobRun:
         self.resume = resume
         self.retry_errors = retry_errors
         self.observer = observer or JobObserver()
-        self._log = None
+        self._log: TextIO | None = None
         self.results: dict[str, TrialResult] = {}
         self.stopped_by: str | None = None
         self.spent_usd = 0.0
@@ -72,9 +73,15 @@ class JobRun:
         self.emit(Event(kind, text, task=task))
 
     def open_log(self) -> None:
-        self._log = open(self.paths.job_log, "a", encoding="utf-8")  # noqa: SIM115
+        """Open ``job.log`` for appending (a resumed job adds to the earlier runs' lines).
+
+        Raises:
+            OSError: the job folder is not writable.
+        """
+        self._log = open(self.paths.job_log, "a", encoding="utf-8")  # noqa: SIM115 - stays open for the whole run; close_log() closes it
 
     def close_log(self) -> None:
+        """Close ``job.log`` (idempotent; a close error is ignored: the lines were flushed)."""
         if self._log is not None:
             with contextlib.suppress(OSError):
                 self._log.close()
@@ -90,11 +97,11 @@ class JobRun:
             runs += 1
             move_attempt_aside(tp)
             result = await run_trial(plan, on_event=self.emit)
-            retryable = (result.outcome is Outcome.ERRORED and result.error is not None
-                         and result.error.category is Category.INFRA)
-            if not retryable or runs > self.config.max_retries or self.stopped_by:
+            error = result.error if result.outcome is Outcome.ERRORED else None
+            if (error is None or error.category is not Category.INFRA  # not retryable
+                    or runs > self.config.max_retries or self.stopped_by):
                 return result
-            self.notice(f"[{plan.task.name}] infra error {result.error.kind.value}; retrying in "
+            self.notice(f"[{plan.task.name}] infra error {error.kind.value}; retrying in "
                       f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
                       f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
             await asyncio.sleep(delay)
@@ -135,15 +142,19 @@ class JobRun:
                        stopped_by=self.stopped_by, finished=finished, sources=self.sources)
 
     def summary(self) -> JobSummary:
+        """The job's summary (design §7) over the results recorded so far; every task of the
+        job appears, in job order, also before any of its trials has a result."""
         return summarize_job(list(self.results.values()), self.declared_steps)
 
     def write_summary(self) -> None:
+        """Rewrite ``summary.json`` from :meth:`summary`; a write error is logged, not raised
+        (the trials' own files are already on disk)."""
         try:
             write_summary(self.job_dir, self.summary())
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
             log.warning("could not write summary.json: %s", exc)
 
-async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncIterator[TrialResult]:
+async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialResult, None]:
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""
     sem = asyncio.Semaphore(job.config.n_concurrent)
     queue: asyncio.Queue[TrialResult | None] = asyncio.Queue()

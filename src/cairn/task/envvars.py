@@ -100,7 +100,7 @@ def resolve_env(templates: Mapping[str, str], environ: Mapping[str, str]) -> dic
             out[name] = value
         else:
             var, default = parsed
-            out[name] = environ[var] if var in environ else (default or "")
+            out[name] = environ.get(var, default or "")
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file  # noqa: F401 - re-exported
-from cairn.sandbox.base import NetworkMode
+from cairn.netpolicy import NetworkMode, NetworkPolicy
 
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 """Valid step names (design §1.1)."""
@@ -106,10 +106,14 @@ class TaskInfo(_Model):
 
 
 class AgentConfig(_Model):
-    """``[agent]`` or ``[steps.agent]``: timeout in seconds and the user agents run as."""
+    """``[agent]`` or ``[steps.agent]``: timeout in seconds, the user agents run as, and the
+    agent phase's network (``network_mode``/``allowed_hosts`` override ``[environment]``'s for
+    the agent phase; Harbor 0.26)."""
 
     timeout_sec: float | None = None
     user: str | int | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: tuple[str, ...] = ()
 
 
 class EnvironmentConfig(_Model):
@@ -139,6 +143,24 @@ class EnvironmentConfig(_Model):
             return NetworkMode.NO_NETWORK
         return NetworkMode.PUBLIC
 
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The environment's network policy (what the sandbox has outside agent and verifier
+        phases, and in those phases when they set nothing)."""
+        hosts = self.allowed_hosts if self.effective_network_mode is NetworkMode.ALLOWLIST else ()
+        return NetworkPolicy(self.effective_network_mode, tuple(hosts))
+
+
+def _phase_policy(configs: tuple[AgentConfig | VerifierConfig, ...],
+                  fallback: NetworkPolicy) -> NetworkPolicy:
+    """The first config (step's, then task's) that sets ``network_mode`` decides; else
+    ``fallback``."""
+    for cfg in configs:
+        if cfg.network_mode is not None:
+            hosts = cfg.allowed_hosts if cfg.network_mode is NetworkMode.ALLOWLIST else ()
+            return NetworkPolicy(cfg.network_mode, tuple(hosts))
+    return fallback
+
 
 class VerifierConfig(_Model):
     """``[verifier]`` or ``[steps.verifier]``."""
@@ -148,6 +170,9 @@ class VerifierConfig(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
+    network_mode: NetworkMode | None = None
+    """The verifier phase's network mode (overrides ``[environment]``'s; Harbor 0.26)."""
+    allowed_hosts: tuple[str, ...] = ()
 
 
 class SolutionConfig(_Model):
@@ -319,6 +344,26 @@ class Task(BaseModel):
     def compose_file(self) -> Path | None:
         """The environment's compose file (:func:`find_compose_file`), if any."""
         return find_compose_file(self.path / "environment")
+
+    def _step_config(self, step: Step) -> StepConfig | None:
+        if self.multi_step and 0 < step.index <= len(self.config.steps):
+            return self.config.steps[step.index - 1]
+        return None
+
+    def agent_network(self, step: Step) -> NetworkPolicy:
+        """The agent phase's network policy of ``step``: ``[steps.agent]``, else ``[agent]``,
+        else ``[environment]`` (Harbor 0.26 per-phase semantics). Model hosts of an in-sandbox
+        agent are added by the trial, not here."""
+        sc = self._step_config(step)
+        configs = ((sc.agent,) if sc else ()) + (self.config.agent,)
+        return _phase_policy(configs, self.environment.network_policy)
+
+    def verifier_network(self, step: Step) -> NetworkPolicy:
+        """The verifier phase's network policy of ``step`` (shared verifier mode):
+        ``[steps.verifier]``, else ``[verifier]``, else ``[environment]``."""
+        sc = self._step_config(step)
+        configs = ((sc.verifier,) if sc else ()) + (self.config.verifier,)
+        return _phase_policy(configs, self.environment.network_policy)
 
     @property
     def slug(self) -> str:

@@ -238,7 +238,10 @@ def _trim_loc(doc: Any, loc: tuple, *, missing: bool) -> KeyPath:
     out: list[str | int] = []
     node = doc
     for k, part in enumerate(loc):
-        if isinstance(node, dict) and isinstance(part, str) and part in node or isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+        # two arms, not one `or`: each narrows node and part for its own index (mypy)
+        if isinstance(node, dict) and isinstance(part, str) and part in node:  # noqa: SIM114
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             node = node[part]
         else:
             if missing and k == len(loc) - 1 and isinstance(part, str):

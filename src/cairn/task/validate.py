@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.layout import find_compose_file
+from cairn.netpolicy import AllowEntry
 from cairn.task.envvars import embedded_template
 from cairn.task.findings import ERROR, WARNING, FindingSink, format_key_path
 from cairn.task.model import STEP_NAME_RE
@@ -76,6 +77,8 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     _check_env_tables(doc, steps, sink)
     for path in _environment_tables(doc, steps):
         _check_environment_table(_table(doc, *path), path, sink)
+    for path in _phase_tables(doc, steps):
+        _check_network_keys(_table(doc, *path), path, sink)
     dockerfile = root / "environment" / "Dockerfile"
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
@@ -157,16 +160,38 @@ def _environment_tables(doc: dict[str, Any], steps: list[Any]) -> list[KeyPath]:
     return paths
 
 
+def _phase_tables(doc: dict[str, Any], steps: list[Any]) -> list[KeyPath]:
+    """The per-phase tables that may set ``network_mode`` / ``allowed_hosts`` (Harbor 0.26)."""
+    paths: list[KeyPath] = [("agent",), ("verifier",)]
+    for i in range(len(steps)):
+        paths += [("steps", i, "agent"), ("steps", i, "verifier")]
+    return paths
+
+
 def _check_environment_table(env: dict[str, Any], path: KeyPath, sink: FindingSink) -> None:
     os_name = env.get("os")
     if isinstance(os_name, str) and os_name != "linux":
         sink.key(path + ("os",), ERROR, f"`{format_key_path(path + ('os',))}` is {os_name!r}: "
                  "only \"linux\" is supported")
-    hosts = env.get("allowed_hosts")
-    if isinstance(hosts, list) and hosts and env.get("network_mode") != "allowlist":
-        sink.key(path + ("allowed_hosts",), ERROR,
-                 f"`{format_key_path(path + ('allowed_hosts',))}` needs "
-                 "`network_mode = \"allowlist\"`")
+    _check_network_keys(env, path, sink)
+
+
+def _check_network_keys(table: dict[str, Any], path: KeyPath, sink: FindingSink) -> None:
+    """``allowed_hosts`` only with ``network_mode = "allowlist"``; every entry a host name,
+    ``*.wildcard``, address or CIDR (:class:`cairn.netpolicy.AllowEntry`), located by line."""
+    hosts = table.get("allowed_hosts")
+    if not isinstance(hosts, list):
+        return
+    key = path + ("allowed_hosts",)
+    if hosts and table.get("network_mode") != "allowlist":
+        sink.key(key, ERROR, f"`{format_key_path(key)}` needs `network_mode = \"allowlist\"`")
+    for i, entry in enumerate(hosts):
+        if not isinstance(entry, str):
+            continue  # a type error, already reported by the schema check
+        try:
+            AllowEntry.parse(entry)
+        except ValueError as exc:
+            sink.key(key + (i,), ERROR, f"`{format_key_path(key)}` entry {i + 1}: {exc}")
 
 
 def _check_env_tables(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:

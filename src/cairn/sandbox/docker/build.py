@@ -159,6 +159,33 @@ def _image_info(client: docker.DockerClient, ref: str, **kw: Any) -> ImageInfo:
                      cmd=tuple(cfg.get("Cmd") or ()), workdir=cfg.get("WorkingDir") or "", **kw)
 
 
+def snapshot_image_info(client: docker.DockerClient, image_id: str) -> ImageInfo:
+    """The :class:`ImageInfo` of a step snapshot image: its own id, and the ENTRYPOINT, CMD
+    and WORKDIR of the image its container was created from (recorded as labels when it was
+    committed, because a committed container carries cairn's keeper as its entrypoint).
+
+    Raises:
+        SandboxError: ``start_failed`` when the image is gone (``cairn clean --snapshots``
+            removed it) or is not a cairn snapshot.
+    """
+    import json
+
+    try:
+        data = client.api.inspect_image(image_id)
+    except docker.errors.NotFound:
+        raise SandboxError(f"snapshot image {image_id[:19]} not found (removed by "
+                           "`cairn clean --snapshots`?)", kind=ErrorKind.START_FAILED) from None
+    cfg = data.get("Config") or {}
+    labels = cfg.get("Labels") or {}
+    if labels.get("cairn.snapshot") != "1":
+        raise SandboxError(f"image {image_id[:19]} is not a cairn snapshot",
+                           kind=ErrorKind.START_FAILED)
+    return ImageInfo(ref=data["Id"], image_id=data["Id"],
+                     entrypoint=tuple(json.loads(labels.get("cairn.image_entrypoint") or "[]")),
+                     cmd=tuple(json.loads(labels.get("cairn.image_cmd") or "[]")),
+                     workdir=labels.get("cairn.image_workdir") or cfg.get("WorkingDir") or "")
+
+
 def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
     try:
         return _image_info(client, ref)

@@ -178,7 +178,7 @@ def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool) -> di
         main["image"] = main_image
     elif spec.docker_image:
         main["image"] = spec.docker_image
-    volumes = {vol: {} for vol in (*LOG_VOLUMES.values(), ALL_LOGS_VOLUME)}
+    volumes: dict[str, dict[str, Any]] = {vol: {} for vol in (*LOG_VOLUMES.values(), ALL_LOGS_VOLUME)}
     return {"services": {MAIN_SERVICE: main}, "volumes": volumes}
 
 
@@ -206,7 +206,8 @@ def _refuse_egress(model: Mapping[str, Any]) -> None:
 
 
 def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env_hash: str,
-               labels: Mapping[str, str]) -> dict[str, Any]:
+               labels: Mapping[str, str], gateway_env: Mapping[str, str] | None = None
+               ) -> dict[str, Any]:
     """The last file, made from the resolved model of the defaults and the task's file.
 
     Args:
@@ -215,15 +216,20 @@ def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env
         project: the compose project name.
         env_hash: content hash of the environment folder (tags of built images).
         labels: cairn's ownership labels (``cairn.job``, ``cairn.trial`` …).
+        gateway_env: set when the project sits behind the egress gateway: every network is
+            made internal (as under ``no-network``) and ``main`` gets these variables
+            (``HTTP_PROXY`` …; ``NO_PROXY`` gains every service name).
 
     Returns:
         The compose document.
 
     Raises:
-        UnsupportedError: under ``no-network``, a service or network that reaches outside.
+        UnsupportedError: under ``no-network`` or behind the gateway, a service or network
+            that reaches outside.
     """
-    no_network = spec.network_mode is NetworkMode.NO_NETWORK
-    if no_network:
+    no_network = spec.network_mode is NetworkMode.NO_NETWORK and not gateway_env
+    sealed = no_network or gateway_env is not None
+    if sealed:
         _refuse_egress(model)
     lab = {**labels, "cairn.compose_project": project}
     services: dict[str, Any] = {}
@@ -247,6 +253,13 @@ def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env
             out["ports"] = Reset()
         if svc == MAIN_SERVICE:
             out.update(_limits(conf, spec))
+            if gateway_env is not None:
+                names = ",".join(sorted(str(n) for n in (model.get("services") or {})))
+                env = dict(gateway_env)
+                for key in ("NO_PROXY", "no_proxy"):
+                    if key in env:
+                        env[key] = f"{env[key]},{names}"
+                out["environment"] = env
         services[svc] = out
     doc: dict[str, Any] = {"services": services}
     networks: dict[str, Any] = {}
@@ -255,7 +268,7 @@ def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env
         if net.get("external"):
             continue
         entry: dict[str, Any] = {"name": f"{project}_{name}", "labels": dict(lab)}
-        if no_network:
+        if sealed:
             entry["internal"] = True
             entry["driver_opts"] = {INHIBIT_IPV4: "true"}
         networks[name] = entry

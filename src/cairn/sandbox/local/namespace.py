@@ -56,7 +56,7 @@ class _PipeReader:
         self.fd = fd
         self.tail = tail
         self.loop = asyncio.get_running_loop()
-        self.done = self.loop.create_future()
+        self.done: asyncio.Future[None] = self.loop.create_future()
         os.set_blocking(fd, False)
         self.loop.add_reader(fd, self._on_readable)
 
@@ -378,7 +378,11 @@ class NamespaceRuntime:
                 r.tail._trim()
                 r.tail.discard = True
                 self._drainers.add(r)
-                r.done.add_done_callback(lambda _f, r=r: self._drainers.discard(r))
+
+                def forget(_f: asyncio.Future[None], r: _PipeReader = r) -> None:
+                    self._drainers.discard(r)
+
+                r.done.add_done_callback(forget)
 
     async def _send(self, req: dict, fds: list[int]) -> None:
         assert self.sock is not None

@@ -77,12 +77,21 @@ def _b(s):
 
 
 def mount(source, target, fstype, flags=0, data=None):
-    """mount(2); raises OSError naming the target."""
+    """Mount ``source`` on ``target`` (the system call; ``flags`` are ``MS_*`` bits).
+
+    Raises:
+        OSError: the call failed; the message names the file system type, source and target.
+    """
     _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
            f"mount {fstype or 'bind'} {source} on {target}")
 
 
 def prctl(option, arg2=0):
+    """The process-control system call with ``option`` (a ``PR_*`` number) and one argument.
+
+    Raises:
+        OSError: the call failed.
+    """
     _check(_libc.prctl(option, arg2, 0, 0, 0), f"prctl {option}")
 
 
@@ -247,6 +256,10 @@ class Init:
         self.running = {}  # pid -> (exec id, Popen); the Popen is kept so it never reaps
 
     def handle(self, data, fds):
+        """Serve one host message: ``data`` (a marshal-ed dict, or the memfd of an ``exec_fd``
+        request among ``fds``) and the file descriptors that came with it. An ``exec`` with its
+        two pipe ends is spawned; anything else is dropped and its descriptors closed.
+        """
         req = marshal.loads(data) if data else {}
         if req.get("op") == "exec_fd" and fds:
             big = fds.pop()
@@ -299,6 +312,8 @@ class Init:
             send(self.fd, {"op": "started", "id": req["id"], "pid": proc.pid})
 
     def reap(self):
+        """Collect every exited child without blocking; report an exec's wait status to the
+        host as ``{"op": "exit"}`` (orphans re-parented to PID 1 are reaped silently)."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -313,6 +328,9 @@ class Init:
                 send(self.fd, {"op": "exit", "id": exec_id, "status": status})
 
     def loop(self):
+        """Serve the control socket; SIGCHLD wakes the loop to reap. When the host end closes,
+        exit (the kernel then kills the pid namespace), or for a kept sandbox go on reaping.
+        Never returns."""
         import array
         import select
         import signal
@@ -419,6 +437,7 @@ def inner_stage(fd, cfg_path):
 
 
 def main():
+    """Entry point: ``pid1.py STAGE CONTROL_FD CONFIG_PATH`` (stage ``outer`` or ``inner``)."""
     stage, fd, cfg_path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     if stage == "outer":
         outer_stage(fd, cfg_path)
