@@ -61,6 +61,7 @@ class JobRun:
         self._engine_version: str | None = None
         self._engine_known = False
         self._warned: set[str] = set()  # trial warnings already shown (once per job)
+        self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
@@ -155,7 +156,7 @@ class JobRun:
             self._engine_known = True
         write_job_meta(self.paths, self.config, backend=self.backend,
                        engine_version=self._engine_version, started_at=self.started_at,
-                       stopped_by=self.stopped_by, finished=finished)
+                       stopped_by=self.stopped_by, finished=finished, sources=self.sources)
 
     def summary(self) -> JobSummary:
         """The job's summary (design §7) over the results recorded so far; every task of the

@@ -407,7 +407,8 @@ class _TrialRun:
         return TrialResult(
             trial_id=self.plan.trial_id, trial_name=self.plan.trial_name,
             attempt=self.plan.attempt,
-            task=TaskRef(name=task.name, content_hash=task.content_hash),
+            task=TaskRef(name=task.name, content_hash=task.content_hash,
+                         source=self.plan.source),
             agent=AgentRef(name=self.plan.agent_name, version=self.agent.version,
                            kwargs=dict(self.plan.agent_kwargs)),
             model=self.plan.model, backend=self.plan.backend, outcome=score.outcome,
@@ -452,7 +453,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     run.store.create()
     run.store.write_config(TrialConfigFile(
         task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
-                        path=str(plan.task.path)),
+                        path=str(plan.task.path), source=plan.source),
         agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs,
                           version=run.agent.version),
         model=plan.model, backend=plan.backend, attempt=plan.attempt,
