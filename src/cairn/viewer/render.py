@@ -168,7 +168,7 @@ def environment() -> jinja2.Environment:
         env = jinja2.Environment(
             loader=jinja2.PackageLoader(PACKAGE, "templates"),
             autoescape=True,
-            undefined=jinja2.StrictUndefined,
+            undefined=jinja2.ChainableUndefined,
             trim_blocks=True,
             lstrip_blocks=True,
         )
