@@ -300,11 +300,12 @@ class TrialQuery:
         return True
 
 
-def _sort_key(key: str):
-    def k(r: TrialRow):
-        v = getattr(r, key)
-        return (v is None, v if v is not None else 0, r.name)
-    return k
+def _sorted(rows: list[TrialRow], key: str, desc: bool) -> list[TrialRow]:
+    """Rows sorted by ``key`` (ties by name); rows without a value last in either order."""
+    have = [r for r in rows if getattr(r, key) is not None]
+    rest = sorted((r for r in rows if getattr(r, key) is None), key=lambda r: r.name)
+    have.sort(key=lambda r: (getattr(r, key), r.name), reverse=desc)
+    return have + rest
 
 
 @dataclass
@@ -409,8 +410,7 @@ class JobIndex:
         Returns:
             The :class:`TrialPage`.
         """
-        rows = [r for r in self.rows() if q.matches(r)]
-        rows.sort(key=_sort_key(q.sort), reverse=q.desc)
+        rows = _sorted([r for r in self.rows() if q.matches(r)], q.sort, q.desc)
         pages = max(1, math.ceil(len(rows) / q.per_page))
         page = min(q.page, pages)
         q = TrialQuery(**{**q.__dict__, "page": page})
