@@ -102,7 +102,7 @@ def test_query_filters_sorts_and_pages_server_side(tmp_path):
     last = job.query(TrialQuery(per_page=10, page=99))
     assert last.query.page == 3 and len(last.rows) == 3
     top = job.query(TrialQuery(sort="reward", desc=True, per_page=5)).rows
-    assert [r.reward for r in top] == [1.0] * 5
+    assert [r.reward for r in top] == [1.0, 1.0, 1.0, 1.0, 0.75]
     assert [r.name for r in job.query(TrialQuery(error="reward_missing")).rows] == \
         ["t0__1__000001f4"]
     assert [r.name for r in job.query(TrialQuery(step="a")).rows] == ["t1__1__000001f5"]
