@@ -36,6 +36,7 @@ from cairn.errors import Category, ErrorKind, Phase  # noqa: E402
 from cairn.results.model import (  # noqa: E402
     AgentRef,
     ErrorInfo,
+    JobMeta,
     Outcome,
     StepResult,
     StepSource,
@@ -95,9 +96,9 @@ def _trial(i: int) -> TrialResult:
 
 def generate(job: Path, n: int) -> None:
     """Write an N-trial job folder through the store."""
-    write_job_json(job, {"job_name": job.name, "backend": "local",
-                         "config": {"agent": "oracle", "model": None, "backend": "local"},
-                         "started_at": "2026-12-01T00:00:00+00:00"})
+    write_job_json(job, JobMeta(job_name=job.name, cairn_version="bench", backend="local",
+                                config={"agent": "oracle", "model": None, "backend": "local"},
+                                started_at=datetime(2026, 12, 1, tzinfo=UTC)))
     results = []
     for i in range(n):
         r = _trial(i)
@@ -178,7 +179,11 @@ def main() -> int:
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()
-        port = int(re.search(r":(\d+)/", line).group(1))
+        m = re.search(r":(\d+)/", line)
+        if m is None:
+            proc.wait(timeout=30)
+            raise SystemExit(f"cairn view did not start: {line}{proc.stderr.read()}")
+        port = int(m.group(1))
         ready = time.perf_counter() - t0
         jp = f"/jobs/{job.name}/"
         first = _get(port, jp)

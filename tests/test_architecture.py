@@ -39,8 +39,10 @@ LAYERS: dict[str, set[str]] = {
     "cairn.trial": {"cairn.agents", "cairn.results", "cairn.task", "cairn.plan", "cairn.sandbox"},
     "cairn.job": {"cairn.trial", "cairn.agents", "cairn.results", "cairn.task", "cairn.plan",
                   "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock"},
+    "cairn.viewer": {"cairn.job", "cairn.results", "cairn.task", "cairn.plan"},
     "cairn.cli": {"cairn.job", "cairn.trial", "cairn.agents", "cairn.results", "cairn.task",
-                  "cairn.plan", "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock"},
+                  "cairn.plan", "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock",
+                  "cairn.viewer"},
     "cairn.__main__": {"cairn.cli"},
     "cairn": set(),
 }

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from conftest import (
     console_errors,
     env,
@@ -93,7 +94,8 @@ def test_agent_markup_cannot_run_script(example_job, browser):
         assert "&lt;script&gt;window.__pwned=1&lt;/script&gt;" in page  # shown, escaped
         assert _pwned(browser) is None
         # no element the agent wrote exists as markup: no javascript: link, no injected img
-        assert browser.execute_script("return document.querySelectorAll('a[href^=\"javascript:\"]').length") == 0
+        links = "return document.querySelectorAll('a[href^=\"javascript:\"]').length"
+        assert browser.execute_script(links) == 0
         assert browser.execute_script("return document.getElementById('evil')") is None
         assert browser.execute_script("return document.querySelectorAll('img').length") == 0
         # the HTML artifact is served as text, under a sandboxing CSP

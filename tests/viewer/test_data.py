@@ -23,6 +23,7 @@ from cairn.results.export import ExportFilter, export_job  # noqa: E402
 from cairn.results.model import (  # noqa: E402
     AgentRef,
     ErrorInfo,
+    JobMeta,
     Outcome,
     StepResult,
     StepSource,
@@ -58,8 +59,8 @@ def _result(i: int, task: str, outcome: Outcome, reward: float | None, *, steps=
 
 def _job(tmp_path: Path, results: list[TrialResult], name: str = "job") -> Path:
     job = tmp_path / name
-    write_job_json(job, {"job_name": name, "backend": "local",
-                         "config": {"agent": "oracle", "model": None}})
+    write_job_json(job, JobMeta(job_name=name, cairn_version="0.1.0", backend="local",
+                                config={"agent": "oracle", "model": None}, started_at=NOW))
     for r in results:
         store = TrialStore(JobPaths(job).trial(r.task.name, r.attempt, r.trial_id)).create()
         for s in r.steps:

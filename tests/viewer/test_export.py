@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import env
 
 from cairn.results.export import RECORD_FIELDS
+from conftest import env
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 

@@ -15,6 +15,7 @@ import sys
 from urllib.parse import urlsplit
 
 import pytest
+
 from conftest import env, trial_dir, view_server
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
@@ -52,12 +53,12 @@ def test_traversal_and_symlinks_are_404(planted):
     with view_server(job) as base:
         ok, headers, body = _get(base, f"/jobs/example/files/{rel}/app/out.txt")
         assert ok == 200 and body == b"hi\n"
-        for path in (f"/jobs/example/files/../secret.txt",
-                     f"/jobs/example/files/trials/../../secret.txt",
-                     f"/jobs/example/files/%2e%2e/secret.txt",
-                     f"/jobs/example/files/trials/%2E%2E/..%2fsecret.txt",
-                     f"/jobs/example/files//etc/passwd",
-                     f"/jobs/example/files/%2Fetc%2Fpasswd",
+        for path in ("/jobs/example/files/../secret.txt",
+                     "/jobs/example/files/trials/../../secret.txt",
+                     "/jobs/example/files/%2e%2e/secret.txt",
+                     "/jobs/example/files/trials/%2E%2E/..%2fsecret.txt",
+                     "/jobs/example/files//etc/passwd",
+                     "/jobs/example/files/%2Fetc%2Fpasswd",
                      f"/jobs/example/files/{rel}/passwd",
                      f"/jobs/example/files/{rel}/up/secret.txt",
                      f"/jobs/example/files/{rel}/up/etc/passwd",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -27,11 +27,12 @@ Examples:
 def export_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif or parquet.")] = "jsonl",  # noqa: E501
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="Output file (default stdout; required for parquet).")] = None,  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Output file (default stdout; required for parquet).")] = None,  # noqa: E501
     passed_only: Annotated[bool, typer.Option("--passed-only", help="Only steps that passed.")] = False,  # noqa: E501
-    min_reward: Annotated[Optional[float], typer.Option("--min-reward", help="Only steps with a primary reward >= X.")] = None,  # noqa: E501
-    steps: Annotated[Optional[str], typer.Option("--steps", help="Only these step names (comma-separated).")] = None,  # noqa: E501
+    min_reward: Annotated[float | None, typer.Option("--min-reward", help="Only steps with a primary reward >= X.")] = None,  # noqa: E501
+    steps: Annotated[str | None, typer.Option("--steps", help="Only these step names (comma-separated).")] = None,  # noqa: E501
 ) -> None:
+    """Write a job's per-step records in one format."""
     from cairn.results.export import FORMATS, ExportFilter, export_job
 
     if fmt not in FORMATS:

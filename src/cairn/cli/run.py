@@ -269,7 +269,7 @@ def resume_cmd(
 def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
     fmt: Annotated[str, typer.Option("--format", help="text, markdown, json or html (a static site, see cairn view --bundle).")] = "text",  # noqa: E501
-    out: Annotated[Optional[Path], typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
 ) -> None:
     """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
     ``markdown`` or ``json``) on stdout.

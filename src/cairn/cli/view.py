@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -34,8 +34,9 @@ def view_cmd(
     path: Annotated[Path, typer.Argument(help="A jobs folder or one job folder.")] = Path("jobs"),
     host: Annotated[str, typer.Option("--host", help="Address to bind (default loopback only).")] = "127.0.0.1",  # noqa: E501
     port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 8321,
-    bundle: Annotated[Optional[Path], typer.Option("--bundle", help="Write a static site to this folder instead of serving.")] = None,  # noqa: E501
+    bundle: Annotated[Path | None, typer.Option("--bundle", help="Write a static site to this folder instead of serving.")] = None,  # noqa: E501
 ) -> None:
+    """Serve the viewer over PATH, or write its static bundle."""
     if not path.is_dir():
         print(f"cairn: error: {path} is not a folder", file=sys.stderr)
         raise typer.Exit(2)

@@ -11,6 +11,7 @@ only jinja2. See docs/viewer.md.
 
 from __future__ import annotations
 
+import gc
 import ipaddress
 import socket
 import sys
@@ -75,10 +76,17 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     index = app.state.library
-    for d in index.job_dirs():  # warm the per-job index so the first page is fast
+    from cairn.viewer.render import environment
+
+    for d in index.job_dirs():  # warm the per-job index and summary so the first page is fast
         job = index.job(d.name)
         if job is not None:
             job.refresh()
+            job.summary()
+    for name in ("jobs.html", "job.html", "trial.html", "compare.html", "error.html"):
+        environment().get_template(name)  # compile once, before the first request
+    gc.collect()
+    gc.freeze()  # the index built so far is long-lived: keep it out of later collections
     if on_ready is not None:
         on_ready(f"http://{shown}:{actual}/")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")

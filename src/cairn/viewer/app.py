@@ -28,7 +28,15 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, HTMLResponse, JSONResponse, Response
 from starlette.routing import Route
 
-from cairn.viewer.data import Library, TrialQuery, is_text_file, load_trial, safe_path, trial_version
+from cairn.viewer.data import (
+    REFRESH_SEC,
+    Library,
+    TrialQuery,
+    is_text_file,
+    load_trial,
+    safe_path,
+    trial_version,
+)
 from cairn.viewer.pages import render_compare, render_job, render_jobs, render_trial
 from cairn.viewer.render import CSP_FILE, CSP_LIVE, PACKAGE, Urls, render_page
 
@@ -83,7 +91,7 @@ def create_app(root: Path) -> Starlette:
     async def trial(request: Request) -> Response:
         j = lib.job(request.path_params["job"])
         t = load_trial(j, request.path_params["trial"]) if j is not None else None
-        if t is None:
+        if j is None or t is None:
             return _not_found("No such trial.")
         poll = f"/api/jobs/{j.name}/trials/{t.name}/version" if t.result is None else None
         return _page(render_trial(t, u, single=lib.single, poll=poll))
@@ -121,7 +129,7 @@ def create_app(root: Path) -> Starlette:
         j = lib.job(request.path_params["job"])
         if j is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
-        rows = j.refresh()
+        rows = j.refresh(REFRESH_SEC)
         return JSONResponse({"version": j.version,
                              "running": sum(r.outcome == "running" for r in rows),
                              "finished": sum(r.outcome != "running" for r in rows)},

@@ -17,6 +17,7 @@ import hashlib
 import math
 import os
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -42,6 +43,13 @@ from cairn.results.store import (
 
 TEXT_PREVIEW_BYTES = 256 * 1024
 """How much of a text file a page shows inline (the rest is a download)."""
+
+REFRESH_SEC = 1.0
+"""The server rescans a job folder at most once per this many seconds (pages poll each second)."""
+
+FULL_RESCAN_SEC = 10.0
+"""Finished trials are re-checked (one ``stat`` of result.json each) at most this often; new
+and running trial folders at every refresh."""
 
 RUNNING = "running"
 """The pseudo-outcome of a trial folder without result.json."""
@@ -295,9 +303,7 @@ class TrialQuery:
             return False
         if self.error and r.error_kind != self.error:
             return False
-        if self.step and r.ended_at != self.step:
-            return False
-        return True
+        return not (self.step and r.ended_at != self.step)
 
 
 def _sorted(rows: list[TrialRow], key: str, desc: bool) -> list[TrialRow]:
@@ -338,6 +344,8 @@ class JobIndex:
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[tuple[int, int], TrialRow]] = {}
         self._summary: tuple[str, JobSummary] | None = None
+        self._refreshed = 0.0
+        self._full_at = 0.0
         self.version = ""
 
     @property
@@ -345,13 +353,21 @@ class JobIndex:
         """The job's name (its folder name)."""
         return self.root.name
 
-    def refresh(self) -> list[TrialRow]:
-        """Stat every trial folder, re-read the result.json files that changed.
+    def refresh(self, max_age: float = 0.0) -> list[TrialRow]:
+        """List the trial folders; stat new and running ones (every one at most each
+        :data:`FULL_RESCAN_SEC`), re-read the result.json files that changed.
+
+        Args:
+            max_age: seconds; when the last refresh is younger, its rows are returned as they
+                are (the server passes :data:`REFRESH_SEC`, so any number of pages and polls
+                cost at most one scan per interval).
 
         Returns:
             Every row, sorted by trial name; running trials re-read their status each time.
         """
         with self._lock:
+            if max_age > 0 and self.version and time.monotonic() - self._refreshed < max_age:
+                return [v[1] for v in self._rows.values()]
             seen: dict[str, tuple[tuple[int, int], TrialRow]] = {}
             digest = hashlib.blake2b(digest_size=12)
             try:
@@ -359,7 +375,15 @@ class JobIndex:
                                  key=lambda e: e.name)
             except OSError:
                 entries = []
+            full = not self.version or time.monotonic() - self._full_at >= FULL_RESCAN_SEC
             for e in entries:
+                cached = self._rows.get(e.name)
+                if not full and cached is not None and cached[0] != (0, 0):
+                    # finished and seen: a result changes only when the trial is re-run in
+                    # place, which the next full rescan notices
+                    seen[e.name] = cached
+                    digest.update(f"{e.name}|{cached[0]}\n".encode())
+                    continue
                 res = os.path.join(e.path, RESULT_JSON)
                 try:
                     st = os.stat(res)
@@ -372,17 +396,15 @@ class JobIndex:
                     seen[e.name] = ((0, 0), row)
                     digest.update(f"{e.name}|r|{row.phase}|{row.step}|{row.steps_run}\n".encode())
                     continue
-                cached = self._rows.get(e.name)
                 if cached is not None and cached[0] == key:
                     seen[e.name] = cached
                 else:
                     earlier = _count_attempts(Path(e.path))
                     try:
                         data = read_json(Path(res))
-                        row = _row_from_result(e.name, data, earlier) if isinstance(data, dict) \
-                            else None
-                        if row is None:
+                        if not isinstance(data, dict):
                             raise ValueError("result.json is not an object")
+                        row = _row_from_result(e.name, data, earlier)
                     except (OSError, ValueError, TypeError) as exc:
                         task, attempt = _task_of_dir(e.name)
                         row = TrialRow(name=e.name, task=task, attempt=attempt,
@@ -392,6 +414,9 @@ class JobIndex:
                 digest.update(f"{e.name}|{key}\n".encode())
             self._rows = seen
             self.version = digest.hexdigest()
+            self._refreshed = time.monotonic()
+            if full:
+                self._full_at = self._refreshed
             return [v[1] for v in seen.values()]
 
     def rows(self) -> list[TrialRow]:
@@ -530,9 +555,10 @@ class Library:
             job = self.job(d.name)
             if job is None:
                 continue
-            rows = job.refresh()
+            rows = job.refresh(REFRESH_SEC)
             meta = job.meta()
-            cfg = meta.get("config") if isinstance(meta.get("config"), dict) else {}
+            raw_cfg = meta.get("config")
+            cfg: dict[str, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
             s = job.summary()
             cards.append(JobCard(
                 name=d.name, agent=cfg.get("agent"), model=cfg.get("model"),
@@ -550,7 +576,7 @@ class Library:
         for d in self.job_dirs():
             job = self.job(d.name)
             if job is not None:
-                job.refresh()
+                job.refresh(REFRESH_SEC)
                 digest.update(f"{d.name}:{job.version}\n".encode())
         return digest.hexdigest()
 
@@ -783,7 +809,7 @@ def reward_histogram(rows: Sequence[TrialRow], bins: int = 10) -> list[dict[str,
             i = bins if r.reward >= 1.0 else max(0, min(bins - 1, int(r.reward * bins)))
             counts[i] += 1
     labels = [f"{i / bins:.1f}–{(i + 1) / bins:.1f}" for i in range(bins)] + ["≥1.0"]
-    return [{"label": lab, "n": n} for lab, n in zip(labels, counts)]
+    return [{"label": lab, "n": n} for lab, n in zip(labels, counts, strict=True)]
 
 
 def job_summary_file(job_root: Path) -> Path:

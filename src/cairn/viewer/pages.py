@@ -11,6 +11,7 @@ from typing import Any
 from cairn.results.model import JobSummary, Outcome
 from cairn.results.report import summary_rows
 from cairn.viewer.data import (
+    REFRESH_SEC,
     RUNNING,
     JobIndex,
     Library,
@@ -61,7 +62,7 @@ def render_job(job: JobIndex, q: TrialQuery, u: Urls, *, single: bool, bundle: b
         bundle: render for the static bundle.
         poll: the version URL for live updates.
     """
-    rows = job.refresh()
+    rows = job.refresh(0.0 if bundle else REFRESH_SEC)
     summary = job.summary()
     page = job.query(q)
     options = {
