@@ -83,6 +83,7 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
         if job is not None:
             job.refresh()
             job.summary()
+            job.facets()
     for name in ("jobs.html", "job.html", "trial.html", "compare.html", "error.html"):
         environment().get_template(name)  # compile once, before the first request
     gc.collect()

@@ -344,6 +344,7 @@ class JobIndex:
         self._lock = threading.Lock()
         self._rows: dict[str, tuple[tuple[int, int], TrialRow]] = {}
         self._summary: tuple[str, JobSummary] | None = None
+        self._facets: tuple[str, dict[str, Any]] | None = None
         self._refreshed = 0.0
         self._full_at = 0.0
         self.version = ""
@@ -442,6 +443,30 @@ class JobIndex:
         start = (page - 1) * q.per_page
         return TrialPage(rows=rows[start:start + q.per_page], total=len(rows), pages=pages,
                          query=q)
+
+    def facets(self) -> dict[str, Any]:
+        """What the job page derives from every row, cached until the rows change.
+
+        Returns:
+            ``{tasks, errors, steps}`` (sorted filter choices: task names, error kinds, steps
+            trials stopped or errored at), ``n_running``, ``n_rows`` and ``histogram``
+            (:func:`reward_histogram`).
+        """
+        rows = self.rows()
+        with self._lock:
+            if self._facets is not None and self._facets[0] == self.version:
+                return self._facets[1]
+        facets = {
+            "tasks": sorted({r.task for r in rows}),
+            "errors": sorted({r.error_kind for r in rows if r.error_kind}),
+            "steps": sorted({r.ended_at for r in rows if r.ended_at}),
+            "n_running": sum(r.outcome == RUNNING for r in rows),
+            "n_rows": len(rows),
+            "histogram": reward_histogram(rows),
+        }
+        with self._lock:
+            self._facets = (self.version, facets)
+        return facets
 
     def summary(self) -> JobSummary:
         """The job summary: summary.json when it counts every finished trial, else recomputed.

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from cairn.results.model import JobSummary, Outcome
-from cairn.results.report import summary_rows
 from cairn.viewer.data import (
     REFRESH_SEC,
     RUNNING,
@@ -17,7 +16,6 @@ from cairn.viewer.data import (
     Library,
     TrialQuery,
     TrialView,
-    reward_histogram,
 )
 from cairn.viewer.render import Urls, fmt_num, fmt_pct, render_page
 
@@ -62,21 +60,17 @@ def render_job(job: JobIndex, q: TrialQuery, u: Urls, *, single: bool, bundle: b
         bundle: render for the static bundle.
         poll: the version URL for live updates.
     """
-    rows = job.refresh(0.0 if bundle else REFRESH_SEC)
+    job.refresh(0.0 if bundle else REFRESH_SEC)
     summary = job.summary()
     page = job.query(q)
-    options = {
-        "tasks": sorted({r.task for r in rows}),
-        "outcomes": [o.value for o in Outcome] + ["passed", "failed", RUNNING],
-        "errors": sorted({r.error_kind for r in rows if r.error_kind}),
-        "steps": sorted({r.ended_at for r in rows if r.ended_at}),
-    }
+    facets = job.facets()
+    options = {"tasks": facets["tasks"], "errors": facets["errors"], "steps": facets["steps"],
+               "outcomes": [o.value for o in Outcome] + ["passed", "failed", RUNNING]}
     return render_page("job.html", u=u, bundle=bundle, poll=poll, job=job.name, meta=job.meta(),
                        summary=summary, figures=job_figures(summary), page=page, q=page.query,
-                       options=options, columns=TRIAL_COLUMNS, n_rows=len(rows),
-                       n_running=sum(r.outcome == RUNNING for r in rows),
-                       histogram=reward_histogram(rows), single=single,
-                       report_rows=summary_rows(summary))
+                       options=options, columns=TRIAL_COLUMNS, n_rows=facets["n_rows"],
+                       n_running=facets["n_running"], histogram=facets["histogram"],
+                       single=single)
 
 
 def timeline_segments(t: TrialView) -> list[dict[str, Any]]:
