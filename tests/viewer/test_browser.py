@@ -193,13 +193,15 @@ def test_screenshots_for_the_docs(example_job, browser):
         pytest.skip("set CAIRN_VIEWER_SCREENSHOTS=docs/img to refresh the doc screenshots")
     out = Path(target)
     out.mkdir(parents=True, exist_ok=True)
-    browser.set_window_size(1200, 900)
     with view_server(example_job) as base:
+        browser.set_window_size(1200, 1350)
         browser.get(f"{base}jobs/example/")
         time.sleep(0.3)  # fonts laid out; screenshots only, no assertion depends on it
         browser.save_screenshot(str(out / "viewer-job.png"))
-        browser.get(f"{base}jobs/example/trials/{trial_dir(example_job, 'chain').name}/#step-2")
+        browser.set_window_size(1200, 1500)
+        browser.get(f"{base}jobs/example/trials/{trial_dir(example_job, 'chain').name}/")
         time.sleep(0.3)
         browser.save_screenshot(str(out / "viewer-trial.png"))
+    browser.set_window_size(1280, 1000)
     for name in ("viewer-job.png", "viewer-trial.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

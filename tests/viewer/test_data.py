@@ -184,3 +184,28 @@ def test_export_marks_replayed_steps(tmp_path):
     assert recs[1]["messages"] == [{"role": "user", "content": "do fix"}]
     out = io.StringIO()
     assert export_job(path, "jsonl", out, ExportFilter(passed_only=True)) == 1
+
+
+def test_compare_deltas_per_task_and_step(tmp_path):
+    from cairn.viewer.pages import compare_context, render_compare
+    from cairn.viewer.render import Urls
+
+    two = [StepResult(index=1, name="a", source=StepSource.VERIFIER, reward=1.0,
+                      rewards={"reward": 1.0}, passed=True),
+           StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=0.0,
+                      rewards={"reward": 0.0})]
+    better = [StepResult(index=1, name="a", source=StepSource.VERIFIER, reward=1.0,
+                         rewards={"reward": 1.0}, passed=True),
+              StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=1.0,
+                         rewards={"reward": 1.0}, passed=True)]
+    _job(tmp_path, [_result(1, "t", Outcome.COMPLETED, 0.5, steps=two)], "a")
+    _job(tmp_path, [_result(2, "t", Outcome.COMPLETED, 1.0, steps=better)], "b")
+    lib = Library(tmp_path)
+    ctx = compare_context(lib.job("a").summary(), lib.job("b").summary())
+    assert ("mean reward", "0.50", "1.00", "+0.50") in ctx["head"]
+    rows = {(r["task"], r["step"]): (r["dr"], r["pa"], r["pb"], r["dp"]) for r in ctx["rows"]}
+    assert rows == {("t", None): ("+0.50", "0/1", "1/1", "+1.00"),
+                    ("t", "a"): ("+0.00", "1/1", "1/1", "+0.00"),
+                    ("t", "b"): ("+1.00", "0/1", "1/1", "+1.00")}
+    html = render_compare(lib.job("a"), lib.job("b"), Urls())
+    assert 'data-task="t" data-step="b"' in html
