@@ -18,6 +18,7 @@ means the trial is finished. Secret values are masked as ``***`` in what cairn w
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator, Sequence
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
-from cairn._util.jsonio import loads_strict, to_jsonable, write_json_atomic
+from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_json_atomic
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
@@ -345,10 +346,14 @@ class TrialStore:
 
         status = {"phase": str(phase), "step_index": step_index, "step": step_name,
                   "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
-        try:
-            self._write_json(self.paths.status_json, status)
+        target = self.paths.status_json
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:  # atomic for readers (rename), but no fsync: the file is advisory and frequent
+            tmp.write_bytes(dumps_strict(self.masker.mask_json(status)).encode("utf-8"))
+            os.replace(tmp, target)
         except OSError:
-            pass
+            with contextlib.suppress(OSError):
+                tmp.unlink()
 
     def write_instruction(self, index: int, name: str, text: str) -> None:
         """Write a step's ``instruction.md`` (the text the agent got; masked).
