@@ -41,9 +41,10 @@ LAYERS: dict[str, set[str]] = {
     "cairn.datasets": {"cairn.results", "cairn.task", "cairn.lock"},
     "cairn.job": {"cairn.trial", "cairn.agents", "cairn.results", "cairn.task", "cairn.plan",
                   "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock", "cairn.datasets"},
+    "cairn.viewer": {"cairn.job", "cairn.results", "cairn.task", "cairn.plan"},
     "cairn.cli": {"cairn.job", "cairn.trial", "cairn.agents", "cairn.results", "cairn.task",
                   "cairn.plan", "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock",
-                  "cairn.datasets"},
+                  "cairn.datasets", "cairn.viewer"},
     "cairn.__main__": {"cairn.cli"},
     "cairn": set(),
 }

@@ -299,7 +299,8 @@ def resume_cmd(
              "  cairn report jobs/nightly\n\n  cairn report jobs/nightly --format markdown")
 def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
-    fmt: Annotated[str, typer.Option("--format", help="text, markdown or json.")] = "text",
+    fmt: Annotated[str, typer.Option("--format", help="text, markdown, json or html (a static site, see cairn view --bundle).")] = "text",  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
 ) -> None:
     """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
     ``markdown`` or ``json``) on stdout.
@@ -311,12 +312,25 @@ def report_cmd(
     from cairn.job.run import read_job
     from cairn.results.report import render
 
-    if fmt not in ("text", "markdown", "json"):
-        _err("--format is text, markdown or json")
+    if fmt not in ("text", "markdown", "json", "html"):
+        _err("--format is text, markdown, json or html")
         raise typer.Exit(2)
     if not (job_dir / "job.json").is_file() and not (job_dir / "trials").is_dir():
         _err(f"{job_dir} is not a job folder")
         raise typer.Exit(2)
+    if fmt == "html":  # the viewer's static bundle (cairn/viewer/bundle.py)
+        try:
+            from cairn.viewer.bundle import write_bundle
+
+            print(f"wrote {write_bundle(job_dir, out or Path(f'{job_dir.resolve().name}-html'))}")
+        except ModuleNotFoundError as exc:
+            _err(f"--format html needs jinja2 ({exc.name} is not installed): "
+                 "pip install 'cairn-eval[view]'")
+            raise typer.Exit(2) from None
+        except ValueError as exc:
+            _err(str(exc))
+            raise typer.Exit(2) from None
+        return
     print(render(read_job(job_dir), fmt))
 
 

@@ -48,7 +48,7 @@ from cairn.task.model import Step
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
-from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step
+from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -98,6 +98,22 @@ class _TrialRun:
         self.forked_from: ForkRef | None = None
         self.solution_env: dict[str, str] = {}
         self.networks: PhaseNetworks | None = None
+
+    # ---- live status for `cairn view` (status.json; advisory) --------------------------------
+    @property
+    def phase(self) -> Phase:
+        """The trial's current phase; each change is recorded in status.json."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        self._phase = value
+        self._record_phase(value)
+
+    def _record_phase(self, value: Phase) -> None:
+        step = getattr(self, "current_step", None)
+        self.store.write_status(value, step.index if step else None, step.name if step else None)
+    # ---- end live status ---------------------------------------------------------------------
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
@@ -277,7 +293,8 @@ class _TrialRun:
         env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
-                      separate=self.separate, networks=self.networks)
+                      separate=self.separate, networks=self.networks,
+                      on_phase=self._record_phase)
         self.step_env = env
         if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
             env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,
@@ -292,8 +309,10 @@ class _TrialRun:
                 continue
             self.steps_run += 1
             self.current_step = step
-            env.phase = self.phase = Phase.SETUP
+            self._phase = Phase.SETUP
+            env.phase = Phase.SETUP  # on_phase records it in status.json
             sp = self.store.step_dirs(step.index, step.name)
+            self.store.write_instruction(step.index, step.name, strip_canary(step.instruction))
             dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
             try:
                 row, _ = await run_step(sandbox, self.agent, step, dirs, env, self.task)

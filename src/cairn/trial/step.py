@@ -127,6 +127,13 @@ class StepEnv:
     after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
     networks: PhaseNetworks | None = None
     """The phases' network policies; the step switches the sandbox between them."""
+    on_phase: Callable[[Phase], None] | None = None
+    """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name == "phase" and getattr(self, "on_phase", None) is not None:
+            self.on_phase(value)  # type: ignore[misc,arg-type]
 
 
 @dataclass
