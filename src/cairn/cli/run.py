@@ -96,6 +96,8 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
@@ -123,6 +125,7 @@ def run_cmd(
             "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "executor": executor, "ray_address": ray_address,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not data.get("paths"):
@@ -228,6 +231,8 @@ def resume_cmd(
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
+    executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local or ray (default: the job's).")] = None,  # noqa: E501
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     """``cairn resume JOB_DIR``: re-run a job's unfinished, cancelled and infra-errored trials
@@ -242,7 +247,8 @@ def resume_cmd(
 
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
-                                       ("max_cost_usd", max_cost_usd)) if v is not None}
+                                       ("max_cost_usd", max_cost_usd), ("executor", executor),
+                                       ("ray_address", ray_address)) if v is not None}
         cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides)
     except (typer.BadParameter, CairnError) as exc:
         _err(str(exc))

@@ -164,6 +164,17 @@ class TrialTimings(_Persisted):
     total_sec: float | None = None
 
 
+class ExecutorRef(_Persisted):
+    """Where a trial ran, for executors other than the in-process one (``--executor ray``)."""
+
+    name: str
+    """The executor's name (``ray``)."""
+    node: str
+    """The node's id within the executor (a Ray node id, hex)."""
+    host: str | None = None
+    """The node's host name."""
+
+
 class TrialResult(_Persisted):
     """result.json (design §7). Written last; its presence marks the trial finished."""
 
@@ -195,6 +206,8 @@ class TrialResult(_Persisted):
     engine_version: str | None = None
     warnings: list[str] = Field(default_factory=list)
     steps: list[StepResult]
+    executor: ExecutorRef | None = None
+    """Where the trial ran (absent for the in-process ``local`` executor)."""
 
 
 class StepsFile(_Persisted):

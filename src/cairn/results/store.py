@@ -381,6 +381,54 @@ class TrialStore:
                 for d in artifact_dirs for p in find_secrets(d, self.masker)]
 
 
+def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> list[str]:
+    """Store a trial folder produced elsewhere (a Ray worker node) as a local trial would be.
+
+    The archive (an uncompressed tar of the trial folder's contents, as
+    :func:`cairn._util.tar.tar_stream` with ``include_root=False`` makes) is unpacked safely into
+    a fresh folder beside the trial's, its entries are moved into the trial folder (earlier
+    ``attempts/`` stay where they are), and ``result.json`` is written last from ``result`` — so
+    the folder is finished exactly when a local trial's would be, and a crash midway leaves a
+    folder without result.json that ``cairn resume`` re-runs.
+
+    Args:
+        paths: the trial folder (may exist, holding ``attempts/``).
+        archive: the tar bytes; a ``result.json`` or ``attempts/`` inside is ignored.
+        result: the trial's result (the driver's copy, e.g. with ``executor`` set).
+
+    Returns:
+        Member names refused by the safe unpacker (absolute, ``..``, through a link).
+
+    Raises:
+        tarfile.TarError: the archive is not a valid tar.
+        OSError: writing the job folder failed.
+    """
+    import shutil
+    import tempfile
+
+    from cairn._util.tar import extract_tar_stream
+
+    paths.root.parent.mkdir(parents=True, exist_ok=True)
+    incoming = Path(tempfile.mkdtemp(prefix=f".incoming-{paths.root.name[:40]}-",
+                                     dir=paths.root.parent))
+    try:
+        report = extract_tar_stream([archive], incoming / "t")
+        paths.root.mkdir(parents=True, exist_ok=True)
+        for entry in sorted((incoming / "t").iterdir()):
+            if entry.name in (RESULT_JSON, ATTEMPTS):
+                continue
+            dest = paths.root / entry.name
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            elif dest.exists() or dest.is_symlink():
+                dest.unlink()
+            os.replace(entry, dest)
+        TrialStore(paths).create().write_result(result)
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+    return report.refused
+
+
 def read_result(path: Path) -> TrialResult:
     """Read and validate a ``result.json``.
 
