@@ -109,3 +109,15 @@ def test_install_trial_rejects_a_corrupt_archive_and_leaves_no_result(tmp_path) 
         install_trial(tp, b"not a tar archive at all" * 40, _result(tp.root.name, 1.0))
     assert not tp.result_json.exists()
     assert [p.name for p in tp.root.parent.iterdir() if p.name.startswith(".incoming")] == []
+
+
+def test_partial_install_of_a_dead_driver_is_removed_and_never_a_trial(tmp_path) -> None:
+    from cairn.results.store import INCOMING_PREFIX, JobPaths, remove_partial_installs
+
+    paths = JobPaths(tmp_path / "job")
+    left = paths.trials_dir / f"{INCOMING_PREFIX}t__1__cccccccc-x1"
+    (left / "t" / "steps").mkdir(parents=True)
+    (paths.trials_dir / "t__2__dddddddd").mkdir()
+    assert [t.root.name for t in paths.trial_dirs()] == ["t__2__dddddddd"]
+    assert remove_partial_installs(paths) == [left]
+    assert sorted(p.name for p in paths.trials_dir.iterdir()) == ["t__2__dddddddd"]

@@ -166,8 +166,57 @@ def test_driver_killed_then_resume_completes(cluster: RayCluster, tmp_path: Path
                for r in results.values())
     for name, data in before.items():  # finished before the kill: kept, never re-run
         assert (job / "trials" / name / "result.json").read_bytes() == data
-    assert json.loads(out.stdout)["trials"] == N
+    assert json.loads(out.stdout)["n_trials"] == N
     _no_leftovers(cluster, "dk")
+
+
+def test_worker_with_another_cairn_version_refuses_before_a_sandbox(cluster: RayCluster,
+                                                                    tmp_path: Path) -> None:
+    from cairn import __version__
+
+    task = write_task(tmp_path / "tasks", "one")
+    jobs = tmp_path / "jobs"
+    code = (  # a driver that claims another cairn version than the workers run
+        "import cairn.job.executors.ray as r\n"
+        "r.__version__ = '0.0.0-other'\n"
+        "from cairn.job import run_job\nfrom cairn.plan import JobConfig\n"
+        f"run_job(JobConfig(paths=({str(task)!r},), backend='local', executor='ray', "
+        f"ray_address={ADDRESS!r}, max_retries=0, jobs_dir={str(jobs)!r}, job_name='vg'))\n")
+    out = cluster.run([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stderr[-3000:]
+    (result,) = _results(jobs / "vg").values()
+    assert result["outcome"] == "errored"
+    assert result["error"]["kind"] == "start_failed" and result["error"]["category"] == "infra"
+    assert f"runs cairn {__version__}, the driver cairn 0.0.0-other" in result["error"]["message"]
+    assert [s["source"] for s in result["steps"]] == ["not-run"]  # no sandbox was started
+    assert result["timings"].get("environment_sec") is None
+    from cairn.sandbox.local.backend import find_local_sandboxes
+
+    assert [f for f, m in find_local_sandboxes() if m.get("job_id") == "vg"] == []
+
+
+def test_ctrl_c_cancels_remote_trials_and_workers_remove_their_sandboxes(
+        cluster: RayCluster, tmp_path: Path) -> None:
+    task = _three_step(tmp_path / "tasks")
+    jobs = tmp_path / "jobs"
+    job = jobs / "cc"
+    proc = cluster.popen(_ray_run(cluster, task, jobs, "cc"), log=tmp_path / "driver.log")
+    try:
+        _wait_results(job, 2, proc)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    results = _results(job)
+    assert len(results) == N  # every trial recorded: finished, or cancelled
+    outcomes = {r["outcome"] for r in results.values()}
+    assert outcomes <= {"completed", "cancelled"} and "cancelled" in outcomes
+    from cairn.sandbox.local.backend import find_local_sandboxes
+
+    assert [f for f, m in find_local_sandboxes() if m.get("job_id") == "cc"] == []
+    assert json.loads((job / "job.json").read_text())["stopped_by"] == "interrupted"
 
 
 @pytest.mark.docker

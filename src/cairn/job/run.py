@@ -41,7 +41,12 @@ from cairn.job.planner import TrialAction, plan_trials
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
-from cairn.results.store import iter_trial_results, read_json, trial_dir_name
+from cairn.results.store import (
+    iter_trial_results,
+    read_json,
+    remove_partial_installs,
+    trial_dir_name,
+)
 from cairn.results.summary import summarize_job
 
 log = logging.getLogger("cairn.job")
@@ -138,6 +143,7 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
+        remove_partial_installs(job.paths)  # a driver that died installing a remote trial
         for e in entries:
             job.declared_steps[e.name] = list(e.steps)
         decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),

@@ -197,7 +197,8 @@ class JobPaths:
         """Every trial folder present, sorted by name (finished or not)."""
         if not self.trials_dir.is_dir():
             return []
-        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir()) if p.is_dir()]
+        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir())
+                if p.is_dir() and not p.name.startswith(INCOMING_PREFIX)]
 
 
 def trial_dir_group(name: str) -> str:
@@ -409,7 +410,7 @@ def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> lis
     from cairn._util.tar import extract_tar_stream
 
     paths.root.parent.mkdir(parents=True, exist_ok=True)
-    incoming = Path(tempfile.mkdtemp(prefix=f".incoming-{paths.root.name[:40]}-",
+    incoming = Path(tempfile.mkdtemp(prefix=f"{INCOMING_PREFIX}{paths.root.name[:40]}-",
                                      dir=paths.root.parent))
     try:
         report = extract_tar_stream([archive], incoming / "t")
@@ -427,6 +428,29 @@ def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> lis
     finally:
         shutil.rmtree(incoming, ignore_errors=True)
     return report.refused
+
+
+INCOMING_PREFIX = ".incoming-"
+"""Name prefix of :func:`install_trial`'s unpacking folders beside the trial folders."""
+
+
+def remove_partial_installs(paths: JobPaths) -> list[Path]:
+    """Remove unpacking folders an interrupted :func:`install_trial` left in ``trials/`` (the
+    driver died midway; that trial has no result.json and is re-run).
+
+    Returns:
+        The folders removed.
+    """
+    import shutil
+
+    gone: list[Path] = []
+    trials = paths.root / TRIALS
+    if trials.is_dir():
+        for d in trials.iterdir():
+            if d.name.startswith(INCOMING_PREFIX) and d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
+    return gone
 
 
 def read_result(path: Path) -> TrialResult:
