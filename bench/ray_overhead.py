@@ -1,10 +1,11 @@
 """Per-trial overhead of ``--executor ray`` against the in-process ``local`` executor (issue 20:
 target < 100 ms per trial).
 
-Runs the same job twice — a 3-step task on the local sandbox backend, one trial at a time
-(``-n 1``) — once with each executor, and times every trial from the run loop's start to its
-end (:class:`~cairn.events.JobObserver` ``trial_started`` → ``trial_finished``). The first trial
-of each run is a warm-up (Ray ships the task folder to the node's cache then) and is left out.
+Runs the same job — a 3-step task on the local sandbox backend, one trial at a time (``-n 1``)
+— with each executor, alternating in rounds so both see the same machine load, and times every
+trial from the run loop's start to its end (:class:`~cairn.events.JobObserver`
+``trial_started`` → ``trial_finished``). The first trial of each job is a warm-up (Ray ships
+the task folder to the node's cache then) and is left out.
 The difference of the medians is what Ray adds per trial: task submission, the trial folder's
 tar round trip, the event actor, and the driver installing the folder.
 
@@ -47,10 +48,11 @@ class _Timer(JobObserver):
         self.ms.append((time.perf_counter() - self.start[plan.trial_id]) * 1000)
 
 
-def _run(task: Path, jobs: Path, executor: str, trials: int, address: str | None) -> list[float]:
+def _run(task: Path, jobs: Path, executor: str, trials: int, address: str | None,
+         name: str) -> list[float]:
     timer = _Timer()
     cfg = JobConfig(paths=(task,), attempts=trials, backend="local", n_concurrent=1,
-                    jobs_dir=jobs, job_name=f"bench-{executor}", executor=executor,
+                    jobs_dir=jobs, job_name=name, executor=executor,
                     ray_address=address)
     result = asyncio.run(arun_job(cfg, observer=timer))
     bad = [r.trial_name for r in result.results if not r.passed]
@@ -62,19 +64,36 @@ def _run(task: Path, jobs: Path, executor: str, trials: int, address: str | None
 def main() -> None:
     """Print the median ms per trial of both executors side by side."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument("--trials", type=int, default=6, help="trials per job (one is a warm-up)")
+    ap.add_argument("--rounds", type=int, default=3, help="local, ray jobs alternating")
     ap.add_argument("--ray-address", default=os.environ.get("RAY_ADDRESS"))
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory(prefix="cairn-raybench-") as tmp:
-        task = write_task(Path(tmp) / "tasks", "three", steps=3)
-        jobs = Path(tmp) / "jobs"
-        local = _run(task, jobs, "local", args.trials, None)
-        ray = _run(task, jobs, "ray", args.trials, args.ray_address)
-    lm, rm = statistics.median(local), statistics.median(ray)
-    print(f"trials timed per executor: {len(local)} (after 1 warm-up); load average "
+    import ray
+
+    from cairn.job.executors.ray import SLOT, backend_resource
+
+    if args.ray_address:
+        ray.init(address=args.ray_address, logging_level="WARNING")
+    else:  # one fresh local Ray for every round (its start-up is not timed)
+        ray.init(address="local", include_dashboard=False, logging_level="WARNING",
+                 resources={SLOT: 2, backend_resource("local"): 2})
+    local: list[float] = []
+    remote: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="cairn-raybench-") as tmp:
+            task = write_task(Path(tmp) / "tasks", "three", steps=3)
+            jobs = Path(tmp) / "jobs"
+            for i in range(args.rounds):
+                local += _run(task, jobs, "local", args.trials, None, f"local-{i}")
+                remote += _run(task, jobs, "ray", args.trials, args.ray_address, f"ray-{i}")
+    finally:
+        ray.shutdown()
+    ray_ms = remote
+    lm, rm = statistics.median(local), statistics.median(ray_ms)
+    print(f"trials timed per executor: {len(local)} ({args.rounds} rounds); load average "
           f"{os.getloadavg()[0]:.2f}")
     print(f"{'executor':<10}{'median ms/trial':>18}{'min':>10}{'max':>10}")
-    for name, ms in (("local", local), ("ray", ray)):
+    for name, ms in (("local", local), ("ray", ray_ms)):
         print(f"{name:<10}{statistics.median(ms):>18.1f}{min(ms):>10.1f}{max(ms):>10.1f}")
     over = rm - lm
     print(f"ray overhead per trial: {over:.1f} ms (ratio {rm / lm:.2f}x; target < "
