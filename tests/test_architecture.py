@@ -17,13 +17,14 @@ import pytest
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "cairn"
 
-GROUND = {"cairn.errors", "cairn._util", "cairn.layout", "cairn.events"}
+GROUND = {"cairn.errors", "cairn._util", "cairn.layout", "cairn.events", "cairn.netpolicy"}
 """Value modules every room may import; they import nothing of cairn but each other."""
 
 LAYERS: dict[str, set[str]] = {
     "cairn.errors": set(),
     "cairn.layout": set(),
     "cairn.events": set(),
+    "cairn.netpolicy": set(),
     "cairn._util": set(),
     "cairn.lock": set(),
     "cairn.sandbox": {"cairn.lock"},

@@ -39,6 +39,8 @@ class ErrorKind(StrEnum):
     MODEL_AUTH_FAILED = "model_auth_failed"
     MODEL_UNAVAILABLE = "model_unavailable"
     CANCELLED = "cancelled"
+    ORACLE_REPLAY_FAILED = "oracle_replay_failed"
+    """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
 
 
 class Phase(StrEnum):
@@ -83,6 +85,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.REWARD_EMPTY: Category.TASK,
     ErrorKind.REWARD_PARSE_ERROR: Category.TASK,
     ErrorKind.VERIFIER_TIMEOUT: Category.TASK,
+    ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
     ErrorKind.CANCELLED: Category.JOB,

@@ -13,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Task
 
 
@@ -32,6 +33,16 @@ class RunOptions:
         resume_agent_session: carry the agent's conversation into the next step.
         agent_env: environment variables for the agent's commands (``--ae``).
         agent_setup_timeout_sec: bound on the agent's ``setup()``, seconds.
+        snapshot_steps: snapshot the sandbox after every step's agent phase
+            (``--snapshot-steps``, docs/snapshots.md).
+        start_step: the first step the agent runs (``--start-step``); the earlier ones are
+            replayed by the oracle, or taken from ``fork_from``.
+        fork_from: a recorded trial folder whose snapshot of the step before ``start_step``
+            the sandbox starts from (``--from``).
+        agent_hosts: hosts an in-sandbox agent may reach in its agent phases, on top of the
+            task's policy and the agent's own model hosts (``--allow-agent-host``).
+        add_hosts: ``(name, address)`` pairs the egress gateway resolves itself
+            (``--add-host``).
     """
 
     timeout_multiplier: float = 1.0
@@ -42,6 +53,11 @@ class RunOptions:
     resume_agent_session: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
     agent_setup_timeout_sec: float = 600.0
+    snapshot_steps: bool = False
+    start_step: str | None = None
+    fork_from: Path | None = None
+    agent_hosts: tuple[str, ...] = ()
+    add_hosts: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -82,16 +98,24 @@ class TrialPlan:
 
 
 def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],
-             model: str | None, backend: str, attempt: int) -> str:
+             model: str | None, backend: str, attempt: int, *, start_step: str | None = None,
+             fork_from: str | None = None) -> str:
     """Deterministic trial id: sha256 hex (64 chars) of the canonical JSON of its inputs.
+
+    ``start_step`` and ``fork_from`` (``--start-step``, ``--from``: another experiment) enter
+    the hash only when set, so ids of ordinary trials do not move.
 
     Example: the same arguments always give the same id; a changed ``content_hash`` gives
     another.
     """
-    payload = json.dumps(
-        {"task": task_name, "content_hash": content_hash, "agent": agent_name,
-         "kwargs": agent_kwargs, "model": model, "backend": backend, "attempt": attempt},
-        sort_keys=True, separators=(",", ":"), default=str)
+    inputs: dict[str, Any] = {"task": task_name, "content_hash": content_hash,
+                              "agent": agent_name, "kwargs": agent_kwargs, "model": model,
+                              "backend": backend, "attempt": attempt}
+    if start_step is not None:
+        inputs["start_step"] = start_step
+    if fork_from is not None:
+        inputs["fork_from"] = fork_from
+    payload = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
@@ -140,6 +164,33 @@ class JobConfig(BaseModel):
     ray_address: str | None = None
     """``--ray-address`` of the ``ray`` executor; default ``RAY_ADDRESS``, else a fresh local
     Ray."""
+    snapshot_steps: bool = False
+    """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
+    start_step: str | None = None
+    """The first step the agent runs (``--start-step``); earlier steps are replayed by the
+    oracle (source ``oracle``, never scored), or taken from ``from_trial``."""
+    from_trial: Path | None = None
+    """A recorded trial folder (``--from``): start from its snapshot of the step before
+    ``start_step`` instead of replaying."""
+    agent_hosts: tuple[str, ...] = ()
+    """Hosts an in-sandbox agent may reach during its agent phases (``--allow-agent-host``)."""
+    add_hosts: dict[str, str] = Field(default_factory=dict)
+    """Host name → address the egress gateway resolves itself (``--add-host NAME=ADDR``)."""
+
+    @field_validator("agent_hosts")
+    @classmethod
+    def _agent_hosts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for host in value:
+            AllowEntry.parse(host)  # ValueError names the entry
+        return value
+
+    @field_validator("add_hosts")
+    @classmethod
+    def _add_hosts(cls, value: dict[str, str]) -> dict[str, str]:
+        for name, addr in value.items():
+            if parse_address(addr) is None:
+                raise ValueError(f"add_hosts {name}={addr!r}: the address must be an IP address")
+        return value
 
     def run_options(self) -> RunOptions:
         """The per-trial :class:`RunOptions` of this job."""
@@ -147,4 +198,8 @@ class JobConfig(BaseModel):
                           keep_sandbox=self.keep_sandbox, force_build=self.force_build,
                           hardened_verify=self.hardened_verify,
                           resume_agent_session=self.resume_agent_session,
-                          agent_env=dict(self.agent_env))
+                          agent_env=dict(self.agent_env), snapshot_steps=self.snapshot_steps,
+                          start_step=self.start_step,
+                          fork_from=Path(self.from_trial).absolute() if self.from_trial
+                          else None, agent_hosts=tuple(self.agent_hosts),
+                          add_hosts=tuple(sorted(self.add_hosts.items())))

@@ -48,3 +48,16 @@ class AuthFailAgent(OracleAgent):
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
         """Raise the model's authentication error."""
         raise ModelError(ErrorKind.MODEL_AUTH_FAILED, "401 invalid API key (simulated)")
+
+
+class CountingAgent(OracleAgent):
+    """The oracle, counting its runs on the host: each ``run()`` appends one line to the file
+    ``--ak counter=PATH`` before solving (so a test can assert an agent never ran again)."""
+
+    name = "counting"
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Count, then solve."""
+        with open(str(self.kwargs["counter"]), "a") as f:
+            f.write(f"{context.step.name}\n")
+        await super().run(instruction, sandbox, context)

@@ -42,6 +42,12 @@ def test_missing_ray_extra_is_a_usage_error_naming_the_install(monkeypatch) -> N
         ex.open()
 
 
+def test_ray_refuses_step_snapshots_that_would_stay_on_a_node(tmp_path) -> None:
+    ex = get_executor(JobConfig(executor="ray", snapshot_steps=True))
+    with pytest.raises(UsageError, match="--from or --snapshot-steps"):
+        ex.open()
+
+
 def test_cli_run_with_missing_ray_exits_2(monkeypatch, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 

@@ -6,6 +6,7 @@ Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -66,10 +67,57 @@ class Agent(ABC):
     ``--ak version=``), hence not a ``ClassVar``."""
     needs_model: ClassVar[bool | None] = False
     """``True``: ``-m`` is required; ``False``: ``-m`` is refused; ``None``: optional."""
+    task_context: ClassVar[frozenset[str]] = frozenset()
+    """What of the task's agent context this agent uses: ``"skills"`` (``skills_dir``),
+    ``"mcp_servers"``. A task that sets one the agent does not use is refused before start,
+    unless :attr:`ignores_instruction` (Harbor 0.26 hands both to its agents)."""
+    ignores_instruction: ClassVar[bool] = False
+    """The agent does not act on the instruction (oracle, nop): skills and MCP servers are
+    meaningless to it, so a task that sets them is not refused."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
         self.kwargs = kwargs
+
+    def model_hosts(self, agent_env: Mapping[str, str]) -> list[str]:
+        """Hosts this agent must reach *from inside the sandbox* during its agent phases (its
+        model API). The trial opens them through the sandbox's egress gateway for the agent
+        phase only, also under ``no-network`` (where they are all the agent reaches).
+
+        An agent that talks to its model from the host (the built-in ``llm`` agent) returns
+        ``[]`` (the default). Called once per trial before the sandbox starts.
+
+        Args:
+            agent_env: the variables the agent's commands get (``--ae`` values; an agent may
+                also read the host environment, as it does for API keys).
+
+        Returns:
+            Host names or addresses (allowlist entries: ``api.example.com``, ``10.0.0.5``).
+        """
+        return []
+
+    def refusal(self, task: Any) -> str | None:
+        """Why this agent cannot run ``task`` as Harbor 0.26 would, or ``None``.
+
+        Harbor copies ``[environment].skills_dir`` into its agents' skills folder and hands
+        them ``mcp_servers``; an agent that uses neither (:attr:`task_context`) would run the
+        task without them, so the trial is refused before start (``config_error``). Agents
+        that act on no instruction (:attr:`ignores_instruction`) are never refused.
+
+        Args:
+            task: the loaded :class:`~cairn.task.model.Task`.
+        """
+        if self.ignores_instruction:
+            return None
+        env = task.environment
+        if env.skills_dir and "skills" not in self.task_context:
+            return (f"agent {self.name!r} takes no skills: [environment].skills_dir = "
+                    f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)")
+        if env.mcp_servers and "mcp_servers" not in self.task_context:
+            return (f"agent {self.name!r} takes no MCP servers: [environment].mcp_servers "
+                    f"({len(env.mcp_servers)}) would be ignored (cairn does not configure "
+                    "them for it)")
+        return None
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.

@@ -94,6 +94,10 @@ class InstalledAgentSpec:
         install: shell template of the install; ``{target}`` is the quoted package spec or
             uploaded file paths, ``{offline}`` is ``--offline`` for host-prepared files.
         usage_parser: reads the CLI's stdout and returns ``(tokens, cost_usd)``.
+        model_hosts: the hosts of the CLI's default model API (opened through the egress
+            gateway in agent phases); a base URL (``--ak base_url=…`` or the spec's
+            ``*_BASE_URL`` variable in ``--ae``/the host environment) replaces them.
+        base_url_env: the variable that points the CLI at another API endpoint.
     """
 
     name: str
@@ -112,6 +116,22 @@ class InstalledAgentSpec:
     prerequisite: str = NODE_PREREQ
     install: str = "npm install -g --no-audit --no-fund {offline} {target}"
     usage_parser: UsageParser | None = None
+    model_hosts: tuple[str, ...] = ()
+    base_url_env: str | None = None
+
+
+PROVIDER_HOSTS: dict[str, str] = {
+    "anthropic": "api.anthropic.com",
+    "openai": "api.openai.com",
+    "google": "generativelanguage.googleapis.com",
+    "gemini": "generativelanguage.googleapis.com",
+    "openrouter": "openrouter.ai",
+    "groq": "api.groq.com",
+    "deepseek": "api.deepseek.com",
+    "mistral": "api.mistral.ai",
+    "xai": "api.x.ai",
+}
+"""Model provider prefix → its API host (what an agent with ``provider_keys`` must reach)."""
 
 
 def parse_claude_stream_json(stdout: str) -> tuple[Tokens | None, float | None]:
@@ -164,6 +184,7 @@ CLAUDE_CODE = InstalledAgentSpec(
     env={"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
     collect=("$HOME/.claude/projects",),
     usage_parser=parse_claude_stream_json,
+    model_hosts=("api.anthropic.com",), base_url_env="ANTHROPIC_BASE_URL",
 )
 
 CODEX = InstalledAgentSpec(
@@ -174,6 +195,7 @@ CODEX = InstalledAgentSpec(
     passthrough_env=("OPENAI_BASE_URL",),
     collect=("$HOME/.codex/sessions",),
     usage_parser=parse_codex_json,
+    model_hosts=("api.openai.com",), base_url_env="OPENAI_BASE_URL",
 )
 
 OPENCODE = InstalledAgentSpec(
@@ -183,7 +205,7 @@ OPENCODE = InstalledAgentSpec(
     collect=("$HOME/.local/share/opencode/log",),
 )
 
-_OPTIONS = ("version", "package_file", "install_timeout_sec")
+_OPTIONS = ("version", "package_file", "install_timeout_sec", "base_url")
 
 
 class InstalledAgent(Agent):
@@ -253,6 +275,30 @@ class InstalledAgent(Agent):
                                  f"{' or '.join(group)}: set it in the environment or pass "
                                  f"--ae {group[0]}=...")
 
+    # ---- network ---------------------------------------------------------------------
+    def model_hosts(self, agent_env: Mapping[str, str]) -> list[str]:
+        """The model API host the CLI talks to from inside the sandbox: the host of
+        ``--ak base_url``, else of the spec's base-URL variable (``--ae`` over the host
+        environment), else the spec's default hosts, else the ``-m`` provider's API host.
+
+        Returns:
+            Host names (the trial opens them for agent phases only).
+        """
+        from cairn.netpolicy import host_of_url
+
+        url = self.kwargs.get("base_url")
+        if not url and self.spec.base_url_env:
+            url = agent_env.get(self.spec.base_url_env) or os.environ.get(self.spec.base_url_env)
+        if url:
+            host = host_of_url(str(url))
+            return [host] if host else []
+        if self.spec.model_hosts:
+            return list(self.spec.model_hosts)
+        if self.model and "/" in self.model:
+            host = PROVIDER_HOSTS.get(self.model.split("/", 1)[0].lower())
+            return [host] if host else []
+        return []
+
     # ---- setup and run ---------------------------------------------------------------
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Install the CLI (online from npm, or offline from ``package_file``).
@@ -305,6 +351,8 @@ class InstalledAgent(Agent):
             if os.environ.get(name):
                 env[name] = os.environ[name]
         env.update(context.env)
+        if self.kwargs.get("base_url") and self.spec.base_url_env:
+            env[self.spec.base_url_env] = str(self.kwargs["base_url"])
         return env
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:

@@ -16,6 +16,7 @@ from cairn.cli import app
         "Examples:\n\n"
         "  cairn clean\n\n"
         "  cairn clean --images\n\n"
+        "  cairn clean --snapshots\n\n"
         "  cairn clean --job 2025-01-31__12-00-00"
     ),
 )
@@ -26,6 +27,9 @@ def clean_command(
     job: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--job", help="Only the resources of this job (its id or its folder name).",
         show_default=False)] = None,
+    snapshots: Annotated[bool, typer.Option(
+        "--snapshots", help="Also remove the step snapshots (--snapshot-steps) of jobs that are "
+        "not running; snapshots whose job folder is gone are always removed.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
     executor: Annotated[str, typer.Option(
         "--executor", help="local (this machine) or ray (also every node of the Ray cluster).")]
@@ -52,21 +56,22 @@ def clean_command(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
-        report = ex.clean(job=job, images=images)
+        report = ex.clean(job=job, images=images, snapshots=snapshots)
     finally:
         ex.close()
     if as_json:
         typer.echo(json.dumps({
             "containers": report.containers, "networks": report.networks,
             "volumes": report.volumes, "images": report.images, "folders": report.folders,
-            "kept": report.kept,
+            "snapshots": report.snapshots, "kept": report.kept,
             "errors": report.errors,
             "engine_reachable": report.engine_reachable}, indent=2))
     else:
         if not report.engine_reachable:
             typer.echo("docker: engine not reachable; nothing to clean there", err=True)
         for kind, names in (("container", report.containers), ("network", report.networks),
-                            ("volume", report.volumes), ("image", report.images), ("folder", report.folders)):
+                            ("volume", report.volumes), ("image", report.images), ("folder", report.folders),
+                            ("snapshot", report.snapshots)):
             for name in names:
                 typer.echo(f"removed {kind} {name}")
         for line in report.kept:

@@ -27,11 +27,18 @@ Examples:
 
   cairn run -c job.yaml -n 2
 
+  cairn run -p examples/incident --start-step repair -a nop
+
+  cairn run -p examples/incident --snapshot-steps --job-name base
+
+  cairn run -p examples/incident --start-step repair --from jobs/base/trials/<trial> -a llm -m ...
+
 (job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
 are taken from the current directory; flags win.)
 """
 
-_FLAG_KEYS = {"k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model", "e": "backend",
+_FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model",
+              "e": "backend",
               "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
               "ae": "agent_env", "i": "include", "x": "exclude", "no_verify": "verify"}
 
@@ -98,6 +105,11 @@ def run_cmd(
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
+    snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
+    start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
+    from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
+    allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
+    add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
     """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
@@ -126,6 +138,9 @@ def run_cmd(
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "executor": executor, "ray_address": ray_address,
+            "snapshot_steps": snapshot_steps or None, "start_step": start_step,
+            "from_trial": str(from_trial) if from_trial else None,
+            "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
         if not data.get("paths"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from pathlib import Path
 from typing import Protocol
 
 from cairn.errors import Category
@@ -133,7 +134,9 @@ def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str
     for e in entries:
         for attempt in range(1, config.attempts + 1):
             tid = trial_id(e.name, e.content_hash, config.agent, dict(config.agent_kwargs),
-                           config.model, backend, attempt)
+                           config.model, backend, attempt, start_step=config.start_step,
+                           fork_from=Path(config.from_trial).name if config.from_trial
+                           else None)
             name = folder_name(e.name, attempt, tid)
             prefix = name.rsplit("__", 1)[0]
             superseded = tuple(n for n in folder.by_prefix.get(prefix, ()) if n != name)

@@ -137,6 +137,10 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     entries = discover_tasks(config)
+    if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7 checks
+        from cairn.trial.snapshot import check_start_options
+
+        check_start_options(config, [e.task for e in entries], backend)
     job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
                retry_errors=retry_errors, observer=observer, executor=executor)
     observer = job.observer

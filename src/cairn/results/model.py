@@ -108,6 +108,30 @@ class StepTimings(_Persisted):
     verifier_sec: float | None = None
 
 
+class StepSnapshot(_Persisted):
+    """A step snapshot (``--snapshot-steps``): the sandbox's files at the end of the step's
+    agent phase, before artifacts and the verifier (docs/snapshots.md)."""
+
+    backend: str
+    """The backend that made it; it restores only there."""
+    ref: str
+    """Docker image id (``sha256:…``) or local snapshot folder."""
+    size_bytes: int | None = None
+    """Disk the snapshot adds (docker: the committed layer; local: bytes copied)."""
+    seconds: float
+    """Time taken to make it."""
+class NetworkCounts(_Persisted):
+    """What the egress gateway saw in one step (``steps/<nn>-<name>/network.jsonl`` has every
+    attempt)."""
+
+    allowed: int = 0
+    """Connection attempts let through."""
+    denied: int = 0
+    """Connection attempts refused by the policy."""
+    denied_hosts: list[str] = Field(default_factory=list)
+    """The first ten distinct hosts refused, control characters replaced (agent output)."""
+
+
 class StepResult(_Persisted):
     """One row of ``steps`` in result.json / steps.json — one per *declared* step."""
 
@@ -131,6 +155,10 @@ class StepResult(_Persisted):
     cost_usd: float | None = None
     gates: list[Gate] = Field(default_factory=list)
     """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
+    snapshot: StepSnapshot | None = None
+    """The snapshot taken after this step's agent phase (``--snapshot-steps``), or ``None``."""
+    network: NetworkCounts | None = None
+    """Connection attempts through the egress gateway (``None`` when the sandbox has none)."""
 
     @property
     def has_result(self) -> bool:
@@ -173,6 +201,47 @@ class ExecutorRef(_Persisted):
     """The node's id within the executor (a Ray node id, hex)."""
     host: str | None = None
     """The node's host name."""
+class ForkRef(_Persisted):
+    """Where a ``--start-step NAME --from TRIAL_DIR`` trial started from."""
+
+    trial_dir: str
+    """The source trial's folder (absolute)."""
+    trial_id: str
+    step: str
+    """The source step whose end-of-agent snapshot the sandbox started from."""
+    snapshot: str
+    """That snapshot's reference."""
+
+
+class RegradeStep(_Persisted):
+    """One step of a regraded trial: old and new reward side by side."""
+
+    index: int
+    name: str
+    how: Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped",
+                 "unchanged"]
+    """``snapshot`` (shared verifier on the step's snapshot), ``artifacts`` (separate verifier
+    on the recorded artifacts), ``not_regradable`` (no snapshot: copied unchanged), ``not-run``
+    (the step never ran), ``oracle`` (replayed, not scored), ``dropped`` (the new gates stop
+    the trial before it: no longer counted), ``unchanged`` (nothing to verify)."""
+    old_source: StepSource
+    old_reward: float | None = None
+    new_source: StepSource
+    new_reward: float | None = None
+
+
+class RegradeInfo(_Persisted):
+    """How a trial of a derived (``cairn regrade``) job was rescored."""
+
+    status: Literal["regraded", "regrade_partial", "not_regradable"]
+    """``regrade_partial``: the new gates would let the trial go on to a step that never ran
+    (no score is invented for it)."""
+    unreached_step: str | None = None
+    """With ``regrade_partial``: the first step the trial could not reach."""
+    old_reward: float | None = None
+    old_outcome: Outcome
+    steps: list[RegradeStep] = Field(default_factory=list)
+    message: str = ""
 
 
 class TrialResult(_Persisted):
@@ -208,6 +277,13 @@ class TrialResult(_Persisted):
     steps: list[StepResult]
     executor: ExecutorRef | None = None
     """Where the trial ran (absent for the in-process ``local`` executor)."""
+    start_step: str | None = None
+    """``--start-step``: the first step the agent ran; earlier ones were replayed by the oracle
+    (source ``oracle``) or taken from ``forked_from``'s snapshot (source ``not-run``)."""
+    forked_from: ForkRef | None = None
+    """``--from``: the recorded trial whose snapshot the sandbox started from."""
+    regrade: RegradeInfo | None = None
+    """In a job made by ``cairn regrade``: old and new rewards."""
 
 
 class StepsFile(_Persisted):
@@ -216,6 +292,19 @@ class StepsFile(_Persisted):
     schema_version: str = RESULT_SCHEMA_VERSION
     steps: list[StepResult]
     """One row per declared step (rows of steps not reached yet have source ``not-run``)."""
+
+
+class DerivedFrom(_Persisted):
+    """Where a derived job (``cairn regrade``) came from; its source folder is never modified."""
+
+    kind: Literal["regrade"]
+    job_dir: str
+    """The source job folder (absolute)."""
+    job_name: str
+    tasks: list[str] | Literal["recorded"] = "recorded"
+    """The ``-p`` folders the current tasks came from, or ``recorded`` (the trials' own)."""
+    at: datetime
+    """When the derived job was made."""
 
 
 class JobMeta(_Persisted):
@@ -236,6 +325,8 @@ class JobMeta(_Persisted):
     """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
     started_at: datetime
     finished_at: datetime | None = None
+    derived_from: DerivedFrom | None = None
+    """Set on a job made by ``cairn regrade``."""
 
 
 class ConfigTask(_Persisted):
@@ -260,6 +351,12 @@ class ConfigOptions(_Persisted):
     timeout_multiplier: float = 1.0
     verify: bool = True
     hardened_verify: bool = False
+    snapshot_steps: bool = False
+    """``--snapshot-steps``."""
+    start_step: str | None = None
+    """``--start-step``."""
+    fork_from: str | None = None
+    """``--from``: the recorded trial folder the sandbox started from."""
 
 
 class TrialConfigFile(_Persisted):
@@ -301,6 +398,9 @@ class StepSummary(_Persisted):
     """Scored trials in which the step passed (design §5.2)."""
     mean_reward: float | None = None
     """Mean primary reward over the step's results that have one; ``None`` without any."""
+    n_replayed: int = 0
+    """Scored trials in which the oracle replayed the step (``--start-step``): not counted in
+    ``n_reached`` nor in any score."""
 
 
 class TaskSummary(_Persisted):

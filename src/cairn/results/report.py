@@ -84,13 +84,60 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
         if len(t.steps) > 1:
             for st in t.steps:
                 here = ends.get((t.name, st.name), Counter())
+                notes = {f"{k} here": v for k, v in sorted(here.items())}
+                if st.n_replayed:
+                    notes["replayed by oracle (not scored)"] = st.n_replayed
                 rows.append([f"  {st.index}. {st.name}", str(st.n_reached), _f(st.mean_reward),
-                             f"{st.n_passed}/{st.n_reached}",
-                             _counts({f"{k} here": v for k, v in sorted(here.items())})])
+                             f"{st.n_passed}/{st.n_reached}", _counts(notes)])
     return rows
 
 
 HEAD = ["task / step", "n", "reward", "passed", "outcomes"]
+NET_HEAD = ["trial", "step", "denied", "allowed", "denied hosts"]
+
+
+def network_rows(results: Sequence[TrialResult]) -> list[list[str]]:
+    """Per trial and step with a filtered network: connection attempts denied and allowed by
+    the egress gateway, and the first hosts denied (from ``steps[].network``, which the store
+    wrote from ``network.jsonl``). Steps with denials come first, most denials first.
+    """
+    rows: list[tuple[int, list[str]]] = []
+    for r in results:
+        for st in r.steps:
+            if st.network is None:
+                continue
+            rows.append((st.network.denied, [r.trial_name, f"{st.index}. {st.name}",
+                                             str(st.network.denied), str(st.network.allowed),
+                                             ", ".join(st.network.denied_hosts)]))
+    rows.sort(key=lambda item: -item[0])
+    return [row for _, row in rows]
+
+REGRADE_HEAD = ["trial / step", "old reward", "new reward", "how"]
+
+
+def regrade_rows(results: Sequence[TrialResult]) -> list[list[str]]:
+    """Old and new reward side by side, per trial then per step, for the trials of a job made
+    by ``cairn regrade`` (empty for other jobs)."""
+    rows: list[list[str]] = []
+    for r in sorted(results, key=lambda r: r.trial_name):
+        g = r.regrade
+        if g is None:
+            continue
+        status = g.status + (f" (could not reach {g.unreached_step})" if g.unreached_step else "")
+        rows.append([r.trial_name, _f(g.old_reward), _f(r.reward), status])
+        for st in g.steps:
+            rows.append([f"  {st.index}. {st.name}", _f(st.old_reward), _f(st.new_reward),
+                         st.how])
+    return rows
+
+
+def _table(head: list[str], rows: list[list[str]], fmt: str) -> list[str]:
+    if fmt == "markdown":
+        out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return out + ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+    widths = [max(len(r[i]) for r in [*rows, head]) for i in range(len(head))]
+    out = ["  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)).rstrip()]
+    return out + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
 def render(job, fmt: str = "text") -> str:
@@ -108,13 +155,24 @@ def render(job, fmt: str = "text") -> str:
     stopped_by = getattr(job, "stopped_by", None)
     if fmt == "json":
         return json.dumps(summary.model_dump(mode="json"), indent=2)
-    rows = task_rows(summary, getattr(job, "results", ()))
+    results = getattr(job, "results", ())
+    rows = task_rows(summary, results)
+    net = network_rows(results)
     head = summary_rows(summary, stopped_by)
+    if net:
+        head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
+                                       f"in {sum(1 for r in net if r[2] != '0')} steps"))
     if fmt == "markdown":
         out = [f"# cairn job `{job.job_dir.name}`", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in head]
         out += ["", "| " + " | ".join(HEAD) + " |", "|" + "---|" * len(HEAD)]
         out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in rows]
+        if net:
+            out += ["", "| " + " | ".join(NET_HEAD) + " |", "|" + "---|" * len(NET_HEAD)]
+            out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in net]
+        regrade = regrade_rows(getattr(job, "results", ()))
+        if regrade:
+            out += ["", "## regrade", ""] + _table(REGRADE_HEAD, regrade, "markdown")
         return "\n".join(out)
     width = max(len(k) for k, _ in head)
     out = [f"job {job.job_dir.name}"]
@@ -125,4 +183,13 @@ def render(job, fmt: str = "text") -> str:
         out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths, strict=True)).rstrip())
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                 for r in rows]
+    if net:
+        widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
+        out += ["", "network (egress gateway)"]
+        out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+                for r in net]
+    regrade = regrade_rows(getattr(job, "results", ()))
+    if regrade:
+        out += ["", "regrade (old → new)"] + _table(REGRADE_HEAD, regrade, "text")
     return "\n".join(out)

@@ -18,9 +18,10 @@ means the trial is finished. Secret values are masked as ``***`` in what cairn w
 
 from __future__ import annotations
 
+import json
 import os
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +33,12 @@ from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
     JobMeta,
     JobSummary,
+    NetworkCounts,
     StepResult,
     StepsFile,
     TrialResult,
 )
-from cairn.task.model import task_slug
+from cairn.task.model import step_folder_name, task_slug
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"
@@ -57,7 +59,7 @@ __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
     "read_result", "read_job_json", "read_steps", "read_summary", "move_superseded",
-    "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
+    "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
@@ -86,6 +88,15 @@ def read_json(path: Path) -> Any:
 # Names and paths
 
 
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def _printable(text: str) -> str:
+    """``text`` with control and bidi characters replaced by ``?`` (agent output shown to a
+    reviewer must not move their cursor or reorder their screen)."""
+    return _UNPRINTABLE.sub("?", text)
+
+
 def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
     """A trial's folder name: ``<task-slug>__<attempt>__<id8>`` (design §7).
 
@@ -110,7 +121,9 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
 
 
 def step_dir_name(index: int, name: str) -> str:
-    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7).
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7),
+    without doubling a number the name starts with (``19-recall`` at step 19 stays
+    ``19-recall``; see :func:`cairn.task.model.step_folder_name`).
 
     Args:
         index: 1-based step index.
@@ -119,6 +132,12 @@ def step_dir_name(index: int, name: str) -> str:
     Returns:
         e.g. ``01-main``.
     """
+    return step_folder_name(index, name)
+
+
+def legacy_step_dir_name(index: int, name: str) -> str:
+    """The folder name cairn used before numbered names were folded (``19-19-recall``), still
+    read in job folders written then."""
     return f"{index:02d}-{name}"
 
 
@@ -143,6 +162,11 @@ class StepPaths:
         """``manifest.json`` and the collected files (never modified by masking)."""
         return self.root / "artifacts"
 
+    @property
+    def network(self) -> Path:
+        """``network.jsonl``: the egress gateway's record of the step's connection attempts."""
+        return self.root / "network.jsonl"
+
     def create(self) -> StepPaths:
         """Create the three folders (idempotent). Returns: ``self``."""
         for sub in (self.agent, self.verifier, self.artifacts):
@@ -164,8 +188,14 @@ class TrialPaths:
     attempts_dir = property(lambda self: self.root / ATTEMPTS, doc="Earlier attempts.")
 
     def step(self, index: int, name: str) -> StepPaths:
-        """The folders of step ``index`` (1-based) named ``name`` (not created)."""
-        return StepPaths(self.steps_dir / step_dir_name(index, name))
+        """The folders of step ``index`` (1-based) named ``name`` (not created).
+
+        In a trial folder written before numbered step names were folded, the old
+        ``<nn>-<name>`` folder is used when it exists and the new one does not.
+        """
+        new = self.steps_dir / step_dir_name(index, name)
+        old = self.steps_dir / legacy_step_dir_name(index, name)
+        return StepPaths(old if old != new and old.is_dir() and not new.exists() else new)
 
     def attempt(self, n: int) -> Path:
         """``attempts/<n>/`` (1-based)."""
@@ -319,6 +349,40 @@ class TrialStore:
         """
         self.write_steps(result.steps)
         self._write_json(self.paths.result_json, result)
+
+    def append_network_records(self, index: int, name: str,
+                               records: Sequence[Mapping[str, Any]]) -> NetworkCounts:
+        """Append connection records to the step's ``network.jsonl`` (one JSON object a line,
+        masked; hostile text stays inside JSON strings) and count them.
+
+        Args:
+            index: 1-based step index.
+            name: the step name.
+            records: the gateway's records (:meth:`cairn.sandbox.base.Sandbox.network_records`).
+
+        Returns:
+            The step's :class:`NetworkCounts` for these records.
+        """
+        path = self.paths.step(index, name).network
+        path.parent.mkdir(parents=True, exist_ok=True)
+        denied_hosts: list[str] = []
+        allowed = denied = 0
+        lines = []
+        for rec in records:
+            clean = self.masker.mask_json(to_jsonable(dict(rec)))
+            lines.append(json.dumps(clean, ensure_ascii=True, sort_keys=True) + "\n")
+            if clean.get("verdict") == "denied":
+                denied += 1
+                host = _printable(str(clean.get("host") or "?"))[:120]
+                if host not in denied_hosts and len(denied_hosts) < 10:
+                    denied_hosts.append(host)
+            else:
+                allowed += 1
+        with open(path, "a", encoding="utf-8") as f:
+            f.writelines(lines)
+            f.flush()
+            os.fsync(f.fileno())
+        return NetworkCounts(allowed=allowed, denied=denied, denied_hosts=denied_hosts)
 
     def append_log(self, text: str) -> None:
         """Append text to ``trial.log`` (masked; a newline is added when missing).
@@ -582,3 +646,37 @@ def iter_trial_results(job_dir: Path) -> Iterator[ResultFile]:
             yield ResultFile(trial.result_json, read_result(trial.result_json))
         except (OSError, ValueError) as exc:
             yield ResultFile(trial.result_json, None, f"{type(exc).__name__}: {exc}")
+
+
+# ------------------------------------------------------------------------------------------
+# Derived jobs (cairn regrade)
+
+def copy_job_folder(src: Path, dest: Path) -> None:
+    """Copy a job folder to a new one for a derived job (``cairn regrade``): every file as it
+    is (symlinks as links), except the lock. The source is only read.
+
+    Raises:
+        FileExistsError: ``dest`` exists.
+        OSError: the copy failed.
+    """
+    import shutil
+
+    dest = Path(dest)
+    if dest.exists():
+        raise FileExistsError(f"{dest} exists")
+    shutil.copytree(Path(src), dest, symlinks=True, ignore=shutil.ignore_patterns(LOCK))
+
+
+def empty_folder(path: Path) -> None:
+    """Remove everything inside ``path`` (a step's ``verifier/`` folder in a derived job before
+    its verifier runs again); create it when missing."""
+    import shutil
+
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        for child in path.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
+    path.mkdir(parents=True, exist_ok=True)

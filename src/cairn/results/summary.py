@@ -19,6 +19,7 @@ from cairn.results.model import (
     JobSummary,
     KeyStat,
     Outcome,
+    StepSource,
     StepSummary,
     TaskSummary,
     TimingSummary,
@@ -70,14 +71,16 @@ def _step_names(task: str, results: Sequence[TrialResult],
 
 
 def _step_summary(index: int, name: str, scored: Sequence[TrialResult]) -> StepSummary:
-    rows = [s for r in scored for s in r.steps if s.name == name]
+    every = [s for r in scored for s in r.steps if s.name == name]
+    rows = [s for s in every if s.source is not StepSource.ORACLE]  # the funnel: agent steps
     counted = [c for c in map(counted_rewards, rows) if c is not None]
     primaries = [p for p in map(primary_reward, counted) if p is not None]
     return StepSummary(index=index, name=name,
                        n_reached=sum(step_reached(s) for s in rows),
                        n_results=len(counted),
                        n_passed=sum(s.passed for s in rows),
-                       mean_reward=_mean(primaries))
+                       mean_reward=_mean(primaries),
+                       n_replayed=len(every) - len(rows))
 
 
 def _task_summary(task: str, results: Sequence[TrialResult],

@@ -12,27 +12,19 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import Path, PurePosixPath
 from typing import ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
+from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
 
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
 
 LOG_DIRS = _LOG_DIRS
 """Folders every sandbox creates empty at start, writable by the agent user (design §3.1)."""
-
-
-class NetworkMode(StrEnum):
-    """``[environment].network_mode`` (design §1.1)."""
-
-    PUBLIC = "public"
-    NO_NETWORK = "no-network"
-    ALLOWLIST = "allowlist"
 
 
 @dataclass(frozen=True)
@@ -100,6 +92,11 @@ class Capabilities:
         gpus: whether ``gpus > 0`` can be given to a sandbox.
         compose: whether multi-container (compose) environments run.
         dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (design §3.2's subset).
+        snapshot: whether :meth:`Sandbox.snapshot` works and a sandbox can start from a
+            snapshot (:attr:`SandboxSpec.snapshot`).
+        gateway: whether the backend filters egress per phase (allowlists, model hosts of
+            in-sandbox agents, switching between phases whose policies differ).
+        network_hint: what to tell a user whose network policy this backend cannot enforce.
     """
 
     network_modes: frozenset[NetworkMode]
@@ -109,6 +106,33 @@ class Capabilities:
     gpus: bool = False
     compose: bool = False
     dockerfile: str = "full"
+    snapshot: bool = False
+    gateway: bool = False
+    network_hint: str = ""
+
+
+SNAPSHOT_LABEL = "cairn.snapshot"
+"""Docker label (and local marker key) that marks a resource as a step snapshot."""
+
+
+@dataclass(frozen=True)
+class SnapshotRef:
+    """A snapshot of a sandbox's files (not its processes), made by :meth:`Sandbox.snapshot`.
+
+    Attributes:
+        backend: the backend that made it (``docker``, ``local``); a snapshot only restores on
+            the backend that made it.
+        ref: what the backend needs to start from it: a Docker image id (``sha256:…``) or the
+            absolute path of a local snapshot folder.
+        size_bytes: disk the snapshot adds, in bytes (docker: the committed layer; local: the
+            bytes copied, hard-linked files counted 0), or ``None`` when unknown.
+        seconds: wall time taken to make it, seconds.
+    """
+
+    backend: str
+    ref: str
+    size_bytes: int | None = None
+    seconds: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -123,7 +147,13 @@ class SandboxSpec:
         memory_mb: memory limit in MiB, or ``None``.
         storage_mb: disk limit in MiB, or ``None``.
         gpus: GPUs requested (0 = none).
-        network_mode: the network mode.
+        network_mode: the environment's network mode (the policy the sandbox starts with).
+        allowed_hosts: the environment's allowlist (``network_mode = "allowlist"``).
+        network_phases: every other policy the trial will switch the sandbox into
+            (:meth:`Sandbox.set_network`): each step's agent and verifier phase. A backend
+            plans its wiring from these before it starts.
+        add_hosts: ``(name, address)`` pairs the egress gateway resolves itself (like
+            ``docker run --add-host``), e.g. a local model server or a test host.
         env: resolved environment variables set in every exec (``[environment].env``).
         build_timeout_sec: bound on build + start, seconds (already multiplied).
         force_build: rebuild even when an image with the content hash exists.
@@ -135,6 +165,10 @@ class SandboxSpec:
         job_dir: absolute path of the owning job's folder (label ``cairn.job_dir``), so
             ``cairn clean`` can tell whether the job is running (its lock is held); ``None``
             for sandboxes outside a job (then the owning process decides).
+        snapshot: start from this snapshot's files (:attr:`SnapshotRef.ref` of a snapshot made
+            by the same backend) instead of the environment's fresh image; ``None`` starts
+            fresh. The environment (``env_dir``, ``docker_image``) still supplies the image
+            config (workdir, env, user).
     """
 
     env_dir: Path | None = None
@@ -145,6 +179,9 @@ class SandboxSpec:
     storage_mb: int | None = None
     gpus: int = 0
     network_mode: NetworkMode = NetworkMode.PUBLIC
+    allowed_hosts: tuple[str, ...] = ()
+    network_phases: tuple[NetworkPolicy, ...] = ()
+    add_hosts: tuple[tuple[str, str], ...] = ()
     env: dict[str, str] = field(default_factory=dict)
     build_timeout_sec: float = 600.0
     force_build: bool = False
@@ -154,6 +191,22 @@ class SandboxSpec:
     name: str = "sandbox"
     keep: bool = False
     job_dir: Path | None = None
+    snapshot: str | None = None
+
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The policy the sandbox starts with (the environment's)."""
+        hosts = self.allowed_hosts if self.network_mode is NetworkMode.ALLOWLIST else ()
+        return NetworkPolicy(self.network_mode, tuple(hosts))
+
+    @property
+    def network_policies(self) -> tuple[NetworkPolicy, ...]:
+        """The start policy and every phase policy, reduced (:meth:`NetworkPolicy.effective`)."""
+        out = [self.network_policy.effective()]
+        for p in self.network_phases:
+            if p.effective() not in out:
+                out.append(p.effective())
+        return tuple(out)
 
 
 class Sandbox(ABC):
@@ -202,9 +255,19 @@ class Sandbox(ABC):
 
         caps = cls.capabilities
         warnings: list[str] = []
-        if spec.network_mode not in caps.network_modes:
+        hint = f" ({caps.network_hint})" if caps.network_hint else ""
+        policies = spec.network_policies
+        for policy in policies:
+            if policy.mode not in caps.network_modes:
+                raise UnsupportedError(f"unsupported network mode {policy.mode.value!r} on "
+                                       f"backend {cls.name!r}{hint}")
+            if policy.needs_gateway and not caps.gateway:
+                raise UnsupportedError(f"backend {cls.name!r} cannot enforce the network policy "
+                                       f"{policy.describe()}{hint}")
+        if len(policies) > 1 and not caps.gateway:
             raise UnsupportedError(
-                f"unsupported network mode {spec.network_mode.value!r} on backend {cls.name!r}")
+                f"backend {cls.name!r} cannot switch the network between phases "
+                f"({' / '.join(p.describe() for p in policies)}){hint}")
         if spec.gpus and not caps.gpus:
             raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
                                    f"(gpus = {spec.gpus})")
@@ -246,6 +309,46 @@ class Sandbox(ABC):
 
     async def __aexit__(self, *exc: object) -> None:
         await asyncio.shield(self.stop())
+
+    # ---- network phases ---------------------------------------------------------------
+    async def set_network(self, policy: NetworkPolicy, *, phase: str) -> None:
+        """Switch the sandbox to ``policy`` for ``phase`` (``agent``, ``verifier``, ``setup``…).
+
+        A backend with :attr:`Capabilities.gateway` applies it at once and closes every
+        connection opened before (a phase never inherits an earlier phase's openings). The
+        default accepts only policies that admit what the start policy admits (nothing to do).
+
+        Raises:
+            UnsupportedError: the backend cannot switch to ``policy`` (:meth:`check` refuses
+                such specs before start, so this means the caller skipped it).
+            SandboxError: the switch failed.
+        """
+        from cairn.errors import UnsupportedError
+
+        if policy.effective() != self.spec.network_policy.effective():
+            raise UnsupportedError(f"backend {self.name!r} cannot switch the network to "
+                                   f"{policy.describe()}")
+
+    async def network_records(self) -> list[dict[str, object]]:
+        """The connection records of the sandbox's egress gateway not returned before: one dict
+        per attempt (``time``, ``phase``, ``method``, ``host``, ``port``, ``verdict``,
+        ``reason``, ``bytes_out``, ``bytes_in``); ``[]`` without a gateway."""
+        return []
+
+    # ---- services -------------------------------------------------------------------
+    async def for_service(self, service: str) -> Sandbox:
+        """The sandbox view of one compose service (Harbor 0.26's ``service_exec``): exec and
+        download aimed at that service's container. ``main`` is this sandbox.
+
+        Raises:
+            UnsupportedError: the backend runs no services, or the project has no such service.
+        """
+        if service == "main":
+            return self
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} runs no compose services "
+                               f"(asked for service {service!r})")
 
     # ---- operations -------------------------------------------------------------------
     @property
@@ -331,6 +434,58 @@ class Sandbox(ABC):
         Raises:
             SandboxError: the kill could not be sent.
         """
+
+
+    # ---- snapshots (design §4.7; docs/snapshots.md) ---------------------------------------
+    async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
+        """Record the sandbox's files as they are now (running processes are not captured).
+
+        The sandbox keeps running unchanged; what it writes afterwards never changes the
+        snapshot. A new sandbox starts from it with ``SandboxSpec(snapshot=ref.ref)``.
+
+        Args:
+            labels: ownership labels to attach (``cairn.job``, ``cairn.trial``,
+                ``cairn.step``, ``cairn.job_dir`` …): Docker image labels, or the local
+                snapshot folder's marker, so ``cairn clean`` can find it.
+
+        Returns:
+            The :class:`SnapshotRef`.
+
+        Raises:
+            UnsupportedError: the backend cannot snapshot (``capabilities.snapshot`` false).
+            SandboxError: the snapshot could not be made (nothing is left behind).
+            SandboxLostError: the engine does not answer.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} cannot snapshot a sandbox")
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Delete a snapshot this backend made; one already gone is fine.
+
+        Raises:
+            UnsupportedError: the backend cannot snapshot.
+            SandboxError: the snapshot is in use (a sandbox runs from it) or cannot be removed.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {cls.name!r} cannot snapshot a sandbox")
+
+    def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
+        """A host command line that opens an interactive shell inside this running sandbox
+        (``cairn shell``), as ``user`` in the working dir.
+
+        Args:
+            user: user name or uid; ``None`` = the image default.
+            tty: allocate a terminal (``False`` when stdin is not a terminal).
+
+        Raises:
+            UnsupportedError: the backend has no way to attach a shell.
+        """
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} cannot attach an interactive shell")
 
 
 def sandbox_path_join(*parts: str) -> str:

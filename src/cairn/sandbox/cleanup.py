@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.lock import is_locked, owner_alive, owner_token
+from cairn.sandbox.base import SNAPSHOT_LABEL
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,7 @@ class CleanReport:
         volumes: names of the volumes removed (compose projects).
         images: tags (or ids) of the images removed.
         folders: local-backend sandbox folders removed.
+        snapshots: step snapshots removed (Docker image ids, local snapshot folders).
         kept: cairn resources left alone because their job or owner still runs (or cannot
             be judged), as ``kind name (reason)``.
         errors: removals that failed.
@@ -54,6 +56,7 @@ class CleanReport:
     volumes: list[str] = field(default_factory=list)
     images: list[str] = field(default_factory=list)
     folders: list[str] = field(default_factory=list)
+    snapshots: list[str] = field(default_factory=list)
     kept: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     engine_reachable: bool = True
@@ -62,7 +65,7 @@ class CleanReport:
     def removed(self) -> int:
         """Number of resources removed."""
         return (len(self.containers) + len(self.networks) + len(self.volumes) + len(self.images)
-                + len(self.folders))
+                + len(self.folders) + len(self.snapshots))
 
 
 def leftover_reason(labels: Mapping[str, str], *, own_job_dir: Path | None = None) -> str | None:
@@ -99,13 +102,15 @@ def _matches_job(labels: Mapping[str, str], job: str | None) -> bool:
 
 
 def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | None = None,
-          client: Any = None) -> CleanReport:
+          client: Any = None, snapshots: bool = False) -> CleanReport:
     """Remove left-over cairn containers and networks (and, with ``images``, cairn images),
-    and left-over local-backend sandbox folders.
+    left-over local-backend sandbox folders, and step snapshots whose job folder is gone.
 
     Args:
         job: only resources of this job (its ``cairn.job`` id or its folder's name).
         images: also remove cairn's images that nothing uses.
+        snapshots: also remove the step snapshots of jobs that still exist (not running);
+            without it only snapshots whose job folder is gone are removed.
         own_job_dir: the job folder the caller holds the lock of (see :func:`leftover_reason`).
         client: a Docker SDK client to use (default: one from the environment).
 
@@ -114,6 +119,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
     """
     report = CleanReport()
     _clean_local(job, own_job_dir, report)
+    _clean_local_snapshots(job, snapshots, report)
     if client is None:
         try:
             import docker
@@ -130,6 +136,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
         _clean_containers(client, job, own_job_dir, report)
         _clean_networks(client, job, own_job_dir, report)
         _clean_volumes(client, job, own_job_dir, report)
+        _clean_snapshot_images(client, job, snapshots, report)
         if images:
             _clean_images(client, report)
     except Exception as exc:  # noqa: BLE001 - cleaning is best effort; every failure is reported
@@ -197,6 +204,78 @@ def _remove_labelled(kind: str, items: list[tuple[str, str, dict]], remove: Any,
             report.errors.append(f"{kind} {name}: {exc.explanation or exc}")
 
 
+def snapshot_leftover(labels: Mapping[str, str], *, job: str | None, all_of_them: bool
+                      ) -> str | None:
+    """Whether a step snapshot is to be removed: ``None`` to remove it, else why it is kept.
+
+    A snapshot whose job folder is gone is always removed; with ``all_of_them``
+    (``cairn clean --snapshots``) every snapshot of a job that is not running is.
+    """
+    if not _matches_job(labels, job):
+        return "other job"
+    job_dir = labels.get(LABEL_JOB_DIR) or ""
+    if job_dir and not Path(job_dir).exists():
+        return None
+    if not all_of_them:
+        return "its job exists (cairn clean --snapshots removes it)"
+    if job_dir and is_locked(Path(job_dir)):
+        return "job running"
+    return None
+
+
+def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool,
+                           report: CleanReport) -> None:
+    """Step snapshot images (label ``cairn.snapshot``) whose job is gone, or all with
+    ``--snapshots``."""
+    import docker.errors
+
+    for img in client.api.images(filters={"label": f"{SNAPSHOT_LABEL}=1"}):
+        labels = img.get("Labels") or {}
+        ident = img["Id"]
+        reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
+        if reason is not None:
+            if all_of_them and reason != "other job":
+                report.kept.append(f"snapshot {ident[:19]} ({reason})")
+            continue
+        try:
+            for t in img.get("RepoTags") or []:
+                if t != "<none>:<none>":
+                    client.api.remove_image(t)
+            with contextlib.suppress(docker.errors.NotFound):
+                client.api.remove_image(ident)
+            report.snapshots.append(ident)
+        except docker.errors.NotFound:
+            report.snapshots.append(ident)
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:
+                report.kept.append(f"snapshot {ident[:19]} (in use by a container)")
+            else:
+                report.errors.append(f"snapshot {ident[:19]}: {exc.explanation or exc}")
+
+
+def _clean_local_snapshots(job: str | None, all_of_them: bool, report: CleanReport) -> None:
+    """Local step snapshot folders whose job is gone, or all with ``--snapshots``."""
+    try:
+        from cairn.sandbox.local.snapshot import find_local_snapshots, remove_local_snapshot
+    except ImportError:
+        return
+    for folder, marker in find_local_snapshots():
+        if "unreadable" in marker:
+            report.kept.append(f"snapshot {folder} (marker unreadable)")
+            continue
+        labels = {k: str(v) for k, v in (marker.get("labels") or {}).items()}
+        reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
+        if reason is not None:
+            if all_of_them and reason != "other job":
+                report.kept.append(f"snapshot {folder} ({reason})")
+            continue
+        try:
+            remove_local_snapshot(folder)
+            report.snapshots.append(str(folder))
+        except (OSError, ValueError) as exc:
+            report.errors.append(f"snapshot {folder}: {exc}")
+
+
 def _clean_images(client: Any, report: CleanReport) -> None:
     import docker.errors
 
@@ -207,6 +286,8 @@ def _clean_images(client: Any, report: CleanReport) -> None:
         tags = [t for t in (img.get("RepoTags") or []) if t != "<none>:<none>"]
         label = (img.get("Labels") or {}).get(LABEL_ENV_HASH, "")
         ident = tags[0] if tags else img["Id"][:19]
+        if (img.get("Labels") or {}).get(SNAPSHOT_LABEL) == "1":
+            continue  # step snapshots are removed by their own rule
         if any(not t.startswith(IMAGE_REPO + ":") for t in tags):
             continue  # someone's own image built on top of ours: not cairn's to remove
         if img["Id"] in in_use:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file  # noqa: F401 - re-exported
-from cairn.sandbox.base import NetworkMode
+from cairn.netpolicy import NetworkMode, NetworkPolicy
 
 STEP_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 """Valid step names (design §1.1)."""
@@ -37,13 +37,56 @@ def task_slug(task_name: str) -> str:
     return _SLUG_RE.sub("-", task_name)
 
 
+_NUMBERED_RE = re.compile(r"^0*(\d+)([-_.])(.+)$")
+
+
+def step_folder_name(index: int, name: str) -> str:
+    """A step's results folder name (design §7): ``<nn>-<name>``, nn the 1-based index on two
+    digits — without doubling a number the name already starts with.
+
+    A name that starts with the step's own number (``19-recall`` at index 19, ``1_setup`` at
+    index 1) keeps its separator and rest, with the number written on two digits:
+    ``19-recall``, ``01_setup`` (not ``19-19-recall``). Any other name is prefixed:
+    ``01-main``, ``02-3-three``.
+
+    Args:
+        index: 1-based step index.
+        name: the step name.
+    """
+    m = _NUMBERED_RE.match(name)
+    if m and int(m.group(1)) == index:
+        return f"{index:02d}{m.group(2)}{m.group(3)}"
+    return f"{index:02d}-{name}"
+
+
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 """Agent timeout when neither the task nor the step sets one (Evolve's default; design §1.1)."""
 
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG])\s*$", re.IGNORECASE)
+
+
+def parse_size_mb(text: str) -> int | None:
+    """A legacy size string in MiB, as Harbor 0.26 maps ``memory``/``storage``.
+
+    ``"1G"`` → 1024, ``"512M"`` → 512, ``"2048K"`` → 2 (truncated, as Harbor's
+    ``EnvironmentConfig._parse_size_to_mb``). Case-insensitive.
+
+    Returns:
+        The size in MiB, or ``None`` when the text is not ``<number><K|M|G>``.
+    """
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    number, unit = float(m.group(1)), m.group(2).upper()
+    return int(number * 1024) if unit == "G" else int(number) if unit == "M" \
+        else int(number / 1024)
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 SINGLE_STEP_NAME = "main"
+MAIN_SERVICE = "main"
+"""The compose service that runs the agent (artifacts and collect hooks default to it)."""
 
 
 class _Model(BaseModel):
@@ -68,12 +111,15 @@ class Artifact(_Model):
     """One artifact entry (design §4.5): a path string is ``Artifact(source=path)``.
 
     ``source`` is an absolute sandbox path; ``destination`` is relative to the step's
-    ``artifacts/`` folder (default: the source path without its leading ``/``).
+    ``artifacts/`` folder (default: the source path without its leading ``/``). ``service``
+    names the compose service to collect from (``None`` or ``main``: the main container), as
+    Harbor 0.26's ``ArtifactConfig.service``.
     """
 
     source: str
     destination: str | None = None
     exclude: tuple[str, ...] = ()
+    service: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -106,10 +152,21 @@ class TaskInfo(_Model):
 
 
 class AgentConfig(_Model):
-    """``[agent]`` or ``[steps.agent]``: timeout in seconds and the user agents run as."""
+    """``[agent]`` or ``[steps.agent]``: timeout in seconds, the user agents run as, and the
+    agent phase's network (``network_mode``/``allowed_hosts`` override ``[environment]``'s for
+    the agent phase; Harbor 0.26)."""
 
     timeout_sec: float | None = None
     user: str | int | None = None
+    network_mode: NetworkMode | None = None
+    allowed_hosts: tuple[str, ...] = ()
+
+
+class TpuSpec(_Model):
+    """``[environment.tpu]`` (Harbor 0.26): a TPU slice. cairn refuses it (no TPU backend)."""
+
+    type: str | None = None
+    topology: str | None = None
 
 
 class EnvironmentConfig(_Model):
@@ -122,6 +179,9 @@ class EnvironmentConfig(_Model):
     memory_mb: int | None = None
     storage_mb: int | None = None
     gpus: int = 0
+    gpu_types: tuple[str, ...] | None = None
+    tpu: TpuSpec | None = None
+    skills_dir: str | None = None
     network_mode: NetworkMode | None = None
     allowed_hosts: tuple[str, ...] = ()
     allow_internet: bool | None = None
@@ -129,6 +189,24 @@ class EnvironmentConfig(_Model):
     healthcheck: Healthcheck | None = None
     os: str = "linux"
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    memory: str | None = None
+    storage: str | None = None
+    """Legacy spellings (``"1G"``, ``"512M"``): applied as ``memory_mb``/``storage_mb`` with a
+    deprecation warning by :meth:`_legacy_sizes` (as Harbor 0.26's loader maps them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        value = dict(value)
+        for legacy, field in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            raw = value.get(legacy)
+            if isinstance(raw, str) and value.get(field) is None:
+                mb = parse_size_mb(raw)
+                if mb is not None:
+                    value[field] = mb
+        return value
 
     @property
     def effective_network_mode(self) -> NetworkMode:
@@ -139,15 +217,65 @@ class EnvironmentConfig(_Model):
             return NetworkMode.NO_NETWORK
         return NetworkMode.PUBLIC
 
+    @property
+    def network_policy(self) -> NetworkPolicy:
+        """The environment's network policy (what the sandbox has outside agent and verifier
+        phases, and in those phases when they set nothing)."""
+        hosts = self.allowed_hosts if self.effective_network_mode is NetworkMode.ALLOWLIST else ()
+        return NetworkPolicy(self.effective_network_mode, tuple(hosts))
+
+
+def _phase_policy(configs: tuple[AgentConfig | VerifierConfig, ...],
+                  fallback: NetworkPolicy) -> NetworkPolicy:
+    """The first config (step's, then task's) that sets ``network_mode`` decides; else
+    ``fallback``."""
+    for cfg in configs:
+        if cfg.network_mode is not None:
+            hosts = cfg.allowed_hosts if cfg.network_mode is NetworkMode.ALLOWLIST else ()
+            return NetworkPolicy(cfg.network_mode, tuple(hosts))
+    return fallback
+
+
+class CollectHook(_Model):
+    """One ``[[verifier.collect]]`` entry (Harbor 0.26): a command run in a compose service
+    after the agent phase, before artifacts are collected (design §4.5).
+
+    Units: seconds. ``service`` ``main`` is the main container; hooks on other services run
+    after the main container's agent phase has ended, before artifact collection.
+    """
+
+    command: str
+    service: str = MAIN_SERVICE
+    timeout_sec: float = 60.0
+    user: str | int | None = None
+
 
 class VerifierConfig(_Model):
-    """``[verifier]`` or ``[steps.verifier]``."""
+    """``[verifier]`` or ``[steps.verifier]``.
+
+    ``environment_mode`` unset with an ``environment`` table means ``separate`` (Harbor 0.26
+    ``verifier_mode._resolve_mode``); ``shared`` together with a table is refused at load.
+    """
 
     timeout_sec: float | None = None
     user: str | int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
+    collect: tuple[CollectHook, ...] = ()
+    network_mode: NetworkMode | None = None
+    """The verifier phase's network mode (overrides ``[environment]``'s; Harbor 0.26)."""
+    allowed_hosts: tuple[str, ...] = ()
+
+    @property
+    def declared_mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for: explicit, else ``separate`` when it has an
+        ``environment`` table, else ``None`` (inherit)."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        if self.environment is not None:
+            return "separate"
+        return None
 
 
 class SolutionConfig(_Model):
@@ -232,6 +360,8 @@ class Step(BaseModel):
         verifier_environment: the separate verifier's environment, if any.
         min_reward: the gate (number or table), or ``None``.
         artifacts: task-level then step-level artifact entries.
+        collect: ``[[verifier.collect]]`` hooks run before this step's artifacts are
+            collected: the task's, then the step's (Harbor 0.26 ``_collect_hooks_for``).
         healthcheck: the step healthcheck, or ``None``.
         setup_timeout_sec: bound on ``workdir/setup.sh``.
     """
@@ -255,6 +385,7 @@ class Step(BaseModel):
     verifier_environment: EnvironmentConfig | None = None
     min_reward: MinReward | None = None
     artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectHook, ...] = ()
     healthcheck: Healthcheck | None = None
     setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
 
@@ -268,8 +399,8 @@ class Step(BaseModel):
 
     @property
     def dir_name(self) -> str:
-        """The step's folder name in results: ``<nn>-<name>`` (design §7)."""
-        return f"{self.index:02d}-{self.name}"
+        """The step's folder name in results (:func:`step_folder_name`, design §7)."""
+        return step_folder_name(self.index, self.name)
 
 
 class Task(BaseModel):
@@ -319,6 +450,26 @@ class Task(BaseModel):
     def compose_file(self) -> Path | None:
         """The environment's compose file (:func:`find_compose_file`), if any."""
         return find_compose_file(self.path / "environment")
+
+    def _step_config(self, step: Step) -> StepConfig | None:
+        if self.multi_step and 0 < step.index <= len(self.config.steps):
+            return self.config.steps[step.index - 1]
+        return None
+
+    def agent_network(self, step: Step) -> NetworkPolicy:
+        """The agent phase's network policy of ``step``: ``[steps.agent]``, else ``[agent]``,
+        else ``[environment]`` (Harbor 0.26 per-phase semantics). Model hosts of an in-sandbox
+        agent are added by the trial, not here."""
+        sc = self._step_config(step)
+        configs = ((sc.agent,) if sc else ()) + (self.config.agent,)
+        return _phase_policy(configs, self.environment.network_policy)
+
+    def verifier_network(self, step: Step) -> NetworkPolicy:
+        """The verifier phase's network policy of ``step`` (shared verifier mode):
+        ``[steps.verifier]``, else ``[verifier]``, else ``[environment]``."""
+        sc = self._step_config(step)
+        configs = ((sc.verifier,) if sc else ()) + (self.config.verifier,)
+        return _phase_policy(configs, self.environment.network_policy)
 
     @property
     def slug(self) -> str:

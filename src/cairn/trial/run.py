@@ -30,7 +30,7 @@ from cairn.results.model import (
     ConfigOptions,
     ConfigTask,
     ErrorInfo,
-    Outcome,
+    ForkRef,
     StepResult,
     StepSource,
     StopReason,
@@ -45,9 +45,10 @@ from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.model import Step
+from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
-from cairn.trial.step import StepDirs, StepEnv, run_step
+from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -94,6 +95,9 @@ class _TrialRun:
         self.separate: dict = {}
         self.step_env: StepEnv | None = None
         self.current_step: Step | None = None
+        self.forked_from: ForkRef | None = None
+        self.solution_env: dict[str, str] = {}
+        self.networks: PhaseNetworks | None = None
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
@@ -120,21 +124,60 @@ class _TrialRun:
         self.masker = Masker(secrets)
         self.store.masker = self.masker
         e = task.environment
+        self.networks = self._plan_networks()
         spec = SandboxSpec(
             env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
             cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
             network_mode=e.effective_network_mode, env=env,
+            allowed_hosts=self.networks.environment.allowed_hosts,
+            network_phases=self.networks.phases, add_hosts=opts.add_hosts,
             build_timeout_sec=e.build_timeout_sec * opts.timeout_multiplier,
             force_build=opts.force_build, job_id=self.plan.job_id, trial_id=self.plan.trial_id,
             env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
         return spec, solution_env, verifier_envs
 
+    def _plan_networks(self) -> PhaseNetworks:
+        """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
+        the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases."""
+        task, opts = self.task, self.plan.options
+        hosts = [*self.agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
+        agent = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
+        verifier = {s.index: task.verifier_network(s) for s in task.steps
+                    if opts.verify and s.verifier_mode != "separate"}
+        return PhaseNetworks(environment=task.environment.network_policy, agent=agent,
+                             verifier=verifier)
+
+    async def _record_network(self, sandbox: Sandbox, step: Step, row: StepResult) -> StepResult:
+        """Hand the gateway's records of this step to the store; the row gets the counts."""
+        if self.networks is None or not self.networks.filtered:
+            return row
+        try:
+            records = await sandbox.network_records()
+        except (SandboxError, OSError) as exc:
+            self.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
+                       EventKind.WARNING)
+            return row
+        counts = self.store.append_network_records(step.index, step.name, records)
+        if counts.denied:
+            self.event(f"step {step.index} {step.name}: {counts.denied} connection attempt(s) "
+                       f"denied ({', '.join(counts.denied_hosts)})")
+        return row.model_copy(update={"network": counts})
+
     # ---- the body ----------------------------------------------------------------------------
     async def body(self) -> None:
         try:
             spec, solution_env, verifier_envs = self._resolve()
+            # --start-step/--from: start from the recorded snapshot (cairn.trial.snapshot)
+            spec, self.forked_from = snapshots.start_spec(spec, self.task, self.plan.options,
+                                                          self.plan.backend)
         except TrialFailure as exc:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
+            return
+        self.solution_env = solution_env
+        refusal = self.agent.refusal(self.task)  # skills/MCP servers the agent cannot take
+        if refusal is not None:
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
+                                    phase=Phase.ENVIRONMENT)
             return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
@@ -234,10 +277,19 @@ class _TrialRun:
         env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
-                      separate=self.separate)
+                      separate=self.separate, networks=self.networks)
         self.step_env = env
+        if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
+            env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,
+                                                    trial_id=self.plan.trial_id,
+                                                    job_dir=self.plan.job_dir)
+        first = snapshots.start_index(self.task, opts.start_step)
         for step, venv in zip(steps, verifier_envs, strict=True):
             env.verifier_env = venv
+            if step.index < first:  # --start-step: replay by the oracle, or forked files
+                if opts.fork_from is None and not await self._replay(sandbox, step, env):
+                    return
+                continue
             self.steps_run += 1
             self.current_step = step
             env.phase = self.phase = Phase.SETUP
@@ -250,6 +302,7 @@ class _TrialRun:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
                 row = self._step_failure(step, exc)
             self.current_step = None
+            row = await self._record_network(sandbox, step, row)
             self.rows[step.index - 1] = row
             self.store.write_steps(self.rows)
             self._step_event(step, row)
@@ -263,6 +316,32 @@ class _TrialRun:
             if stop is not None:
                 self.stop_reason = stop
                 return
+
+    async def _replay(self, sandbox: Sandbox, step: Step, env: StepEnv) -> bool:
+        """``--start-step``: one earlier step run by the oracle and verified (source
+        ``oracle``); False when it failed (the trial's error is then set)."""
+        from cairn.agents.oracle import OracleAgent
+
+        oracle = OracleAgent()
+        oracle.solution_env = self.solution_env
+        self.current_step = step
+        sp = self.store.step_dirs(step.index, step.name)
+        dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
+        try:
+            row = await snapshots.replay_step(run_step, sandbox, oracle, step, dirs, env,
+                                              self.task)
+        except TrialFailure as exc:
+            row = self._step_failure(step, exc)
+        env.trial_baseline = None  # hardened mode: the agent's baseline is its first step
+        self.current_step = None
+        self.rows[step.index - 1] = row
+        self.store.write_steps(self.rows)
+        self.event(f"step {step.index}/{len(self.task.steps)} {step.name}: replayed by the "
+                   f"oracle" + (f", error {row.error.kind.value}: {row.error.message}"
+                                if row.error else " (passed; not scored)"))
+        if self.error is None and row.error is not None and row.source is StepSource.ERROR:
+            self.error = row.error
+        return self.error is None
 
     def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
         """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
@@ -318,7 +397,9 @@ class _TrialRun:
                               step=running.name if running else None,
                               message="the trial was cancelled"
                               + (f" during step {running.name!r}" if running else ""))
-        score = score_trial(strategy, self.rows, steps_total=len(task.steps),
+        steps_total = snapshots.agent_steps_total(task, self.plan.options.start_step)
+        n_replayed = sum(r.source is StepSource.ORACLE for r in self.rows)
+        score = score_trial(strategy, self.rows, steps_total=steps_total + n_replayed,
                             stop_reason=self.stop_reason, error=error, cancelled=cancelled)
         verify = self.plan.options.verify
         toks = [r.tokens for r in self.rows if r.tokens is not None]
@@ -333,7 +414,7 @@ class _TrialRun:
             error=score.error, reward=score.reward if verify else None,
             rewards=score.rewards if verify else None,
             reward_all_steps=score.reward_all_steps if verify else None,
-            passed=score.passed and verify, strategy=strategy, steps_total=len(task.steps),
+            passed=score.passed and verify, strategy=strategy, steps_total=steps_total,
             steps_run=self.steps_run, stopped_after=score.stopped_after,
             stop_reason=score.stop_reason,
             timings=TrialTimings(total_sec=total_sec, **self.timings),
@@ -342,7 +423,8 @@ class _TrialRun:
                           cached=sum(t.cached for t in toks)),
             cost_usd=sum(costs) if costs else None, started_at=started_at, finished_at=_now(),
             image_id=self.info.get("image_id"), engine_version=self.info.get("engine_version"),
-            warnings=[*self.task_warnings(), *self.warnings], steps=self.rows)
+            warnings=[*self.task_warnings(), *self.warnings], steps=self.rows,
+            start_step=self.plan.options.start_step, forked_from=self.forked_from)
 
     def task_warnings(self) -> list[str]:
         return [str(w) for w in self.task.warnings]
@@ -377,7 +459,11 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         trial_id=plan.trial_id, job_id=plan.job_id,
         options=ConfigOptions(timeout_multiplier=plan.options.timeout_multiplier,
                               verify=plan.options.verify,
-                              hardened_verify=plan.options.hardened_verify)))
+                              hardened_verify=plan.options.hardened_verify,
+                              snapshot_steps=plan.options.snapshot_steps,
+                              start_step=plan.options.start_step,
+                              fork_from=str(plan.options.fork_from) if plan.options.fork_from
+                              else None)))
     run.store.write_steps(run.rows)
     cancelled = False
     try:
@@ -390,17 +476,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         result = run.result(started_at, time.monotonic() - t0, cancelled)
         run.store.write_result(result)
         if not cancelled:
-            verdict = "PASS" if result.passed else result.outcome.value.upper()
-            if result.outcome is Outcome.COMPLETED and not result.passed:
-                verdict = "FAIL"
-            r = f"{result.reward:.2f}" if result.reward is not None else "none"
-            how = f"{result.strategy} of {result.steps_total} steps"
-            if result.steps_run < result.steps_total:
-                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
-            why = ""
-            if result.error is not None:
-                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
-                    if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}",
-                      EventKind.VERDICT)
+            from cairn.results.verdict import verdict_line
+
+            run.event(verdict_line(result), EventKind.VERDICT)
     return result

@@ -124,7 +124,8 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
     spec = dataclasses.replace(
         base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
         cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
-        network_mode=cfg.effective_network_mode, env=env,
+        network_mode=cfg.effective_network_mode,
+        allowed_hosts=cfg.network_policy.allowed_hosts, network_phases=(), env=env,
         build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
         name=f"{task.slug}-verifier", keep=False)

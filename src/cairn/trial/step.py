@@ -14,6 +14,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -27,12 +28,15 @@ from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, 
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
 from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.results.store import write_artifacts_manifest
-from cairn.sandbox.base import ProcessInfo, Sandbox
+from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox
 from cairn.task.model import Step
-from cairn.trial.artifacts import collect_artifacts
+from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.verify import run_verifier
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.trial.snapshot import SnapshotHook
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
@@ -50,6 +54,43 @@ PYTHON_HOOKS_CMD = (
 def strip_canary(text: str) -> str:
     """Remove every line that carries a canary GUID (also inside ``<!-- -->``), design §4.2."""
     return _CANARY_LINE.sub("", text)
+
+
+@dataclass(frozen=True)
+class PhaseNetworks:
+    """The network policy of every phase of a trial (docs/network.md).
+
+    Attributes:
+        environment: the environment's policy (start, agent setup, ``setup.sh``, healthchecks).
+        agent: step index → the agent phase's policy (model hosts of an in-sandbox agent in).
+        verifier: step index → the verifier phase's policy (shared verifier mode only).
+    """
+
+    environment: NetworkPolicy
+    agent: dict[int, NetworkPolicy] = field(default_factory=dict)
+    verifier: dict[int, NetworkPolicy] = field(default_factory=dict)
+
+    @property
+    def phases(self) -> tuple[NetworkPolicy, ...]:
+        """Every distinct phase policy other than the environment's, reduced."""
+        out: list[NetworkPolicy] = []
+        for p in (*self.agent.values(), *self.verifier.values()):
+            if p.effective() != self.environment.effective() and p.effective() not in out:
+                out.append(p.effective())
+        return tuple(out)
+
+    @property
+    def filtered(self) -> bool:
+        """Whether some phase goes through a filtering gateway (an allowlist, a model host,
+        or phases that differ): then the trial records every connection attempt."""
+        return bool(self.phases) or self.environment.needs_gateway
+
+
+async def _switch(sandbox: Sandbox, env: StepEnv, policy: NetworkPolicy | None, phase: str
+                  ) -> None:
+    """Put the sandbox's network into ``policy`` for ``phase`` (no-op without a plan)."""
+    if env.networks is not None and policy is not None and env.networks.filtered:
+        await sandbox.set_network(policy, phase=phase)
 
 
 @dataclass
@@ -81,6 +122,11 @@ class StepEnv:
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
     """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
+    snapshot: SnapshotHook | None = None
+    """``--snapshot-steps``: the hook of :func:`cairn.trial.snapshot.snapshot_taker`, called
+    after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
+    networks: PhaseNetworks | None = None
+    """The phases' network policies; the step switches the sandbox between them."""
 
 
 @dataclass
@@ -203,8 +249,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     warnings: list[str] = []
     mask = env.mask
 
-    # 2-3. workdir and setup.sh
+    # 2-3. workdir and setup.sh (the environment's network; step 1 starts in it)
     env.phase = Phase.SETUP
+    if step.index > 1 and env.networks is not None:
+        await _switch(sandbox, env, env.networks.environment, "setup")
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
         timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
@@ -229,6 +277,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     before = await sandbox.processes()
     if env.trial_baseline is None:
         env.trial_baseline = before
+    if env.networks is not None:
+        await _switch(sandbox, env, env.networks.agent.get(step.index), "agent")
     agent_exit = AgentExit.OK
     started = time.monotonic()
     try:
@@ -247,7 +297,11 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if context.metadata.get("model_retries"):
         warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
 
-    # 6. end the agent phase (§4.4): kill what a timed-out or crashed agent started
+    # 6. end the agent phase (§4.4): close its network openings, kill what a timed-out or
+    # crashed agent started
+    if env.networks is not None:
+        after = env.networks.verifier.get(step.index, env.networks.environment)
+        await _switch(sandbox, env, after, "verifier" if env.verify else "after-agent")
     if agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR):
         killed = await _kill_new(sandbox, before)
         if killed:
@@ -255,17 +309,26 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
     warnings.extend(evidence_warnings)
 
+    # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
+    snapshot = None
+    if env.snapshot is not None:
+        snapshot, snapshot_warnings = await env.snapshot(sandbox, step)
+        warnings.extend(snapshot_warnings)
+
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
-    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
-                                       logs_artifacts_written=artifacts_written)
+    manifest, hook_warnings = await collect_step_artifacts(
+        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
+        logs_artifacts_written=artifacts_written)
+    warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
 
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
-               tokens=context.tokens, cost_usd=context.cost_usd)
+               tokens=context.tokens, cost_usd=context.cost_usd,
+               snapshot=snapshot)
     if not env.verify:
         return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 

@@ -203,14 +203,14 @@ def test_no_network_fails_fast_public_connects(tmp_path):
         lst.close()
 
 
-def test_allowlist_is_refused(tmp_path):
-    async def main():
-        sb = DockerSandbox(_spec(tmp_path, docker_image=BASE,
-                                 network_mode=NetworkMode.ALLOWLIST))
-        with pytest.raises(UnsupportedError, match="unsupported network mode"):
-            await sb.start()
-        await sb.stop()
-    asyncio.run(main())
+def test_check_accepts_allowlist_and_refuses_gpus(tmp_path):
+    """The docker backend enforces allowlists (tests/sandbox/docker/test_network.py); its
+    check() accepts them and still refuses GPUs."""
+    assert DockerSandbox.check(_spec(tmp_path, docker_image=BASE,
+                                     network_mode=NetworkMode.ALLOWLIST,
+                                     allowed_hosts=("a.test",))) == []
+    with pytest.raises(UnsupportedError, match="GPUs"):
+        DockerSandbox.check(_spec(tmp_path, docker_image=BASE, gpus=1))
 
 
 def test_memory_and_cpu_limits_in_cgroup_v1(tmp_path):

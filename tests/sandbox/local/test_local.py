@@ -158,8 +158,22 @@ def test_refused_before_anything_runs(tmp_path: Path, files: dict[str, str], nee
 
 
 def test_allowlist_refused() -> None:
-    with pytest.raises(UnsupportedError, match="unsupported network mode"):
+    with pytest.raises(UnsupportedError, match="unsupported network mode.*use -e docker"):
         LocalSandbox.check(_spec(network_mode=NetworkMode.ALLOWLIST))
+
+
+def test_model_host_under_no_network_and_phase_switches_refused() -> None:
+    from cairn.netpolicy import NetworkPolicy
+
+    model = NetworkPolicy(NetworkMode.NO_NETWORK, (), ("api.example.com",))
+    with pytest.raises(UnsupportedError, match="cannot enforce.*use -e docker"):
+        LocalSandbox.check(_spec(network_mode=NetworkMode.NO_NETWORK, network_phases=(model,)))
+    with pytest.raises(UnsupportedError, match="cannot switch the network between phases"):
+        LocalSandbox.check(_spec(network_mode=NetworkMode.PUBLIC,
+                                 network_phases=(NetworkPolicy(NetworkMode.NO_NETWORK),)))
+    # public with a model host is plain public: nothing to filter, nothing refused
+    assert LocalSandbox.check(_spec(network_mode=NetworkMode.PUBLIC, network_phases=(
+        NetworkPolicy(NetworkMode.PUBLIC, (), ("api.example.com",)),))) == []
 
 
 def test_timeout_kills_the_whole_tree_seen_from_the_host() -> None:

@@ -67,17 +67,18 @@ class Executor:
         return await run_trial(plan, on_event=on_event)
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
-              images: bool = False) -> CleanReport:
+              images: bool = False, snapshots: bool = False) -> CleanReport:
         """Remove left-over sandboxes where trials run (``cairn clean``, design §3).
 
         Args:
             job: only this job's resources (its id or folder name).
             own_job_dir: a job folder whose lock the caller holds.
             images: also remove unused cairn images.
+            snapshots: also remove step snapshots of jobs that are not running.
         """
         from cairn.sandbox.cleanup import clean
 
-        return clean(job=job, own_job_dir=own_job_dir, images=images)
+        return clean(job=job, own_job_dir=own_job_dir, images=images, snapshots=snapshots)
 
     def close(self) -> None:
         """Release what :meth:`open` took (idempotent)."""

@@ -182,7 +182,8 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         shutil.rmtree(work, ignore_errors=True)
 
 
-def clean_on_node(job: str | None, own_job_dir: str | None, images: bool) -> tuple[dict, Any]:
+def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
+                  snapshots: bool = False) -> tuple[dict, Any]:
     """Ray task body of ``cairn clean --executor ray``: this node's left-over sandboxes.
 
     Returns:
@@ -193,7 +194,7 @@ def clean_on_node(job: str | None, own_job_dir: str | None, images: bool) -> tup
     from cairn.sandbox.cleanup import clean
 
     return _where(ray), clean(job=job, own_job_dir=Path(own_job_dir) if own_job_dir else None,
-                              images=images)
+                              images=images, snapshots=snapshots)
 
 
 # ---- driver side --------------------------------------------------------------------------------
@@ -230,10 +231,14 @@ class RayExecutor(Executor):
         Ray whose one node advertises a slot per ``-n`` and the backends found here).
 
         Raises:
-            UsageError: Ray is not installed, or the cluster does not answer.
+            UsageError: Ray is not installed, the cluster does not answer, or the job asks
+                for step snapshots (``--from``, ``--snapshot-steps``), which stay on a node.
         """
         if self._ray is not None:
             return
+        if self.config.from_trial is not None or self.config.snapshot_steps:
+            raise UsageError("--executor ray does not take --from or --snapshot-steps yet: step "
+                             "snapshots stay on the node that made them (docs/scale-out.md)")
         ray = _ray()
         address = self.config.ray_address or os.environ.get("RAY_ADDRESS") or None
         if not ray.is_initialized():
@@ -386,7 +391,7 @@ class RayExecutor(Executor):
             self._sinks.pop(plan.trial_id, None)
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
-              images: bool = False) -> CleanReport:
+              images: bool = False, snapshots: bool = False) -> CleanReport:
         """Run the clean-up on every alive node of the cluster (and here), one report.
 
         Each line of the merged report names the node it came from.
@@ -398,15 +403,16 @@ class RayExecutor(Executor):
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         remote = ray.remote(num_cpus=0, max_retries=0)(clean_on_node)
         refs = [remote.options(scheduling_strategy=strategy(n["NodeID"], soft=False)).remote(
-                    job, str(own_job_dir) if own_job_dir else None, images)
+                    job, str(own_job_dir) if own_job_dir else None, images, snapshots)
                 for n in ray.nodes() if n.get("Alive")]
-        merged = clean(job=job, own_job_dir=own_job_dir, images=images)
+        merged = clean(job=job, own_job_dir=own_job_dir, images=images, snapshots=snapshots)
         for where, rep in ray.get(refs, timeout=300):
             tag = f"{where['host']}/{where['node'][:12]}"
             merged = CleanReport(
                 containers=merged.containers + rep.containers,
                 networks=merged.networks + rep.networks, volumes=merged.volumes + rep.volumes,
                 images=merged.images + rep.images, folders=merged.folders + rep.folders,
+                snapshots=merged.snapshots + rep.snapshots,
                 kept=merged.kept + [f"{k} on {tag}" for k in rep.kept],
                 errors=merged.errors + [f"{tag}: {e}" for e in rep.errors],
                 engine_reachable=merged.engine_reachable or rep.engine_reachable)

@@ -2,7 +2,7 @@
 
 Every sandbox backend runs the same behavioural checks: files, exec, users, cwd, env, timeouts,
 process-tree kill, output caps, big and oddly named files, symlinks, network modes, resource
-limits and cleanup. A check is an async function of a :class:`CheckContext`; it talks to the
+limits, cleanup and step snapshots. A check is an async function of a :class:`CheckContext`; it talks to the
 backend only through :class:`~cairn.sandbox.base.Sandbox`.
 
 A backend declares the checks it knowingly fails in its ``known_conformance_gaps`` ClassVar; the
@@ -59,13 +59,14 @@ from cairn.sandbox.conformance.file_checks import (
     check_cpu_limit,
     check_download_stays_inside_target,
     check_memory_limit,
-    check_network_allowlist_refused,
+    check_network_allowlist,
     check_network_none,
     check_network_public,
     check_odd_names,
     check_symlink_not_followed,
     check_upload_download_roundtrip,
 )
+from cairn.sandbox.conformance.snapshot_checks import check_snapshot_roundtrip
 
 CHECK_TIMEOUT_SEC = 240.0
 """Bound on one check, seconds (the first one may build the suite's image)."""
@@ -116,12 +117,13 @@ CHECKS: tuple[Check, ...] = (
     Check("processes_and_kill", check_processes_and_kill),
     Check("network_none", check_network_none),
     Check("network_public", check_network_public),
-    Check("network_allowlist_refused", check_network_allowlist_refused),
+    Check("network_allowlist", check_network_allowlist),
     Check("memory_limit", check_memory_limit),
     Check("cpu_limit", check_cpu_limit),
     Check("build_failed", check_build_failed),
     Check("stop_fast", check_stop_fast),
     Check("stop_removes_everything", check_stop_removes_everything),
+    Check("snapshot_roundtrip", check_snapshot_roundtrip),
 )
 """Every check, in a stable order."""
 

@@ -305,17 +305,32 @@ async def check_network_public(ctx: CheckContext) -> None:
     expect(lst.accepted >= 1, "the host listener saw no connection")
 
 
-async def check_network_allowlist_refused(ctx: CheckContext) -> None:
-    """allowlist is refused with 'unsupported network mode', never silently relaxed."""
-    sb = ctx.make_sandbox(ctx.spec(network_mode=NetworkMode.ALLOWLIST))
-    try:
-        await sb.start()
-    except UnsupportedError as exc:
-        expect("unsupported network mode" in str(exc), f"message: {exc}")
-    else:
-        raise ConformanceFailure("an allowlist sandbox started")
-    finally:
-        await sb.stop()
+async def check_network_allowlist(ctx: CheckContext) -> None:
+    """allowlist: a backend with an egress gateway starts it and a direct connection to a
+    listener on this machine fails (only the gateway is reachable); any other backend refuses
+    it with 'unsupported network mode' before starting — never silently relaxed."""
+    spec = ctx.spec(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.invalid",))
+    sb = ctx.make_sandbox(spec)
+    if not type(sb).capabilities.gateway:
+        try:
+            await sb.start()
+        except UnsupportedError as exc:
+            expect("unsupported network mode" in str(exc), f"message: {exc}")
+        else:
+            raise ConformanceFailure("an allowlist sandbox started on a backend without a "
+                                     "gateway")
+        finally:
+            await sb.stop()
+        return
+    with _Listener() as lst:
+        try:
+            await sb.start()
+            addrs = await _candidate_addresses(sb)
+            res = await _probe(sb, addrs, lst.port)
+        finally:
+            await sb.stop()
+    expect(not any(res.values()), f"allowlist sandbox reached the host directly: {res}")
+    expect(lst.accepted == 0, "the host listener accepted a direct connection")
 
 
 # ---- resource limits ----------------------------------------------------------------------

@@ -9,7 +9,10 @@ One container per sandbox:
   idles; SIGTERM ends it at once, and ``stop()`` removes the container with SIGKILL anyway;
 - labels ``cairn.job``, ``cairn.trial``, ``cairn.job_dir``, ``cairn.owner``, ``cairn.backend``
   make every container attributable, so ``cairn clean`` removes exactly the left-overs;
-- ``no-network`` is ``--network none``, ``public`` the default bridge; ``allowlist`` is refused;
+- networks (:mod:`.gateway`): ``no-network`` is ``--network none``; ``public`` the trial's own
+  bridge network; an allowlist, a model host of an in-sandbox agent, or phases whose policies
+  differ put the sandbox on an internal network behind a per-trial egress gateway, started
+  concurrently with the sandbox; :meth:`DockerSandbox.set_network` switches it per phase;
 - exec output is read from the multiplexed attach stream keeping only a tail per stream; a
   timeout kills the exec's whole process tree inside the container (:mod:`.exec_stream`);
 - transfers are streamed tar archives (``put_archive`` fed by a generator, ``get_archive``
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import posixpath
 import re
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -39,20 +44,27 @@ from cairn.lock import owner_token
 from cairn.sandbox.base import (
     DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
+    SNAPSHOT_LABEL,
     Capabilities,
     ExecResult,
     NetworkMode,
+    NetworkPolicy,
     ProcessInfo,
     Sandbox,
     SandboxSpec,
+    SnapshotRef,
 )
 from cairn.sandbox.docker.build import (
+    TASK_FAULT,
     ImageInfo,
     engine_version,
     ensure_image,
     in_thread,
     make_client,
+    no_shell_reason,
+    snapshot_image_info,
     start_thread,
+    task_fault_reason,
     translate,
 )
 from cairn.sandbox.docker.exec_stream import (
@@ -64,6 +76,13 @@ from cairn.sandbox.docker.exec_stream import (
     PS_SCRIPT,
     ExecStream,
     parse_processes,
+)
+from cairn.sandbox.docker.gateway import (
+    Layout,
+    TrialNetwork,
+    ensure_gateway_image,
+    plan_layout,
+    proxy_env,
 )
 
 log = logging.getLogger(__name__)
@@ -80,6 +99,9 @@ for d in {logs}; do rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; done
 mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 """.format(logs=" ".join(LOG_DIRS))
+
+SNAPSHOT_REPO = "cairn-snap"
+"""Repository of step snapshot images: ``cairn-snap:<trial12>-<step>-<random8>``."""
 
 _ENV_SKIP = frozenset({"Dockerfile", *COMPOSE_FILE_NAMES, ".dockerignore"})
 
@@ -99,6 +121,16 @@ def container_labels(spec: SandboxSpec, env_hash: str = "") -> dict[str, str]:
     return labels
 
 
+async def _gather(*aws: Any) -> list[Any]:
+    """Await all of ``aws``; when one fails, wait for the others to settle, then raise the
+    first failure (so nothing is still being created when ``stop()`` runs)."""
+    results = await asyncio.gather(*aws, return_exceptions=True)
+    for res in results:
+        if isinstance(res, BaseException):
+            raise res
+    return results
+
+
 def _user(user: str | int | None) -> str:
     return "" if user is None else str(user)
 
@@ -112,9 +144,9 @@ class DockerSandbox(Sandbox):
 
     name: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
-        network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
+        network_modes=frozenset(NetworkMode),
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
-        dockerfile="full")
+        dockerfile="full", snapshot=True, gateway=True)
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -141,6 +173,7 @@ class DockerSandbox(Sandbox):
         self._ready = False
         self._stopped = False
         self._engine_version: str | None = None
+        self._net: TrialNetwork | None = None
         self.warnings: list[str] = []
 
     # ---- lifecycle --------------------------------------------------------------------
@@ -168,6 +201,23 @@ class DockerSandbox(Sandbox):
         """The resolved image (after :meth:`start`)."""
         return self._image
 
+    @classmethod
+    def check(cls, spec: SandboxSpec) -> list[str]:
+        """:meth:`Sandbox.check`, plus: a Dockerfile that needs BuildKit must be buildable here.
+
+        Raises:
+            UnsupportedError: see :meth:`Sandbox.check`; BuildKit-only Dockerfile syntax this
+                engine cannot build (:func:`~cairn.sandbox.docker.buildkit.check_dockerfile`).
+        """
+        warnings = super().check(spec)
+        dockerfile = Path(spec.env_dir) / "Dockerfile" if spec.env_dir else None
+        if dockerfile is not None and dockerfile.is_file() and (
+                not spec.docker_image or spec.force_build):
+            from cairn.sandbox.docker.buildkit import check_dockerfile
+
+            warnings += check_dockerfile(dockerfile)
+        return warnings
+
     async def start(self) -> None:
         """Build or reuse the image, start the container, prepare ``/logs`` and the workdir.
 
@@ -182,25 +232,93 @@ class DockerSandbox(Sandbox):
         self._started = True
         self.warnings = self.check(self.spec)
         self._client = await in_thread(make_client)
-        self._engine_version = await in_thread(engine_version, self._client)
-        self._image = await ensure_image(self._client, self.spec)
+        net = self._net = self._make_network(self._client)
+        gateway_image = ensure_gateway_image(self._client) \
+            if net.layout is Layout.GATEWAY else asyncio.sleep(0, None)
+        if self.spec.snapshot:  # the files of a step snapshot, the image config it recorded
+            image = in_thread(snapshot_image_info, self._client, self.spec.snapshot)
+        else:
+            image = ensure_image(self._client, self.spec)
+        # Independent engine round trips at once: version, image, gateway image, networks.
+        self._engine_version, self._image, gw_image, _ = await _gather(
+            in_thread(engine_version, self._client), image, gateway_image, net.create_networks())
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
-                await self._create_and_start()
-                await self._prepare()
+                if net.layout is Layout.GATEWAY:
+                    # The gateway comes up (and says it listens) while the sandbox starts.
+                    await _gather(self._create_and_start(),
+                                  net.start_gateway(gw_image, self.spec.network_policy,
+                                                    "environment"))
+                    await _gather(self._prepare(), self._attach_public())
+                else:
+                    await self._create_and_start()
+                    await self._prepare()
         except TimeoutError:
             raise SandboxError(f"the container did not start within {START_TIMEOUT_SEC:g} s",
                                kind=ErrorKind.START_FAILED) from None
         self._ready = True
 
+    def _make_network(self, client: Any) -> TrialNetwork:
+        spec = self.spec
+        policies = spec.network_policies
+        slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.name).strip("-.")[:24] or "sandbox"
+        return TrialNetwork(
+            client, plan_layout(policies), container_labels(spec),
+            f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}",
+            needs_public=any(p.mode is NetworkMode.PUBLIC for p in policies),
+            hosts=dict(spec.add_hosts))
+
+    async def _attach_public(self) -> None:
+        """In the gateway layout, a sandbox whose start policy is public joins the public net."""
+        if self._net is not None and self._cid is not None and \
+                self.spec.network_mode is NetworkMode.PUBLIC:
+            await self._net.attach_public(self._cid, True)
+
+    @property
+    def network_layout(self) -> str | None:
+        """``none``, ``bridge`` or ``gateway`` once started (see :mod:`.gateway`)."""
+        return self._net.layout.value if self._net is not None else None
+
+    async def set_network(self, policy: NetworkPolicy, *, phase: str) -> None:
+        """Switch the egress gateway to ``policy`` (gateway layout); see
+        :meth:`Sandbox.set_network`. In the other layouts every policy is the same one.
+
+        Raises:
+            UnsupportedError: a policy the layout cannot give (the spec did not list it).
+            SandboxError: the gateway did not take the switch.
+        """
+        net = self._net
+        if net is not None and net.layout is Layout.GATEWAY:
+            await net.apply(policy.effective(), phase, self._cid)
+            return
+        if policy.effective() not in self.spec.network_policies or \
+                len(self.spec.network_policies) > 1:
+            from cairn.errors import UnsupportedError
+
+            raise UnsupportedError(f"the sandbox was not started for the network policy "
+                                   f"{policy.describe()} (list it in network_phases)")
+
+    async def network_records(self) -> list[dict[str, object]]:
+        """The gateway's connection records not returned before (see :meth:`Sandbox.network_records`)."""
+        if self._net is None or self._net.layout is not Layout.GATEWAY:
+            return []
+        return await self._net.records()
+
+    def _environment(self) -> dict[str, str] | None:
+        env = dict(self.spec.env)
+        if self._net is not None and self._net.layout is Layout.GATEWAY:
+            env = {**proxy_env(), **env}
+        return env or None
+
     async def _create_and_start(self) -> None:
         assert self._client is not None and self._image is not None
+        assert self._net is not None
         api = self._client.api
         spec = self.spec
         host_kw: dict[str, Any] = {
             "init": True,
-            "network_mode": "none" if spec.network_mode is NetworkMode.NO_NETWORK else "bridge",
+            "network_mode": self._net.container_network,
         }
         if spec.cpus:
             host_kw["nano_cpus"] = int(float(spec.cpus) * 1e9)
@@ -221,29 +339,63 @@ class DockerSandbox(Sandbox):
                     img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
                     command=[*img.entrypoint, *img.cmd] if img.entrypoint else [],
                     labels=container_labels(spec, env_hash), host_config=host_config, name=name,
-                    working_dir=self._workdir, environment=dict(spec.env) or None, detach=True)
+                    working_dir=self._workdir, environment=self._environment(), detach=True)
                 self._cid = created["Id"]
                 return self._cid
 
             self._creating = start_thread(create)
             await asyncio.shield(self._creating)
-            await in_thread(api.start, self._cid)
+        with translate("starting the container", kind=ErrorKind.START_FAILED):
+            try:
+                await in_thread(api.start, self._cid)
+            except docker.errors.APIError as exc:
+                why = task_fault_reason(exc.explanation or str(exc))
+                if why is None:
+                    raise
+                raise SandboxError(f"the task's image cannot start: {why}",
+                                   kind=ErrorKind.START_FAILED,
+                                   detail={TASK_FAULT: True}) from exc
 
     async def _prepare(self) -> None:
-        code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
-                                          self._workdir], user="0")
+        try:
+            code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
+                                              self._workdir], user="0")
+        except SandboxError as exc:  # the container may already have exited by itself
+            logs = await self._container_logs()
+            exit_code = await self._exit_code()
+            why = no_shell_reason(126 if exit_code is not None else None, logs)
+            if why is None:
+                raise
+            raise SandboxError(f"the task's image cannot start: {why}",
+                               kind=ErrorKind.START_FAILED,
+                               detail={"logs": logs, TASK_FAULT: True}) from exc
         if code != 0:
             logs = await self._container_logs()
+            why = no_shell_reason(code, f"{err}\n{logs}")
+            detail: dict[str, Any] = {"stderr": err[-4000:], "logs": logs}
+            if why is not None:  # the task's image: the same on every attempt
+                raise SandboxError(f"the task's image cannot start: {why}",
+                                   kind=ErrorKind.START_FAILED, detail={**detail, TASK_FAULT: True})
             raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
-                               f"{logs}".strip(), kind=ErrorKind.START_FAILED,
-                               detail={"stderr": err[-4000:], "logs": logs})
+                               f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
         self._shell = "bash" if out.strip().endswith("bash") else "sh"
         img, env_dir = self._image, self.spec.env_dir
         if img is not None and not img.built and self.spec.docker_image and env_dir and \
+                not self.spec.snapshot and \
                 env_dir.is_dir() and not (env_dir / "Dockerfile").is_file():
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in _ENV_SKIP:
                     await self.upload(entry, posixpath.join(self._workdir, entry.name))
+
+    async def _exit_code(self) -> int | None:
+        """The container's exit code once it has exited by itself, else ``None``."""
+        if not (self._client and self._cid):
+            return None
+        with contextlib.suppress(Exception):
+            state = (await in_thread(self._client.api.inspect_container, self._cid))["State"]
+            if not state.get("Running"):
+                return int(state.get("ExitCode"))
+        return None
 
     async def _container_logs(self) -> str:
         if not (self._client and self._cid):
@@ -261,12 +413,27 @@ class DockerSandbox(Sandbox):
             log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
                         self._cid[:12], self._shell)
             return
+        try:
+            if self._net is not None:  # sandbox and gateway go at once, then the networks
+                await asyncio.gather(self._stop_container(), self._net.remove_gateway())
+            else:
+                await self._stop_container()
+        finally:
+            net, self._net = self._net, None
+            if net is not None:
+                await net.remove()
+            client, self._client = self._client, None
+            if client is not None:
+                with contextlib.suppress(Exception):
+                    client.close()
+
+    async def _stop_container(self) -> None:
         self._stopped = True
         if self._creating is not None and not self._creating.done():
             with contextlib.suppress(Exception):  # let a cancelled create land, then remove it
                 await asyncio.wait_for(asyncio.shield(self._creating), START_TIMEOUT_SEC)
         cid, self._cid = self._cid, None
-        client, self._client = self._client, None
+        client = self._client
         if client is None:
             return
         if cid is not None:
@@ -276,8 +443,79 @@ class DockerSandbox(Sandbox):
                 pass
             except Exception as exc:  # noqa: BLE001 - stop never raises; the label lets `cairn clean` finish
                 log.warning("could not remove container %s: %s", cid[:12], exc)
-        with contextlib.suppress(Exception):
-            client.close()
+
+    # ---- snapshots ----------------------------------------------------------------------
+    async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
+        """Commit the container's files to an image labelled with ``labels`` (see
+        :meth:`Sandbox.snapshot`). The container is paused during the commit, so a process
+        still writing cannot leave a torn file; it resumes afterwards.
+
+        Returns:
+            A :class:`SnapshotRef` whose ``ref`` is the image id and ``size_bytes`` the size of
+            the committed layer (the image's size minus its parent's).
+
+        Raises:
+            SandboxError: the commit failed. SandboxLostError: the engine does not answer.
+        """
+        api, cid = self._require()
+        img = self._image
+        assert img is not None
+        t0 = time.monotonic()
+        meta = {**{k: str(v) for k, v in labels.items()}, SNAPSHOT_LABEL: "1",
+                "cairn.backend": "docker",
+                "cairn.image_entrypoint": json.dumps(list(img.entrypoint)),
+                "cairn.image_cmd": json.dumps(list(img.cmd)),
+                "cairn.image_workdir": img.workdir or ""}
+        trial = re.sub(r"[^A-Za-z0-9]", "", str(labels.get("cairn.trial", "")))[:12] or "adhoc"
+        step = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(labels.get("cairn.step", "step")))[:40]
+        tag = f"{trial}-{step}-{uuid.uuid4().hex[:8]}".strip("-.") or uuid.uuid4().hex
+
+        def work() -> tuple[str, int | None]:
+            done = api.commit(cid, repository=SNAPSHOT_REPO, tag=tag, pause=True,
+                              conf={"Labels": meta})
+            image_id = done["Id"]
+            size = api.inspect_image(image_id).get("Size")
+            base = api.inspect_image(img.image_id).get("Size")
+            return image_id, (max(0, int(size) - int(base)) if size is not None and
+                              base is not None else None)
+
+        with translate("snapshot (docker commit)", kind=ErrorKind.SANDBOX_UNUSABLE):
+            image_id, size = await in_thread(work)
+        return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size,
+                           seconds=time.monotonic() - t0)
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Remove a snapshot image (its tags too); one already gone is fine.
+
+        Raises:
+            SandboxError: a container still uses it, or the engine refused.
+        """
+        client = await in_thread(make_client)
+        try:
+            def work() -> None:
+                try:
+                    data = client.api.inspect_image(ref)
+                except docker.errors.NotFound:
+                    return
+                for t in data.get("RepoTags") or []:
+                    client.api.remove_image(t)
+                with contextlib.suppress(docker.errors.NotFound):
+                    client.api.remove_image(data["Id"])
+
+            with translate(f"removing snapshot {ref[:19]}"):
+                await in_thread(work)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
+        """``docker exec -it <container> bash`` as ``user`` in the working dir."""
+        _, cid = self._require()
+        argv = ["docker", "exec", "-it" if tty else "-i", "-w", self._workdir]
+        if user is not None:
+            argv += ["-u", str(user)]
+        return [*argv, cid, self._shell]
 
     # ---- exec -------------------------------------------------------------------------
     def _require(self) -> tuple[Any, str]:

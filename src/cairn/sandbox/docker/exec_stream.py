@@ -26,11 +26,14 @@ KEEPER_MARKER = "cairn-keeper"
 
 KEEPER_SCRIPT = (
     'trap "exit 0" TERM INT HUP; '
-    'if [ "$#" -gt 0 ]; then "$@" & fi; '
+    'if [ "$#" -gt 0 ]; then '
+    'command -v "$1" >/dev/null 2>&1 || { echo "cairn: the image ENTRYPOINT $1 is not an '
+    'executable in the image" >&2; exit 127; }; "$@" & fi; '
     "while :; do sleep 2147483647 & wait $!; done"
 )
 """The container's main process under the init: starts the image ENTRYPOINT (+CMD) in the
-background, then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
+background (exit 127 at once when the ENTRYPOINT program does not exist: the container would not
+start under Harbor either), then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
 [entrypoint…]``."""
 
 KILL_BY_ENV_SCRIPT = r"""

@@ -21,8 +21,9 @@ import datetime as dt
 import json
 import os
 import re
+import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
@@ -36,6 +37,7 @@ from cairn.sandbox.base import (
     ProcessInfo,
     Sandbox,
     SandboxSpec,
+    SnapshotRef,
 )
 from cairn.sandbox.local.dockerfile import (
     COMPOSE_FILES,
@@ -90,7 +92,9 @@ class LocalSandbox(Sandbox):
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
         cpu_limit=False, memory_limit=False, storage_limit=False, gpus=False, compose=False,
-        dockerfile="subset")
+        dockerfile="subset", snapshot=True, gateway=False,
+        network_hint="allowlists, model hosts of in-sandbox agents under no-network and "
+                     "per-phase network modes need the egress gateway: use -e docker")
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset({"memory_limit", "cpu_limit"})
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -103,6 +107,8 @@ class LocalSandbox(Sandbox):
         self._shell = "/bin/bash"
         self._hostname = ""
         self._state = "new"
+        self._overlay_rels: list[str] = []
+        self._last_snapshot: Path | None = None
 
     # ---- capability check -------------------------------------------------------------
     @classmethod
@@ -164,8 +170,16 @@ class LocalSandbox(Sandbox):
         self._hostname = _safe_name(spec.trial_id, 12).lower().strip("-_.") or "cairn"
         own_net = spec.network_mode is NetworkMode.NO_NETWORK
         await asyncio.to_thread(self._prepare_dirs)
-        plan = root_plan(self._dir, [layer.root] if layer else [], own_net=own_net,
-                         privileged=support.privileged)
+        lowers = [layer.root] if layer else []
+        if spec.snapshot:  # a step snapshot's tree is the topmost lower layer
+            from cairn.sandbox.local.snapshot import snapshot_root
+
+            try:
+                lowers.insert(0, snapshot_root(spec.snapshot))
+            except FileNotFoundError as exc:
+                raise SandboxError(str(exc), kind=ErrorKind.START_FAILED) from None
+        plan = root_plan(self._dir, lowers, own_net=own_net, privileged=support.privileged)
+        self._overlay_rels = [op["rel"] for op in plan if op["op"] == "overlay"]
         self._ns = NamespaceRuntime(support)
         await self._ns.start(InitConfig(plan=plan, rootfs=self._dir / "rootfs",
                                         hostname=self._hostname, own_net=own_net,
@@ -191,7 +205,8 @@ class LocalSandbox(Sandbox):
         if not _exists(fs, "/bin/bash"):
             self._shell = "/bin/sh"
         env_dir = self.spec.env_dir
-        if self.spec.docker_image and env_dir and not (env_dir / "Dockerfile").exists():
+        if self.spec.docker_image and env_dir and not (env_dir / "Dockerfile").exists() and \
+                not self.spec.snapshot:
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in (*COMPOSE_FILES, "Dockerfile", ".dockerignore"):
                     fs.upload(entry, f"{self._workdir.rstrip('/')}/{entry.name}")
@@ -213,6 +228,71 @@ class LocalSandbox(Sandbox):
             await self._ns.stop()
         if self._dir is not None:
             await asyncio.to_thread(remove_tree, self._dir)
+
+    # ---- snapshots ------------------------------------------------------------------------
+    async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
+        """Copy the sandbox's upper folders into a snapshot folder (see
+        :mod:`cairn.sandbox.local.snapshot`: reflinks where possible, files unchanged since this
+        sandbox's previous snapshot hard linked to it). The sandbox is not paused.
+
+        Returns:
+            A :class:`SnapshotRef` whose ``ref`` is the snapshot folder and ``size_bytes`` the
+            bytes copied.
+
+        Raises:
+            SandboxError: the copy failed (nothing is left behind).
+        """
+        self._running()
+        assert self._dir is not None
+        from cairn.sandbox.local.snapshot import make_snapshot
+
+        t0 = time.monotonic()
+        marker_labels = {**{k: str(v) for k, v in labels.items()}, "cairn.backend": "local"}
+        try:
+            base = None
+            if self.spec.snapshot:  # started from a snapshot: its files are part of the state
+                from cairn.sandbox.local.snapshot import snapshot_root
+
+                base = snapshot_root(self.spec.snapshot)
+            folder, copied = await asyncio.to_thread(make_snapshot, self._dir, self._overlay_rels,
+                                                     marker_labels, self._last_snapshot, base)
+        except OSError as exc:
+            raise SandboxError(f"snapshot failed: {exc}") from exc
+        self._last_snapshot = folder
+        return SnapshotRef(backend=self.name, ref=str(folder), size_bytes=copied,
+                           seconds=time.monotonic() - t0)
+
+    @classmethod
+    async def remove_snapshot(cls, ref: str) -> None:
+        """Delete a local snapshot folder; one already gone is fine.
+
+        Raises:
+            SandboxError: ``ref`` is not a local snapshot folder.
+        """
+        from cairn.sandbox.local.snapshot import remove_local_snapshot
+
+        try:
+            await asyncio.to_thread(remove_local_snapshot, Path(ref))
+        except ValueError as exc:
+            raise SandboxError(str(exc)) from None
+
+    def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
+        """``nsenter`` into the sandbox's namespaces and root, then ``bash`` (or ``sh``) in the
+        working dir with the sandbox's environment (not the caller's)."""
+        ns, _ = self._running()
+        resolved = self.resolve_user(user)
+        uid, gid, _groups, home = resolved if resolved is not None else (0, 0, [], "/root")
+        env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
+               "TERM": os.environ.get("TERM", "xterm"), **self._meta.env, **self.spec.env}
+        argv = ["nsenter", "-t", str(ns.host_pid), "-U", "-m", "-p", "-i", "-u",
+                "--preserve-credentials" if not ns.support.privileged else "-S0",
+                "-r", f"--wdns={self._workdir}"]
+        if self.spec.network_mode is NetworkMode.NO_NETWORK:
+            argv.insert(5, "-n")
+        if ns.support.privileged:
+            argv[argv.index("-S0")] = f"-S{uid}"
+            argv.insert(argv.index(f"-S{uid}") + 1, f"-G{gid}")
+        return [*argv, "env", "-i", *[f"{k}={v}" for k, v in env.items()], self._shell]
 
     # ---- operations -------------------------------------------------------------------
     @property

@@ -1,0 +1,75 @@
+"""``cairn regrade`` and ``cairn shell`` (docs/snapshots.md): thin commands over
+:func:`cairn.job.regrade.regrade_job` and :func:`cairn.trial.shell.open_shell`."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cairn.cli import app
+
+
+def _err(msg: str) -> None:
+    print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
+
+
+@app.command("regrade", help=(
+    "Re-run the verifiers of a finished job into a new derived job (the original is never "
+    "modified): shared-mode steps on their snapshots (--snapshot-steps), separate-mode steps "
+    "on their recorded artifacts; no agent runs. Rewards are re-read and trials re-aggregated "
+    "with the current min_reward gates and strategy.\n\nExamples:\n\n"
+    "  cairn regrade jobs/nightly\n\n"
+    "  cairn regrade jobs/nightly -p tasks/ --job-name nightly-fixed"))
+def regrade_cmd(
+    job_dir: Annotated[Path, typer.Argument(help="The finished job folder.")],
+    path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Current task or dataset folder (repeatable); default: the task folders the trials recorded.")] = None,  # noqa: E501
+    job_name: Annotated[str | None, typer.Option("--job-name", help="Name of the derived job (default <name>__regrade-<time>), created next to the original.")] = None,  # noqa: E501
+    n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials regraded at once.")] = 4,  # noqa: E501
+    fmt: Annotated[str, typer.Option("--format", help="Report format: text, markdown or json.")] = "text",  # noqa: E501
+) -> None:
+    """``cairn regrade``: verifiers only, into a derived job (:func:`cairn.job.regrade.regrade_job`)."""
+    from cairn.errors import UsageError
+    from cairn.job.regrade import regrade_job
+    from cairn.job.run import read_job
+    from cairn.results.report import render
+
+    if fmt not in ("text", "markdown", "json"):
+        _err("--format is text, markdown or json")
+        raise typer.Exit(2)
+    try:
+        result = regrade_job(job_dir, paths=path, job_name=job_name, n_concurrent=n_concurrent,
+                             on_event=lambda line: print(line, file=sys.stderr, flush=True))
+    except UsageError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    print(render(read_job(result.job_dir), fmt))
+    print(f"derived job: {result.job_dir} (from {result.source_dir})", file=sys.stderr)
+    raise typer.Exit(result.exit_code)
+
+
+@app.command("shell", help=(
+    "Open a shell in a fresh sandbox made from a step's snapshot (--snapshot-steps), with that "
+    "step's tests in /tests and solution in /solution (read-only); the sandbox is removed "
+    "when the shell ends.\n\nExamples:\n\n"
+    "  cairn shell jobs/nightly/trials/cairn-incident__1__1808ed1c --step repair\n\n"
+    "  cairn shell TRIAL_DIR --command 'cat /app/incident/diagnosis.json'"))
+def shell_cmd(
+    trial_dir: Annotated[Path, typer.Argument(help="A recorded trial folder.")],
+    step: Annotated[str | None, typer.Option("--step", help="The step (default: the last one with a snapshot).")] = None,  # noqa: E501
+    command: Annotated[str | None, typer.Option("--command", "-c", help="Run this command instead of an interactive shell.")] = None,  # noqa: E501
+) -> None:
+    """``cairn shell``: a shell in a fresh sandbox made from a step's snapshot."""
+    import asyncio
+
+    from cairn.errors import UnsupportedError, UsageError
+    from cairn.trial.shell import open_shell
+
+    try:
+        code = asyncio.run(open_shell(trial_dir, step=step, command=command))
+    except (UsageError, UnsupportedError) as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)

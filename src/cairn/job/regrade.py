@@ -1,0 +1,414 @@
+"""``cairn regrade``: re-run verifiers only, into a new derived job (docs/snapshots.md).
+
+For every trial of a finished job and every step that ran, the step's verifier runs again —
+the *current* tests of the task (``-p``, else the task folder the trial recorded), the same
+verifier env and timeouts — on:
+
+- shared-mode steps: a fresh sandbox started from the step's snapshot (``--snapshot-steps``),
+  which holds the files as the agent left them at the end of its phase (not as the verifier
+  left them);
+- separate-mode steps: the verifier environment with the step's recorded artifacts.
+
+Rewards are re-parsed and the trial re-aggregated with the current ``min_reward`` gates and
+reward strategy (:mod:`cairn.results.aggregate`). No agent runs. A step that never ran stays
+``not-run``; when the new gates would have let the trial go on to such a step, the trial is
+marked ``regrade_partial`` with the step it could not reach — no score is invented for it.
+Steps without a snapshot (and not separate) are listed as not regradable and copied
+unchanged. The original job folder is only read; the derived one records ``derived_from``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+from cairn.errors import Category, Phase, SandboxLostError, TrialFailure, UsageError
+from cairn.plan import JobConfig
+from cairn.results.aggregate import (
+    evaluate_gates,
+    primary_reward,
+    score_trial,
+    step_passed,
+    step_reached,
+    stop_decision,
+)
+from cairn.results.model import (
+    DerivedFrom,
+    Outcome,
+    RegradeInfo,
+    RegradeStep,
+    StepResult,
+    StepSource,
+    StepTimings,
+    TrialResult,
+)
+from cairn.task.model import Step, Task
+from cairn.trial.snapshot import restore_spec
+
+RegradeHow = Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped",
+                     "unchanged"]
+"""How a step was regraded (:class:`~cairn.results.model.RegradeStep`'s ``how``)."""
+RegradeStatus = Literal["regraded", "regrade_partial", "not_regradable"]
+
+EventSink = Callable[[str], None]
+
+
+@dataclass
+class RegradeResult:
+    """What :func:`regrade_job` produced.
+
+    Attributes:
+        job_dir: the new, derived job folder.
+        source_dir: the original job folder (unchanged).
+        results: every trial of the derived job (regraded, partial or copied unchanged).
+    """
+
+    job_dir: Path
+    source_dir: Path
+    results: list[TrialResult] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        """0 when every trial was regraded or copied (errored trials included: they are
+        recorded), 1 when a trial could not be regraded because of an infra failure."""
+        return 1 if any(r.regrade and r.regrade.status == "not_regradable" and
+                        r.regrade.message.startswith("infra:") for r in self.results) else 0
+
+
+def _default_name(src: Path) -> str:
+    return f"{src.name}__regrade-{datetime.now().strftime('%Y-%m-%d__%H-%M-%S')}"
+
+
+def _load_tasks(paths: Sequence[Path] | None) -> dict[str, Task]:
+    """``-p`` tasks by name (invalid ones left out: their trials are copied unchanged)."""
+    if not paths:
+        return {}
+    from cairn.job.discover import discover_tasks
+
+    entries = discover_tasks(JobConfig(paths=tuple(Path(p).absolute() for p in paths)))
+    if not entries:
+        raise UsageError("no task found under " + ", ".join(str(p) for p in paths))
+    return {e.name: e.task for e in entries if e.task is not None}
+
+
+def _recorded_task(trial_dir: Path, cache: dict[str, Task | None]) -> Task | None:
+    """The task folder a trial recorded in its config.json, loaded (``None`` when gone)."""
+    from cairn.results.store import CONFIG_JSON, read_json
+    from cairn.task.load import load_task
+
+    try:
+        path = str(read_json(trial_dir / CONFIG_JSON)["task"]["path"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if path not in cache:
+        try:
+            cache[path] = load_task(Path(path))
+        except Exception:  # noqa: BLE001 - a task that no longer loads: not regradable
+            cache[path] = None
+    return cache[path]
+
+
+class _TrialRegrade:
+    """Regrade one trial into its copy in the derived job."""
+
+    def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
+                 job_dir: Path, timeout_multiplier: float, emit: EventSink) -> None:
+        from cairn.results.store import Masker
+
+        self.task, self.old, self.dir = task, old, trial_dir
+        self.job_id, self.job_dir, self.timeout_multiplier = job_id, job_dir, timeout_multiplier
+        self.emit = emit
+        self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
+                                        job_dir=job_dir, timeout_multiplier=timeout_multiplier)
+        from cairn.task.envvars import resolve_env, secret_values
+
+        self.verifier_envs = [resolve_env(s.verifier_env, os.environ) for s in task.steps]
+        for s, resolved in zip(task.steps, self.verifier_envs, strict=True):
+            secrets |= set(secret_values(s.verifier_env, resolved))
+        self.masker = Masker(secrets)
+        self.notes: list[str] = []
+
+    async def verify(self, step: Step, old_row: StepResult) -> tuple[StepResult, RegradeHow]:
+        """Run ``step``'s current verifier again; returns (new row, how)."""
+        from cairn.results.store import TrialPaths, empty_folder
+        from cairn.sandbox import get_backend
+        from cairn.trial.verify import run_verifier
+
+        sp = TrialPaths(self.dir).step(step.index, step.name)
+        timeout = step.verifier_timeout_sec * self.timeout_multiplier
+        venv = self.verifier_envs[step.index - 1]
+        if step.verifier_mode == "separate":
+            from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
+
+            plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
+                                          timeout_multiplier=self.timeout_multiplier)
+            self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
+            empty_folder(sp.verifier)
+            v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
+                                            verifier_dir=sp.verifier, artifacts_dir=sp.artifacts,
+                                            mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
+            how: RegradeHow = "artifacts"
+        else:
+            snap = old_row.snapshot
+            assert snap is not None
+            cls = get_backend(self.old.backend, compose=self.task.compose_file is not None)
+            spec = dataclasses.replace(self.spec, snapshot=snap.ref)
+            empty_folder(sp.verifier)
+            async with cls(spec) as sandbox:
+                hc = self.task.environment.healthcheck
+                if hc is not None:
+                    from cairn.trial.healthcheck import run_healthcheck
+
+                    await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
+                v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
+                                       verifier_dir=sp.verifier, mask=self.masker.mask)
+            how = "snapshot"
+        keep: dict[str, Any] = dict(index=step.index, name=step.name, agent_exit=old_row.agent_exit,
+                    tokens=old_row.tokens, cost_usd=old_row.cost_usd, snapshot=old_row.snapshot,
+                    warnings=[*old_row.warnings, *(f"regrade: {w}" for w in v.warnings)],
+                    timings=StepTimings(setup_sec=old_row.timings.setup_sec,
+                                        agent_sec=old_row.timings.agent_sec,
+                                        verifier_sec=v.elapsed_sec))
+        if v.error is not None:
+            from cairn.trial.classify import error_info
+
+            err = error_info(v.error, step=step, phase=Phase.VERIFIER, mask=self.masker.mask)
+            return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
+                              reward_file=v.reward_file, **keep), how
+        gates = evaluate_gates(step.min_reward, v.rewards) if step.min_reward is not None else []
+        return StepResult(source=StepSource.VERIFIER, reward=primary_reward(v.rewards),
+                          rewards=v.rewards, passed=step_passed(step.min_reward, v.rewards, True),
+                          verifier_exit_code=v.exit_code, reward_file=v.reward_file,
+                          gates=gates, **keep), how
+
+    async def run(self) -> TrialResult:
+        old, task = self.old, self.task
+        rows: list[StepResult] = []
+        info: list[RegradeStep] = []
+        stop = None
+        error = None
+        partial: str | None = None
+        first = next((r.index for r in old.steps if r.source is not StepSource.NOT_RUN
+                      or step_reached(r)), 1)
+        n = len(task.steps)
+        for step, old_row in zip(task.steps, old.steps, strict=True):
+            how: RegradeHow
+            ended = stop is not None or error is not None or partial is not None
+            reached = old_row.source is not StepSource.NOT_RUN or step_reached(old_row)
+            if ended:
+                if reached and old_row.source is not StepSource.ORACLE and partial is None:
+                    new, how = StepResult(index=step.index, name=step.name,
+                                          source=StepSource.NOT_RUN, snapshot=old_row.snapshot), \
+                        "dropped"
+                else:
+                    new, how = old_row, "not-run" if not reached else "unchanged"
+            elif old_row.source is StepSource.ORACLE:
+                new, how = old_row, "oracle"
+            elif not reached:
+                if step.index > first or (old.start_step is None and step.index == 1):
+                    partial = step.name  # the new gates let the trial go on to a step never run
+                new, how = old_row, "not-run"
+            elif old_row.source is StepSource.CANDIDATE_ERROR or (
+                    old_row.source is StepSource.ERROR and old_row.error is not None
+                    and old_row.error.phase is not Phase.VERIFIER) or \
+                    old_row.agent_exit is None:
+                new, how = old_row, "unchanged"  # no verifier ran: nothing to grade again
+            elif step.verifier_mode != "separate" and old_row.snapshot is None:
+                new, how = old_row, "not_regradable"
+            else:
+                try:
+                    new, how = await self.verify(step, old_row)
+                except SandboxLostError:
+                    raise
+                except TrialFailure as exc:
+                    self.notes.append(f"step {step.name}: {exc.kind.value}: {exc}")
+                    new, how = old_row, "not_regradable"
+            info.append(RegradeStep(index=step.index, name=step.name, how=how,
+                                    old_source=old_row.source, old_reward=old_row.reward,
+                                    new_source=new.source, new_reward=new.reward))
+            rows.append(new)
+            if ended or how in ("oracle", "not-run"):
+                continue
+            if new.source is StepSource.ERROR and new.error is not None and \
+                    new.error.category is not Category.CANDIDATE:
+                error = new.error
+                continue
+            stop = stop_decision(new, step.min_reward, is_last=step.index == n, verify=True)
+        hows = {s.how for s in info}
+        status: RegradeStatus = "regrade_partial" if partial is not None else \
+            "regraded" if hows & {"snapshot", "artifacts"} else "not_regradable"
+        stop_reason = stop
+        if partial is not None and stop is None:
+            stop_reason = old.stop_reason  # what ended the recorded run; the rest never ran
+        n_replayed = sum(r.source is StepSource.ORACLE for r in rows)
+        score = score_trial(task.config.multi_step_reward_strategy, rows,
+                            steps_total=old.steps_total + n_replayed, stop_reason=stop_reason,
+                            error=error)
+        message = ""
+        if partial is not None:
+            message = (f"the new gates let the trial go on to step {partial!r}, which never ran "
+                       "in the recorded trial: it has no score (run the agent again, e.g. "
+                       f"--start-step {partial} --from this trial)")
+        elif "not_regradable" in hows:
+            missing = [s.name for s in info if s.how == "not_regradable"]
+            message = ("no snapshot (run with --snapshot-steps) for step(s) "
+                       + ", ".join(missing) + "; copied unchanged")
+        if self.notes:
+            message = "; ".join([*([message] if message else []), *self.notes])
+        outcome = score.outcome
+        passed = score.passed and partial is None
+        regrade = RegradeInfo(status=status, unreached_step=partial, old_reward=old.reward,
+                              old_outcome=old.outcome, steps=info, message=message)
+        return old.model_copy(update=dict(
+            outcome=outcome, error=score.error, reward=score.reward, rewards=score.rewards,
+            reward_all_steps=score.reward_all_steps, passed=passed,
+            strategy=task.config.multi_step_reward_strategy,
+            steps_run=sum(step_reached(r) and r.source is not StepSource.ORACLE for r in rows),
+            stopped_after=score.stopped_after, stop_reason=score.stop_reason, steps=rows,
+            regrade=regrade))
+
+
+def _unchanged(old: TrialResult, why: str) -> TrialResult:
+    steps = [RegradeStep(index=r.index, name=r.name, how="not_regradable", old_source=r.source,
+                         old_reward=r.reward, new_source=r.source, new_reward=r.reward)
+             for r in old.steps]
+    return old.model_copy(update={"regrade": RegradeInfo(
+        status="not_regradable", old_reward=old.reward, old_outcome=old.outcome, steps=steps,
+        message=why)})
+
+
+async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
+                       job_name: str | None = None, n_concurrent: int = 4,
+                       on_event: EventSink | None = None) -> RegradeResult:
+    """Regrade a finished job into a new derived job folder next to it (async).
+
+    Args:
+        job_dir: the job folder (never modified).
+        paths: task or dataset folders with the *current* tasks (``-p``); default: the task
+            folders the trials recorded.
+        job_name: the derived job's name (default ``<name>__regrade-<time>``).
+        n_concurrent: trials regraded at once.
+        on_event: receives one line per regraded step.
+
+    Returns:
+        The :class:`RegradeResult`.
+
+    Raises:
+        UsageError: not a job folder, the job is running, the target exists, or ``-p``
+            holds no task.
+    """
+    from cairn.lock import JobLock, is_locked
+    from cairn.results.store import (
+        JobPaths,
+        TrialPaths,
+        TrialStore,
+        copy_job_folder,
+        iter_trial_results,
+        read_job_json,
+        write_job_json,
+        write_summary,
+    )
+    from cairn.results.summary import summarize_job
+
+    emit = on_event or (lambda line: None)
+    src = Path(job_dir).absolute()
+    meta_path = JobPaths(src).job_json
+    if not meta_path.is_file():
+        raise UsageError(f"{job_dir} is not a job folder (no job.json)")
+    if is_locked(src):
+        raise UsageError(f"job {src.name} is running; regrade it after it ends")
+    try:
+        meta = read_job_json(src)
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
+    tasks = _load_tasks(paths)
+    dest = src.parent / (job_name or _default_name(src))
+    if dest.exists():
+        raise UsageError(f"{dest} exists; choose another --job-name")
+    timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
+    copy_job_folder(src, dest)
+    lock = JobLock(dest)
+    lock.acquire()
+    try:
+        job_id = dest.name
+        derived = DerivedFrom(
+            kind="regrade", job_dir=str(src), job_name=src.name,
+            tasks=[str(Path(p).absolute()) for p in paths] if paths else "recorded",
+            at=datetime.now(UTC))
+        write_job_json(dest, meta.model_copy(update={"job_name": job_id,
+                                                     "derived_from": derived}))
+        cache: dict[str, Task | None] = {}
+        olds = []
+        for rf in iter_trial_results(src):
+            if rf.result is None:
+                emit(f"unreadable {rf.path}: {rf.error}; copied unchanged")
+                continue
+            olds.append(rf.result)
+        limit = asyncio.Semaphore(max(1, n_concurrent))
+        results: list[TrialResult] = [None] * len(olds)  # type: ignore[list-item]
+
+        async def one(i: int, old: TrialResult) -> None:
+            trial_dir = dest / "trials" / old.trial_name
+            task = tasks.get(old.task.name) if paths else \
+                _recorded_task(src / "trials" / old.trial_name, cache)
+            if task is None:
+                new = _unchanged(old, "the task was not found" + (" under -p" if paths else
+                                                                 " at its recorded path"))
+            elif [s.name for s in task.steps] != [r.name for r in old.steps]:
+                new = _unchanged(old, "the task's steps changed since the run")
+            elif old.outcome is Outcome.CANCELLED:
+                new = _unchanged(old, "the trial was cancelled")
+            elif not any(step_reached(r) for r in old.steps):
+                new = _unchanged(old, "no step ran")
+            else:
+                async with limit:
+                    try:
+                        new = await _TrialRegrade(task, old, trial_dir, job_id=job_id,
+                                                  job_dir=dest, timeout_multiplier=timeout_multiplier,
+                                                  emit=emit).run()
+                    except (TrialFailure, UsageError) as exc:
+                        kind = getattr(exc, "kind", None)
+                        new = _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
+                                         if isinstance(exc, SandboxLostError) else f"{exc}")
+            store = TrialStore(TrialPaths(trial_dir))
+            store.write_steps(new.steps)
+            store.write_result(new)
+            results[i] = new
+            for s in new.regrade.steps if new.regrade else []:
+                emit(f"[{old.trial_name}] step {s.index} {s.name}: {_r(s.old_reward)} → "
+                     f"{_r(s.new_reward)} ({s.how})")
+            emit(f"[{old.trial_name}] {new.regrade.status if new.regrade else '?'}: reward "
+                 f"{_r(old.reward)} → {_r(new.reward)}")
+
+        async with asyncio.TaskGroup() as tg:
+            for i, old in enumerate(olds):
+                tg.create_task(one(i, old))
+        declared: dict[str, list[str]] = {}
+        for r in results:
+            declared.setdefault(r.task.name, [s.name for s in r.steps])
+        write_summary(dest, summarize_job(results, declared))
+        return RegradeResult(job_dir=dest, source_dir=src, results=results)
+    finally:
+        lock.release()
+
+
+def _r(x: float | None) -> str:
+    return "-" if x is None else f"{x:.2f}"
+
+
+def regrade_job(job_dir: Path, **kwargs) -> RegradeResult:
+    """Regrade a job (blocking). Arguments as :func:`aregrade_job`.
+
+    Returns:
+        The :class:`RegradeResult`.
+    """
+    return asyncio.run(aregrade_job(job_dir, **kwargs))
+
+
+__all__ = ["RegradeResult", "aregrade_job", "regrade_job"]
