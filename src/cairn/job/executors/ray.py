@@ -173,7 +173,14 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
     work = Path(tempfile.mkdtemp(prefix="cairn-trial-"))
     try:
         local = dataclasses.replace(plan, task=task, trial_dir=work / plan.trial_name)
-        result = asyncio.run(run_trial(local, on_event=push))
+        try:
+            result = asyncio.run(run_trial(local, on_event=push))
+        except BaseException:  # cancelled (KeyboardInterrupt from ray.cancel): leave nothing
+            from cairn.sandbox.cleanup import remove_trial_sandboxes
+
+            with contextlib.suppress(Exception):
+                remove_trial_sandboxes(plan.trial_id)
+            raise
         archive = b"".join(tar_stream(local.trial_dir, include_root=False))
         with contextlib.suppress(Exception):
             ray.get(events.flush.remote(), timeout=30)
