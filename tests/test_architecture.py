@@ -197,6 +197,20 @@ def test_docker_sdk_only_under_sandbox():
     assert users and {m for m in users if not m.startswith("cairn.sandbox.")} == set()
 
 
+def test_ray_only_in_the_ray_executor():
+    """issue 20: Ray is an optional extra; only ``cairn.job.executors.ray`` imports it."""
+    users = set()
+    for m, p in MODULE_FILES.items():
+        tree = ast.parse(p.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Import)
+                    and any(a.name.split(".")[0] == "ray" for a in node.names)) or (
+                    isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
+                    and node.module.split(".")[0] == "ray"):
+                users.add(m)
+    assert users == {"cairn.job.executors.ray"}
+
+
 def test_nothing_imports_the_cli():
     offenders = {m for m, imps in IMPORTS.items() if any(i.startswith("cairn.cli") for i in imps)
                  and not m.startswith("cairn.cli") and m != "cairn.__main__"}

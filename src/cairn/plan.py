@@ -179,6 +179,12 @@ class JobConfig(BaseModel):
     resume_agent_session: bool = False
     max_cost_usd: float | None = None
     """Stop starting new trials once the job has spent this much (USD)."""
+    executor: str = "local"
+    """Where trials run (``--executor``): ``local`` (in this process) or ``ray`` (a Ray
+    cluster's worker nodes, docs/scale-out.md)."""
+    ray_address: str | None = None
+    """``--ray-address`` of the ``ray`` executor; default ``RAY_ADDRESS``, else a fresh local
+    Ray."""
     snapshot_steps: bool = False
     """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
     start_step: str | None = None

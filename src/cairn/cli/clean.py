@@ -31,6 +31,12 @@ def clean_command(
         "--snapshots", help="Also remove the step snapshots (--snapshot-steps) of jobs that are "
         "not running; snapshots whose job folder is gone are always removed.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
+    executor: Annotated[str, typer.Option(
+        "--executor", help="local (this machine) or ray (also every node of the Ray cluster).")]
+    = "local",
+    ray_address: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
+        "--ray-address", help="Ray cluster address (default RAY_ADDRESS).",
+        show_default=False)] = None,
 ) -> None:
     """Remove left-over sandboxes: containers, networks and volumes of jobs that are not running.
 
@@ -39,9 +45,20 @@ def clean_command(
     jobs' resources and anything without cairn labels are never touched. Exits 1 when a removal
     failed.
     """
-    from cairn.sandbox.cleanup import clean
+    from cairn.errors import UsageError
+    from cairn.job.executors import get_executor
+    from cairn.plan import JobConfig
 
-    report = clean(job=job, images=images, snapshots=snapshots)
+    try:
+        ex = get_executor(JobConfig(executor=executor, ray_address=ray_address))
+        ex.open()
+    except UsageError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    try:
+        report = ex.clean(job=job, images=images, snapshots=snapshots)
+    finally:
+        ex.close()
     if as_json:
         typer.echo(json.dumps({
             "containers": report.containers, "networks": report.networks,

@@ -116,6 +116,8 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
     snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
     start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
@@ -152,6 +154,7 @@ def run_cmd(
             "registry_path": str(registry_path.absolute()) if registry_path else None,
             "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
             "n_tasks": n_tasks,
+            "executor": executor, "ray_address": ray_address,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
@@ -271,6 +274,8 @@ def resume_cmd(
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
+    executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local or ray (default: the job's).")] = None,  # noqa: E501
+    ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     """``cairn resume JOB_DIR``: re-run a job's unfinished, cancelled and infra-errored trials
@@ -285,7 +290,8 @@ def resume_cmd(
 
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
-                                       ("max_cost_usd", max_cost_usd)) if v is not None}
+                                       ("max_cost_usd", max_cost_usd), ("executor", executor),
+                                       ("ray_address", ray_address)) if v is not None}
         cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides)
     except (typer.BadParameter, CairnError) as exc:
         _err(str(exc))

@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cairn import __version__
 from cairn.errors import UsageError
@@ -23,6 +23,9 @@ from cairn.job.planner import ExistingTrial, FolderState, TrialAction, TrialDeci
 from cairn.lock import JobLock
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import JobMeta, TrialResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.sandbox.cleanup import CleanReport
 from cairn.results.store import (
     JobPaths,
     TrialPaths,
@@ -85,10 +88,20 @@ def undo_empty(paths: JobPaths, created: bool) -> None:
             paths.root.rmdir()
 
 
-def clean_own_leftovers(paths: JobPaths, emit: EventSink) -> None:
-    """design §3: a run or resume first removes its own job's left-over sandboxes."""
-    from cairn.sandbox.cleanup import clean
+def clean_own_leftovers(paths: JobPaths, emit: EventSink,
+                        clean: Callable[..., CleanReport] | None = None) -> None:
+    """design §3: a run or resume first removes its own job's left-over sandboxes.
 
+    Args:
+        paths: the job folder.
+        emit: receives the notice of what was removed.
+        clean: the clean-up to run (default :func:`cairn.sandbox.cleanup.clean`, this
+            machine; an executor passes its own, e.g. every node of a Ray cluster).
+    """
+    if clean is None:
+        from cairn.sandbox.cleanup import clean as clean_here
+
+        clean = clean_here
     job_id = paths.root.name
     try:
         report = clean(job=job_id, own_job_dir=paths.root)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -28,6 +28,7 @@ from cairn import __version__
 from cairn.errors import UsageError
 from cairn.events import EventKind, JobObserver
 from cairn.job.discover import check_templates, discover_inputs
+from cairn.job.executors import Executor, get_executor
 from cairn.job.folder import (
     apply_decisions,
     clean_own_leftovers,
@@ -40,9 +41,13 @@ from cairn.job.planner import TrialAction, plan_trials
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
-from cairn.results.store import iter_trial_results, read_json, trial_dir_name
+from cairn.results.store import (
+    iter_trial_results,
+    read_json,
+    remove_partial_installs,
+    trial_dir_name,
+)
 from cairn.results.summary import summarize_job
-from cairn.sandbox import resolve_backend
 
 log = logging.getLogger("cairn.job")
 
@@ -107,15 +112,32 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         Each trial's result, as it finishes.
 
     Raises:
-        UsageError: before anything runs — no task matched, an unknown backend, an
+        UsageError: before anything runs — an unknown executor (or its extra missing, or its
+            cluster not answering), no task matched, an unknown backend, an
             unresolved ``${VAR}`` template, the job is locked by another process, the folder
             exists without ``resume``, or a resumed job ran on another backend.
     """
-    backend = resolve_backend(config.backend)
+    executor = get_executor(config)
+    executor.open()
+    try:
+        inner = _iter_trials(executor, config, job_dir=job_dir, resume=resume,
+                             retry_errors=retry_errors, observer=observer)
+        async with contextlib.aclosing(inner) as results:
+            async for r in results:
+                yield r
+    finally:
+        executor.close()
+
+
+async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path | None,
+                       resume: bool, retry_errors: bool, observer: JobObserver | None,
+                       ) -> AsyncGenerator[TrialResult, None]:
+    """:func:`iter_trials` with its executor open."""
+    backend = executor.resolve_backend(config.backend)
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
-               retry_errors=retry_errors, observer=observer)
+               retry_errors=retry_errors, observer=observer, executor=executor)
     observer = job.observer
     # datasets and --repo are fetched in a thread (minutes, for a large one) so that Ctrl-C is
     # still heard; its progress lines reach the observer on the loop's thread
@@ -136,6 +158,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
+        remove_partial_installs(job.paths)  # a driver that died installing a remote trial
         for e in entries:
             job.declared_steps[e.name] = list(e.steps)
         decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
@@ -149,11 +172,12 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         begun = True
         job.open_log()
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                   f"(cairn {__version__}, backend {backend})")
+                   f"(cairn {__version__}, backend {backend}"
+                   + (f", executor {executor.name})" if executor.name != "local" else ")"))
         for note in inputs.notes:
             job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         if not created:  # a folder this run just created has no earlier run to clean up after
-            clean_own_leftovers(job.paths, job.emit)
+            clean_own_leftovers(job.paths, job.emit, executor.clean)
         job.write_job_json()
         plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
                                       emit=job.emit)

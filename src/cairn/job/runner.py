@@ -19,6 +19,7 @@ from typing import TextIO
 from cairn.errors import Category, ErrorKind
 from cairn.events import Event, EventKind, JobObserver
 from cairn.job.discover import cancelled_result
+from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import JobSummary, Outcome, TrialResult
@@ -32,7 +33,6 @@ from cairn.results.store import (
 )
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
-from cairn.trial.run import run_trial
 
 log = logging.getLogger("cairn.job")
 
@@ -43,8 +43,11 @@ class JobRun:
     """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
 
     def __init__(self, config: JobConfig, backend: str, job_dir: Path, *, resume: bool,
-                 retry_errors: bool, observer: JobObserver | None) -> None:
+                 retry_errors: bool, observer: JobObserver | None,
+                 executor: Executor | None = None) -> None:
         self.config = config
+        self.executor = executor or Executor(config)
+        """Where the trials run (``--executor``; default in this process)."""
         self.backend = backend
         self.job_dir = job_dir.absolute()
         self.paths = JobPaths(self.job_dir)
@@ -113,7 +116,7 @@ class JobRun:
         while True:
             runs += 1
             move_attempt_aside(tp)
-            result = await run_trial(plan, on_event=self.emit)
+            result = await self.executor.run_trial(plan, self.emit)
             error = result.error if result.outcome is Outcome.ERRORED else None
             if (error is None or error.category is not Category.INFRA  # not retryable
                     or runs > self.config.max_retries or self.stopped_by):

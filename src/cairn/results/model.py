@@ -217,6 +217,15 @@ class TrialTimings(_Persisted):
     total_sec: float | None = None
 
 
+class ExecutorRef(_Persisted):
+    """Where a trial ran, for executors other than the in-process one (``--executor ray``)."""
+
+    name: str
+    """The executor's name (``ray``)."""
+    node: str
+    """The node's id within the executor (a Ray node id, hex)."""
+    host: str | None = None
+    """The node's host name."""
 class ForkRef(_Persisted):
     """Where a ``--start-step NAME --from TRIAL_DIR`` trial started from."""
 
@@ -291,6 +300,8 @@ class TrialResult(_Persisted):
     engine_version: str | None = None
     warnings: list[str] = Field(default_factory=list)
     steps: list[StepResult]
+    executor: ExecutorRef | None = None
+    """Where the trial ran (absent for the in-process ``local`` executor)."""
     start_step: str | None = None
     """``--start-step``: the first step the agent ran; earlier ones were replayed by the oracle
     (source ``oracle``) or taken from ``forked_from``'s snapshot (source ``not-run``)."""

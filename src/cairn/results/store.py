@@ -237,7 +237,8 @@ class JobPaths:
         """Every trial folder present, sorted by name (finished or not)."""
         if not self.trials_dir.is_dir():
             return []
-        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir()) if p.is_dir()]
+        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir())
+                if p.is_dir() and not p.name.startswith(INCOMING_PREFIX)]
 
 
 def trial_dir_group(name: str) -> str:
@@ -490,6 +491,77 @@ class TrialStore:
         rel = self.paths.root
         return [f"artifact {p.relative_to(rel)} contains a secret value (kept as collected)"
                 for d in artifact_dirs for p in find_secrets(d, self.masker)]
+
+
+def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> list[str]:
+    """Store a trial folder produced elsewhere (a Ray worker node) as a local trial would be.
+
+    The archive (an uncompressed tar of the trial folder's contents, as
+    :func:`cairn._util.tar.tar_stream` with ``include_root=False`` makes) is unpacked safely into
+    a fresh folder beside the trial's, its entries are moved into the trial folder (earlier
+    ``attempts/`` stay where they are), and ``result.json`` is written last from ``result`` — so
+    the folder is finished exactly when a local trial's would be, and a crash midway leaves a
+    folder without result.json that ``cairn resume`` re-runs.
+
+    Args:
+        paths: the trial folder (may exist, holding ``attempts/``).
+        archive: the tar bytes; a ``result.json`` or ``attempts/`` inside is ignored.
+        result: the trial's result (the driver's copy, e.g. with ``executor`` set).
+
+    Returns:
+        Member names refused by the safe unpacker (absolute, ``..``, through a link).
+
+    Raises:
+        tarfile.TarError: the archive is not a valid tar.
+        OSError: writing the job folder failed.
+    """
+    import shutil
+    import tempfile
+
+    from cairn._util.tar import extract_tar_stream
+
+    paths.root.parent.mkdir(parents=True, exist_ok=True)
+    incoming = Path(tempfile.mkdtemp(prefix=f"{INCOMING_PREFIX}{paths.root.name[:40]}-",
+                                     dir=paths.root.parent))
+    try:
+        report = extract_tar_stream([archive], incoming / "t")
+        paths.root.mkdir(parents=True, exist_ok=True)
+        for entry in sorted((incoming / "t").iterdir()):
+            if entry.name in (RESULT_JSON, ATTEMPTS):
+                continue
+            dest = paths.root / entry.name
+            if dest.is_dir() and not dest.is_symlink():
+                shutil.rmtree(dest)
+            elif dest.exists() or dest.is_symlink():
+                dest.unlink()
+            os.replace(entry, dest)
+        TrialStore(paths).create().write_result(result)
+    finally:
+        shutil.rmtree(incoming, ignore_errors=True)
+    return report.refused
+
+
+INCOMING_PREFIX = ".incoming-"
+"""Name prefix of :func:`install_trial`'s unpacking folders beside the trial folders."""
+
+
+def remove_partial_installs(paths: JobPaths) -> list[Path]:
+    """Remove unpacking folders an interrupted :func:`install_trial` left in ``trials/`` (the
+    driver died midway; that trial has no result.json and is re-run).
+
+    Returns:
+        The folders removed.
+    """
+    import shutil
+
+    gone: list[Path] = []
+    trials = paths.root / TRIALS
+    if trials.is_dir():
+        for d in trials.iterdir():
+            if d.name.startswith(INCOMING_PREFIX) and d.is_dir() and not d.is_symlink():
+                shutil.rmtree(d, ignore_errors=True)
+                gone.append(d)
+    return gone
 
 
 def read_result(path: Path) -> TrialResult:

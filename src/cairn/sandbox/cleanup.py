@@ -342,3 +342,49 @@ def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport)
             report.folders.append(str(folder))
         except (OSError, ValueError) as exc:
             report.errors.append(f"folder {folder}: {exc}")
+
+
+def remove_trial_sandboxes(trial_id: str) -> CleanReport:
+    """Remove every sandbox of one trial on this host, whatever its owner: its runner was
+    interrupted (a Ray worker whose task was cancelled) and gives up on it. The local backend's
+    folders by their marker's ``trial_id``, Docker containers by the ``cairn.trial`` label.
+
+    Args:
+        trial_id: the trial's id (64 hex characters).
+
+    Returns:
+        A :class:`CleanReport` of what was removed (errors listed, never raised).
+    """
+    report = CleanReport()
+    try:
+        from cairn.sandbox import local
+    except ImportError:
+        local = None  # type: ignore[assignment]
+    if local is not None:
+        for folder, marker in local.find_local_sandboxes():
+            if marker.get("trial_id") == trial_id:
+                try:
+                    local.remove_local_sandbox(folder)
+                    report.folders.append(str(folder))
+                except (OSError, ValueError) as exc:
+                    report.errors.append(f"folder {folder}: {exc}")
+    try:
+        import docker
+
+        client = docker.from_env(timeout=60)
+    except Exception:  # noqa: BLE001 - no SDK or no engine: nothing of docker's to remove
+        report.engine_reachable = False
+        return report
+    try:
+        for c in client.api.containers(all=True, filters={"label": f"cairn.trial={trial_id}"}):
+            try:
+                client.api.remove_container(c["Id"], force=True, v=True)
+                report.containers.append(str((c.get("Names") or [c["Id"]])[0]).lstrip("/"))
+            except Exception as exc:  # noqa: BLE001 - reported, the next one is still tried
+                report.errors.append(f"container {c['Id'][:12]}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - best effort; reported
+        report.errors.append(f"docker engine: {exc}")
+    finally:
+        with contextlib.suppress(Exception):
+            client.close()
+    return report

@@ -1,0 +1,443 @@
+"""The ``ray`` executor: each trial runs as a Ray task on a worker node (docs/scale-out.md).
+
+The driver (``cairn run --executor ray``) stays the only writer of the job folder. Per trial:
+
+1. the task folder travels as tar bytes through Ray's object store, put once per content hash;
+   a node unpacks it once into its cache (``$CAIRN_RAY_CACHE`` or ``$TMPDIR/cairn-ray-cache``,
+   one folder per node and content hash) and loads the task from there;
+2. the worker checks it runs the driver's cairn version and has the trial's backend, then runs
+   :func:`cairn.trial.run.run_trial` with the node's own sandbox backend into a temporary
+   trial folder, pushing each event line to an actor the driver polls (live progress);
+3. the finished trial folder comes back whole as tar bytes and the driver installs it with
+   :func:`cairn.results.store.install_trial` (result.json last, ``executor`` recorded).
+
+A node that dies mid-trial (or a worker process that crashes) makes the trial an ``infra``
+error (``sandbox_lost``), which the job's run loop retries under ``--max-retries``; Ray itself
+never re-runs a trial (``max_retries=0``). Nodes advertise what they run with custom resources:
+``cairn_trial_slot`` (trials at once) and ``cairn_backend_<name>`` per backend present.
+
+This is the only module that imports :mod:`ray` (the optional extra ``cairn-eval[ray]``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+import os
+import shutil
+import socket
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from cairn import __version__
+from cairn.errors import Category, ErrorKind, Phase, UsageError
+from cairn.events import Event, EventKind, EventSink
+from cairn.job.executors import Executor
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.plan import JobConfig, TrialPlan
+    from cairn.results.model import TrialResult
+    from cairn.sandbox.cleanup import CleanReport
+
+log = logging.getLogger("cairn.job")
+
+INSTALL_HINT = "pip install 'cairn-eval[ray]'"
+"""The command that installs the optional extra."""
+SLOT = "cairn_trial_slot"
+"""Custom resource: one unit per trial a node runs at once."""
+BACKEND_PREFIX = "cairn_backend_"
+"""Custom resource prefix: ``cairn_backend_local`` / ``cairn_backend_docker`` on a node that has
+that sandbox backend."""
+POLL_SEC = 0.1
+"""How often the driver collects event lines from the workers."""
+CANCEL_WAIT_SEC = 60.0
+"""How long Ctrl-C waits for the worker to remove a cancelled trial's sandbox."""
+
+
+def _ray() -> Any:
+    """Import Ray, or say how to install it.
+
+    Raises:
+        UsageError: Ray is not installed.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UsageError(f"--executor ray needs Ray: {INSTALL_HINT}") from None
+    return ray
+
+
+def backend_resource(backend: str) -> str:
+    """The custom resource a node advertises when it has ``backend`` (``cairn_backend_local``)."""
+    return BACKEND_PREFIX + backend
+
+
+# ---- worker side --------------------------------------------------------------------------------
+class _EventBox:
+    """Ray actor (created by the driver): workers push event rows, the driver takes them."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str | None, str | None]] = []
+
+    def push(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
+        self.rows.extend(rows)
+
+    def flush(self) -> None:
+        """A no-op a worker awaits: Ray runs one caller's calls in order, so its earlier
+        pushes are in when this returns."""
+
+    def take(self) -> list[tuple[str, str, str | None, str | None]]:
+        rows, self.rows = self.rows, []
+        return rows
+
+
+def _cache_root(node_id: str) -> Path:
+    base = os.environ.get("CAIRN_RAY_CACHE") or os.path.join(tempfile.gettempdir(),
+                                                             "cairn-ray-cache")
+    return Path(base) / node_id[:16]
+
+
+def _cached_task(ray: Any, content_hash: str, folder_name: str, ref: Any, node_id: str) -> Path:
+    """The task folder on this node: unpacked once per content hash (atomic rename)."""
+    from cairn._util.tar import extract_tar_stream
+
+    root = _cache_root(node_id)
+    final = root / content_hash
+    if not final.is_dir():
+        root.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=root))
+        try:
+            report = extract_tar_stream([ray.get(ref)], tmp / folder_name)
+            if report.refused:
+                raise ValueError(f"task archive refused members: {report.refused[:3]}")
+            try:
+                os.rename(tmp, final)
+            except OSError:  # another trial of the same task on this node got there first
+                if not final.is_dir():
+                    raise
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return final / folder_name
+
+
+def _where(ray: Any) -> dict[str, str]:
+    return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
+
+
+def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
+                events: Any) -> dict[str, Any]:
+    """The Ray task body: one trial on this worker node (called by Ray, not by users).
+
+    Args:
+        driver_version: the driver's cairn version (a mismatch refuses the trial).
+        plan: the driver's plan (its task and trial paths are the driver's).
+        task_ref: ``[ObjectRef]`` of the task folder's tar bytes (nested so Ray fetches it
+            only when this node's cache lacks it).
+        events: the driver's event actor.
+
+    Returns:
+        ``{"node", "host"}`` plus either ``{"refused": why}`` (nothing was started) or
+        ``{"result": result JSON, "archive": tar bytes of the trial folder}``.
+    """
+    import ray
+
+    from cairn._util.tar import tar_stream
+    from cairn.sandbox import resolve_backend
+    from cairn.task.load import load_task
+    from cairn.trial.run import run_trial
+
+    where = _where(ray)
+    who = f"worker node {where['host']} ({where['node'][:12]})"
+    if driver_version != __version__:
+        return {**where, "refused": f"{who} runs cairn {__version__}, the driver cairn "
+                f"{driver_version}: install the same version on every node"}
+    try:
+        resolve_backend(plan.backend)
+    except UsageError as exc:
+        return {**where, "refused": f"{who} cannot run backend {plan.backend}: {exc}"}
+    try:
+        task_dir = _cached_task(ray, plan.task.content_hash, plan.task.path.name, task_ref[0],
+                                where["node"])
+        task = load_task(task_dir)
+    except Exception as exc:  # noqa: BLE001 - any failure to get the task refuses the trial
+        return {**where, "refused": f"{who} could not unpack the task: {exc}"}
+    if task.content_hash != plan.task.content_hash:
+        return {**where, "refused": f"{who}: the task's content hash changed in transit"}
+
+    def push(event: Event) -> None:
+        events.push.remote([(event.kind.value, event.text, event.task, event.trial_id)])
+
+    work = Path(tempfile.mkdtemp(prefix="cairn-trial-"))
+    try:
+        local = dataclasses.replace(plan, task=task, trial_dir=work / plan.trial_name)
+        try:
+            result = asyncio.run(run_trial(local, on_event=push))
+        except BaseException:  # cancelled (KeyboardInterrupt from ray.cancel): leave nothing
+            from cairn.sandbox.cleanup import remove_trial_sandboxes
+
+            with contextlib.suppress(Exception):
+                remove_trial_sandboxes(plan.trial_id)
+            raise
+        archive = b"".join(tar_stream(local.trial_dir, include_root=False))
+        with contextlib.suppress(Exception):
+            ray.get(events.flush.remote(), timeout=30)
+        return {**where, "result": result.model_dump(mode="json"), "archive": archive}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
+                  snapshots: bool = False) -> tuple[dict, Any]:
+    """Ray task body of ``cairn clean --executor ray``: this node's left-over sandboxes.
+
+    Returns:
+        ``({"node", "host"}, CleanReport)``.
+    """
+    import ray
+
+    from cairn.sandbox.cleanup import clean
+
+    return _where(ray), clean(job=job, own_job_dir=Path(own_job_dir) if own_job_dir else None,
+                              images=images, snapshots=snapshots)
+
+
+# ---- driver side --------------------------------------------------------------------------------
+def _errored(plan: TrialPlan, kind: ErrorKind, message: str) -> TrialResult:
+    """An infra-errored result for a trial whose node was lost or refused it."""
+    from cairn.job.discover import cancelled_result
+    from cairn.results.model import ErrorInfo, Outcome
+
+    base = cancelled_result(plan, "not run")
+    return base.model_copy(update={
+        "outcome": Outcome.ERRORED,
+        "error": ErrorInfo(kind=kind, category=Category.INFRA, phase=Phase.ENVIRONMENT,
+                           message=message)})
+
+
+class RayExecutor(Executor):
+    """Runs each trial as a Ray task on a worker node (module docstring)."""
+
+    name = "ray"
+
+    def __init__(self, config: JobConfig) -> None:
+        super().__init__(config)
+        self._ray: Any = None
+        self._owns_ray = False
+        self._remote: Any = None
+        self._events: Any = None
+        self._poller: asyncio.Task[None] | None = None
+        self._sinks: dict[str, EventSink] = {}
+        self._default_sink: EventSink | None = None
+        self._task_refs: dict[str, Any] = {}
+
+    def open(self) -> None:
+        """Connect to the cluster (``--ray-address``, else ``RAY_ADDRESS``, else a fresh local
+        Ray whose one node advertises a slot per ``-n`` and the backends found here).
+
+        Raises:
+            UsageError: Ray is not installed, the cluster does not answer, or the job asks
+                for step snapshots (``--from``, ``--snapshot-steps``), which stay on a node.
+        """
+        if self._ray is not None:
+            return
+        if self.config.from_trial is not None or self.config.snapshot_steps:
+            raise UsageError("--executor ray does not take --from or --snapshot-steps yet: step "
+                             "snapshots stay on the node that made them (docs/scale-out.md)")
+        ray = _ray()
+        address = self.config.ray_address or os.environ.get("RAY_ADDRESS") or None
+        if not ray.is_initialized():
+            try:
+                if address:
+                    ray.init(address=address, logging_level=logging.WARNING,
+                             log_to_driver=False)
+                else:
+                    ray.init(address="local", include_dashboard=False,
+                             logging_level=logging.WARNING, log_to_driver=False,
+                             resources=self._local_resources())
+            except (ConnectionError, RuntimeError, ValueError) as exc:
+                raise UsageError(f"--executor ray: cannot reach the Ray cluster at "
+                                 f"{address or 'a fresh local Ray'}: {exc}") from None
+            self._owns_ray = True
+        self._ray = ray
+        self._remote = ray.remote(max_retries=0)(run_on_node)
+        here = ray.get_runtime_context().get_node_id()
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=True)
+        self._events = ray.remote(num_cpus=0)(_EventBox).options(
+            scheduling_strategy=strategy).remote()
+
+    def _local_resources(self) -> dict[str, float]:
+        from cairn.sandbox.auto import docker_answers
+
+        n = float(self.config.n_concurrent)
+        res = {SLOT: n, backend_resource("local"): n}
+        if docker_answers(2.0):
+            res[backend_resource("docker")] = n
+        return res
+
+    def resolve_backend(self, name: str) -> str:
+        """Resolve ``-e`` against what the cluster's nodes advertise: ``auto`` is ``docker``
+        when some node has it, else ``local``.
+
+        Raises:
+            UsageError: an unknown backend, or no node advertises it (or any trial slot).
+        """
+        from cairn.sandbox import BACKEND_NAMES
+
+        self.open()
+        have = self._ray.cluster_resources()
+        if SLOT not in have:
+            raise UsageError(f"--executor ray: no node of the cluster advertises {SLOT}; start "
+                             "workers with ray start --resources "
+                             f"'{{\"{SLOT}\": 4, \"{backend_resource('local')}\": 4}}' "
+                             "(docs/scale-out.md)")
+        if name == "auto":
+            for candidate in ("docker", "local"):
+                if backend_resource(candidate) in have:
+                    return candidate
+            raise UsageError("--executor ray: no node advertises a sandbox backend "
+                             f"({backend_resource('docker')} / {backend_resource('local')})")
+        if name not in BACKEND_NAMES:
+            raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
+                             + ", ".join(BACKEND_NAMES))
+        if backend_resource(name) not in have:
+            raise UsageError(f"-e {name}: no node of the Ray cluster advertises "
+                             f"{backend_resource(name)}")
+        return name
+
+    def _task_ref(self, plan: TrialPlan) -> Any:
+        """The task folder's tar bytes in the object store, put once per content hash."""
+        from cairn._util.tar import tar_stream
+
+        h = plan.task.content_hash
+        if h not in self._task_refs:
+            data = b"".join(tar_stream(plan.task.path, include_root=False))
+            self._task_refs[h] = self._ray.put(data)
+        return self._task_refs[h]
+
+    def _options(self, plan: TrialPlan) -> dict[str, Any]:
+        env = plan.task.config.environment
+        opts: dict[str, Any] = {
+            "num_cpus": float(env.cpus) if env.cpus else 1.0,
+            "resources": {SLOT: 1.0, backend_resource(plan.backend): 0.001},
+        }
+        if env.memory_mb:
+            opts["memory"] = int(env.memory_mb) * 1024 * 1024
+        return opts
+
+    async def _poll(self) -> None:
+        while True:
+            await asyncio.sleep(POLL_SEC)
+            with contextlib.suppress(Exception):
+                self._dispatch(await self._events.take.remote())
+
+    def _dispatch(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
+        for kind, text, task, trial in rows:
+            sink = self._sinks.get(trial or "", self._default_sink)
+            if sink is not None:
+                sink(Event(EventKind(kind), text, task=task, trial_id=trial))
+
+    async def _drain(self) -> None:
+        with contextlib.suppress(Exception):
+            self._dispatch(await self._events.take.remote())
+
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+        """Run the trial on a worker node and install its folder here (module docstring).
+
+        Returns:
+            The result as stored; a lost node or a refusal is an ``infra`` error result.
+        """
+        from cairn.results.model import ExecutorRef, TrialResult
+        from cairn.results.store import TrialPaths, TrialStore, install_trial
+
+        self.open()
+        ray = self._ray
+        self._sinks[plan.trial_id] = on_event
+        self._default_sink = self._default_sink or on_event
+        if self._poller is None:
+            self._poller = asyncio.create_task(self._poll())
+        tp = TrialPaths(plan.trial_dir)
+        ref = self._remote.options(**self._options(plan)).remote(
+            __version__, plan, [self._task_ref(plan)], self._events)
+        try:
+            try:
+                out = await ref
+            except asyncio.CancelledError:
+                ray.cancel(ref)  # KeyboardInterrupt in the worker: run_trial removes its sandbox
+                with contextlib.suppress(BaseException):
+                    await asyncio.wait_for(asyncio.wrap_future(ref.future()), CANCEL_WAIT_SEC)
+                from cairn.job.discover import cancelled_result
+
+                with contextlib.suppress(OSError):
+                    TrialStore(tp).create().write_result(cancelled_result(plan, "interrupted"))
+                raise
+            except ray.exceptions.RayError as exc:
+                first = (str(exc).strip().splitlines() or [""])[0][:300]
+                result = _errored(plan, ErrorKind.SANDBOX_LOST,
+                                  f"ray: the trial's worker was lost ({type(exc).__name__}: "
+                                  f"{first})")
+                TrialStore(tp).create().write_result(result)
+                return result
+            await self._drain()
+            node = ExecutorRef(name=self.name, node=str(out["node"]), host=str(out["host"]))
+            if "refused" in out:
+                result = _errored(plan, ErrorKind.START_FAILED, str(out["refused"]))
+                result = result.model_copy(update={"executor": node})
+                TrialStore(tp).create().write_result(result)
+                return result
+            result = TrialResult.model_validate(out["result"]).model_copy(
+                update={"executor": node})
+            refused = install_trial(tp, out["archive"], result)
+            if refused:
+                on_event(Event(EventKind.WARNING, f"[{plan.task.name}] trial archive: refused "
+                               f"{len(refused)} unsafe member(s)", plan.task.name, plan.trial_id))
+            return result
+        finally:
+            self._sinks.pop(plan.trial_id, None)
+
+    def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
+              images: bool = False, snapshots: bool = False) -> CleanReport:
+        """Run the clean-up on every alive node of the cluster (and here), one report.
+
+        Each line of the merged report names the node it came from.
+        """
+        from cairn.sandbox.cleanup import CleanReport, clean
+
+        self.open()
+        ray = self._ray
+        strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+        remote = ray.remote(num_cpus=0, max_retries=0)(clean_on_node)
+        refs = [remote.options(scheduling_strategy=strategy(n["NodeID"], soft=False)).remote(
+                    job, str(own_job_dir) if own_job_dir else None, images, snapshots)
+                for n in ray.nodes() if n.get("Alive")]
+        merged = clean(job=job, own_job_dir=own_job_dir, images=images, snapshots=snapshots)
+        for where, rep in ray.get(refs, timeout=300):
+            tag = f"{where['host']}/{where['node'][:12]}"
+            merged = CleanReport(
+                containers=merged.containers + rep.containers,
+                networks=merged.networks + rep.networks, volumes=merged.volumes + rep.volumes,
+                images=merged.images + rep.images, folders=merged.folders + rep.folders,
+                snapshots=merged.snapshots + rep.snapshots,
+                kept=merged.kept + [f"{k} on {tag}" for k in rep.kept],
+                errors=merged.errors + [f"{tag}: {e}" for e in rep.errors],
+                engine_reachable=merged.engine_reachable or rep.engine_reachable)
+        return merged
+
+    def close(self) -> None:
+        """Stop polling, hand over the last event lines, and leave a Ray this run started."""
+        if self._poller is not None:
+            self._poller.cancel()
+            self._poller = None
+        if self._ray is None:
+            return
+        with contextlib.suppress(Exception):
+            self._dispatch(self._ray.get(self._events.take.remote(), timeout=5))
+        with contextlib.suppress(Exception):
+            self._ray.kill(self._events)
+        if self._owns_ray:
+            with contextlib.suppress(Exception):
+                self._ray.shutdown()
+        self._ray = None
+        self._task_refs.clear()
