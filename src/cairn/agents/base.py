@@ -63,10 +63,32 @@ class Agent(ABC):
     version: ClassVar[str | None] = None
     needs_model: ClassVar[bool | None] = False
     """``True``: ``-m`` is required; ``False``: ``-m`` is refused; ``None``: optional."""
+    supports_resume: ClassVar[bool | None] = None
+    """Whether ``--resume-agent-session`` is supported: ``False`` refuses the flag before start;
+    ``None`` (not declared) accepts it."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
         self.kwargs = kwargs
+
+    async def prepare_host(self, task: Task, *, can_mount: bool) -> tuple[tuple[str, str], ...]:
+        """Prepare on the host before the trial's sandbox exists (fill a cache, check the task).
+
+        Called once per trial, before the sandbox starts; its time counts as agent setup.
+
+        Args:
+            task: the trial's task.
+            can_mount: whether the backend binds host folders read-only into the sandbox.
+
+        Returns:
+            ``(host_folder, sandbox_path)`` pairs to bind read-only (only when ``can_mount``).
+            Default: nothing.
+
+        Raises:
+            TrialFailure: the agent cannot run this task (``config_error``) or its preparation
+                failed (``agent_setup_failed``).
+        """
+        return ()
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.

@@ -49,7 +49,7 @@ def _register() -> None:
     # Importing these modules registers their commands on `app` / `tasks_app`.
     import importlib
 
-    for mod in ("tasks", "clean", "run"):
+    for mod in ("tasks", "clean", "run", "agents"):
         try:
             importlib.import_module(f"cairn.cli.{mod}")
         except ModuleNotFoundError as exc:  # a command area not built yet

@@ -120,7 +120,8 @@ def run_cmd(
         cfg = JobConfig.model_validate(data)
         from cairn.agents.registry import validate_agent_options
 
-        validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env))
+        validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
+                               resume=bool(cfg.resume_agent_session))
         if resume and not cfg.job_name:
             raise typer.BadParameter("--resume needs --job-name")
     except (typer.BadParameter, CairnError, ValueError) as exc:

@@ -98,6 +98,8 @@ class Capabilities:
         gpus: whether ``gpus > 0`` can be given to a sandbox.
         compose: whether multi-container (compose) environments run.
         dockerfile: ``"full"`` (any Dockerfile) or ``"subset"`` (SPEC §3.2's subset).
+        read_only_mounts: whether :attr:`SandboxSpec.mounts` (host folders bound read-only)
+            are applied; without it a caller uploads instead.
     """
 
     network_modes: frozenset[NetworkMode]
@@ -107,6 +109,7 @@ class Capabilities:
     gpus: bool = False
     compose: bool = False
     dockerfile: str = "full"
+    read_only_mounts: bool = False
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class SandboxSpec:
         job_dir: absolute path of the owning job's folder (label ``cairn.job_dir``), so
             ``cairn clean`` can tell whether the job is running (its lock is held); ``None``
             for sandboxes outside a job (then the owning process decides).
+        mounts: ``(host_folder, sandbox_path)`` pairs bound read-only into the sandbox (an
+            agent's prepared runtime); only on backends with ``read_only_mounts``.
     """
 
     env_dir: Path | None = None
@@ -152,6 +157,7 @@ class SandboxSpec:
     name: str = "sandbox"
     keep: bool = False
     job_dir: Path | None = None
+    mounts: tuple[tuple[str, str], ...] = ()
 
 
 class Sandbox(ABC):
@@ -197,6 +203,9 @@ class Sandbox(ABC):
         if spec.network_mode not in caps.network_modes:
             raise UnsupportedError(
                 f"unsupported network mode {spec.network_mode.value!r} on backend {cls.name!r}")
+        if spec.mounts and not caps.read_only_mounts:
+            raise UnsupportedError(f"backend {cls.name!r} cannot bind host folders read-only "
+                                   "into a sandbox (mounts)")
         if spec.gpus and not caps.gpus:
             raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
                                    f"(gpus = {spec.gpus})")

@@ -114,7 +114,7 @@ class DockerSandbox(Sandbox):
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
-        dockerfile="full")
+        dockerfile="full", read_only_mounts=True)
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -190,6 +190,9 @@ class DockerSandbox(Sandbox):
             "init": True,
             "network_mode": "none" if spec.network_mode is NetworkMode.NO_NETWORK else "bridge",
         }
+        if spec.mounts:
+            host_kw["binds"] = {str(host): {"bind": target, "mode": "ro"}
+                                for host, target in spec.mounts}
         if spec.cpus:
             host_kw["nano_cpus"] = int(float(spec.cpus) * 1e9)
         if spec.memory_mb:
