@@ -3,9 +3,11 @@
 - ``POST /v1/messages`` — Anthropic Messages, Server-Sent Events (Claude Code);
 - ``POST /v1/responses`` — OpenAI Responses API, Server-Sent Events (Codex);
 - ``POST /v1/chat/completions`` — OpenAI Chat Completions, streamed chunks when the request
-  asks for ``stream`` (opencode through ``@ai-sdk/openai-compatible``), one JSON body otherwise.
+  asks for ``stream`` (opencode through ``@ai-sdk/openai-compatible``), one JSON body otherwise;
+- ``POST /v1beta/models/MODEL:streamGenerateContent?alt=sse`` (and ``:generateContent``,
+  ``:countTokens``) — the Gemini API (Gemini CLI).
 
-The script is a list of protocol-neutral :class:`Turn` values (assistant text, tool calls and
+The three/four protocols share one script: a list of protocol-neutral :class:`Turn` values (assistant text, tool calls and
 the usage to report); each entry may also be a callable ``(request) -> Turn`` that looks at the
 request (to find the CLI's tool names). Requests for which ``consumes(request)`` is false (the
 title request opencode sends before the real one, Claude Code's side queries) get
@@ -197,6 +199,30 @@ def chat_body(turn: Turn, model: str) -> dict[str, Any]:
                       "prompt_tokens_details": {"cached_tokens": cached}}}
 
 
+# ---- Gemini API -------------------------------------------------------------------------------
+def gemini_body(turn: Turn, model: str) -> dict[str, Any]:
+    """One ``GenerateContentResponse`` for ``turn`` (also each streamed chunk's shape)."""
+    prompt, completion, cached = turn.usage
+    parts: list[dict[str, Any]] = []
+    if turn.text:
+        parts.append({"text": turn.text})
+    for name, args in turn.calls:
+        parts.append({"functionCall": {"name": name, "args": args}})
+    usage: dict[str, Any] = {"promptTokenCount": prompt, "candidatesTokenCount": completion,
+                             "totalTokenCount": prompt + completion}
+    if cached:
+        usage["cachedContentTokenCount"] = cached
+    return {"candidates": [{"content": {"role": "model", "parts": parts or [{"text": ""}]},
+                            "finishReason": "STOP", "index": 0}],
+            "usageMetadata": usage, "modelVersion": model,
+            "responseId": f"gem-{next(_ids)}"}
+
+
+def gemini_events(turn: Turn, model: str) -> list[bytes]:
+    """The SSE chunks of one ``streamGenerateContent?alt=sse`` answer (one chunk)."""
+    return [_sse(None, gemini_body(turn, model))]
+
+
 ScriptEntry = Turn | Callable[[dict[str, Any]], Turn]
 
 
@@ -224,6 +250,7 @@ class FakeModels:
         self._side = side_turn
         self._done = done_turn
         self._lock = threading.Lock()
+        self._closing = threading.Event()
         self.requests: list[Request] = []
         self._server = ThreadingHTTPServer((host, 0), self._handler_class())
         self._server.daemon_threads = True
@@ -307,7 +334,14 @@ class FakeModels:
                     body = {"_raw": raw.decode("utf-8", "replace")}
                 path = self.path.split("?", 1)[0].rstrip("/")
                 req = Request(self.path, {k.lower(): v for k, v in self.headers.items()}, body)
-                if not path.endswith(("/messages", "/responses", "/chat/completions")):
+                if path.endswith(":countTokens"):
+                    with fake._lock:
+                        fake.requests.append(Request(self.path, {}, body, True))
+                    self._json(200, {"totalTokens": 1})
+                    return
+                gemini = path.endswith((":streamGenerateContent", ":generateContent"))
+                if not gemini and not path.endswith(("/messages", "/responses",
+                                                     "/chat/completions")):
                     with fake._lock:
                         fake.requests.append(req)
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
@@ -317,10 +351,16 @@ class FakeModels:
                     self._json(400, {"error": {"type": "invalid_request_error",
                                                "message": "fake server: script exhausted"}})
                     return
-                if turn.delay_sec:
-                    time.sleep(turn.delay_sec)
+                if turn.delay_sec and fake._closing.wait(turn.delay_sec):
+                    return  # the server is stopping: drop the slow answer
                 model = str(body.get("model") or "fake-model")
-                if path.endswith("/messages"):
+                if gemini:
+                    model = path.rsplit("/", 1)[-1].split(":", 1)[0]
+                    if path.endswith(":streamGenerateContent"):
+                        self._stream(gemini_events(turn, model))
+                    else:
+                        self._json(200, gemini_body(turn, model))
+                elif path.endswith("/messages"):
                     self._stream(anthropic_events(turn, model))
                 elif path.endswith("/responses"):
                     self._stream(responses_events(turn, model))
@@ -339,7 +379,8 @@ class FakeModels:
         return self
 
     def stop(self) -> None:
-        """Stop serving and close the socket."""
+        """Stop serving and close the socket (slow answers still waiting are dropped)."""
+        self._closing.set()
         self._server.shutdown()
         self._server.server_close()
         if self._thread is not None:

@@ -146,11 +146,10 @@ OPENCODE = InstalledAgentSpec(
 _OPTIONS = ("version", "base_url", "platform", "prepare")
 
 
-def _timeout_bound(timeout_sec: float) -> float:
-    """The CLI's own wall-clock bound: a little below the step's agent timeout, so the logs are
-    collected before the engine cancels the step."""
-    grace = min(15.0, max(1.0, timeout_sec * 0.1))
-    return max(1.0, timeout_sec - grace)
+def _collect_grace(timeout_sec: float) -> float:
+    """Seconds kept free at the end of a step's agent timeout to collect logs after the CLI is
+    killed at its own bound (before the engine cancels the step): 20 % of it, 5 to 20 s."""
+    return min(20.0, max(5.0, timeout_sec * 0.2))
 
 
 class InstalledAgent(Agent):
@@ -358,6 +357,8 @@ class InstalledAgent(Agent):
         Raises:
             SandboxError: the sandbox failed.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + context.timeout_sec - _collect_grace(context.timeout_sec)
         log_dir = f"{AGENT_DIR}/logs/{context.step.dir_name}"
         qdir = shlex.quote(log_dir)
         await sandbox.exec(f"mkdir -p {qdir} && chmod 0777 {qdir}", user="root")
@@ -377,7 +378,7 @@ class InstalledAgent(Agent):
         context.metadata["resumed_session"] = resume
         try:
             result = await sandbox.exec(script, user=context.user, env=self._env(context),
-                                        timeout_sec=_timeout_bound(context.timeout_sec),
+                                        timeout_sec=max(1.0, deadline - loop.time()),
                                         max_output_bytes=64 * 1024)
             if result.timed_out:
                 context.exit = AgentExit.TIMEOUT
@@ -520,6 +521,10 @@ class ClaudeCodeAgent(InstalledAgent):
     trajectory_source = "stream-json stdout + session jsonl usage"
     needs_model = None
 
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self._session_costs: dict[str, float] = {}
+
     def _cli_env(self) -> dict[str, str]:
         if not self.base_url:
             return {}
@@ -539,7 +544,15 @@ class ClaudeCodeAgent(InstalledAgent):
     def _read(self, logs: Path) -> CliRun:
         sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
             if (logs / "sessions").is_dir() else []
-        return read_claude(_read_text(logs / "stdout.txt"), sessions)
+        run = read_claude(_read_text(logs / "stdout.txt"), sessions)
+        # On a resumed session the result's total_cost_usd covers the whole session (its usage
+        # covers this invocation only): the step's cost is the increase (measured, 2.1.332).
+        if run.session_id and run.cost_usd is not None:
+            before = self._session_costs.get(run.session_id)
+            self._session_costs[run.session_id] = run.cost_usd
+            if before is not None:
+                run.cost_usd = round(max(0.0, run.cost_usd - before), 12)
+        return run
 
 
 class CodexAgent(InstalledAgent):
