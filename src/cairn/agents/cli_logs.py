@@ -17,6 +17,8 @@ Sources (measured on the pinned versions, see docs/agents.md):
   same file), ``event_msg`` ``token_count`` entries carry ``last_token_usage`` per model call
   (``turn.completed`` in ``--json`` is cumulative over a resumed thread, so it is not used for
   per-step sums); ``--json`` stdout gives the ``thread_id``.
+- Gemini CLI: the chat session files for the turns and per-call tokens, ``stream-json``
+  stdout for the session id and the invocation's totals (see :func:`read_gemini`).
 - opencode: ``--format json`` stdout — ``text``, ``reasoning``, ``tool_use`` (call with its
   input and output) and ``step_finish`` (per model call tokens and cost) events, each carrying
   ``sessionID``.
@@ -388,4 +390,95 @@ def read_opencode(stdout: str) -> CliRun:
     run.steps = [s for s in run.steps if s["message"] or s["tool_calls"] or s["metrics"]]
     _totals_from_steps(run)
     run.cost_usd = None if not costs or any(c is None for c in costs) else float(sum(costs))
+    return run
+
+
+# ---- Gemini CLI ---------------------------------------------------------------------------
+def read_gemini(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
+    """Read one ``gemini -p --output-format stream-json`` run and its chat session files.
+
+    The turns come from the session files (``~/.gemini/tmp/<project>/chats/session-*.jsonl``:
+    ``gemini`` entries with ``content``, ``toolCalls`` with their ``result``, and per-call
+    ``tokens``; an entry is rewritten under the same ``id`` as it grows, the last copy wins),
+    keeping only the entries of this invocation's session written at or after its ``init``
+    event; stdout gives the session id, and the ``result`` event's ``stats`` the invocation's
+    totals when the run finished.
+
+    Args:
+        stdout: the stream-json output of this invocation.
+        session_texts: texts of the chat session files.
+
+    Returns:
+        The :class:`CliRun`.
+    """
+    run = CliRun()
+    started: str | None = None
+    result: dict[str, Any] | None = None
+    for event in json_lines(stdout):
+        if event.get("type") == "init":
+            run.session_id = _str(event.get("session_id")) or run.session_id
+            run.model_name = _str(event.get("model")) or run.model_name
+            started = started or _str(event.get("timestamp"))
+        elif event.get("type") == "result":
+            result = event
+    entries: dict[str, dict[str, Any]] = {}
+    order: list[str] = []
+    for text in session_texts:
+        session_of_file: str | None = None
+        for entry in json_lines(text):
+            if isinstance(entry.get("sessionId"), str) and "type" not in entry:
+                session_of_file = entry["sessionId"]
+                continue
+            if run.session_id and session_of_file and session_of_file != run.session_id:
+                break
+            if entry.get("type") != "gemini" or not isinstance(entry.get("id"), str):
+                continue
+            ts = _str(entry.get("timestamp"))
+            if started and ts and ts < started:
+                continue
+            if entry["id"] not in entries:
+                order.append(entry["id"])
+            entries[entry["id"]] = entry
+    for mid in order:
+        entry = entries[mid]
+        step = _agent_step(message=_text_of(entry.get("content")),
+                           timestamp=_str(entry.get("timestamp")),
+                           model_name=_str(entry.get("model")))
+        thoughts = entry.get("thoughts")
+        if isinstance(thoughts, list) and thoughts:
+            step["reasoning_content"] = "\n".join(
+                str(t.get("description") or t.get("subject") or "") if isinstance(t, dict)
+                else str(t) for t in thoughts) or None
+        for call in entry.get("toolCalls") or []:
+            if not isinstance(call, dict):
+                continue
+            cid = str(call.get("id") or "")
+            step["tool_calls"].append(tool_call(cid, str(call.get("name") or ""),
+                                                _args(call.get("args"))))
+            outputs = []
+            for res in call.get("result") or []:
+                resp = res.get("functionResponse") if isinstance(res, dict) else None
+                if isinstance(resp, dict):
+                    body = resp.get("response")
+                    outputs.append(_text_of(body.get("output", body.get("error")))
+                                   if isinstance(body, dict) else _text_of(body))
+            if outputs:
+                _add_result([step], cid, "\n".join(outputs))
+        tokens = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else None
+        if tokens is not None:
+            step["metrics"] = step_metrics(_int(tokens.get("input")), _int(tokens.get("output")),
+                                           _int(tokens.get("cached")), None)
+        run.steps.append(step)
+    _totals_from_steps(run)
+    if result is not None:
+        stats = result.get("stats") if isinstance(result.get("stats"), dict) else {}
+        if not run.has_tokens:
+            run.prompt_tokens = _int(stats.get("input_tokens"))
+            run.completion_tokens = _int(stats.get("output_tokens"))
+            run.cached_tokens = _int(stats.get("cached"))
+        run.is_error = result.get("status") not in (None, "success")
+        run.extra = {"status": result.get("status")} if isinstance(result.get("status"),
+                                                                    str) else {}
+    else:
+        run.extra = {"finished": False}
     return run

