@@ -1,11 +1,11 @@
-"""The real agent CLIs end to end: Claude Code, Codex, opencode and Gemini CLI at their pinned
-versions, from the sealed runtime cache, on examples/two-steps in Docker, each driven by a
+"""The real agent CLIs end to end: Claude Code, Codex, opencode, Gemini CLI and Qwen Code at
+their pinned versions, from the sealed runtime cache, on examples/two-steps in Docker, each driven by a
 scripted model server speaking its own wire protocol (tests/helpers/fake_models.py) on the docker bridge
 gateway, so the CLI inside the container reaches it.
 
 The runtimes are prepared on demand into cairn's cache (``$CAIRN_CACHE_DIR`` or
 ``~/.cache/cairn``), shared by every test of the session: the first run on a fresh machine
-downloads ~400 + 315 + 185 + 290 MB (Gemini CLI with its Node.js) from the npm registry
+downloads ~400 + 315 + 185 + 290 + 330 MB (the last two with a Node.js) from the npm registry
 (30-80 s each here).
 """
 
@@ -44,20 +44,21 @@ AGENTS = {
     "codex": ("openai/scripted-model", "OPENAI_API_KEY"),
     "opencode": ("openai/scripted-model", "OPENAI_API_KEY"),
     "gemini-cli": ("google/gemini-2.5-flash", "GEMINI_API_KEY"),
+    "qwen-code": ("openai/scripted-model", "OPENAI_API_KEY"),
 }
 SECRET = "sk-cairn-test-secret-0123456789"
 SHELL_TOOL = {"claude-code": "Bash", "codex": "exec_command", "opencode": "bash",
-              "gemini-cli": "run_shell_command"}
+              "gemini-cli": "run_shell_command", "qwen-code": "run_shell_command"}
 
 
 @pytest.fixture(scope="session")
 def runtimes():
     """Every CLI's runtime prepared once in the shared cache (downloads on a fresh machine)."""
-    from cairn.agents.installed import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE
+    from cairn.agents.installed import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, QWEN_CODE
     from cairn.agents.runtime import prepare_runtime
 
     return {spec.name: prepare_runtime(spec.name, spec.packaging, spec.version)
-            for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI)}
+            for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI, QWEN_CODE)}
 
 
 def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path, *extra: str):
@@ -138,8 +139,8 @@ def test_timeout_kills_the_cli_tree_and_keeps_tokens(tmp_path, runtimes, monkeyp
     (a background sleep from its first tool call too); the first turn's tokens are kept."""
     model, key = AGENTS[agent]
     monkeypatch.setenv(key, SECRET)
-    # opencode and Gemini CLI (a Node bundle) take 10-60 s to start on a loaded 2-core machine
-    timeout = 120.0 if agent in ("opencode", "gemini-cli") else 25.0
+    # opencode and the Node bundles (Gemini CLI, Qwen Code) take 10-60 s to start on a loaded 2-core machine
+    timeout = 120.0 if agent in ("opencode", "gemini-cli", "qwen-code") else 25.0
     task = load_task(public_two_steps(tmp_path / "two-steps"))
     call = two_step_script(agent)[0].calls[0]
     name, args = call

@@ -250,3 +250,89 @@ def test_readers_never_raise_on_hostile_shapes():
     assert run.cost_usd is None and run.completion_tokens is None
     assert read_codex(hostile, hostile).prompt_tokens is None
     assert read_opencode(hostile).cost_usd is None
+
+
+def test_gemini_command_settings_and_base_url():
+    from cairn.agents.installed import GeminiCliAgent
+
+    agent = GeminiCliAgent("google/gemini-2.5-flash", base_url="http://10.0.0.1:9/v1beta")
+    assert agent._command(INSTR, None) == ("gemini --yolo --output-format stream-json "
+                                           f"--model gemini-2.5-flash -p {INSTR}")
+    assert "--resume latest -p" in agent._command(INSTR, "any-session")
+    assert agent._cli_env() == {"GOOGLE_GEMINI_BASE_URL": "http://10.0.0.1:9"}
+    settings = json.loads(agent._config_files()[".gemini/settings.json"])
+    assert settings["telemetry"]["enabled"] is False
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    # the bundle runs with a Node.js taken from the npm registry into the same runtime
+    packaging = agent.spec.packaging
+    assert packaging.extra_packages == ("node-{platform}@22.23.5",)
+    assert packaging.launchers["gemini"] == ("node", "@google/gemini-cli/bundle/gemini.js")
+
+
+def test_gemini_reader_takes_turns_of_this_invocation_from_the_session_file():
+    from cairn.agents.cli_logs import read_gemini
+
+    stdout = _lines({"type": "init", "timestamp": "2026-12-01T09:21:03.000Z",
+                     "session_id": "s2", "model": "g"},
+                    {"type": "result", "status": "success",
+                     "stats": {"input_tokens": 999, "output_tokens": 9, "cached": 9}})
+    session = _lines(
+        {"sessionId": "s2", "startTime": "2026-12-01T09:00:00.000Z", "kind": "main"},
+        {"id": "old", "timestamp": "2026-12-01T09:00:01.000Z", "type": "gemini",
+         "content": "from step 1", "tokens": {"input": 5, "output": 5, "cached": 0}},
+        {"id": "m1", "timestamp": "2026-12-01T09:21:04.000Z", "type": "gemini",
+         "content": "writing", "tokens": {"input": 100, "output": 20, "cached": 30}},
+        {"$set": {"lastUpdated": "x"}},
+        {"id": "m1", "timestamp": "2026-12-01T09:21:04.000Z", "type": "gemini",
+         "content": "writing", "tokens": {"input": 100, "output": 20, "cached": 30},
+         "toolCalls": [{"id": "c1", "name": "run_shell_command", "args": {"command": "ls"},
+                        "result": [{"functionResponse": {"id": "c1", "response": {
+                            "output": "a.txt"}}}]}]},
+        {"id": "m2", "timestamp": "2026-12-01T09:21:05.000Z", "type": "gemini",
+         "content": "done", "tokens": {"input": 150, "output": 7, "cached": 0}})
+    other = _lines({"sessionId": "s1"}, {"id": "x", "timestamp": "2026-12-01T09:30:00.000Z",
+                                          "type": "gemini", "content": "other session"})
+    run = read_gemini(stdout, [session, other])
+    assert [s["message"] for s in run.steps] == ["writing", "done"]
+    assert run.steps[0]["tool_calls"] == [{"tool_call_id": "c1",
+                                           "function_name": "run_shell_command",
+                                           "arguments": {"command": "ls"}}]
+    assert run.steps[0]["observation"]["results"][0]["content"] == "a.txt"
+    # per-call tokens win over the result's totals; the old step's turn is not counted
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    assert run.session_id == "s2" and run.cost_usd is None
+
+
+def test_qwen_command_and_reader_merge_blocks_of_one_call():
+    from cairn.agents.cli_logs import read_qwen
+    from cairn.agents.installed import QwenCodeAgent
+
+    agent = QwenCodeAgent("openai/qwen3-coder", base_url="http://10.0.0.1:9")
+    assert agent._cli_env() == {"OPENAI_BASE_URL": "http://10.0.0.1:9/v1"}
+    assert agent._command(INSTR, "s1") == (
+        "qwen --yolo -o stream-json --auth-type openai -m qwen3-coder --resume s1 "
+        f"--prompt={INSTR}")
+
+    def assistant(mid, content, usage):
+        return {"type": "assistant", "message": {"id": mid, "content": content,
+                                                 "usage": usage}}
+
+    stdout = _lines(
+        {"type": "system", "subtype": "init", "session_id": "q1", "model": "qwen3-coder"},
+        assistant("a", [{"type": "text", "text": "writing"}], {"input_tokens": 0,
+                                                               "output_tokens": 0}),
+        assistant("b", [{"type": "tool_use", "id": "c1", "name": "run_shell_command",
+                         "input": {"command": "ls"}}],
+                  {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 30}),
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                  "content": "a.txt"}]}},
+        assistant("c", [{"type": "text", "text": "done"}],
+                  {"input_tokens": 150, "output_tokens": 7, "cache_read_input_tokens": 0}),
+        {"type": "result", "session_id": "q1", "is_error": False, "num_turns": 2})
+    run = read_qwen(stdout)
+    assert [s["message"] for s in run.steps] == ["writing", "done"]
+    assert run.steps[0]["tool_calls"][0]["function_name"] == "run_shell_command"
+    assert run.steps[0]["observation"]["results"][0]["content"] == "a.txt"
+    # OpenAI semantics: input_tokens already include the cached ones
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    assert run.session_id == "q1" and run.cost_usd is None

@@ -2,8 +2,8 @@
 
 Each CLI gets the same plan — step ``write``: one shell tool call writing ``/app/a.txt``, then a
 closing text; step ``append``: one call writing ``/app/b.txt``, then a closing text — spoken with
-that CLI's own shell tool (Claude Code ``Bash``, Codex ``exec_command``, opencode ``bash``, Gemini CLI
-``run_shell_command``).
+that CLI's own shell tool (Claude Code ``Bash``, Codex ``exec_command``, opencode ``bash``, Gemini CLI and
+Qwen Code ``run_shell_command``).
 The usage numbers differ per turn so sums can be checked exactly.
 """
 
@@ -43,7 +43,7 @@ def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
         return ("Bash", {"command": command, "description": "write the file"})
     if agent == "codex":
         return ("exec_command", {"cmd": command})
-    if agent == "gemini-cli":
+    if agent in ("gemini-cli", "qwen-code"):
         return ("run_shell_command", {"command": command, "description": "write the file"})
     return ("bash", {"command": command, "description": "write the file"})
 

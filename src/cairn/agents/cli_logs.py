@@ -19,6 +19,8 @@ Sources (measured on the pinned versions, see docs/agents.md):
   per-step sums); ``--json`` stdout gives the ``thread_id``.
 - Gemini CLI: the chat session files for the turns and per-call tokens, ``stream-json``
   stdout for the session id and the invocation's totals (see :func:`read_gemini`).
+- Qwen Code: ``-o stream-json`` stdout, Claude-Code-shaped, with final usage per model call
+  (see :func:`read_qwen`).
 - opencode: ``--format json`` stdout — ``text``, ``reasoning``, ``tool_use`` (call with its
   input and output) and ``step_finish`` (per model call tokens and cost) events, each carrying
   ``sessionID``.
@@ -479,6 +481,78 @@ def read_gemini(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
         run.is_error = result.get("status") not in (None, "success")
         run.extra = {"status": result.get("status")} if isinstance(result.get("status"),
                                                                     str) else {}
+    else:
+        run.extra = {"finished": False}
+    return run
+
+
+# ---- Qwen Code ----------------------------------------------------------------------------
+def read_qwen(stdout: str) -> CliRun:
+    """Read one ``qwen -o stream-json`` run (Claude-Code-shaped events, OpenAI usage).
+
+    Qwen Code prints each content block of a model call as its own ``assistant`` event with its
+    own id, the call's final usage on the last one (``input_tokens`` *includes*
+    ``cache_read_input_tokens``, unlike Claude Code's); consecutive ``assistant`` events with no
+    tool result between them are one model call and become one ATIF step.
+
+    Args:
+        stdout: the stream-json output of this invocation.
+
+    Returns:
+        The :class:`CliRun`.
+    """
+    run = CliRun()
+    current: dict[str, Any] | None = None
+    result: dict[str, Any] | None = None
+    for event in json_lines(stdout):
+        kind = event.get("type")
+        if kind == "system" and event.get("subtype") == "init":
+            run.session_id = _str(event.get("session_id")) or run.session_id
+            run.model_name = _str(event.get("model")) or run.model_name
+        elif kind == "assistant" and isinstance(event.get("message"), dict):
+            if event.get("parent_tool_use_id"):
+                continue
+            msg = event["message"]
+            if current is None:
+                current = _agent_step(model_name=_str(msg.get("model")))
+                run.steps.append(current)
+            for block in msg.get("content") or []:
+                if not isinstance(block, dict):
+                    continue
+                if block.get("type") == "text" and isinstance(block.get("text"), str):
+                    current["message"] = "\n".join(p for p in (current["message"],
+                                                               block["text"]) if p)
+                elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+                    current["reasoning_content"] = block["thinking"]
+                elif block.get("type") == "tool_use":
+                    current["tool_calls"].append(tool_call(str(block.get("id") or ""),
+                                                           str(block.get("name") or ""),
+                                                           _args(block.get("input"))))
+            usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
+            prompt, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
+            if prompt or out:
+                current["metrics"] = step_metrics(prompt, out,
+                                                  _int(usage.get("cache_read_input_tokens")),
+                                                  None)
+        elif kind == "user" and isinstance(event.get("message"), dict):
+            for block in event["message"].get("content") or []:
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    _add_result(run.steps, str(block.get("tool_use_id") or ""),
+                                _text_of(block.get("content")))
+            current = None
+        elif kind == "result":
+            result = event
+    _totals_from_steps(run)
+    if result is not None:
+        run.session_id = _str(result.get("session_id")) or run.session_id
+        run.is_error = result.get("is_error") if isinstance(result.get("is_error"), bool) else None
+        if not run.has_tokens and isinstance(result.get("usage"), dict):
+            usage = result["usage"]
+            run.prompt_tokens = _int(usage.get("input_tokens"))
+            run.completion_tokens = _int(usage.get("output_tokens"))
+            run.cached_tokens = _int(usage.get("cache_read_input_tokens"))
+        run.extra = {k: result.get(k) for k in ("num_turns", "subtype")
+                     if isinstance(result.get(k), (str, int))}
     else:
         run.extra = {"finished": False}
     return run

@@ -39,7 +39,14 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.agents.cli_logs import CliRun, read_claude, read_codex, read_gemini, read_opencode
+from cairn.agents.cli_logs import (
+    CliRun,
+    read_claude,
+    read_codex,
+    read_gemini,
+    read_opencode,
+    read_qwen,
+)
 from cairn.agents.runtime import (
     DEFAULT_PLATFORM,
     PLATFORMS,
@@ -153,6 +160,17 @@ GEMINI_CLI = InstalledAgentSpec(
     env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true",
          "NO_COLOR": "1", "NO_BROWSER": "1"},
     sessions=("$HOME/.gemini/tmp",),
+)
+
+QWEN_CODE = InstalledAgentSpec(
+    name="qwen-code", version="0.24.4", binary="qwen",
+    packaging=NpmPackaging(
+        "@qwen-code/qwen-code", {"node": "node-{platform}/bin/node"},
+        extra_packages=("node-{platform}@22.23.5",),
+        launchers={"qwen": ("node", "@qwen-code/qwen-code/cli-entry.js")}),
+    required_env=(("OPENAI_API_KEY",),),
+    env={"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1", "NO_COLOR": "1", "NO_BROWSER": "1"},
+    sessions=("$HOME/.qwen/projects",),
 )
 
 _OPTIONS = ("version", "base_url", "platform", "prepare")
@@ -715,3 +733,45 @@ class GeminiCliAgent(InstalledAgent):
         sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
             if (logs / "sessions").is_dir() else []
         return read_gemini(_read_text(logs / "stdout.txt"), sessions)
+
+
+class QwenCodeAgent(InstalledAgent):
+    """Qwen Code (``@qwen-code/qwen-code``) with an OpenAI-compatible model; needs
+    ``OPENAI_API_KEY``.
+
+    A JavaScript bundle run with a Node.js from the npm registry in its runtime (as
+    ``gemini-cli``). Runs ``qwen --yolo -o stream-json --auth-type openai --prompt=INSTRUCTION`` with
+    ``~/.qwen/settings.json`` turning telemetry, usage statistics and update checks off; ``-m``
+    (provider prefix dropped) becomes ``-m``; ``base_url`` becomes ``OPENAI_BASE_URL`` (Chat
+    Completions, streaming). Resume: ``--resume SESSION_ID``.
+    """
+
+    spec = QWEN_CODE
+    trajectory_source = "stream-json stdout (per-call usage)"
+    needs_model = None
+
+    def _config_files(self) -> dict[str, str]:
+        settings = {"telemetry": {"enabled": False},
+                    "privacy": {"usageStatisticsEnabled": False},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "security": {"auth": {"selectedType": "openai"}}}
+        return {".qwen/settings.json": json.dumps(settings, indent=2) + "\n"}
+
+    def _cli_env(self) -> dict[str, str]:
+        if not self.base_url:
+            return {}
+        url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+        return {"OPENAI_BASE_URL": url}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["qwen", "--yolo", "-o", "stream-json", "--auth-type", "openai"]
+        model = self._model_id()
+        if model:
+            parts += ["-m", model]
+        if resume:
+            parts += ["--resume", resume]
+        # --prompt=VALUE: one word whatever the instruction starts with ("--" is not honoured)
+        return " ".join(shlex.quote(p) for p in parts) + f" --prompt={instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        return read_qwen(_read_text(logs / "stdout.txt"))

@@ -1,6 +1,6 @@
 """Agent names → agent classes (SPEC §10), and the option checks run before anything starts.
 
-Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``, ``gemini-cli``. An ``-a``
+Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``, ``gemini-cli``, ``qwen-code``. An ``-a``
 value containing ``:`` is an import path ``package.module:Class`` naming an
 :class:`~cairn.agents.base.Agent` subclass. Modules are imported only when asked, so importing
 the registry never imports LiteLLM.
@@ -24,6 +24,7 @@ _AGENTS: dict[str, str] = {
     "codex": "cairn.agents.installed:CodexAgent",
     "opencode": "cairn.agents.installed:OpenCodeAgent",
     "gemini-cli": "cairn.agents.installed:GeminiCliAgent",
+    "qwen-code": "cairn.agents.installed:QwenCodeAgent",
 }
 
 AGENT_NAMES = tuple(_AGENTS)

@@ -75,7 +75,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
 def run_cmd(
     path: Annotated[Optional[list[Path]], typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
-    agent: Annotated[Optional[str], typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
+    agent: Annotated[Optional[str], typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, gemini-cli, qwen-code, or package.module:Class (default oracle).")] = None,  # noqa: E501
     model: Annotated[Optional[str], typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
     ak: Annotated[Optional[list[str]], typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
     ae: Annotated[Optional[list[str]], typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
