@@ -31,7 +31,8 @@ class NotAnAgent:
 def test_builtin_names_resolve_to_agent_classes():
     expected = {"oracle": "OracleAgent", "nop": "NopAgent", "llm": "LlmAgent",
                 "claude-code": "ClaudeCodeAgent", "codex": "CodexAgent",
-                "opencode": "OpenCodeAgent"}
+                "opencode": "OpenCodeAgent", "gemini-cli": "GeminiCliAgent",
+                "qwen-code": "QwenCodeAgent"}
     assert set(AGENT_NAMES) == set(expected)
     for name, cls_name in expected.items():
         cls = get_agent_class(name)

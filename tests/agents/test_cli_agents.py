@@ -140,15 +140,16 @@ def test_timeout_kills_the_cli_tree_and_keeps_tokens(tmp_path, runtimes, monkeyp
     model, key = AGENTS[agent]
     monkeypatch.setenv(key, SECRET)
     # opencode and the Node bundles (Gemini CLI, Qwen Code) take 10-60 s to start on a loaded 2-core machine
-    timeout = 120.0 if agent in ("opencode", "gemini-cli", "qwen-code") else 25.0
+    timeout = 120.0 if agent in ("opencode", "gemini-cli", "qwen-code") else 40.0
     task = load_task(public_two_steps(tmp_path / "two-steps"))
     call = two_step_script(agent)[0].calls[0]
     name, args = call
     bg = "(sleep 987 >/dev/null 2>&1 &) ; printf '1\\n' > /app/a.txt"
     args = {**args, ("cmd" if agent == "codex" else "command"): bg}
-    script = [Turn(text="Starting.", calls=((name, args),), usage=(1000, 40, 300)),
-              Turn(text="never sent", usage=(1, 1, 0), delay_sec=300)]
-    with FakeModels(script, host=bridge_gateway(), consumes=consumes) as srv:
+    hang = Turn(text="never sent", usage=(1, 1, 0), delay_sec=300)
+    script = [Turn(text="Starting.", calls=((name, args),), usage=(1000, 40, 300))]
+    # every later request hangs (a CLI that gives up on a slow answer and retries waits again)
+    with FakeModels(script, host=bridge_gateway(), consumes=consumes, done_turn=hang) as srv:
         agent_obj = create_agent(agent, model, {"base_url": srv.base_url})
 
         async def main():
@@ -163,12 +164,14 @@ def test_timeout_kills_the_cli_tree_and_keeps_tokens(tmp_path, runtimes, monkeyp
                 return ctx, elapsed, procs
 
         ctx, elapsed, procs = asyncio.run(main())
-    assert ctx.exit is AgentExit.TIMEOUT
+        seen = [(r.path, r.side) for r in srv.requests]
+    assert ctx.exit is AgentExit.TIMEOUT, (ctx.metadata, seen)
     assert elapsed < timeout
     left = [p.cmdline for p in procs if "sleep 987" in p.cmdline or
             agent_obj.spec.binary in p.cmdline.split(" ")[0]]
     assert left == []
-    assert ctx.tokens is not None and ctx.tokens.prompt == 1000 and ctx.tokens.cached == 300
+    assert ctx.tokens is not None, seen
+    assert ctx.tokens.prompt == 1000 and ctx.tokens.cached == 300
     traj = json.loads((ctx.logs_dir / "trajectory.json").read_text())
     calls = [c for s in traj["steps"] for c in s.get("tool_calls", [])]
     assert [c["function_name"] for c in calls] == [SHELL_TOOL[agent]]

@@ -178,8 +178,8 @@ _OPTIONS = ("version", "base_url", "platform", "prepare")
 
 def _collect_grace(timeout_sec: float) -> float:
     """Seconds kept free at the end of a step's agent timeout to collect logs after the CLI is
-    killed at its own bound (before the engine cancels the step): 20 % of it, 5 to 20 s."""
-    return min(20.0, max(5.0, timeout_sec * 0.2))
+    killed at its own bound (before the engine cancels the step): 20 % of it, 8 to 30 s."""
+    return min(30.0, max(8.0, timeout_sec * 0.2))
 
 
 class InstalledAgent(Agent):
