@@ -336,3 +336,16 @@ def test_qwen_command_and_reader_merge_blocks_of_one_call():
     # OpenAI semantics: input_tokens already include the cached ones
     assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
     assert run.session_id == "q1" and run.cost_usd is None
+
+
+def test_no_network_trial_is_a_config_error_without_a_sandbox(tmp_path, monkeypatch):
+    from conftest import run_trial_sync
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test-123456")
+    task = write_task(tmp_path, "closed", steps=[StepSpec("a")], network="no-network")
+    result = run_trial_sync(task, ClaudeCodeAgent(None, prepare="never"), "docker",
+                            tmp_path / "jobs")
+    assert result.error is not None
+    assert result.error.kind == "config_error" and result.error.phase == "agent_setup"
+    assert "not opened" in result.error.message
+    assert result.timings.environment_sec is None  # no sandbox was started
