@@ -19,7 +19,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from agent_helpers import needs_sandbox, step_context, task_sandbox
 from cli_scripts import (
     COMMANDS,
@@ -54,7 +53,13 @@ SHELL_TOOL = {"claude-code": "Bash", "codex": "exec_command", "opencode": "bash"
 @pytest.fixture(scope="session")
 def runtimes():
     """Every CLI's runtime prepared once in the shared cache (downloads on a fresh machine)."""
-    from cairn.agents.installed import CLAUDE_CODE, CODEX, GEMINI_CLI, OPENCODE, QWEN_CODE
+    from cairn.agents.installed import (
+        CLAUDE_CODE,
+        CODEX,
+        GEMINI_CLI,
+        OPENCODE,
+        QWEN_CODE,
+    )
     from cairn.agents.runtime import prepare_runtime
 
     return {spec.name: prepare_runtime(spec.name, spec.packaging, spec.version)
@@ -69,7 +74,7 @@ def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path, *extra: s
     cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, "-m", model,
            "--ak", f"base_url={server.base_url}", "-e", "docker", "--jobs-dir", str(jobs),
            "--job-name", "j", *extra]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = jobs / "j"
     (trial,) = (job / "trials").iterdir()

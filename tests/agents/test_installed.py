@@ -11,9 +11,8 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
-
 from taskgen import StepSpec, write_task
+from typer.testing import CliRunner
 
 from cairn.agents.cli_logs import read_claude, read_codex, read_opencode
 from cairn.agents.installed import (

@@ -563,8 +563,7 @@ class ClaudeCodeAgent(InstalledAgent):
     def _cli_env(self) -> dict[str, str]:
         if not self.base_url:
             return {}
-        url = self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
-        return {"ANTHROPIC_BASE_URL": url}
+        return {"ANTHROPIC_BASE_URL": self.base_url.removesuffix("/v1")}
 
     def _command(self, instruction: str, resume: str | None) -> str:
         parts = ["claude", "--verbose", "--output-format", "stream-json",
@@ -714,10 +713,7 @@ class GeminiCliAgent(InstalledAgent):
     def _cli_env(self) -> dict[str, str]:
         if not self.base_url:
             return {}
-        url = self.base_url
-        for suffix in ("/v1beta", "/v1"):
-            if url.endswith(suffix):
-                url = url[: -len(suffix)]
+        url = self.base_url.removesuffix("/v1beta").removesuffix("/v1")
         return {"GOOGLE_GEMINI_BASE_URL": url}
 
     def _command(self, instruction: str, resume: str | None) -> str:

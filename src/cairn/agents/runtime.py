@@ -290,6 +290,7 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 try:
                     out = subprocess.run([str(bin_dir / first), "--version"], capture_output=True,
                                          text=True, timeout=60, stdin=subprocess.DEVNULL,
+                                         check=False,
                                          env={"PATH": os.environ.get("PATH", ""),
                                               "HOME": str(staging)})
                     reported = (out.stdout or out.stderr).strip()[:200]

@@ -18,8 +18,8 @@ app.add_typer(agents_app, name="agents")
 
 
 def _installed_classes() -> dict[str, type]:
-    from cairn.agents.registry import AGENT_NAMES, get_agent_class
     from cairn.agents.installed import InstalledAgent
+    from cairn.agents.registry import AGENT_NAMES, get_agent_class
 
     out: dict[str, type] = {}
     for name in AGENT_NAMES:
@@ -42,7 +42,7 @@ def prepare_command(
     Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
     are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
     """
-    from cairn.agents.runtime import AgentPrepareError, PLATFORMS, prepare_runtime
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_runtime
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
