@@ -71,8 +71,9 @@ def carries_step1(body: dict[str, Any]) -> bool:
 
 
 def public_two_steps(dest: Path) -> Path:
-    """A copy of examples/two-steps with ``network_mode = "public"`` (the CLIs reach a model
-    server on the host until the network gateway's agent opening exists)."""
+    """A copy of examples/two-steps with ``network_mode = "public"`` (the CLIs reach the model
+    server on the host directly, no gateway; the no-network original goes through the trial's
+    egress gateway instead)."""
     shutil.copytree(TWO_STEPS, dest)
     toml = dest / "task.toml"
     text = toml.read_text()
