@@ -20,7 +20,7 @@ import pytest
 
 from cairn.job.run import run_job
 from cairn.plan import JobConfig
-from conftest import backend_available
+from testbed import backend_available
 
 HARBOR = Path("/work/harbor-venv/bin/harbor")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "harbor026"

@@ -27,7 +27,7 @@ SRC = TESTS.parent / "src"
 
 @pytest.fixture(autouse=True)
 def _local():
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("local"):
         pytest.skip("local backend not available")

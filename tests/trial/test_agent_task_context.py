@@ -10,7 +10,7 @@ from cairn.agents.nop import NopAgent
 from cairn.errors import ErrorKind
 from cairn.results.model import Outcome
 from cairn.task.load import load_task
-from conftest import run_trial_sync
+from testbed import run_trial_sync
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harbor026"
 

@@ -16,7 +16,7 @@ from cairn.job.run import run_job
 from cairn.plan import JobConfig
 from cairn.results.model import Outcome
 from cairn.task.load import check_task
-from conftest import backend_available, run_trial_sync
+from testbed import backend_available, run_trial_sync
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "harbor026"
 

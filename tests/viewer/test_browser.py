@@ -13,15 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
-    console_errors,
-    env,
-    report_json,
-    trial_dir,
-    view_server,
-    wait_for,
-)
 from taskgen import StepSpec, reward_if, write_task
+from viewer_job import console_errors, env, report_json, trial_dir, view_server, wait_for
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 

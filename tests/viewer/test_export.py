@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from cairn.results.export import RECORD_FIELDS
-from conftest import env
+from viewer_job import env
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 

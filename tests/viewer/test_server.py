@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from conftest import env, trial_dir, view_server
+from viewer_job import env, trial_dir, view_server
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 
