@@ -26,15 +26,17 @@ def test_base_url_from_ak_ae_or_host_environment(monkeypatch):
     assert agent.model_hosts({"OPENAI_BASE_URL": "http://ignored.test"}) == ["model.test"]
 
 
-def test_base_url_reaches_the_cli_as_its_variable():
+def test_base_url_reaches_the_cli_where_it_reads_it():
     from pathlib import Path
 
     from cairn.agents.base import AgentContext
 
-    agent = CodexAgent(base_url="http://model.test:8000/v1")
     ctx = AgentContext(task=None, step=None, logs_dir=Path("/nonexistent"),  # type: ignore[arg-type]
                        timeout_sec=1.0)
-    assert agent._env(ctx)["OPENAI_BASE_URL"] == "http://model.test:8000/v1"
+    claude = ClaudeCodeAgent(base_url="http://model.test:8000/v1")
+    assert claude._env(ctx)["ANTHROPIC_BASE_URL"] == "http://model.test:8000"
+    codex = CodexAgent(base_url="http://model.test:8000/v1")
+    assert 'base_url = "http://model.test:8000/v1"' in codex._config_files()[".codex/config.toml"]
 
 
 def test_llm_agent_talks_from_the_host():

@@ -31,7 +31,8 @@ class NotAnAgent:
 def test_builtin_names_resolve_to_agent_classes():
     expected = {"oracle": "OracleAgent", "nop": "NopAgent", "llm": "LlmAgent",
                 "claude-code": "ClaudeCodeAgent", "codex": "CodexAgent",
-                "opencode": "OpenCodeAgent"}
+                "opencode": "OpenCodeAgent", "gemini-cli": "GeminiCliAgent",
+                "qwen-code": "QwenCodeAgent"}
     assert set(AGENT_NAMES) == set(expected)
     for name, cls_name in expected.items():
         cls = get_agent_class(name)
@@ -111,13 +112,34 @@ def test_installed_agent_options(tmp_path, monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
     with pytest.raises(UsageError, match="no option 'model'"):
         validate_agent_options("claude-code", None, {"model": "x"}, {})
-    with pytest.raises(UsageError, match="does not exist"):
-        validate_agent_options("claude-code", None, {"package_file": str(tmp_path / "no.tgz")}, {})
-    pkg = tmp_path / "claude.tgz"
-    pkg.write_bytes(b"")
-    validate_agent_options("claude-code", None, {"package_file": str(pkg), "version": "2.0.0"}, {})
+    with pytest.raises(UsageError, match="base_url must be an http"):
+        validate_agent_options("claude-code", None, {"base_url": "localhost:8080"}, {})
+    with pytest.raises(UsageError, match="exact version"):
+        validate_agent_options("claude-code", None, {"version": "^2.0.0"}, {})
+    with pytest.raises(UsageError, match="unknown platform"):
+        validate_agent_options("claude-code", None, {"platform": "win32-x64"}, {})
+    validate_agent_options("claude-code", None, {"base_url": "http://127.0.0.1:9/v1",
+                                                 "version": "2.0.0"}, {})
     agent = create_agent("claude-code", None, {"version": "2.0.0"})
     assert agent.version == "2.0.0"
+
+
+def test_resume_flag_is_refused_by_agents_that_cannot_resume(monkeypatch):
+    from cairn.agents.nop import NopAgent
+
+    class NoResume(NopAgent):
+        supports_resume = False
+
+    monkeypatch.setattr("cairn.agents.registry._AGENTS",
+                        {"noresume": f"{__name__}:_NoResumeAgent"})
+    globals()["_NoResumeAgent"] = NoResume
+    with pytest.raises(UsageError, match="cannot continue a session"):
+        validate_agent_options("noresume", None, {}, {}, resume=True)
+    validate_agent_options("noresume", None, {}, {}, resume=False)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    monkeypatch.undo()
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-test")
+    validate_agent_options("claude-code", None, {}, {}, resume=True)
 
 
 def test_llm_without_provider_key_is_a_usage_error(monkeypatch):

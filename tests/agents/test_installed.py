@@ -1,300 +1,341 @@
-"""Installed CLI agents: the declarative mechanism end to end against a FAKE CLI in a real sandbox.
+"""Installed CLI agents without a sandbox: command lines, model-endpoint configuration, option
+checks, no-network tasks (not refused), the runtime cache, and the native-log readers on hostile input.
 
-The test image carries a fake ``npm`` (installs local ``.tgz`` packages and links their bins,
-refuses registry downloads like a no-network sandbox would). The "Claude Code package" is a
-``.tgz`` built here on the host, as ``npm pack`` would, holding a fake ``claude`` that records
-its arguments and environment, writes a file in the working dir and prints stream-json usage.
+The real CLIs run end to end in tests/agents/test_cli_agents.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import tarfile
-import textwrap
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
-from agent_helpers import BACKEND, needs_sandbox, step_context, task_sandbox
+from cairn.agents.cli_logs import read_claude, read_codex, read_opencode
 from cairn.agents.installed import (
     CLAUDE_CODE,
+    HOME_DIR,
     ClaudeCodeAgent,
     CodexAgent,
     OpenCodeAgent,
-    parse_claude_stream_json,
-    parse_codex_json,
+)
+from cairn.agents.runtime import (
+    MANIFEST,
+    AgentPrepareError,
+    find_runtime,
+    list_runtimes,
+    prepare_runtime,
+    runtime_dir,
 )
 from cairn.errors import ErrorKind, TrialFailure
-from cairn.plan import RunOptions, TrialPlan, trial_id
-from cairn.results.model import AgentExit, Tokens
 from cairn.task.load import load_task
-from cairn.trial.run import run_trial
-from taskgen import DOCKERFILE, StepSpec, write_task
+from taskgen import StepSpec, write_task
 
-SECRET = "sk-ant-test-secret-value"
-TRICKY = ("Write \"quotes\", 'single', $HOME, `uname`, $(id -u), a \\ backslash,\n"
-          "a second line; and ünïcode ✓.")
-
-FAKE_NPM = textwrap.dedent('''\
-    #!/usr/bin/env python3
-    """Fake npm: installs local .tgz packages (bin links); registry specs fail (no network)."""
-    import json, os, sys, tarfile
-    args = sys.argv[1:]
-    with open("/tmp/fake-npm.log", "a") as log:
-        log.write(" ".join(args) + "\\n")
-    if args[:1] != ["install"] or "-g" not in args:
-        sys.exit("fake npm: only 'install -g' is supported")
-    targets = [a for a in args[1:] if not a.startswith("-")]
-    for t in targets:
-        if not os.path.isfile(t):
-            sys.exit(f"npm ERR! network: cannot fetch {t} (no network)")
-        with tarfile.open(t) as tf:
-            meta = json.load(tf.extractfile("package/package.json"))
-            dest = "/usr/local/lib/node_modules/" + meta["name"]
-            os.makedirs(dest, exist_ok=True)
-            for m in tf.getmembers():
-                if m.name.startswith("package/") and m.name != "package/":
-                    m.name = m.name[len("package/"):]
-                    tf.extract(m, dest)
-        for cmd, rel in (meta.get("bin") or {}).items():
-            os.chmod(os.path.join(dest, rel), 0o755)
-            link = "/usr/local/bin/" + cmd
-            if os.path.lexists(link):
-                os.remove(link)
-            os.symlink(os.path.join(dest, rel), link)
-    print(f"added {len(targets)} packages")
-    ''')
-
-FAKE_CLAUDE = textwrap.dedent('''\
-    #!/usr/bin/env python3
-    """Fake Claude Code: records what it was given, acts in the working dir, prints usage."""
-    import json, os, sys, time
-    argv = sys.argv[1:]
-    prompt = argv[argv.index("-p") + 1]
-    model = argv[argv.index("--model") + 1] if "--model" in argv else None
-    with open("claude-did-this.txt", "w") as f:
-        f.write(prompt)
-    projects = os.path.expanduser("~/.claude/projects/app")
-    os.makedirs(projects, exist_ok=True)
-    with open(os.path.join(projects, "session.jsonl"), "a") as f:
-        f.write(json.dumps({"prompt": prompt}) + "\\n")
-    print(json.dumps({"type": "system", "subtype": "init", "model": model}), flush=True)
-    print("working on it", file=sys.stderr, flush=True)
-    if "SLOW" in prompt:
-        time.sleep(300)
-    print(json.dumps({"type": "result", "subtype": "success", "total_cost_usd": 0.0123,
-                      "usage": {"input_tokens": 100, "cache_creation_input_tokens": 5,
-                                "cache_read_input_tokens": 20, "output_tokens": 30},
-                      "key_set": bool(os.environ.get("ANTHROPIC_API_KEY")),
-                      "is_sandbox": os.environ.get("IS_SANDBOX"),
-                      "flags": [a for a in argv if a.startswith("--")]}))
-    sys.exit(3 if "FAIL" in prompt else 0)
-    ''')
-
-IMAGE = DOCKERFILE + "COPY npm /usr/local/bin/npm\nRUN chmod 0755 /usr/local/bin/npm\n"
+INSTR = '"$(cat /tmp/cairn-agent/logs/01-a/instruction.md)"'
 
 
-def _claude_package(path: Path) -> Path:
-    """Write a .tgz shaped like ``npm pack @anthropic-ai/claude-code`` output."""
-    files = {"package/package.json": json.dumps({"name": CLAUDE_CODE.package,
-                                                 "version": CLAUDE_CODE.version,
-                                                 "bin": {"claude": "cli.py"}}),
-             "package/cli.py": FAKE_CLAUDE}
-    with tarfile.open(path, "w:gz") as tf:
-        for name, text in files.items():
-            data = text.encode()
-            info = tarfile.TarInfo(name)
-            info.size, info.mode = len(data), 0o644
-            tf.addfile(info, io.BytesIO(data))
-    return path
-
-
-def _task(tmp_path: Path, dockerfile: str = IMAGE):
-    return load_task(write_task(tmp_path / "tasks", "installed", dockerfile=dockerfile,
-                                files={"environment/npm": FAKE_NPM}, steps=[
-        StepSpec("first", instruction=TRICKY),
-        StepSpec("second", instruction="Please FAIL now."),
-        StepSpec("third", instruction="Be SLOW."),
-    ]))
-
-
-@pytest.fixture
-def api_key(monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-
-
-# ---- end to end in a real sandbox --------------------------------------------------------
-@needs_sandbox
-@pytest.mark.docker
-def test_offline_install_run_with_instruction_and_logs(tmp_path, api_key):
-    task = _task(tmp_path)
-    agent = ClaudeCodeAgent("anthropic/claude-sonnet-4-5",
-                            package_file=str(_claude_package(tmp_path / "claude-code.tgz")))
-
-    async def main():
-        async with task_sandbox(task) as sandbox:
-            await agent.setup(sandbox, step_context(task, 1, tmp_path / "setup"))
-            npm_log = (await sandbox.exec("cat /tmp/fake-npm.log")).stdout
-            ctx1 = step_context(task, 1, tmp_path)
-            await agent.run(TRICKY, sandbox, ctx1)
-            written = (await sandbox.exec("cat /app/claude-did-this.txt")).stdout
-            ctx2 = step_context(task, 2, tmp_path)
-            await agent.run(task.steps[1].instruction, sandbox, ctx2)
-            return npm_log, ctx1, written, ctx2
-
-    npm_log, ctx1, written, ctx2 = asyncio.run(main())
-    # install step: the host-prepared package was uploaded and installed offline
-    assert "install -g" in npm_log and "--offline" in npm_log
-    assert "/tmp/cairn-agent/pkg/claude-code.tgz" in npm_log
-    # run: the instruction arrived intact as one argument, in the working dir
-    assert written == TRICKY
-    assert ctx1.exit is None
-    logs = ctx1.logs_dir
-    assert (logs / "instruction.md").read_text() == TRICKY
-    assert "working on it" in (logs / "stderr.txt").read_text()
-    result = json.loads((logs / "stdout.txt").read_text().splitlines()[-1])
-    init = json.loads((logs / "stdout.txt").read_text().splitlines()[0])
-    assert init["model"] == "claude-sonnet-4-5"  # provider prefix stripped
-    assert result["key_set"] is True and result["is_sandbox"] == "1"
-    assert {"--dangerously-skip-permissions", "--output-format", "--model"} <= set(result["flags"])
-    # the CLI's own session logs were collected; the key never appears in the command
-    assert (logs / "projects" / "app" / "session.jsonl").is_file()
-    command = (logs / "command.txt").read_text()
-    assert "claude --verbose" in command and SECRET not in command
-    # usage from the stream-json result event
-    assert ctx1.tokens == Tokens(prompt=125, completion=30, cached=20)
-    assert ctx1.cost_usd == pytest.approx(0.0123)
-    # a non-zero exit is an agent error, recorded without raising
-    assert ctx2.exit is AgentExit.ERROR and ctx2.metadata["exit_code"] == 3
-    assert (ctx2.logs_dir / "stdout.txt").is_file()
-
-
-@needs_sandbox
-@pytest.mark.docker
-def test_logs_are_collected_when_the_step_times_out(tmp_path, api_key):
-    task = _task(tmp_path)
-    agent = ClaudeCodeAgent(package_file=str(_claude_package(tmp_path / "claude-code.tgz")))
-
-    async def main():
-        async with task_sandbox(task) as sandbox:
-            await agent.setup(sandbox, step_context(task, 1, tmp_path / "setup"))
-            ctx = step_context(task, 3, tmp_path)
-            with pytest.raises(TimeoutError):
-                async with asyncio.timeout(4):
-                    await agent.run(task.steps[2].instruction, sandbox, ctx)
-            return ctx
-
-    ctx = asyncio.run(main())
-    stdout = (ctx.logs_dir / "stdout.txt").read_text()
-    assert '"subtype": "init"' in stdout and (ctx.logs_dir / "instruction.md").is_file()
-
-
-@needs_sandbox
-@pytest.mark.docker
-def test_online_install_failure_is_agent_setup_failed(tmp_path, api_key):
-    task = _task(tmp_path)
-
-    async def main():
-        async with task_sandbox(task) as sandbox:
-            with pytest.raises(TrialFailure) as info:
-                await ClaudeCodeAgent().setup(sandbox, step_context(task, 1, tmp_path))
-            return info.value
-
-    exc = asyncio.run(main())
-    assert exc.kind is ErrorKind.AGENT_SETUP_FAILED
-    assert "cannot fetch @anthropic-ai/claude-code@2.1.332" in str(exc)
-    assert exc.detail["exit_code"] == 1
-
-
-@needs_sandbox
-@pytest.mark.docker
-def test_offline_install_without_npm_says_so(tmp_path, api_key):
-    task = _task(tmp_path, dockerfile=DOCKERFILE)
-    agent = ClaudeCodeAgent(package_file=str(_claude_package(tmp_path / "claude-code.tgz")))
-
-    async def main():
-        async with task_sandbox(task) as sandbox:
-            if (await sandbox.exec("command -v npm")).ok:
-                pytest.skip("the base image has npm")
-            with pytest.raises(TrialFailure) as info:
-                await agent.setup(sandbox, step_context(task, 1, tmp_path))
-            return info.value
-
-    exc = asyncio.run(main())
-    assert exc.kind is ErrorKind.AGENT_SETUP_FAILED
-    assert "npm is not installed in the image" in str(exc)
-
-
-@needs_sandbox
-@pytest.mark.docker
-def test_installed_agent_through_the_trial_engine(tmp_path, api_key):
-    """-a claude-code --ak package_file=…: setup once, run per step, verifier sees its work."""
-    path = write_task(tmp_path / "tasks", "engine", dockerfile=IMAGE, files={
-        "environment/npm": FAKE_NPM, "tests/expected.txt": TRICKY,
-        "tests/test.sh": "#!/bin/bash\nif cmp -s /tests/expected.txt /app/claude-did-this.txt; "
-                         "then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"},
-        instruction=TRICKY, test="", solve=None)
-    task = load_task(path)
-    kwargs = {"package_file": str(_claude_package(tmp_path / "claude-code.tgz"))}
-    tid = trial_id(task.name, task.content_hash, "claude-code", kwargs, None, BACKEND, 1)
-    trial_dir = tmp_path / "job" / "trials" / f"{task.slug}__1__{tid[:8]}"
-    plan = TrialPlan(task=task, agent_name="claude-code", agent_kwargs=kwargs, model=None,
-                     backend=BACKEND, attempt=1, trial_id=tid, trial_dir=trial_dir,
-                     job_id="test-" + tid[:8], job_dir=tmp_path / "job", options=RunOptions())
-    asyncio.run(run_trial(plan))
-    data = json.loads((trial_dir / "result.json").read_text())
-    assert data["outcome"] == "completed" and data["reward"] == 1.0
-    assert data["agent"]["name"] == "claude-code" and data["agent"]["version"] == "2.1.332"
-    assert data["steps"][0]["tokens"] == {"prompt": 125, "completion": 30, "cached": 20}
-    assert data["cost_usd"] == pytest.approx(0.0123)
-    agent_dir = trial_dir / "steps" / "01-main" / "agent"
-    assert {"stdout.txt", "stderr.txt", "instruction.md", "command.txt"} <= \
-        {p.name for p in agent_dir.iterdir()}
-
-
-# ---- units -------------------------------------------------------------------------------
-def test_commands_quote_model_and_instruction_file():
-    claude = ClaudeCodeAgent("anthropic/claude-sonnet-4-5")
-    cmd = claude._command("/tmp/cairn-agent/logs/01-main/instruction.md")
+# ---- command lines and endpoint configuration ---------------------------------------------
+def test_claude_command_model_resume_and_base_url(monkeypatch):
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-host-key-123456")
+    agent = ClaudeCodeAgent("anthropic/claude-sonnet-4-5", base_url="http://10.0.0.1:8080/v1")
+    cmd = agent._command(INSTR, None)
     assert cmd == ("claude --verbose --output-format stream-json --dangerously-skip-permissions "
-                   "--model claude-sonnet-4-5 -p \"$(cat /tmp/cairn-agent/logs/01-main/"
-                   "instruction.md)\"")
-    assert "--model" not in ClaudeCodeAgent()._command("/f")
-    odd = CodexAgent("openai/gpt-5; rm -rf /")._command("/f")
-    assert "--model 'gpt-5; rm -rf /'" in odd
-    opencode = OpenCodeAgent("anthropic/claude-sonnet-4-5")._command("/f")
-    assert opencode == 'opencode run --model anthropic/claude-sonnet-4-5 "$(cat /f)"'
+                   f"--model claude-sonnet-4-5 -p {INSTR}")
+    assert "--resume sess-1 -p" in agent._command(INSTR, "sess-1")
+    from cairn.agents.base import AgentContext
+
+    ctx = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
+                       env={"ANTHROPIC_API_KEY": "sk-ae-wins-123456"})
+    env = agent._env(ctx)
+    assert env["ANTHROPIC_BASE_URL"] == "http://10.0.0.1:8080"  # without /v1
+    assert env["ANTHROPIC_API_KEY"] == "sk-ae-wins-123456"  # --ae over the host environment
+    assert env["IS_SANDBOX"] == "1" and env["DISABLE_TELEMETRY"] == "1"
+    assert env["HOME"] == HOME_DIR
+    assert "sk-" not in cmd  # keys never on the command line
 
 
-def test_claude_usage_parser():
-    out = "\n".join([json.dumps({"type": "system"}), "not json",
-                     json.dumps({"type": "result", "total_cost_usd": 0.5,
-                                 "usage": {"input_tokens": 10, "output_tokens": 3,
-                                           "cache_read_input_tokens": 7}})])
-    assert parse_claude_stream_json(out) == (Tokens(prompt=17, completion=3, cached=7), 0.5)
-    assert parse_claude_stream_json("garbage") == (None, None)
+def test_codex_config_has_a_responses_provider_without_websockets():
+    agent = CodexAgent("openai/scripted", base_url="http://10.0.0.1:8080")
+    toml = agent._config_files()[".codex/config.toml"]
+    import tomllib
+
+    cfg = tomllib.loads(toml)
+    assert cfg["model_provider"] == "cairn"
+    prov = cfg["model_providers"]["cairn"]
+    assert prov["base_url"] == "http://10.0.0.1:8080/v1"
+    assert prov["wire_api"] == "responses" and prov["supports_websockets"] is False
+    assert prov["env_key"] == "OPENAI_API_KEY"
+    assert cfg["features"]["plugins"] is False and cfg["analytics"]["enabled"] is False
+    assert agent._command(INSTR, "th-1").endswith(f"--model scripted resume th-1 -- {INSTR}")
+    # without base_url: the built-in provider, no custom block
+    assert "model_providers" not in tomllib.loads(CodexAgent(None)._config_files()[
+        ".codex/config.toml"])
 
 
-def test_codex_usage_parser_sums_turns():
-    events = [{"type": "turn.completed", "usage": {"input_tokens": 100, "cached_input_tokens": 40,
-                                                   "output_tokens": 9}},
-              {"type": "item.completed"},
-              {"type": "turn.completed", "usage": {"input_tokens": 50, "output_tokens": 1}}]
-    out = "\n".join(json.dumps(e) for e in events)
-    assert parse_codex_json(out) == (Tokens(prompt=150, completion=10, cached=40), None)
-    assert parse_codex_json("") == (None, None)
+def test_opencode_custom_provider_and_model_flag():
+    agent = OpenCodeAgent("anthropic/claude-x", base_url="http://10.0.0.1:8080/v1")
+    cfg = json.loads(agent._cli_env()["OPENCODE_CONFIG_CONTENT"])
+    prov = cfg["provider"]["cairn"]
+    assert prov["npm"] == "@ai-sdk/openai-compatible"
+    assert prov["options"] == {"baseURL": "http://10.0.0.1:8080/v1",
+                               "apiKey": "{env:ANTHROPIC_API_KEY}"}
+    assert list(prov["models"]) == ["claude-x"]
+    assert cfg["permission"]["bash"] == "allow"
+    assert agent._command(INSTR, None) == f"opencode run --format json -m cairn/claude-x {INSTR}"
+    plain = OpenCodeAgent("anthropic/claude-x")
+    assert "-m anthropic/claude-x --session s1" in plain._command(INSTR, "s1")
+    assert "provider" not in json.loads(plain._cli_env()["OPENCODE_CONFIG_CONTENT"])
 
 
-def test_env_passes_keys_and_ae_values(monkeypatch):
-    monkeypatch.setenv("ANTHROPIC_API_KEY", SECRET)
-    monkeypatch.setenv("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")
-    monkeypatch.setenv("UNRELATED_SECRET", "nope")
+def test_no_network_task_is_not_refused_the_runtime_is_looked_up(tmp_path, monkeypatch):
+    """No refusal for ``no-network``: the trial opens the model host through the gateway for
+    the agent phase; prepare_host goes on to the cache (empty here, ``prepare=never``)."""
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path / "cache"))
+    task = load_task(write_task(tmp_path, "closed", steps=[StepSpec("a")],
+                                network="no-network"))
+    agent = ClaudeCodeAgent(None, prepare="never", base_url="http://model.test:8000")
+    with pytest.raises(TrialFailure) as info:
+        asyncio.run(agent.prepare_host(task, can_mount=True))
+    assert info.value.kind is ErrorKind.AGENT_SETUP_FAILED
+    assert "not in the cache" in str(info.value)
+    assert agent.model_hosts({}) == ["model.test"]
 
-    class Ctx:
-        env = {"EXTRA": "1"}
 
-    env = ClaudeCodeAgent()._env(Ctx())  # type: ignore[arg-type]
-    assert env == {"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "ANTHROPIC_API_KEY": SECRET,
-                   "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "EXTRA": "1"}
+# ---- the runtime cache ------------------------------------------------------------------
+def test_runtime_cache_lookup_ignores_incomplete_folders(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path))
+    folder = runtime_dir("codex", "9.9.9")
+    assert folder == tmp_path / "agents" / "codex" / "9.9.9-linux-x64"
+    folder.mkdir(parents=True)
+    assert find_runtime("codex", "9.9.9") is None  # no manifest: a killed preparation
+    (folder / MANIFEST).write_text(json.dumps({
+        "agent": "codex", "version": "9.9.9", "platform": "linux-x64",
+        "executables": {"codex": "node_modules/x/codex"}}))
+    assert find_runtime("codex", "9.9.9") is None  # the executable is missing
+    (folder / "node_modules" / "x").mkdir(parents=True)
+    (folder / "node_modules" / "x" / "codex").write_text("#!/bin/sh\n")
+    rt = find_runtime("codex", "9.9.9")
+    assert rt is not None and rt.path == folder
+    assert [(r.agent, r.version) for r in list_runtimes()] == [("codex", "9.9.9")]
+    out = CliRunner().invoke(_app(), ["agents", "list", "--json"])
+    assert out.exit_code == 0, out.output
+    rows = {r["name"]: r for r in json.loads(out.stdout)["agents"]}
+    assert rows["codex"]["cached"][0]["version"] == "9.9.9"
+    assert rows["claude-code"]["cached"] == [] and rows["claude-code"]["version"] == "2.1.332"
+
+
+def test_prepare_without_npm_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(AgentPrepareError, match="needs npm on the host"):
+        prepare_runtime("claude-code", CLAUDE_CODE.packaging, CLAUDE_CODE.version)
+    assert not list((tmp_path / "agents" / "claude-code").glob(".staging-*"))
+
+
+def test_prepare_refuses_unknown_agents_and_platforms(tmp_path, monkeypatch):
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path))
+    out = CliRunner().invoke(_app(), ["agents", "prepare", "llm"])
+    assert out.exit_code == 2 and "not an installed CLI agent" in out.output
+    out = CliRunner().invoke(_app(), ["agents", "prepare", "codex", "--platform", "sparc"])
+    assert out.exit_code == 2 and "unknown platform" in out.output
+
+
+def _app():
+    from cairn.cli import _register, app
+
+    _register()
+    return app
+
+
+# ---- native log readers ------------------------------------------------------------------
+def _lines(*events) -> str:
+    return "\n".join(e if isinstance(e, str) else json.dumps(e) for e in events) + "\n"
+
+
+def test_claude_reader_takes_final_usage_from_the_session_file():
+    stdout = _lines(
+        "not json at all", {"type": "system", "subtype": "init", "session_id": "s1",
+                            "model": "m"},
+        {"type": "assistant", "message": {"id": "msg_1", "model": "m", "content": [
+            {"type": "text", "text": "hi"}], "usage": {"input_tokens": 70,
+                                                      "cache_read_input_tokens": 30,
+                                                      "output_tokens": 1}}},
+        {"type": "assistant", "message": {"id": "msg_1", "content": [
+            {"type": "tool_use", "id": "t1", "name": "Bash", "input": {"command": "ls"}}]}},
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "t1",
+                                                  "content": [{"type": "text", "text": "a\nb"}]}]}},
+        ["a list"], {"type": "assistant", "message": "not a dict"})
+    session = _lines({"type": "assistant", "message": {"id": "msg_1", "usage": {
+        "input_tokens": 70, "cache_read_input_tokens": 30, "output_tokens": 20}}})
+    run = read_claude(stdout, [session])
+    assert run.session_id == "s1" and run.extra == {"finished": False}
+    (step,) = run.steps
+    assert step["message"] == "hi"
+    assert step["tool_calls"] == [{"tool_call_id": "t1", "function_name": "Bash",
+                                   "arguments": {"command": "ls"}}]
+    assert step["observation"]["results"] == [{"source_call_id": "t1", "content": "a\nb"}]
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (100, 20, 30)
+    assert run.cost_usd is None  # no result event: unknown, not 0
+    # without the session file the stream's output count is not final: unknown
+    assert read_claude(stdout).completion_tokens is None
+
+
+def test_codex_reader_reads_only_the_last_invocation_of_a_thread():
+    def usage(i, o, c):
+        return {"type": "event_msg", "payload": {"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": i, "output_tokens": o,
+                                 "cached_input_tokens": c}}}}
+
+    rollout = _lines(
+        {"type": "session_meta", "payload": {"id": "th"}},
+        {"type": "event_msg", "payload": {"type": "task_started"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text",
+                                                           "text": "old"}]}},
+        usage(5, 5, 5),
+        {"type": "event_msg", "payload": {"type": "task_started"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command",
+                                              "arguments": "{\"cmd\": \"ls\"}",
+                                              "call_id": "c1"}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c1",
+                                              "output": "x"}},
+        usage(100, 20, 30),
+        {"type": "response_item", "payload": {"type": "message", "role": "assistant",
+                                              "content": [{"type": "output_text",
+                                                           "text": "done"}]}},
+        usage(150, 7, 0), "{broken")
+    run = read_codex(_lines({"type": "thread.started", "thread_id": "th"}), rollout)
+    assert run.session_id == "th"
+    assert [s["message"] for s in run.steps] == ["", "done"]
+    assert run.steps[0]["tool_calls"][0]["arguments"] == {"cmd": "ls"}
+    assert run.steps[0]["observation"]["results"][0]["content"] == "x"
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    missing = read_codex("", None)
+    assert missing.prompt_tokens is None and missing.steps == []
+
+
+def test_opencode_reader_steps_tokens_and_cost():
+    def finish(i, o, r, cost):
+        return {"type": "step_finish", "sessionID": "ses", "part": {
+            "tokens": {"input": i, "output": o, "cache": {"read": r, "write": 0}},
+            "cost": cost}}
+
+    stdout = _lines(
+        {"type": "step_start", "sessionID": "ses", "timestamp": 1796114859738, "part": {}},
+        {"type": "text", "sessionID": "ses", "part": {"text": "ok"}},
+        {"type": "tool_use", "sessionID": "ses", "part": {
+            "tool": "bash", "callID": "c1", "state": {"status": "completed",
+                                                      "input": {"command": "ls"},
+                                                      "output": "(no output)"}}},
+        finish(70, 20, 30, 0.5),
+        {"type": "step_start", "sessionID": "ses", "part": {}},
+        finish(150, 7, 0, None))
+    run = read_opencode(stdout)
+    assert run.session_id == "ses" and len(run.steps) == 2
+    assert run.steps[0]["timestamp"].startswith("2026-")
+    assert run.steps[0]["metrics"]["prompt_tokens"] == 100  # input + cache reads
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    assert run.cost_usd is None  # one call without a cost: the sum is unknown
+    assert read_opencode("\x00garbage\n{]").steps == []
+
+
+def test_readers_never_raise_on_hostile_shapes():
+    hostile = _lines({"type": "assistant", "message": {"content": [None, 3, {"type": "tool_use",
+                                                                            "input": "[1]"}]}},
+                     {"type": "result", "usage": {"input_tokens": -5, "output_tokens": True},
+                      "total_cost_usd": "free"},
+                     {"type": "tool_use", "part": {"state": "x"}},
+                     {"type": "step_finish", "part": {"tokens": [1]}},
+                     {"type": "event_msg", "payload": {"type": "token_count", "info": 7}})
+    run = read_claude(hostile, [hostile])
+    assert run.cost_usd is None and run.completion_tokens is None
+    assert read_codex(hostile, hostile).prompt_tokens is None
+    assert read_opencode(hostile).cost_usd is None
+
+
+def test_gemini_command_settings_and_base_url():
+    from cairn.agents.installed import GeminiCliAgent
+
+    agent = GeminiCliAgent("google/gemini-2.5-flash", base_url="http://10.0.0.1:9/v1beta")
+    assert agent._command(INSTR, None) == ("gemini --yolo --output-format stream-json "
+                                           f"--model gemini-2.5-flash -p {INSTR}")
+    assert "--resume latest -p" in agent._command(INSTR, "any-session")
+    assert agent._cli_env() == {"GOOGLE_GEMINI_BASE_URL": "http://10.0.0.1:9"}
+    settings = json.loads(agent._config_files()[".gemini/settings.json"])
+    assert settings["telemetry"]["enabled"] is False
+    assert settings["privacy"]["usageStatisticsEnabled"] is False
+    # the bundle runs with a Node.js taken from the npm registry into the same runtime
+    packaging = agent.spec.packaging
+    assert packaging.extra_packages == ("node-{platform}@22.23.5",)
+    assert packaging.launchers["gemini"] == ("node", "@google/gemini-cli/bundle/gemini.js")
+
+
+def test_gemini_reader_takes_turns_of_this_invocation_from_the_session_file():
+    from cairn.agents.cli_logs import read_gemini
+
+    stdout = _lines({"type": "init", "timestamp": "2026-12-01T09:21:03.000Z",
+                     "session_id": "s2", "model": "g"},
+                    {"type": "result", "status": "success",
+                     "stats": {"input_tokens": 999, "output_tokens": 9, "cached": 9}})
+    session = _lines(
+        {"sessionId": "s2", "startTime": "2026-12-01T09:00:00.000Z", "kind": "main"},
+        {"id": "old", "timestamp": "2026-12-01T09:00:01.000Z", "type": "gemini",
+         "content": "from step 1", "tokens": {"input": 5, "output": 5, "cached": 0}},
+        {"id": "m1", "timestamp": "2026-12-01T09:21:04.000Z", "type": "gemini",
+         "content": "writing", "tokens": {"input": 100, "output": 20, "cached": 30}},
+        {"$set": {"lastUpdated": "x"}},
+        {"id": "m1", "timestamp": "2026-12-01T09:21:04.000Z", "type": "gemini",
+         "content": "writing", "tokens": {"input": 100, "output": 20, "cached": 30},
+         "toolCalls": [{"id": "c1", "name": "run_shell_command", "args": {"command": "ls"},
+                        "result": [{"functionResponse": {"id": "c1", "response": {
+                            "output": "a.txt"}}}]}]},
+        {"id": "m2", "timestamp": "2026-12-01T09:21:05.000Z", "type": "gemini",
+         "content": "done", "tokens": {"input": 150, "output": 7, "cached": 0}})
+    other = _lines({"sessionId": "s1"}, {"id": "x", "timestamp": "2026-12-01T09:30:00.000Z",
+                                          "type": "gemini", "content": "other session"})
+    run = read_gemini(stdout, [session, other])
+    assert [s["message"] for s in run.steps] == ["writing", "done"]
+    assert run.steps[0]["tool_calls"] == [{"tool_call_id": "c1",
+                                           "function_name": "run_shell_command",
+                                           "arguments": {"command": "ls"}}]
+    assert run.steps[0]["observation"]["results"][0]["content"] == "a.txt"
+    # per-call tokens win over the result's totals; the old step's turn is not counted
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    assert run.session_id == "s2" and run.cost_usd is None
+
+
+def test_qwen_command_and_reader_merge_blocks_of_one_call():
+    from cairn.agents.cli_logs import read_qwen
+    from cairn.agents.installed import QwenCodeAgent
+
+    agent = QwenCodeAgent("openai/qwen3-coder", base_url="http://10.0.0.1:9")
+    assert agent._cli_env() == {"OPENAI_BASE_URL": "http://10.0.0.1:9/v1"}
+    assert agent._command(INSTR, "s1") == (
+        "qwen --yolo -o stream-json --auth-type openai -m qwen3-coder --resume s1 "
+        f"--prompt={INSTR}")
+
+    def assistant(mid, content, usage):
+        return {"type": "assistant", "message": {"id": mid, "content": content,
+                                                 "usage": usage}}
+
+    stdout = _lines(
+        {"type": "system", "subtype": "init", "session_id": "q1", "model": "qwen3-coder"},
+        assistant("a", [{"type": "text", "text": "writing"}], {"input_tokens": 0,
+                                                               "output_tokens": 0}),
+        assistant("b", [{"type": "tool_use", "id": "c1", "name": "run_shell_command",
+                         "input": {"command": "ls"}}],
+                  {"input_tokens": 100, "output_tokens": 20, "cache_read_input_tokens": 30}),
+        {"type": "user", "message": {"content": [{"type": "tool_result", "tool_use_id": "c1",
+                                                  "content": "a.txt"}]}},
+        assistant("c", [{"type": "text", "text": "done"}],
+                  {"input_tokens": 150, "output_tokens": 7, "cache_read_input_tokens": 0}),
+        {"type": "result", "session_id": "q1", "is_error": False, "num_turns": 2})
+    run = read_qwen(stdout)
+    assert [s["message"] for s in run.steps] == ["writing", "done"]
+    assert run.steps[0]["tool_calls"][0]["function_name"] == "run_shell_command"
+    assert run.steps[0]["observation"]["results"][0]["content"] == "a.txt"
+    # OpenAI semantics: input_tokens already include the cached ones
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
+    assert run.session_id == "q1" and run.cost_usd is None

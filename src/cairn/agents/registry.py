@@ -1,6 +1,7 @@
 """Agent names → agent classes (design §10), and the option checks run before anything starts.
 
-Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``. An ``-a``
+Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``,
+``gemini-cli``, ``qwen-code``. An ``-a``
 value containing ``:`` is an import path ``package.module:Class`` naming an
 :class:`~cairn.agents.base.Agent` subclass. Modules are imported only when asked, so importing
 the registry never imports LiteLLM.
@@ -23,6 +24,8 @@ _AGENTS: dict[str, str] = {
     "claude-code": "cairn.agents.installed:ClaudeCodeAgent",
     "codex": "cairn.agents.installed:CodexAgent",
     "opencode": "cairn.agents.installed:OpenCodeAgent",
+    "gemini-cli": "cairn.agents.installed:GeminiCliAgent",
+    "qwen-code": "cairn.agents.installed:QwenCodeAgent",
 }
 
 AGENT_NAMES = tuple(_AGENTS)
@@ -69,7 +72,8 @@ def get_agent_class(name: str) -> type[Agent]:
 
 
 def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, Any],
-                           env: Mapping[str, str] | None = None) -> type[Agent]:
+                           env: Mapping[str, str] | None = None, *,
+                           resume: bool = False) -> type[Agent]:
     """Check an agent choice before any sandbox starts (CLI exit code 2 on failure).
 
     Checks: the agent exists; ``-m`` is given exactly when the agent wants it (``needs_model``
@@ -82,6 +86,8 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
         model: the ``-m`` value, or ``None``.
         kwargs: the ``--ak`` options.
         env: the ``--ae`` variables; API keys are looked up there, then in the host environment.
+        resume: ``--resume-agent-session`` was given; refused for an agent whose
+            ``supports_resume`` is ``False``.
 
     Returns:
         The agent class.
@@ -96,6 +102,9 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
     if needs is True and not model:
         raise UsageError(f"agent {name!r} needs a model: add -m provider/model "
                          "(e.g. -m openai/gpt-4o-mini)")
+    if resume and getattr(cls, "supports_resume", None) is False:
+        raise UsageError(f"agent {name!r} cannot continue a session across steps; remove "
+                         "--resume-agent-session")
     check = getattr(cls, "validate_options", None)
     if callable(check):
         check(model, dict(kwargs), {**os.environ, **dict(env or {})})

@@ -50,7 +50,7 @@ def _register() -> None:
     # Importing these modules registers their commands on `app` / `tasks_app`.
     import importlib
 
-    for mod in ("tasks", "clean", "run", "snapshots", "datasets", "view", "export"):
+    for mod in ("tasks", "clean", "run", "snapshots", "datasets", "view", "export", "agents"):
         try:
             importlib.import_module(f"cairn.cli.{mod}")
         except ModuleNotFoundError as exc:  # a command area not built yet

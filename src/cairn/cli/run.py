@@ -95,7 +95,7 @@ def run_cmd(
     repo: Annotated[list[str] | None, typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
     repo_path: Annotated[str | None, typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
     n_tasks: Annotated[int | None, typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
-    agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
+    agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, gemini-cli, qwen-code, or package.module:Class (default oracle).")] = None,  # noqa: E501
     model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
     ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
@@ -168,7 +168,8 @@ def run_cmd(
         cfg = JobConfig.model_validate(data)
         from cairn.agents.registry import validate_agent_options
 
-        validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env))
+        validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
+                               resume=bool(cfg.resume_agent_session))
         if resume and not cfg.job_name:
             raise typer.BadParameter("--resume needs --job-name")
     except (typer.BadParameter, CairnError, ValueError) as exc:

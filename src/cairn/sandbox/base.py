@@ -97,6 +97,8 @@ class Capabilities:
         gateway: whether the backend filters egress per phase (allowlists, model hosts of
             in-sandbox agents, switching between phases whose policies differ).
         network_hint: what to tell a user whose network policy this backend cannot enforce.
+        read_only_mounts: whether :attr:`SandboxSpec.mounts` (host folders bound read-only)
+            are applied; without it a caller uploads instead.
     """
 
     network_modes: frozenset[NetworkMode]
@@ -109,6 +111,7 @@ class Capabilities:
     snapshot: bool = False
     gateway: bool = False
     network_hint: str = ""
+    read_only_mounts: bool = False
 
 
 SNAPSHOT_LABEL = "cairn.snapshot"
@@ -169,6 +172,8 @@ class SandboxSpec:
             by the same backend) instead of the environment's fresh image; ``None`` starts
             fresh. The environment (``env_dir``, ``docker_image``) still supplies the image
             config (workdir, env, user).
+        mounts: ``(host_folder, sandbox_path)`` pairs bound read-only into the sandbox (an
+            agent's prepared runtime); only on backends with ``read_only_mounts``.
     """
 
     env_dir: Path | None = None
@@ -192,6 +197,7 @@ class SandboxSpec:
     keep: bool = False
     job_dir: Path | None = None
     snapshot: str | None = None
+    mounts: tuple[tuple[str, str], ...] = ()
 
     @property
     def network_policy(self) -> NetworkPolicy:
@@ -268,6 +274,9 @@ class Sandbox(ABC):
             raise UnsupportedError(
                 f"backend {cls.name!r} cannot switch the network between phases "
                 f"({' / '.join(p.describe() for p in policies)}){hint}")
+        if spec.mounts and not caps.read_only_mounts:
+            raise UnsupportedError(f"backend {cls.name!r} cannot bind host folders read-only "
+                                   "into a sandbox (mounts)")
         if spec.gpus and not caps.gpus:
             raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
                                    f"(gpus = {spec.gpus})")

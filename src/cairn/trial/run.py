@@ -93,6 +93,7 @@ class _TrialRun:
         self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
         self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
         self.separate: dict = {}
+        self.host_prepare_sec = 0.0
         self.step_env: StepEnv | None = None
         self.current_step: Step | None = None
         self.forked_from: ForkRef | None = None
@@ -210,6 +211,20 @@ class _TrialRun:
             return
         if hasattr(self.agent, "solution_env"):
             self.agent.solution_env = solution_env
+        # agent host preparation (issue 15): a cached runtime, bound read-only when possible
+        self.phase = Phase.AGENT_SETUP
+        started = time.monotonic()
+        try:
+            prepare = getattr(self.agent, "prepare_host", None)
+            mounts = await prepare(self.task, can_mount=cls.capabilities.read_only_mounts) \
+                if prepare is not None else ()
+        except TrialFailure as exc:
+            self.error = error_info(exc, phase=Phase.AGENT_SETUP)
+            return
+        self.host_prepare_sec = time.monotonic() - started
+        self.phase = Phase.ENVIRONMENT
+        if mounts:
+            spec = dataclasses.replace(spec, mounts=tuple(mounts))
         keep = self.plan.options.keep_sandbox
         sandbox = cls(dataclasses.replace(spec, keep=keep))
         cancelled = True
@@ -285,7 +300,7 @@ class _TrialRun:
         except Exception as exc:  # noqa: BLE001 - any setup failure is agent_setup_failed (infra)
             raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
                                f"agent setup failed: {type(exc).__name__}: {exc}") from exc
-        self.timings["agent_setup_sec"] = time.monotonic() - started
+        self.timings["agent_setup_sec"] = time.monotonic() - started + self.host_prepare_sec
 
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options

@@ -146,7 +146,7 @@ class DockerSandbox(Sandbox):
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset(NetworkMode),
         cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
-        dockerfile="full", snapshot=True, gateway=True)
+        dockerfile="full", snapshot=True, gateway=True, read_only_mounts=True)
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -320,6 +320,9 @@ class DockerSandbox(Sandbox):
             "init": True,
             "network_mode": self._net.container_network,
         }
+        if spec.mounts:
+            host_kw["binds"] = {str(host): {"bind": target, "mode": "ro"}
+                                for host, target in spec.mounts}
         if spec.cpus:
             host_kw["nano_cpus"] = int(float(spec.cpus) * 1e9)
         if spec.memory_mb:

@@ -1,0 +1,150 @@
+"""Agent setup time per trial for an installed CLI agent: first (uncached) vs cached, beside
+``npm install`` in the sandbox (what cairn did before the runtime cache, and what Harbor's
+install scripts do per trial).
+
+Measured side by side on the same machine:
+
+1. **first** — the runtime is not in cairn's cache: ``prepare_host`` downloads the package
+   from the npm registry into a fresh cache (and a fresh npm download cache, so nothing is
+   reused), then ``setup`` in the sandbox. Once.
+2. **cached** — trials 2…N+1 of the same job: ``prepare_host`` finds the runtime, the backend
+   binds it read-only, ``setup`` creates HOME, writes config and runs ``--version``. Median of N.
+3. **npm in sandbox** — ``npm install -g <package>@<version>`` inside a container of an image
+   that already has Node.js and npm (Debian's ``nodejs npm``; built once, not timed), with a
+   fresh npm cache each time. Median of ``--npm-rounds``.
+
+The task image of (1) and (2) is ``debian:bookworm-slim``: no Node.js.
+
+Usage:
+    python3 bench/agent_setup.py [--agent claude-code] [-n 5] [--npm-rounds 1]
+
+Exit status 0 when the cached median is under 2 s, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+
+from cairn.agents.base import AgentContext  # noqa: E402
+from cairn.agents.registry import create_agent  # noqa: E402
+from cairn.sandbox.base import SandboxSpec  # noqa: E402
+from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
+from cairn.task.load import load_task  # noqa: E402
+
+NPM_IMAGE_DOCKERFILE = ("FROM debian:bookworm-slim\nRUN apt-get update -qq && "
+                        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs npm "
+                        "ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*\n")
+
+
+def _task(root: Path) -> Path:
+    task = root / "bench-agent-setup"
+    (task / "environment").mkdir(parents=True)
+    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    (task / "instruction.md").write_text("Nothing.\n")
+    (task / "tests").mkdir()
+    (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
+    (task / "task.toml").write_text('[task]\nname = "bench/agent-setup"\n'
+                                    '[environment]\nnetwork_mode = "public"\n')
+    return task
+
+
+async def _one_trial(agent_name: str, task, tmp: Path) -> tuple[float, float]:
+    """(agent setup seconds, sandbox start seconds) of one trial."""
+    agent = create_agent(agent_name, None, {})
+    started = time.monotonic()
+    mounts = await agent.prepare_host(task, can_mount=True)
+    host_sec = time.monotonic() - started
+    spec = SandboxSpec(env_dir=task.env_dir, network_mode=task.environment.effective_network_mode,
+                       env_hash=task.env_hash, name="bench-agent-setup", job_id="bench",
+                       trial_id=uuid.uuid4().hex[:12], mounts=tuple(mounts))
+    t0 = time.monotonic()
+    async with DockerSandbox(spec) as sandbox:
+        env_sec = time.monotonic() - t0
+        ctx = AgentContext(task=task, step=task.steps[0], logs_dir=tmp / "logs",
+                           timeout_sec=600)
+        t1 = time.monotonic()
+        await agent.setup(sandbox, ctx)
+        setup_sec = time.monotonic() - t1
+        node = await sandbox.exec("command -v node || echo none")
+        assert node.stdout.strip() == "none", "the task image must have no Node.js"
+    return host_sec + setup_sec, env_sec
+
+
+async def _npm_in_sandbox(package: str, version: str, rounds: int, tmp: Path) -> list[float]:
+    env_dir = tmp / "npm-image"
+    env_dir.mkdir()
+    (env_dir / "Dockerfile").write_text(NPM_IMAGE_DOCKERFILE)
+    from cairn.task.hashing import env_hash
+
+    times = []
+    for _ in range(rounds):
+        spec = SandboxSpec(env_dir=env_dir,
+                           env_hash=env_hash(env_dir, docker_image=None, workdir=None),
+                           name="bench-npm",
+                           job_id="bench", trial_id=uuid.uuid4().hex[:12],
+                           build_timeout_sec=1800)
+        async with DockerSandbox(spec) as sandbox:
+            cafile = ""
+            host_ca = Path(os.environ.get("SSL_CERT_FILE") or "/etc/ssl/certs/ca-certificates.crt")
+            if host_ca.is_file():  # this machine's CA bundle (a TLS-intercepting proxy)
+                await sandbox.upload(host_ca, "/tmp/host-ca.crt")
+                cafile = "--cafile /tmp/host-ca.crt"
+            t0 = time.monotonic()
+            r = await sandbox.exec(f"npm install -g --no-audit --no-fund --cache /tmp/npmc "
+                                   f"{cafile} {package}@{version}", user="root",
+                                   timeout_sec=1800)
+            times.append(time.monotonic() - t0)
+            if not r.ok:
+                print(f"npm install in the sandbox failed: {r.stderr[-800:]}", file=sys.stderr)
+                return []
+    return times
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--agent", default="claude-code")
+    ap.add_argument("-n", type=int, default=5, help="cached trials (median)")
+    ap.add_argument("--npm-rounds", type=int, default=1, help="npm-in-sandbox rounds (0: skip)")
+    args = ap.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmpd:
+        tmp = Path(tmpd)
+        task = load_task(_task(tmp))
+        os.environ["CAIRN_CACHE_DIR"] = str(tmp / "cache")
+        os.environ["npm_config_cache"] = str(tmp / "npm-cache")  # noqa: SIM112 - npm reads this spelling
+        first, _ = asyncio.run(_one_trial(args.agent, task, tmp))
+        cached, envs = [], []
+        for _ in range(args.n):
+            s, e = asyncio.run(_one_trial(args.agent, task, tmp))
+            cached.append(s)
+            envs.append(e)
+        agent = create_agent(args.agent, None, {})
+        npm = asyncio.run(_npm_in_sandbox(agent.spec.package, agent.version, args.npm_rounds,
+                                          tmp)) if args.npm_rounds else []
+    med = statistics.median(cached)
+    print(f"agent {args.agent} {agent.version}: agent setup per trial")
+    print(f"  first (uncached: npm registry download into the cache): {first:8.2f} s")
+    print(f"  cached (trials 2..{args.n + 1}, median of {args.n}):              {med:8.2f} s  "
+          f"(min {min(cached):.2f}, max {max(cached):.2f})")
+    if npm:
+        nmed = statistics.median(npm)
+        print(f"  npm install -g in the sandbox (median of {len(npm)}):          {nmed:8.2f} s  "
+              f"→ cached is {nmed / med:.0f}x faster")
+    print(f"  (sandbox start, for scale: median {statistics.median(envs):.2f} s)")
+    ok = med < 2.0
+    print("target cached < 2 s:", "PASS" if ok else "FAIL")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

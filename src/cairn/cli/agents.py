@@ -1,0 +1,118 @@
+"""``cairn agents prepare`` / ``cairn agents list``: the cache of sealed agent runtimes."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+if TYPE_CHECKING:
+    from cairn.agents.installed import InstalledAgent
+
+from cairn.cli import app
+
+agents_app = typer.Typer(help="Prepare and list the agents cairn can run.\n\nExamples:\n\n"
+                              "  cairn agents list\n\n"
+                              "  cairn agents prepare claude-code\n\n"
+                              "  cairn agents prepare codex@0.171.0 opencode",
+                         no_args_is_help=True)
+app.add_typer(agents_app, name="agents")
+
+
+def _installed_classes() -> dict[str, type[InstalledAgent]]:
+    from cairn.agents.installed import InstalledAgent
+    from cairn.agents.registry import AGENT_NAMES, get_agent_class
+
+    out: dict[str, type[InstalledAgent]] = {}
+    for name in AGENT_NAMES:
+        cls = get_agent_class(name)
+        if isinstance(cls, type) and issubclass(cls, InstalledAgent):
+            out[name] = cls
+    return out
+
+
+@agents_app.command("prepare")
+def prepare_command(
+    names: Annotated[list[str], typer.Argument(help="NAME or NAME@VERSION (installed CLI agents).",
+                                               show_default=False)],
+    platform: Annotated[str, typer.Option("--platform", help="Sandbox platform: linux-x64, "
+                                          "linux-arm64, linux-x64-musl, linux-arm64-musl.")]
+    = "linux-x64",
+) -> None:
+    """Download an agent CLI from the npm registry once into cairn's cache (sealed runtime).
+
+    Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
+    are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
+    """
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_runtime
+
+    classes = _installed_classes()
+    if platform not in PLATFORMS:
+        typer.echo(f"error: unknown platform {platform!r}; known: {', '.join(PLATFORMS)}",
+                   err=True)
+        raise typer.Exit(2)
+    todo = []
+    for item in names:
+        name, _, version = item.partition("@")
+        if name not in classes:
+            typer.echo(f"error: {name!r} is not an installed CLI agent; known: "
+                       f"{', '.join(classes)}", err=True)
+            raise typer.Exit(2)
+        todo.append((name, version or classes[name].spec.version))
+    failed = False
+    for name, version in todo:
+        spec = classes[name].spec
+        try:
+            rt = prepare_runtime(name, spec.packaging, version, platform,
+                                 log=lambda line: typer.echo(line, err=True))
+        except AgentPrepareError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            failed = True
+            continue
+        typer.echo(f"{name} {version} ({platform}): {rt.path} "
+                   f"({rt.size_bytes / 1e6:.0f} MB)")
+    if failed:
+        raise typer.Exit(1)
+
+
+@agents_app.command("list")
+def list_command(
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """List the built-in agents, their pinned versions, and what is in the cache."""
+    from cairn.agents.registry import AGENT_NAMES, get_agent_class
+    from cairn.agents.runtime import cache_root, list_runtimes
+
+    classes = _installed_classes()
+    cached: dict[str, list] = {}
+    for rt in list_runtimes():
+        cached.setdefault(rt.agent, []).append(rt)
+    rows: list[dict[str, Any]] = []
+    for name in AGENT_NAMES:
+        cls = get_agent_class(name)
+        if name in classes:
+            spec = classes[name].spec
+            rows.append({"name": name, "kind": "npm", "package": spec.package,
+                         "version": spec.version,
+                         "resume": bool(getattr(cls, "supports_resume", False)),
+                         "cached": [{"version": r.version, "platform": r.platform,
+                                     "path": str(r.path), "size_bytes": r.size_bytes}
+                                    for r in cached.get(name, [])]})
+        else:
+            rows.append({"name": name, "kind": "built-in", "package": None,
+                         "version": getattr(cls, "version", None),
+                         "resume": getattr(cls, "supports_resume", None), "cached": None})
+    if as_json:
+        typer.echo(json.dumps({"cache": str(cache_root()), "agents": rows}, indent=2))
+        return
+    typer.echo(f"cache: {cache_root()}")
+    for r in rows:
+        if r["kind"] == "npm":
+            where = ", ".join(f"{c['version']} {c['platform']}"
+                              for c in r["cached"] or ()) or \
+                "not cached"
+            typer.echo(f"  {r['name']:<12} {r['package']}@{r['version']:<10} "
+                       f"resume={'yes' if r['resume'] else 'no'}  cached: {where}")
+        else:
+            typer.echo(f"  {r['name']:<12} built-in")

@@ -1,0 +1,96 @@
+"""Scripted model conversations that solve examples/two-steps with each real agent CLI.
+
+Each CLI gets the same plan — step ``write``: one shell tool call writing ``/app/a.txt``, then a
+closing text; step ``append``: one call writing ``/app/b.txt``, then a closing text — spoken with
+that CLI's own shell tool (Claude Code ``Bash``, Codex ``exec_command``, opencode ``bash``, Gemini CLI and
+Qwen Code ``run_shell_command``).
+The usage numbers differ per turn so sums can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+from fake_models import Turn
+
+REPO = Path(__file__).resolve().parents[2]
+TWO_STEPS = REPO / "examples" / "two-steps"
+
+STEP1_MARK = "single line `1`"
+"""Text only the first step's instruction contains (to spot carried-over conversation)."""
+
+USAGE = {
+    "write": [(1000, 40, 300), (1100, 12, 0)],
+    "append": [(2000, 35, 500), (2100, 9, 100)],
+}
+"""Per step: the ``(prompt, completion, cached)`` usage of its two turns."""
+
+COMMANDS = {"write": "printf '1\\n' > /app/a.txt", "append": "printf '2\\n' > /app/b.txt"}
+
+
+def expected_tokens(step: str) -> dict[str, int]:
+    """The token sums the result must show for ``step``."""
+    turns = USAGE[step]
+    return {"prompt": sum(t[0] for t in turns), "completion": sum(t[1] for t in turns),
+            "cached": sum(t[2] for t in turns)}
+
+
+def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
+    if agent == "claude-code":
+        return ("Bash", {"command": command, "description": "write the file"})
+    if agent == "codex":
+        return ("exec_command", {"cmd": command})
+    if agent in ("gemini-cli", "qwen-code"):
+        return ("run_shell_command", {"command": command, "description": "write the file"})
+    return ("bash", {"command": command, "description": "write the file"})
+
+
+def two_step_script(agent: str, *, delay_first_sec: float = 0.0) -> list[Turn]:
+    """The four scripted turns (two per step) for ``agent``."""
+    out = []
+    for step in ("write", "append"):
+        first, second = USAGE[step]
+        out.append(Turn(text=f"Running the {step} command.",
+                        calls=(_call(agent, COMMANDS[step]),), usage=first,
+                        delay_sec=delay_first_sec))
+        out.append(Turn(text=f"The {step} step is done.", usage=second))
+    return out
+
+
+def consumes(body: dict[str, Any], path: str) -> bool:
+    """Main-loop requests carry tools; title and side queries do not."""
+    return bool(body.get("tools"))
+
+
+def carries_step1(body: dict[str, Any]) -> bool:
+    """Whether a request's conversation contains the first step's instruction."""
+    return STEP1_MARK in json.dumps(body, ensure_ascii=False)
+
+
+def public_two_steps(dest: Path) -> Path:
+    """A copy of examples/two-steps with ``network_mode = "public"`` (the CLIs reach the model
+    server on the host directly, no gateway; the no-network original goes through the trial's
+    egress gateway instead)."""
+    shutil.copytree(TWO_STEPS, dest)
+    toml = dest / "task.toml"
+    text = toml.read_text()
+    assert 'network_mode = "no-network"' in text
+    toml.write_text(text.replace('network_mode = "no-network"', 'network_mode = "public"'))
+    return dest
+
+
+def bridge_gateway() -> str:
+    """The docker default bridge's gateway address (this machine, reachable from containers)."""
+    import docker
+
+    client = docker.from_env(timeout=10)
+    try:
+        for cfg in client.networks.get("bridge").attrs.get("IPAM", {}).get("Config") or []:
+            if cfg.get("Gateway"):
+                return str(cfg["Gateway"])
+    finally:
+        client.close()
+    return "172.17.0.1"
