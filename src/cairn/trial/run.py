@@ -49,6 +49,7 @@ from cairn.task.model import Step
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.services import check_services
 from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step
 
 
@@ -245,6 +246,7 @@ class _TrialRun:
         if hc is not None:
             out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
             if not out.healthy:
+                await check_services(sandbox, when="and the environment never became healthy")
                 raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
                                    f"environment healthcheck failed after {out.probes} probes",
                                    detail={"exit_code": out.last_exit_code,
@@ -266,6 +268,7 @@ class _TrialRun:
             raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
                                f"agent setup failed: {type(exc).__name__}: {exc}") from exc
         self.timings["agent_setup_sec"] = time.monotonic() - started
+        await check_services(sandbox)  # a start-up service that died fails the trial (#22)
 
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
