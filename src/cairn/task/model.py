@@ -42,6 +42,10 @@ DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
+DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC = 300.0
+"""Bound on ``pre_artifacts.sh`` (× the timeout multiplier), seconds."""
+PRE_ARTIFACTS_SH = "pre_artifacts.sh"
+"""Evolve's hook run after each agent phase, before artifact collection (task root or step)."""
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 SINGLE_STEP_NAME = "main"
 
@@ -259,6 +263,8 @@ class Step(BaseModel):
         artifacts: task-level then step-level artifact entries.
         healthcheck: the step healthcheck, or ``None``.
         setup_timeout_sec: bound on ``workdir/setup.sh``.
+        pre_artifacts_sh: ``steps/<name>/pre_artifacts.sh``, else the task root's
+            ``pre_artifacts.sh`` (Evolve), or ``None``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -282,6 +288,7 @@ class Step(BaseModel):
     artifacts: tuple[Artifact, ...] = ()
     healthcheck: Healthcheck | None = None
     setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
+    pre_artifacts_sh: Path | None = None
 
     @property
     def setup_sh(self) -> Path | None:

@@ -33,6 +33,7 @@ from cairn.task.model import Step
 from cairn.trial.artifacts import collect_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -308,6 +309,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
     evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
     warnings.extend(evidence_warnings)
+    # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
+    if step.pre_artifacts_sh is not None:
+        warnings.extend(await run_pre_artifacts(sandbox, step, dirs.agent, mask=mask,
+                                                timeout_multiplier=env.timeout_multiplier))
 
     # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
     snapshot = None
@@ -318,7 +323,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
     manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
-                                       logs_artifacts_written=artifacts_written)
+                                       logs_artifacts_written=None if step.pre_artifacts_sh
+                                       else artifacts_written)  # None: probe again
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":
