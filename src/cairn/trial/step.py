@@ -360,6 +360,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
                                verifier_dir=dirs.verifier, mask=mask)
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
+    row["judge"] = v.judge  # an LLM judge's spend, apart from the agent's (#22)
     if v.error is not None:
 
         err = error_info(v.error, step=step, phase=Phase.VERIFIER)
