@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn.agents.base import Agent, AgentContext
+from cairn.agents.mcp import install_mcp_config
 from cairn.errors import ErrorKind, TrialFailure, UsageError
 from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
@@ -373,6 +374,10 @@ class InstalledAgent(Agent):
             host_file.chmod(0o644)
             await sandbox.upload(host_file, f"{log_dir}/instruction.md")
         command = self._command(f"{log_dir}/instruction.md")
+        # MCP servers of the task in the CLI's own configuration (cairn.agents.mcp, #22)
+        command, mcp_env = await install_mcp_config(
+            self.spec.name, context.task, sandbox, command, user=context.user,
+            ignore=bool(getattr(self, "ignore_mcp", False)))
         collect = "; ".join(f"cp -a {p} {shlex.quote(log_dir)}/ 2>/dev/null" for p in
                             self.spec.collect)
         qdir = shlex.quote(log_dir)
@@ -380,7 +385,8 @@ class InstalledAgent(Agent):
                   f"{command} > {qdir}/stdout.txt 2> {qdir}/stderr.txt; rc=$?; "
                   f"{collect + '; ' if collect else ''}exit $rc")
         try:
-            result = await sandbox.exec(script, user=context.user, env=self._env(context),
+            result = await sandbox.exec(script, user=context.user,
+                                        env={**self._env(context), **mcp_env},
                                         timeout_sec=context.timeout_sec + 30,
                                         max_output_bytes=64 * 1024)
             if result.timed_out:

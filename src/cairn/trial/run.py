@@ -12,6 +12,7 @@ import time
 from datetime import UTC, datetime
 
 from cairn.agents.base import Agent, AgentContext
+from cairn.agents.mcp import check_agent_mcp
 from cairn.errors import (
     Category,
     ErrorKind,
@@ -183,6 +184,11 @@ class _TrialRun:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
         self.solution_env = solution_env
+        mcp_refused = check_agent_mcp(self.agent, self.task, self.plan.agent_kwargs)
+        if mcp_refused is not None:  # an agent that cannot use the task's MCP servers (#22)
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, mcp_refused),
+                                    phase=Phase.ENVIRONMENT)
+            return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
         try:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
