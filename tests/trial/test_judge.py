@@ -230,3 +230,15 @@ def test_judge_cost_counts_against_max_cost_usd(tmp_path):
     assert result.summary.cost_usd is None  # the agent spent nothing
     assert result.summary.judge is not None and result.summary.judge.cost_usd == 2.0
     assert result.summary.judge.tokens.prompt == 18
+
+
+@pytest.mark.local
+def test_local_backend_refuses_a_judge_under_no_network(tmp_path, monkeypatch):
+    from conftest import backend_available
+
+    if not backend_available("local"):
+        pytest.skip("no local backend")
+    monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
+    r = run_trial_sync(_judge_task(tmp_path / "tasks"), "nop", "local", tmp_path / "jobs")
+    assert r.error is not None and r.error.kind.value == "config_error"
+    assert "judge.test" in r.error.message and "-e docker" in r.error.message
