@@ -118,7 +118,7 @@ def _run(paths, agent: str, tmp_path: Path, name: str):
 
 
 def _docker_ready() -> None:
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine, or the docker backend is not built")

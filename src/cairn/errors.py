@@ -138,6 +138,14 @@ class UsageError(CairnError):
     """A job-level configuration error found before anything runs (CLI exit code 2)."""
 
 
+class DatasetError(UsageError):
+    """A dataset, registry or git repository cannot be resolved or fetched (CLI exit code 2).
+
+    The message names the dataset, the URL and the commit involved, and the git client's or
+    HTTP client's own words where there are any.
+    """
+
+
 class UnsupportedError(CairnError):
     """A backend cannot provide what a task needs (a network mode, compose, GPUs).
 

@@ -170,3 +170,49 @@ def flock_held(path: Path) -> bool:
         return False
     finally:
         os.close(fd)
+
+
+class FileLock:
+    """An exclusive ``flock`` on one file, waited for (the task cache's writers use it).
+
+    Unlike :class:`JobLock`, a busy lock is waited for: concurrent jobs fetching the same
+    repository commit take turns, and the second finds the first one's result.
+
+    Args:
+        path: the lock file (created, with its folder, if missing; never removed).
+        wait_sec: how long to wait for the lock, seconds.
+
+    Raises:
+        TimeoutError: on enter, when the lock stayed busy for ``wait_sec``.
+    """
+
+    def __init__(self, path: Path, *, wait_sec: float = 1800.0) -> None:
+        self.path = Path(path)
+        self.wait_sec = wait_sec
+        self._fd: int | None = None
+
+    def __enter__(self) -> FileLock:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        deadline = time.monotonic() + self.wait_sec
+        delay = 0.01
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise TimeoutError(f"{self.path} stayed locked by another process for "
+                                       f"{self.wait_sec:g} s") from None
+                time.sleep(delay)
+                delay = min(delay * 2, 0.5)
+        self._fd = fd
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)

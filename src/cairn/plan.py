@@ -11,12 +11,15 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Task
+
+if TYPE_CHECKING:  # a value from the results room, carried through (the plan never reads it)
+    from cairn.results.model import TaskSource
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class TrialPlan:
         job_id: the owning job's id (sandbox label ``cairn.job``).
         job_dir: the owning job's folder (its lock decides whether resources are left over).
         options: run options shared by the job.
+        source: where the task's folder came from (dataset, repository, commit), or ``None``
+            for a local folder.
     """
 
     task: Task
@@ -92,6 +97,7 @@ class TrialPlan:
     job_id: str
     job_dir: Path
     options: RunOptions = field(default_factory=RunOptions)
+    source: TaskSource | None = None
 
     @property
     def trial_name(self) -> str:
@@ -132,6 +138,21 @@ class JobConfig(BaseModel):
 
     paths: tuple[Path, ...] = ()
     """Task folders or dataset folders (``-p``)."""
+    datasets: tuple[str, ...] = ()
+    """Registry datasets, ``NAME@VERSION`` or ``NAME`` for the highest version (``-d``)."""
+    registry_url: str | None = None
+    """The registry to resolve ``datasets`` in (``--registry-url``); default Harbor's public
+    registry (:data:`cairn.datasets.registry.DEFAULT_REGISTRY_URL`)."""
+    registry_path: Path | None = None
+    """A registry.json file instead of a URL (``--registry-path``)."""
+    repos: tuple[str, ...] = ()
+    """Git repositories of tasks, ``GIT_URL`` or ``GIT_URL@REF`` (``--repo``)."""
+    repo_path: str | None = None
+    """The folder inside every ``repos`` entry that is a task or holds task folders
+    (``--repo-path``); default the repository's top."""
+    n_tasks: int | None = Field(default=None, ge=1)
+    """Run only the first N tasks after ``include``/``exclude``, in input order (``-l``):
+    ``-p`` folders first, then datasets in registry order, then repositories."""
     include: tuple[str, ...] = ()
     """Task-name globs to keep (``-i``); empty keeps all."""
     exclude: tuple[str, ...] = ()

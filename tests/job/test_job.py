@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow]
 
 @pytest.fixture(autouse=True)
 def _docker():
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")

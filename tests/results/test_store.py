@@ -157,6 +157,22 @@ def test_step_dir_name() -> None:
     assert step_dir_name(100, "x") == "100-x"
 
 
+def test_step_dir_name_does_not_double_the_steps_own_number() -> None:
+    assert step_dir_name(19, "19-recall") == "19-recall"
+    assert step_dir_name(1, "1_setup") == "01_setup"
+    assert step_dir_name(2, "02.check") == "02.check"
+    assert step_dir_name(1, "3-three") == "01-3-three"  # another number: prefixed
+    assert step_dir_name(5, "5") == "05-5"  # a bare number has no name part to keep
+
+
+def test_old_doubled_step_folders_are_still_found(tmp_path: Path) -> None:
+    trial = JobPaths(tmp_path / "job").trial("org/t", 1, TRIAL_ID)
+    old = trial.steps_dir / "19-19-recall"
+    (old / "verifier").mkdir(parents=True)
+    assert trial.step(19, "19-recall").root == old  # a job folder written before the fold
+    assert trial.step(20, "20-next").root == trial.steps_dir / "20-next"
+
+
 def test_layout_names(tmp_path: Path) -> None:
     job = JobPaths(tmp_path / "jobs" / "2026-01-01__12-00-00")
     assert [p.name for p in (job.job_json, job.summary_json, job.job_log, job.lock)] == [

@@ -130,7 +130,7 @@ def test_skeleton_oracle_passes_and_nop_scores_zero(tmp_path, docker_client, ste
 @pytest.mark.slow
 @pytest.mark.parametrize("steps", [[], ["write", "append"]])
 def test_skeleton_through_the_trial_engine(tmp_path, docker_client, steps):
-    from conftest import run_trial_sync  # the root tests/conftest.py helper
+    from testbed import run_trial_sync  # the root tests/conftest.py helper
 
     root = init_task("skel", steps, tmp_path / "tasks")
     oracle = run_trial_sync(root, "oracle", "docker", tmp_path / "jobs-oracle")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from cairn.agents.base import Agent
-from conftest import run_trial_sync, validate_result_files
 from taskgen import StepSpec, reward_if, write_task
+from testbed import run_trial_sync, validate_result_files
 
 pytestmark = pytest.mark.slow
 
@@ -191,7 +191,7 @@ def test_a_compose_verifier_environment_from_tests(tmp_path):
     """tests/docker-compose.yaml: the separate verifier itself is a compose project."""
     import docker as docker_sdk
 
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("docker not available")

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cairn.agents.nop import NopAgent
-from conftest import run_trial_sync, validate_result_files
 from taskgen import StepSpec, constant_reward, reward_if, write_task
+from testbed import run_trial_sync, validate_result_files
 
 pytestmark = pytest.mark.slow
 
@@ -318,7 +318,7 @@ def test_verifier_files_do_not_leak_into_next_step(tmp_path, backend):
 def test_keep_sandbox_keeps_failed_trial_only(tmp_path):
     """--keep-sandbox leaves a failed trial's container running (until `cairn clean`); a
     passing trial's container is removed as usual."""
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no docker")
@@ -467,7 +467,7 @@ class _SetupTimeoutProbe(NopAgent):
 def test_agent_setup_gets_the_scaled_timeout_it_is_held_to(tmp_path):
     """Regression: the setup context carried the unscaled timeout while asyncio.timeout used the
     scaled one; an agent bounding its own install by ``timeout_sec`` stopped too early."""
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("needs docker")

@@ -6,8 +6,8 @@ from __future__ import annotations
 import time
 
 from cairn.errors import ErrorKind
-from conftest import run_trial_sync
 from taskgen import write_task
+from testbed import run_trial_sync
 
 
 def _allowlist_task(tmp_path):

@@ -67,6 +67,13 @@ class Agent(ABC):
     ``--ak version=``), hence not a ``ClassVar``."""
     needs_model: ClassVar[bool | None] = False
     """``True``: ``-m`` is required; ``False``: ``-m`` is refused; ``None``: optional."""
+    task_context: ClassVar[frozenset[str]] = frozenset()
+    """What of the task's agent context this agent uses: ``"skills"`` (``skills_dir``),
+    ``"mcp_servers"``. A task that sets one the agent does not use is refused before start,
+    unless :attr:`ignores_instruction` (Harbor 0.26 hands both to its agents)."""
+    ignores_instruction: ClassVar[bool] = False
+    """The agent does not act on the instruction (oracle, nop): skills and MCP servers are
+    meaningless to it, so a task that sets them is not refused."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
@@ -88,6 +95,29 @@ class Agent(ABC):
             Host names or addresses (allowlist entries: ``api.example.com``, ``10.0.0.5``).
         """
         return []
+
+    def refusal(self, task: Any) -> str | None:
+        """Why this agent cannot run ``task`` as Harbor 0.26 would, or ``None``.
+
+        Harbor copies ``[environment].skills_dir`` into its agents' skills folder and hands
+        them ``mcp_servers``; an agent that uses neither (:attr:`task_context`) would run the
+        task without them, so the trial is refused before start (``config_error``). Agents
+        that act on no instruction (:attr:`ignores_instruction`) are never refused.
+
+        Args:
+            task: the loaded :class:`~cairn.task.model.Task`.
+        """
+        if self.ignores_instruction:
+            return None
+        env = task.environment
+        if env.skills_dir and "skills" not in self.task_context:
+            return (f"agent {self.name!r} takes no skills: [environment].skills_dir = "
+                    f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)")
+        if env.mcp_servers:  # transports per agent, --ak ignore_mcp (cairn.agents.mcp, #22)
+            from cairn.agents.mcp import check_agent_mcp
+
+            return check_agent_mcp(self, task, {"ignore_mcp": getattr(self, "ignore_mcp", False)})
+        return None
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:  # noqa: B027 - optional hook, no-op by default
         """Prepare the sandbox once per trial (install a CLI agent, …). Default: nothing.

@@ -104,14 +104,19 @@ def render_opencode(servers: Sequence[McpServer]) -> str:
 
 # ---- refusal and the installed agents' hook ----------------------------------------------
 def agent_transports(agent: Any) -> frozenset[str] | None:
-    """The MCP transports ``agent`` can be given; ``None`` when it needs none (an agent that
-    takes no model: oracle, nop)."""
+    """The MCP transports ``agent`` can be given; ``None`` when it needs none (it acts on no
+    instruction: oracle, nop). An agent declares its own with ``mcp_transports``, or all of
+    them with ``"mcp_servers"`` in its ``task_context``."""
+    if getattr(agent, "ignores_instruction", False):
+        return None
     own = getattr(agent, "mcp_transports", None)
     if own is not None:
         return frozenset(own)
-    if getattr(agent, "needs_model", False) is False and not getattr(agent, "spec", None):
-        return None
-    return CLI_TRANSPORTS.get(getattr(agent, "name", ""), frozenset())
+    if getattr(agent, "name", "") in CLI_TRANSPORTS:
+        return CLI_TRANSPORTS[agent.name]
+    if "mcp_servers" in getattr(agent, "task_context", frozenset()):
+        return frozenset({STDIO, SSE, HTTP})
+    return frozenset()
 
 
 def mcp_refusal(agent: Any, servers: Sequence[McpServer], *, ignore: bool) -> str | None:
@@ -131,8 +136,13 @@ def mcp_refusal(agent: Any, servers: Sequence[McpServer], *, ignore: bool) -> st
     if not lacking:
         return None
     what = ", ".join(f"{s.name} ({s.transport})" for s in lacking)
-    return (f"agent {getattr(agent, 'name', '?')!r} cannot use the task's MCP server(s) {what}; "
-            "add --ak ignore_mcp=true to run without them")
+    name = getattr(agent, "name", "?")
+    if not can:
+        return (f"agent {name!r} takes no MCP servers: [environment].mcp_servers "
+                f"({len(servers)}) would be ignored ({what}); add --ak ignore_mcp=true to run "
+                "without them")
+    return (f"agent {name!r} cannot use the task's MCP server(s) {what}; add "
+            "--ak ignore_mcp=true to run without them")
 
 
 def check_agent_mcp(agent: Any, task: Any, agent_kwargs: Mapping[str, Any]) -> str | None:

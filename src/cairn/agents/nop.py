@@ -10,6 +10,7 @@ class NopAgent(Agent):
     """Does nothing in every step; takes no model."""
 
     name = "nop"
+    ignores_instruction = True
     version = "1"
     needs_model = False
 

@@ -24,6 +24,7 @@ class OracleAgent(Agent):
     """
 
     name = "oracle"
+    ignores_instruction = True
     version = "1"
     needs_model = False
 

@@ -14,6 +14,7 @@ app = typer.Typer(
     help="Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them."
          "\n\nExamples:\n\n"
          "  cairn run -p examples/two-steps -a oracle\n\n"
+         "  cairn run -d terminal-bench@2.0 -a oracle -l 5\n\n"
          "  cairn tasks check examples/ --strict\n\n"
          "  cairn report jobs/nightly --format markdown",
     no_args_is_help=True,
@@ -49,7 +50,7 @@ def _register() -> None:
     # Importing these modules registers their commands on `app` / `tasks_app`.
     import importlib
 
-    for mod in ("tasks", "clean", "run", "snapshots"):
+    for mod in ("tasks", "clean", "run", "snapshots", "datasets", "view", "export"):
         try:
             importlib.import_module(f"cairn.cli.{mod}")
         except ModuleNotFoundError as exc:  # a command area not built yet

@@ -25,6 +25,12 @@ Examples:
 
   cairn run -p tasks/ -i 'org/*' -a llm -m openai/gpt-4o --ak temperature=0
 
+  cairn run -d terminal-bench@2.0 -a oracle -l 5
+
+  cairn run -d demo@1.0 --registry-path registry.json -p extra-task/ -a oracle
+
+  cairn run --repo https://example.org/tasks.git@v1 --repo-path tasks -a oracle
+
   cairn run -c job.yaml -n 2
 
   cairn run -p examples/incident --start-step repair -a nop
@@ -40,7 +46,8 @@ are taken from the current directory; flags win.)
 _FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model",
               "e": "backend",
               "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
-              "ae": "agent_env", "ve": "verifier_env", "i": "include", "x": "exclude", "no_verify": "verify"}
+              "ae": "agent_env", "ve": "verifier_env", "i": "include", "x": "exclude", "no_verify": "verify",
+              "d": "datasets", "dataset": "datasets", "repo": "repos", "l": "n_tasks"}
 
 
 def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -73,7 +80,7 @@ def _read_config_file(path: Path) -> dict[str, Any]:
         k = _FLAG_KEYS.get(k, k)
         if str(key).replace("-", "_").lstrip("_") == "no_verify":
             value = not value
-        if k in ("paths", "include", "exclude") and isinstance(value, str):
+        if k in ("paths", "include", "exclude", "datasets", "repos") and isinstance(value, str):
             value = [value]
         out[k] = value
     return out
@@ -82,6 +89,12 @@ def _read_config_file(path: Path) -> dict[str, Any]:
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
 def run_cmd(
     path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
+    dataset: Annotated[list[str] | None, typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
+    registry_url: Annotated[str | None, typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
+    repo: Annotated[list[str] | None, typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
+    repo_path: Annotated[str | None, typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
+    n_tasks: Annotated[int | None, typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
     agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, or package.module:Class (default oracle).")] = None,  # noqa: E501
     model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
     ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
@@ -137,13 +150,20 @@ def run_cmd(
             "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "datasets": dataset or None, "registry_url": registry_url,
+            "registry_path": str(registry_path.absolute()) if registry_path else None,
+            "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
+            "n_tasks": n_tasks,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         data.update({k: v for k, v in flags.items() if v is not None})
-        if not data.get("paths"):
-            raise typer.BadParameter("give at least one task or dataset folder with -p")
+        if not (data.get("paths") or data.get("datasets") or data.get("repos")):
+            raise typer.BadParameter("give at least one task or dataset folder (-p), registry "
+                                     "dataset (-d) or git repository (--repo)")
+        if data.get("registry_url") and data.get("registry_path"):
+            raise typer.BadParameter("give --registry-url or --registry-path, not both")
         cfg = JobConfig.model_validate(data)
         from cairn.agents.registry import validate_agent_options
 
@@ -155,6 +175,14 @@ def run_cmd(
         raise typer.Exit(2) from None
     job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
+
+
+def _abs_repo(spec: str) -> str:
+    """``--repo`` naming a local folder: made absolute, so the job resumes from any folder."""
+    from cairn.datasets.git import normalize_url, split_repo_spec
+
+    url, ref = split_repo_spec(spec)
+    return normalize_url(url) + (f"@{ref}" if ref else "")
 
 
 def _one_line(exc: BaseException) -> str:
@@ -273,7 +301,8 @@ def resume_cmd(
              "  cairn report jobs/nightly\n\n  cairn report jobs/nightly --format markdown")
 def report_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
-    fmt: Annotated[str, typer.Option("--format", help="text, markdown or json.")] = "text",
+    fmt: Annotated[str, typer.Option("--format", help="text, markdown, json or html (a static site, see cairn view --bundle).")] = "text",  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
 ) -> None:
     """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
     ``markdown`` or ``json``) on stdout.
@@ -285,12 +314,25 @@ def report_cmd(
     from cairn.job.run import read_job
     from cairn.results.report import render
 
-    if fmt not in ("text", "markdown", "json"):
-        _err("--format is text, markdown or json")
+    if fmt not in ("text", "markdown", "json", "html"):
+        _err("--format is text, markdown, json or html")
         raise typer.Exit(2)
     if not (job_dir / "job.json").is_file() and not (job_dir / "trials").is_dir():
         _err(f"{job_dir} is not a job folder")
         raise typer.Exit(2)
+    if fmt == "html":  # the viewer's static bundle (cairn/viewer/bundle.py)
+        try:
+            from cairn.viewer.bundle import write_bundle
+
+            print(f"wrote {write_bundle(job_dir, out or Path(f'{job_dir.resolve().name}-html'))}")
+        except ModuleNotFoundError as exc:
+            _err(f"--format html needs jinja2 ({exc.name} is not installed): "
+                 "pip install 'cairn-eval[view]'")
+            raise typer.Exit(2) from None
+        except ValueError as exc:
+            _err(str(exc))
+            raise typer.Exit(2) from None
+        return
     print(render(read_job(job_dir), fmt))
 
 

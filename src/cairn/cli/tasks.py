@@ -29,21 +29,38 @@ def check(
     strict: Annotated[bool, typer.Option(
         "--strict", help="Treat warnings (unknown keys, :latest images, CRLF …) as errors.")]
     = False,
+    env: Annotated[str, typer.Option(
+        "-e", "--env", help="Also check what this backend would refuse before a run "
+        "(docker, local, auto, or none to skip).")] = "auto",
 ) -> None:
     """Validate tasks without starting anything.
 
     Prints one line per finding (`path:line: error|warning: text`) and `PATH: ok` for each task
     without errors. Exits 0 when there is no error, 1 otherwise.
     """
+    from cairn.job.preflight import preflight_findings
+    from cairn.task.findings import has_errors, promote_warnings
     from cairn.task.load import check_paths
 
     results = check_paths(paths, strict=strict)
+    backend: str | None = None
+    if env != "none" and any(r.ok for r in results):
+        from cairn.sandbox.auto import resolve_auto
+
+        backend = resolve_auto(env)
+    all_ok = True
     for result in results:
-        for finding in result.findings:
+        findings = list(result.findings)
+        if result.ok:  # what the run would refuse before it starts (the check predicts it)
+            extra = preflight_findings(result.path, backend)
+            findings += promote_warnings(extra) if strict else extra
+        for finding in findings:
             typer.echo(str(finding))
-        if result.ok:
+        ok = not has_errors(findings)
+        all_ok = all_ok and ok
+        if ok:
             typer.echo(f"{result.path}: ok")
-    raise typer.Exit(0 if all(r.ok for r in results) else 1)
+    raise typer.Exit(0 if all_ok else 1)
 
 
 @tasks_app.command(

@@ -1,4 +1,5 @@
-"""A job's inputs (design §8): task and dataset folders → filtered, loaded tasks; the checks run
+"""A job's inputs (design §8): task and dataset folders, registry datasets and git
+repositories (:mod:`cairn.datasets`) → filtered, loaded tasks; the checks run
 before anything starts (design §9 exit 2); the results a job writes without running a sandbox
 (``config_error`` for an invalid task, ``cancelled`` for a trial that never started).
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import fnmatch
 import os
 import tomllib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +25,7 @@ from cairn.results.model import (
     StepResult,
     StepSource,
     TaskRef,
+    TaskSource,
     TrialResult,
 )
 from cairn.results.store import trial_dir_name
@@ -42,6 +44,8 @@ class TaskEntry:
         content_hash: the task's content hash (also computed for an invalid task, so that
             fixing it gives its trials a new id).
         steps: declared step names, in order (``["main"]`` for a single-step task).
+        source: where a fetched task came from (dataset, repository, commit); ``None`` for a
+            local folder.
     """
 
     path: Path
@@ -50,6 +54,23 @@ class TaskEntry:
     error: str | None = None
     content_hash: str = ""
     steps: list[str] = field(default_factory=list)
+    source: TaskSource | None = None
+
+
+@dataclass
+class JobInputs:
+    """Everything :func:`discover_inputs` found.
+
+    Attributes:
+        entries: the tasks, filtered and limited, in input order.
+        sources: job.json's ``sources`` records (one per ``-d`` / ``--repo``; empty without).
+        notes: warnings and choices to report when the job starts (a version picked, a
+            registry entry with no pin, a registry read from its saved copy).
+    """
+
+    entries: list[TaskEntry]
+    sources: list[dict] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
 
 def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
@@ -58,8 +79,63 @@ def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(n, g) for g in globs for n in names)
 
 
+def previous_sources(job_dir: Path) -> list[dict] | None:
+    """The ``sources`` records of an existing job's job.json (``None`` when it has none)."""
+    from cairn.results.store import read_json
+
+    try:
+        meta = read_json(Path(job_dir) / "job.json")
+    except (OSError, ValueError):
+        return None
+    sources = meta.get("sources") if isinstance(meta, dict) else None
+    return sources if isinstance(sources, list) else None
+
+
+def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
+                    on_event: Callable[[str], None] | None = None) -> JobInputs:
+    """Find, fetch, filter (``-i``/``-x``), limit (``-l``) and load a job's tasks.
+
+    ``-p`` folders come first, then each ``-d`` dataset (registry order), then each
+    ``--repo``. Datasets and repositories are resolved to commits and fetched into the task
+    cache (:func:`cairn.datasets.resolve.resolve_sources`) before anything starts.
+
+    Args:
+        config: the job config.
+        resume_dir: the job folder of a resumed job: its recorded sources pin the commits,
+            and a dataset that now resolves differently is refused.
+        on_event: receives progress lines while fetching.
+
+    Returns:
+        The :class:`JobInputs`.
+
+    Raises:
+        UsageError: as :func:`discover_tasks`; a :class:`~cairn.errors.DatasetError` for a
+            bad dataset, registry, repository, commit or path.
+    """
+    if not (config.paths or config.datasets or config.repos):
+        raise UsageError("give at least one task or dataset folder (-p), dataset (-d) or "
+                         "git repository (--repo)")
+    found: list[tuple[Path, TaskSource | None]] = []
+    if config.paths:
+        found += [(d, None) for d in _folder_tasks(config.paths)]
+    sources: list[dict] = []
+    notes: list[str] = []
+    if config.datasets or config.repos:
+        from cairn.datasets.resolve import resolve_sources
+
+        previous = previous_sources(resume_dir) if resume_dir is not None else None
+        res = resolve_sources(datasets=config.datasets, repos=config.repos,
+                              registry_url=config.registry_url,
+                              registry_path=config.registry_path, repo_path=config.repo_path,
+                              previous=previous, notify=on_event)
+        found += [(t.path, t.source) for t in res.tasks]
+        sources, notes = res.records, res.notes
+    return JobInputs(_load_entries(found, config), sources, notes)
+
+
 def discover_tasks(config: JobConfig) -> list[TaskEntry]:
-    """Find, filter (``-i``/``-x``) and load the tasks of ``config.paths``.
+    """Find, filter (``-i``/``-x``) and load the tasks of a job (:func:`discover_inputs`
+    without a resumed job's records).
 
     A path is a task folder (it holds task.toml or task.md) or a dataset folder (its immediate
     sub-folders that are tasks, sorted by name). An invalid task becomes an entry with
@@ -76,14 +152,19 @@ def discover_tasks(config: JobConfig) -> list[TaskEntry]:
         UsageError: no path given, a path does not exist or holds no task, or no task matched
             the filters.
     """
-    from cairn.task.hashing import task_content_hash
-    from cairn.task.load import find_tasks, load_task
+    return discover_inputs(config).entries
 
-    if not config.paths:
-        raise UsageError("give at least one task or dataset folder (-p)")
-    entries: list[TaskEntry] = []
-    seen: set[Path] = set()
-    for p in config.paths:
+
+def _folder_tasks(paths: Iterable[Path]) -> list[Path]:
+    """The task folders of ``-p`` paths, in order.
+
+    Raises:
+        UsageError: a path does not exist or holds no task.
+    """
+    from cairn.task.load import find_tasks
+
+    out: list[Path] = []
+    for p in paths:
         p = Path(p).absolute()
         if not p.exists():
             raise UsageError(f"no such task or dataset folder: {p}")
@@ -91,33 +172,63 @@ def discover_tasks(config: JobConfig) -> list[TaskEntry]:
         if not dirs:
             raise UsageError(f"{p} is not a task folder (no task.toml or task.md) and holds "
                              "no task folders")
-        for d in dirs:
-            if d in seen:
-                continue
-            seen.add(d)
-            try:
-                task = load_task(d)
-            except TaskFormatError as exc:
-                lines = [str(f) for f in exc.findings] or [str(exc)]
-                name, steps = _fallback_identity(d)
-                entries.append(TaskEntry(d, name, error="\n".join(lines),
-                                         content_hash=task_content_hash(d), steps=steps))
-                continue
-            entries.append(TaskEntry(d, task.name, task=task, content_hash=task.content_hash,
-                                     steps=[s.name for s in task.steps]))
+        out += dirs
+    return out
+
+
+def _describe(entry: TaskEntry) -> str:
+    s = entry.source
+    if s is None:
+        return str(entry.path)
+    where = f"{s.dataset}@{s.dataset_version} " if s.dataset else ""
+    if s.git_url:
+        return f"{where}({s.git_url} {s.path or '.'} at {(s.commit or '')[:12]})"
+    return f"{where}({entry.path})"
+
+
+def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig
+                  ) -> list[TaskEntry]:
+    """Load each task folder once; filter, limit and check names.
+
+    Raises:
+        UsageError: no task matched the filters, or two different tasks share a name.
+    """
+    from cairn.task.hashing import task_content_hash
+    from cairn.task.load import load_task
+
+    entries: list[TaskEntry] = []
+    seen: set[Path] = set()
+    for d, source in found:
+        if d in seen:
+            continue
+        seen.add(d)
+        try:
+            task = load_task(d)
+        except TaskFormatError as exc:
+            lines = [str(f) for f in exc.findings] or [str(exc)]
+            name, steps = _fallback_identity(d)
+            entries.append(TaskEntry(d, name, error="\n".join(lines),
+                                     content_hash=task_content_hash(d), steps=steps,
+                                     source=source))
+            continue
+        entries.append(TaskEntry(d, task.name, task=task, content_hash=task.content_hash,
+                                 steps=[s.name for s in task.steps], source=source))
     if config.include:
         entries = [e for e in entries if _matches(e, config.include)]
     if config.exclude:
         entries = [e for e in entries if not _matches(e, config.exclude)]
+    if config.n_tasks is not None:
+        entries = entries[:config.n_tasks]
     if not entries:
-        raise UsageError("no task matched the given paths and filters (-p, -i, -x)")
-    by_name: dict[str, Path] = {}
+        raise UsageError("no task matched the given sources and filters (-p, -d, --repo, "
+                         "-i, -x)")
+    names: dict[str, TaskEntry] = {}
     for e in entries:
-        if e.name in by_name and by_name[e.name] != e.path:
-            raise UsageError(f"two tasks are named {e.name!r}: {by_name[e.name]} and {e.path}; "
-                             "task names identify trials and results, rename one "
-                             "([task].name)")
-        by_name[e.name] = e.path
+        if e.name in names and names[e.name].path != e.path:
+            raise UsageError(f"two tasks are named {e.name!r}: {_describe(names[e.name])} and "
+                             f"{_describe(e)}; task names identify trials and results — run "
+                             "them in separate jobs, or rename one ([task].name)")
+        names[e.name] = e
     return entries
 
 
@@ -212,7 +323,8 @@ def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, at
     steps = entry.steps or ["main"]
     return TrialResult(
         trial_id=trial_id, trial_name=trial_dir_name(entry.name, attempt, trial_id),
-        attempt=attempt, task=TaskRef(name=entry.name, content_hash=entry.content_hash),
+        attempt=attempt, task=TaskRef(name=entry.name, content_hash=entry.content_hash,
+                                      source=entry.source),
         agent=AgentRef(name=config.agent, kwargs=dict(config.agent_kwargs)), model=config.model,
         backend=backend, outcome=Outcome.ERRORED,
         error=ErrorInfo(kind=ErrorKind.CONFIG_ERROR, category=Category.TASK,
@@ -234,7 +346,7 @@ def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
     task = plan.task
     return TrialResult(
         trial_id=plan.trial_id, trial_name=plan.trial_name, attempt=plan.attempt,
-        task=TaskRef(name=task.name, content_hash=task.content_hash),
+        task=TaskRef(name=task.name, content_hash=task.content_hash, source=plan.source),
         agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)), model=plan.model,
         backend=plan.backend, outcome=Outcome.CANCELLED,
         error=ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB,

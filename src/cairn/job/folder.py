@@ -159,7 +159,8 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
         plans.append(TrialPlan(
             task=e.task, agent_name=config.agent, agent_kwargs=dict(config.agent_kwargs),
             model=config.model, backend=backend, attempt=d.attempt, trial_id=d.trial_id,
-            trial_dir=tp.root, job_id=paths.root.name, job_dir=paths.root, options=opts))
+            trial_dir=tp.root, job_id=paths.root.name, job_dir=paths.root, options=opts,
+            source=e.source))
     return plans, done
 
 
@@ -178,16 +179,19 @@ def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, emit: EventSi
 
 def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
                    engine_version: str | None, started_at: datetime,
-                   stopped_by: str | None, finished: bool = False) -> None:
+                   stopped_by: str | None, finished: bool = False,
+                   sources: list[dict] | None = None) -> None:
     """Write job.json (:class:`~cairn.results.model.JobMeta`): the resolved config with
-    ``--ae`` values masked, versions, why the job stopped."""
+    ``--ae`` values masked, versions, why the job stopped, and the resolved datasets and
+    repositories (``sources``)."""
     cfg = config.model_dump(mode="json")
     cfg["agent_env"] = {k: MASKED for k in config.agent_env}
     cfg["verifier_env"] = {k: MASKED for k in config.verifier_env}
     write_job_json(paths.root, JobMeta(
         job_name=paths.root.name, cairn_version=__version__, backend=backend,
         engine_version=engine_version, config=cfg, stopped_by=stopped_by,
-        started_at=started_at, finished_at=datetime.now(UTC) if finished else None))
+        started_at=started_at, finished_at=datetime.now(UTC) if finished else None,
+        sources=list(sources or [])))
 
 
 def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,

@@ -26,8 +26,8 @@ from typing import Any
 
 from cairn import __version__
 from cairn.errors import UsageError
-from cairn.events import JobObserver
-from cairn.job.discover import check_templates, discover_tasks
+from cairn.events import EventKind, JobObserver
+from cairn.job.discover import check_templates, discover_inputs
 from cairn.job.folder import (
     apply_decisions,
     clean_own_leftovers,
@@ -114,14 +114,25 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
     backend = resolve_backend(config.backend)
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-    entries = discover_tasks(config)
+    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
+               retry_errors=retry_errors, observer=observer)
+    observer = job.observer
+    # datasets and --repo are fetched in a thread (minutes, for a large one) so that Ctrl-C is
+    # still heard; its progress lines reach the observer on the loop's thread
+    loop = asyncio.get_running_loop()
+
+    def fetch_progress(line: str) -> None:
+        loop.call_soon_threadsafe(job.notice, line)
+
+    inputs = await asyncio.to_thread(discover_inputs, config,
+                                     resume_dir=job.job_dir if resume else None,
+                                     on_event=fetch_progress)
+    entries = inputs.entries
+    job.sources = inputs.sources
     if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7 checks
         from cairn.trial.snapshot import check_start_options
 
         check_start_options(config, [e.task for e in entries], backend)
-    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
-               retry_errors=retry_errors, observer=observer)
-    observer = job.observer
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
@@ -140,6 +151,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         job.open_log()
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                    f"(cairn {__version__}, backend {backend})")
+        for note in inputs.notes:
+            job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit)
         job.write_job_json()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -35,6 +36,9 @@ from cairn.trial.run import run_trial
 
 log = logging.getLogger("cairn.job")
 
+_TRIAL_WARNING_RE = re.compile(r"^\[[^\]]*\] warning: (.*)$", re.DOTALL)
+
+
 class JobRun:
     """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
 
@@ -56,16 +60,30 @@ class JobRun:
         self.started_at = datetime.now(UTC)
         self._engine_version: str | None = None
         self._engine_known = False
+        self._warned: set[str] = set()  # trial warnings already shown (once per job)
+        self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
-        """Append an event's line to job.log and hand the event to the observer."""
+        """Append an event's line to job.log and hand the event to the observer.
+
+        A trial's ``warning: …`` event (a limit the backend cannot apply, an ignored
+        ``# syntax=`` line) reaches the observer once per job; later copies go to job.log only
+        (each trial's result.json still records its warnings).
+        """
+        shown = True
+        if event.kind is EventKind.WARNING:
+            m = _TRIAL_WARNING_RE.match(event.text)
+            key = m.group(1) if m else event.text
+            shown = key not in self._warned
+            self._warned.add(key)
         if self._log is not None:
             with contextlib.suppress(OSError, ValueError):
                 stamp = datetime.now(UTC).strftime("%H:%M:%S")
                 self._log.write(f"{stamp} {event.text}\n")
                 self._log.flush()
-        self.observer.event(event)
+        if shown:
+            self.observer.event(event)
 
     def notice(self, text: str, kind: EventKind = EventKind.JOB, task: str | None = None) -> None:
         """Emit a job-level line."""
@@ -140,7 +158,7 @@ class JobRun:
             self._engine_known = True
         write_job_meta(self.paths, self.config, backend=self.backend,
                        engine_version=self._engine_version, started_at=self.started_at,
-                       stopped_by=self.stopped_by, finished=finished)
+                       stopped_by=self.stopped_by, finished=finished, sources=self.sources)
 
     def summary(self) -> JobSummary:
         """The job's summary (design §7) over the results recorded so far; every task of the

@@ -28,6 +28,7 @@ from cairn.results.model import (
     StepTimings,
     StopReason,
     TaskRef,
+    TaskSource,
     TaskSummary,
     TimingSummary,
     Tokens,
@@ -46,7 +47,7 @@ _NAMES = {
 __all__ = [
     "AgentExit", "AgentRef", "ErrorInfo", "Gate", "JobSummary", "KeyStat", "Outcome",
     "StepResult", "StepSource", "StepSummary", "StepTimings", "StepsFile", "StopReason",
-    "TaskRef", "TaskSummary", "TimingSummary", "Tokens", "TrialResult", "TrialTimings",
+    "TaskRef", "TaskSource", "TaskSummary", "TimingSummary", "Tokens", "TrialResult", "TrialTimings",
     *_NAMES,
 ]
 __getattr__, __dir__ = lazy_face("cairn.results", _NAMES)

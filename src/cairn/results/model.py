@@ -182,11 +182,36 @@ class StepResult(_Persisted):
             self.rewards is not None
 
 
+class TaskSource(_Persisted):
+    """Where a task's folder came from: a registry dataset, a git repository, or both.
+
+    Absent (``None`` on :class:`TaskRef`) for a task run from a local folder (``-p``).
+    """
+
+    registry: str | None = None
+    """The registry's URL or file path (``-d``)."""
+    dataset: str | None = None
+    """The dataset name (``-d NAME@VERSION``)."""
+    dataset_version: str | None = None
+    """The dataset version that was resolved."""
+    git_url: str | None = None
+    """The repository the task was fetched from."""
+    git_ref: str | None = None
+    """The ref that was resolved to ``commit`` at the job's start (``--repo URL@REF``, or
+    ``HEAD`` for a registry entry without a pin); ``None`` when the commit was pinned."""
+    commit: str | None = None
+    """The full commit id the task was fetched at."""
+    path: str | None = None
+    """The task folder's path inside the repository (or relative to the registry file)."""
+
+
 class TaskRef(_Persisted):
-    """``task`` of result.json: the task's name and content hash (64 hex characters)."""
+    """result.json's ``task``: which task ran, by name and content hash, and where from."""
 
     name: str
     content_hash: str
+    source: TaskSource | None = None
+    """Provenance of a task fetched by dataset name or from a git repository."""
 
 
 class AgentRef(_Persisted):
@@ -331,16 +356,23 @@ class JobMeta(_Persisted):
     """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
     started_at: datetime
     finished_at: datetime | None = None
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    """Each ``-d`` dataset and ``--repo`` as resolved at the start: registry, name and
+    version, and per task its repository, commit, path and content hash
+    (:mod:`cairn.datasets.resolve`); a resume reuses these commits."""
     derived_from: DerivedFrom | None = None
     """Set on a job made by ``cairn regrade``."""
 
 
 class ConfigTask(_Persisted):
-    """``task`` of config.json: name, content hash and the task folder's path on the host."""
+    """``task`` of config.json: name, content hash, the task folder's path on the host, and
+    where a fetched task came from."""
 
     name: str
     content_hash: str
     path: str
+    source: TaskSource | None = None
+    """Where a fetched task came from (as on result.json's ``task``)."""
 
 
 class ConfigAgent(_Persisted):

@@ -64,6 +64,32 @@ def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tup
     return rows
 
 
+def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
+    """Where the tasks came from: one ``("source", …)`` row per (dataset, repository,
+    commit), with its task count; none for tasks run from local folders.
+
+    Example value: ``demo@1.0 from https://…/registry.json: git://…/tasks.git @ 7cdbc59f3a0d
+    (2 tasks)``.
+    """
+    tasks: dict[tuple, set[str]] = {}
+    for r in results:
+        s = r.task.source
+        if s is None:
+            continue
+        key = (s.dataset, s.dataset_version, s.registry, s.git_url, s.git_ref, s.commit)
+        tasks.setdefault(key, set()).add(r.task.name)
+    rows = []
+    for (ds, version, registry, url, ref, commit), names in tasks.items():
+        parts = []
+        if ds:
+            parts.append(f"{ds}@{version} from {registry}")
+        if url:
+            parts.append(f"{url} @ {(commit or '?')[:12]}" + (f" ({ref})" if ref else ""))
+        n = len(names)
+        rows.append(("source", ": ".join(parts) + f" ({n} task{'s' if n != 1 else ''})"))
+    return rows
+
+
 def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter]:
     """(task, step) → how many trials stopped / errored at that step."""
     ends: dict[tuple[str, str], Counter] = {}
@@ -163,7 +189,7 @@ def render(job, fmt: str = "text") -> str:
     results = getattr(job, "results", ())
     rows = task_rows(summary, results)
     net = network_rows(results)
-    head = summary_rows(summary, stopped_by)
+    head = summary_rows(summary, stopped_by) + source_rows(results)
     if net:
         head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
                                        f"in {sum(1 for r in net if r[2] != '0')} steps"))

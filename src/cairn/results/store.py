@@ -18,6 +18,7 @@ means the trial is finished. Secret values are masked as ``***`` in what cairn w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
-from cairn._util.jsonio import loads_strict, to_jsonable, write_json_atomic
+from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_json_atomic
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
@@ -38,7 +39,7 @@ from cairn.results.model import (
     StepsFile,
     TrialResult,
 )
-from cairn.task.model import task_slug
+from cairn.task.model import step_folder_name, task_slug
 
 JOB_JSON = "job.json"
 SUMMARY_JSON = "summary.json"
@@ -49,6 +50,8 @@ CONFIG_JSON = "config.json"
 RESULT_JSON = "result.json"
 STEPS_JSON = "steps.json"
 TRIAL_LOG = "trial.log"
+STATUS_JSON = "status.json"
+INSTRUCTION_MD = "instruction.md"
 STEPS = "steps"
 ATTEMPTS = "attempts"
 STEP_SUBDIRS = ("agent", "verifier", "artifacts")
@@ -58,8 +61,8 @@ ARTIFACTS_MANIFEST = "manifest.json"
 __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
-    "read_result", "read_job_json", "read_steps", "read_summary", "move_superseded",
-    "trial_dir_group", "step_dir_name", "task_slug", "trial_dir_name",
+    "read_result", "read_job_json", "read_status", "read_steps", "read_summary", "move_superseded",
+    "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
@@ -121,7 +124,9 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
 
 
 def step_dir_name(index: int, name: str) -> str:
-    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7).
+    """A step's folder name: ``<nn>-<name>``, nn the 1-based index on two digits (design §7),
+    without doubling a number the name starts with (``19-recall`` at step 19 stays
+    ``19-recall``; see :func:`cairn.task.model.step_folder_name`).
 
     Args:
         index: 1-based step index.
@@ -130,6 +135,12 @@ def step_dir_name(index: int, name: str) -> str:
     Returns:
         e.g. ``01-main``.
     """
+    return step_folder_name(index, name)
+
+
+def legacy_step_dir_name(index: int, name: str) -> str:
+    """The folder name cairn used before numbered names were folded (``19-19-recall``), still
+    read in job folders written then."""
     return f"{index:02d}-{name}"
 
 
@@ -159,6 +170,11 @@ class StepPaths:
         """``network.jsonl``: the egress gateway's record of the step's connection attempts."""
         return self.root / "network.jsonl"
 
+    @property
+    def instruction(self) -> Path:
+        """``instruction.md``: the instruction the agent was given (canary lines removed)."""
+        return self.root / INSTRUCTION_MD
+
     def create(self) -> StepPaths:
         """Create the three folders (idempotent). Returns: ``self``."""
         for sub in (self.agent, self.verifier, self.artifacts):
@@ -176,12 +192,20 @@ class TrialPaths:
     result_json = property(lambda self: self.root / RESULT_JSON, doc="Written last.")
     steps_json = property(lambda self: self.root / STEPS_JSON, doc="Rewritten after each step.")
     trial_log = property(lambda self: self.root / TRIAL_LOG, doc="The trial's log.")
+    status_json = property(lambda self: self.root / STATUS_JSON,
+                           doc="Live phase of a running trial (advisory; see write_status).")
     steps_dir = property(lambda self: self.root / STEPS, doc="Parent of the step folders.")
     attempts_dir = property(lambda self: self.root / ATTEMPTS, doc="Earlier attempts.")
 
     def step(self, index: int, name: str) -> StepPaths:
-        """The folders of step ``index`` (1-based) named ``name`` (not created)."""
-        return StepPaths(self.steps_dir / step_dir_name(index, name))
+        """The folders of step ``index`` (1-based) named ``name`` (not created).
+
+        In a trial folder written before numbered step names were folded, the old
+        ``<nn>-<name>`` folder is used when it exists and the new one does not.
+        """
+        new = self.steps_dir / step_dir_name(index, name)
+        old = self.steps_dir / legacy_step_dir_name(index, name)
+        return StepPaths(old if old != new and old.is_dir() and not new.exists() else new)
 
     def attempt(self, n: int) -> Path:
         """``attempts/<n>/`` (1-based)."""
@@ -369,6 +393,43 @@ class TrialStore:
             os.fsync(f.fileno())
         return NetworkCounts(allowed=allowed, denied=denied, denied_hosts=denied_hosts)
 
+    # ---- live status (read by `cairn view`; advisory, never part of the result) ----------
+    def write_status(self, phase: str, step_index: int | None = None,
+                     step_name: str | None = None) -> None:
+        """Record where a running trial is: ``status.json`` ``{phase, step_index, step, at}``.
+
+        Rewritten atomically at each phase change. Advisory: a viewer shows it only while
+        ``result.json`` is absent; a write failure is ignored (it never fails a trial).
+
+        Args:
+            phase: the phase name (``environment``, ``agent_setup``, ``setup``, ``agent`` …).
+            step_index: 1-based index of the running step, ``None`` outside steps.
+            step_name: its name.
+        """
+        from datetime import UTC, datetime
+
+        status = {"phase": str(phase), "step_index": step_index, "step": step_name,
+                  "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        target = self.paths.status_json
+        tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+        try:  # atomic for readers (rename), but no fsync: the file is advisory and frequent
+            tmp.write_bytes(dumps_strict(self.masker.mask_json(status)).encode("utf-8"))
+            os.replace(tmp, target)
+        except OSError:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+
+    def write_instruction(self, index: int, name: str, text: str) -> None:
+        """Write a step's ``instruction.md`` (the text the agent got; masked).
+
+        Args:
+            index: 1-based step index.
+            name: the step name.
+            text: the instruction, canary lines already removed.
+        """
+        self.write_text(self.paths.step(index, name).instruction.relative_to(self.paths.root),
+                        text)
+
     def append_log(self, text: str) -> None:
         """Append text to ``trial.log`` (masked; a newline is added when missing).
 
@@ -439,6 +500,22 @@ def read_result(path: Path) -> TrialResult:
         ValueError: not strict JSON, or not a valid TrialResult (pydantic ``ValidationError``).
     """
     return TrialResult.model_validate(read_json(path))
+
+
+def read_status(trial: TrialPaths) -> dict | None:
+    """A running trial's ``status.json`` (see :meth:`TrialStore.write_status`).
+
+    Returns:
+        ``{phase, step_index, step, at}``, or ``None`` when the trial is finished, has no status
+        file or the file is unreadable.
+    """
+    if trial.finished:
+        return None
+    try:
+        data = read_json(trial.status_json)
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def read_steps(path: Path) -> StepsFile:

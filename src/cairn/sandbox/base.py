@@ -357,6 +357,21 @@ class Sandbox(ABC):
         ``reason``, ``bytes_out``, ``bytes_in``); ``[]`` without a gateway."""
         return []
 
+    # ---- services -------------------------------------------------------------------
+    async def for_service(self, service: str) -> Sandbox:
+        """The sandbox view of one compose service (Harbor 0.26's ``service_exec``): exec and
+        download aimed at that service's container. ``main`` is this sandbox.
+
+        Raises:
+            UnsupportedError: the backend runs no services, or the project has no such service.
+        """
+        if service == "main":
+            return self
+        from cairn.errors import UnsupportedError
+
+        raise UnsupportedError(f"backend {self.name!r} runs no compose services "
+                               f"(asked for service {service!r})")
+
     # ---- operations -------------------------------------------------------------------
     @property
     @abstractmethod

@@ -51,6 +51,10 @@ def _toml_str(value: str) -> str:
     return json.dumps(value)  # a JSON string is a valid TOML basic string
 
 
+DEFAULT_ORG = "local"
+"""The org ``cairn tasks init`` gives a task name written without one."""
+
+
 def _task_toml(name: str, steps: Sequence[str]) -> str:
     lines = [
         'schema_version = "1.4"',
@@ -126,8 +130,8 @@ def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path(".")) ->
     """Write a task skeleton into ``parent/<folder>``.
 
     Args:
-        name: the task name; ``org/name`` is allowed (the folder is the part after the last
-            ``/``).
+        name: the task name, ``org/name`` or ``name`` (then written as ``local/name``, since
+            Harbor 0.26 loads only ``org/name``); the folder is the part after the ``/``.
         steps: step names for a multi-step task (each valid and unique); empty for single-step.
         parent: the folder to create the task in.
 
@@ -154,7 +158,9 @@ def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path(".")) ->
     root = Path(parent) / folder
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{root} already exists and is not empty")
-    for rel, text in skeleton_files(name, steps).items():
+    # Harbor 0.26 loads only `org/name` task names: a bare name gets the org `local`.
+    full_name = name if len(parts) == 2 else f"{DEFAULT_ORG}/{name}"
+    for rel, text in skeleton_files(full_name, steps).items():
         target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")

@@ -344,10 +344,11 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
             verifier_timeout_sec=_pick(task_verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT_SEC),
             verifier_user=task_verifier.user,
             verifier_env=dict(task_verifier.env),
-            verifier_mode=task_verifier.environment_mode or "shared",
+            verifier_mode=task_verifier.declared_mode or "shared",
             verifier_environment=task_verifier.environment,
             artifacts=config.artifacts,
             pre_artifacts_sh=_first_file(root / PRE_ARTIFACTS_SH),
+            collect=task_verifier.collect,
         ),)
     env = config.environment
     return Task(
@@ -388,10 +389,13 @@ def _build_step(root: Path, config: TaskConfig, index: int, sc: StepConfig) -> S
                                    DEFAULT_VERIFIER_TIMEOUT_SEC),
         verifier_user=sc.verifier.user if sc.verifier.user is not None else verifier.user,
         verifier_env={**verifier.env, **sc.verifier.env},
-        verifier_mode=sc.verifier.environment_mode or verifier.environment_mode or "shared",
+        # Harbor 0.26 precedence: the step's explicit mode, a step environment table (separate),
+        # the task's explicit mode, a task environment table (separate), shared.
+        verifier_mode=sc.verifier.declared_mode or verifier.declared_mode or "shared",
         verifier_environment=sc.verifier.environment or verifier.environment,
         min_reward=sc.min_reward,
         artifacts=config.artifacts + sc.artifacts,
+        collect=verifier.collect + sc.verifier.collect,
         healthcheck=sc.healthcheck,
         setup_timeout_sec=sc.setup_timeout_sec,
         pre_artifacts_sh=_first_file(step_dir / PRE_ARTIFACTS_SH, root / PRE_ARTIFACTS_SH),

@@ -37,10 +37,51 @@ def task_slug(task_name: str) -> str:
     return _SLUG_RE.sub("-", task_name)
 
 
+_NUMBERED_RE = re.compile(r"^0*(\d+)([-_.])(.+)$")
+
+
+def step_folder_name(index: int, name: str) -> str:
+    """A step's results folder name (design §7): ``<nn>-<name>``, nn the 1-based index on two
+    digits — without doubling a number the name already starts with.
+
+    A name that starts with the step's own number (``19-recall`` at index 19, ``1_setup`` at
+    index 1) keeps its separator and rest, with the number written on two digits:
+    ``19-recall``, ``01_setup`` (not ``19-19-recall``). Any other name is prefixed:
+    ``01-main``, ``02-3-three``.
+
+    Args:
+        index: 1-based step index.
+        name: the step name.
+    """
+    m = _NUMBERED_RE.match(name)
+    if m and int(m.group(1)) == index:
+        return f"{index:02d}{m.group(2)}{m.group(3)}"
+    return f"{index:02d}-{name}"
+
+
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0
 """Agent timeout when neither the task nor the step sets one (Evolve's default; design §1.1)."""
 
 DEFAULT_VERIFIER_TIMEOUT_SEC = 600.0
+
+_SIZE_RE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([KMG])\s*$", re.IGNORECASE)
+
+
+def parse_size_mb(text: str) -> int | None:
+    """A legacy size string in MiB, as Harbor 0.26 maps ``memory``/``storage``.
+
+    ``"1G"`` → 1024, ``"512M"`` → 512, ``"2048K"`` → 2 (truncated, as Harbor's
+    ``EnvironmentConfig._parse_size_to_mb``). Case-insensitive.
+
+    Returns:
+        The size in MiB, or ``None`` when the text is not ``<number><K|M|G>``.
+    """
+    m = _SIZE_RE.match(text)
+    if not m:
+        return None
+    number, unit = float(m.group(1)), m.group(2).upper()
+    return int(number * 1024) if unit == "G" else int(number) if unit == "M" \
+        else int(number / 1024)
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
 DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC = 300.0
 """Bound on ``pre_artifacts.sh`` (× the timeout multiplier), seconds."""
@@ -48,6 +89,8 @@ PRE_ARTIFACTS_SH = "pre_artifacts.sh"
 """Evolve's hook run after each agent phase, before artifact collection (task root or step)."""
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 SINGLE_STEP_NAME = "main"
+MAIN_SERVICE = "main"
+"""The compose service that runs the agent (artifacts and collect hooks default to it)."""
 
 
 class _Model(BaseModel):
@@ -72,12 +115,15 @@ class Artifact(_Model):
     """One artifact entry (design §4.5): a path string is ``Artifact(source=path)``.
 
     ``source`` is an absolute sandbox path; ``destination`` is relative to the step's
-    ``artifacts/`` folder (default: the source path without its leading ``/``).
+    ``artifacts/`` folder (default: the source path without its leading ``/``). ``service``
+    names the compose service to collect from (``None`` or ``main``: the main container), as
+    Harbor 0.26's ``ArtifactConfig.service``.
     """
 
     source: str
     destination: str | None = None
     exclude: tuple[str, ...] = ()
+    service: str | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -120,6 +166,13 @@ class AgentConfig(_Model):
     allowed_hosts: tuple[str, ...] = ()
 
 
+class TpuSpec(_Model):
+    """``[environment.tpu]`` (Harbor 0.26): a TPU slice. cairn refuses it (no TPU backend)."""
+
+    type: str | None = None
+    topology: str | None = None
+
+
 class EnvironmentConfig(_Model):
     """``[environment]`` (design §1.1). Units: seconds, cores, MiB."""
 
@@ -130,6 +183,9 @@ class EnvironmentConfig(_Model):
     memory_mb: int | None = None
     storage_mb: int | None = None
     gpus: int = 0
+    gpu_types: tuple[str, ...] | None = None
+    tpu: TpuSpec | None = None
+    skills_dir: str | None = None
     network_mode: NetworkMode | None = None
     allowed_hosts: tuple[str, ...] = ()
     allow_internet: bool | None = None
@@ -137,6 +193,24 @@ class EnvironmentConfig(_Model):
     healthcheck: Healthcheck | None = None
     os: str = "linux"
     mcp_servers: tuple[dict[str, Any], ...] = ()
+    memory: str | None = None
+    storage: str | None = None
+    """Legacy spellings (``"1G"``, ``"512M"``): applied as ``memory_mb``/``storage_mb`` with a
+    deprecation warning by :meth:`_legacy_sizes` (as Harbor 0.26's loader maps them)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _legacy_sizes(cls, value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        value = dict(value)
+        for legacy, field in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            raw = value.get(legacy)
+            if isinstance(raw, str) and value.get(field) is None:
+                mb = parse_size_mb(raw)
+                if mb is not None:
+                    value[field] = mb
+        return value
 
     @property
     def effective_network_mode(self) -> NetworkMode:
@@ -166,17 +240,46 @@ def _phase_policy(configs: tuple[AgentConfig | VerifierConfig, ...],
     return fallback
 
 
+class CollectHook(_Model):
+    """One ``[[verifier.collect]]`` entry (Harbor 0.26): a command run in a compose service
+    after the agent phase, before artifacts are collected (design §4.5).
+
+    Units: seconds. ``service`` ``main`` is the main container; hooks on other services run
+    after the main container's agent phase has ended, before artifact collection.
+    """
+
+    command: str
+    service: str = MAIN_SERVICE
+    timeout_sec: float = 60.0
+    user: str | int | None = None
+
+
 class VerifierConfig(_Model):
-    """``[verifier]`` or ``[steps.verifier]``."""
+    """``[verifier]`` or ``[steps.verifier]``.
+
+    ``environment_mode`` unset with an ``environment`` table means ``separate`` (Harbor 0.26
+    ``verifier_mode._resolve_mode``); ``shared`` together with a table is refused at load.
+    """
 
     timeout_sec: float | None = None
     user: str | int | None = None
     env: dict[str, str] = Field(default_factory=dict)
     environment_mode: Literal["shared", "separate"] | None = None
     environment: EnvironmentConfig | None = None
+    collect: tuple[CollectHook, ...] = ()
     network_mode: NetworkMode | None = None
     """The verifier phase's network mode (overrides ``[environment]``'s; Harbor 0.26)."""
     allowed_hosts: tuple[str, ...] = ()
+
+    @property
+    def declared_mode(self) -> Literal["shared", "separate"] | None:
+        """The mode this table asks for: explicit, else ``separate`` when it has an
+        ``environment`` table, else ``None`` (inherit)."""
+        if self.environment_mode is not None:
+            return self.environment_mode
+        if self.environment is not None:
+            return "separate"
+        return None
 
 
 class SolutionConfig(_Model):
@@ -261,6 +364,8 @@ class Step(BaseModel):
         verifier_environment: the separate verifier's environment, if any.
         min_reward: the gate (number or table), or ``None``.
         artifacts: task-level then step-level artifact entries.
+        collect: ``[[verifier.collect]]`` hooks run before this step's artifacts are
+            collected: the task's, then the step's (Harbor 0.26 ``_collect_hooks_for``).
         healthcheck: the step healthcheck, or ``None``.
         setup_timeout_sec: bound on ``workdir/setup.sh``.
         pre_artifacts_sh: ``steps/<name>/pre_artifacts.sh``, else the task root's
@@ -286,6 +391,7 @@ class Step(BaseModel):
     verifier_environment: EnvironmentConfig | None = None
     min_reward: MinReward | None = None
     artifacts: tuple[Artifact, ...] = ()
+    collect: tuple[CollectHook, ...] = ()
     healthcheck: Healthcheck | None = None
     setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
     pre_artifacts_sh: Path | None = None
@@ -300,8 +406,8 @@ class Step(BaseModel):
 
     @property
     def dir_name(self) -> str:
-        """The step's folder name in results: ``<nn>-<name>`` (design §7)."""
-        return f"{self.index:02d}-{self.name}"
+        """The step's folder name in results (:func:`step_folder_name`, design §7)."""
+        return step_folder_name(self.index, self.name)
 
 
 class Task(BaseModel):

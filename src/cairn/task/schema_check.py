@@ -31,6 +31,10 @@ KeyPath = tuple[str | int, ...]
 _ROOT_EXTRA_KEYS = {"version": "schema_version"}
 """Root spellings accepted besides the field names (BenchFlow's ``version``)."""
 
+_HINT_CUTOFF = 0.75
+"""Similarity a key needs for a "did you mean": typos (``memroy_mb`` 0.89) pass, different
+words that share letters (``service`` vs ``source``, 0.62) do not."""
+
 _NON_NEGATIVE_SUFFIXES = ("_sec", "_mb")
 _NON_NEGATIVE_NAMES = frozenset({"cpus", "gpus", "retries"})
 
@@ -151,7 +155,7 @@ def _check_table(raw: dict[str, Any], model: type[BaseModel], path: KeyPath,
                          f"got {_describe_value(value)}")
         else:
             where = f" in [{format_key_path(path)}]" if path else ""
-            hint = difflib.get_close_matches(str(key), list(fields), n=1)
+            hint = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=_HINT_CUTOFF)
             suggestion = f" (did you mean `{hint[0]}`?)" if hint else ""
             sink.key(here, WARNING, f"unknown key `{key}`{where}{suggestion}")
 

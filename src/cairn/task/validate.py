@@ -17,7 +17,7 @@ from cairn.layout import find_compose_file
 from cairn.netpolicy import AllowEntry
 from cairn.task.envvars import embedded_template
 from cairn.task.findings import ERROR, WARNING, FindingSink, format_key_path
-from cairn.task.model import STEP_NAME_RE
+from cairn.task.model import MAIN_SERVICE, STEP_NAME_RE, parse_size_mb
 
 KeyPath = tuple[str | int, ...]
 
@@ -46,6 +46,24 @@ def declared_steps(doc: dict[str, Any]) -> list[Any]:
     """
     steps = doc.get("steps")
     return steps if isinstance(steps, list) else []
+
+
+def declared_verifier_mode(verifier: dict[str, Any]) -> str | None:
+    """The verifier mode a raw ``[verifier]`` table asks for, as Harbor 0.26 infers it.
+
+    Args:
+        verifier: a ``[verifier]`` or ``[steps.verifier]`` table as written.
+
+    Returns:
+        Its ``environment_mode``; else ``"separate"`` when it has an ``environment`` table;
+        else ``None`` (the level above decides).
+    """
+    mode = verifier.get("environment_mode")
+    if isinstance(mode, str):
+        return mode
+    if isinstance(verifier.get("environment"), dict):
+        return "separate"
+    return None
 
 
 def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
@@ -81,6 +99,8 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
         _check_network_keys(_table(doc, *path), path, sink)
     _check_mcp_servers(doc, steps, sink)
     _check_judges(doc, steps, sink)
+    _check_harbor_rules(doc, steps, sink)
+    _check_services_exist(root, doc, sink)
     dockerfile = root / "environment" / "Dockerfile"
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
@@ -93,7 +113,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
     """Names, folders, instructions and tests of declared steps; returns the usable names."""
     seen: dict[str, int] = {}
     valid: list[str] = []
-    task_mode = _table(doc, "verifier").get("environment_mode")
+    task_mode = declared_verifier_mode(_table(doc, "verifier"))
     shared_test = (root / "tests" / "test.sh").is_file()
     for i, entry in enumerate(steps):
         if not isinstance(entry, dict):
@@ -124,7 +144,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
         valid.append(name)
         if not (step_dir / "instruction.md").is_file():
             sink.key(where, ERROR, f"step `{name}`: `steps/{name}/instruction.md` is missing")
-        mode = _table(entry, "verifier").get("environment_mode") or task_mode or "shared"
+        mode = declared_verifier_mode(_table(entry, "verifier")) or task_mode or "shared"
         if mode == "shared" and not shared_test and not (step_dir / "tests" / "test.sh").is_file():
             sink.key(where, ERROR, f"step `{name}` has no test: neither "
                      f"`steps/{name}/tests/test.sh` nor `tests/test.sh` exists")
@@ -269,6 +289,128 @@ def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> N
                      f"{mode} verifier: cairn opens the judge's host for the verifier through "
                      "the egress gateway, which only the docker backend has (-e local refuses "
                      "this task)")
+
+
+# -- Harbor 0.26 rules ---------------------------------------------------------------------
+
+_ORG_NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]*/[a-zA-Z0-9][a-zA-Z0-9._-]*$")
+"""Harbor 0.26's ``[task].name`` pattern (``org/name``)."""
+
+_SERVICE_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]*$")
+"""A Docker Compose service name."""
+
+
+def _verifier_tables(steps: list[Any]) -> list[KeyPath]:
+    return [("verifier",)] + [("steps", i, "verifier") for i in range(len(steps))]
+
+
+def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
+    """What Harbor 0.26's task models refuse or migrate, checked the same way here."""
+    name = _table(doc, "task").get("name")
+    if isinstance(name, str) and name and (not _ORG_NAME_RE.match(name) or ".." in name):
+        sink.key(("task", "name"), WARNING,
+                 f"`task.name` = {name!r} is not in `org/name` form: cairn accepts it, "
+                 "Harbor 0.26 refuses to load the task")
+    for path in _verifier_tables(steps):
+        verifier = _table(doc, *path)
+        if verifier.get("environment_mode") == "shared" and isinstance(
+                verifier.get("environment"), dict):
+            where = format_key_path(path)
+            sink.key(path + ("environment_mode",), ERROR,
+                     f"`{where}.environment_mode = \"shared\"` conflicts with "
+                     f"[{where}.environment]: a shared verifier has no environment of its "
+                     "own; drop the table or set `environment_mode = \"separate\"`")
+        hooks = verifier.get("collect")
+        for k, hook in enumerate(hooks if isinstance(hooks, list) else []):
+            if isinstance(hook, dict):
+                _check_service(hook.get("service"), path + ("collect", k, "service"), sink)
+    for path in _environment_tables(doc, steps):
+        env = _table(doc, *path)
+        for legacy, field in (("memory", "memory_mb"), ("storage", "storage_mb")):
+            if legacy not in env:
+                continue
+            here = path + (legacy,)
+            raw = env[legacy]
+            if not isinstance(raw, str):
+                continue  # a type error, already reported
+            mb = parse_size_mb(raw)
+            if mb is None:
+                sink.key(here, ERROR, f"`{format_key_path(here)}` = {raw!r}: expected a size "
+                         f"like \"1G\" or \"512M\" (better: `{field}` in MiB)")
+            elif isinstance(env.get(field), int) and env[field] != mb:
+                sink.key(here, ERROR, f"`{format_key_path(here)}` = {raw!r} ({mb} MiB) "
+                         f"conflicts with `{field}` = {env[field]}")
+            else:
+                sink.key(here, WARNING, f"`{format_key_path(here)}` is deprecated: applied "
+                         f"as `{field} = {mb}`; write that instead")
+        if isinstance(env.get("tpu"), dict):
+            sink.key(path + ("tpu",), ERROR, f"`{format_key_path(path + ('tpu',))}`: cairn "
+                     "has no backend that attaches TPUs; this task cannot run here")
+        gpu_types = env.get("gpu_types")
+        if isinstance(gpu_types, list) and gpu_types and not env.get("gpus"):
+            sink.key(path + ("gpu_types",), WARNING,
+                     f"`{format_key_path(path + ('gpu_types',))}` has no effect without "
+                     "`gpus` > 0")
+    for base in [("artifacts",)] + [("steps", i, "artifacts") for i in range(len(steps))]:
+        entries = _table(doc, *base[:-1]).get(base[-1]) if len(base) > 1 else doc.get(base[0])
+        for k, entry in enumerate(entries if isinstance(entries, list) else []):
+            if isinstance(entry, dict) and "service" in entry:
+                _check_service(entry.get("service"), base + (k, "service"), sink)
+
+
+def _check_service(value: Any, path: KeyPath, sink: FindingSink) -> None:
+    if isinstance(value, str) and not _SERVICE_RE.match(value.strip()):
+        sink.key(path, ERROR, f"`{format_key_path(path)}` = {value!r} is not a compose "
+                 "service name (letters, digits, `_`, `.`, `-`, starting with a letter or "
+                 "digit)")
+
+
+def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
+    """Artifacts and collect hooks that name a service need a compose file that defines it."""
+    wanted = uses_services(doc)
+    if not wanted:
+        return
+    compose = find_compose_file(root / "environment")
+    if compose is None:
+        sink.file(root, ERROR, f"artifacts or [[verifier.collect]] name service(s) "
+                  f"{', '.join(sorted(wanted))}, but the task has no "
+                  "environment/docker-compose.yaml")
+        return
+    import yaml
+
+    try:
+        services = (yaml.safe_load(compose.read_text(encoding="utf-8")) or {}).get("services")
+    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        return  # reported when the run reads it
+    if isinstance(services, dict):
+        missing = sorted(wanted - set(services))
+        if missing:
+            sink.file(compose, ERROR, f"no service {', '.join(missing)} (named by artifacts "
+                      "or [[verifier.collect]] in task.toml)")
+
+
+def uses_services(doc: dict[str, Any]) -> set[str]:
+    """The compose services other than ``main`` that artifacts and collect hooks name.
+
+    Args:
+        doc: the parsed task.toml.
+
+    Returns:
+        The service names (empty when everything targets the main container).
+    """
+    out: set[str] = set()
+    steps = declared_steps(doc)
+    lists: list[Any] = [doc.get("artifacts")]
+    lists += [_table(doc, "steps", i).get("artifacts") for i in range(len(steps))]
+    for path in _verifier_tables(steps):
+        lists.append(_table(doc, *path).get("collect"))
+    for entries in lists:
+        for entry in entries if isinstance(entries, list) else []:
+            if isinstance(entry, dict):
+                svc = entry.get("service")
+                if isinstance(svc, str) and svc.strip() and svc.strip() != MAIN_SERVICE:
+                    out.add(svc.strip())
+    return out
 
 
 # -- artifacts -------------------------------------------------------------------------------

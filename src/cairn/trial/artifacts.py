@@ -16,7 +16,7 @@ from pathlib import Path, PurePosixPath
 from cairn.errors import SandboxLostError
 from cairn.layout import ARTIFACTS_DIR
 from cairn.sandbox.base import Sandbox
-from cairn.task.model import Artifact
+from cairn.task.model import MAIN_SERVICE, Artifact, CollectHook
 
 DEFAULT_ARTIFACT_CAP_BYTES = 1 << 30
 """Per-entry size cap: 1 GiB."""
@@ -61,7 +61,8 @@ async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
 
 async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
                             cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
-                            logs_artifacts_written: bool | None = None) -> list[dict]:
+                            logs_artifacts_written: bool | None = None,
+                            include_logs: bool = True) -> list[dict]:
     """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
 
     Args:
@@ -71,6 +72,7 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         cap_bytes: per-entry size cap in bytes.
         logs_artifacts_written: whether ``/logs/artifacts`` holds files, when the caller
             already knows (saves a probe); ``None`` probes.
+        include_logs: also collect ``/logs/artifacts`` (the main container's; not a sidecar's).
 
     Returns:
         The manifest rows: ``{source, destination, status: "copied"|"failed", bytes, error,
@@ -80,7 +82,8 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         SandboxLostError: the engine is gone (every other failure is recorded per entry).
     """
     rows: list[dict] = []
-    all_entries = [*entries, Artifact(source=LOGS_ARTIFACTS, destination=".")]
+    all_entries = [*entries] + ([Artifact(source=LOGS_ARTIFACTS, destination=".")]
+                                if include_logs else [])
     for entry in all_entries:
         dest_rel = entry.effective_destination
         row: dict = {"source": entry.source, "destination": dest_rel, "status": "failed",
@@ -129,3 +132,92 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
     # the sandbox's /logs/artifacts is world-writable; its host copy must not be
     dest_dir.chmod(0o755)
     return rows
+
+
+def _service_of(entry: Artifact | CollectHook) -> str:
+    svc = (entry.service or MAIN_SERVICE).strip()
+    return svc or MAIN_SERVICE
+
+
+async def run_collect_hooks(sandbox: Sandbox, hooks: tuple[CollectHook, ...], *,
+                            timeout_multiplier: float = 1.0) -> list[str]:
+    """Run ``[[verifier.collect]]`` hooks in their services, in order; best effort.
+
+    Args:
+        sandbox: the trial's sandbox (services reached with :meth:`Sandbox.for_service`).
+        hooks: the hooks to run.
+        timeout_multiplier: ``--timeout-multiplier``.
+
+    Returns:
+        One warning per hook that failed, timed out or could not reach its service (as
+        Harbor 0.26's ``_run_collect_hooks``: a hook never stops the trial).
+
+    Raises:
+        SandboxLostError: the engine is gone.
+    """
+    warnings: list[str] = []
+    for hook in hooks:
+        svc = _service_of(hook)
+        try:
+            target = await sandbox.for_service(svc)
+            r = await target.exec(hook.command, user=hook.user,
+                                  timeout_sec=hook.timeout_sec * timeout_multiplier)
+        except SandboxLostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - best effort, recorded
+            warnings.append(f"collect hook in service {svc} failed ({hook.command!r}): {exc}")
+            continue
+        if r.timed_out:
+            warnings.append(f"collect hook in service {svc} timed out after "
+                            f"{hook.timeout_sec * timeout_multiplier:g} s ({hook.command!r})")
+        elif r.exit_code != 0:
+            warnings.append(f"collect hook in service {svc} exited {r.exit_code} "
+                            f"({hook.command!r}): {r.stderr.strip()[-300:]}")
+    return warnings
+
+
+async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...],
+                                 hooks: tuple[CollectHook, ...], dest_dir: Path, *,
+                                 timeout_multiplier: float = 1.0,
+                                 logs_artifacts_written: bool | None = None
+                                 ) -> tuple[list[dict], list[str]]:
+    """A step's collection pass, as Harbor 0.26 orders it: hooks on ``main``, ``main``'s
+    artifacts (and ``/logs/artifacts``), then hooks on the other services, then their
+    artifacts (each entry's ``service``).
+
+    Args:
+        sandbox: the trial's sandbox.
+        entries: the step's artifact entries (task-level then step-level).
+        hooks: the step's collect hooks (task-level then step-level).
+        dest_dir: the step's ``artifacts/`` folder.
+        timeout_multiplier: ``--timeout-multiplier``.
+        logs_artifacts_written: as :func:`collect_artifacts`.
+
+    Returns:
+        ``(manifest rows, warnings)``; rows of a service's entries carry ``service``.
+
+    Raises:
+        SandboxLostError: the engine is gone.
+    """
+    main_hooks = tuple(h for h in hooks if _service_of(h) == MAIN_SERVICE)
+    warnings = await run_collect_hooks(sandbox, main_hooks, timeout_multiplier=timeout_multiplier)
+    main_entries = tuple(e for e in entries if _service_of(e) == MAIN_SERVICE)
+    rows = await collect_artifacts(sandbox, main_entries, dest_dir,
+                                   logs_artifacts_written=logs_artifacts_written)
+    side_hooks = tuple(h for h in hooks if _service_of(h) != MAIN_SERVICE)
+    warnings += await run_collect_hooks(sandbox, side_hooks, timeout_multiplier=timeout_multiplier)
+    services = sorted({_service_of(e) for e in entries} - {MAIN_SERVICE})
+    for svc in services:
+        svc_entries = tuple(e for e in entries if _service_of(e) == svc)
+        try:
+            target = await sandbox.for_service(svc)
+        except SandboxLostError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - recorded per entry
+            rows += [{"source": e.source, "destination": e.effective_destination,
+                      "service": svc, "status": "failed", "bytes": None,
+                      "error": f"service {svc}: {exc}", "excluded": []} for e in svc_entries]
+            continue
+        svc_rows = await collect_artifacts(target, svc_entries, dest_dir, include_logs=False)
+        rows += [{**row, "service": svc} for row in svc_rows]
+    return rows, warnings

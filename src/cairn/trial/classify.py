@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cairn.errors import ErrorKind, Phase, TrialFailure, category_of
+from cairn.errors import Category, ErrorKind, Phase, TrialFailure, category_of
 from cairn.results.model import ErrorInfo
 from cairn.task.model import Step
 
@@ -40,13 +40,17 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
 
     Returns:
         The :class:`~cairn.results.model.ErrorInfo` (kind, category, phase, step, message,
-        detail without ``_``-prefixed private keys).
+        detail without ``_``-prefixed private keys). A ``_task_fault`` detail (a start that
+        the task's own definition breaks: a missing ENTRYPOINT program, no ``/bin/sh``) makes
+        the category ``task``, so it is not retried as infra.
     """
     step_index = step.index if step is not None else 1
     detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
               if not k.startswith("_")}
-    return ErrorInfo(kind=exc.kind, category=category_of(exc.kind, step_index=step_index,
-                                                         after_agent=after_agent),
+    category = category_of(exc.kind, step_index=step_index, after_agent=after_agent)
+    if exc.detail.get("_task_fault"):  # a start the task's own definition breaks: not infra
+        category = Category.TASK
+    return ErrorInfo(kind=exc.kind, category=category,
                      phase=phase or PHASE_OF.get(exc.kind), step=step.name if step else None,
                      message=mask(str(exc)), detail=detail)
 

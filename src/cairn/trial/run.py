@@ -12,7 +12,6 @@ import time
 from datetime import UTC, datetime
 
 from cairn.agents.base import Agent, AgentContext
-from cairn.agents.mcp import check_agent_mcp
 from cairn.errors import (
     Category,
     ErrorKind,
@@ -32,7 +31,6 @@ from cairn.results.model import (
     ConfigTask,
     ErrorInfo,
     ForkRef,
-    Outcome,
     StepResult,
     StepSource,
     StopReason,
@@ -52,7 +50,7 @@ from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.services import check_services
-from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step
+from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
@@ -102,6 +100,22 @@ class _TrialRun:
         self.forked_from: ForkRef | None = None
         self.solution_env: dict[str, str] = {}
         self.networks: PhaseNetworks | None = None
+
+    # ---- live status for `cairn view` (status.json; advisory) --------------------------------
+    @property
+    def phase(self) -> Phase:
+        """The trial's current phase; each change is recorded in status.json."""
+        return self._phase
+
+    @phase.setter
+    def phase(self, value: Phase) -> None:
+        self._phase = value
+        self._record_phase(value)
+
+    def _record_phase(self, value: Phase) -> None:
+        step = getattr(self, "current_step", None)
+        self.store.write_status(value, step.index if step else None, step.name if step else None)
+    # ---- end live status ---------------------------------------------------------------------
 
     def log(self, line: str) -> None:
         self.store.append_log(line)
@@ -184,9 +198,9 @@ class _TrialRun:
             self.error = error_info(exc, phase=Phase.ENVIRONMENT)
             return
         self.solution_env = solution_env
-        mcp_refused = check_agent_mcp(self.agent, self.task, self.plan.agent_kwargs)
-        if mcp_refused is not None:  # an agent that cannot use the task's MCP servers (#22)
-            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, mcp_refused),
+        refusal = self.agent.refusal(self.task)  # skills/MCP servers the agent cannot take
+        if refusal is not None:
+            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
                                     phase=Phase.ENVIRONMENT)
             return
         cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
@@ -289,7 +303,8 @@ class _TrialRun:
         env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
-                      separate=self.separate, networks=self.networks)
+                      separate=self.separate, networks=self.networks,
+                      on_phase=self._record_phase)
         self.step_env = env
         if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
             env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,
@@ -304,8 +319,10 @@ class _TrialRun:
                 continue
             self.steps_run += 1
             self.current_step = step
-            env.phase = self.phase = Phase.SETUP
+            self._phase = Phase.SETUP
+            env.phase = Phase.SETUP  # on_phase records it in status.json
             sp = self.store.step_dirs(step.index, step.name)
+            self.store.write_instruction(step.index, step.name, strip_canary(step.instruction))
             dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
             try:
                 row, _ = await run_step(sandbox, self.agent, step, dirs, env, self.task)
@@ -419,7 +436,8 @@ class _TrialRun:
         return TrialResult(
             trial_id=self.plan.trial_id, trial_name=self.plan.trial_name,
             attempt=self.plan.attempt,
-            task=TaskRef(name=task.name, content_hash=task.content_hash),
+            task=TaskRef(name=task.name, content_hash=task.content_hash,
+                         source=self.plan.source),
             agent=AgentRef(name=self.plan.agent_name, version=self.agent.version,
                            kwargs=dict(self.plan.agent_kwargs)),
             model=self.plan.model, backend=self.plan.backend, outcome=score.outcome,
@@ -465,7 +483,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     run.store.create()
     run.store.write_config(TrialConfigFile(
         task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
-                        path=str(plan.task.path)),
+                        path=str(plan.task.path), source=plan.source),
         agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs,
                           version=run.agent.version),
         model=plan.model, backend=plan.backend, attempt=plan.attempt,
@@ -489,17 +507,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         result = run.result(started_at, time.monotonic() - t0, cancelled)
         run.store.write_result(result)
         if not cancelled:
-            verdict = "PASS" if result.passed else result.outcome.value.upper()
-            if result.outcome is Outcome.COMPLETED and not result.passed:
-                verdict = "FAIL"
-            r = f"{result.reward:.2f}" if result.reward is not None else "none"
-            how = f"{result.strategy} of {result.steps_total} steps"
-            if result.steps_run < result.steps_total:
-                how = f"{result.strategy} of {result.steps_run} of {result.steps_total} steps run"
-            why = ""
-            if result.error is not None:
-                why = f": {result.error.kind.value}: {result.error.message.splitlines()[0][:300]}" \
-                    if result.error.message else f": {result.error.kind.value}"
-            run.event(f"{verdict} reward={r} ({how}) in {result.timings.total_sec:.1f} s{why}",
-                      EventKind.VERDICT)
+            from cairn.results.verdict import verdict_line
+
+            run.event(verdict_line(result), EventKind.VERDICT)
     return result

@@ -30,7 +30,7 @@ from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.results.store import write_artifacts_manifest
 from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox
 from cairn.task.model import Step
-from cairn.trial.artifacts import collect_artifacts
+from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.pre_artifacts import run_pre_artifacts
@@ -128,6 +128,13 @@ class StepEnv:
     after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
     networks: PhaseNetworks | None = None
     """The phases' network policies; the step switches the sandbox between them."""
+    on_phase: Callable[[Phase], None] | None = None
+    """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        super().__setattr__(name, value)
+        if name == "phase" and getattr(self, "on_phase", None) is not None:
+            self.on_phase(value)  # type: ignore[misc,arg-type]
 
 
 @dataclass
@@ -322,9 +329,11 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
-    manifest = await collect_artifacts(sandbox, step.artifacts, dirs.artifacts,
-                                       logs_artifacts_written=None if step.pre_artifacts_sh
-                                       else artifacts_written)  # None: probe again
+    manifest, hook_warnings = await collect_step_artifacts(
+        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
+        logs_artifacts_written=None if step.pre_artifacts_sh
+        else artifacts_written)  # None: probe again (pre_artifacts.sh ran)
+    warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
         if row["status"] != "copied":

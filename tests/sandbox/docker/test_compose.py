@@ -21,8 +21,8 @@ from cairn.sandbox.docker.compose_files import (
     harbor_variables,
     project_name,
 )
-from conftest import backend_available, run_trial_sync, validate_result_files
 from taskgen import reward_if, write_task
+from testbed import backend_available, run_trial_sync, validate_result_files
 
 LABELS = {"cairn.job": "j1", "cairn.trial": "t1"}
 

@@ -25,10 +25,10 @@ from cairn.sandbox.base import SandboxSpec
 
 docker = pytest.importorskip("docker")
 from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
-from conftest import run_trial_sync  # noqa: E402
 from net_agents import DOCKERFILE, PROBE, ProbeAgent, parse_probe  # noqa: E402
 from nethosts import host_containers  # noqa: E402
 from taskgen import write_task  # noqa: E402
+from testbed import run_trial_sync  # noqa: E402
 
 pytestmark = pytest.mark.docker
 

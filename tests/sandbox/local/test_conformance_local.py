@@ -14,7 +14,7 @@ import pytest
 from cairn.sandbox import conformance
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes
-from conftest import local_available
+from testbed import local_available
 
 pytestmark = [pytest.mark.local,
               pytest.mark.skipif(not local_available(), reason="no local sandbox support")]

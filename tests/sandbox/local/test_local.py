@@ -17,7 +17,7 @@ from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes, remo
 from cairn.sandbox.local.dockerfile import NEEDS_DOCKER
 from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir, probe_host, process_start_ticks
-from conftest import local_available
+from testbed import local_available
 
 DOCKER_CAPS_MASK = "00000000a80425fb"
 

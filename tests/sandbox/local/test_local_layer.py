@@ -19,7 +19,7 @@ from cairn.sandbox.base import NetworkMode, SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_layers, remove_local_layer
 from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir
-from conftest import local_available
+from testbed import local_available
 
 pytestmark = [pytest.mark.local,
               pytest.mark.skipif(not local_available(), reason="no local sandbox support")]

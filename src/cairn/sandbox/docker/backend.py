@@ -56,13 +56,16 @@ from cairn.sandbox.base import (
     SnapshotRef,
 )
 from cairn.sandbox.docker.build import (
+    TASK_FAULT,
     ImageInfo,
     engine_version,
     ensure_image,
     in_thread,
     make_client,
+    no_shell_reason,
     snapshot_image_info,
     start_thread,
+    task_fault_reason,
     translate,
 )
 from cairn.sandbox.docker.exec_stream import (
@@ -201,6 +204,23 @@ class DockerSandbox(Sandbox):
     def image(self) -> ImageInfo | None:
         """The resolved image (after :meth:`start`)."""
         return self._image
+
+    @classmethod
+    def check(cls, spec: SandboxSpec) -> list[str]:
+        """:meth:`Sandbox.check`, plus: a Dockerfile that needs BuildKit must be buildable here.
+
+        Raises:
+            UnsupportedError: see :meth:`Sandbox.check`; BuildKit-only Dockerfile syntax this
+                engine cannot build (:func:`~cairn.sandbox.docker.buildkit.check_dockerfile`).
+        """
+        warnings = super().check(spec)
+        dockerfile = Path(spec.env_dir) / "Dockerfile" if spec.env_dir else None
+        if dockerfile is not None and dockerfile.is_file() and (
+                not spec.docker_image or spec.force_build):
+            from cairn.sandbox.docker.buildkit import check_dockerfile
+
+            warnings += check_dockerfile(dockerfile)
+        return warnings
 
     async def start(self) -> None:
         """Build or reuse the image, start the container, prepare ``/logs`` and the workdir.
@@ -345,16 +365,39 @@ class DockerSandbox(Sandbox):
 
             self._creating = start_thread(create)
             await asyncio.shield(self._creating)
-            await in_thread(api.start, self._cid)
+        with translate("starting the container", kind=ErrorKind.START_FAILED):
+            try:
+                await in_thread(api.start, self._cid)
+            except docker.errors.APIError as exc:
+                why = task_fault_reason(exc.explanation or str(exc))
+                if why is None:
+                    raise
+                raise SandboxError(f"the task's image cannot start: {why}",
+                                   kind=ErrorKind.START_FAILED,
+                                   detail={TASK_FAULT: True}) from exc
 
     async def _prepare(self) -> None:
-        code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
-                                          self._workdir], user="0")
+        try:
+            code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
+                                              self._workdir], user="0")
+        except SandboxError as exc:  # the container may already have exited by itself
+            logs = await self._container_logs()
+            exit_code = await self._exit_code()
+            why = no_shell_reason(126 if exit_code is not None else None, logs)
+            if why is None:
+                raise
+            raise SandboxError(f"the task's image cannot start: {why}",
+                               kind=ErrorKind.START_FAILED,
+                               detail={"logs": logs, TASK_FAULT: True}) from exc
         if code != 0:
             logs = await self._container_logs()
+            why = no_shell_reason(code, f"{err}\n{logs}")
+            detail: dict[str, Any] = {"stderr": err[-4000:], "logs": logs}
+            if why is not None:  # the task's image: the same on every attempt
+                raise SandboxError(f"the task's image cannot start: {why}",
+                                   kind=ErrorKind.START_FAILED, detail={**detail, TASK_FAULT: True})
             raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
-                               f"{logs}".strip(), kind=ErrorKind.START_FAILED,
-                               detail={"stderr": err[-4000:], "logs": logs})
+                               f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
         self._shell = "bash" if out.strip().endswith("bash") else "sh"
         img, env_dir = self._image, self.spec.env_dir
         if img is not None and not img.built and self.spec.docker_image and env_dir and \
@@ -363,6 +406,16 @@ class DockerSandbox(Sandbox):
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in _ENV_SKIP:
                     await self.upload(entry, posixpath.join(self._workdir, entry.name))
+
+    async def _exit_code(self) -> int | None:
+        """The container's exit code once it has exited by itself, else ``None``."""
+        if not (self._client and self._cid):
+            return None
+        with contextlib.suppress(Exception):
+            state = (await in_thread(self._client.api.inspect_container, self._cid))["State"]
+            if not state.get("Running"):
+                return int(state.get("ExitCode"))
+        return None
 
     async def _container_logs(self) -> str:
         if not (self._client and self._cid):

@@ -43,6 +43,7 @@ from cairn.errors import (
 )
 from cairn.layout import find_compose_file
 from cairn.sandbox.base import SandboxSpec
+from cairn.sandbox.docker.client import engine_version, make_client  # noqa: F401 - re-exported
 
 T = TypeVar("T")
 
@@ -55,8 +56,6 @@ FAILURE_TTL_SEC = 300.0
 """How long a deterministic build failure is remembered in-process (no rebuild meanwhile)."""
 
 _IO_POOL = ThreadPoolExecutor(max_workers=96, thread_name_prefix="cairn-docker")
-_API_VERSION: str | None = None
-_ENGINE_VERSION: str | None = None
 
 
 # ---- threads and errors -------------------------------------------------------------------
@@ -102,32 +101,56 @@ def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Ite
         raise
 
 
-# ---- clients ------------------------------------------------------------------------------
-def make_client() -> docker.DockerClient:
-    """A Docker SDK client from the environment (``DOCKER_HOST`` …), API version detected once.
+# ---- task faults --------------------------------------------------------------------------
+_TASK_FAULT_RE = re.compile(
+    r"(executable file not found|no such file or directory|exec format error|permission denied"
+    r"|not a directory)[^\n]*", re.IGNORECASE)
+_OCI_RE = re.compile(r"OCI runtime (create|exec|start) failed|starting container process caused"
+                     r"|exec: \"|failed to create shim task", re.IGNORECASE)
 
-    Raises:
-        SandboxLostError: no engine answers.
+_EXEC_RE = re.compile(r'exec: "[^"\n]*"[^\n]*?(?=: unknown|$)', re.MULTILINE)
+
+TASK_FAULT = "_task_fault"
+"""Detail key (never persisted: it starts with ``_``) marking a start failure caused by the
+task's own definition, so the trial records a ``task`` error instead of retrying it as infra."""
+
+
+def task_fault_reason(text: str) -> str | None:
+    """Why a start failure is the task's own (its image or compose file), or ``None``.
+
+    A container whose entrypoint or command does not exist, is not executable or is not a
+    program for this machine fails the same way on every attempt; the engine says so in an
+    OCI runtime error (``exec: "/opt/x": stat /opt/x: no such file or directory``).
+
+    Args:
+        text: the engine's or Compose's error output.
+
+    Returns:
+        The matching line, or ``None`` when the failure may be transient (infra).
     """
-    global _API_VERSION
-    try:
-        client = docker.DockerClient.from_env(version=_API_VERSION or "auto", timeout=300,
-                                              max_pool_size=64)
-    except docker.errors.DockerException as exc:
-        raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
-    _API_VERSION = client.api.api_version
-    return client
+    if not _OCI_RE.search(text or ""):
+        return None
+    m = _EXEC_RE.search(text) or _TASK_FAULT_RE.search(text)
+    return m.group(0).strip().removesuffix(": unknown")[:300] if m else None
 
 
-def engine_version(client: docker.DockerClient) -> str | None:
-    """The engine's version string (``20.10.24+dfsg1``), cached per process."""
-    global _ENGINE_VERSION
-    if _ENGINE_VERSION is None:
-        with contextlib.suppress(Exception):
-            _ENGINE_VERSION = str(client.api.version().get("Version"))
-    return _ENGINE_VERSION
+def no_shell_reason(code: int | None, text: str) -> str | None:
+    """Why a fresh container failed by the image's own definition: it has no ``/bin/sh``
+    (exit 126/127 from the init), or its ENTRYPOINT program does not exist (the keeper says
+    so); else ``None``."""
+    m = re.search(r"cairn: the image ENTRYPOINT (.*) is not an executable in the image",
+                  text or "")
+    if m:
+        return f"the image ENTRYPOINT {m.group(1)[:200]} is not an executable in the image"
+    if re.search(r"exec /bin/sh failed: no such file", text or "", re.IGNORECASE):
+        return "the image has no /bin/sh (every command of a trial runs with it)"
+    if code in (126, 127) and re.search(r"exec /bin/sh failed|/bin/sh: (not found|no such file)"
+                                        r"|\"/bin/sh\": stat", text or "", re.IGNORECASE):
+        return "the image has no /bin/sh (every command of a trial runs with it)"
+    return None
 
 
+# ---- clients ------------------------------------------------------------------------------
 # ---- images -------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class ImageInfo:
@@ -294,8 +317,14 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
                 info = await in_thread(_lookup, client, tag)
                 if info is not None:
                     return info
-            info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
-                                spec.build_timeout_sec)
+            from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
+
+            if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
+                info = await _build_buildkit(client, env_dir, tag, env_hash, spec.force_build,
+                                             deadline, spec.build_timeout_sec)
+            else:
+                info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
+                                    spec.build_timeout_sec)
             if spec.force_build:
                 _FORCE_BUILT.add(env_hash)
             return info
@@ -396,6 +425,30 @@ class _BuildRun:
     @property
     def log_tail(self) -> str:
         return "\n".join(self.log)
+
+
+async def _build_buildkit(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
+                         nocache: bool, deadline: float, timeout_sec: float) -> ImageInfo:
+    """Build a Dockerfile that needs BuildKit (:mod:`cairn.sandbox.docker.buildkit`).
+
+    Raises:
+        BuildError: see :func:`ensure_image`.
+    """
+    from cairn.sandbox.docker.buildkit import build_with_buildkit
+
+    labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
+    try:
+        sec = await build_with_buildkit(env_dir, tag, labels, nocache=nocache,
+                                        deadline=deadline, timeout_sec=timeout_sec)
+    except BuildError as err:
+        if err.kind is not ErrorKind.BUILD_TIMEOUT:
+            _FAILURES[env_hash] = (time.monotonic(), err)
+        raise
+    info = await in_thread(_lookup, client, tag)
+    if info is None:
+        raise BuildError(ErrorKind.BUILD_FAILED, "the BuildKit build finished without an image")
+    return ImageInfo(ref=info.ref, image_id=info.image_id, entrypoint=info.entrypoint,
+                     cmd=info.cmd, workdir=info.workdir, built=True, build_sec=sec)
 
 
 async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,

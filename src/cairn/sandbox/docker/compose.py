@@ -33,10 +33,8 @@ import logging
 import os
 import re
 import shutil
-import signal
 import tempfile
 import uuid
-from collections import deque
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -55,12 +53,15 @@ from cairn.layout import find_compose_file
 from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec
 from cairn.sandbox.docker.backend import DockerSandbox, _gather, container_labels
 from cairn.sandbox.docker.build import (
+    TASK_FAULT,
     ImageInfo,
     _build_lock,
     engine_version,
     in_thread,
     make_client,
+    task_fault_reason,
 )
+from cairn.sandbox.docker.compose_cli import _COMPOSE_OK, _run_cli, compose_cli
 from cairn.sandbox.docker.compose_files import (
     MAIN_SERVICE,
     PROTECTED_VARS,
@@ -82,7 +83,6 @@ log = logging.getLogger(__name__)
 UP_TIMEOUT_SEC = 180.0
 """Bound on ``docker compose up --wait`` once the images exist, seconds."""
 DOWN_TIMEOUT_SEC = 120.0
-OUTPUT_TAIL_BYTES = 64 * 1024
 PROJECT_LABEL = "com.docker.compose.project"
 SERVICE_LABEL = "com.docker.compose.service"
 
@@ -93,75 +93,6 @@ mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 """.format(logs=" ".join(LOG_DIRS))
 _STEP_RE = re.compile(r"^Step \d+/\d+ : (\w+)", re.MULTILINE)
-_COMPOSE_OK: dict[str, str] = {}
-
-
-def compose_cli() -> str:
-    """The ``docker`` CLI path, after checking that ``docker compose`` (v2) answers.
-
-    Raises:
-        UnsupportedError: no ``docker`` CLI, or no Compose v2 plugin.
-    """
-    if "docker" in _COMPOSE_OK:
-        return _COMPOSE_OK["docker"]
-    exe = shutil.which("docker")
-    if exe is None:
-        raise UnsupportedError("compose environments need the docker CLI with the Compose v2 "
-                               "plugin (`docker compose`); no `docker` on PATH")
-    import subprocess
-
-    try:
-        r = subprocess.run([exe, "compose", "version", "--short"], capture_output=True,
-                           text=True, timeout=20, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise UnsupportedError(f"`docker compose version` failed: {exc}") from None
-    if r.returncode != 0 or not r.stdout.strip():
-        raise UnsupportedError("compose environments need Docker Compose v2 (`docker compose`); "
-                               f"`docker compose version` said: {(r.stderr or r.stdout)[-300:]}")
-    _COMPOSE_OK["docker"] = exe
-    _COMPOSE_OK["version"] = r.stdout.strip()
-    return exe
-
-
-async def _run_cli(argv: list[str], *, env: dict[str, str], timeout_sec: float,
-                   cwd: Path | None = None) -> tuple[int | None, str]:
-    """Run a CLI command in its own process group; (exit code or None on timeout, output tail).
-
-    Cancellation and timeouts kill the whole group.
-    """
-    proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
-    chunks: deque[bytes] = deque()
-    size = 0
-
-    async def read() -> None:
-        nonlocal size
-        assert proc.stdout is not None
-        while data := await proc.stdout.read(65536):
-            chunks.append(data)
-            size += len(data)
-            while size > OUTPUT_TAIL_BYTES and len(chunks) > 1:
-                size -= len(chunks.popleft())
-
-    def kill() -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    code: int | None = None
-    try:
-        async with asyncio.timeout(timeout_sec):
-            await read()
-            code = await proc.wait()
-    except TimeoutError:
-        kill()
-        await proc.wait()
-    except BaseException:
-        kill()
-        with contextlib.suppress(BaseException):
-            await asyncio.shield(proc.wait())
-        raise
-    return code, b"".join(chunks).decode("utf-8", "replace")[-OUTPUT_TAIL_BYTES:]
 
 
 class ComposeSandbox(DockerSandbox):
@@ -201,7 +132,8 @@ class ComposeSandbox(DockerSandbox):
         path = find_compose_file(spec.env_dir)
         if path is None:
             raise UnsupportedError("the compose backend needs environment/docker-compose.yaml")
-        check_compose_file(path)
+        check_compose_file(path, main_supplied=bool(spec.docker_image) or (
+            Path(spec.env_dir) / "Dockerfile").is_file())  # type: ignore[arg-type]
         compose_cli()
         clash = sorted(PROTECTED_VARS & set(spec.env))
         if clash:
@@ -252,8 +184,10 @@ class ComposeSandbox(DockerSandbox):
         self._env = self._cli_env(main_image)
         build_main = (Path(spec.env_dir) / "Dockerfile").is_file() and \
             (not spec.docker_image or spec.force_build)
+        main_df = self._main_dockerfile() if build_main else None
         defaults = self._write("cairn-defaults.yaml",
-                               defaults_file(spec, main_image, build_main=build_main))
+                               defaults_file(spec, main_image, build_main=build_main,
+                                             dockerfile=main_df))
         self._files = [defaults, self._compose_file]
         net = self._make_network(self._client)
         gated = net.layout is Layout.GATEWAY
@@ -305,6 +239,36 @@ class ComposeSandbox(DockerSandbox):
                                "(network_mode: none?)", kind=ErrorKind.START_FAILED)
         await _gather(*(self._net.connect_gateway(n) for n in networks))
         await self._attach_public()
+
+    def _main_dockerfile(self) -> Path | None:
+        """A copy of environment/Dockerfile rewritten for the built-in BuildKit frontend when
+        the rewrite changes it (a stock ``# syntax=`` line, ``--link``), else ``None``."""
+        from cairn.sandbox.dockerfile_syntax import rewrite_for_builtin_frontend
+
+        assert self._tmp is not None and self.spec.env_dir is not None
+        text = (Path(self.spec.env_dir) / "Dockerfile").read_text(encoding="utf-8",
+                                                                  errors="replace")
+        new, notes = rewrite_for_builtin_frontend(text)
+        if not notes:
+            return None
+        path = self._tmp / "Dockerfile.main"
+        path.write_text(new, encoding="utf-8")
+        return path
+
+    def _needs_buildkit(self, model: dict[str, Any], services: list[str]) -> bool:
+        """Whether any of these services' Dockerfiles uses BuildKit-only syntax."""
+        from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
+
+        for svc in services:
+            build = ((model.get("services") or {}).get(svc) or {}).get("build") or {}
+            if not isinstance(build, dict) or not build.get("context"):
+                continue
+            df = Path(str(build.get("dockerfile") or "Dockerfile"))
+            if not df.is_absolute():
+                df = Path(str(build["context"])) / df
+            if dockerfile_needs_buildkit(df):
+                return True
+        return False
 
     def _cli_env(self, main_image: str) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
@@ -382,8 +346,12 @@ class ComposeSandbox(DockerSandbox):
                            if self.spec.force_build or not await self._image_exists(tag)]
                 if not missing:
                     return {}
-                code, out = await self._compose(
-                    "build", *missing, timeout_sec=max(1.0, deadline - loop.time()))
+                env = self._env
+                if self._needs_buildkit(model, missing):  # else the classic builder, as before
+                    env = {**self._env, "DOCKER_BUILDKIT": "1", "COMPOSE_DOCKER_CLI_BUILD": "1"}
+                code, out = await _run_cli(self._argv("build", *missing), env=env,
+                                           timeout_sec=max(1.0, deadline - loop.time()),
+                                           cwd=self._tmp)
         except TimeoutError:
             code, out = None, ""
         if code != 0:
@@ -443,9 +411,51 @@ class ComposeSandbox(DockerSandbox):
             _, logs = await self._compose("logs", "--no-color", "--tail", "30", timeout_sec=30)
         why = "timed out" if code is None else f"exit {code}" if code else "; ".join(problems)
         msg = out.strip()[-1500:]
+        detail: dict[str, Any] = {"output_tail": msg, "logs": logs[-4000:]}
+        fault = task_fault_reason(out) if code is not None else None
+        if fault is None and code is not None:
+            fault = await self._exited_by_itself()
+        if fault is not None:  # the task's own definition: the same on every attempt
+            detail[TASK_FAULT] = True
+            raise SandboxError(f"docker compose up failed: the task's services cannot start: "
+                               f"{fault}", kind=ErrorKind.START_FAILED, detail=detail)
         raise SandboxError(f"docker compose up failed ({why}): {msg}",
-                           kind=ErrorKind.START_FAILED,
-                           detail={"output_tail": msg, "logs": logs[-4000:]})
+                           kind=ErrorKind.START_FAILED, detail=detail)
+
+    async def _exited_by_itself(self) -> str | None:
+        """A service whose own process exited with a failure code during ``up`` (not killed:
+        137/143 may be the engine's doing), as ``service web exited 127``; else ``None``."""
+        assert self._client is not None
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        with contextlib.suppress(Exception):
+            for c in await in_thread(self._client.api.containers, all=True, filters=flt):
+                m = re.match(r"Exited \((\d+)\)", str(c.get("Status") or ""))
+                if m and int(m.group(1)) not in (0, 137, 143):
+                    svc = (c.get("Labels") or {}).get(SERVICE_LABEL)
+                    return f"service {svc} exited {m.group(1)}"
+        return None
+
+    async def for_service(self, service: str) -> DockerSandbox:
+        """A view of service ``service``'s container: the docker backend's exec and download
+        aimed at it (collect hooks and artifacts with a ``service``). Its ``stop()`` does
+        nothing: the project is stopped as a whole.
+
+        Raises:
+            UnsupportedError: the project has no running container for that service.
+        """
+        if service == MAIN_SERVICE:
+            return self
+        assert self._client is not None
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}", f"{SERVICE_LABEL}={service}"]}
+        found = await in_thread(self._client.api.containers, filters=flt)
+        if not found:
+            raise UnsupportedError(f"compose service {service!r} has no running container")
+        view = _ServiceView(self.spec)
+        view._client, view._cid = self._client, found[0]["Id"]
+        data = await in_thread(self._client.api.inspect_container, view._cid)
+        view._workdir = (data.get("Config") or {}).get("WorkingDir") or "/"
+        view._started = view._ready = True
+        return view
 
     async def _main_containers(self) -> list[dict[str, Any]]:
         assert self._client is not None
@@ -562,3 +572,12 @@ class ComposeSandbox(DockerSandbox):
             log.warning("sweeping compose project %s failed: %s", self.project, exc)
             return False
         return ok
+
+
+class _ServiceView(DockerSandbox):
+    """One compose service's container, borrowed from a :class:`ComposeSandbox` (never owns
+    the container or the client)."""
+
+    async def stop(self) -> None:
+        """Nothing: the compose project is stopped as a whole."""
+        self._stopped = True

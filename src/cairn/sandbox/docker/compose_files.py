@@ -65,21 +65,33 @@ def dump_yaml(doc: Mapping[str, Any]) -> str:
     return yaml.dump(dict(doc), Dumper=_Dumper, sort_keys=False, default_flow_style=False)
 
 
-def check_compose_file(path: Path) -> None:
-    """Check, before anything starts, that a compose file is YAML with a ``main`` service.
+def check_compose_file(path: Path, *, main_supplied: bool = False) -> None:
+    """Check, before anything starts, that a compose file is YAML with a ``main`` service, or
+    that cairn supplies ``main`` (Harbor 0.26 does the same: ``main`` is built from
+    ``environment/Dockerfile`` or runs ``[environment].docker_image``, on the project's default
+    network with the task's services).
+
+    Args:
+        path: the task's compose file.
+        main_supplied: ``environment/Dockerfile`` or ``docker_image`` exists, so the defaults
+            file defines ``main`` when the task's file does not.
 
     Raises:
-        UnsupportedError: the file is not a YAML mapping, or has no ``services.main``.
+        UnsupportedError: the file is not a YAML mapping, or has no ``services.main`` and
+            nothing to make one from.
     """
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise UnsupportedError(f"{path.name}: not readable as YAML: {exc}") from None
     services = doc.get("services") if isinstance(doc, dict) else None
-    if not isinstance(services, dict) or MAIN_SERVICE not in services:
-        raise UnsupportedError(f"{path.name}: a compose environment needs a service named "
-                               f"`{MAIN_SERVICE}` (the agent's container); found "
-                               f"{sorted(services) if isinstance(services, dict) else 'none'}")
+    if not isinstance(services, dict):
+        raise UnsupportedError(f"{path.name}: a compose environment needs a `services` table")
+    if MAIN_SERVICE not in services and not main_supplied:
+        raise UnsupportedError(f"{path.name}: no service named `{MAIN_SERVICE}` (the agent's "
+                               "container) and nothing to make it from: add one, or add "
+                               "environment/Dockerfile or [environment].docker_image; found "
+                               f"{sorted(services)}")
 
 
 def project_name(trial_id: str, suffix: str) -> str:
@@ -151,7 +163,8 @@ def harbor_variables(spec: SandboxSpec, project: str, main_image: str) -> dict[s
     return v
 
 
-def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool) -> dict[str, Any]:
+def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool,
+                  dockerfile: Path | None = None) -> dict[str, Any]:
     """The first file: defaults for ``main`` that the task's own file may override.
 
     Args:
@@ -159,6 +172,8 @@ def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool) -> di
         main_image: the tag for ``main``'s image.
         build_main: build ``environment/Dockerfile`` as ``main``'s image (else, with
             ``docker_image``, use that image; else the task's file must say).
+        dockerfile: the Dockerfile to build ``main`` from when not ``environment/Dockerfile``
+            (a copy rewritten for the engine's built-in BuildKit frontend).
 
     Returns:
         The compose document.
@@ -175,6 +190,8 @@ def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool) -> di
         main["environment"] = [k if v is None else f"{k}={v}" for k, v in environment.items()]
     if build_main:
         main["build"] = {"context": str(Path(spec.env_dir).resolve())}  # type: ignore[arg-type]
+        if dockerfile is not None:
+            main["build"]["dockerfile"] = str(dockerfile)
         main["image"] = main_image
     elif spec.docker_image:
         main["image"] = spec.docker_image

@@ -30,12 +30,17 @@ SERVICE_EXIT_FILE = "/tmp/.cairn-service-exit"
 KEEPER_SCRIPT = (
     'trap "exit 0" TERM INT HUP; '
     f"rm -f {SERVICE_EXIT_FILE} 2>/dev/null; "
-    f'if [ "$#" -gt 0 ]; then ( "$@"; echo $? > {SERVICE_EXIT_FILE} ) & fi; '
+    'if [ "$#" -gt 0 ]; then '
+    'command -v "$1" >/dev/null 2>&1 || { echo "cairn: the image ENTRYPOINT $1 is not an '
+    'executable in the image" >&2; exit 127; }; '
+    f'( "$@"; echo $? > {SERVICE_EXIT_FILE} ) & fi; '
     "while :; do sleep 2147483647 & wait $!; done"
 )
 """The container's main process under the init: starts the image ENTRYPOINT (+CMD) in the
-background (recording its exit status in :data:`SERVICE_EXIT_FILE` when it ends), then idles;
-exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper [entrypoint…]``."""
+background (exit 127 at once when the ENTRYPOINT program does not exist: the container would not
+start under Harbor either; the service's exit status is recorded in :data:`SERVICE_EXIT_FILE`
+when it ends), then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
+[entrypoint…]``."""
 
 _KEEP_ALIVE = (("sleep", "infinity"), ("sleep", "inf"), ("tail", "-f", "/dev/null"))
 

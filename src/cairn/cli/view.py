@@ -1,0 +1,67 @@
+"""``cairn view`` (the web viewer and its static bundle) — docs/viewer.md."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from cairn.cli import app
+
+_HELP = """Browse job results in a local web viewer (live while a job runs), or write them as a
+static site.
+
+Examples:
+
+  cairn view jobs/
+
+  cairn view jobs/nightly --port 8400
+
+  cairn view jobs/nightly --bundle site/   (then open site/index.html)
+"""
+
+
+def _missing_extra(exc: ModuleNotFoundError) -> None:
+    print(f"cairn: error: the viewer needs the 'view' extra ({exc.name} is not installed): "
+          "pip install 'cairn-eval[view]'", file=sys.stderr, flush=True)
+    raise typer.Exit(2)
+
+
+@app.command("view", help=_HELP)
+def view_cmd(
+    path: Annotated[Path, typer.Argument(help="A jobs folder or one job folder.")] = Path("jobs"),
+    host: Annotated[str, typer.Option("--host", help="Address to bind (default loopback only).")] = "127.0.0.1",  # noqa: E501
+    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 8321,
+    bundle: Annotated[Path | None, typer.Option("--bundle", help="Write a static site to this folder instead of serving.")] = None,  # noqa: E501
+) -> None:
+    """Serve the viewer over PATH, or write its static bundle."""
+    if not path.is_dir():
+        print(f"cairn: error: {path} is not a folder", file=sys.stderr)
+        raise typer.Exit(2)
+    if bundle is not None:
+        try:
+            from cairn.viewer.bundle import write_bundle
+
+            index = write_bundle(path, bundle)
+        except ModuleNotFoundError as exc:
+            _missing_extra(exc)
+        except ValueError as exc:
+            print(f"cairn: error: {exc}", file=sys.stderr)
+            raise typer.Exit(2) from None
+        print(f"wrote {index}")
+        return
+    try:
+        from cairn.viewer import serve
+
+        serve(path, host=host, port=port,
+              on_ready=lambda url: print(f"cairn view: serving {path} at {url}  (Ctrl-C stops)",
+                                         flush=True))
+    except ModuleNotFoundError as exc:
+        _missing_extra(exc)
+    except OSError as exc:
+        print(f"cairn: error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,116 @@
+"""``cairn export`` on the example job (a real ``cairn run`` of the llm agent, see conftest.py):
+one record per executed step with the step's own rewards; errored steps marked; filters; every
+format's shape; the record schema of docs/viewer.md.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from cairn.results.export import RECORD_FIELDS
+from viewer_job import env
+
+pytestmark = [pytest.mark.local, pytest.mark.slow]
+
+
+def _export(job, *args, tmp_path=None) -> list[dict]:
+    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(job), *args], env=env(),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return [json.loads(line) for line in p.stdout.splitlines()]
+
+
+def test_jsonl_one_record_per_executed_step(example_job):
+    recs = _export(example_job, "--format", "jsonl")
+    got = sorted((r["task"], r["step_index"], r["step"], r["reward"], r["passed"], r["source"],
+                  r["errored"], r["outcome"]) for r in recs)
+    assert got == [
+        ("test/broken", 1, "main", None, False, "error", True, "errored"),
+        ("test/chain", 1, "fetch", 1.0, True, "verifier", False, "completed"),
+        ("test/chain", 2, "fix", 1.0, True, "verifier", False, "completed"),
+        ("test/chain", 3, "ship", 1.0, True, "verifier", False, "completed"),
+        ("test/gated", 1, "first", 0.5, False, "verifier", False, "stopped"),  # "second" not run
+        ("test/hello", 1, "main", 1.0, True, "verifier", False, "completed"),
+    ]
+    for r in recs:
+        assert list(r) == list(RECORD_FIELDS)
+        assert r["schema"] == "cairn.export.step/1" and r["job"] == "example"
+        assert r["replayed"] is False and r["attempt"] == 1 and r["agent"] == "llm"
+        assert r["has_trajectory"] is True and r["tokens"] == {"prompt": 140, "completion": 25,
+                                                               "cached": 10}
+    broken = next(r for r in recs if r["task"] == "test/broken")
+    assert (broken["error_kind"], broken["error_category"]) == ("reward_missing", "task")
+    fix = next(r for r in recs if r["step"] == "fix")
+    assert fix["instruction"] == "CMD: echo 2 > /app/b.txt\n"
+    assert fix["rewards"] == {"reward": 1.0} and fix["trial_reward"] == 1.0
+    roles = [m["role"] for m in fix["messages"]]
+    assert roles == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    call = fix["messages"][2]["tool_calls"][0]
+    assert call["type"] == "function" and call["function"]["name"] == "bash"
+    assert json.loads(call["function"]["arguments"]) == {"command": "echo 2 > /app/b.txt"}
+    assert fix["messages"][3]["tool_call_id"] == call["id"]
+    assert fix["messages"][4]["tool_calls"][0]["function"]["name"] == "submit"
+
+
+def test_filters(example_job):
+    assert sorted(r["step"] for r in _export(example_job, "--passed-only")) == \
+        ["fetch", "fix", "main", "ship"]
+    # records come in trial-folder order: test-chain… before test-gated…
+    assert [(r["step"], r["reward"]) for r in
+            _export(example_job, "--min-reward", "0.4", "--steps", "first,ship")] == \
+        [("ship", 1.0), ("first", 0.5)]
+    assert _export(example_job, "--min-reward", "0.6", "--steps", "first") == []
+
+
+def test_sharegpt_and_atif_shapes(example_job, tmp_path):
+    share = _export(example_job, "--format", "sharegpt", "--steps", "fix")
+    assert len(share) == 1 and "messages" not in share[0]
+    conv = share[0]["conversations"]
+    assert [c["from"] for c in conv] == ["system", "human", "function_call", "observation",
+                                         "gpt", "function_call", "observation"]
+    assert json.loads(conv[2]["value"]) == {"name": "bash",
+                                            "arguments": {"command": "echo 2 > /app/b.txt"}}
+    assert share[0]["reward"] == 1.0
+    atif = _export(example_job, "--format", "atif", "--steps", "first")
+    assert len(atif) == 1
+    doc = atif[0]
+    assert doc["schema_version"] == "ATIF-v1.7"
+    assert [s["source"] for s in doc["steps"]][:2] == ["system", "user"]
+    meta = doc["extra"]["cairn"]
+    assert (meta["task"], meta["step"], meta["reward"], meta["outcome"]) == \
+        ("test/gated", "first", 0.5, "stopped")
+    assert "messages" not in meta
+
+
+def test_parquet_and_output_file(example_job, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "steps.parquet"
+    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(example_job), "--format",
+                        "parquet", "-o", str(out)], env=env(), capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    table = pq.read_table(out)
+    assert table.num_rows == 6 and table.column_names == list(RECORD_FIELDS)
+    rows = table.to_pylist()
+    ship = next(r for r in rows if r["step"] == "ship")
+    assert ship["reward"] == 1.0 and json.loads(ship["rewards"]) == {"reward": 1.0}
+    jl = tmp_path / "steps.jsonl"
+    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(example_job), "-o", str(jl)],
+                       env=env(), capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0 and "exported 6 step record(s)" in p.stderr
+    assert len(jl.read_text().splitlines()) == 6
+
+
+def test_bad_arguments(example_job, tmp_path):
+    for args, msg in ((["--format", "xml"], "--format is one of"),
+                      (["--format", "parquet"], "needs -o FILE")):
+        p = subprocess.run([sys.executable, "-m", "cairn", "export", str(example_job), *args],
+                           env=env(), capture_output=True, text=True, timeout=60)
+        assert p.returncode == 2 and msg in p.stderr
+    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(tmp_path)], env=env(),
+                       capture_output=True, text=True, timeout=60)
+    assert p.returncode == 2 and "is not a job folder" in p.stderr
