@@ -50,6 +50,6 @@ def test_every_design_reference_resolves():
 
 def test_nothing_cites_the_old_spec():
     hits = [str(p.relative_to(ROOT)) for p in _files()
-            if "SPEC §" in p.read_text(encoding="utf-8", errors="replace")
+            if "design §" in p.read_text(encoding="utf-8", errors="replace")
             and p.name != "test_design_refs.py"]
     assert hits == []

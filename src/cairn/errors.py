@@ -41,6 +41,8 @@ class ErrorKind(StrEnum):
     CANCELLED = "cancelled"
     ORACLE_REPLAY_FAILED = "oracle_replay_failed"
     """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
+    SERVICE_EXITED = "service_exited"
+    """A start-up service (the image ENTRYPOINT) exited non-zero before the agent started."""
 
 
 class Phase(StrEnum):
@@ -86,6 +88,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.REWARD_PARSE_ERROR: Category.TASK,
     ErrorKind.VERIFIER_TIMEOUT: Category.TASK,
     ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
+    ErrorKind.SERVICE_EXITED: Category.TASK,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
     ErrorKind.CANCELLED: Category.JOB,

@@ -46,6 +46,8 @@ class RunOptions:
             task's policy and the agent's own model hosts (``--allow-agent-host``).
         add_hosts: ``(name, address)`` pairs the egress gateway resolves itself
             (``--add-host``).
+        verifier_env: ``--ve`` variables, laid over every step's verifier env (Harbor's
+            flag); a task template they replace needs no host variable.
     """
 
     timeout_multiplier: float = 1.0
@@ -61,6 +63,7 @@ class RunOptions:
     fork_from: Path | None = None
     agent_hosts: tuple[str, ...] = ()
     add_hosts: tuple[tuple[str, str], ...] = ()
+    verifier_env: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -197,6 +200,8 @@ class JobConfig(BaseModel):
     """Hosts an in-sandbox agent may reach during its agent phases (``--allow-agent-host``)."""
     add_hosts: dict[str, str] = Field(default_factory=dict)
     """Host name → address the egress gateway resolves itself (``--add-host NAME=ADDR``)."""
+    verifier_env: dict[str, str] = Field(default_factory=dict)
+    """``--ve KEY=VALUE``: laid over every step's verifier env (e.g. a judge model)."""
 
     @field_validator("agent_hosts")
     @classmethod
@@ -223,4 +228,5 @@ class JobConfig(BaseModel):
                           start_step=self.start_step,
                           fork_from=Path(self.from_trial).absolute() if self.from_trial
                           else None, agent_hosts=tuple(self.agent_hosts),
-                          add_hosts=tuple(sorted(self.add_hosts.items())))
+                          add_hosts=tuple(sorted(self.add_hosts.items())),
+                          verifier_env=dict(self.verifier_env))

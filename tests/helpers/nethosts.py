@@ -58,8 +58,12 @@ def _tar(files: dict[str, bytes]) -> bytes:
 
 
 @contextlib.contextmanager
-def host_containers(*names: str, network: str = "bridge") -> Iterator[dict[str, str]]:
+def host_containers(*names: str, network: str = "bridge",
+                    server: str = SERVER) -> Iterator[dict[str, str]]:
     """Start one server container per name on ``network``.
+
+    ``server`` is the script each runs as ``python3 -u /srv/server.py NAME`` (default
+    :data:`SERVER`); it must print ``serving`` once it listens.
 
     Yields:
         name → IPv4 address of its container on ``network``.
@@ -75,7 +79,7 @@ def host_containers(*names: str, network: str = "bridge") -> Iterator[dict[str, 
                         "-subj", "/CN=cairn-test", "-keyout", str(key), "-out", str(cert)],
                        check=True, capture_output=True)
         payload = _tar({"srv/key.pem": key.read_bytes(), "srv/cert.pem": cert.read_bytes(),
-                        "srv/server.py": SERVER.encode()})
+                        "srv/server.py": server.encode()})
         try:
             for name in names:
                 c = api.create_container(

@@ -116,10 +116,10 @@ class Agent(ABC):
         if env.skills_dir and "skills" not in self.task_context:
             return (f"agent {self.name!r} takes no skills: [environment].skills_dir = "
                     f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)")
-        if env.mcp_servers and "mcp_servers" not in self.task_context:
-            return (f"agent {self.name!r} takes no MCP servers: [environment].mcp_servers "
-                    f"({len(env.mcp_servers)}) would be ignored (cairn does not configure "
-                    "them for it)")
+        if env.mcp_servers:  # transports per agent, --ak ignore_mcp (cairn.agents.mcp, #22)
+            from cairn.agents.mcp import check_agent_mcp
+
+            return check_agent_mcp(self, task, {"ignore_mcp": getattr(self, "ignore_mcp", False)})
         return None
 
     async def prepare_host(self, task: Task, *, can_mount: bool) -> tuple[tuple[str, str], ...]:

@@ -49,6 +49,7 @@ from cairn.agents.cli_logs import (
     read_opencode,
     read_qwen,
 )
+from cairn.agents.mcp import install_mcp_config
 from cairn.agents.runtime import (
     DEFAULT_PLATFORM,
     PLATFORMS,
@@ -452,12 +453,17 @@ class InstalledAgent(Agent):
         self._started_at = utc_now_iso()
         resume = self._session_id if context.resume_session else None
         command = self._command(f'"$(cat {shlex.quote(log_dir + "/instruction.md")})"', resume)
+        # MCP servers of the task in the CLI's own configuration (cairn.agents.mcp, #22)
+        command, mcp_env = await install_mcp_config(
+            self.spec.name, context.task, sandbox, command, user=context.user,
+            ignore=bool(getattr(self, "ignore_mcp", False)))
         script = (f"export PATH={RUNTIME_DIR}/bin:$PATH; "
                   f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
                   f"{command} < /dev/null > {qdir}/stdout.txt 2> {qdir}/stderr.txt")
         context.metadata["resumed_session"] = resume
         try:
-            result = await sandbox.exec(script, user=context.user, env=self._env(context),
+            result = await sandbox.exec(script, user=context.user,
+                                        env={**self._env(context), **mcp_env},
                                         timeout_sec=max(1.0, deadline - loop.time()),
                                         max_output_bytes=64 * 1024)
             if result.timed_out:

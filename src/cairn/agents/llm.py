@@ -259,6 +259,8 @@ class LlmAgent(Agent):
     supports_resume = True
     version = __version__
     needs_model = True
+    mcp_transports = frozenset({"stdio"})
+    """A task's stdio MCP servers become tools (:mod:`cairn.agents.mcp_client`)."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -267,6 +269,7 @@ class LlmAgent(Agent):
         self._session_steps: list[dict[str, Any]] = []
         self._session_id: str | None = None
         self._last_step_name: str | None = None
+        self._mcp: Any = None  # McpTools of the running step, when the task declares servers
 
     @classmethod
     def validate_options(cls, model: str | None, kwargs: dict[str, Any],
@@ -328,6 +331,7 @@ class LlmAgent(Agent):
         path = context.logs_dir / "trajectory.json"
         pending: list[tuple[dict[str, Any], str]] = []  # (agent step, call id) not yet answered
         try:
+            self._mcp = await self._open_mcp(sandbox, context)
             for _turn in range(opts.max_turns):
                 try:
                     response, retries = await self._complete(context)
@@ -348,6 +352,9 @@ class LlmAgent(Agent):
                 self._messages.append({"role": "tool", "tool_call_id": call_id, "content": note})
                 traj.add_result(step, call_id, note)
             pending.clear()
+            if self._mcp is not None:
+                await self._mcp.aclose()
+                self._mcp = None
             usage.publish(context)
             self._session_steps = list(traj.steps)
             self._last_step_name = context.step.name
@@ -412,12 +419,33 @@ class LlmAgent(Agent):
                 submitted, content = True, "Submitted. Your work on this task is over."
             elif name == "bash":
                 content = await self._bash(args, sandbox, context)
+            elif self._mcp is not None and self._mcp.handles(name):
+                content = await self._mcp.call(name, args,
+                                               timeout_sec=self.options.command_timeout_sec)
             else:
                 content = f"error: unknown tool {name!r}; the tools are `bash` and `submit`"
             self._messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
             Trajectory.add_result(step, call_id, content)
             pending[:] = [p for p in pending if p[1] != call_id]
         return submitted
+
+    async def _open_mcp(self, sandbox: Sandbox, context: AgentContext) -> Any:
+        """Start the task's stdio MCP servers inside the sandbox for this step (``None`` when
+        it declares none, or under ``--ak ignore_mcp=true``); start failures go to
+        ``metadata["mcp_errors"]``."""
+        entries = getattr(getattr(context.task, "environment", None), "mcp_servers", ()) or ()
+        if not entries or getattr(self, "ignore_mcp", False):
+            return None
+        from cairn.agents.mcp import parse_mcp_servers
+        from cairn.agents.mcp_client import McpTools
+
+        tools = await McpTools.open(parse_mcp_servers(list(entries)),
+                                    sandbox.shell_argv(user=context.user, tty=False))
+        if tools.errors:
+            context.metadata["mcp_errors"] = tools.errors
+            context.logs_dir.mkdir(parents=True, exist_ok=True)
+            (context.logs_dir / "mcp-errors.txt").write_text("\n".join(tools.errors) + "\n")
+        return tools
 
     async def _bash(self, args: dict[str, Any], sandbox: Sandbox, context: AgentContext) -> str:
         """Run one ``bash`` call; every failure but a broken sandbox becomes the observation."""
@@ -465,7 +493,8 @@ class LlmAgent(Agent):
         while True:
             try:
                 response = await litellm.acompletion(
-                    model=self.model, messages=self._messages, tools=TOOLS,
+                    model=self.model, messages=self._messages,
+                    tools=TOOLS + (self._mcp.specs if self._mcp is not None else []),
                     num_retries=0, max_retries=0, timeout=opts.request_timeout_sec, **extra)
                 return response, retries
             except asyncio.CancelledError:

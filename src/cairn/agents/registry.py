@@ -107,7 +107,11 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
                          "--resume-agent-session")
     check = getattr(cls, "validate_options", None)
     if callable(check):
-        check(model, dict(kwargs), {**os.environ, **dict(env or {})})
+        from cairn.agents.mcp import pop_ignore_mcp
+
+        options = dict(kwargs)
+        pop_ignore_mcp(options)
+        check(model, options, {**os.environ, **dict(env or {})})
     return cls
 
 
@@ -125,5 +129,11 @@ def create_agent(name: str, model: str | None, kwargs: Mapping[str, Any]) -> Age
     Raises:
         UsageError: the name cannot be resolved or the options are invalid.
     """
+    from cairn.agents.mcp import pop_ignore_mcp
+
     cls = get_agent_class(name)
-    return cls(model=model, **dict(kwargs))
+    options = dict(kwargs)
+    ignore = pop_ignore_mcp(options)  # every agent takes --ak ignore_mcp (#22)
+    agent = cls(model=model, **options)
+    agent.ignore_mcp = ignore  # type: ignore[attr-defined]
+    return agent

@@ -46,7 +46,7 @@ are taken from the current directory; flags win.)
 _FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model",
               "e": "backend",
               "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
-              "ae": "agent_env", "i": "include", "x": "exclude", "no_verify": "verify",
+              "ae": "agent_env", "ve": "verifier_env", "i": "include", "x": "exclude", "no_verify": "verify",
               "d": "datasets", "dataset": "datasets", "repo": "repos", "l": "n_tasks"}
 
 
@@ -99,6 +99,7 @@ def run_cmd(
     model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
     ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
+    ve: Annotated[list[str] | None, typer.Option("--ve", help="Env var KEY=VALUE for the verifier, over the task's [verifier.env] (repeatable; e.g. a judge model).")] = None,  # noqa: E501
     env: Annotated[str | None, typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
     include: Annotated[list[str] | None, typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
     exclude: Annotated[list[str] | None, typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
@@ -143,6 +144,7 @@ def run_cmd(
         flags = {
             "paths": [str(p) for p in path or []] or None, "agent": agent, "model": model,
             "agent_kwargs": _kv(ak, "--ak") or None, "agent_env": _kv(ae, "--ae") or None,
+            "verifier_env": _kv(ve, "--ve") or None,
             "backend": env, "include": include, "exclude": exclude, "attempts": attempts,
             "n_concurrent": n_concurrent, "job_name": job_name,
             "jobs_dir": str(jobs_dir) if jobs_dir else None, "max_retries": max_retries,

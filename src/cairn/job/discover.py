@@ -265,7 +265,8 @@ def task_templates(task: Task) -> list[Mapping[str, str]]:
     return tables
 
 
-def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None) -> None:
+def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None, *,
+                    verifier_env: Mapping[str, str] | None = None) -> None:
     """Check that every ``${VAR}`` template of the given tasks resolves on this host.
 
     design §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
@@ -274,6 +275,7 @@ def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = N
     Args:
         tasks: the tasks about to run.
         environ: the host environment (default ``os.environ``).
+        verifier_env: ``--ve`` values; a verifier-env entry they replace needs no host variable.
 
     Raises:
         UsageError: naming each task and the variables it lacks.
@@ -284,8 +286,13 @@ def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = N
     problems: list[str] = []
     for task in tasks:
         missing: set[str] = set()
+        verifier_tables = [s.verifier_env for s in task.steps]
         for table in task_templates(task):
-            missing.update(missing_variables(table, environ))
+            if not any(table is t for t in verifier_tables):
+                missing.update(missing_variables(table, environ))
+        for s in task.steps:  # a judge credential (or any entry) --ve replaces needs nothing
+            kept = {k: v for k, v in s.verifier_env.items() if k not in (verifier_env or {})}
+            missing.update(missing_variables(kept, environ))
         if missing:
             problems.append(f"{task.name}: {', '.join(sorted(missing))}")
     if problems:

@@ -199,6 +199,7 @@ def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
     repositories (``sources``)."""
     cfg = config.model_dump(mode="json")
     cfg["agent_env"] = {k: MASKED for k in config.agent_env}
+    cfg["verifier_env"] = {k: MASKED for k in config.verifier_env}
     write_job_json(paths.root, JobMeta(
         job_name=paths.root.name, cairn_version=__version__, backend=backend,
         engine_version=engine_version, config=cfg, stopped_by=stopped_by,
@@ -249,6 +250,13 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
                          + " ".join(f"--ae {k}=..." for k in missing)
                          + " (or set them in the environment)")
     cfg["agent_env"] = {**env, **given}
+    # --ve values are masked the same way; each comes back from the host environment
+    ve = dict(cfg.get("verifier_env") or {})
+    lost = [k for k, v in ve.items() if v == MASKED and k not in environ]
+    if lost:
+        raise UsageError("the job's verifier env (--ve) values are not stored; set them in the "
+                         "environment to resume: " + ", ".join(lost))
+    cfg["verifier_env"] = {k: (environ[k] if v == MASKED else v) for k, v in ve.items()}
     cfg["backend"] = meta.backend or cfg.get("backend", "auto")
     cfg.update(overrides or {})
     try:

@@ -57,7 +57,8 @@ def unsupported_key_findings(task: Task) -> list[Finding]:
     if cfg.environment.skills_dir or cfg.environment.mcp_servers:
         out.append(Finding(source, None, WARNING,
                            "[environment].skills_dir/mcp_servers: a run refuses agents that "
-                           "take no skills or MCP servers (the oracle and nop run)"))
+                           "take no skills or cannot use the MCP servers (MCP: unless "
+                           "--ak ignore_mcp=true; the oracle and nop run)"))
     return out
 
 

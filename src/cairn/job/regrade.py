@@ -37,6 +37,7 @@ from cairn.results.aggregate import (
     step_passed,
     step_reached,
     stop_decision,
+    sum_judge,
 )
 from cairn.results.model import (
     DerivedFrom,
@@ -171,6 +172,7 @@ class _TrialRegrade:
             how = "snapshot"
         keep: dict[str, Any] = dict(index=step.index, name=step.name, agent_exit=old_row.agent_exit,
                     tokens=old_row.tokens, cost_usd=old_row.cost_usd, snapshot=old_row.snapshot,
+                    judge=v.judge,  # the new verification's LLM-judge spend (#22)
                     warnings=[*old_row.warnings, *(f"regrade: {w}" for w in v.warnings)],
                     timings=StepTimings(setup_sec=old_row.timings.setup_sec,
                                         agent_sec=old_row.timings.agent_sec,
@@ -271,7 +273,7 @@ class _TrialRegrade:
             strategy=task.config.multi_step_reward_strategy,
             steps_run=sum(step_reached(r) and r.source is not StepSource.ORACLE for r in rows),
             stopped_after=score.stopped_after, stop_reason=score.stop_reason, steps=rows,
-            regrade=regrade))
+            judge=sum_judge(r.judge for r in rows), regrade=regrade))
 
 
 def _unchanged(old: TrialResult, why: str) -> TrialResult:

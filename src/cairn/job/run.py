@@ -164,8 +164,9 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
                                 retry_errors=retry_errors, folder_name=trial_dir_name)
         try:
-            check_templates(d.entry.task for d in decisions
-                            if d.action is TrialAction.RUN and d.entry.task is not None)
+            check_templates((d.entry.task for d in decisions
+                             if d.action is TrialAction.RUN and d.entry.task is not None),
+                            verifier_env=config.verifier_env)
         except UsageError:
             undo_empty(job.paths, created)
             raise

@@ -140,6 +140,8 @@ class JobRun:
         ``write`` is false: the caller writes it once for a batch)."""
         self.results[result.trial_id] = result
         self.spent_usd += result.cost_usd or 0.0
+        if result.judge is not None:  # an LLM judge's spend counts against --max-cost-usd
+            self.spent_usd += result.judge.cost_usd or 0.0
         before = self.stopped_by
         if result.error is not None and result.error.kind is ErrorKind.MODEL_AUTH_FAILED:
             self.stopped_by = self.stopped_by or "model_auth_failed"

@@ -19,7 +19,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cairn.errors import Category, ErrorKind
-from cairn.results.model import ErrorInfo, Gate, Outcome, StepResult, StepSource, StopReason
+from cairn.results.model import (
+    ErrorInfo,
+    Gate,
+    JudgeUsage,
+    Outcome,
+    StepResult,
+    StepSource,
+    StopReason,
+    Tokens,
+)
 
 Strategy = Literal["mean", "final"]
 MinReward = float | Mapping[str, float]
@@ -407,3 +416,22 @@ __all__ = [
     "score_trial", "step_passed", "step_reached", "stop_decision", "trial_error",
     "trial_outcome", "trial_passed", "trial_rewards",
 ]
+
+
+def sum_judge(usages: Iterable[JudgeUsage | None]) -> JudgeUsage | None:
+    """Sum judge usages (``None`` entries skipped); ``None`` when there is none.
+
+    The cost is the sum of the reported costs, ``None`` when none reported one.
+    """
+    got = [u for u in usages if u is not None]
+    if not got:
+        return None
+    costs = [u.cost_usd for u in got if u.cost_usd is not None]
+    models: list[str] = []
+    for u in got:
+        models.extend(m for m in u.models if m not in models)
+    return JudgeUsage(tokens=Tokens(prompt=sum(u.tokens.prompt for u in got),
+                                    completion=sum(u.tokens.completion for u in got),
+                                    cached=sum(u.tokens.cached for u in got)),
+                      cost_usd=math.fsum(costs) if costs else None, models=models,
+                      calls=sum(u.calls for u in got))

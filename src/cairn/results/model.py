@@ -100,6 +100,19 @@ class Tokens(_Persisted):
     cached: int = 0
 
 
+class JudgeUsage(_Persisted):
+    """What an LLM-judge verifier spent (its ``judge_usage.json``, docs/task-format.md), kept
+    apart from the agent's tokens and cost."""
+
+    tokens: Tokens = Field(default_factory=Tokens)
+    cost_usd: float | None = None
+    """USD, when the verifier reported it."""
+    models: list[str] = Field(default_factory=list)
+    """The judge models named, in first-seen order."""
+    calls: int = 0
+    """Judge calls reported (0 when not given)."""
+
+
 class StepTimings(_Persisted):
     """Seconds spent per phase of a step (``None`` when the phase did not run)."""
 
@@ -153,6 +166,8 @@ class StepResult(_Persisted):
     timings: StepTimings = Field(default_factory=StepTimings)
     tokens: Tokens | None = None
     cost_usd: float | None = None
+    judge: JudgeUsage | None = None
+    """The LLM judge's spend in this step's verifier (not in ``tokens``/``cost_usd``)."""
     gates: list[Gate] = Field(default_factory=list)
     """Evaluated min_reward gates: ``{key, value, threshold, passed}`` each."""
     snapshot: StepSnapshot | None = None
@@ -294,6 +309,8 @@ class TrialResult(_Persisted):
     timings: TrialTimings = Field(default_factory=TrialTimings)
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float | None = None
+    judge: JudgeUsage | None = None
+    """The LLM judges' spend over the trial's steps (apart from the agent's)."""
     started_at: datetime
     finished_at: datetime
     image_id: str | None = None
@@ -496,4 +513,7 @@ class JobSummary(_Persisted):
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float | None = None
     """Sum over the trials that report a cost; ``None`` when none does."""
+    judge: JudgeUsage | None = None
+    """The LLM judges' spend over all trials (apart from the agents'); ``None`` when none
+    reported any."""
     timings: TimingSummary = Field(default_factory=TimingSummary)

@@ -51,6 +51,11 @@ def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tup
                                f"cached {s.tokens.cached}"))
     if s.cost_usd is not None:
         rows.append(("cost", f"${s.cost_usd:.4f}"))
+    if s.judge is not None:  # an LLM judge's spend, apart from the agents'
+        j = s.judge
+        rows.append(("judge", f"{j.calls} call(s), prompt {j.tokens.prompt}, completion "
+                              f"{j.tokens.completion}"
+                              + (f", ${j.cost_usd:.4f}" if j.cost_usd is not None else "")))
     if s.timings.total_sec_mean is not None:
         rows.append(("trial time", f"mean {s.timings.total_sec_mean:.1f} s, "
                                    f"sum {s.timings.total_sec_sum:.1f} s"))

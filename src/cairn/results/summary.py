@@ -14,7 +14,13 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 
 from cairn.errors import Category, ErrorKind
-from cairn.results.aggregate import counted_rewards, pass_at_k_summary, primary_reward, step_reached
+from cairn.results.aggregate import (
+    counted_rewards,
+    pass_at_k_summary,
+    primary_reward,
+    step_reached,
+    sum_judge,
+)
 from cairn.results.model import (
     JobSummary,
     KeyStat,
@@ -178,6 +184,7 @@ def summarize_job(results: Sequence[TrialResult],
                       completion=sum(r.tokens.completion for r in results),
                       cached=sum(r.tokens.cached for r in results)),
         cost_usd=math.fsum(costs) if costs else None,
+        judge=sum_judge(r.judge for r in results),
         timings=TimingSummary(n=len(totals), total_sec_sum=math.fsum(totals),
                               total_sec_mean=_mean(totals)),
     )

@@ -215,6 +215,19 @@ class SandboxSpec:
         return tuple(out)
 
 
+@dataclass(frozen=True)
+class ServiceExit:
+    """A start-up service (the image ENTRYPOINT) that has ended.
+
+    Attributes:
+        exit_code: its exit status (128+n when killed by signal n).
+        log_tail: the last lines of the sandbox's output (the service's stdout/stderr).
+    """
+
+    exit_code: int
+    log_tail: str = ""
+
+
 class Sandbox(ABC):
     """One running sandbox: a container, a namespace tree, or a compose project.
 
@@ -337,6 +350,15 @@ class Sandbox(ABC):
         if policy.effective() != self.spec.network_policy.effective():
             raise UnsupportedError(f"backend {self.name!r} cannot switch the network to "
                                    f"{policy.describe()}")
+
+    async def service_exit(self) -> ServiceExit | None:
+        """The start-up service's end, if the image ENTRYPOINT the sandbox started has ended.
+
+        Returns:
+            ``None`` while it runs, when the image has no ENTRYPOINT (or a keep-alive one), or
+            on a backend that starts no services; else its :class:`ServiceExit`.
+        """
+        return None
 
     async def network_records(self) -> list[dict[str, object]]:
         """The connection records of the sandbox's egress gateway not returned before: one dict

@@ -24,6 +24,7 @@ from cairn.task.keylines import KeyLines, toml_key_lines, yaml_key_lines
 from cairn.task.model import (
     DEFAULT_AGENT_TIMEOUT_SEC,
     DEFAULT_VERIFIER_TIMEOUT_SEC,
+    PRE_ARTIFACTS_SH,
     SINGLE_STEP_NAME,
     Step,
     StepConfig,
@@ -346,6 +347,7 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
             verifier_mode=task_verifier.declared_mode or "shared",
             verifier_environment=task_verifier.environment,
             artifacts=config.artifacts,
+            pre_artifacts_sh=_first_file(root / PRE_ARTIFACTS_SH),
             collect=task_verifier.collect,
         ),)
     env = config.environment
@@ -396,4 +398,5 @@ def _build_step(root: Path, config: TaskConfig, index: int, sc: StepConfig) -> S
         collect=verifier.collect + sc.verifier.collect,
         healthcheck=sc.healthcheck,
         setup_timeout_sec=sc.setup_timeout_sec,
+        pre_artifacts_sh=_first_file(step_dir / PRE_ARTIFACTS_SH, root / PRE_ARTIFACTS_SH),
     )

@@ -83,6 +83,10 @@ def parse_size_mb(text: str) -> int | None:
     return int(number * 1024) if unit == "G" else int(number) if unit == "M" \
         else int(number / 1024)
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
+DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC = 300.0
+"""Bound on ``pre_artifacts.sh`` (× the timeout multiplier), seconds."""
+PRE_ARTIFACTS_SH = "pre_artifacts.sh"
+"""Evolve's hook run after each agent phase, before artifact collection (task root or step)."""
 DEFAULT_BUILD_TIMEOUT_SEC = 600.0
 SINGLE_STEP_NAME = "main"
 MAIN_SERVICE = "main"
@@ -364,6 +368,8 @@ class Step(BaseModel):
             collected: the task's, then the step's (Harbor 0.26 ``_collect_hooks_for``).
         healthcheck: the step healthcheck, or ``None``.
         setup_timeout_sec: bound on ``workdir/setup.sh``.
+        pre_artifacts_sh: ``steps/<name>/pre_artifacts.sh``, else the task root's
+            ``pre_artifacts.sh`` (Evolve), or ``None``.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -388,6 +394,7 @@ class Step(BaseModel):
     collect: tuple[CollectHook, ...] = ()
     healthcheck: Healthcheck | None = None
     setup_timeout_sec: float = DEFAULT_SETUP_TIMEOUT_SEC
+    pre_artifacts_sh: Path | None = None
 
     @property
     def setup_sh(self) -> Path | None:

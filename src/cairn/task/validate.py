@@ -97,6 +97,8 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
         _check_environment_table(_table(doc, *path), path, sink)
     for path in _phase_tables(doc, steps):
         _check_network_keys(_table(doc, *path), path, sink)
+    _check_mcp_servers(doc, steps, sink)
+    _check_judges(doc, steps, sink)
     _check_harbor_rules(doc, steps, sink)
     _check_services_exist(root, doc, sink)
     dockerfile = root / "environment" / "Dockerfile"
@@ -225,6 +227,68 @@ def _check_env_tables(doc: dict[str, Any], steps: list[Any], sink: FindingSink) 
                 sink.key(path + (key,), ERROR,
                          f"`{format_key_path(path + (key,))}` = {value!r}: a template must be "
                          "the whole value (`${VAR}` or `${VAR:-default}`)")
+
+
+# -- MCP servers and LLM judges (issue 22) ---------------------------------------------------
+
+def _mode(*tables: dict[str, Any]) -> str:
+    """A phase's network mode from its tables, most specific first (``public`` by default)."""
+    for t in tables:
+        mode = t.get("network_mode")
+        if isinstance(mode, str):
+            return mode
+        if isinstance(t.get("allow_internet"), bool):
+            return "public" if t["allow_internet"] else "no-network"
+    return "public"
+
+
+def _check_mcp_servers(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
+    """Each ``[[environment.mcp_servers]]`` entry readable; a stdio server that downloads
+    itself (``npx``/``uvx``) warned about when an agent phase has no network."""
+    from cairn.task.mcp import parse_mcp_servers, self_downloading
+
+    entries = _table(doc, "environment").get("mcp_servers")
+    if not isinstance(entries, list) or not entries:
+        return
+    path: KeyPath = ("environment", "mcp_servers")
+    try:
+        servers = parse_mcp_servers(entries)
+    except ValueError as exc:
+        sink.key(path, ERROR, f"`environment.mcp_servers`: {exc}")
+        return
+    env, agent = _table(doc, "environment"), _table(doc, "agent")
+    modes = {_mode(agent, env)} | {_mode(_table(doc, "steps", i, "agent"), agent, env)
+                                   for i in range(len(steps))}
+    if "no-network" not in modes:
+        return
+    for i, server in enumerate(servers):
+        if self_downloading(server):
+            sink.key(path + (i,), WARNING,
+                     f"MCP server {server.name!r} runs `{server.command} …`, which downloads "
+                     "the server when it starts, but the agent phase has no network: install "
+                     "it in the image instead")
+
+
+def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
+    """A judge credential template under a verifier without network needs the egress
+    gateway (docker); warn that the local backend refuses it."""
+    from cairn.task.judge import judge_credentials
+
+    env, verifier = _table(doc, "environment"), _table(doc, "verifier")
+    tables: list[tuple[KeyPath, str]] = [(("verifier", "env"), _mode(verifier, env))]
+    for i in range(len(steps)):
+        tables.append((("steps", i, "verifier", "env"),
+                       _mode(_table(doc, "steps", i, "verifier"), verifier, env)))
+    for path, mode in tables:
+        t = {k: v for k, v in _table(doc, *path).items() if isinstance(v, str)}
+        found = judge_credentials(t)
+        if found and mode == "no-network":
+            names = ", ".join(p.credential for p in found)
+            sink.key(path + (found[0].credential,), WARNING,
+                     f"`{format_key_path(path)}` asks for a judge credential ({names}) under a "
+                     f"{mode} verifier: cairn opens the judge's host for the verifier through "
+                     "the egress gateway, which only the docker backend has (-e local refuses "
+                     "this task)")
 
 
 # -- Harbor 0.26 rules ---------------------------------------------------------------------

@@ -23,7 +23,7 @@ from cairn.errors import (
 )
 from cairn.events import Event, EventKind, EventSink
 from cairn.plan import TrialPlan
-from cairn.results.aggregate import score_trial, stop_decision
+from cairn.results.aggregate import score_trial, stop_decision, sum_judge
 from cairn.results.model import (
     AgentRef,
     ConfigAgent,
@@ -43,11 +43,13 @@ from cairn.results.model import (
 from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.task.envvars import resolve_env, secret_values
+from cairn.task.envvars import MIN_SECRET_LEN, resolve_env, secret_values
+from cairn.task.judge import judge_hosts
 from cairn.task.model import Step
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.services import check_services
 from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
 
 
@@ -134,14 +136,17 @@ class _TrialRun:
         env = resolve_env(env_t, environ)
         sol_t = task.config.solution.env
         solution_env = resolve_env(sol_t, environ)
-        verifier_envs = [resolve_env(s.verifier_env, environ) for s in task.steps]
+        ve = opts.verifier_env  # --ve: wins over the task's verifier env (Harbor's flag)
+        verifier_envs = [{**resolve_env({k: v for k, v in s.verifier_env.items() if k not in ve},
+                                        environ), **ve} for s in task.steps]
         secrets = set(secret_values(env_t, env)) | set(secret_values(sol_t, solution_env))
+        secrets |= {v for v in ve.values() if len(v) >= MIN_SECRET_LEN}
         for s, resolved in zip(task.steps, verifier_envs, strict=True):
             secrets |= set(secret_values(s.verifier_env, resolved))
         self.masker = Masker(secrets)
         self.store.masker = self.masker
         e = task.environment
-        self.networks = self._plan_networks()
+        self.networks = self._plan_networks(verifier_envs)
         spec = SandboxSpec(
             env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
             cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
@@ -153,13 +158,16 @@ class _TrialRun:
             env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
         return spec, solution_env, verifier_envs
 
-    def _plan_networks(self) -> PhaseNetworks:
+    def _plan_networks(self, verifier_envs: list[dict[str, str]]) -> PhaseNetworks:
         """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
-        the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases."""
+        the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases,
+        and an LLM judge's API host in verifier phases (:mod:`cairn.task.judge`)."""
         task, opts = self.task, self.plan.options
         hosts = [*self.agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
         agent = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
-        verifier = {s.index: task.verifier_network(s) for s in task.steps
+        verifier = {s.index: task.verifier_network(s).with_model_hosts(
+                        judge_hosts(s.verifier_env, venv))
+                    for s, venv in zip(task.steps, verifier_envs, strict=True)
                     if opts.verify and s.verifier_mode != "separate"}
         return PhaseNetworks(environment=task.environment.network_policy, agent=agent,
                              verifier=verifier)
@@ -280,6 +288,7 @@ class _TrialRun:
         if hc is not None:
             out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
             if not out.healthy:
+                await check_services(sandbox, when="and the environment never became healthy")
                 raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
                                    f"environment healthcheck failed after {out.probes} probes",
                                    detail={"exit_code": out.last_exit_code,
@@ -301,6 +310,7 @@ class _TrialRun:
             raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
                                f"agent setup failed: {type(exc).__name__}: {exc}") from exc
         self.timings["agent_setup_sec"] = time.monotonic() - started + self.host_prepare_sec
+        await check_services(sandbox)  # a start-up service that died fails the trial (#22)
 
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
@@ -456,7 +466,8 @@ class _TrialRun:
             tokens=Tokens(prompt=sum(t.prompt for t in toks),
                           completion=sum(t.completion for t in toks),
                           cached=sum(t.cached for t in toks)),
-            cost_usd=sum(costs) if costs else None, started_at=started_at, finished_at=_now(),
+            cost_usd=sum(costs) if costs else None, judge=sum_judge(r.judge for r in self.rows),
+            started_at=started_at, finished_at=_now(),
             image_id=self.info.get("image_id"), engine_version=self.info.get("engine_version"),
             warnings=[*self.task_warnings(), *self.warnings], steps=self.rows,
             start_step=self.plan.options.start_step, forked_from=self.forked_from)

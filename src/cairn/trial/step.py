@@ -33,6 +33,7 @@ from cairn.task.model import Step
 from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -315,6 +316,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
     evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
     warnings.extend(evidence_warnings)
+    # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
+    if step.pre_artifacts_sh is not None:
+        warnings.extend(await run_pre_artifacts(sandbox, step, dirs.agent, mask=mask,
+                                                timeout_multiplier=env.timeout_multiplier))
 
     # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
     snapshot = None
@@ -326,7 +331,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     env.phase = Phase.ARTIFACTS
     manifest, hook_warnings = await collect_step_artifacts(
         sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
-        logs_artifacts_written=artifacts_written)
+        logs_artifacts_written=None if step.pre_artifacts_sh
+        else artifacts_written)  # None: probe again (pre_artifacts.sh ran)
     warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     for row in manifest:
@@ -363,6 +369,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
                                verifier_dir=dirs.verifier, mask=mask)
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
+    row["judge"] = v.judge  # an LLM judge's spend, apart from the agent's (#22)
     if v.error is not None:
 
         err = error_info(v.error, step=step, phase=Phase.VERIFIER)

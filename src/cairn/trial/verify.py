@@ -16,8 +16,10 @@ from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
+from cairn.results.model import JudgeUsage
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step
+from cairn.trial.judge import read_judge_usage
 from cairn.trial.rewards import read_reward
 
 VERIFIER_LOGS = VERIFIER_LOGS_DIR
@@ -36,6 +38,7 @@ class VerifierRun:
         elapsed_sec: wall time of test.sh, seconds.
         warnings: CRLF normalisation, both reward files present, values outside [0, 1].
         error: the failure (``test_missing``, ``verifier_timeout``, ``reward_*``), if any.
+        judge: an LLM judge's spend from ``judge_usage.json``, if the verifier wrote one.
     """
 
     rewards: dict[str, float] | None = None
@@ -44,6 +47,7 @@ class VerifierRun:
     elapsed_sec: float = 0.0
     warnings: list[str] = field(default_factory=list)
     error: TrialFailure | None = None
+    judge: JudgeUsage | None = None
 
 
 async def empty_verifier_logs(sandbox: Sandbox) -> None:
@@ -131,6 +135,8 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         await sandbox.download(VERIFIER_LOGS, verifier_dir)
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout))
         (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr))
+        run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout
+        run.warnings.extend(judge_warnings)
         if result.timed_out:
             run.error = TrialFailure(
                 ErrorKind.VERIFIER_TIMEOUT,

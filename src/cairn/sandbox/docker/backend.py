@@ -52,6 +52,7 @@ from cairn.sandbox.base import (
     ProcessInfo,
     Sandbox,
     SandboxSpec,
+    ServiceExit,
     SnapshotRef,
 )
 from cairn.sandbox.docker.build import (
@@ -74,7 +75,9 @@ from cairn.sandbox.docker.exec_stream import (
     KILL_BY_ENV_SCRIPT,
     KILL_KEYS_SCRIPT,
     PS_SCRIPT,
+    SERVICE_EXIT_FILE,
     ExecStream,
+    is_keep_alive,
     parse_processes,
 )
 from cairn.sandbox.docker.gateway import (
@@ -165,6 +168,7 @@ class DockerSandbox(Sandbox):
         super().__init__(spec)
         self._client: docker.DockerClient | None = None
         self._cid: str | None = None
+        self._service = False  # whether the keeper started an ENTRYPOINT service
         self._creating: asyncio.Future[str] | None = None
         self._image: ImageInfo | None = None
         self._workdir = spec.workdir or "/"
@@ -299,6 +303,18 @@ class DockerSandbox(Sandbox):
             raise UnsupportedError(f"the sandbox was not started for the network policy "
                                    f"{policy.describe()} (list it in network_phases)")
 
+    async def service_exit(self) -> ServiceExit | None:
+        """The image ENTRYPOINT's exit status once it has ended (the keeper records it), with
+        the container log's tail; see :meth:`Sandbox.service_exit`."""
+        if not self._service or self._cid is None:
+            return None
+        code, out, _ = await self._run(["/bin/sh", "-c", f"cat {SERVICE_EXIT_FILE} 2>/dev/null"],
+                                       user="0")
+        status = out.strip()
+        if code != 0 or not status.isdigit():
+            return None
+        return ServiceExit(int(status), await self._container_logs())
+
     async def network_records(self) -> list[dict[str, object]]:
         """The gateway's connection records not returned before (see :meth:`Sandbox.network_records`)."""
         if self._net is None or self._net.layout is not Layout.GATEWAY:
@@ -333,6 +349,10 @@ class DockerSandbox(Sandbox):
         name = f"cairn-{slug}-{trial8}-{uuid.uuid4().hex[:6]}"
         env_hash = spec.env_hash
         img = self._image
+        service = [*img.entrypoint, *img.cmd] if img.entrypoint else []
+        if is_keep_alive(service):  # the keeper idles anyway
+            service = []
+        self._service = bool(service)
         with translate("creating the container", kind=ErrorKind.START_FAILED):
             host_config = api.create_host_config(**host_kw)
             def create() -> str:
@@ -340,7 +360,7 @@ class DockerSandbox(Sandbox):
                 # engine creates the container still lets stop() find and remove it.
                 created = api.create_container(
                     img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
-                    command=[*img.entrypoint, *img.cmd] if img.entrypoint else [],
+                    command=service,
                     labels=container_labels(spec, env_hash), host_config=host_config, name=name,
                     working_dir=self._workdir, environment=self._environment(), detach=True)
                 self._cid = created["Id"]

@@ -24,17 +24,39 @@ from cairn.sandbox.base import ProcessInfo
 EXEC_ID_VAR = "CAIRN_EXEC_ID"
 KEEPER_MARKER = "cairn-keeper"
 
+SERVICE_EXIT_FILE = "/tmp/.cairn-service-exit"
+"""Where the keeper writes the exit status of the image ENTRYPOINT when it ends."""
+
 KEEPER_SCRIPT = (
     'trap "exit 0" TERM INT HUP; '
+    f"rm -f {SERVICE_EXIT_FILE} 2>/dev/null; "
     'if [ "$#" -gt 0 ]; then '
     'command -v "$1" >/dev/null 2>&1 || { echo "cairn: the image ENTRYPOINT $1 is not an '
-    'executable in the image" >&2; exit 127; }; "$@" & fi; '
+    'executable in the image" >&2; exit 127; }; '
+    f'( "$@"; echo $? > {SERVICE_EXIT_FILE} ) & fi; '
     "while :; do sleep 2147483647 & wait $!; done"
 )
 """The container's main process under the init: starts the image ENTRYPOINT (+CMD) in the
 background (exit 127 at once when the ENTRYPOINT program does not exist: the container would not
-start under Harbor either), then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
+start under Harbor either; the service's exit status is recorded in :data:`SERVICE_EXIT_FILE`
+when it ends), then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
 [entrypoint…]``."""
+
+_KEEP_ALIVE = (("sleep", "infinity"), ("sleep", "inf"), ("tail", "-f", "/dev/null"))
+
+
+def is_keep_alive(argv: list[str] | tuple[str, ...]) -> bool:
+    """Whether an ENTRYPOINT+CMD only keeps a container alive (``sleep infinity``,
+    ``tail -f /dev/null``, also under ``sh -c``): the keeper already idles, so it starts nothing.
+    """
+    words = list(argv)
+    if len(words) == 3 and words[0].rsplit("/", 1)[-1] in ("sh", "bash") and words[1] == "-c":
+        words = words[2].split()
+        if words[:1] == ["exec"]:
+            words = words[1:]
+    if words:
+        words[0] = words[0].rsplit("/", 1)[-1]
+    return tuple(words) in _KEEP_ALIVE
 
 KILL_BY_ENV_SCRIPT = r"""
 id="$1"; me=$$; n=0

@@ -1,0 +1,31 @@
+"""Start-up services: the image ENTRYPOINT a sandbox starts before the agent (design §4.1).
+
+A service that has exited non-zero by the time the agent would start fails the trial as the
+task's error ``service_exited`` (not retried), with its exit code and log tail. A service that
+exited 0 (a one-shot init script) or is still running is fine; a declared healthcheck still
+decides readiness.
+"""
+
+from __future__ import annotations
+
+from cairn.errors import ErrorKind, TrialFailure
+from cairn.sandbox.base import Sandbox
+
+
+async def check_services(sandbox: Sandbox, *, when: str = "before the agent started") -> None:
+    """Raise when the sandbox's start-up service has exited non-zero.
+
+    Args:
+        sandbox: a started sandbox.
+        when: words for the message ("before the agent started").
+
+    Raises:
+        TrialFailure: ``service_exited`` with ``detail`` ``exit_code`` and ``log_tail``.
+    """
+    ended = await sandbox.service_exit()
+    if ended is None or ended.exit_code == 0:
+        return
+    raise TrialFailure(ErrorKind.SERVICE_EXITED,
+                       f"the image's start-up service (ENTRYPOINT) exited {ended.exit_code} "
+                       f"{when}", detail={"exit_code": ended.exit_code,
+                                          "log_tail": ended.log_tail[-4000:]})

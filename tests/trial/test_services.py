@@ -1,0 +1,93 @@
+"""Start-up services (issue 22): an image ENTRYPOINT that dies before the agent starts fails the
+trial as the task's ``service_exited``; a keep-alive entrypoint starts nothing extra."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from cairn.job.run import run_job
+from cairn.plan import JobConfig
+from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.docker.exec_stream import is_keep_alive
+from taskgen import write_task
+
+BASE = "debian:bookworm-slim"
+
+
+def test_keep_alive_entrypoints_are_recognised():
+    assert is_keep_alive(["sleep", "infinity"])
+    assert is_keep_alive(["/usr/bin/tail", "-f", "/dev/null"])
+    assert is_keep_alive(["/bin/sh", "-c", "exec sleep infinity"])
+    assert not is_keep_alive(["/entry.sh", "sleep", "infinity"])
+    assert not is_keep_alive(["sleep", "5"])
+    assert not is_keep_alive([])
+
+
+def _docker():
+    from conftest import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_service_exiting_3_errors_the_trial_not_retried(tmp_path):
+    _docker()
+    df = (f"FROM {BASE}\nWORKDIR /app\n"
+          'ENTRYPOINT ["/bin/sh", "-c", "echo db: cannot open data dir >&2; exit 3"]\n')
+    task = write_task(tmp_path / "tasks", "svc", dockerfile=df)
+    result = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
+                               job_name="job", agent="nop", max_retries=2,
+                               retry_backoff_sec=0.1))
+    (r,) = result.results
+    assert r.outcome.value == "errored"
+    assert r.error.kind.value == "service_exited" and r.error.category.value == "task"
+    assert r.error.phase.value == "environment"
+    assert r.error.detail["exit_code"] == 3
+    assert "db: cannot open data dir" in r.error.detail["log_tail"]
+    trial = result.job_dir / "trials" / r.trial_name
+    assert not (trial / "attempts").exists()  # task errors are not retried
+    on_disk = json.loads((trial / "result.json").read_text())
+    assert on_disk["error"]["kind"] == "service_exited"
+    assert on_disk["steps_run"] == 0 and on_disk["error"]["detail"]["exit_code"] == 3
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_service_that_keeps_running_or_exits_0_is_fine(tmp_path):
+    _docker()
+    runs = ('ENTRYPOINT ["/bin/sh", "-c", "echo up > /tmp/up; exec sleep 1000"]\n',
+            'ENTRYPOINT ["/bin/sh", "-c", "echo init done"]\n')
+    for i, ep in enumerate(runs):
+        task = write_task(tmp_path / f"tasks{i}", "svc", dockerfile=f"FROM {BASE}\n{ep}",
+                          test="echo 1 > /logs/verifier/reward.txt\n")
+        result = run_job(JobConfig(paths=(task,), backend="docker",
+                                   jobs_dir=tmp_path / f"jobs{i}", job_name="job", agent="nop"))
+        (r,) = result.results
+        assert r.error is None and r.reward == 1.0, r.error
+
+
+@pytest.mark.docker
+def test_keep_alive_entrypoint_starts_nothing(tmp_path):
+    _docker()
+    from cairn.sandbox.docker.backend import DockerSandbox
+
+    env = tmp_path / "env"
+    env.mkdir()
+    (env / "Dockerfile").write_text(f'FROM {BASE}\nENTRYPOINT ["sleep", "infinity"]\n')
+
+    async def main():
+        spec = SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="svc",
+                           trial_id=f"svc-{time.time_ns()}", name="svc")
+        async with DockerSandbox(spec) as sb:
+            procs = await sb.processes()
+            return [p.cmdline for p in procs], await sb.service_exit()
+
+    cmdlines, ended = asyncio.run(main())
+    assert not any(c.startswith("sleep infinity") for c in cmdlines), cmdlines
+    assert ended is None
