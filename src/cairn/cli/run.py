@@ -151,11 +151,16 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import signal
 
     from cairn.errors import UsageError
-    from cairn.job.run import arun_job, default_job_name, read_job
+    from cairn.job.run import arun_job, claim_job_dir, read_job
     from cairn.cli.progress import Progress
 
-    if job_dir is None and cfg.job_name is None:
-        cfg = cfg.model_copy(update={"job_name": default_job_name()})
+    if job_dir is None and cfg.job_name is None:  # a default name is claimed exclusively
+        try:
+            job_dir = claim_job_dir(Path(cfg.jobs_dir))
+        except (OSError, UsageError) as exc:
+            _err(f"cannot create a job folder in {cfg.jobs_dir}: {exc}")
+            return 2
+        cfg = cfg.model_copy(update={"job_name": job_dir.name})
     target = job_dir or Path(cfg.jobs_dir) / cfg.job_name
     progress = Progress(json_mode=json_out, resume=resume)
     interrupts = 0

@@ -73,10 +73,40 @@ def default_job_name(now: datetime | None = None) -> str:
     return (now or datetime.now()).strftime("%Y-%m-%d__%H-%M-%S")
 
 
+def claim_job_dir(jobs_dir: Path, now: datetime | None = None) -> Path:
+    """Create a fresh job folder under the default name, exclusively.
+
+    Several processes started in the same second into one ``jobs_dir`` each get their own
+    folder: the first takes ``YYYY-MM-DD__HH-MM-SS``, the next ``…-2``, ``…-3`` and so on
+    (``mkdir`` is atomic, so two processes never take the same name). A name the user gave
+    with ``--job-name`` is never claimed this way: there the job lock refuses a second process.
+
+    Args:
+        jobs_dir: the folder holding job folders (created if missing).
+        now: the start time (default: now).
+
+    Returns:
+        The new, empty job folder.
+    """
+    jobs_dir = Path(jobs_dir)
+    jobs_dir.mkdir(parents=True, exist_ok=True)
+    base = default_job_name(now)
+    for n in range(1, 10_000):
+        candidate = jobs_dir / (base if n == 1 else f"{base}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise UsageError(f"{jobs_dir}: no free job name for {base}; give one with --job-name")
+
+
 def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
     if job_dir is not None:
         return Path(job_dir)
-    return Path(config.jobs_dir) / (config.job_name or default_job_name())
+    if config.job_name is None:
+        return claim_job_dir(Path(config.jobs_dir))
+    return Path(config.jobs_dir) / config.job_name
 
 
 async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
@@ -112,11 +142,20 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             unresolved ``${VAR}`` template, the job is locked by another process, the folder
             exists without ``resume``, or a resumed job ran on another backend.
     """
-    backend = resolve_backend(config.backend)
-    config = config.model_copy(update={
-        "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-    entries = discover_tasks(config)
-    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
+    target = _job_dir(config, job_dir)
+    if config.job_name is None and job_dir is None:
+        config = config.model_copy(update={"job_name": target.name})
+    try:
+        backend = resolve_backend(config.backend)
+        config = config.model_copy(update={
+            "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
+        entries = discover_tasks(config)
+    except UsageError:
+        if not resume:  # an empty folder claimed for a default name is not left behind
+            with contextlib.suppress(OSError):
+                target.rmdir()
+        raise
+    job = JobRun(config, backend, target, resume=resume,
                retry_errors=retry_errors, on_event=on_event)
     job.on_trial_start, job.on_trial_end = on_trial_start, on_trial_end
     lock, created = lock_job(job, resume)
@@ -166,9 +205,9 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
     Raises:
         UsageError: as :func:`iter_trials`.
     """
-    if job_dir is None and config.job_name is None:
-        config = config.model_copy(update={"job_name": default_job_name()})
     target = _job_dir(config, job_dir)
+    if config.job_name is None:
+        config = config.model_copy(update={"job_name": target.name})
     async for result in iter_trials(config, job_dir=target, **kwargs):
         if on_result is not None:
             on_result(result)

@@ -283,7 +283,9 @@ def lock_job(job: JobRun, resume: bool):
     """Take the job's lock (creating the folder); refuse a second process or a name clash."""
     from cairn.lock import JobLock
 
-    created = not job.job_dir.exists()
+    # a missing or empty folder (one claimed by :func:`cairn.job.run.claim_job_dir`) is this
+    # run's own: nothing of an earlier run to clean up, removed again if nothing gets written
+    created = not job.job_dir.exists() or not any(job.job_dir.iterdir())
     job.job_dir.mkdir(parents=True, exist_ok=True)
     lock = JobLock(job.job_dir)
     lock.acquire()  # JobLockedError is a UsageError
@@ -304,7 +306,7 @@ def lock_job(job: JobRun, resume: bool):
 
 def undo_empty(job: JobRun, created: bool) -> None:
     """Remove a job folder this run created when it stopped before writing anything."""
-    if created and {p.name for p in job.job_dir.iterdir()} <= {"lock"}:
+    if created and job.job_dir.is_dir() and {p.name for p in job.job_dir.iterdir()} <= {"lock"}:
         with contextlib.suppress(OSError):
             (job.job_dir / "lock").unlink()
             job.job_dir.rmdir()
