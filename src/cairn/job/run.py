@@ -187,11 +187,27 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
                 yield r
     finally:
         if begun:
+            await _settle_sandboxes(job)
             job.write_summary()
             with contextlib.suppress(Exception):
                 job.write_job_json(finished=True)
             job.close_log()
         lock.release()
+
+
+async def _settle_sandboxes(job: JobRun) -> None:
+    """Return only once no sandbox of the job is left (removals the engine was still doing
+    when a trial ended: an early-stopping consumer, Ctrl-C, SIGTERM); report any that could
+    not be removed within the bound (``cairn clean`` removes them later)."""
+    from cairn.sandbox.cleanup import settle_job
+
+    try:
+        failed = await asyncio.shield(asyncio.to_thread(settle_job, job.job_dir, job.backend))
+    except Exception as exc:  # noqa: BLE001 - the trials' results are already on disk
+        failed = [f"check failed: {exc}"]
+    for line in failed:
+        job.emit(f"could not remove a sandbox of job {job.job_id}: {line}; "
+                 "`cairn clean` removes it once the engine allows")
 
 
 async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
