@@ -233,7 +233,9 @@ def resume_cmd(
     try:
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
                                        ("max_cost_usd", max_cost_usd)) if v is not None}
-        cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides)
+        cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides,
+                            on_event=lambda line: print(f"cairn: warning: {line}",
+                                                        file=sys.stderr, flush=True))
     except (typer.BadParameter, CairnError) as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

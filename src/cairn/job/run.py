@@ -173,6 +173,8 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
                  f"(cairn {__version__}, backend {backend})")
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job)
+        if resume:
+            _report_torn_summary(job)
         job.write_job_json()
         plans, done = job.apply(decisions)
         if on_start is not None:
@@ -193,6 +195,19 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
                 job.write_job_json(finished=True)
             job.close_log()
         lock.release()
+
+
+def _report_torn_summary(job: JobRun) -> None:
+    """Say so when a resumed job's summary.json cannot be read (it is rebuilt from the trials'
+    results right after)."""
+    from cairn.results.store import read_summary
+
+    if job.paths.summary_json.exists():
+        try:
+            read_summary(job.job_dir)
+        except (OSError, ValueError) as exc:
+            job.emit(f"{job.paths.summary_json} is unreadable ({str(exc).splitlines()[0][:200]}); "
+                     "rebuilt from the trials' result.json files")
 
 
 async def _settle_sandboxes(job: JobRun) -> None:
@@ -244,20 +259,25 @@ def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
 
 def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobConfig:
+                  overrides: Mapping[str, Any] | None = None,
+                  on_event: EventSink | None = None) -> JobConfig:
     """The config of an existing job, from its job.json, ready to resume.
 
     ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
-    host environment variable of the same name.
+    host environment variable of the same name. A job.json that cannot be read (torn by a
+    power loss) is rebuilt from the trials' own config.json files — the tasks, agent, model,
+    backend and attempts they show — and ``on_event`` is told so.
 
     Args:
         job_dir: the job folder.
         agent_env: ``--ae`` values given again.
         environ: the host environment (default ``os.environ``).
         overrides: config fields to change (e.g. ``n_concurrent``).
+        on_event: receives a line saying which file could not be read.
 
     Raises:
-        UsageError: not a job folder, or a masked ``--ae`` value is not available.
+        UsageError: not a job folder (no job.json, or an unreadable one and no readable trial
+            config.json to rebuild it from), or a masked ``--ae`` value is not available.
     """
     import os
 
@@ -270,7 +290,11 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         meta = read_json(meta_path)
         cfg = dict(meta["config"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
+        meta, cfg = _config_from_trials(Path(job_dir), exc)
+        if on_event is not None:
+            on_event(f"{meta_path} is unreadable ({exc}); the job's config is rebuilt from "
+                     f"its trials' config.json ({len(cfg['paths'])} task(s), agent "
+                     f"{cfg['agent']!r}, {cfg['attempts']} attempt(s)); job.json is rewritten")
     environ = os.environ if environ is None else environ
     given = dict(agent_env or {})
     env: dict[str, str] = {}
@@ -297,6 +321,33 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         raise UsageError(f"{meta_path}: {exc}") from None
 
 
+def _config_from_trials(job_dir: Path, why: BaseException) -> tuple[dict, dict]:
+    """(meta, config) of a job whose job.json is unreadable, from its trials' config.json.
+
+    Raises:
+        UsageError: no trial config.json can be read either.
+    """
+    from cairn.results.store import JobPaths, read_json
+
+    rows = []
+    for trial in JobPaths(job_dir).trial_dirs():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            c = read_json(trial.config_json)
+            rows.append((str(c["task"]["path"]), c["agent"]["name"], c["agent"].get("kwargs") or {},
+                         c.get("model"), c["backend"], int(c["attempt"]), c.get("options") or {}))
+    if not rows:
+        raise UsageError(f"{job_dir / 'job.json'}: unreadable job.json ({why}) and no trial "
+                         "config.json to rebuild it from") from None
+    first = rows[0]
+    opts = first[6]
+    cfg = {"paths": sorted({r[0] for r in rows}), "agent": first[1], "agent_kwargs": first[2],
+           "model": first[3], "backend": first[4], "attempts": max(r[5] for r in rows),
+           "job_name": job_dir.name, "jobs_dir": str(job_dir.parent),
+           "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
+           "verify": opts.get("verify", True), "hardened_verify": opts.get("hardened_verify", False)}
+    return {"backend": first[4]}, cfg
+
+
 def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink | None = None,
                overrides: Mapping[str, Any] | None = None,
                agent_env: Mapping[str, str] | None = None) -> JobResult:
@@ -317,7 +368,7 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, on_event: EventSink
     Raises:
         UsageError: not a job folder, locked by a running process, or as :func:`iter_trials`.
     """
-    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides)
+    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides, on_event=on_event)
     return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
                                 retry_errors=retry_errors, on_event=on_event))
 

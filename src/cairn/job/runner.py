@@ -129,7 +129,9 @@ class JobRun:
                     try:
                         old = read_result(tp.result_json)
                     except (OSError, ValueError) as exc:
-                        self.emit(f"[{e.name}] unreadable result.json ({exc}); re-running")
+                        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+                        self.emit(f"[{e.name}] unreadable {tp.result_json} ({why}); "
+                                  f"re-running attempt {attempt}")
                         old = None
                     if old is not None and not self.should_rerun(old):
                         out.append(("keep", old))
@@ -296,7 +298,9 @@ def lock_job(job: JobRun, resume: bool):
     if resume and job.paths.job_json.exists():
         from cairn.results.store import read_json
 
-        previous = read_json(job.paths.job_json).get("backend")
+        previous = None
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # torn: rebuilt later
+            previous = read_json(job.paths.job_json).get("backend")
         if previous and previous != job.backend:
             lock.release()
             raise UsageError(f"job {job.job_id} ran on backend {previous!r}; refusing to "
