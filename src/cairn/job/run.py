@@ -169,13 +169,13 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             raise
         begun = True
         job.open_log()
+        job.write_job_json()  # first: a job killed from here on can be resumed
         job.emit(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                  f"(cairn {__version__}, backend {backend})")
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job)
         if resume:
             _report_torn_summary(job)
-        job.write_job_json()
         plans, done = job.apply(decisions)
         if on_start is not None:
             on_start(len(plans), len(done))
