@@ -150,7 +150,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import asyncio
     import signal
 
-    from cairn.errors import UsageError
+    from cairn.errors import JobStorageFullError, UsageError
     from cairn.job.run import arun_job, claim_job_dir, read_job
     from cairn.cli.progress import Progress
 
@@ -197,6 +197,10 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
         progress.close()
         _err(str(exc))
         return 2
+    except JobStorageFullError as exc:  # one clear line, not a traceback or an exception group
+        progress.close()
+        _err(str(exc))
+        return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.close()
         _err(f"interrupted: running trials cancelled and their sandboxes removed; resume with "

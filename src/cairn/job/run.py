@@ -26,7 +26,7 @@ from typing import Any
 
 from cairn import __version__
 from cairn.job.discover import check_templates, discover_tasks
-from cairn.errors import UsageError
+from cairn.errors import JobStorageFullError, UsageError
 from cairn.job.runner import (
     MASKED,
     EventSink,
@@ -52,8 +52,8 @@ class JobResult:
         job_dir: the job folder.
         results: the latest result of every trial of the job (resumed ones included).
         summary: the job summary (also in summary.json).
-        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped
-            early, else None.
+        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` / ``storage_full``
+            when the job stopped early, else None.
     """
 
     job_dir: Path
@@ -184,9 +184,19 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         job.write_summary()
         for r in done:
             yield r
-        async with contextlib.aclosing(run_all(job, plans)) as results:
-            async for r in results:  # a consumer that stops early cancels the rest cleanly
-                yield r
+        try:
+            async with contextlib.aclosing(run_all(job, plans)) as results:
+                async for r in results:  # a consumer that stops early cancels the rest cleanly
+                    yield r
+        except (OSError, BaseExceptionGroup) as exc:
+            full = _storage_full(exc)
+            if full is None:
+                raise
+            job.stopped_by = "storage_full"
+            raise JobStorageFullError(
+                f"the filesystem holding {job.job_dir} is full ({full}); the job stopped, "
+                "results already written are kept; free space and run "
+                f"`cairn resume {job.job_dir}`") from None
     finally:
         if begun:
             await _settle_sandboxes(job)
@@ -195,6 +205,22 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
                 job.write_job_json(finished=True)
             job.close_log()
         lock.release()
+
+
+def _storage_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error inside ``exc`` (an exception group is searched), else None."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _storage_full(inner)
+        if found is not None:
+            return found
+    if exc.__context__ is not None and exc.__context__ is not exc and isinstance(
+            exc.__context__, OSError):
+        return _storage_full(exc.__context__)
+    return None
 
 
 def _report_torn_summary(job: JobRun) -> None:

@@ -252,9 +252,15 @@ class JobRun:
     def write_summary(self) -> None:
         from cairn.results.store import write_summary
 
+        import errno
+
         try:
             write_summary(self.job_dir, self.summary())
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
+            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                if self.stopped_by == "storage_full":
+                    return  # said once, by the job (resume rebuilds it)
+                raise  # a full disk stops the job (cairn.job.run turns it into one error)
             log.warning("could not write summary.json: %s", exc)
 
     def write_job_json(self, *, finished: bool = False) -> None:
