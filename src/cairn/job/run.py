@@ -73,6 +73,21 @@ def default_job_name(now: datetime | None = None) -> str:
     return (now or datetime.now()).strftime("%Y-%m-%d__%H-%M-%S")
 
 
+_CREATED_JOBS_DIRS: set[Path] = set()
+"""Jobs folders :func:`claim_job_dir` created (removed again with a job that never began)."""
+
+
+def _unclaim(target: Path) -> None:
+    """Remove an empty job folder of a job that never began (and the jobs folder the claim
+    created for it, when now empty)."""
+    with contextlib.suppress(OSError):
+        target.rmdir()
+        parent = target.parent.absolute()
+        if parent in _CREATED_JOBS_DIRS:
+            parent.rmdir()
+            _CREATED_JOBS_DIRS.discard(parent)
+
+
 def claim_job_dir(jobs_dir: Path, now: datetime | None = None) -> Path:
     """Create a fresh job folder under the default name, exclusively.
 
@@ -89,7 +104,9 @@ def claim_job_dir(jobs_dir: Path, now: datetime | None = None) -> Path:
         The new, empty job folder.
     """
     jobs_dir = Path(jobs_dir)
-    jobs_dir.mkdir(parents=True, exist_ok=True)
+    if not jobs_dir.is_dir():
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        _CREATED_JOBS_DIRS.add(jobs_dir.absolute())
     base = default_job_name(now)
     for n in range(1, 10_000):
         candidate = jobs_dir / (base if n == 1 else f"{base}-{n}")
@@ -152,8 +169,7 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
         entries = discover_tasks(config)
     except UsageError:
         if not resume:  # an empty folder claimed for a default name is not left behind
-            with contextlib.suppress(OSError):
-                target.rmdir()
+            _unclaim(target)
         raise
     job = JobRun(config, backend, target, resume=resume,
                retry_errors=retry_errors, on_event=on_event)

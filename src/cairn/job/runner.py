@@ -213,6 +213,9 @@ class JobRun:
                          and result.error.category is Category.INFRA)
             if not retryable or runs > self.config.max_retries or self.stopped_by:
                 return result
+            if result.error.kind is ErrorKind.SANDBOX_LOST and self.backend == "docker" \
+                    and not await wait_for_engine(self.emit, plan.task.name):
+                return result  # the engine stayed away: the trial keeps its infra error
             self.emit(f"[{plan.task.name}] infra error {result.error.kind.value}; retrying in "
                       f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
                       f"{self.config.max_retries + 1})")
@@ -285,6 +288,43 @@ class JobRun:
 
                 self._engine = docker.from_env(timeout=5).version().get("Version")
         return self._engine
+
+
+ENGINE_WAIT_SEC = float(os.environ.get("CAIRN_ENGINE_WAIT_SEC", "180"))
+"""How long a trial that lost the Docker engine waits for it to answer again before its
+retry, seconds (``CAIRN_ENGINE_WAIT_SEC``); past it the trial keeps its ``sandbox_lost``
+infra error and ``cairn resume`` re-runs it."""
+
+
+async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = None) -> bool:
+    """Wait, with backoff (1 s doubling to 15 s), until the Docker engine answers a ping.
+
+    Args:
+        emit: receives one line when the wait starts and one when it ends.
+        task: the task name the lines are tagged with.
+        wait_sec: the bound, seconds (default :data:`ENGINE_WAIT_SEC`).
+
+    Returns:
+        True when the engine answers within the bound, else False.
+    """
+    from cairn.sandbox.auto import docker_answers
+
+    bound = ENGINE_WAIT_SEC if wait_sec is None else wait_sec
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    delay = 1.0
+    if await asyncio.to_thread(docker_answers, 5.0):
+        return True
+    emit(f"[{task}] the Docker engine does not answer; waiting up to {bound:g} s for it")
+    while loop.time() < deadline:
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        delay = min(delay * 2, 15.0)
+        if await asyncio.to_thread(docker_answers, 5.0):
+            emit(f"[{task}] the Docker engine answers again")
+            return True
+    emit(f"[{task}] engine_unavailable: the Docker engine did not answer within {bound:g} s; "
+         "the trial keeps its sandbox_lost error (resume re-runs it)")
+    return False
 
 
 def lock_job(job: JobRun, resume: bool):
