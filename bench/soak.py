@@ -153,11 +153,17 @@ def main() -> int:
                 print(f"  {key:24} {_fmt(fig[key])}")
             if fig["stderr_tail"]:
                 print("  stderr: " + fig["stderr_tail"].replace("\n", "\n          "))
-            fd_growth = fig["fd_growth_per_100"] or 0.0
-            ok &= (fig["exit"] == 0 and fig["lost"] == 0 and fig["duplicated"] == 0
-                   and (fig["peak_rss_mib"] or 0) < args.rss_limit and fd_growth < 1.0
-                   and fig["sandboxes_left"] == 0
-                   and (fig["peak_sandboxes"] or 0) <= args.n)
+            checks = {
+                "exit 0": fig["exit"] == 0, "none lost": fig["lost"] == 0,
+                "none duplicated": fig["duplicated"] == 0,
+                f"peak RSS < {args.rss_limit:g} MiB": (fig["peak_rss_mib"] or 0) < args.rss_limit,
+                "fd growth < 1 per 100 trials": (fig["fd_growth_per_100"] or 0.0) < 1.0,
+                f"at most {args.n} sandboxes at once": (fig["peak_sandboxes"] or 0) <= args.n,
+                "no sandbox left": fig["sandboxes_left"] == 0,
+            }
+            missed = [k for k, v in checks.items() if not v]
+            print("  targets: " + ("all met" if not missed else "MISSED " + "; ".join(missed)))
+            ok &= not missed
     print("targets met" if ok else "TARGETS NOT MET")
     return 0 if ok else 1
 
