@@ -51,6 +51,7 @@ from cairn.sandbox.docker.build import (
     engine_version,
     ensure_image,
     in_thread,
+    is_engine_gone,
     make_client,
     start_thread,
     translate,
@@ -456,13 +457,18 @@ class DockerSandbox(Sandbox):
                 detail={"refused": report.refused[:100]})
 
 
+ENGINE_GONE_SEC = 10.0
+"""How long :func:`remove_container_and_wait` keeps trying while the engine does not answer at
+all, seconds (the job's final sweep and ``cairn clean`` remove the container later)."""
+
+
 async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> str | None:
     """Force-remove a container and return only once the engine no longer knows it.
 
     A loaded engine may answer ``remove`` with an error ("removal already in progress", a kill
     that timed out) or leave the container in "Removal In Progress" for a while; the removal is
     re-issued with backoff (0.1 s doubling to 2 s) until the container is gone or ``wait_sec``
-    has passed.
+    has passed — or, when the engine does not answer at all, :data:`ENGINE_GONE_SEC`.
 
     Args:
         client: a Docker SDK client.
@@ -472,22 +478,28 @@ async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> s
     Returns:
         None when the container is gone, else the engine's last error (or "still present").
     """
-    deadline = time.monotonic() + wait_sec
+    start = time.monotonic()
+    deadline = start + wait_sec
     delay, error = 0.1, None
+    gone_since: float | None = None  # the engine itself does not answer (not a refusal)
     while True:
         try:
             await in_thread(client.api.remove_container, cid, force=True, v=True)
+            gone_since = None
         except docker.errors.NotFound:
             return None
         except Exception as exc:  # noqa: BLE001 - retried; reported when it never succeeds
             error = str(getattr(exc, "explanation", None) or exc)
+            if is_engine_gone(exc):
+                gone_since = gone_since or time.monotonic()
         try:
             await in_thread(client.api.inspect_container, cid)
         except docker.errors.NotFound:
             return None
         except Exception as exc:  # noqa: BLE001 - an engine that does not answer: retried
             error = str(exc)
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline or (gone_since is not None and now - gone_since >= ENGINE_GONE_SEC):
             return error or "still present"
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
