@@ -146,6 +146,16 @@ class DatasetError(UsageError):
     """
 
 
+class JobStorageFullError(CairnError):
+    """The filesystem holding the job folder is full (ENOSPC/EDQUOT) while the job ran.
+
+    The job stops at once: no new trial starts, the running ones are cancelled. Results
+    already written stay whole (every JSON file is written atomically); a trial whose
+    result.json could not be written has none, so ``cairn resume`` re-runs it once space is
+    freed.
+    """
+
+
 class UnsupportedError(CairnError):
     """A backend cannot provide what a task needs (a network mode, compose, GPUs).
 

@@ -417,3 +417,58 @@ def test_version_and_help_examples(tmp_path):
                  ("tasks", "check"), ("tasks", "init"), ("tasks", "sanity")):
         out = cairn(*args, "--help", cwd=tmp_path)
         assert out.returncode == 0 and "Example" in out.stdout, args
+
+
+# ---- default job names are claimed exclusively (issue #12) ----------------------------------
+_FROZEN_CLOCK = ("import cairn.job.run as r; "
+                 "r.default_job_name = lambda now=None: '2026-12-01__08-00-00'; "
+                 "from cairn.cli import main; main()")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("backend", ["docker", "local"])
+def test_three_runs_in_the_same_second_get_their_own_job_folders(tmp_path, backend):
+    """Three `cairn run` with the default job name in one second (the clock is frozen so the
+    names collide for certain): each claims its own folder and runs its trial, exit 0."""
+    from conftest import backend_available
+
+    if not backend_available(backend):
+        pytest.skip(f"backend {backend} not available")
+    task = write_task(tmp_path / "tasks", "same-second", solve="touch /app/done\n",
+                      test=reward_if("test -f /app/done"))
+    args = ["-c", _FROZEN_CLOCK, "run", "-p", str(task), "-e", backend, "--jobs-dir", "jobs"]
+    procs = [subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=_env(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    outcomes = [finish(p) for p in procs]
+    for rc, out, err in outcomes:
+        assert rc == 0, out + err
+        assert "Traceback" not in out + err
+    names = sorted(p.name for p in (tmp_path / "jobs").iterdir())
+    assert names == ["2026-12-01__08-00-00", "2026-12-01__08-00-00-2", "2026-12-01__08-00-00-3"]
+    for name in names:
+        job = json.loads((tmp_path / "jobs" / name / "job.json").read_text())
+        assert job["job_name"] == name and job["config"]["job_name"] == name
+        assert results_of(tmp_path / "jobs" / name)["test/same-second"]["reward"] == 1.0
+
+
+def test_a_given_job_name_is_still_refused_while_it_runs(tmp_path, one_task):
+    """--job-name keeps the lock's refusal (no suffix): a held lock → exit 2, nothing run."""
+    from cairn.lock import JobLock
+
+    with JobLock(tmp_path / "jobs" / "mine"):
+        res = cairn("run", "-p", str(one_task), "-e", "local", "--jobs-dir", "jobs",
+                    "--job-name", "mine", cwd=tmp_path)
+    assert res.returncode == 2 and "already running" in res.stderr
+    assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["mine"]
+    assert not (tmp_path / "jobs" / "mine" / "trials").exists()
+
+
+def test_claim_job_dir_suffixes_on_collision_and_api_names_the_job(tmp_path):
+    from datetime import datetime
+
+    from cairn.job.run import claim_job_dir
+
+    now = datetime(2026, 12, 1, 8, 0, 0)
+    got = [claim_job_dir(tmp_path / "jobs", now).name for _ in range(3)]
+    assert got == ["2026-12-01__08-00-00", "2026-12-01__08-00-00-2", "2026-12-01__08-00-00-3"]

@@ -97,7 +97,8 @@ def test_a_path_that_is_no_task(tmp_path):
 def test_init_writes_skeletons_that_pass_strict_check(tmp_path):
     single = run_cli("tasks", "init", "hello", "--dir", str(tmp_path))
     assert single.exit_code == 0 and "single-step" in single.stdout
-    multi = run_cli("tasks", "init", "org/steps", "--steps", "a,b,c", "--dir", str(tmp_path))
+    multi = run_cli("tasks", "init", "steps", "--name", "org/steps", "--steps", "a,b,c",
+                    "--dir", str(tmp_path))
     assert multi.exit_code == 0 and "3-step" in multi.stdout
     assert sorted(p.name for p in (tmp_path / "steps" / "steps").iterdir()) == ["a", "b", "c"]
     check = run_cli("tasks", "check", "--strict", str(tmp_path))
@@ -112,6 +113,25 @@ def test_init_defaults_to_the_current_folder_and_refuses_bad_names(tmp_path):
     assert again.exit_code == 2 and "not empty" in again.stderr
     bad = run_cli("tasks", "init", "x", "--steps", "a,../b", cwd=tmp_path)
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
+
+
+def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
+    from cairn.task.load import load_task
+
+    made = run_cli("tasks", "init", "path/to/my-task", cwd=tmp_path)
+    assert made.exit_code == 0, made.stderr
+    root = tmp_path / "path" / "to" / "my-task"
+    assert load_task(root).name == "local/my-task"  # last component, under the default org
+    assert f"created single-step task {Path('path/to/my-task')}" in made.stdout
+    named = run_cli("tasks", "init", str(tmp_path / "ds" / "fix"), "--name", "org/fix-bug",
+                    "--steps", "a,b")
+    assert named.exit_code == 0, named.stderr
+    assert load_task(tmp_path / "ds" / "fix").name == "org/fix-bug"
+    check = run_cli("tasks", "check", "--strict", str(root), str(tmp_path / "ds" / "fix"))
+    assert check.exit_code == 0, check.stdout
+    bad = run_cli("tasks", "init", "path/to/bad name", cwd=tmp_path)
+    assert bad.exit_code == 2 and "invalid task name" in bad.stderr
+    assert not (tmp_path / "path" / "to" / "bad name").exists()
 
 
 def test_check_through_the_console_entry_point(dataset):

@@ -204,3 +204,61 @@ def test_training_loop_that_stops_early_cancels_the_rest(tmp_path):
         client.close()
     assert left == []
     assert json.loads((job / "job.json").read_text())["stopped_by"] == "interrupted"
+
+
+def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, monkeypatch):
+    """Issue #12: on a loaded engine a forced removal is answered before the container is gone
+    (here: the first ``remove`` of each container fails with 409 "removal in progress" while
+    the engine removes it 1.5 s later, as a busy dockerd does). Closing iter_trials must not
+    return before every container of the job is gone."""
+    import contextlib
+    import threading
+
+    import docker
+    import docker.errors
+    from docker.api.client import APIClient
+
+    real_remove = APIClient.remove_container
+    first_seen: set[str] = set()
+    lock = threading.Lock()
+    removers: list[threading.Thread] = []
+
+    def slow_remove(self, container, *args, **kwargs):
+        with lock:
+            first = container not in first_seen
+            first_seen.add(container)
+        if not first:
+            return real_remove(self, container, *args, **kwargs)
+
+        def later():
+            time.sleep(1.5)
+            with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
+                real_remove(self, container, *args, **kwargs)
+
+        t = threading.Thread(target=later, daemon=True)
+        removers.append(t)
+        t.start()
+        raise docker.errors.APIError(
+            "conflict", explanation=f"removal of container {container} is already in progress")
+
+    monkeypatch.setattr(APIClient, "remove_container", slow_remove)
+    task = write_task(tmp_path / "tasks", "t", test="sleep 2; echo 1 > /logs/verifier/reward.txt\n")
+    cfg = config(tmp_path, task, attempts=4, n_concurrent=4, agent="nop")
+    job = tmp_path / "jobs" / "job"
+
+    async def loop():
+        async with contextlib.aclosing(iter_trials(cfg)) as trials:
+            async for r in trials:
+                return r
+
+    first = asyncio.run(loop())
+    client = docker.from_env()
+    try:
+        left = client.api.containers(all=True, filters={"label": f"cairn.job_dir={job}"})
+    finally:
+        client.close()
+    for t in removers:
+        t.join(10)
+    assert first.outcome.value == "completed"
+    assert [c["Names"] for c in left] == []
+    assert len(read_job(job).results) == 4

@@ -274,3 +274,46 @@ def test_a_zombie_owner_counts_as_dead():
     finally:
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.docker
+def test_settle_job_removes_what_the_job_left_and_reports_what_it_cannot(tmp_path, monkeypatch):
+    """settle_job (run by every job after its last trial): removes containers and networks
+    labelled with the job folder, leaves other jobs' alone, and reports — within its bound —
+    what the engine refuses to remove."""
+    from docker.api.client import APIClient
+
+    from cairn.sandbox.cleanup import settle_job
+
+    _, client = _docker()
+    job, other = tmp_path / "job", tmp_path / "other"
+    made = []
+    try:
+        for d in (job, job, other):
+            made.append(client.api.create_container(
+                "debian:bookworm-slim", ["sleep", "600"],
+                labels={"cairn.job": d.name, "cairn.job_dir": str(d)})["Id"])
+            client.api.start(made[-1])
+        net = client.api.create_network(f"cairn-settle-{uuid.uuid4().hex[:6]}",
+                                        labels={"cairn.job": "job", "cairn.job_dir": str(job)})
+        assert settle_job(job, "docker", wait_sec=30) == []
+        assert [_exists(client, c) for c in made] == [False, False, True]
+        assert client.api.networks(ids=[net["Id"]]) == []
+
+        def refuse(self, container, **kw):
+            raise __import__("docker").errors.APIError("refused", explanation="engine says no")
+
+        monkeypatch.setattr(APIClient, "remove_container", refuse)
+        started = time.monotonic()
+        failed = settle_job(other, "docker", wait_sec=1.0)
+        assert time.monotonic() - started < 10
+        assert len(failed) == 1 and failed[0].startswith("container ")
+        assert failed[0].endswith(": engine says no")
+        monkeypatch.undo()
+    finally:
+        for c in made:
+            try:
+                client.api.remove_container(c, force=True)
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+    assert settle_job(other, "docker", wait_sec=30) == []

@@ -217,3 +217,26 @@ def test_a_compose_verifier_environment_from_tests(tmp_path):
         assert client.volumes.list(filters=flt) == []
     finally:
         client.close()
+
+
+def test_a_non_root_verifier_reads_artifacts_the_agent_wrote_under_umask_077(tmp_path, backend):
+    """Issue #12: ``[verifier] user = "checker"`` in separate mode; the agent (root) wrote its
+    artifacts with mode 0600/0700. The restored copies belong to the verifier's user, so an
+    honest run scores 1; the host copies keep the agent's modes."""
+    test = reward_if('[ "$(id -un)" = checker ] && [ "$(cat /app/out.txt)" = result-42 ] '
+                     '&& [ "$(cat /app/res/deep.txt)" = deep ]')
+    task = write_task(
+        tmp_path / "tasks", "checker", test=test,
+        solve="umask 077; mkdir -p /app/res; echo result-42 > /app/out.txt; "
+              "echo deep > /app/res/deep.txt\n",
+        toml_extra='[verifier]\nenvironment_mode = "separate"\nuser = "checker"\n',
+        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nRUN useradd -m checker\n"})
+    _root_keys(task, 'artifacts = ["/app/out.txt", "/app/res"]\n')
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert r.error is None, r.error
+    assert r.reward == 1.0, (_trial_dir(tmp_path / "jobs") / "steps/01-main/verifier/"
+                             "test-stderr.txt").read_text()
+    arts = _trial_dir(tmp_path / "jobs") / "steps/01-main/artifacts/app"
+    assert (arts / "out.txt").stat().st_mode & 0o777 == 0o600
+    assert (arts / "res" / "deep.txt").read_text().strip() == "deep"
+    assert _owned(backend, r.trial_id) == []

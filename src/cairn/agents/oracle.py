@@ -40,7 +40,8 @@ class OracleAgent(Agent):
         """
         step = context.step
         if step.solve_sh is None:
-            (context.logs_dir / "solve-stderr.txt").write_text("no solve.sh for this step\n")
+            (context.logs_dir / "solve-stderr.txt").write_text("no solve.sh for this step\n",
+                                                              encoding="utf-8")
             context.exit = AgentExit.ERROR
             return
         # /solution exists only during this run: the engine removes it after every agent phase
@@ -59,8 +60,8 @@ class OracleAgent(Agent):
         result = await sandbox.exec(
             ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
             timeout_sec=context.timeout_sec)
-        (context.logs_dir / "solve-stdout.txt").write_text(result.stdout)
-        (context.logs_dir / "solve-stderr.txt").write_text(result.stderr)
+        (context.logs_dir / "solve-stdout.txt").write_text(result.stdout, encoding="utf-8")
+        (context.logs_dir / "solve-stderr.txt").write_text(result.stderr, encoding="utf-8")
         if result.timed_out:
             raise TimeoutError("solve.sh timed out")
         if result.exit_code != 0:

@@ -210,11 +210,16 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import signal
 
     from cairn.cli.progress import Progress
-    from cairn.errors import UsageError
-    from cairn.job.run import arun_job, default_job_name, read_job
+    from cairn.errors import JobStorageFullError, UsageError
+    from cairn.job.run import arun_job, claim_job_dir, read_job
 
-    if job_dir is None and cfg.job_name is None:
-        cfg = cfg.model_copy(update={"job_name": default_job_name()})
+    if job_dir is None and cfg.job_name is None:  # a default name is claimed exclusively
+        try:
+            job_dir = claim_job_dir(Path(cfg.jobs_dir))
+        except (OSError, UsageError) as exc:
+            _err(f"cannot create a job folder in {cfg.jobs_dir}: {exc}")
+            return 2
+        cfg = cfg.model_copy(update={"job_name": job_dir.name})
     target = job_dir or Path(cfg.jobs_dir) / cfg.job_name
     progress = Progress(json_mode=json_out, resume=resume)
     interrupts = 0
@@ -249,6 +254,10 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
         progress.close()
         _err(str(exc))
         return 2
+    except JobStorageFullError as exc:  # one clear line, not a traceback or an exception group
+        progress.close()
+        _err(str(exc))
+        return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.close()
         _err(f"interrupted: running trials cancelled and their sandboxes removed; resume with "
@@ -295,7 +304,9 @@ def resume_cmd(
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
                                        ("max_cost_usd", max_cost_usd), ("executor", executor),
                                        ("ray_address", ray_address)) if v is not None}
-        cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides)
+        cfg = resume_config(job_dir, agent_env=_kv(ae, "--ae"), overrides=overrides,
+                            emit=lambda ev: print(f"cairn: warning: {ev.text}",
+                                                  file=sys.stderr, flush=True))
     except (typer.BadParameter, CairnError) as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

@@ -68,25 +68,32 @@ def check(
     epilog=(
         "Examples:\n\n"
         "  cairn tasks init hello\n\n"
+        "  cairn tasks init datasets/mine/fix-bug --name org/fix-bug\n\n"
         "  cairn tasks init two-steps --steps write,append --dir tasks"
     ),
 )
 def init(
-    name: Annotated[str, typer.Argument(
-        help="Task name (`name` or `org/name`); the folder is named after its last part.",
+    target: Annotated[str, typer.Argument(
+        help="The task folder to create (`my-task` or `path/to/my-task`); the task is named "
+             "after its last part unless --name is given.",
         show_default=False)],
     steps: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--steps", help="Comma-separated step names: writes a multi-step task.")] = None,
     directory: Annotated[Path, typer.Option(
-        "--dir", help="Folder to create the task in.")] = Path("."),
+        "--dir", help="Folder a relative target is created in.")] = Path("."),
+    name: Annotated[str | None, typer.Option(
+        "--name", help="Task name (`name` or `org/name`); default the folder's name.")] = None,
 ) -> None:
     """Write a runnable task skeleton whose oracle passes and whose nop run scores 0."""
     from cairn.errors import UsageError
     from cairn.task.init import init_task
 
     step_names = [s for s in (steps or "").split(",") if s.strip()] if steps else []
+    root = directory / Path(target)
     try:
-        root = init_task(name, step_names, directory)
+        if not root.name or root.name in (".", ".."):
+            raise UsageError(f"invalid task folder {target!r}: give the folder to create")
+        root = init_task(name or root.name, step_names, root=root)
     except UsageError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None

@@ -101,7 +101,7 @@ def run_git(args: Sequence[str], *, cwd: Path | None = None, timeout_sec: float,
     """
     try:
         return subprocess.run(["git", *args], cwd=cwd, env=_env(), capture_output=True,
-                              text=True, errors="replace", timeout=timeout_sec, check=False,
+                              encoding="utf-8", errors="replace", timeout=timeout_sec, check=False,
                               stdin=subprocess.DEVNULL)
     except FileNotFoundError:
         raise DatasetError("the git client is not installed (needed for datasets and "

@@ -12,6 +12,7 @@ from cairn._util.lazy import lazy_face
 
 _NAMES = {
     "JobResult": "cairn.job.run",
+    "claim_job_dir": "cairn.job.run",
     "default_job_name": "cairn.job.run",
     "iter_trials": "cairn.job.run",
     "arun_job": "cairn.job.run",

@@ -61,7 +61,9 @@ def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, b
         UsageError: locked by another process (:class:`~cairn.errors.JobLockedError`), the
             folder holds a job and ``resume`` is false, or a resumed job ran on another backend.
     """
-    created = not paths.root.exists()
+    # a missing or empty folder (one claimed by :func:`cairn.job.run.claim_job_dir`) is this
+    # run's own: nothing of an earlier run to clean up, removed again if nothing gets written
+    created = not paths.root.exists() or not any(paths.root.iterdir())
     paths.root.mkdir(parents=True, exist_ok=True)
     lock = JobLock(paths.root)
     lock.acquire()  # JobLockedError is a UsageError
@@ -71,7 +73,7 @@ def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, b
                          f"{paths.root}` or choose another --job-name")
     if resume and paths.job_json.exists():
         previous = None
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, AttributeError):  # torn: rebuilt later
             previous = read_json(paths.job_json).get("backend")
         if previous and previous != backend:
             lock.release()
@@ -82,7 +84,7 @@ def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, b
 
 def undo_empty(paths: JobPaths, created: bool) -> None:
     """Remove a job folder this run created when it stopped before writing anything."""
-    if created and {p.name for p in paths.root.iterdir()} <= {"lock"}:
+    if created and paths.root.is_dir() and {p.name for p in paths.root.iterdir()} <= {"lock"}:
         with contextlib.suppress(OSError):
             (paths.root / "lock").unlink()
             paths.root.rmdir()
@@ -154,8 +156,9 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
             continue
         tp = TrialPaths(paths.trials_dir / d.folder)
         if d.unreadable:
-            emit(Event(EventKind.JOB, f"[{e.name}] unreadable result.json ({d.unreadable}); "
-                       "re-running", task=e.name))
+            why = (d.unreadable.splitlines() or ["unreadable"])[0][:200]
+            emit(Event(EventKind.JOB, f"[{e.name}] unreadable {tp.result_json} ({why}); "
+                       f"re-running attempt {d.attempt}", task=e.name))
         for name in d.superseded:
             _supersede(TrialPaths(paths.trials_dir / name), tp, d, emit)
         if d.action is TrialAction.INVALID:
@@ -209,29 +212,42 @@ def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
 
 def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None) -> JobConfig:
+                  overrides: Mapping[str, Any] | None = None,
+                  emit: EventSink | None = None) -> JobConfig:
     """The config of an existing job, from its job.json, ready to resume.
 
     ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
-    host environment variable of the same name.
+    host environment variable of the same name. A job.json that cannot be read (torn by a
+    power loss) is rebuilt from the trials' own config.json files — the tasks, agent, model,
+    backend and attempts they show — and ``emit`` receives a ``warning`` event saying so
+    (the resumed run rewrites job.json).
 
     Args:
         job_dir: the job folder.
         agent_env: ``--ae`` values given again.
         environ: the host environment (default ``os.environ``).
         overrides: config fields to change (e.g. ``n_concurrent``).
+        emit: receives the event naming a job.json that could not be read.
 
     Raises:
-        UsageError: not a job folder, or a masked ``--ae`` value is not available.
+        UsageError: not a job folder (no job.json, or an unreadable one and no readable trial
+            config.json to rebuild it from), or a masked ``--ae`` value is not available.
     """
     meta_path = JobPaths(Path(job_dir)).job_json
     if not meta_path.is_file():
         raise UsageError(f"{job_dir} is not a job folder (no job.json)")
     try:
         meta = read_job_json(Path(job_dir))
-    except (OSError, ValueError) as exc:
-        raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
-    cfg = dict(meta.config)
+        cfg = dict(meta.config)
+        backend: str | None = meta.backend
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        backend, cfg = _config_from_trials(Path(job_dir), why)
+        if emit is not None:
+            emit(Event(EventKind.WARNING, f"{meta_path} is unreadable ({why}); the job's config "
+                       f"is rebuilt from its trials' config.json ({len(cfg['paths'])} task(s), "
+                       f"agent {cfg['agent']!r}, {cfg['attempts']} attempt(s)); job.json is "
+                       "rewritten"))
     environ = os.environ if environ is None else environ
     given = dict(agent_env or {})
     env: dict[str, str] = {}
@@ -257,9 +273,34 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         raise UsageError("the job's verifier env (--ve) values are not stored; set them in the "
                          "environment to resume: " + ", ".join(lost))
     cfg["verifier_env"] = {k: (environ[k] if v == MASKED else v) for k, v in ve.items()}
-    cfg["backend"] = meta.backend or cfg.get("backend", "auto")
+    cfg["backend"] = backend or cfg.get("backend", "auto")
     cfg.update(overrides or {})
     try:
         return JobConfig.model_validate(cfg)
     except ValueError as exc:
         raise UsageError(f"{meta_path}: {exc}") from None
+
+
+def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, Any]]:
+    """(backend, config) of a job whose job.json is unreadable, from its trials' config.json.
+
+    Raises:
+        UsageError: no trial config.json can be read either.
+    """
+    rows = []
+    for trial in JobPaths(job_dir).trial_dirs():
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            c = read_json(trial.config_json)
+            rows.append((str(c["task"]["path"]), c["agent"]["name"], c["agent"].get("kwargs") or {},
+                         c.get("model"), c["backend"], int(c["attempt"]), c.get("options") or {}))
+    if not rows:
+        raise UsageError(f"{job_dir / 'job.json'}: unreadable job.json ({why}) and no trial "
+                         "config.json to rebuild it from")
+    first = rows[0]
+    opts = first[6]
+    cfg = {"paths": sorted({r[0] for r in rows}), "agent": first[1], "agent_kwargs": first[2],
+           "model": first[3], "backend": first[4], "attempts": max(r[5] for r in rows),
+           "job_name": job_dir.name, "jobs_dir": str(job_dir.parent),
+           "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
+           "verify": opts.get("verify", True), "hardened_verify": opts.get("hardened_verify", False)}
+    return first[4], cfg

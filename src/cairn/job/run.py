@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from cairn import __version__
-from cairn.errors import UsageError
+from cairn.errors import JobStorageFullError, UsageError
 from cairn.events import EventKind, JobObserver
 from cairn.job.discover import check_templates, discover_inputs
 from cairn.job.executors import Executor, get_executor
@@ -60,8 +60,8 @@ class JobResult:
         job_dir: the job folder.
         results: the latest result of every trial of the job (resumed ones included).
         summary: the job summary (also in summary.json).
-        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped
-            early, else None.
+        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` / ``storage_full``
+            when the job stopped early, else None.
     """
 
     job_dir: Path
@@ -81,10 +81,57 @@ def default_job_name(now: datetime | None = None) -> str:
     return (now or datetime.now()).strftime("%Y-%m-%d__%H-%M-%S")
 
 
+_CREATED_JOBS_DIRS: set[Path] = set()
+"""Jobs folders :func:`claim_job_dir` created (removed again with a job that never began)."""
+
+
+def _unclaim(target: Path) -> None:
+    """Remove an empty job folder of a job that never began (and the jobs folder the claim
+    created for it, when now empty)."""
+    with contextlib.suppress(OSError):
+        target.rmdir()
+        parent = target.parent.absolute()
+        if parent in _CREATED_JOBS_DIRS:
+            parent.rmdir()
+            _CREATED_JOBS_DIRS.discard(parent)
+
+
+def claim_job_dir(jobs_dir: Path, now: datetime | None = None) -> Path:
+    """Create a fresh job folder under the default name, exclusively.
+
+    Several processes started in the same second into one ``jobs_dir`` each get their own
+    folder: the first takes ``YYYY-MM-DD__HH-MM-SS``, the next ``…-2``, ``…-3`` and so on
+    (``mkdir`` is atomic, so two processes never take the same name). A name the user gave
+    with ``--job-name`` is never claimed this way: there the job lock refuses a second process.
+
+    Args:
+        jobs_dir: the folder holding job folders (created if missing).
+        now: the start time (default: now).
+
+    Returns:
+        The new, empty job folder.
+    """
+    jobs_dir = Path(jobs_dir)
+    if not jobs_dir.is_dir():
+        jobs_dir.mkdir(parents=True, exist_ok=True)
+        _CREATED_JOBS_DIRS.add(jobs_dir.absolute())
+    base = default_job_name(now)
+    for n in range(1, 10_000):
+        candidate = jobs_dir / (base if n == 1 else f"{base}-{n}")
+        try:
+            candidate.mkdir()
+        except FileExistsError:
+            continue
+        return candidate
+    raise UsageError(f"{jobs_dir}: no free job name for {base}; give one with --job-name")
+
+
 def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
     if job_dir is not None:
         return Path(job_dir)
-    return Path(config.jobs_dir) / (config.job_name or default_job_name())
+    if config.job_name is None:
+        return claim_job_dir(Path(config.jobs_dir))
+    return Path(config.jobs_dir) / config.job_name
 
 
 async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
@@ -133,28 +180,36 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
                        resume: bool, retry_errors: bool, observer: JobObserver | None,
                        ) -> AsyncGenerator[TrialResult, None]:
     """:func:`iter_trials` with its executor open."""
-    backend = executor.resolve_backend(config.backend)
-    config = config.model_copy(update={
-        "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-    job = JobRun(config, backend, _job_dir(config, job_dir), resume=resume,
-               retry_errors=retry_errors, observer=observer, executor=executor)
-    observer = job.observer
-    # datasets and --repo are fetched in a thread (minutes, for a large one) so that Ctrl-C is
-    # still heard; its progress lines reach the observer on the loop's thread
-    loop = asyncio.get_running_loop()
+    target = _job_dir(config, job_dir)
+    if config.job_name is None and job_dir is None:  # a default name, claimed exclusively
+        config = config.model_copy(update={"job_name": target.name})
+    try:
+        backend = executor.resolve_backend(config.backend)
+        config = config.model_copy(update={
+            "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
+        job = JobRun(config, backend, target, resume=resume,
+                     retry_errors=retry_errors, observer=observer, executor=executor)
+        observer = job.observer
+        # datasets and --repo are fetched in a thread (minutes, for a large one) so that
+        # Ctrl-C is still heard; its progress lines reach the observer on the loop's thread
+        loop = asyncio.get_running_loop()
 
-    def fetch_progress(line: str) -> None:
-        loop.call_soon_threadsafe(job.notice, line)
+        def fetch_progress(line: str) -> None:
+            loop.call_soon_threadsafe(job.notice, line)
 
-    inputs = await asyncio.to_thread(discover_inputs, config,
-                                     resume_dir=job.job_dir if resume else None,
-                                     on_event=fetch_progress)
-    entries = inputs.entries
-    job.sources = inputs.sources
-    if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7 checks
-        from cairn.trial.snapshot import check_start_options
+        inputs = await asyncio.to_thread(discover_inputs, config,
+                                         resume_dir=job.job_dir if resume else None,
+                                         on_event=fetch_progress)
+        entries = inputs.entries
+        job.sources = inputs.sources
+        if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7
+            from cairn.trial.snapshot import check_start_options
 
-        check_start_options(config, [e.task for e in entries], backend)
+            check_start_options(config, [e.task for e in entries], backend)
+    except UsageError:
+        if not resume:  # an empty folder claimed for a default name is not left behind
+            _unclaim(target)
+        raise
     lock, created = lock_job(job.paths, backend=backend, resume=resume)
     begun = False
     try:
@@ -172,6 +227,7 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             raise
         begun = True
         job.open_log()
+        job.write_job_json()  # first: a job killed from here on can be resumed
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
                    f"(cairn {__version__}, backend {backend}"
                    + (f", executor {executor.name})" if executor.name != "local" else ")"))
@@ -179,7 +235,8 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit, executor.clean)
-        job.write_job_json()
+        if resume:
+            _report_torn_summary(job)
         plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
                                       emit=job.emit)
         observer.planned(len(plans), len(done))
@@ -189,17 +246,73 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         for r in done:
             observer.result(r)
             yield r
-        async with contextlib.aclosing(run_all(job, plans)) as results:
-            async for r in results:  # a consumer that stops early cancels the rest cleanly
-                observer.result(r)
-                yield r
+        try:
+            async with contextlib.aclosing(run_all(job, plans)) as results:
+                async for r in results:  # a consumer that stops early cancels the rest cleanly
+                    observer.result(r)
+                    yield r
+        except (OSError, BaseExceptionGroup) as exc:
+            full = _storage_full(exc)
+            if full is None:
+                raise
+            job.stopped_by = "storage_full"
+            raise JobStorageFullError(
+                f"the filesystem holding {job.job_dir} is full ({full}); the job stopped, "
+                "results already written are kept; free space and run "
+                f"`cairn resume {job.job_dir}`") from None
     finally:
         if begun:
+            await _settle_sandboxes(job)
             job.write_summary()
             with contextlib.suppress(Exception):
                 job.write_job_json(finished=True)
             job.close_log()
         lock.release()
+
+
+def _storage_full(exc: BaseException) -> OSError | None:
+    """The ENOSPC/EDQUOT error inside ``exc`` (an exception group is searched), else None."""
+    import errno
+
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):
+        found = _storage_full(inner)
+        if found is not None:
+            return found
+    if exc.__context__ is not None and exc.__context__ is not exc and isinstance(
+            exc.__context__, OSError):
+        return _storage_full(exc.__context__)
+    return None
+
+
+def _report_torn_summary(job: JobRun) -> None:
+    """Say so when a resumed job's summary.json cannot be read (it is rebuilt from the trials'
+    results right after)."""
+    from cairn.results.store import read_summary
+
+    if job.paths.summary_json.exists():
+        try:
+            read_summary(job.job_dir)
+        except (OSError, ValueError) as exc:
+            why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+            job.notice(f"{job.paths.summary_json} is unreadable ({why}); rebuilt from the "
+                       "trials' result.json files", EventKind.WARNING)
+
+
+async def _settle_sandboxes(job: JobRun) -> None:
+    """Return only once no sandbox of the job is left (removals the engine was still doing
+    when a trial ended: an early-stopping consumer, Ctrl-C, SIGTERM); report any that could
+    not be removed within the bound (``cairn clean`` removes them later)."""
+    from cairn.sandbox.cleanup import settle_job
+
+    try:
+        failed = await asyncio.shield(asyncio.to_thread(settle_job, job.job_dir, job.backend))
+    except Exception as exc:  # noqa: BLE001 - the trials' results are already on disk
+        failed = [f"check failed: {exc}"]
+    for line in failed:
+        job.notice(f"could not remove a sandbox of job {job.job_id}: {line}; "
+                   "`cairn clean` removes it once the engine allows", EventKind.WARNING)
 
 
 async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
@@ -212,9 +325,9 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
     Raises:
         UsageError: as :func:`iter_trials`.
     """
-    if job_dir is None and config.job_name is None:
-        config = config.model_copy(update={"job_name": default_job_name()})
     target = _job_dir(config, job_dir)
+    if config.job_name is None:
+        config = config.model_copy(update={"job_name": target.name})
     async for _result in iter_trials(config, job_dir=target, **kwargs):
         pass
     return read_job(target)
@@ -252,7 +365,8 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, observer: JobObserv
     Raises:
         UsageError: not a job folder, locked by a running process, or as :func:`iter_trials`.
     """
-    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides)
+    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides,
+                           emit=observer.event if observer is not None else None)
     return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
                                 retry_errors=retry_errors, observer=observer))
 

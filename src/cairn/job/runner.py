@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
+import os
 import re
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import TextIO
 
 from cairn.errors import Category, ErrorKind
-from cairn.events import Event, EventKind, JobObserver
+from cairn.events import Event, EventKind, EventSink, JobObserver
 from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
@@ -121,6 +123,9 @@ class JobRun:
             if (error is None or error.category is not Category.INFRA  # not retryable
                     or runs > self.config.max_retries or self.stopped_by):
                 return result
+            if error.kind is ErrorKind.SANDBOX_LOST and self.backend == "docker" \
+                    and not await wait_for_engine(self.emit, plan.task.name):
+                return result  # the engine stayed away: the trial keeps its infra error
             self.notice(f"[{plan.task.name}] infra error {error.kind.value}; retrying in "
                       f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
                       f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
@@ -170,11 +175,60 @@ class JobRun:
 
     def write_summary(self) -> None:
         """Rewrite ``summary.json`` from :meth:`summary`; a write error is logged, not raised
-        (the trials' own files are already on disk)."""
+        (the trials' own files are already on disk) — except a full filesystem (ENOSPC,
+        EDQUOT), which stops the job (:mod:`cairn.job.run` turns it into one
+        :class:`~cairn.errors.JobStorageFullError`).
+
+        Raises:
+            OSError: ENOSPC/EDQUOT, unless the job already stopped for it.
+        """
         try:
             write_summary(self.job_dir, self.summary())
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
+            if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
+                if self.stopped_by == "storage_full":
+                    return  # said once, by the job (resume rebuilds it)
+                raise  # a full disk stops the job (cairn.job.run turns it into one error)
             log.warning("could not write summary.json: %s", exc)
+
+ENGINE_WAIT_SEC = float(os.environ.get("CAIRN_ENGINE_WAIT_SEC", "180"))
+"""How long a trial that lost the Docker engine waits for it to answer again before its
+retry, seconds (``CAIRN_ENGINE_WAIT_SEC``); past it the trial keeps its ``sandbox_lost``
+infra error and ``cairn resume`` re-runs it."""
+
+
+async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = None) -> bool:
+    """Wait, with backoff (1 s doubling to 15 s), until the Docker engine answers a ping.
+
+    Args:
+        emit: receives one event when the wait starts and one when it ends.
+        task: the task name the lines are tagged with.
+        wait_sec: the bound, seconds (default :data:`ENGINE_WAIT_SEC`).
+
+    Returns:
+        True when the engine answers within the bound, else False.
+    """
+    from cairn.sandbox.auto import docker_answers
+
+    bound = ENGINE_WAIT_SEC if wait_sec is None else wait_sec
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + bound
+    delay = 1.0
+    if await asyncio.to_thread(docker_answers, 5.0):
+        return True
+    emit(Event(EventKind.RETRY, f"[{task}] the Docker engine does not answer; waiting up to "
+               f"{bound:g} s for it", task=task))
+    while loop.time() < deadline:
+        await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
+        delay = min(delay * 2, 15.0)
+        if await asyncio.to_thread(docker_answers, 5.0):
+            emit(Event(EventKind.RETRY, f"[{task}] the Docker engine answers again", task=task))
+            return True
+    emit(Event(EventKind.WARNING, f"[{task}] engine_unavailable: the Docker engine did not "
+               f"answer within {bound:g} s; the trial keeps its sandbox_lost error (resume "
+               "re-runs it)", task=task))
+    return False
+
 
 async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialResult, None]:
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""

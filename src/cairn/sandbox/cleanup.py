@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -388,3 +389,102 @@ def remove_trial_sandboxes(trial_id: str) -> CleanReport:
         with contextlib.suppress(Exception):
             client.close()
     return report
+
+
+SETTLE_WAIT_SEC = 60.0
+"""How long :func:`settle_job` waits for the engine to finish removing a job's sandboxes."""
+
+
+def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC,
+               client: Any = None) -> list[str]:
+    """Make sure no sandbox of a job is left once its trials have all ended.
+
+    Called by the job (which holds the job's lock) after its last trial ended — also when a
+    consumer stopped early or Ctrl-C/SIGTERM cancelled it — so that it does not return while
+    a container is still running or "Removal In Progress". Every container, network and
+    volume labelled with this job folder (docker), and every local sandbox folder whose marker
+    names it (local), is removed; removals are re-issued with backoff until the engine no
+    longer lists them or ``wait_sec`` has passed.
+
+    Args:
+        job_dir: the job folder (absolute, as in the ``cairn.job_dir`` label).
+        backend: the job's backend (``docker`` or ``local``; others: nothing to do).
+        wait_sec: the bound on the whole wait, seconds.
+        client: a Docker SDK client to use (default: one from the environment).
+
+    Returns:
+        ``kind name: reason`` of each resource that could not be removed in time (empty
+        when everything is gone).
+    """
+    job_dir = Path(job_dir).absolute()
+    if backend == "local":
+        return _settle_local(job_dir)
+    if backend != "docker":
+        return []
+    import docker
+    import docker.errors
+
+    owned = client is None
+    try:
+        client = client or docker.from_env(timeout=30)
+    except Exception as exc:  # noqa: BLE001 - no engine: nothing can be checked
+        return [f"docker engine: {exc}"]
+    flt = {"label": f"{LABEL_JOB_DIR}={job_dir}"}
+    listers = {
+        "container": (lambda: [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
+                               for c in client.api.containers(all=True, filters=flt)],
+                      lambda i: client.api.remove_container(i, force=True, v=True)),
+        "network": (lambda: [(n["Id"], n.get("Name") or n["Id"][:12])
+                             for n in client.api.networks(filters=flt)],
+                    client.api.remove_network),
+        "volume": (lambda: [(v["Name"], v["Name"]) for v in
+                            (client.api.volumes(filters=flt) or {}).get("Volumes") or []],
+                   client.api.remove_volume),
+    }
+    deadline = time.monotonic() + wait_sec
+    delay = 0.1
+    errors: dict[str, str] = {}
+    try:
+        while True:
+            left: list[str] = []
+            for kind, (listing, remove) in listers.items():  # containers first: they hold
+                try:                                          # the networks and volumes
+                    items = listing()
+                except Exception as exc:  # noqa: BLE001 - an engine not answering: retried
+                    errors[f"{kind}s"] = str(exc)
+                    left.append(f"{kind}s")
+                    continue
+                for ident, name in items:
+                    left.append(f"{kind} {name}")
+                    try:
+                        remove(ident)
+                    except docker.errors.NotFound:
+                        pass
+                    except Exception as exc:  # noqa: BLE001 - retried, reported at the end
+                        errors[f"{kind} {name}"] = str(getattr(exc, "explanation", None) or exc)
+            if not left:
+                return []
+            if time.monotonic() >= deadline:
+                return [f"{what}: {errors.get(what, 'still present')}" for what in left]
+            time.sleep(delay)
+            delay = min(delay * 2, 2.0)
+    finally:
+        if owned:
+            with contextlib.suppress(Exception):
+                client.close()
+
+
+def _settle_local(job_dir: Path) -> list[str]:
+    try:
+        from cairn.sandbox.local.backend import find_local_sandboxes, remove_local_sandbox
+    except ImportError:
+        return []
+    failed = []
+    for folder, marker in find_local_sandboxes():
+        if str(marker.get("job_dir") or "") != str(job_dir):
+            continue
+        try:
+            remove_local_sandbox(folder)
+        except (OSError, ValueError) as exc:
+            failed.append(f"folder {folder}: {exc}")
+    return failed

@@ -126,14 +126,17 @@ def skeleton_files(name: str, steps: Sequence[str] = ()) -> dict[str, str]:
     return files
 
 
-def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path(".")) -> Path:
-    """Write a task skeleton into ``parent/<folder>``.
+def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path("."), *,
+              root: Path | None = None) -> Path:
+    """Write a task skeleton into ``root`` (default ``parent/<last part of name>``).
 
     Args:
         name: the task name, ``org/name`` or ``name`` (then written as ``local/name``, since
             Harbor 0.26 loads only ``org/name``); the folder is the part after the ``/``.
         steps: step names for a multi-step task (each valid and unique); empty for single-step.
-        parent: the folder to create the task in.
+        parent: the folder to create the task in (when ``root`` is not given).
+        root: the task folder itself, any path (missing parents are created); the task name
+            is still ``name``.
 
     Returns:
         The new task folder.
@@ -155,7 +158,7 @@ def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path(".")) ->
     dupes = sorted({s for s in steps if steps.count(s) > 1})
     if dupes:
         raise UsageError(f"duplicate step name(s): {', '.join(dupes)}")
-    root = Path(parent) / folder
+    root = Path(parent) / folder if root is None else Path(root)
     if root.exists() and (not root.is_dir() or any(root.iterdir())):
         raise UsageError(f"{root} already exists and is not empty")
     # Harbor 0.26 loads only `org/name` task names: a bare name gets the org `local`.

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.errors import TaskFormatError
 from cairn.task.findings import ERROR, Finding, FindingSink, has_errors, promote_warnings
 from cairn.task.hashing import env_hash, task_content_hash
@@ -177,9 +178,9 @@ def _split_front_matter(text: str) -> tuple[str, str, str] | None:
 
 def _read_text(path: Path, sink: FindingSink) -> str | None:
     try:
-        return path.read_bytes().decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        sink.file(path, ERROR, f"not valid UTF-8 (byte {exc.start})")
+        return decode_utf8(path.read_bytes())
+    except NotUtf8Error as exc:
+        sink.file(path, ERROR, str(exc), exc.line)
     except OSError as exc:
         sink.file(path, ERROR, f"cannot read: {exc.strerror or exc}")
     return None
@@ -321,7 +322,12 @@ def _first_file(*paths: Path) -> Path | None:
 
 
 def _read_instruction(path: Path) -> str:
-    return path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    """An instruction.md as the agent gets it: strict UTF-8 (validation already refused a file
+    that is not), byte-order mark dropped, CRLF line ends as LF (as Python's text mode reads
+    them, and Harbor with it)."""
+    if not path.is_file():
+        return ""
+    return decode_utf8(path.read_bytes()).replace("\r\n", "\n")
 
 
 def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...]) -> Task:
@@ -329,7 +335,7 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
     if config.steps:
         steps = tuple(_build_step(root, config, k, sc) for k, sc in enumerate(config.steps, 1))
     else:
-        instruction = body if body is not None and body.strip() else \
+        instruction = body.replace("\r\n", "\n") if body is not None and body.strip() else \
             _read_instruction(root / "instruction.md")
         steps = (Step(
             index=1,

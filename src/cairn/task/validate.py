@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.layout import find_compose_file
 from cairn.netpolicy import AllowEntry
 from cairn.task.envvars import embedded_template
@@ -84,6 +85,8 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     elif not steps:
         if not instruction_in_header and not (root / "instruction.md").is_file():
             sink.file(root, ERROR, "missing `instruction.md` (required for a single-step task)")
+        elif not instruction_in_header:
+            check_utf8(root / "instruction.md", sink)
         if not (root / "tests" / "test.sh").is_file():
             sink.file(root, ERROR, "missing `tests/test.sh` (the verifier of a single-step task)")
     elif (root / "instruction.md").is_file():
@@ -105,6 +108,22 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
     _check_scripts(root, valid_names, sink)
+
+
+def check_utf8(path: Path, sink: FindingSink) -> None:
+    """Report a text file the agent gets (an instruction.md) that is not valid UTF-8, with the
+    byte offset and line of the first bad byte (a byte-order mark and CRLF are fine).
+
+    Args:
+        path: the file.
+        sink: receives the finding.
+    """
+    try:
+        decode_utf8(path.read_bytes())
+    except NotUtf8Error as exc:
+        sink.file(path, ERROR, str(exc), exc.line)
+    except OSError as exc:
+        sink.file(path, ERROR, f"cannot read: {exc.strerror or exc}")
 
 
 # -- steps ---------------------------------------------------------------------------------
@@ -144,6 +163,8 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
         valid.append(name)
         if not (step_dir / "instruction.md").is_file():
             sink.key(where, ERROR, f"step `{name}`: `steps/{name}/instruction.md` is missing")
+        else:
+            check_utf8(step_dir / "instruction.md", sink)
         mode = declared_verifier_mode(_table(entry, "verifier")) or task_mode or "shared"
         if mode == "shared" and not shared_test and not (step_dir / "tests" / "test.sh").is_file():
             sink.key(where, ERROR, f"step `{name}` has no test: neither "

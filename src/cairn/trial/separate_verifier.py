@@ -14,7 +14,9 @@ For a step whose ``environment_mode`` is ``"separate"`` (step level, else task l
    sandbox with the trial's backend (its compose variant for a compose folder), runs its
    ``healthcheck`` if set, copies the step's declared artifacts in at their original paths from
    the host copies in the step's ``artifacts/`` folder (only entries the manifest marks
-   ``copied``; ``exclude``d files stay out), restores ``/logs/artifacts``, then runs the verifier
+   ``copied``; ``exclude``d files stay out), restores ``/logs/artifacts``, hands the restored
+   copies to the verifier's user when one is set (the agent may have written them under
+   ``umask 077`` as another user; its originals are untouched), then runs the verifier
    exactly as in shared mode (:func:`cairn.trial.verify.run_verifier`), and removes the sandbox.
    When the task ships no ``test.sh`` for the step, the image's own ``/tests/test.sh`` runs.
 
@@ -153,16 +155,20 @@ def _inside(root: Path, rel: str) -> Path | None:
     return root if str(p) in ("", ".") else root / p
 
 
-async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path) -> list[str]:
+async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path,
+                            owner: str | int | None = None) -> list[str]:
     """Copy the step's collected artifacts into ``sandbox`` at their original paths.
 
     Every manifest row with status ``copied`` goes back to its ``source`` path; the files
     ``/logs/artifacts`` held (the folder's root, minus ``manifest.json`` and the other entries'
-    destinations) go back to ``/logs/artifacts``.
+    destinations) go back to ``/logs/artifacts``. With a non-root ``owner`` (the verifier's
+    user) the restored copies are chowned to it, so a file the agent wrote with mode 0600 is
+    readable by a verifier running as another user.
 
     Args:
         sandbox: the verifier's fresh sandbox.
         artifacts_dir: the step's host ``artifacts/`` folder (with ``manifest.json``).
+        owner: the verifier's user (name or uid); ``None`` or root leaves ownership as copied.
 
     Returns:
         The sandbox paths restored.
@@ -195,7 +201,21 @@ async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path) -> list[str]:
         await sandbox.exec(["mkdir", "-p", parent], user="root")
         await sandbox.upload(host, source)
         restored.append(source)
+    if restored and owner is not None and str(owner) not in ("root", "0"):
+        await _give_to(sandbox, restored, owner)
     return restored
+
+
+async def _give_to(sandbox: Sandbox, paths: list[str], owner: str | int) -> None:
+    """``chown -R`` the restored copies to the verifier's user; when the image does not know
+    that user, make them readable by everyone instead (never fails the verifier by itself).
+
+    Raises:
+        SandboxError: the sandbox could not run the command at all.
+    """
+    chown = await sandbox.exec(["chown", "-R", "-h", "--", str(owner), *paths], user="root")
+    if not chown.ok:
+        await sandbox.exec(["chmod", "-R", "a+rX", "--", *paths], user="root")
 
 
 async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
@@ -232,7 +252,7 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
                         f"healthcheck after {hc.probes} probes",
                         detail={"exit_code": hc.last_exit_code,
                                 "output_tail": mask(hc.last_output)}))
-            restored = await restore_artifacts(sb, artifacts_dir)
+            restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
             run = await run_verifier(sb, step, env=env, timeout_sec=timeout_sec,
                                      verifier_dir=verifier_dir, mask=mask, image_tests=True)
             run.warnings.extend(plan.warnings)

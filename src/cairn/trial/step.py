@@ -298,7 +298,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         raise
     except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
         agent_exit = AgentExit.ERROR
-        (dirs.agent / "agent-error.txt").write_text(mask(traceback.format_exc()))
+        (dirs.agent / "agent-error.txt").write_text(mask(traceback.format_exc()), encoding="utf-8")
     timings["agent_sec"] = time.monotonic() - started
     if agent_exit is AgentExit.OK and context.exit is not None:
         agent_exit = context.exit

@@ -133,8 +133,8 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                                detail={"exit_code": result.exit_code})
 
         await sandbox.download(VERIFIER_LOGS, verifier_dir)
-        (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout))
-        (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr))
+        (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout), encoding="utf-8")
+        (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr), encoding="utf-8")
         run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout
         run.warnings.extend(judge_warnings)
         if result.timed_out:

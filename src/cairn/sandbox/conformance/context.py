@@ -58,7 +58,7 @@ class CheckContext:
         """Write an environment folder holding ``dockerfile`` and return it."""
         d = self.tmp / name
         d.mkdir(parents=True, exist_ok=True)
-        (d / "Dockerfile").write_text(dockerfile)
+        (d / "Dockerfile").write_text(dockerfile, encoding="utf-8")
         return d
 
     def spec(self, *, dockerfile: str = BASE_DOCKERFILE, **overrides: Any) -> SandboxSpec:

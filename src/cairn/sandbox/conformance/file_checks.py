@@ -36,13 +36,13 @@ async def check_upload_download_roundtrip(ctx: CheckContext) -> None:
     """Files and folders go in and out intact: modes kept, folders merged, parents created."""
     src = ctx.tmp / "src"
     (src / "sub" / "deeper").mkdir(parents=True)
-    (src / "a.txt").write_text("alpha\n")
-    (src / "run.sh").write_text("#!/bin/sh\necho ran\n")
+    (src / "a.txt").write_text("alpha\n", encoding="utf-8")
+    (src / "run.sh").write_text("#!/bin/sh\necho ran\n", encoding="utf-8")
     (src / "run.sh").chmod(0o755)
     (src / "sub" / "deeper" / "b.bin").write_bytes(bytes(range(256)) * 10)
     (src / "empty_dir").mkdir()
     single = ctx.tmp / "single.txt"
-    single.write_text("one file\n")
+    single.write_text("one file\n", encoding="utf-8")
     async with ctx.sandbox() as sb:
         await run_ok(sb, "mkdir -p /data && echo keep > /data/old.txt && echo stale > /data/a.txt")
         await sb.upload(src, "/data")
@@ -60,7 +60,7 @@ async def check_upload_download_roundtrip(ctx: CheckContext) -> None:
         expect(os.access(back / "run.sh", os.X_OK), "exec bit lost on download")
         fback = ctx.tmp / "out" / "nested" / "copy.txt"
         await sb.download("/new/parent dir/copy.txt", fback)
-        expect(fback.read_text() == "one file\n", "single-file download")
+        expect(fback.read_text(encoding="utf-8") == "one file\n", "single-file download")
         with contextlib.suppress(FileNotFoundError):
             await sb.download("/no/such/path", ctx.tmp / "nothing")
             raise ConformanceFailure("download of a missing path did not raise FileNotFoundError")
@@ -83,7 +83,7 @@ async def check_odd_names(ctx: CheckContext) -> None:
     for i, name in enumerate(ODD_NAMES):
         p = src / name
         p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(f"content {i}\n")
+        p.write_text(f"content {i}\n", encoding="utf-8")
     async with ctx.sandbox() as sb:
         await sb.upload(src, "/odd dir")
         out = await run_ok(sb, ["find", "/odd dir", "-type", "f", "-printf", "%P\\0"])
@@ -98,7 +98,7 @@ async def check_symlink_not_followed(ctx: CheckContext) -> None:
     """Symlinks travel as links both ways and are never followed on the host."""
     src = ctx.tmp / "links-src"
     src.mkdir()
-    (src / "real.txt").write_text("real\n")
+    (src / "real.txt").write_text("real\n", encoding="utf-8")
     os.symlink("/etc/hostname", src / "to_host_file")
     os.symlink("real.txt", src / "relative")
     async with ctx.sandbox() as sb:
@@ -127,7 +127,7 @@ async def check_download_stays_inside_target(ctx: CheckContext) -> None:
     outside = ctx.tmp / "outside"
     outside.mkdir()
     victim = outside / "victim.txt"
-    victim.write_text("untouched\n")
+    victim.write_text("untouched\n", encoding="utf-8")
     target = ctx.tmp / "target"
     target.mkdir()
     os.symlink(outside, target / "sub")
@@ -137,13 +137,15 @@ async def check_download_stays_inside_target(ctx: CheckContext) -> None:
                       "&& echo evil > /esc/file.txt && ln -s / /esc/root")
         with contextlib.suppress(SandboxError):
             await sb.download("/esc", target)
-        expect(victim.read_text() == "untouched\n", "download wrote through a host symlink")
+        expect(victim.read_text(encoding="utf-8") == "untouched\n",
+               "download wrote through a host symlink")
         expect(sorted(os.listdir(outside)) == ["victim.txt"], "download wrote outside target")
         ftarget = ctx.tmp / "file-link"
         os.symlink(victim, ftarget)
         with contextlib.suppress(SandboxError):
             await sb.download("/esc/file.txt", ftarget)
-        expect(victim.read_text() == "untouched\n", "file download followed a host symlink")
+        expect(victim.read_text(encoding="utf-8") == "untouched\n",
+               "file download followed a host symlink")
 
 
 BIG_FILE_BYTES = 256 * 1024 * 1024
@@ -178,7 +180,7 @@ class _RssSampler:
 
 
 def _rss_bytes() -> int:
-    with open("/proc/self/status") as f:
+    with open("/proc/self/status", encoding="utf-8") as f:
         for line in f:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024

@@ -61,6 +61,7 @@ from cairn.sandbox.docker.build import (
     engine_version,
     ensure_image,
     in_thread,
+    is_engine_gone,
     make_client,
     no_shell_reason,
     snapshot_image_info,
@@ -94,6 +95,9 @@ START_TIMEOUT_SEC = 120.0
 """Bound on creating and starting the container once the image exists, seconds."""
 
 KILL_GRACE_SEC = 3.0
+REMOVE_WAIT_SEC = 60.0
+"""How long :meth:`DockerSandbox.stop` waits for the engine to finish removing the container
+(a busy engine answers a forced removal before the container is gone, or fails it), seconds."""
 """After a timed-out exec's tree is killed, how long its output may take to close, seconds."""
 
 _SETUP_SCRIPT = """
@@ -460,12 +464,14 @@ class DockerSandbox(Sandbox):
         if client is None:
             return
         if cid is not None:
-            try:
-                await in_thread(client.api.remove_container, cid, force=True, v=True)
-            except docker.errors.NotFound:
-                pass
-            except Exception as exc:  # noqa: BLE001 - stop never raises; the label lets `cairn clean` finish
-                log.warning("could not remove container %s: %s", cid[:12], exc)
+            error = await remove_container_and_wait(client, cid, REMOVE_WAIT_SEC)
+            if error:  # stop never raises; the label lets `cairn clean` finish
+                log.warning("could not remove container %s: %s", cid[:12], error)
+                self.removal_error = error
+
+    removal_error: str | None = None
+    """Why the container could not be removed within :data:`REMOVE_WAIT_SEC` (after
+    :meth:`stop`), else None."""
 
     # ---- snapshots ----------------------------------------------------------------------
     async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:
@@ -721,3 +727,51 @@ class DockerSandbox(Sandbox):
                 f"download of {src}: refused {len(report.refused)} unsafe member(s): "
                 f"{'; '.join(report.refused[:5])}", kind=ErrorKind.TRANSFER_FAILED,
                 detail={"refused": report.refused[:100]})
+
+
+ENGINE_GONE_SEC = 10.0
+"""How long :func:`remove_container_and_wait` keeps trying while the engine does not answer at
+all, seconds (the job's final sweep and ``cairn clean`` remove the container later)."""
+
+
+async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> str | None:
+    """Force-remove a container and return only once the engine no longer knows it.
+
+    A loaded engine may answer ``remove`` with an error ("removal already in progress", a kill
+    that timed out) or leave the container in "Removal In Progress" for a while; the removal is
+    re-issued with backoff (0.1 s doubling to 2 s) until the container is gone or ``wait_sec``
+    has passed — or, when the engine does not answer at all, :data:`ENGINE_GONE_SEC`.
+
+    Args:
+        client: a Docker SDK client.
+        cid: the container id.
+        wait_sec: the bound on the whole wait, seconds.
+
+    Returns:
+        None when the container is gone, else the engine's last error (or "still present").
+    """
+    start = time.monotonic()
+    deadline = start + wait_sec
+    delay, error = 0.1, None
+    gone_since: float | None = None  # the engine itself does not answer (not a refusal)
+    while True:
+        try:
+            await in_thread(client.api.remove_container, cid, force=True, v=True)
+            gone_since = None
+        except docker.errors.NotFound:
+            return None
+        except Exception as exc:  # noqa: BLE001 - retried; reported when it never succeeds
+            error = str(getattr(exc, "explanation", None) or exc)
+            if is_engine_gone(exc):
+                gone_since = gone_since or time.monotonic()
+        try:
+            await in_thread(client.api.inspect_container, cid)
+        except docker.errors.NotFound:
+            return None
+        except Exception as exc:  # noqa: BLE001 - an engine that does not answer: retried
+            error = str(exc)
+        now = time.monotonic()
+        if now >= deadline or (gone_since is not None and now - gone_since >= ENGINE_GONE_SEC):
+            return error or "still present"
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)

@@ -39,7 +39,7 @@ def compose_cli() -> str:
 
     try:
         r = subprocess.run([exe, "compose", "version", "--short"], capture_output=True,
-                           text=True, timeout=20, check=False)
+                           encoding="utf-8", errors="replace", timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UnsupportedError(f"`docker compose version` failed: {exc}") from None
     if r.returncode != 0 or not r.stdout.strip():

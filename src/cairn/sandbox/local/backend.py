@@ -470,7 +470,7 @@ def find_local_layers() -> list[tuple[Path, dict]]:
             out.append((d, {"partial": True}))
         elif not d.name.startswith("."):
             try:
-                out.append((d, json.loads((d / "meta.json").read_text())))
+                out.append((d, json.loads((d / "meta.json").read_text(encoding="utf-8"))))
             except (OSError, ValueError) as exc:
                 out.append((d, {"unreadable": str(exc)}))
     return out

@@ -86,7 +86,7 @@ def layer_key(spec: SandboxSpec) -> str:
 def load_layer(path: Path) -> Layer | None:
     """Read a committed layer folder, or ``None`` if it is missing or of another format."""
     try:
-        data = json.loads((path / "meta.json").read_text())
+        data = json.loads((path / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
     if data.get("format") != LAYER_FORMAT or not (path / "root").is_dir():
@@ -164,8 +164,8 @@ async def _build(spec: SandboxSpec, support: HostSupport, key: str, final: Path)
         await asyncio.to_thread(_assemble, build_dir, staged, builder.overlay_rels)
         (staged / "meta.json").write_text(json.dumps({
             "format": LAYER_FORMAT, "key": key, "meta": meta.to_json(),
-            "created_at": dt.datetime.now(dt.UTC).isoformat()}, indent=2))
-        (staged / "build.log").write_text(builder.log_text())
+            "created_at": dt.datetime.now(dt.UTC).isoformat()}, indent=2), encoding="utf-8")
+        (staged / "build.log").write_text(builder.log_text(), encoding="utf-8")
         if final.exists():
             os.rename(final, final.with_name(f".old-{key}-{uuid.uuid4().hex[:8]}"))
         os.rename(staged, final)
@@ -210,7 +210,8 @@ class _Builder:
         self.log: list[str] = []
         self.overlay_rels: list[str] = []
         ignore = (self.context / ".dockerignore") if self.context else None
-        self.ignore = DockerIgnore(ignore.read_text() if ignore and ignore.is_file() else "")
+        self.ignore = DockerIgnore(ignore.read_text(encoding="utf-8")
+                                   if ignore and ignore.is_file() else "")
 
     def log_text(self) -> str:
         """The whole build log."""

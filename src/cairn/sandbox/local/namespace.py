@@ -103,7 +103,7 @@ class InitConfig:
 
 def _last_cap() -> int:
     try:
-        return int(Path("/proc/sys/kernel/cap_last_cap").read_text())
+        return int(Path("/proc/sys/kernel/cap_last_cap").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return 40
 
@@ -182,8 +182,10 @@ class NamespaceRuntime:
         self.start_ticks = process_start_ticks(self.host_pid)
         if self.support.privileged:
             try:
-                Path(f"/proc/{self.host_pid}/uid_map").write_text("0 0 4294967295\n")
-                Path(f"/proc/{self.host_pid}/gid_map").write_text("0 0 4294967295\n")
+                Path(f"/proc/{self.host_pid}/uid_map").write_text("0 0 4294967295\n",
+                                                                  encoding="utf-8")
+                Path(f"/proc/{self.host_pid}/gid_map").write_text("0 0 4294967295\n",
+                                                                  encoding="utf-8")
             except OSError as exc:
                 raise SandboxError(f"cannot map user ids of the local sandbox: {exc}",
                                    kind=ErrorKind.START_FAILED) from exc

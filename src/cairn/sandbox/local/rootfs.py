@@ -146,7 +146,8 @@ UNSHARE_OPTIONS = ("--keep-caps", "--kill-child", "--map-root-user", "--propagat
 @functools.lru_cache(maxsize=8)
 def _unshare_missing_options(unshare: str) -> tuple[str, ...]:
     try:
-        out = subprocess.run([unshare, "--help"], capture_output=True, text=True, timeout=10,
+        out = subprocess.run([unshare, "--help"], capture_output=True, encoding="utf-8",
+                             errors="replace", timeout=10,
                              check=False).stdout
     except (OSError, subprocess.SubprocessError):
         return UNSHARE_OPTIONS
@@ -155,7 +156,7 @@ def _unshare_missing_options(unshare: str) -> tuple[str, ...]:
 
 def _read_int(path: Path) -> int | None:
     try:
-        return int(path.read_text().strip())
+        return int(path.read_text(encoding="utf-8").strip())
     except (OSError, ValueError):
         return None
 
@@ -188,7 +189,7 @@ def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
         raise UnsupportedError(f"the local backend needs a newer util-linux: {unshare} lacks "
                                f"{', '.join(missing)}")
     try:
-        filesystems = (proc_root / "filesystems").read_text()
+        filesystems = (proc_root / "filesystems").read_text(encoding="utf-8")
     except OSError:
         filesystems = ""
     if "overlay" not in filesystems.split():
@@ -269,13 +270,13 @@ def prepare_mask(mask: Path, hostname: str, host_root: Path = Path("/")) -> None
         for name in os.listdir(ssh):
             if "key" in name:
                 _whiteout(etc / "ssh" / name)
-    (etc / "hostname").write_text(hostname + "\n")
-    (etc / "hosts").write_text(_hosts_file(hostname))
+    (etc / "hostname").write_text(hostname + "\n", encoding="utf-8")
+    (etc / "hosts").write_text(_hosts_file(hostname), encoding="utf-8")
     try:
-        resolv = (host_root / "etc" / "resolv.conf").read_text()
+        resolv = (host_root / "etc" / "resolv.conf").read_text(encoding="utf-8")
     except OSError:
         resolv = ""
-    (etc / "resolv.conf").write_text(resolv)
+    (etc / "resolv.conf").write_text(resolv, encoding="utf-8")
     for name in ("hostname", "hosts", "resolv.conf"):
         os.chmod(etc / name, 0o644)
     for name in VAR_LIB_WHITEOUTS:
@@ -286,7 +287,7 @@ def host_mount_points(mountinfo: str | None = None) -> list[str]:
     """Mount points of this mount namespace (``/proc/self/mountinfo`` field 5, unescaped)."""
     if mountinfo is None:
         try:
-            mountinfo = Path("/proc/self/mountinfo").read_text()
+            mountinfo = Path("/proc/self/mountinfo").read_text(encoding="utf-8")
         except OSError:
             return []
     out = []
@@ -404,7 +405,7 @@ def root_plan(sandbox_dir: Path, layer_roots: list[Path], *, own_net: bool, priv
 def write_marker(sandbox_dir: Path, marker: dict) -> None:
     """Write ``cairn.json`` atomically (temp file, fsync, rename)."""
     tmp = sandbox_dir / (MARKER_NAME + ".tmp")
-    with open(tmp, "w") as f:
+    with open(tmp, "w", encoding="utf-8") as f:
         json.dump(marker, f, indent=2)
         f.flush()
         os.fsync(f.fileno())
@@ -417,7 +418,7 @@ def read_marker(sandbox_dir: Path) -> dict:
     Raises:
         OSError: it cannot be read. ValueError: it is not JSON.
     """
-    return json.loads((sandbox_dir / MARKER_NAME).read_text())
+    return json.loads((sandbox_dir / MARKER_NAME).read_text(encoding="utf-8"))
 
 
 def process_start_ticks(pid: int) -> int | None:

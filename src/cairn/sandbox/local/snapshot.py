@@ -210,7 +210,7 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
     prev_root = None
     if prev is not None:
         with contextlib.suppress(OSError, ValueError, KeyError):
-            prev_manifest = json.loads((prev / MARKER_NAME).read_text())["manifest"]
+            prev_manifest = json.loads((prev / MARKER_NAME).read_text(encoding="utf-8"))["manifest"]
             prev_root = prev / "root"
     copier = _Copier(prev_manifest, prev_root)
     try:
@@ -234,7 +234,7 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
                   "created_at": dt.datetime.now(dt.UTC).isoformat(),
                   "copied_bytes": copier.copied_bytes, "manifest": copier.manifest}
         tmp = folder / (MARKER_NAME + ".tmp")
-        tmp.write_text(json.dumps(marker))
+        tmp.write_text(json.dumps(marker), encoding="utf-8")
         os.replace(tmp, folder / MARKER_NAME)
     except BaseException:
         remove_tree(folder)
@@ -271,7 +271,7 @@ def find_local_snapshots() -> list[tuple[Path, dict]]:
         if not d.is_dir() or d.is_symlink():
             continue
         try:
-            marker = json.loads((d / MARKER_NAME).read_text())
+            marker = json.loads((d / MARKER_NAME).read_text(encoding="utf-8"))
             marker.pop("manifest", None)
         except (OSError, ValueError) as exc:
             marker = {"unreadable": str(exc)}
