@@ -67,7 +67,7 @@ def test_a_non_utf8_task_is_a_config_error_and_its_sibling_runs(tmp_path):
     import subprocess
     import sys
 
-    from conftest import backend_available
+    from faultkit import backend_available
 
     if not backend_available("local"):
         pytest.skip("local backend not available")
