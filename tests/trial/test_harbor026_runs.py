@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import Category, ErrorKind
+from cairn.events import JobObserver
 from cairn.job.preflight import preflight_findings
 from cairn.job.run import run_job
 from cairn.plan import JobConfig
@@ -161,7 +162,11 @@ def test_storage_notice_once_per_job(tmp_path):
     lines: list[str] = []
     cfg = JobConfig(paths=(tasks,), agent="oracle", backend="docker", jobs_dir=tmp_path,
                     job_name="j", n_concurrent=2)
-    result = run_job(cfg, on_event=lines.append)
+    class Lines(JobObserver):
+        def event(self, event) -> None:
+            lines.append(event.text)
+
+    result = run_job(cfg, observer=Lines())
     notices = [ln for ln in lines if "cannot apply storage_mb" in ln]
     assert len(notices) == 1, notices
     warned = {r.task.name: any("storage_mb" in w for w in r.warnings) for r in result.results}

@@ -444,7 +444,8 @@ class LlmAgent(Agent):
         if tools.errors:
             context.metadata["mcp_errors"] = tools.errors
             context.logs_dir.mkdir(parents=True, exist_ok=True)
-            (context.logs_dir / "mcp-errors.txt").write_text("\n".join(tools.errors) + "\n")
+            (context.logs_dir / "mcp-errors.txt").write_text("\n".join(tools.errors) + "\n",
+                                                           encoding="utf-8")
         return tools
 
     async def _bash(self, args: dict[str, Any], sandbox: Sandbox, context: AgentContext) -> str:

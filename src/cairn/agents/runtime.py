@@ -249,7 +249,8 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                     f"{final}")
             started = time.monotonic()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8",
+                                      errors="replace", stdin=subprocess.DEVNULL,
                                       timeout=NPM_TIMEOUT_SEC, check=False)
             except subprocess.TimeoutExpired:
                 raise AgentPrepareError(f"{agent}: npm install of {packaging.package}@{version} did "
@@ -281,7 +282,8 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 launcher.write_text(
                     "#!/bin/sh\n# written by cairn: run the bundled CLI with its own runtime\n"
                     'here=$(dirname "$0")\n'
-                    f'exec "$here/{interpreter}" "$here/../node_modules/{script}" "$@"\n')
+                    f'exec "$here/{interpreter}" "$here/../node_modules/{script}" "$@"\n',
+                    encoding="utf-8")
                 launcher.chmod(0o755)
                 executables[command] = f"bin/{command}"
             reported = None
@@ -289,7 +291,8 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 first = next(iter(packaging.launchers or executables))
                 try:
                     out = subprocess.run([str(bin_dir / first), "--version"], capture_output=True,
-                                         text=True, timeout=60, stdin=subprocess.DEVNULL,
+                                         text=True, encoding="utf-8", errors="replace",
+                                         timeout=60, stdin=subprocess.DEVNULL,
                                          check=False,
                                          env={"PATH": os.environ.get("PATH", ""),
                                               "HOME": str(staging)})

@@ -164,8 +164,13 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             unresolved ``${VAR}`` template, the job is locked by another process, the folder
             exists without ``resume``, or a resumed job ran on another backend.
     """
-    executor = get_executor(config)
-    executor.open()
+    try:
+        executor = get_executor(config)
+        executor.open()
+    except UsageError:
+        if job_dir is not None and not resume:  # a folder the CLI claimed is not left behind
+            _unclaim(Path(job_dir))
+        raise
     try:
         inner = _iter_trials(executor, config, job_dir=job_dir, resume=resume,
                              retry_errors=retry_errors, observer=observer)

@@ -50,7 +50,7 @@ async def run_pre_artifacts(sandbox: Sandbox, step: Step, agent_dir: Path, *,
     (agent_dir / "pre-artifacts.txt").write_text(
         f"exit_code: {r.exit_code}\ntimed_out: {r.timed_out}\n"
         f"--- stdout (tail) ---\n{mask(r.stdout[-4000:])}\n"
-        f"--- stderr (tail) ---\n{mask(r.stderr[-4000:])}\n")
+        f"--- stderr (tail) ---\n{mask(r.stderr[-4000:])}\n", encoding="utf-8")
     if r.ok:
         return []
     why = f"timed out after {timeout:g} s" if r.timed_out else f"exited {r.exit_code}"
