@@ -230,3 +230,17 @@ def test_trial_loop_writes_no_json_itself():
     for module in ("cairn.trial.run", "cairn.trial.step"):
         text = MODULE_FILES[module].read_text(encoding="utf-8")
         assert "json.dump" not in text and "write_json_atomic" not in text, module
+
+
+def test_tests_take_shared_helpers_from_tests_helpers_not_conftest():
+    """``from conftest import …`` is ambiguous once a sub-folder has its own conftest.py (a run
+    that loaded tests/viewer/conftest.py first handed its module to every such import)."""
+    tests = SRC.parents[1] / "tests"
+    offenders = []
+    for path in tests.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.module == "conftest" or \
+                    isinstance(node, ast.Import) and any(a.name == "conftest" for a in node.names):
+                offenders.append(f"{path.relative_to(tests)}:{node.lineno}")
+    assert offenders == []

@@ -11,9 +11,9 @@ if importlib.util.find_spec("litellm") is None or importlib.util.find_spec("mcp"
     pytest.skip("the llm extra (litellm, mcp) is not installed", allow_module_level=True)
 
 from cairn.agents.llm import LlmAgent  # noqa: E402
-from conftest import run_trial_sync  # noqa: E402
 from fake_openai import FakeOpenAI, completion, submit_call  # noqa: E402
 from taskgen import reward_if, write_task  # noqa: E402
+from testbed import run_trial_sync  # noqa: E402
 
 SERVER = r'''
 import json, sys
@@ -57,7 +57,7 @@ env = { STAMP_MODE = "test" }
 @pytest.mark.docker
 @pytest.mark.slow
 def test_llm_agent_calls_the_tasks_stdio_mcp_server(tmp_path, monkeypatch):
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")

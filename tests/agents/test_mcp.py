@@ -128,7 +128,7 @@ def test_codex_refuses_an_sse_server(tmp_path):
 
 @pytest.mark.docker
 def test_configs_written_inside_the_sandbox(tmp_path):
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")

@@ -430,7 +430,7 @@ _FROZEN_CLOCK = ("import cairn.job.run as r; "
 def test_three_runs_in_the_same_second_get_their_own_job_folders(tmp_path, backend):
     """Three `cairn run` with the default job name in one second (the clock is frozen so the
     names collide for certain): each claims its own folder and runs its trial, exit 0."""
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available(backend):
         pytest.skip(f"backend {backend} not available")

@@ -200,7 +200,7 @@ def rewards(results: dict) -> dict:
 
 def backend_available(name: str) -> bool:
     """Whether a backend runs here (the suite's own probe; see tests/conftest.py)."""
-    from conftest import backend_available as probe
+    from testbed import backend_available as probe
 
     return probe(name)
 

@@ -25,7 +25,7 @@ MEAN = round((1 + 0.5 + 1) / 3, 6)
 
 
 def _docker_ok() -> bool:
-    from conftest import backend_available
+    from testbed import backend_available
 
     return backend_available("docker")
 
@@ -35,7 +35,7 @@ def cluster():
     why = ray_cluster_possible()
     if why:
         pytest.skip(why)
-    from conftest import local_available
+    from testbed import local_available
 
     if not local_available():
         pytest.skip("local backend not available")

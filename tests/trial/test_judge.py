@@ -16,9 +16,9 @@ from cairn.agents.base import AgentContext
 from cairn.results.model import Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.judge import judge_hosts
-from conftest import run_trial_sync
 from net_agents import PROBE, ProbeAgent, parse_probe
 from taskgen import write_task
+from testbed import run_trial_sync
 
 JUDGE_SERVER = r'''
 import http.server, json, sys
@@ -121,7 +121,7 @@ def test_embedded_judge_template_is_refused_at_check_time(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_missing_judge_credential_exits_2_before_start(tmp_path):
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
@@ -157,8 +157,8 @@ class _TokenProbe(ProbeAgent):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_judge_reached_by_verifier_only_and_spend_kept_apart(tmp_path, monkeypatch):
-    from conftest import backend_available
     from nethosts import host_containers
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
@@ -213,7 +213,7 @@ def test_judge_reached_by_verifier_only_and_spend_kept_apart(tmp_path, monkeypat
 def test_judge_cost_counts_against_max_cost_usd(tmp_path):
     from cairn.job.run import run_job
     from cairn.plan import JobConfig
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
@@ -234,7 +234,7 @@ def test_judge_cost_counts_against_max_cost_usd(tmp_path):
 
 @pytest.mark.local
 def test_local_backend_refuses_a_judge_under_no_network(tmp_path, monkeypatch):
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("local"):
         pytest.skip("no local backend")

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from cairn.task.load import load_task
-from conftest import run_trial_sync
 from taskgen import StepSpec, write_task
+from testbed import run_trial_sync
 
 GIT_DOCKERFILE = (
     "FROM debian:bookworm-slim\n"
@@ -42,7 +42,7 @@ def test_step_copy_wins_over_the_task_root(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_git_diff_patch_lands_in_artifacts_and_a_failure_does_not_stop_collection(tmp_path):
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")

@@ -28,7 +28,7 @@ def test_keep_alive_entrypoints_are_recognised():
 
 
 def _docker():
-    from conftest import backend_available
+    from testbed import backend_available
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
