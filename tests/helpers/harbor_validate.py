@@ -6,8 +6,8 @@ Run with the Python of a Harbor 0.26 environment (never cairn's)::
 
 Validates ``config.json`` (``JobConfig``), ``result.json`` (``JobResult``), every trial's
 ``config.json`` (``TrialConfig``) and ``result.json`` (``TrialResult``) and every
-``artifacts/manifest.json`` (``ArtifactManifest``); recomputes ``JobStats`` from the loaded
-trials with Harbor's own code. Exits 1 with the validation error on the first failure.
+``artifacts/manifest.json`` (``ArtifactManifest``); recomputes ``JobStats`` (and pass@k) from
+the loaded trials with Harbor's own code. Exits 1 with the validation error on the first failure.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ def main(out: Path) -> int:
     from harbor.models.trial.artifact_manifest import ArtifactManifest
     from harbor.models.trial.config import TrialConfig
     from harbor.models.trial.result import TrialResult
+    from harbor.utils.pass_at_k import compute_pass_at_k_by_evals
 
     checked: list[str] = []
     JobConfig.model_validate_json((out / "config.json").read_text())
@@ -43,6 +44,8 @@ def main(out: Path) -> int:
         trials.append(tr)
     stats = JobStats.from_trial_results(trials, n_total_trials=job.n_total_trials,
                                         n_retries=job.stats.n_retries)
+    for key, pass_at_k in compute_pass_at_k_by_evals(trials).items():
+        stats.evals[key].pass_at_k = pass_at_k
     print(json.dumps({
         "harbor_version": getattr(harbor, "__version__", None),
         "checked": checked,

@@ -30,6 +30,7 @@ into place at the end, so a failed export leaves no half-written ``OUT``.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import shutil
 import stat
@@ -419,14 +420,52 @@ def _eval_key(doc: dict[str, Any]) -> str:
     return f"{info['name']}__{model}__{dataset}" if model else f"{info['name']}__{dataset}"
 
 
+def harbor_pass_at_k(trials: Sequence[tuple[str, dict[str, float]]]) -> dict[str, float]:
+    """pass@k as Harbor 0.26 reports it in ``stats.evals[*].pass_at_k``.
+
+    Harbor's definition (``harbor.utils.pass_at_k``): only when every trial with a valid reward
+    has exactly one reward key valued 0 or 1; per task the unbiased estimator
+    ``1 - C(n-c, k) / C(n, k)`` (n trials, c of them 1), averaged over tasks; k = 2, 4, 8, …
+    and 5, 10, 15, … up to the fewest trials of any task. cairn's own pass@k (from
+    ``passed``, k from 1) is kept beside it under ``cairn``.
+
+    Args:
+        trials: ``(task name, rewards)`` of the trials with a valid reward.
+
+    Returns:
+        ``{str(k): value}``; empty when the rewards are not binary or there are no trials.
+    """
+    per_task: dict[str, list[int]] = defaultdict(list)
+    for task, rewards in trials:
+        if len(rewards) != 1:
+            return {}
+        value = next(iter(rewards.values()))
+        if value not in (0, 1):
+            return {}
+        per_task[task].append(int(value))
+    if not per_task:
+        return {}
+    most = min(len(v) for v in per_task.values())
+    ks = {k for k in (2 ** i for i in range(1, most.bit_length() + 1)) if k <= most}
+    ks |= set(range(5, most + 1, 5))
+    out: dict[str, float] = {}
+    for k in sorted(ks):
+        total = 0.0
+        for v in per_task.values():
+            n, c = len(v), sum(v)
+            total += 1.0 if n - c < k else 1.0 - math.comb(n - c, k) / math.comb(n, k)
+        out[str(k)] = total / len(per_task)
+    return out
+
+
 def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
               n_running: int, n_retries: int) -> dict[str, Any]:
     """Harbor 0.26's ``JobStats`` for exported trials (as Harbor counts them).
 
     A trial counts as completed when it has a result; as errored when it records any
     exception (trial or step); per ``agent__[model__]dataset`` group: trials with a valid
-    reward, rewards by value, exception types by trial, the mean reward (``metrics``) and
-    cairn's pass@k (see docs/export.md).
+    reward, rewards by value, exception types by trial, the mean reward (``metrics``, Harbor's
+    default metric) and pass@k (:func:`harbor_pass_at_k`; cairn's own under ``cairn``).
 
     Args:
         docs: the exported trial documents.
@@ -482,7 +521,10 @@ def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
         elif rewards:
             ev["metrics"] = [{k: sum(rw.get(k, 0) for rw in rewards) / len(rewards)
                               for k in keys}]
-        ev["pass_at_k"] = {str(k): v for k, v in summarize_job(groups[key]).pass_at_k.items()}
+        ev["pass_at_k"] = harbor_pass_at_k(
+            [(d["task_name"], d["verifier_result"]["rewards"]) for d in docs
+             if _eval_key(d) == key and reward_valid(d)])
+        ev["cairn"] = {"pass_at_k": summarize_job(groups[key]).pass_at_k}
     return {"n_completed_trials": len(docs), "n_errored_trials": n_errored,
             "n_running_trials": n_running, "n_pending_trials": 0,
             "n_cancelled_trials": n_cancelled, "n_retries": n_retries, "evals": evals,
