@@ -386,8 +386,7 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
         "agent_setup": setup_span,
         "agent_execution": one["agent_execution"] if one is not None else None,
         "verifier": one["verifier"] if one is not None else None,
-        "step_results": None if single else [
-            {k: v for k, v in s.items()} for s in steps_out],
+        "step_results": None if single else steps_out,
         "cairn": {
             "schema": EXPORT_SCHEMA,
             "trial_id": r.trial_id, "attempt": r.attempt, "outcome": r.outcome.value,
@@ -675,6 +674,10 @@ def _harbor_manifest(rows: list[dict[str, Any]], artifacts_dir: Path) -> list[di
 
 
 def _copy_step(sp: StepPaths, dest: Path, skipped: list[str], rel: str) -> None:
+    for folder in (sp.root.parent, sp.root):
+        if folder.is_symlink():
+            skipped.append(f"{rel}: {folder.name} is a symlink")
+            return
     for sub in ("agent", "verifier", "artifacts"):
         copy_tree_safely(sp.root / sub, dest / sub, skipped, f"{rel}/{sub}")
     for name in ("instruction.md", "network.jsonl"):
@@ -807,10 +810,10 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
                                earlier_attempts=earlier)
         _copy_trial_files(r, trial, dest, report.skipped, rel)
         _write_json(dest / "config.json", doc["config"])
-        if (exc := doc["exception_info"]) is not None:
+        if (info := doc["exception_info"]) is not None:
             (dest / "exception.txt").write_bytes(
-                f"{exc['exception_type']}: {exc['exception_message']}\n"
-                f"{exc['exception_traceback']}".encode("utf-8", "replace"))
+                f"{info['exception_type']}: {info['exception_message']}\n"
+                f"{info['exception_traceback']}".encode("utf-8", "replace"))
         _write_json(dest / "result.json", doc)
         docs.append(doc)
         results.append(r)
@@ -855,9 +858,8 @@ def _copy_trial_files(r: TrialResult, trial: TrialPaths, dest: Path, skipped: li
                       rel: str) -> None:
     _copy_one(trial.root / TRIAL_LOG, dest / "trial.log", skipped, f"{rel}/{TRIAL_LOG}")
     if _single_step(r):
-        row = r.steps[0]
-        _copy_step(trial.step(row.index, row.name), dest, skipped,
-                   f"{rel}/steps/{trial.step(row.index, row.name).root.name}")
+        sp = trial.step(r.steps[0].index, r.steps[0].name)
+        _copy_step(sp, dest, skipped, f"{rel}/steps/{sp.root.name}")
         return
     for row in r.steps:
         if not _reached(row):
