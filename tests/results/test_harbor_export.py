@@ -31,6 +31,7 @@ from cairn.results.harbor import (
     copy_tree_safely,
     harbor_exception_type,
     harbor_pass_at_k,
+    portable_name,
     trial_result_doc,
 )
 from cairn.results.model import (
@@ -243,6 +244,12 @@ def test_single_step_trial_has_no_step_results():
     assert doc["cairn"]["step"]["source"] == "error"
 
 
+def test_portable_name():
+    assert portable_name("ok-ünïcode") == "ok-ünïcode"
+    assert portable_name(os.fsdecode(b"a\xffb\xc3")) == "a%FFb%C3"
+    assert portable_name(os.fsdecode(b"\xc3\xa9\xe9")) == "é%E9"
+
+
 def test_exception_names():
     assert harbor_exception_type(ErrorKind.REWARD_MISSING) == "RewardFileNotFoundError"
     assert harbor_exception_type(ErrorKind.BUILD_FAILED) == "SandboxBuildFailedError"
@@ -270,14 +277,18 @@ def test_copy_never_follows_links_and_keeps_bytes(tmp_path):
     (src / "link").symlink_to(secret)
     (src / "dirlink").symlink_to(tmp_path)
     (src / "sub" / "ok.txt").write_text("fine")
+    (src / "name-%FF").write_bytes(b"taken")
     os.mkfifo(src / "fifo")
     skipped: list[str] = []
-    copy_tree_safely(src, tmp_path / "out", skipped, "agent")
+    renamed: list[str] = []
+    copy_tree_safely(src, tmp_path / "out", skipped, "agent", renamed)
     out = tmp_path / "out"
     assert (out / "bytes.bin").read_bytes() == b"\xff\xfe\x00 \xc3\x28 bad utf-8"
-    assert (out / odd).read_bytes() == b"x"
+    assert (out / "name-%FF").read_bytes() == b"taken"
+    assert (out / "name-%FF~2").read_bytes() == b"x"  # the undecodable name, renamed
+    assert renamed == ["agent/name-\\xff -> name-%FF~2"]
     assert (out / "sub" / "ok.txt").read_text() == "fine"
-    assert sorted(os.listdir(out)) == sorted(["bytes.bin", odd, "sub"])
+    assert sorted(os.listdir(out)) == ["bytes.bin", "name-%FF", "name-%FF~2", "sub"]
     assert skipped == ["agent/dirlink: symlink", "agent/fifo: not a regular file",
                        "agent/link: symlink"]
     skipped.clear()
@@ -393,6 +404,7 @@ def test_multistep_and_multi_attempt_layout(exported):
     assert doc["step_results"] is None and doc["verifier_result"] == {"rewards": {"reward": 1.0}}
     assert (hello / "verifier" / "reward.txt").read_text().strip() == "1"
     assert (hello / "agent" / "solve-stdout.txt").read_text() == "hello\n"
+    assert (hello / "agent" / "oracle.txt").read_text() == "hello\n"  # Harbor's oracle log
     cfg = _load(out / "config.json")
     assert cfg["n_attempts"] == 2 and cfg["agents"][0]["name"] == "oracle"
     assert len(cfg["tasks"]) == 4
@@ -427,7 +439,9 @@ def test_hostile_agent_output_copied_byte_for_byte_and_links_left(job, exported)
     # cairn stored the agent's stdout with U+FFFD for the bad bytes; the export keeps it as is
     assert (agent / "solve-stdout.txt").read_bytes() == \
         (agent_src / "solve-stdout.txt").read_bytes() == "bad \ufffd\ufffd utf8\n".encode()
-    assert (agent / os.fsdecode(b"name-\xff")).read_bytes() == b"x"
+    assert (agent_src / os.fsdecode(b"name-\xff")).read_bytes() == b"x"
+    assert (agent / "name-%FF").read_bytes() == b"x"  # renamed: Harbor's tools need UTF-8
+    assert not (agent / os.fsdecode(b"name-\xff")).exists()
     assert (agent_src / "passwd-link").is_symlink()  # the agent did make them
     assert not (agent / "passwd-link").exists() and not (agent / "passwd-link").is_symlink()
     assert not (agent / "root-link").exists() and not (agent / "root-link").is_symlink()
@@ -435,8 +449,12 @@ def test_hostile_agent_output_copied_byte_for_byte_and_links_left(job, exported)
         for n in dirnames + filenames:
             assert not os.path.islink(os.path.join(dirpath, n))
     assert f"{src.name}/steps/02-append/agent/passwd-link: symlink" in stderr
-    skipped = _load(out / "result.json")["cairn"]["skipped_files"]
-    assert len(skipped) == 4 and all(s.endswith(": symlink") for s in skipped)
+    job_doc = _load(out / "result.json")["cairn"]
+    assert len(job_doc["skipped_files"]) == 4
+    assert all(s.endswith(": symlink") for s in job_doc["skipped_files"])
+    assert len(job_doc["renamed_files"]) == 2
+    assert all(s.endswith("/steps/02-append/agent/name-\\xff -> name-%FF")
+               for s in job_doc["renamed_files"])
 
 
 @pytest.mark.local
@@ -520,3 +538,69 @@ def test_harbor_026_models_load_the_export(exported):
     chain = by_name[_trial(out, "chain").name]
     assert [s["step_name"] for s in chain["step_results"]] == ["write", "append", "last"]
     assert chain["reward_valid"] is True
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.local
+@pytest.mark.skipif(not Path("/work/harbor-venv/bin/harbor").is_file(),
+                    reason="Harbor 0.26 is not installed in /work/harbor-venv")
+def test_harbor_viewer_reads_the_export(exported, tmp_path):
+    """Harbor's own job browser (``harbor view``, on loopback) lists the exported job, its
+    trials with their rewards and errors, and a trial's files."""
+    import time
+    import urllib.request
+
+    out, _ = exported
+    jobs = tmp_path / "jobs"
+    jobs.mkdir()
+    shutil.copytree(out, jobs / out.name)
+    port = _free_port()
+    env = {"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(tmp_path)}
+    log = tmp_path / "view.log"
+    proc = subprocess.Popen(["/work/harbor-venv/bin/harbor", "view", str(jobs), "--jobs",
+                             "--port", str(port), "--no-build"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=(logf := log.open("wb")))
+
+    def get(path: str):
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
+            return json.loads(r.read())
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                get("/api/health")
+                break
+            except OSError:
+                assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
+                assert time.monotonic() < deadline, "harbor view did not answer in 90 s"
+                time.sleep(0.5)
+        [job] = get("/api/jobs")["items"]
+        assert (job["name"], job["n_total_trials"], job["n_errored_trials"]) == ("j", 8, 2)
+        assert job["agents"] == ["oracle"]
+        trials = {t["name"]: t for t in get("/api/jobs/j/trials")["items"]}
+        assert len(trials) == 8
+        broken = trials[_trial(out, "broken").name]
+        assert (broken["reward"], broken["error_type"]) == (None, "RewardFileNotFoundError")
+        assert trials[_trial(out, "chain").name]["reward"] == pytest.approx(2 / 3)
+        chain = _trial(out, "chain").name
+        files = get(f"/api/jobs/j/trials/{chain}/files?step=append")
+        assert "name-%FF" in json.dumps(files)
+        hello = _trial(out, "hello").name
+        assert get(f"/api/jobs/j/trials/{hello}/agent-logs")["oracle"] == "hello\n"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        logf.close()

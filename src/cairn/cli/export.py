@@ -107,6 +107,8 @@ def _export_harbor(job_dir: Path, out: Path | None, *, force: bool, partial: boo
               + ", ".join(rep.unfinished), file=sys.stderr)
     for line in rep.skipped:
         print(f"cairn: warning: not copied {line!r}", file=sys.stderr)
+    for line in rep.renamed:
+        print(f"cairn: note: file name not UTF-8, renamed {line!r}", file=sys.stderr)
     print(f"exported {len(rep.trials)} trial(s) as a Harbor 0.26 job folder to {out}"
           + (" (replaced the earlier export)" if rep.replaced else "")
           + (" (partial: the job is still running)" if rep.running else ""), file=sys.stderr)

@@ -123,6 +123,8 @@ class HarborExport:
         unreadable: ``path: reason`` of result.json files that did not load (left out).
         skipped: files not copied (symlinks, FIFOs, devices, unreadable), relative to the
             cairn job folder, each with the reason.
+        renamed: files whose name is not valid UTF-8, with the name written
+            (:func:`portable_name`).
         running: whether the job was running when exported.
         replaced: whether an earlier export at ``out_dir`` was replaced (``force``).
     """
@@ -132,6 +134,7 @@ class HarborExport:
     unfinished: list[str] = field(default_factory=list)
     unreadable: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    renamed: list[str] = field(default_factory=list)
     running: bool = False
     replaced: bool = False
 
@@ -602,18 +605,47 @@ def _copy_file(src: Path, dst: Path) -> None:
         os.close(fd)
 
 
-def copy_tree_safely(src: Path, dst: Path, skipped: list[str], rel: str) -> None:
+def portable_name(name: str) -> str:
+    """A file name as valid UTF-8: each byte that is not part of a UTF-8 sequence becomes
+    ``%XX`` (``b"name-\\xff"`` → ``name-%FF``); a valid name is returned unchanged.
+
+    Harbor's tools serialize file names as JSON text and fail on undecodable ones (its viewer's
+    file listing answers 500), so the export renames them; the content is kept byte for byte.
+    """
+    raw = os.fsencode(name)
+    out: list[str] = []
+    while raw:
+        try:
+            out.append(raw.decode("utf-8"))
+            break
+        except UnicodeDecodeError as exc:
+            out.append(raw[:exc.start].decode("utf-8"))
+            out.append(f"%{raw[exc.start]:02X}")
+            raw = raw[exc.start + 1:]
+    return "".join(out)
+
+
+def _shown(name: str) -> str:
+    """A file name for reports: undecodable bytes as ``\\xNN`` (valid text, nothing lost)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def copy_tree_safely(src: Path, dst: Path, skipped: list[str], rel: str,
+                     renamed: list[str] | None = None) -> None:
     """Copy a folder of agent or verifier output, never leaving it.
 
     Regular files are copied byte for byte; folders are walked without following symlinks;
-    symlinks, FIFOs, sockets and devices are not copied but listed in ``skipped``. File names
-    are kept as they are (undecodable bytes included).
+    symlinks, FIFOs, sockets and devices are not copied but listed in ``skipped``. A name that
+    is not valid UTF-8 is written as :func:`portable_name` gives it (``~N`` appended if that
+    name is taken) and listed in ``renamed``.
 
     Args:
         src: the source folder (a symlink or a non-folder is skipped itself).
         dst: where its contents go (created).
-        skipped: receives ``"<rel>/<name>: reason"`` lines.
+        skipped: receives ``"<rel>/<name>: reason"`` lines (undecodable bytes of a name shown
+            as ``\\xNN``).
         rel: ``src``'s path as shown in ``skipped``.
+        renamed: receives ``"<rel>/<name> -> <new name>"`` lines (``None``: not kept).
     """
     try:
         st = os.lstat(src)
@@ -628,17 +660,29 @@ def copy_tree_safely(src: Path, dst: Path, skipped: list[str], rel: str) -> None
     except OSError as exc:
         skipped.append(f"{rel}: {exc.strerror or exc}")
         return
+    taken = {e.name for e in entries}
     for e in entries:
-        name = f"{rel}/{e.name}"
+        name = f"{rel}/{_shown(e.name)}"
+        target = e.name
+        if (safe := portable_name(e.name)) != e.name:
+            target, n = safe, 1
+            while target in taken:
+                n += 1
+                target = f"{safe}~{n}"
+            taken.add(target)
         try:
             if e.is_symlink():
                 skipped.append(f"{name}: symlink")
-            elif e.is_dir(follow_symlinks=False):
-                copy_tree_safely(Path(e.path), dst / e.name, skipped, name)
+                continue
+            if e.is_dir(follow_symlinks=False):
+                copy_tree_safely(Path(e.path), dst / target, skipped, name, renamed)
             elif e.is_file(follow_symlinks=False):
-                _copy_file(Path(e.path), dst / e.name)
+                _copy_file(Path(e.path), dst / target)
             else:
                 skipped.append(f"{name}: not a regular file")
+                continue
+            if target != e.name and renamed is not None:
+                renamed.append(f"{name} -> {target}")
         except OSError as exc:
             skipped.append(f"{name}: {exc.strerror or exc}")
 
@@ -657,6 +701,23 @@ def _copy_one(src: Path, dst: Path, skipped: list[str], rel: str) -> None:
         skipped.append(f"{rel}: {exc.strerror or exc}")
 
 
+ORACLE_LOG = "oracle.txt"
+"""Where Harbor 0.26's oracle agent writes its solution's output (``agent/oracle.txt``)."""
+
+
+def _oracle_log(agent_dir: Path) -> None:
+    """Harbor's ``agent/oracle.txt`` from cairn's ``solve-stdout.txt`` then ``solve-stderr.txt``
+    (bytes as they are), so Harbor's viewer shows the oracle's output."""
+    parts = [agent_dir / "solve-stdout.txt", agent_dir / "solve-stderr.txt"]
+    present = [p for p in parts if p.is_file() and not p.is_symlink()]
+    if not present:
+        return
+    with open(agent_dir / ORACLE_LOG, "xb") as out:
+        for p in present:
+            with open(p, "rb") as fin:
+                shutil.copyfileobj(fin, out, 1 << 20)
+
+
 def _harbor_manifest(rows: list[dict[str, Any]], artifacts_dir: Path) -> list[dict[str, Any]]:
     out = []
     for row in rows:
@@ -673,13 +734,16 @@ def _harbor_manifest(rows: list[dict[str, Any]], artifacts_dir: Path) -> list[di
     return out
 
 
-def _copy_step(sp: StepPaths, dest: Path, skipped: list[str], rel: str) -> None:
+def _copy_step(sp: StepPaths, dest: Path, skipped: list[str], rel: str,
+               renamed: list[str], oracle: bool) -> None:
     for folder in (sp.root.parent, sp.root):
         if folder.is_symlink():
             skipped.append(f"{rel}: {folder.name} is a symlink")
             return
     for sub in ("agent", "verifier", "artifacts"):
-        copy_tree_safely(sp.root / sub, dest / sub, skipped, f"{rel}/{sub}")
+        copy_tree_safely(sp.root / sub, dest / sub, skipped, f"{rel}/{sub}", renamed)
+    if oracle and (dest / "agent").is_dir() and not (dest / "agent" / ORACLE_LOG).exists():
+        _oracle_log(dest / "agent")
     for name in ("instruction.md", "network.jsonl"):
         _copy_one(sp.root / name, dest / name, skipped, f"{rel}/{name}")
     manifest = dest / "artifacts" / "manifest.json"
@@ -808,7 +872,7 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
         doc = trial_result_doc(r, cfg, trial_name=name, trial_dir=out_dir / name,
                                job_uuid=job_uuid, timeout_multiplier=tm,
                                earlier_attempts=earlier)
-        _copy_trial_files(r, trial, dest, report.skipped, rel)
+        _copy_trial_files(r, trial, dest, report.skipped, rel, report.renamed)
         _write_json(dest / "config.json", doc["config"])
         if (info := doc["exception_info"]) is not None:
             (dest / "exception.txt").write_bytes(
@@ -846,6 +910,7 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
             "unfinished_trials": list(report.unfinished),
             "unreadable_trials": list(report.unreadable),
             "skipped_files": list(report.skipped),
+            "renamed_files": list(report.renamed),
         },
     }
     _write_json(tmp / "result.json", job_doc)
@@ -855,14 +920,16 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
 
 
 def _copy_trial_files(r: TrialResult, trial: TrialPaths, dest: Path, skipped: list[str],
-                      rel: str) -> None:
+                      rel: str, renamed: list[str]) -> None:
+    oracle = r.agent.name == "oracle"
     _copy_one(trial.root / TRIAL_LOG, dest / "trial.log", skipped, f"{rel}/{TRIAL_LOG}")
     if _single_step(r):
         sp = trial.step(r.steps[0].index, r.steps[0].name)
-        _copy_step(sp, dest, skipped, f"{rel}/steps/{sp.root.name}")
+        _copy_step(sp, dest, skipped, f"{rel}/steps/{sp.root.name}", renamed, oracle)
         return
     for row in r.steps:
         if not _reached(row):
             continue
         sp = trial.step(row.index, row.name)
-        _copy_step(sp, dest / "steps" / row.name, skipped, f"{rel}/steps/{sp.root.name}")
+        _copy_step(sp, dest / "steps" / row.name, skipped, f"{rel}/steps/{sp.root.name}",
+                   renamed, oracle)
