@@ -604,3 +604,17 @@ def test_harbor_viewer_reads_the_export(exported, tmp_path):
             proc.kill()
             proc.wait()
         logf.close()
+
+
+@pytest.mark.local
+def test_infra_retries_counted_as_harbor_retries(job, tmp_path):
+    copy = tmp_path / "jobs" / "j"
+    shutil.copytree(job, copy, symlinks=True)
+    [trial] = (copy / "trials").glob("test-hello__1__*")
+    (trial / "attempts" / "1").mkdir(parents=True)
+    (trial / "attempts" / "1" / "trial.log").write_text("sandbox lost\n")
+    p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"))
+    assert p.returncode == 0, p.stderr
+    assert _load(tmp_path / "h" / "result.json")["stats"]["n_retries"] == 1
+    assert _load(_trial(tmp_path / "h", "hello") / "result.json")["cairn"]["earlier_attempts"] == 1
+    assert not (_trial(tmp_path / "h", "hello") / "attempts").exists()
