@@ -173,7 +173,8 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
             continue
         assert e.task is not None
         plans.append(TrialPlan(
-            task=e.task, agent_name=config.agent, agent_kwargs=dict(config.agent_kwargs),
+            task=config.effective_task(e.task), agent_name=config.agent,
+            agent_kwargs=dict(config.agent_kwargs),
             model=config.model, backend=backend, attempt=d.attempt, trial_id=d.trial_id,
             trial_dir=tp.root, job_id=paths.root.name, job_dir=paths.root, options=opts,
             source=e.source))
