@@ -250,7 +250,8 @@ class JobConfig(BaseModel):
     extra_instructions: tuple[str, ...] = ()
     """Texts appended to every step's instruction, each after a blank line
     (``--extra-instruction-path`` file contents first, then ``--extra-instruction``; Harbor
-    0.26 ``Task._append_extra_instructions``). Recorded in each trial's config.json."""
+    0.26 ``Task._append_extra_instructions``; trailing newlines of each part dropped).
+    Recorded in each trial's config.json."""
     artifacts: tuple[str, ...] = ()
     """Extra absolute sandbox paths collected as artifacts after every step (``--artifact``),
     beside the task's own."""
@@ -350,8 +351,8 @@ class JobConfig(BaseModel):
         for step in task.steps:
             update: dict[str, Any] = {}
             if self.extra_instructions:
-                update["instruction"] = "\n\n".join([step.instruction.rstrip("\n"),
-                                                      *self.extra_instructions])
+                update["instruction"] = "\n\n".join(
+                    part.rstrip("\n") for part in (step.instruction, *self.extra_instructions))
             have = {a.source for a in step.artifacts}
             extra = tuple(Artifact(source=p) for p in self.artifacts if p not in have)
             if extra:
