@@ -117,10 +117,10 @@ def test_harbor_job_yaml_runs_the_same_trials_and_reports_unknown_keys(tmp_path,
 
     plan = cairn("run", "-c", str(cfg), "-e", "local", "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    assert f"harbor-job.yaml:{typo_line}: warning: n_concurent_trials: ignored: not a key of " \
-           "Harbor 0.26's JobConfig" in plan.stderr
-    assert f"harbor-job.yaml:{retry_line}: warning: orchestrator.retry.exclude_exceptions: " \
-           "ignored" in plan.stderr
+    assert (f"harbor-job.yaml:{typo_line}: warning: n_concurent_trials: ignored: not a key of "
+            "Harbor 0.26's JobConfig") in plan.stderr
+    assert (f"harbor-job.yaml:{retry_line}: warning: orchestrator.retry.exclude_exceptions: "
+            "ignored") in plan.stderr
     planned = sorted(line.split()[3] for line in plan.stdout.splitlines()
                      if line.startswith("  test/"))
     assert len(planned) == 6
@@ -149,8 +149,8 @@ def test_harbor_job_yaml_refuses_what_it_cannot_honour(tmp_path, ds):
     assert "two-agents.yaml:3: agents[1]: cairn runs one agent per job" in p.stderr
     cfg.write_text("environment:\n  type: modal\ntasks:\n  - path: ds/a\n")
     p = cairn("run", "-c", str(cfg), "--dry-run", cwd=tmp_path)
-    assert p.returncode == 2 and "two-agents.yaml:2: environment.type: environment type " \
-                                  "'modal'" in p.stderr
+    assert p.returncode == 2
+    assert "two-agents.yaml:2: environment.type: environment type 'modal'" in p.stderr
 
 
 # ---- -c twice, --print-config ---------------------------------------------------------------

@@ -171,18 +171,19 @@ def _print_config(cfg: Any) -> None:
 
 
 @app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN,
-             context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": ["-h", "--help"]})
 def run_cmd(
     ctx: typer.Context,
     path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
     dataset: Annotated[list[str] | None, typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
     registry_url: Annotated[str | None, typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
-    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file (or its folder) instead of --registry-url.")] = None,  # noqa: E501
     repo: Annotated[list[str] | None, typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
     repo_path: Annotated[str | None, typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
     n_tasks: Annotated[int | None, typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
     agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, gemini-cli, qwen-code, or package.module:Class (default oracle).")] = None,  # noqa: E501
-    model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
+    model: Annotated[list[str] | None, typer.Option("-m", "--model", help="provider/model for model-driven agents (one per job).")] = None,  # noqa: E501
     ak: Annotated[list[str] | None, typer.Option("--ak", "--agent-kwarg", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", "--agent-env", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
     ve: Annotated[list[str] | None, typer.Option("--ve", "--verifier-env", help="Env var KEY=VALUE for the verifier, over the task's [verifier.env] (repeatable; e.g. a judge model).")] = None,  # noqa: E501
@@ -209,7 +210,8 @@ def run_cmd(
     extra_instruction: Annotated[list[str] | None, typer.Option("--extra-instruction", help="Text appended to every step's instruction (repeatable; after the --extra-instruction-path files).")] = None,  # noqa: E501
     extra_instruction_path: Annotated[list[Path] | None, typer.Option("--extra-instruction-path", help="File whose text is appended to every step's instruction (repeatable).")] = None,  # noqa: E501
     no_verify: Annotated[bool, typer.Option("--no-verify", "--disable-verification", help="Run agents only (no reward).")] = False,  # noqa: E501
-    force_build: Annotated[bool, typer.Option("--force-build", help="Rebuild images.")] = False,
+    enable_verification: Annotated[bool, typer.Option("--enable-verification", help="Verify (the default; over a config file's verify: false).")] = False,  # noqa: E501
+    force_build: Annotated[bool | None, typer.Option("--force-build/--no-force-build", help="Rebuild images (--no-force-build: over a config file's force_build: true).", show_default=False)] = None,  # noqa: E501
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", "--resume-trajectory", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
@@ -260,10 +262,18 @@ def run_cmd(
             for note in cf.notes:
                 print(f"cairn: {note}", file=sys.stderr, flush=True)
             layers.append(cf.data)
+        if model and len(model) > 1:
+            raise typer.BadParameter("cairn runs one model per job (-m given "
+                                     f"{len(model)} times); run one job per model")
+        if no_verify and enable_verification:
+            raise typer.BadParameter("give --no-verify or --enable-verification, not both")
+        if registry_path is not None and registry_path.is_dir():
+            registry_path = registry_path / "registry.json"  # Harbor takes the folder too
         extra_texts = [*read_instruction_files(extra_instruction_path or []),
                        *(extra_instruction or [])]
         flags = {
-            "paths": [str(p) for p in path or []] or None, "agent": agent, "model": model,
+            "paths": [str(p) for p in path or []] or None, "agent": agent,
+            "model": model[0] if model else None,
             "agent_kwargs": _kv(ak, "--ak") or None, "agent_env": _kv(ae, "--ae") or None,
             "verifier_env": _kv(ve, "--ve") or None,
             "backend": env, "include": include, "exclude": exclude, "attempts": attempts,
@@ -277,8 +287,8 @@ def run_cmd(
             "override_cpus": override_cpus, "override_memory_mb": override_memory_mb,
             "override_storage_mb": override_storage_mb, "artifacts": artifact or None,
             "extra_instructions": extra_texts or None,
-            "verify": False if no_verify else None,
-            "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
+            "verify": False if no_verify else (True if enable_verification else None),
+            "force_build": force_build, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "datasets": dataset or None, "registry_url": registry_url,
