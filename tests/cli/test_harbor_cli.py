@@ -264,12 +264,18 @@ def test_env_file_values_reach_a_template(tmp_path):
     p = cairn("run", "-p", "needs", "-e", "local", "--job-name", "none", cwd=tmp_path,
               CAIRN_T_DOTENV=None)
     assert p.returncode == 2 and "CAIRN_T_DOTENV" in p.stderr  # unset without the file
-    (tmp_path / ".env.test").write_text("# keys\nexport CAIRN_T_DOTENV=\"from dotenv\"  # yes\n")
+    (tmp_path / ".env.test").write_text("# keys\nexport CAIRN_T_DOTENV=\"from dotenv\"  # yes\n"
+                                        "CAIRN_T_AGENT_KEY=sk-test-123\n")
+    record = tmp_path / "rec.jsonl"
     p = cairn("run", "-p", "needs", "-e", "local", "--env-file", ".env.test", "--job-name", "j",
-              cwd=tmp_path, CAIRN_T_DOTENV="the shell's value loses")
+              "-a", "job_agents:RecordingAgent", "--ak", f"record={record}",
+              "--ak", "probe=CAIRN_T_AGENT_KEY", cwd=tmp_path,
+              CAIRN_T_DOTENV="the shell's value loses", CAIRN_T_AGENT_KEY=None)
     assert p.returncode == 0, p.stdout + p.stderr
     (result,) = trials(tmp_path / "jobs" / "j").values()
-    assert result["reward"] == 1.0
+    assert result["reward"] == 1.0  # the template resolved from the file, over the shell
+    assert {r["probe"] for r in records(record)} == {"sk-test-123"}  # the agent's key too
+    assert "sk-test-123" not in (tmp_path / "jobs" / "j" / "job.json").read_text()
     p = cairn("run", "-p", "needs", "--env-file", "nowhere.env", cwd=tmp_path)
     assert p.returncode == 2 and "--env-file nowhere.env: no such file" in p.stderr
 
@@ -434,6 +440,11 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     rows = [line.split() for line in p.stdout.splitlines() if line.startswith("  test/")]
     assert sorted(r[3] for r in rows) == folders
     assert all(r[4:] == ["keep", "(completed", "1.00)"] for r in rows)
+    js = cairn(*base, "--dry-run", "--json", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    data = json.loads(js.stdout)
+    assert (data["backend"], data["existing"], data["problems"]) == ("local", True, [])
+    assert sorted(t["folder"] for t in data["trials"]) == folders
+    assert {t["action"] for t in data["trials"]} == {"keep"}
 
     bad = tmp_path / "bad"
     write_task(bad, "needs-key", toml_extra='[verifier.env]\nK = "${CAIRN_T_UNSET_DRY}"\n')

@@ -4,6 +4,7 @@ a user's own agent class would be (design §10). The tests folder must be on ``P
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cairn.agents.base import AgentContext
@@ -66,7 +67,8 @@ class CountingAgent(OracleAgent):
 class RecordingAgent(OracleAgent):
     """The oracle, recording on the host what it was handed: each ``setup()`` and ``run()``
     appends one JSON line to ``--ak record=PATH`` (the phase, the instruction, the timeout the
-    engine bounds it by, its kwargs) and writes the instruction into the sandbox at
+    engine bounds it by, its kwargs, and the host variable named by ``--ak probe=NAME`` as the
+    agent process sees it) and writes the instruction into the sandbox at
     ``/app/instruction.txt`` before solving (so a task's test can check what the agent got)."""
 
     name = "recording"
@@ -79,7 +81,9 @@ class RecordingAgent(OracleAgent):
                                 "timeout_sec": context.timeout_sec,
                                 "instruction": instruction,
                                 "kwargs": {k: v for k, v in self.kwargs.items()
-                                           if k != "record"}}) + "\n")
+                                           if k not in ("record", "probe")},
+                                "probe": os.environ.get(str(self.kwargs.get("probe", "")))
+                                }) + "\n")
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Record the setup bound."""
