@@ -458,3 +458,25 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     p = cairn("run", "-d", "nosuch@1.0", "--registry-path", str(reg), "-e", "local",
               "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert p.returncode == 2 and "nosuch" in p.stderr
+
+
+@pytest.mark.local
+@local
+def test_resume_takes_the_env_file_again(tmp_path):
+    write_task(tmp_path, "needs", toml_extra='[verifier.env]\nTOKEN = "${CAIRN_T_DOTENV2}"\n',
+               test=reward_if('[ "$TOKEN" = "again" ]'))
+    (tmp_path / "keys.env").write_text("CAIRN_T_DOTENV2=again\n")
+    marker = tmp_path / "marker"
+    first = cairn("run", "-p", "needs", "-e", "local", "--env-file", "keys.env", "-r", "0",
+                  "-a", "job_agents:FlakySetupAgent", "--ak", f"marker={marker}",
+                  "--job-name", "j", cwd=tmp_path, CAIRN_T_DOTENV2=None)
+    (r,) = trials(tmp_path / "jobs" / "j").values()
+    assert first.returncode == 1 and r["error"]["kind"] == "agent_setup_failed"  # infra: resumable
+    assert "again" not in (tmp_path / "jobs" / "j" / "job.json").read_text()
+    bare = cairn("resume", "jobs/j", cwd=tmp_path, CAIRN_T_DOTENV2=None)
+    assert bare.returncode == 2 and "CAIRN_T_DOTENV2" in bare.stderr
+    again = cairn("resume", "jobs/j", "--env-file", "keys.env", cwd=tmp_path,
+                  CAIRN_T_DOTENV2=None)
+    assert again.returncode == 0, again.stdout + again.stderr
+    (r,) = trials(tmp_path / "jobs" / "j").values()
+    assert r["reward"] == 1.0

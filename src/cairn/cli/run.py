@@ -454,6 +454,7 @@ def resume_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
+    env_file: Annotated[Path | None, typer.Option("--env-file", help="A .env file loaded into the environment first, as for cairn run (job.json never holds its values).")] = None,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local or ray (default: the job's).")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
@@ -470,6 +471,8 @@ def resume_cmd(
     from cairn.job import resume_config
 
     try:
+        if env_file is not None:
+            _load_env_file(env_file)
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
                                        ("max_cost_usd", max_cost_usd), ("executor", executor),
                                        ("ray_address", ray_address)) if v is not None}
