@@ -75,3 +75,27 @@ def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):
     spec, _solution_env, _venvs = _TrialRun(plan, OracleAgent(), None)._resolve()
     assert spec.build_timeout_sec == 700.0  # 100 x 7, not x 2
     assert spec.memory_mb == 321
+
+
+def test_a_torn_job_json_is_rebuilt_with_the_overrides_so_trial_ids_match(tmp_path):
+    import json
+
+    from cairn.job import resume_config
+
+    job = tmp_path / "jobs" / "j"
+    trial = job / "trials" / "t__1__abcdef12"
+    trial.mkdir(parents=True)
+    (job / "job.json").write_text('{"torn')
+    (trial / "config.json").write_text(json.dumps({
+        "task": {"name": "t", "content_hash": "h", "path": str(tmp_path / "t")},
+        "agent": {"name": "oracle", "kwargs": {}}, "model": None, "backend": "docker",
+        "attempt": 1, "trial_id": "x", "job_id": "j",
+        "options": {"timeout_multiplier": 2.0, "extra_instructions": ["Be brief."],
+                    "resource_overrides": {"memory_mb": 512},
+                    "timeout_multipliers": {"verifier": 3.0}, "extra_artifacts": ["/app/a"]}}))
+    cfg = resume_config(job)
+    assert cfg.extra_instructions == ("Be brief.",) and cfg.override_memory_mb == 512
+    assert (cfg.verifier_timeout_multiplier, cfg.timeout_multiplier) == (3.0, 2.0)
+    assert cfg.artifacts == ("/app/a",)
+    assert cfg.task_overrides() == {"extra_instructions": ["Be brief."],
+                                    "override_memory_mb": 512}

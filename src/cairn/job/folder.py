@@ -304,4 +304,11 @@ def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, 
            "job_name": job_dir.name, "jobs_dir": str(job_dir.parent),
            "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
            "verify": opts.get("verify", True), "hardened_verify": opts.get("hardened_verify", False)}
+    # what the job changed in its tasks (it enters the trial ids) and its specific multipliers
+    cfg["extra_instructions"] = list(opts.get("extra_instructions") or [])
+    cfg["artifacts"] = list(opts.get("extra_artifacts") or [])
+    for key, value in dict(opts.get("resource_overrides") or {}).items():
+        cfg[f"override_{key}"] = value
+    for key, value in dict(opts.get("timeout_multipliers") or {}).items():
+        cfg[f"{key}_timeout_multiplier"] = value
     return first[4], cfg
