@@ -372,12 +372,17 @@ def test_resource_overrides_reach_the_container(tmp_path):
     toml.write_text(toml.read_text() + "cpus = 2\nmemory_mb = 2048\n")
     name = f"t-{uuid.uuid4().hex[:8]}"
     p = cairn("run", "-p", "limits", "-e", "docker", "--override-memory-mb", "300",
-              "--override-cpus", "0.5", "--job-name", name, cwd=tmp_path)
+              "--override-cpus", "0.5", "--override-storage-mb", "2048", "--job-name", name,
+              cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
     ((trial, r),) = trials(tmp_path / "jobs" / name).items()
     assert r["reward"] == 1.0, r  # the verifier read the overridden limits from the cgroup
+    # docker cannot limit storage: the override reaches the backend, which says so
+    assert any("cannot apply storage_mb = 2048" in w for w in r["warnings"]), r["warnings"]
     config = json.loads((tmp_path / "jobs" / name / "trials" / trial / "config.json").read_text())
-    assert config["options"]["resource_overrides"] == {"cpus": 0.5, "memory_mb": 300}
+    assert config["options"]["resource_overrides"] == {"cpus": 0.5, "memory_mb": 300,
+                                                       "storage_mb": 2048}
+    assert containers_of(tmp_path / "jobs" / name) == []
 
 
 # ---- --dry-run ------------------------------------------------------------------------------
