@@ -309,6 +309,10 @@ def run_cmd(
         if data.get("registry_url") and data.get("registry_path"):
             raise typer.BadParameter("give --registry-url or --registry-path, not both")
         cfg = JobConfig.model_validate(data)
+        if repo and dataset:  # Harbor's --repo means the registry of -d; cairn's does not
+            print("cairn: warning: --repo is a git repository of tasks run beside -d (not, as "
+                  "in harbor run, the repository holding the registry of -d; give that as "
+                  "--registry-path or --registry-url)", file=sys.stderr, flush=True)
         from cairn.agents.registry import validate_agent_options
 
         validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),

@@ -129,6 +129,9 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
     entries = inputs.entries
     plan = DryRun(backend=backend, executor=config.executor, job_dir=job_dir,
                   existing=existing, tasks=[e.name for e in entries], notes=list(inputs.notes))
+    if existing:
+        plan.notes.append(f"{job_dir} holds a job: the plan is what `cairn resume {job_dir}` "
+                          "(or --resume) does; `cairn run` without --resume refuses the folder")
     if config.start_step or config.from_trial or config.snapshot_steps:
         from cairn.trial.snapshot import check_start_options
 
