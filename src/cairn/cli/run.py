@@ -33,14 +33,20 @@ Examples:
 
   cairn run -c job.yaml -n 2
 
+  cairn run -c harbor-job.yaml -c override.yaml --env-file .env --dry-run
+
+  cairn run -p tasks/ -a codex -m openai/gpt-5 --override-memory-mb 4096 -r 1 -q
+
   cairn run -p examples/incident --start-step repair -a nop
 
   cairn run -p examples/incident --snapshot-steps --job-name base
 
   cairn run -p examples/incident --start-step repair --from jobs/base/trials/<trial> -a llm -m ...
 
-(job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
-are taken from the current directory; flags win.)
+(job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; or it is a
+Harbor job config, whose keys without a cairn meaning are reported with their line; relative
+paths are taken from the current directory; later files override earlier ones; flags win.
+Every harbor run flag and what cairn does with it: docs/cli.md.)
 """
 
 HARBOR_REFUSED: dict[str, str] = {
