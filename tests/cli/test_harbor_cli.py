@@ -485,3 +485,45 @@ def test_resume_takes_the_env_file_again(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     (r,) = trials(tmp_path / "jobs" / "j").values()
     assert r["reward"] == 1.0
+
+
+HARBOR_PYTHON = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor")).parent / "python"
+HARBOR_PLAN = """\
+import asyncio, collections, json, sys, uuid
+import yaml
+from harbor.job_plan import JobPlan
+from harbor.models.job.config import JobConfig
+config = JobConfig.model_validate(yaml.safe_load(open(sys.argv[1])))
+tasks = asyncio.run(JobPlan.resolve_task_configs(config))
+trials = JobPlan.build_trial_configs(config, tasks, job_id=uuid.uuid4())
+print(json.dumps({"trials": sorted(collections.Counter(t.task.path.name for t in trials).items()),
+                  "kwargs": [t.agent.kwargs for t in trials],
+                  "import_path": sorted({t.agent.import_path for t in trials}),
+                  "multiplier": sorted({t.timeout_multiplier for t in trials})}))
+"""
+
+
+@pytest.mark.skipif(not HARBOR_PYTHON.is_file(), reason="Harbor 0.26 not installed")
+def test_harbor_itself_plans_the_trials_cairn_runs(tmp_path, ds):
+    """The same file through Harbor 0.26's own planner (JobPlan.build_trial_configs, in its
+    separate environment): the same tasks, attempts, agent and kwargs as cairn's plan."""
+    record = tmp_path / "record.jsonl"
+    cfg = tmp_path / "harbor-job.yaml"
+    cfg.write_text(HARBOR_JOB.format(record=record))
+    p = subprocess.run([str(HARBOR_PYTHON), "-c", HARBOR_PLAN, str(cfg)], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, check=True)
+    harbor = json.loads(p.stdout.splitlines()[-1])
+    plan = cairn("run", "-c", str(cfg), "-e", "local", "--dry-run", "--json", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stderr
+    ours = json.loads(plan.stdout)
+    counts: dict[str, int] = {}
+    for t in ours["trials"]:
+        counts[t["task"].removeprefix("test/")] = counts.get(t["task"].removeprefix("test/"), 0) + 1
+    assert sorted(counts.items()) == [tuple(x) for x in harbor["trials"]] == \
+        [("a", 2), ("b", 2), ("c", 2)]
+    assert harbor["import_path"] == ["job_agents:RecordingAgent"]
+    assert all(k == {"record": str(record), "style": "terse"} for k in harbor["kwargs"])
+    printed = yaml.safe_load(cairn("run", "-c", str(cfg), "--print-config", cwd=tmp_path).stdout)
+    assert (printed["agent"], printed["agent_kwargs"], printed["timeout_multiplier"]) == \
+        ("job_agents:RecordingAgent", {"record": str(record), "style": "terse"},
+         harbor["multiplier"][0])
