@@ -1,11 +1,11 @@
 """Validation findings (design §2): one error or warning about a task, with file and line.
 
 A finding prints as ``path:line: error|warning: text`` (``path: error: text`` when it has no
-line); ``cairn tasks check`` appends the rule id, ``… text [rule]`` (:meth:`Finding.format`). ``cairn tasks check --strict`` turns warnings into errors
-(:func:`promote_warnings`). Every finding carries a stable rule id (``unknown-config-field``,
-``compose-privileged`` …; the catalogue is :data:`cairn.task.lint.RULES`, docs/lint.md);
-errors without a more specific id are ``invalid-task-config`` (a task.toml key) or
-``invalid-task-files`` (a file or folder).
+line); ``cairn tasks check`` appends the rule id, ``… text [rule]`` (:meth:`Finding.format`).
+``cairn tasks check --strict`` turns warnings into errors (:func:`promote_warnings`). Every
+finding carries a stable rule id (``unknown-config-field``, ``compose-privileged`` …; the
+catalogue is :data:`cairn.task.lint.RULES`, docs/lint.md); errors without a more specific id
+are ``invalid-task-config`` (a task.toml key) or ``invalid-task-files`` (a file or folder).
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ The rule ids follow Harbor 0.26's ``harbor task lint`` names where a rule means 
 (``compose-privileged``, ``unpinned-python-dependency`` …), so a Harbor user's ``--ignore``
 lists carry over.
 
-The rules are static: nothing is built or started, no variable of the host is read except
-the ones cairn itself gives a compose file (:func:`~cairn.sandbox.docker.compose_files.harbor_variables`).
+The rules are static: nothing is built or started, and no variable of the host is read: a
+compose file is interpolated with the variables cairn itself gives it
+(:data:`COMPOSE_VARIABLES`) and the task's literal ``[environment.env]`` values.
 """
 
 from __future__ import annotations
@@ -359,14 +360,31 @@ def interpolate(value: str, variables: dict[str, str]) -> tuple[str, list[str]]:
     return _VAR_RE.sub(sub, value), unknown
 
 
+COMPOSE_VARIABLES: dict[str, str] = {
+    "MAIN_IMAGE_NAME": "cairn-env:main", "CONTEXT_DIR": "{env_dir}", "CPUS": "1",
+    "MEMORY": "1024M", "TEST_DIR": "/tests",
+    "HOST_AGENT_LOGS_PATH": "cairn_logs_agent", "HOST_VERIFIER_LOGS_PATH": "cairn_logs_verifier",
+    "HOST_ARTIFACTS_PATH": "cairn_logs_artifacts", "ENV_AGENT_LOGS_PATH": "/logs/agent",
+    "ENV_VERIFIER_LOGS_PATH": "/logs/verifier", "ENV_ARTIFACTS_PATH": "/logs/artifacts",
+    "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": "cairn-env:main",
+    "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": "cairn-main",
+    "T_BENCH_TASK_DOCKER_NAME_PREFIX": "cairn", "T_BENCH_TEST_DIR": "/tests",
+    "T_BENCH_CONTAINER_LOGS_PATH": "/logs", "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+    "T_BENCH_TASK_LOGS_PATH": "cairn_logs", "T_BENCH_TASK_AGENT_LOGS_PATH": "cairn_logs_agent",
+}
+"""The variables a run gives a compose file (the names of
+:func:`cairn.sandbox.docker.compose_files.harbor_variables`, a test keeps them equal), with
+values of the same kind: the ``HOST_*`` log "paths" are project volumes, not host folders;
+``{env_dir}`` is replaced by the environment folder. ``PREBUILT_IMAGE_NAME`` is added when the
+task has a ``docker_image``."""
+
+
 def _compose_variables(task: Task, env_dir: Path) -> dict[str, str]:
     """The variables a run gives the compose file: cairn's (Harbor's names), then the task's
     literal ``[environment.env]`` values."""
-    from cairn.sandbox.base import SandboxSpec
-    from cairn.sandbox.docker.compose_files import harbor_variables
-
-    spec = SandboxSpec(env_dir=env_dir, docker_image=task.environment.docker_image)
-    out = harbor_variables(spec, "cairn-lint", "cairn-env:lint-main")
+    out = {k: v.replace("{env_dir}", str(env_dir)) for k, v in COMPOSE_VARIABLES.items()}
+    if task.environment.docker_image:
+        out["PREBUILT_IMAGE_NAME"] = task.environment.docker_image
     for k, v in task.environment.env.items():
         if "${" not in v:
             out[k] = v
@@ -462,8 +480,10 @@ def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, A
     if svc.get("privileged") is True:
         emit(("privileged",), "`privileged: true` gives the container every capability and "
              "the host's devices; remove it")
-    hooks = [(h, k, e) for h in ("post_start", "pre_stop")
-             for k, e in enumerate(svc.get(h) if isinstance(svc.get(h), list) else [])]
+    hooks: list[tuple[str, int, Any]] = []
+    for h in ("post_start", "pre_stop"):
+        entries = svc.get(h)
+        hooks += [(h, k, e) for k, e in enumerate(entries if isinstance(entries, list) else [])]
     for hook, k, entry in hooks:
         if isinstance(entry, dict) and entry.get("privileged") is True:
             emit((hook, k, "privileged"), f"`{hook}` hook {k + 1} runs privileged; remove it")
@@ -491,7 +511,8 @@ def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, A
 
 def _check_volume(lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: KeyPath,
                   volumes_top: dict[str, Any]) -> None:
-    mount = _short_volume(entry) if isinstance(entry, str) else entry
+    mount = _short_volume(interpolate(entry, cf.variables)[0]) if isinstance(entry, str) \
+        else entry
     if not isinstance(mount, dict):
         return
     kind = mount.get("type", "volume")
@@ -507,7 +528,8 @@ def _check_volume(lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: 
                 lint.findings.append(Finding(
                     where, line, WARNING, f"{label} mounts external volume `{source}`: every "
                     "trial (and the host) shares its contents", "compose-external-volume"))
-            opts = top.get("driver_opts") if isinstance(top.get("driver_opts"), dict) else {}
+            raw_opts = top.get("driver_opts")
+            opts: dict[str, Any] = raw_opts if isinstance(raw_opts, dict) else {}
             flags = str(opts.get("o", "")).split(",")
             if ({"bind", "rbind"} & set(flags)) and isinstance(opts.get("device"), str):
                 kind, source = "bind", opts["device"]
@@ -589,6 +611,7 @@ def _names(lint: _Lint, dirs: Sequence[Path]) -> str:
 def _build_of(svc: dict[str, Any], project: Path,
               variables: dict[str, str]) -> tuple[Path, Path, KeyPath] | None:
     build = svc.get("build")
+    key: KeyPath
     if isinstance(build, str):
         ctx, dockerfile, key = build, "Dockerfile", ("build",)
     elif isinstance(build, dict):
@@ -839,11 +862,13 @@ def _log_overlap(source: str) -> str | None:
     if src == ARTIFACTS_DIR or src.startswith(ARTIFACTS_DIR + "/"):
         return (f"`{ARTIFACTS_DIR}` is collected after every step anyway (the entry copies it "
                 "twice)")
-    if src in (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR) or src.startswith(
-            (AGENT_LOGS_DIR + "/", VERIFIER_LOGS_DIR + "/")):
-        return ("the agent's logs are moved out and /logs/verifier is emptied before artifacts "
-                "are collected, so the entry finds nothing; a separate verifier gets the "
-                "artifacts at their paths, over its own logs")
+    if src == AGENT_LOGS_DIR or src.startswith(AGENT_LOGS_DIR + "/"):
+        return (f"`{AGENT_LOGS_DIR}` is moved to the step's agent/ folder before artifacts are "
+                "collected (the entry finds nothing; the logs are kept anyway)")
+    if src == VERIFIER_LOGS_DIR or src.startswith(VERIFIER_LOGS_DIR + "/"):
+        return (f"`{VERIFIER_LOGS_DIR}` is emptied before artifacts are collected (what the "
+                "agent left there is kept as planted-verifier-logs), and a separate verifier "
+                "gets the artifacts at their paths, over its own logs")
     if src == LOGS_DIR or src.startswith(LOGS_DIR + "/") or LOGS_DIR.startswith(
             src.rstrip("/") + "/") or src == "/":
         return "/logs holds cairn's agent, verifier and artifact folders"
@@ -853,10 +878,12 @@ def _log_overlap(source: str) -> str | None:
 def _check_artifacts(lint: _Lint) -> None:
     cfg = lint.task.config
     lists: list[list[tuple[KeyPath, Artifact]]] = []
-    task_level = [(("artifacts", k), a) for k, a in enumerate(cfg.artifacts)]
+    task_level: list[tuple[KeyPath, Artifact]] = [
+        (("artifacts", k), a) for k, a in enumerate(cfg.artifacts)]
     lists.append(task_level)
     for i, sc in enumerate(cfg.steps):
-        own = [(("steps", i, "artifacts", k), a) for k, a in enumerate(sc.artifacts)]
+        own: list[tuple[KeyPath, Artifact]] = [
+            (("steps", i, "artifacts", k), a) for k, a in enumerate(sc.artifacts)]
         if own:
             lists.append(task_level + own)
     seen_logs: set[KeyPath] = set()
@@ -953,8 +980,8 @@ def lint_task(root: Path, task: Task, lines: KeyLines) -> list[Finding]:
         lines: the key lines of task.toml (or task.md's front-matter).
 
     Returns:
-        Warnings, in the order the rules run (compose, Dockerfiles, verifier, artifacts,
-        agent user); each with its file, line and rule id.
+        Warnings sorted by file and line (the rules' order within a line); each with its
+        file, line and rule id.
     """
     source_name = "task.toml" if (task.path / "task.toml").is_file() else "task.md"
     lint = _Lint(Path(root), task, lines, Path(root) / source_name)
@@ -992,7 +1019,7 @@ def lint_task(root: Path, task: Task, lines: KeyLines) -> list[Finding]:
     _check_verifier(lint)
     _check_artifacts(lint)
     _check_agent_user(lint, image_says)
-    return lint.findings
+    return sorted(lint.findings, key=lambda f: (str(f.path), f.line or 0))
 
 
 def _check_verifier_environments(lint: _Lint) -> None:

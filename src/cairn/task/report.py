@@ -76,7 +76,7 @@ class CheckReport(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    schema_version: Literal[1] = CHECK_SCHEMA_VERSION
+    schema_version: Literal[1] = 1
     ok: bool
     strict: bool = False
     counts: CheckCounts = Field(default_factory=CheckCounts)

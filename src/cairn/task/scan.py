@@ -174,13 +174,16 @@ def shell_commands(text: str, *, _depth: int = 0) -> list[Command]:
 # -- what a command fetches --------------------------------------------------------------------
 
 _LOCAL_HOSTS = frozenset({"localhost", "0.0.0.0", "::1", "host.cairn.internal"})
-_PIP_VALUE_FLAGS = frozenset(
-    "-r --requirement -c --constraint -i --index-url --extra-index-url -t --target --prefix "
-    "--root --cache-dir --python -p --log --src -f --find-links --platform --config-settings "
-    "-C --index --default-index --from --python-version --implementation --abi --upgrade-strategy "
-    "--progress-bar --report --trusted-host --proxy --timeout --retries --exists-action "
-    "--only-binary --no-binary --group --extra --directory --project --package --env-file "
-    "--python-platform --with --with-requirements --with-editable -w".split())
+_PIP_VALUE_FLAGS = frozenset({
+    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
+    "-t", "--target", "--prefix", "--root", "--cache-dir", "--python", "-p", "--log", "--src",
+    "-f", "--find-links", "--platform", "--config-settings", "-C", "--index",
+    "--default-index", "--from", "--python-version", "--implementation", "--abi",
+    "--upgrade-strategy", "--progress-bar", "--report", "--trusted-host", "--proxy",
+    "--timeout", "--retries", "--exists-action", "--only-binary", "--no-binary", "--group",
+    "--extra", "--directory", "--project", "--package", "--env-file", "--python-platform",
+    "--with", "--with-requirements", "--with-editable", "-w"})
+"""Options of pip/uv/uvx that take a value (the next word is not a package)."""
 _UV_FETCH_SUBCOMMANDS = frozenset({"add", "sync", "lock", "export"})
 _OS_INSTALLERS = {
     "apt-get": {"install", "update", "upgrade", "dist-upgrade", "full-upgrade", "source",
