@@ -490,3 +490,47 @@ def test_compose_variables_match_what_the_run_gives(tmp_path):
     for key, value in real.items():  # host log "paths" are volume names there and here
         if key.startswith("HOST_") or key.endswith("_LOGS_PATH") and "/" not in value:
             assert "/" not in COMPOSE_VARIABLES[key]
+
+
+def test_a_harbor_style_compose_file_is_clean(tmp_path):
+    """The shape Harbor and Terminal-Bench tasks write: cairn's variables, log volumes."""
+    task = make_task(tmp_path, files={COMPOSE: (
+        "services:\n"
+        "  main:\n"
+        "    build:\n"
+        "      context: ${CONTEXT_DIR}\n"
+        "    image: ${MAIN_IMAGE_NAME}\n"
+        "    command: [\"sh\", \"-c\", \"sleep infinity\"]\n"
+        "    environment:\n"
+        "      - TEST_DIR=${TEST_DIR}\n"
+        "    volumes:\n"
+        "      - ${HOST_VERIFIER_LOGS_PATH}:${ENV_VERIFIER_LOGS_PATH}\n"
+        "      - ${HOST_AGENT_LOGS_PATH}:${ENV_AGENT_LOGS_PATH}\n"
+        "      - ${T_BENCH_TASK_LOGS_PATH}:${T_BENCH_CONTAINER_LOGS_PATH}\n")})
+    assert lint(task) == []
+
+
+def test_a_task_ignores_rules_in_its_harbor_lint_table(tmp_path):
+    toml = TOML + ('\n[metadata.harbor.lint]\nignore = ["compose-privileged", "shared-verifier", '
+                   '"invalid-task-files"]\n')
+    task = make_task(tmp_path, toml, files={
+        COMPOSE: "services:\n  main:\n    build: .\n    privileged: true\n"
+                 "    cap_add: [NET_ADMIN]\n"})
+    assert rules_of(task) == ["compose-additional-capabilities"]
+
+
+def test_a_step_workdir_holding_a_later_solution_leaks_an_earlier_one_does_not(tmp_path):
+    toml = TOML + '\n[[steps]]\nname = "a"\n\n[[steps]]\nname = "b"\n'
+    solve_a = "#!/bin/bash\necho first > /app/f\n"
+    solve_b = "#!/bin/bash\necho second >> /app/f\n"
+    task = make_task(tmp_path, toml, files={
+        "instruction.md": None,
+        "steps/a/instruction.md": "A\n", "steps/a/solution/solve.sh": solve_a,
+        "steps/b/instruction.md": "B\n", "steps/b/solution/solve.sh": solve_b,
+        "steps/a/workdir/hint.sh": solve_b,  # step b's answer, before step a: a leak
+        "steps/b/workdir/start.sh": solve_a,  # step a's answer as step b's start: fine
+    })
+    found = check_task(task)
+    assert [(f.rule, f.path.relative_to(task).as_posix(), f.line) for f in found] == [
+        ("agent-image-test-leak", "steps/a/workdir/hint.sh", None)]
+    assert "steps/b/solution/solve.sh" in found[0].text

@@ -176,6 +176,27 @@ class RuleSelection:
         return [f for f in findings if self.keeps(f)]
 
 
+def task_ignores(doc: dict[str, Any]) -> tuple[str, ...]:
+    """The warning rules a task itself ignores: ``[metadata.harbor.lint].ignore`` (Harbor
+    0.26's per-task lint configuration; cairn honours its ``ignore`` list, for the rule ids
+    both share, and skips ids it does not know).
+
+    Args:
+        doc: the parsed task.toml (or front-matter).
+
+    Returns:
+        The rule ids (exact ids only, as Harbor takes them).
+    """
+    node: Any = doc
+    for key in ("metadata", "harbor", "lint", "ignore"):
+        node = node.get(key) if isinstance(node, dict) else None
+    values = node
+    if not isinstance(values, list):
+        return ()
+    return tuple(v for v in values if isinstance(v, str) and v in RULES
+                 and RULES[v].severity == WARNING)
+
+
 # -- the lint --------------------------------------------------------------------------------
 
 _ROOT_USERS = frozenset({"root", "0"})
@@ -198,7 +219,7 @@ class _Lint:
         self.source = source
         self.findings: list[Finding] = []
         self.protected = self._protected_dirs()
-        self._protected_hashes: dict[str, Path] | None = None
+        self._secrets: _Secrets | None = None
         self.builds: set[tuple[Path, Path]] = set()  # (Dockerfile, context) of compose builds
 
     # -- reporting -------------------------------------------------------------------------
@@ -230,20 +251,11 @@ class _Lint:
                          self.base / "steps" / step.name / "solution"]
         return [d for d in dirs if d.is_dir()]
 
-    def protected_hashes(self) -> dict[str, Path]:
-        """sha256 → a file of the task's tests/ or solution/ (dependency manifests and
-        empty files left out: sharing those with the image is no leak)."""
-        if self._protected_hashes is None:
-            out: dict[str, Path] = {}
-            for d in self.protected:
-                for f in _walk_files(d):
-                    if _DEPENDENCY_MANIFESTS.match(f.name) or f.name in ("Dockerfile",):
-                        continue
-                    digest = _file_hash(f)
-                    if digest is not None:
-                        out.setdefault(digest, f)
-            self._protected_hashes = out
-        return self._protected_hashes
+    def secrets(self) -> _Secrets:
+        """The files of the task's tests/ and solution/ folders, by content."""
+        if self._secrets is None:
+            self._secrets = _Secrets(self.protected)
+        return self._secrets
 
     def protected_under(self, path: Path) -> list[Path]:
         """The protected folders that ``path`` is, lies in, or contains."""
@@ -728,8 +740,7 @@ def _check_copy(lint: _Lint, dockerfile: Path, context: Path, keyword: str,
             for f in _walk_files(path):
                 if _dockerignored(context, f):
                     continue
-                digest = _file_hash(f)
-                twin = lint.protected_hashes().get(digest) if digest else None
+                twin = lint.secrets().twin(f)
                 if twin is not None:
                     copies.append((f, twin))
         if leaked:
@@ -755,6 +766,65 @@ def _expand(context: Path, src: str) -> list[Path]:
         except (ValueError, NotImplementedError, OSError):
             return []
     return [_norm(context / rel)]
+
+
+class _Secrets:
+    """The files of some test and solution folders, found again by content: size first, then
+    sha256 (so only files of a matching size are ever read). Dependency manifests,
+    ``__init__.py``/``conftest.py``, Dockerfiles and empty files are left out: sharing those
+    with the image is no leak.
+
+    Args:
+        dirs: the folders (missing ones are skipped).
+    """
+
+    def __init__(self, dirs: Iterable[Path]) -> None:
+        self.by_size: dict[int, dict[str, Path]] = {}
+        for d in dirs:
+            if not d.is_dir():
+                continue
+            for f in _walk_files(d):
+                if _DEPENDENCY_MANIFESTS.match(f.name) or f.name == "Dockerfile":
+                    continue
+                digest = _file_hash(f)
+                if digest is not None:
+                    self.by_size.setdefault(f.stat().st_size, {}).setdefault(digest, f)
+
+    def twin(self, path: Path) -> Path | None:
+        """The secret file with the same bytes as ``path``, or ``None``."""
+        try:
+            size = path.stat().st_size
+        except OSError:
+            return None
+        same = self.by_size.get(size)
+        if not same:
+            return None
+        digest = _file_hash(path)
+        return same.get(digest) if digest else None
+
+
+def _check_workdirs(lint: _Lint) -> None:
+    """A step's ``workdir/`` (copied into the sandbox before its agent runs) holding a copy of
+    a test or solution file of the shared folders, its own step or a later one (an earlier
+    step's solution is a fair starting point)."""
+    task = lint.task
+    if not task.multi_step:
+        return
+    names = [s.name for s in task.steps]
+    for k, step in enumerate(task.steps):
+        if step.workdir_dir is None:
+            continue
+        dirs = [lint.base / "tests", lint.base / "solution"]
+        for later in names[k:]:
+            dirs += [lint.base / "steps" / later / "tests", lint.base / "steps" / later / "solution"]
+        secrets = _Secrets(dirs)
+        for f in _walk_files(step.workdir_dir):
+            twin = secrets.twin(f)
+            if twin is not None:
+                lint.file(f, None, "agent-image-test-leak",
+                          f"`{lint.rel(f)}` is the same file as `{lint.rel(twin)}`, and the "
+                          f"workdir is copied into the sandbox before step `{step.name}`'s "
+                          "agent runs: the agent can read it")
 
 
 # -- the verifier's scripts ----------------------------------------------------------------
@@ -1016,6 +1086,7 @@ def lint_task(root: Path, task: Task, lines: KeyLines) -> list[Finding]:
             lint.key(("environment", "docker_image"), "unpinned-image",
                      f"`environment.docker_image` `{task.environment.docker_image}` {problem}; "
                      "pin a version so that runs are reproducible")
+    _check_workdirs(lint)
     _check_verifier(lint)
     _check_artifacts(lint)
     _check_agent_user(lint, image_says)

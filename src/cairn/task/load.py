@@ -244,7 +244,8 @@ def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[F
         path: the task folder; findings name files under it as given (relative stays relative).
         strict: report warnings as errors (``--strict``).
         lint: also run the lint rules of :func:`cairn.task.lint.lint_task` (docs/lint.md) on a
-            task without errors.
+            task without errors, and drop the warnings the task ignores itself
+            (``[metadata.harbor.lint].ignore``).
 
     Returns:
         Every finding, errors and warnings: validation's in the order found, then the lint's.
@@ -253,10 +254,12 @@ def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[F
     analysis = _analyse(Path(path))
     findings = list(analysis.sink.findings)
     if lint and not has_errors(findings) and analysis.config is not None:
-        from cairn.task.lint import lint_task
+        from cairn.task.lint import lint_task, task_ignores
 
         task = _build(Path(path).resolve(), analysis.config, analysis.body, ())
         findings += lint_task(Path(path), task, analysis.lines or KeyLines())
+        ignored = task_ignores(analysis.doc or {})
+        findings = [f for f in findings if f.is_error or f.rule not in ignored]
     return promote_warnings(findings) if strict else findings
 
 
