@@ -260,7 +260,7 @@ def test_mounting_the_tests_into_the_sandbox_fails(tmp_path):
 
 def test_a_step_solution_copied_into_the_image_fails(tmp_path):
     toml = TOML + '\n[[steps]]\nname = "a"\n\n[[steps]]\nname = "b"\n'
-    solve_b = "#!/bin/bash\nsed -i s/x/y/ /app/f\n"
+    solve_b = "#!/bin/bash\nsed -i 's/version = 1/version = 2/' /app/config.toml\n"
     base = {"tests/test.sh": TEST_SH, "steps/a/instruction.md": "A\n",
             "steps/b/instruction.md": "B\n", "steps/b/solution/solve.sh": solve_b,
             "instruction.md": None}
@@ -521,14 +521,16 @@ def test_a_task_ignores_rules_in_its_harbor_lint_table(tmp_path):
 
 def test_a_step_workdir_holding_a_later_solution_leaks_an_earlier_one_does_not(tmp_path):
     toml = TOML + '\n[[steps]]\nname = "a"\n\n[[steps]]\nname = "b"\n'
-    solve_a = "#!/bin/bash\necho first > /app/f\n"
-    solve_b = "#!/bin/bash\necho second >> /app/f\n"
+    solve_a = "#!/bin/bash\nprintf 'first line of the answer\\n' > /app/answer.txt\n"
+    solve_b = "#!/bin/bash\nprintf 'second line of the answer\\n' >> /app/answer.txt\n"
     task = make_task(tmp_path, toml, files={
         "instruction.md": None,
         "steps/a/instruction.md": "A\n", "steps/a/solution/solve.sh": solve_a,
         "steps/b/instruction.md": "B\n", "steps/b/solution/solve.sh": solve_b,
         "steps/a/workdir/hint.sh": solve_b,  # step b's answer, before step a: a leak
         "steps/b/workdir/start.sh": solve_a,  # step a's answer as step b's start: fine
+        "steps/a/workdir/setup.sh": "true\n",
+        "solution/noop.sh": "true\n",  # the same bytes, too little to be recognised as a copy
     })
     found = check_task(task)
     assert [(f.rule, f.path.relative_to(task).as_posix(), f.line) for f in found] == [

@@ -419,7 +419,7 @@ def _load_compose(path: Path, variables: dict[str, str], agent: bool) -> _Compos
     if text is None:
         return None
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
         lines = yaml_key_lines(text)
     except (yaml.YAMLError, RecursionError, ValueError, TypeError):
         return None  # the backend check reports a compose file it cannot read
@@ -768,11 +768,26 @@ def _expand(context: Path, src: str) -> list[Path]:
     return [_norm(context / rel)]
 
 
+_MIN_SECRET_CHARS = 40
+
+
+def _significant(path: Path) -> bool:
+    """Whether a file says enough to be recognised as a copy (not ``true`` or ``exit 0``)."""
+    try:
+        text = path.read_bytes()[:4096].decode("utf-8", errors="replace")
+    except OSError:
+        return False
+    if text.startswith("#!"):
+        text = text.split("\n", 1)[1] if "\n" in text else ""
+    return len("".join(text.split())) >= _MIN_SECRET_CHARS
+
+
 class _Secrets:
     """The files of some test and solution folders, found again by content: size first, then
     sha256 (so only files of a matching size are ever read). Dependency manifests,
-    ``__init__.py``/``conftest.py``, Dockerfiles and empty files are left out: sharing those
-    with the image is no leak.
+    ``__init__.py``/``conftest.py``, Dockerfiles and files with fewer than
+    :data:`_MIN_SECRET_CHARS` characters besides blanks and a shebang (``true``, ``exit 0``)
+    are left out: sharing those with the image is no leak.
 
     Args:
         dirs: the folders (missing ones are skipped).
@@ -787,7 +802,7 @@ class _Secrets:
                 if _DEPENDENCY_MANIFESTS.match(f.name) or f.name == "Dockerfile":
                     continue
                 digest = _file_hash(f)
-                if digest is not None:
+                if digest is not None and _significant(f):
                     self.by_size.setdefault(f.stat().st_size, {}).setdefault(digest, f)
 
     def twin(self, path: Path) -> Path | None:

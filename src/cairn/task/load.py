@@ -256,7 +256,7 @@ def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[F
     if lint and not has_errors(findings) and analysis.config is not None:
         from cairn.task.lint import lint_task, task_ignores
 
-        task = _build(Path(path).resolve(), analysis.config, analysis.body, ())
+        task = _build(Path(path).resolve(), analysis.config, analysis.body, (), hashes=False)
         findings += lint_task(Path(path), task, analysis.lines or KeyLines())
         ignored = task_ignores(analysis.doc or {})
         findings = [f for f in findings if f.is_error or f.rule not in ignored]
@@ -354,7 +354,8 @@ def _read_instruction(path: Path) -> str:
     return decode_utf8(path.read_bytes()).replace("\r\n", "\n")
 
 
-def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...]) -> Task:
+def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...],
+           *, hashes: bool = True) -> Task:
     task_agent, task_verifier = config.agent, config.verifier
     if config.steps:
         steps = tuple(_build_step(root, config, k, sc) for k, sc in enumerate(config.steps, 1))
@@ -387,9 +388,9 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
         config=config,
         steps=steps,
         multi_step=bool(config.steps),
-        content_hash=task_content_hash(root),
+        content_hash=task_content_hash(root) if hashes else "",
         env_hash=env_hash(root / "environment", docker_image=env.docker_image,
-                          workdir=env.workdir),
+                          workdir=env.workdir) if hashes else "",
         warnings=warnings,
     )
 
