@@ -536,3 +536,23 @@ def test_a_step_workdir_holding_a_later_solution_leaks_an_earlier_one_does_not(t
     assert [(f.rule, f.path.relative_to(task).as_posix(), f.line) for f in found] == [
         ("agent-image-test-leak", "steps/a/workdir/hint.sh", None)]
     assert "steps/b/solution/solve.sh" in found[0].text
+
+
+def test_the_earlier_warnings_carry_their_ids_and_can_be_ignored(tmp_path):
+    """judge/no-network, npx MCP servers and the Harbor rules keep their meaning, now with ids."""
+    toml = ('[task]\nname = "plain"\n\n[verifier.env]\nOPENAI_API_KEY = "${OPENAI_API_KEY}"\n\n'
+            '[environment]\nnetwork_mode = "no-network"\nmemory = "1G"\n\n'
+            '[[environment.mcp_servers]]\nname = "fs"\ntransport = "stdio"\ncommand = "npx"\n'
+            'args = ["-y", "@modelcontextprotocol/server-filesystem", "/app"]\n')
+    task = make_task(tmp_path, toml)
+    found = check_task(task)
+    t = task / "task.toml"
+    assert [(f.rule, f.line) for f in found] == [
+        ("mcp-download-no-network", line_of(t, "[[environment.mcp_servers]]")),
+        ("judge-no-network", line_of(t, "OPENAI_API_KEY")),
+        ("harbor-task-name", line_of(t, 'name = "plain"')),
+        ("deprecated-size-key", line_of(t, "memory = ")),
+    ]
+    assert "npx" in found[0].text and "docker" in found[1].text
+    kept = RuleSelection.parse(None, ["judge-no-network", "harbor"]).apply(found)
+    assert [f.rule for f in kept] == ["mcp-download-no-network", "deprecated-size-key"]
