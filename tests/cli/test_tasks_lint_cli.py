@@ -79,6 +79,13 @@ def test_select_keeps_only_the_named_rules_and_prefixes(dataset):
     repeated = cli("--select", "unpinned-image", "--select", "compose-privileged",
                    str(dataset / "bad"))
     assert len(repeated.stdout.splitlines()) == 3
+    extended = cli("--select", "unpinned-image", "--extend-select", "compose-privileged",
+                   str(dataset / "bad"))
+    assert [line.rsplit(" ", 1)[1] for line in extended.stdout.splitlines()[:-1]] == [
+        "[compose-privileged]", "[unpinned-image]"]
+    alone = cli("--extend-select", "compose-privileged", str(dataset / "bad"))
+    assert len(alone.stdout.splitlines()) == 4  # every rule is on already
+    assert cli("--extend-select", "nope", str(dataset)).exit_code == 2
 
 
 def test_errors_survive_select_and_bad_rules_are_usage_errors(dataset):

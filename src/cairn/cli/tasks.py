@@ -41,6 +41,9 @@ def check(
     ignore: Annotated[list[str] | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--ignore", help="Do not report these warning rules (ids or word prefixes); "
         "repeatable, comma-separated.", show_default=False)] = None,
+    extend_select: Annotated[list[str] | None, typer.Option(  # noqa: UP007
+        "--extend-select", help="Add rules to --select (Harbor's option; without --select "
+        "every rule is reported already).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option(
         "--json", help="Print one JSON document (check.schema.json) instead of lines.")]
     = False,
@@ -58,7 +61,10 @@ def check(
     from cairn.task.load import check_paths
 
     try:
-        selection = RuleSelection.parse(select, ignore)
+        chosen = [*select, *(extend_select or [])] if select else None
+        selection = RuleSelection.parse(chosen, ignore)
+        if extend_select and not select:  # adds nothing, but an unknown rule is still refused
+            RuleSelection.parse(extend_select, None)
     except UsageError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
