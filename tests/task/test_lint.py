@@ -556,3 +556,16 @@ def test_the_earlier_warnings_carry_their_ids_and_can_be_ignored(tmp_path):
     assert "npx" in found[0].text and "docker" in found[1].text
     kept = RuleSelection.parse(None, ["judge-no-network", "harbor"]).apply(found)
     assert [f.rule for f in kept] == ["mcp-download-no-network", "deprecated-size-key"]
+
+
+def test_a_lint_failure_is_one_warning_not_a_crash(tmp_path, monkeypatch):
+    import cairn.task.lint as lint_module
+
+    def broken(*_args):
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(lint_module, "lint_task", broken)
+    task = make_task(tmp_path)
+    found = check_task(task)
+    assert [(f.rule, f.severity) for f in found] == [("lint-internal-error", "warning")]
+    assert "RuntimeError: boom" in found[0].text

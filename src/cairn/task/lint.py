@@ -103,6 +103,7 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "files land inside another's)"),
     Rule("artifact-log-overlap", WARNING, "an artifact source under /logs"),
     Rule("agent-user-root", WARNING, "a root agent user where the task declares a non-root one"),
+    Rule("lint-internal-error", WARNING, "the lint itself failed on a task (a cairn bug)"),
     Rule("unpinned-python-dependency", WARNING, "a verifier's Python dependency without an exact "
          "version (PEP 723 block, pip/uv/uvx command)"),
 )}

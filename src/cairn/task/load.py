@@ -257,7 +257,12 @@ def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[F
         from cairn.task.lint import lint_task, task_ignores
 
         task = _build(Path(path).resolve(), analysis.config, analysis.body, (), hashes=False)
-        findings += lint_task(Path(path), task, analysis.lines or KeyLines())
+        try:
+            findings += lint_task(Path(path), task, analysis.lines or KeyLines())
+        except Exception as exc:  # noqa: BLE001 (a lint bug must not hide the other tasks' results)
+            findings.append(Finding(Path(path), None, "warning", "the lint stopped on this task "
+                                    f"({type(exc).__name__}: {exc}); please report it",
+                                    "lint-internal-error"))
         ignored = task_ignores(analysis.doc or {})
         findings = [f for f in findings if f.is_error or f.rule not in ignored]
     return promote_warnings(findings) if strict else findings
