@@ -29,9 +29,9 @@ from typing import ClassVar
 
 from cairn.errors import BuildError, ErrorKind, SandboxError
 from cairn.sandbox.base import (
-    DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
     Capabilities,
+    ExecRequest,
     ExecResult,
     NetworkMode,
     ProcessInfo,
@@ -317,25 +317,14 @@ class LocalSandbox(Sandbox):
         _, fs = self._running()
         return resolve_user(fs, user if user is not None else self._meta.user)
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        user: str | int | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in the sandbox (see ``Sandbox.exec``); an unknown user gives exit 126.
 
         Raises:
             SandboxError: the sandbox is not running. SandboxLostError: its init is gone.
         """
         ns, _fs = self._running()
-        argv = [self._shell, "-c", command] if isinstance(command, str) else list(command)
-        if not argv:
-            raise ValueError("empty command")
+        argv, user, cwd, env = req.argv, req.user, req.cwd, req.env
         resolved = self.resolve_user(user)
         if resolved is None:
             name = user if user is not None else self._meta.user
@@ -350,8 +339,8 @@ class LocalSandbox(Sandbox):
         full_env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
                     **self._meta.env, **self.spec.env, **(env or {})}
         return await ns.run(argv, uid=uid, gid=gid, groups=groups, cwd=cwd or self._workdir,
-                            env=full_env, timeout_sec=timeout_sec,
-                            max_output_bytes=max_output_bytes)
+                            env=full_env, timeout_sec=req.timeout_sec,
+                            max_output_bytes=req.max_output_bytes)
 
     async def upload(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a host file or folder into the sandbox (see ``Sandbox.upload``).
