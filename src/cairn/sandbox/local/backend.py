@@ -53,6 +53,7 @@ from cairn.sandbox.local.rootfs import (
     check_state_dir,
     kill_init,
     layers_dir,
+    list_state_folders,
     prepare_mask,
     prepare_skeleton,
     probe_host,
@@ -406,19 +407,7 @@ def find_local_sandboxes() -> list[tuple[Path, dict]]:
         ``created_at``, ``pid`` (the init's host pid, or None) and ``pid_start_ticks``. A
         folder whose marker cannot be read is listed with ``{"unreadable": "<reason>"}``.
     """
-    base = sandboxes_dir()
-    out: list[tuple[Path, dict]] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        if not d.is_dir() or d.is_symlink():
-            continue
-        try:
-            marker = read_marker(d)
-        except (OSError, ValueError) as exc:
-            marker = {"unreadable": str(exc)}
-        out.append((d, marker))
-    return out
+    return list_state_folders(sandboxes_dir(), read_marker)
 
 
 def remove_local_sandbox(path: Path) -> None:
@@ -446,23 +435,17 @@ def find_local_layers() -> list[tuple[Path, dict]]:
         ``{"unreadable": "<reason>"}``. Half-built ``.build-*`` folders of crashed builds
         are listed with ``{"partial": True}``.
     """
-    base = layers_dir()
-    out: list[tuple[Path, dict]] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        if not d.is_dir() or d.is_symlink():
-            continue
+
+    def info(d: Path) -> dict | None:
         if d.name.startswith(".old-"):
-            out.append((d, {"replaced": True}))
-        elif d.name.startswith(".build-"):
-            out.append((d, {"partial": True}))
-        elif not d.name.startswith("."):
-            try:
-                out.append((d, json.loads((d / "meta.json").read_text(encoding="utf-8"))))
-            except (OSError, ValueError) as exc:
-                out.append((d, {"unreadable": str(exc)}))
-    return out
+            return {"replaced": True}
+        if d.name.startswith(".build-"):
+            return {"partial": True}
+        if d.name.startswith("."):
+            return None
+        return json.loads((d / "meta.json").read_text(encoding="utf-8"))
+
+    return list_state_folders(layers_dir(), info)
 
 
 def remove_local_layer(path: Path) -> None:
