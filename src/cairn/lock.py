@@ -8,6 +8,7 @@ so a left-over can be told from a live one even outside a job.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -35,6 +36,29 @@ def _flock_within(fd: int, wait_sec: float, *, delay: float, max_delay: float) -
                 return False
             time.sleep(delay)
             delay = min(delay * 2, max_delay)
+
+
+async def flock_async(fd: int, poll_sec: float, deadline: float | None = None) -> None:
+    """Take an exclusive ``flock`` on ``fd`` without blocking the event loop: poll every
+    ``poll_sec`` seconds.
+
+    Args:
+        fd: an open file descriptor of the lock file.
+        poll_sec: seconds between tries.
+        deadline: event-loop time (``loop.time()``) after which to give up; ``None`` waits on.
+
+    Raises:
+        TimeoutError: ``deadline`` passed with the lock still taken.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError from None
+            await asyncio.sleep(poll_sec)
 
 
 def _unlock(fd: int | None) -> None:
