@@ -8,6 +8,7 @@ so a left-over can be told from a live one even outside a job.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
@@ -20,6 +21,53 @@ from cairn.errors import UsageError
 
 LOCK_FILE = "lock"
 """Name of the lock file inside a job folder."""
+
+
+def _flock_within(fd: int, wait_sec: float, *, delay: float, max_delay: float) -> bool:
+    """Take an exclusive ``flock`` on ``fd``, polling (every ``delay`` seconds, doubled up to
+    ``max_delay``) until ``wait_sec`` has passed; whether it was taken."""
+    deadline = time.monotonic() + wait_sec
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(delay)
+            delay = min(delay * 2, max_delay)
+
+
+async def flock_async(fd: int, poll_sec: float, deadline: float | None = None) -> None:
+    """Take an exclusive ``flock`` on ``fd`` without blocking the event loop: poll every
+    ``poll_sec`` seconds.
+
+    Args:
+        fd: an open file descriptor of the lock file.
+        poll_sec: seconds between tries.
+        deadline: event-loop time (``loop.time()``) after which to give up; ``None`` waits on.
+
+    Raises:
+        TimeoutError: ``deadline`` passed with the lock still taken.
+    """
+    loop = asyncio.get_running_loop()
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            if deadline is not None and loop.time() >= deadline:
+                raise TimeoutError from None
+            await asyncio.sleep(poll_sec)
+
+
+def _unlock(fd: int | None) -> None:
+    """Release and close a lock file descriptor taken by :func:`_flock_within` (``None``: not
+    held, nothing to do)."""
+    if fd is not None:
+        with contextlib.suppress(OSError):
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
 
 
 class JobLockedError(UsageError):
@@ -101,19 +149,11 @@ class JobLock:
             return
         self.job_dir.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + self.wait_sec
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    holder = _read_holder(fd)
-                    os.close(fd)
-                    raise JobLockedError(
-                        f"job {self.job_dir} is already running{holder}; "
-                        "wait for it or stop that process") from None
-                time.sleep(0.02)
+        if not _flock_within(fd, self.wait_sec, delay=0.02, max_delay=0.02):
+            holder = _read_holder(fd)
+            os.close(fd)
+            raise JobLockedError(f"job {self.job_dir} is already running{holder}; "
+                                 "wait for it or stop that process")
         os.ftruncate(fd, 0)
         os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner_token()}).encode() + b"\n",
                   0)
@@ -122,10 +162,7 @@ class JobLock:
     def release(self) -> None:
         """Release the lock (the file stays; its presence means nothing)."""
         fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        _unlock(fd)
 
     def __enter__(self) -> JobLock:
         self.acquire()
@@ -194,25 +231,13 @@ class FileLock:
     def __enter__(self) -> FileLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        deadline = time.monotonic() + self.wait_sec
-        delay = 0.01
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise TimeoutError(f"{self.path} stayed locked by another process for "
-                                       f"{self.wait_sec:g} s") from None
-                time.sleep(delay)
-                delay = min(delay * 2, 0.5)
+        if not _flock_within(fd, self.wait_sec, delay=0.01, max_delay=0.5):
+            os.close(fd)
+            raise TimeoutError(f"{self.path} stayed locked by another process for "
+                               f"{self.wait_sec:g} s")
         self._fd = fd
         return self
 
     def __exit__(self, *exc: object) -> None:
         fd, self._fd = self._fd, None
-        if fd is not None:
-            with contextlib.suppress(OSError):
-                fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
+        _unlock(fd)

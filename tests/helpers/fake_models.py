@@ -30,8 +30,10 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from threadserve import BackgroundServer
 
 _ids = itertools.count(1)
 
@@ -227,7 +229,7 @@ def gemini_events(turn: Turn, model: str) -> list[bytes]:
 ScriptEntry = Turn | Callable[[dict[str, Any]], Turn]
 
 
-class FakeModels:
+class FakeModels(BackgroundServer):
     """A threaded HTTP server replaying a script over the three protocols.
 
     Args:
@@ -253,10 +255,8 @@ class FakeModels:
         self._lock = threading.Lock()
         self._closing = threading.Event()
         self.requests: list[Request] = []
-        self._server = ThreadingHTTPServer((host, 0), self._handler_class())
-        self._server.daemon_threads = True
-        self._thread: threading.Thread | None = None
         self.host = host
+        super().__init__(host, self._handler_class(), "fake-models")
 
     @property
     def port(self) -> int:
@@ -372,23 +372,7 @@ class FakeModels:
 
         return Handler
 
-    def start(self) -> FakeModels:
-        """Serve in a background thread; returns ``self``."""
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name="fake-models")
-        self._thread.start()
-        return self
-
     def stop(self) -> None:
         """Stop serving and close the socket (slow answers still waiting are dropped)."""
         self._closing.set()
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-
-    def __enter__(self) -> FakeModels:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+        super().stop()

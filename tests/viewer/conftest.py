@@ -1,13 +1,5 @@
-"""Fixtures of the viewer tests: a real job folder made by ``cairn run`` (local backend, the
-``llm`` agent against tests/helpers/fake_openai.py), a running ``cairn view`` server and a
-headless Debian Chromium driven by Selenium.
-
-The example job holds: ``hello`` (single step; its agent writes ``<script>`` tags and a
-``javascript:`` link to stdout, and an HTML artifact with script), ``chain`` (three steps, all
-pass), ``gated`` (two steps, stopped after the first by ``min_reward``), ``broken`` (its verifier
-writes no reward: errored, category task). Each task's instruction carries a ``CMD:`` line that
-the scripted model runs with its ``bash`` tool, then it submits.
-"""
+"""Fixtures of the viewer tests: the example job (see tests/helpers/viewer_job.py for what it
+holds), a running ``cairn view`` server and a headless Debian Chromium driven by Selenium."""
 
 from __future__ import annotations
 
@@ -18,32 +10,15 @@ from pathlib import Path
 
 import pytest
 
-TESTS = Path(__file__).resolve().parents[1]
-SRC = TESTS.parent / "src"
-sys.path.insert(0, str(TESTS / "helpers"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 
 from fake_openai import FakeOpenAI  # noqa: E402
-
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
-
-HOSTILE_OUT = ('<script>window.__pwned=1</script>'
-               '<a id="evil" href="javascript:window.__pwned=2">click me</a>'
-               '<img src=x onerror="window.__pwned=6">')
-HOSTILE_HTML = ('<html><body><script>window.__pwned=3</script>'
-                '<img src=x onerror="window.__pwned=4"><h1>evil artifact</h1></body></html>')
-
-
-from viewer_job import (  # noqa: E402,F401
+from viewer_job import (  # noqa: E402
+    CHROMEDRIVER,
+    CHROMIUM,
     cairn,
-    console_errors,
-    env,
     local_ready,
     model_reply,
-    report_json,
-    trial_dir,
-    view_server,
-    wait_for,
     write_example_tasks,
 )
 

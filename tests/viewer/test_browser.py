@@ -76,7 +76,7 @@ def test_pages_load_without_console_errors_and_funnel_matches_report(example_job
         assert "100 in / 20 out" in step2.find_element("css selector", ".tokens").text
         segs = [(s.get_attribute("data-step"), s.get_attribute("data-phase"))
                 for s in _by_css(browser, "g.seg") if s.get_attribute("data-step")]
-        assert [p for st, p in segs if st == "fix"] == ["agent", "verifier"]
+        assert [p for st, p in segs if st == "fix"] == ["setup", "agent", "artifacts", "verifier"]
 
 
 def test_agent_markup_cannot_run_script(example_job, browser):

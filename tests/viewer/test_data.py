@@ -115,6 +115,33 @@ def test_query_filters_sorts_and_pages_server_side(tmp_path):
     assert job.summary() == summarize_job(results)
 
 
+def test_a_kept_order_follows_new_trials(tmp_path):
+    results = [_result(i, "t", Outcome.COMPLETED, (i % 4) / 4) for i in range(1, 9)]
+    root = _job(tmp_path, results)
+    job = JobIndex(root)
+    q = TrialQuery(sort="reward", desc=True, per_page=3)
+    first = job.query(q)
+    assert [r.reward for r in first.rows] == [0.75, 0.75, 0.5]
+    assert job.query(TrialQuery(sort="reward", desc=True, per_page=3, page=3)).rows[-1].reward \
+        == 0.0  # another page of the same order
+    new = _result(99, "t", Outcome.COMPLETED, 1.0)
+    TrialStore(JobPaths(root).trial(new.task.name, new.attempt, new.trial_id)).create() \
+        .write_result(new)
+    job.refresh()
+    again = job.query(q)
+    assert again.total == 9 and [r.reward for r in again.rows] == [1.0, 0.75, 0.75]
+
+
+def test_every_template_is_compiled_before_a_page_is_asked_for():
+    from cairn.viewer.render import environment, warm_templates
+
+    names = warm_templates()
+    assert {"base.html", "macros.html", "job.html", "trial.html"} <= set(names)
+    env = environment()
+    loaded = {key[1] for key in env.cache}  # jinja2 caches compiled templates by (loader, name)
+    assert set(names) <= loaded
+
+
 def test_stale_summary_is_recomputed(tmp_path):
     results = [_result(i, "t", Outcome.COMPLETED, 1.0) for i in range(1, 4)]
     path = _job(tmp_path, results)

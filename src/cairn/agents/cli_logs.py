@@ -167,6 +167,31 @@ def _add_result(steps: list[dict[str, Any]], call_id: str, content: str) -> None
             return
 
 
+def _add_blocks(step: dict[str, Any], content: Any) -> None:
+    """Fold an Anthropic-style ``assistant`` message's content blocks into an ATIF step:
+    ``text`` joins the message, ``thinking`` is the reasoning, ``tool_use`` adds a call
+    (Claude Code's and Qwen Code's stream-json)."""
+    for block in content or []:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "text" and isinstance(block.get("text"), str):
+            step["message"] = "\n".join(p for p in (step["message"], block["text"]) if p)
+        elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
+            step["reasoning_content"] = block["thinking"]
+        elif block.get("type") == "tool_use":
+            step["tool_calls"].append(tool_call(str(block.get("id") or ""),
+                                                str(block.get("name") or ""),
+                                                _args(block.get("input"))))
+
+
+def _add_tool_results(steps: list[dict[str, Any]], content: Any) -> None:
+    """Attach a ``user`` message's ``tool_result`` blocks to the calls they answer."""
+    for block in content or []:
+        if isinstance(block, dict) and block.get("type") == "tool_result":
+            _add_result(steps, str(block.get("tool_use_id") or ""),
+                        _text_of(block.get("content")))
+
+
 def _totals_from_steps(run: CliRun) -> None:
     metrics = [s["metrics"] for s in run.steps if s.get("metrics")]
     run.prompt_tokens = _sum(m.get("prompt_tokens") for m in metrics)
@@ -226,22 +251,9 @@ def read_claude(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
                 step["metrics"] = final_usage.get(mid) or _stream_usage(msg.get("usage"))
                 by_id[mid] = step
                 run.steps.append(step)
-            for block in msg.get("content") or []:
-                if not isinstance(block, dict):
-                    continue
-                if block.get("type") == "text" and isinstance(block.get("text"), str):
-                    step["message"] = "\n".join(p for p in (step["message"], block["text"]) if p)
-                elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
-                    step["reasoning_content"] = block["thinking"]
-                elif block.get("type") == "tool_use":
-                    step["tool_calls"].append(tool_call(str(block.get("id") or ""),
-                                                        str(block.get("name") or ""),
-                                                        _args(block.get("input"))))
+            _add_blocks(step, msg.get("content"))
         elif kind == "user" and isinstance(event.get("message"), dict):
-            for block in event["message"].get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    _add_result(run.steps, str(block.get("tool_use_id") or ""),
-                                _text_of(block.get("content")))
+            _add_tool_results(run.steps, event["message"].get("content"))
         elif kind == "result":
             result = event
     _totals_from_steps(run)
@@ -522,18 +534,7 @@ def read_qwen(stdout: str) -> CliRun:
             if current is None:
                 current = _agent_step(model_name=_str(msg.get("model")))
                 run.steps.append(current)
-            for block in msg.get("content") or []:
-                if not isinstance(block, dict):
-                    continue
-                if block.get("type") == "text" and isinstance(block.get("text"), str):
-                    current["message"] = "\n".join(p for p in (current["message"],
-                                                               block["text"]) if p)
-                elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
-                    current["reasoning_content"] = block["thinking"]
-                elif block.get("type") == "tool_use":
-                    current["tool_calls"].append(tool_call(str(block.get("id") or ""),
-                                                           str(block.get("name") or ""),
-                                                           _args(block.get("input"))))
+            _add_blocks(current, msg.get("content"))
             usage = _dict(msg.get("usage"))
             prompt, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
             if prompt or out:
@@ -541,10 +542,7 @@ def read_qwen(stdout: str) -> CliRun:
                                                   _int(usage.get("cache_read_input_tokens")),
                                                   None)
         elif kind == "user" and isinstance(event.get("message"), dict):
-            for block in event["message"].get("content") or []:
-                if isinstance(block, dict) and block.get("type") == "tool_result":
-                    _add_result(run.steps, str(block.get("tool_use_id") or ""),
-                                _text_of(block.get("content")))
+            _add_tool_results(run.steps, event["message"].get("content"))
             current = None
         elif kind == "result":
             result = event

@@ -113,12 +113,31 @@ class JudgeUsage(_Persisted):
     """Judge calls reported (0 when not given)."""
 
 
+class PhaseSpan(_Persisted):
+    """When one phase ran, wall clock (UTC): what the viewer's timeline draws."""
+
+    phase: str
+    """``environment``, ``healthcheck`` or ``agent_setup`` (a trial's); ``setup``,
+    ``healthcheck``, ``agent``, ``pre_artifacts``, ``artifacts`` or ``verifier`` (a step's)."""
+    started_at: datetime
+    finished_at: datetime
+
+
 class StepTimings(_Persisted):
     """Seconds spent per phase of a step (``None`` when the phase did not run)."""
 
     setup_sec: float | None = None
     agent_sec: float | None = None
     verifier_sec: float | None = None
+    healthcheck_sec: float | None = None
+    """The step's healthcheck (``None`` without one)."""
+    artifacts_sec: float | None = None
+    """``pre_artifacts.sh`` and the artifact collection together."""
+    spans: list[PhaseSpan] = Field(default_factory=list)
+    """When each phase ran, in order; also kept for a step that failed part-way. A span
+    covers the whole phase (``setup``: the workdir copy and ``setup.sh``; ``verifier``: the
+    ``/tests`` upload, ``test.sh`` and reading the reward), so it can outlast the matching
+    ``*_sec`` figure. Empty in results written before spans existed."""
 
 
 class StepSnapshot(_Persisted):
@@ -230,6 +249,10 @@ class TrialTimings(_Persisted):
     environment_sec: float | None = None
     agent_setup_sec: float | None = None
     total_sec: float | None = None
+    healthcheck_sec: float | None = None
+    """The environment's healthcheck (``None`` without one)."""
+    spans: list[PhaseSpan] = Field(default_factory=list)
+    """When the trial's own phases ran (environment, healthcheck, agent setup)."""
 
 
 class ExecutorRef(_Persisted):

@@ -57,6 +57,28 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class ExecRequest:
+    """One :meth:`Sandbox.exec` call as its backend gets it (the arguments of ``exec``, the
+    command already an argv: a shell string became ``[shell, "-c", string]``).
+
+    Attributes:
+        argv: the program and its arguments (never empty).
+        user: user name or uid; ``None`` = image default.
+        cwd: working directory; ``None`` = the sandbox's workdir.
+        env: extra environment variables on top of ``spec.env``.
+        timeout_sec: wall-clock bound in seconds (``None``: none).
+        max_output_bytes: tail kept per stream, in bytes.
+    """
+
+    argv: list[str]
+    user: str | int | None = None
+    cwd: str | None = None
+    env: dict[str, str] | None = None
+    timeout_sec: float | None = None
+    max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+
+
+@dataclass(frozen=True)
 class ProcessInfo:
     """One process inside a sandbox, as seen from the sandbox's own pid namespace.
 
@@ -392,7 +414,6 @@ class Sandbox(ABC):
         """What results record about this sandbox: ``backend``, ``image_id``, ``engine_version``."""
         return {"backend": self.name, "image_id": None, "engine_version": None}
 
-    @abstractmethod
     async def exec(
         self,
         command: str | Sequence[str],
@@ -420,9 +441,25 @@ class Sandbox(ABC):
             The :class:`ExecResult`.
 
         Raises:
+            ValueError: ``command`` is an empty argv.
             SandboxError: the exec could not be run (sandbox gone or broken).
             SandboxLostError: the engine does not answer.
         """
+        if isinstance(command, str):
+            argv = [self._shell, "-c", command]
+        else:
+            argv = [str(a) for a in command]
+            if not argv:
+                raise ValueError("empty argv")
+        return await self._exec(ExecRequest(argv, user, cwd, env, timeout_sec, max_output_bytes))
+
+    _shell: str = "sh"
+    """The shell a string command runs with (a backend finds bash at start)."""
+
+    @abstractmethod
+    async def _exec(self, req: ExecRequest) -> ExecResult:
+        """Run ``req.argv`` inside the sandbox: the backend's half of :meth:`exec` (same
+        meaning of every field, same errors)."""
 
     @abstractmethod
     async def upload(self, host_path: Path, sandbox_path: str) -> None:

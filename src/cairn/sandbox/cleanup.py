@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -134,9 +134,7 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
     else:
         owned = False
     try:
-        _clean_containers(client, job, own_job_dir, report)
-        _clean_networks(client, job, own_job_dir, report)
-        _clean_volumes(client, job, own_job_dir, report)
+        _clean_labelled(client, job, own_job_dir, report)
         _clean_snapshot_images(client, job, snapshots, report)
         if images:
             _clean_images(client, report)
@@ -155,54 +153,89 @@ def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | N
     return report
 
 
-def _clean_containers(client: Any, job: str | None, own_job_dir: Path | None,
-                      report: CleanReport) -> None:
-    """Remove left-over labelled containers (with their anonymous volumes)."""
-    items = [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"), c.get("Labels") or {})
-             for c in client.api.containers(all=True, filters={"label": LABEL_JOB})]
-
-    def remove(ident: str) -> None:
-        client.api.remove_container(ident, force=True, v=True)
-
-    _remove_labelled("container", items, remove, job, own_job_dir, report.containers, report)
+_Item = tuple[Any, str, Any]
+"""One removable resource: ``(what to pass to the remover, its name in reports, what the
+verdict looks at: labels or a marker)``."""
 
 
-def _clean_networks(client: Any, job: str | None, own_job_dir: Path | None,
-                    report: CleanReport) -> None:
-    """Remove left-over labelled networks (per-trial and compose networks)."""
-    items = [(n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
-             for n in client.api.networks(filters={"label": LABEL_JOB})]
-    _remove_labelled("network", items, client.api.remove_network, job, own_job_dir,
-                     report.networks, report)
+def _docker_kinds(client: Any, filters: dict[str, str],
+                  ) -> dict[str, tuple[Callable[[], list[_Item]], Callable[[str], Any]]]:
+    """The labelled Docker resources a sweep removes, containers first (they hold the
+    networks and volumes): ``kind -> (list them under filters, remove one by id)``."""
+    api = client.api
+    return {
+        "container": (lambda: [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"),
+                                c.get("Labels") or {})
+                               for c in api.containers(all=True, filters=filters)],
+                      lambda ident: api.remove_container(ident, force=True, v=True)),
+        "network": (lambda: [(n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
+                             for n in api.networks(filters=filters)],
+                    api.remove_network),
+        "volume": (lambda: [(v["Name"], v["Name"], v.get("Labels") or {}) for v in
+                            (api.volumes(filters=filters) or {}).get("Volumes") or []],
+                   api.remove_volume),
+    }
 
 
-def _clean_volumes(client: Any, job: str | None, own_job_dir: Path | None,
-                   report: CleanReport) -> None:
-    """Remove left-over labelled volumes (compose projects' named volumes)."""
-    vols = (client.api.volumes(filters={"label": LABEL_JOB}) or {}).get("Volumes") or []
-    items = [(v["Name"], v["Name"], v.get("Labels") or {}) for v in vols]
-    _remove_labelled("volume", items, client.api.remove_volume, job, own_job_dir,
-                     report.volumes, report)
+def _remove_each(kind: str, items: list[_Item], remove: Callable[[Any], Any],
+                 verdict: Callable[[Any], str | None], removed: list[str], report: CleanReport,
+                 *, gone: tuple[type[BaseException], ...] = (),
+                 failed: tuple[type[BaseException], ...] = (Exception,)) -> None:
+    """The one removal loop of the sweeps: remove each item ``verdict`` lets go.
 
-
-def _remove_labelled(kind: str, items: list[tuple[str, str, dict]], remove: Any, job: str | None,
-                     own_job_dir: Path | None, removed: list[str], report: CleanReport) -> None:
-    import docker.errors
-
-    for ident, name, labels in items:
-        if not _matches_job(labels, job):
-            continue
-        reason = leftover_reason(labels, own_job_dir=own_job_dir)
-        if reason:
-            report.kept.append(f"{kind} {name} ({reason})")
+    Args:
+        kind: the word reports use (``container``, ``folder`` …).
+        items: the candidates.
+        remove: removes one (given the item's first element).
+        verdict: given the item's third element: ``None`` to remove it, ``""`` to pass over
+            it silently (not this sweep's), else the reason it is kept (``report.kept``).
+        removed: where the names of the removed items go.
+        report: gets ``kept`` and ``errors`` lines (``kind name: why``).
+        gone: exceptions meaning the item is already gone (neither removed nor an error).
+        failed: exceptions reported as errors (anything else propagates).
+    """
+    for ident, name, facts in items:
+        reason = verdict(facts)
+        if reason is not None:
+            if reason:
+                report.kept.append(f"{kind} {name} ({reason})")
             continue
         try:
             remove(ident)
             removed.append(name)
-        except docker.errors.NotFound:
+        except gone:
             pass
-        except docker.errors.APIError as exc:
-            report.errors.append(f"{kind} {name}: {exc.explanation or exc}")
+        except failed as exc:
+            report.errors.append(f"{kind} {name}: {getattr(exc, 'explanation', None) or exc}")
+
+
+def _remove_local_sandboxes(verdict: Callable[[dict], str | None], report: CleanReport,
+                            ) -> None:
+    """Remove the local-backend sandbox folders ``verdict`` (given a folder's marker, see
+    :func:`_remove_each`) lets go; nothing when the local backend is not installed."""
+    try:
+        from cairn.sandbox.local.backend import find_local_sandboxes, remove_local_sandbox
+    except ImportError:
+        return
+    items = [(folder, str(folder), marker) for folder, marker in find_local_sandboxes()]
+    _remove_each("folder", items, remove_local_sandbox, verdict, report.folders, report,
+                 failed=(OSError, ValueError))
+
+
+def _clean_labelled(client: Any, job: str | None, own_job_dir: Path | None,
+                    report: CleanReport) -> None:
+    """Remove left-over labelled containers (with their anonymous volumes), networks
+    (per-trial and compose networks) and volumes (compose projects' named volumes)."""
+    import docker.errors
+
+    def verdict(labels: Mapping[str, str]) -> str | None:
+        if not _matches_job(labels, job):
+            return ""
+        return leftover_reason(labels, own_job_dir=own_job_dir) or None
+
+    for kind, (listing, remove) in _docker_kinds(client, {"label": LABEL_JOB}).items():
+        _remove_each(kind, listing(), remove, verdict, getattr(report, f"{kind}s"), report,
+                     gone=(docker.errors.NotFound,), failed=(docker.errors.APIError,))
 
 
 def snapshot_leftover(labels: Mapping[str, str], *, job: str | None, all_of_them: bool
@@ -233,9 +266,9 @@ def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool,
     for img in client.api.images(filters={"label": f"{SNAPSHOT_LABEL}=1"}):
         labels = img.get("Labels") or {}
         ident = img["Id"]
-        reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
+        reason = _snapshot_verdict(labels, job, all_of_them)
         if reason is not None:
-            if all_of_them and reason != "other job":
+            if reason:
                 report.kept.append(f"snapshot {ident[:19]} ({reason})")
             continue
         try:
@@ -254,27 +287,32 @@ def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool,
                 report.errors.append(f"snapshot {ident[:19]}: {exc.explanation or exc}")
 
 
+def _snapshot_verdict(labels: Mapping[str, str], job: str | None, all_of_them: bool,
+                      ) -> str | None:
+    """:func:`snapshot_leftover` as a :func:`_remove_each` verdict: a kept snapshot is
+    reported only with ``--snapshots`` and only when it is of the job asked for."""
+    reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
+    if reason is None:
+        return None
+    return reason if all_of_them and reason != "other job" else ""
+
+
 def _clean_local_snapshots(job: str | None, all_of_them: bool, report: CleanReport) -> None:
     """Local step snapshot folders whose job is gone, or all with ``--snapshots``."""
     try:
         from cairn.sandbox.local.snapshot import find_local_snapshots, remove_local_snapshot
     except ImportError:
         return
-    for folder, marker in find_local_snapshots():
+
+    def verdict(marker: dict) -> str | None:
         if "unreadable" in marker:
-            report.kept.append(f"snapshot {folder} (marker unreadable)")
-            continue
+            return "marker unreadable"
         labels = {k: str(v) for k, v in (marker.get("labels") or {}).items()}
-        reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
-        if reason is not None:
-            if all_of_them and reason != "other job":
-                report.kept.append(f"snapshot {folder} ({reason})")
-            continue
-        try:
-            remove_local_snapshot(folder)
-            report.snapshots.append(str(folder))
-        except (OSError, ValueError) as exc:
-            report.errors.append(f"snapshot {folder}: {exc}")
+        return _snapshot_verdict(labels, job, all_of_them)
+
+    items = [(folder, str(folder), marker) for folder, marker in find_local_snapshots()]
+    _remove_each("snapshot", items, remove_local_snapshot, verdict, report.snapshots, report,
+                 failed=(OSError, ValueError))
 
 
 def _clean_images(client: Any, report: CleanReport) -> None:
@@ -313,18 +351,10 @@ def _clean_images(client: Any, report: CleanReport) -> None:
 
 def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport) -> None:
     """Left-over local-backend sandbox folders (their marker file carries the owner)."""
-    try:
-        from cairn.sandbox import local
-    except ImportError:
-        return
-    find = getattr(local, "find_local_sandboxes", None)
-    remove = getattr(local, "remove_local_sandbox", None)
-    if find is None or remove is None:
-        return
-    for folder, marker in find():
+
+    def verdict(marker: dict) -> str | None:
         if "unreadable" in marker:
-            report.kept.append(f"folder {folder} (marker unreadable)")
-            continue
+            return "marker unreadable"
         labels = {LABEL_JOB: str(marker.get("job_id") or ""),
                   LABEL_JOB_DIR: str(marker.get("job_dir") or "")}
         if marker.get("owner"):
@@ -333,16 +363,10 @@ def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport)
             # pid only (no start time): a live pid counts as the owner (errs on keeping)
             labels[LABEL_OWNER] = owner_token(int(marker["owner_pid"]))
         if not _matches_job(labels, job):
-            continue
-        reason = leftover_reason(labels, own_job_dir=own_job_dir)
-        if reason:
-            report.kept.append(f"folder {folder} ({reason})")
-            continue
-        try:
-            remove(folder)
-            report.folders.append(str(folder))
-        except (OSError, ValueError) as exc:
-            report.errors.append(f"folder {folder}: {exc}")
+            return ""
+        return leftover_reason(labels, own_job_dir=own_job_dir) or None
+
+    _remove_local_sandboxes(verdict, report)
 
 
 def remove_trial_sandboxes(trial_id: str) -> CleanReport:
@@ -357,18 +381,7 @@ def remove_trial_sandboxes(trial_id: str) -> CleanReport:
         A :class:`CleanReport` of what was removed (errors listed, never raised).
     """
     report = CleanReport()
-    try:
-        from cairn.sandbox import local
-    except ImportError:
-        local = None  # type: ignore[assignment]
-    if local is not None:
-        for folder, marker in local.find_local_sandboxes():
-            if marker.get("trial_id") == trial_id:
-                try:
-                    local.remove_local_sandbox(folder)
-                    report.folders.append(str(folder))
-                except (OSError, ValueError) as exc:
-                    report.errors.append(f"folder {folder}: {exc}")
+    _remove_local_sandboxes(lambda m: None if m.get("trial_id") == trial_id else "", report)
     try:
         import docker
 
@@ -377,12 +390,9 @@ def remove_trial_sandboxes(trial_id: str) -> CleanReport:
         report.engine_reachable = False
         return report
     try:
-        for c in client.api.containers(all=True, filters={"label": f"cairn.trial={trial_id}"}):
-            try:
-                client.api.remove_container(c["Id"], force=True, v=True)
-                report.containers.append(str((c.get("Names") or [c["Id"]])[0]).lstrip("/"))
-            except Exception as exc:  # noqa: BLE001 - reported, the next one is still tried
-                report.errors.append(f"container {c['Id'][:12]}: {exc}")
+        listing, remove = _docker_kinds(client, {"label": f"cairn.trial={trial_id}"})["container"]
+        _remove_each("container", listing(), remove, lambda labels: None, report.containers,
+                     report)  # any failure is reported, the next one is still tried
     except Exception as exc:  # noqa: BLE001 - best effort; reported
         report.errors.append(f"docker engine: {exc}")
     finally:
@@ -429,18 +439,7 @@ def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC
         client = client or docker.from_env(timeout=30)
     except Exception as exc:  # noqa: BLE001 - no engine: nothing can be checked
         return [f"docker engine: {exc}"]
-    flt = {"label": f"{LABEL_JOB_DIR}={job_dir}"}
-    listers = {
-        "container": (lambda: [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"))
-                               for c in client.api.containers(all=True, filters=flt)],
-                      lambda i: client.api.remove_container(i, force=True, v=True)),
-        "network": (lambda: [(n["Id"], n.get("Name") or n["Id"][:12])
-                             for n in client.api.networks(filters=flt)],
-                    client.api.remove_network),
-        "volume": (lambda: [(v["Name"], v["Name"]) for v in
-                            (client.api.volumes(filters=flt) or {}).get("Volumes") or []],
-                   client.api.remove_volume),
-    }
+    listers = _docker_kinds(client, {"label": f"{LABEL_JOB_DIR}={job_dir}"})
     deadline = time.monotonic() + wait_sec
     delay = 0.1
     errors: dict[str, str] = {}
@@ -454,7 +453,7 @@ def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC
                     errors[f"{kind}s"] = str(exc)
                     left.append(f"{kind}s")
                     continue
-                for ident, name in items:
+                for ident, name, _labels in items:
                     left.append(f"{kind} {name}")
                     try:
                         remove(ident)
@@ -475,16 +474,7 @@ def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC
 
 
 def _settle_local(job_dir: Path) -> list[str]:
-    try:
-        from cairn.sandbox.local.backend import find_local_sandboxes, remove_local_sandbox
-    except ImportError:
-        return []
-    failed = []
-    for folder, marker in find_local_sandboxes():
-        if str(marker.get("job_dir") or "") != str(job_dir):
-            continue
-        try:
-            remove_local_sandbox(folder)
-        except (OSError, ValueError) as exc:
-            failed.append(f"folder {folder}: {exc}")
-    return failed
+    report = CleanReport()
+    _remove_local_sandboxes(
+        lambda m: None if str(m.get("job_dir") or "") == str(job_dir) else "", report)
+    return report.errors

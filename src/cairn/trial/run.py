@@ -50,6 +50,7 @@ from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.services import check_services
+from cairn.trial.spans import SpanClock
 from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
 
 
@@ -94,6 +95,7 @@ class _TrialRun:
         self.warnings: list[str] = []
         self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
         self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
+        self.clock = SpanClock()  # timings.spans of the trial's own phases (viewer timeline)
         self.separate: dict = {}
         self.host_prepare_sec = 0.0
         self.step_env: StepEnv | None = None
@@ -274,6 +276,7 @@ class _TrialRun:
     async def _start(self, sandbox: Sandbox) -> None:
         started = time.monotonic()
         self.phase = Phase.ENVIRONMENT
+        self.clock.begin("environment")
         try:
             await sandbox.start()
         except SandboxError as exc:
@@ -281,12 +284,15 @@ class _TrialRun:
                 raise as_start_failure(exc) from exc
             raise
         self.timings["environment_sec"] = time.monotonic() - started
+        self.clock.end()
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
         self.event(f"environment: {self.plan.backend}, ready in "
                    f"{self.timings['environment_sec']:.1f} s", EventKind.ENVIRONMENT)
         hc = self.task.environment.healthcheck
         if hc is not None:
+            self.clock.begin("healthcheck")
             out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
+            self.clock.end()
             if not out.healthy:
                 await check_services(sandbox, when="and the environment never became healthy")
                 raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
@@ -294,6 +300,7 @@ class _TrialRun:
                                    detail={"exit_code": out.last_exit_code,
                                            "output_tail": out.last_output})
         self.phase = Phase.AGENT_SETUP
+        self.clock.begin("agent_setup")
         started = time.monotonic()
         first = self.task.steps[0]
         setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
@@ -310,6 +317,7 @@ class _TrialRun:
             raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
                                f"agent setup failed: {type(exc).__name__}: {exc}") from exc
         self.timings["agent_setup_sec"] = time.monotonic() - started + self.host_prepare_sec
+        self.clock.end()
         await check_services(sandbox)  # a start-up service that died fails the trial (#22)
 
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
@@ -348,6 +356,7 @@ class _TrialRun:
             except TrialFailure as exc:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
                 row = self._step_failure(step, exc)
+                row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
             self.current_step = None
             row = await self._record_network(sandbox, step, row)
             self.rows[step.index - 1] = row
@@ -379,6 +388,7 @@ class _TrialRun:
                                               self.task)
         except TrialFailure as exc:
             row = self._step_failure(step, exc)
+            row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
         env.trial_baseline = None  # hardened mode: the agent's baseline is its first step
         self.current_step = None
         self.rows[step.index - 1] = row
@@ -433,6 +443,13 @@ class _TrialRun:
                    + (f" ({extra})" if extra else ""), EventKind.STEP)
 
     # ---- result ------------------------------------------------------------------------------
+    def _timings(self, total_sec: float) -> TrialTimings:
+        self.clock.end()  # a phase that raised still shows where the trial stopped
+        return TrialTimings(total_sec=total_sec, environment_sec=self.timings["environment_sec"],
+                            agent_setup_sec=self.timings["agent_setup_sec"],
+                            healthcheck_sec=self.clock.seconds("healthcheck"),
+                            spans=list(self.clock.spans))
+
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
         task = self.task
         strategy = task.config.multi_step_reward_strategy
@@ -465,7 +482,7 @@ class _TrialRun:
             passed=score.passed and verify, strategy=strategy, steps_total=steps_total,
             steps_run=self.steps_run, stopped_after=score.stopped_after,
             stop_reason=score.stop_reason,
-            timings=TrialTimings(total_sec=total_sec, **self.timings),
+            timings=self._timings(total_sec),
             tokens=Tokens(prompt=sum(t.prompt for t in toks),
                           completion=sum(t.completion for t in toks),
                           cached=sum(t.cached for t in toks)),

@@ -14,7 +14,7 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -34,6 +34,7 @@ from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.pre_artifacts import run_pre_artifacts
+from cairn.trial.spans import SpanClock
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -135,6 +136,8 @@ class StepEnv:
     """The phases' network policies; the step switches the sandbox between them."""
     on_phase: Callable[[Phase], None] | None = None
     """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
+    clock: SpanClock = field(default_factory=SpanClock)
+    """The running step's phase spans (a new clock per step, set by :func:`run_step`)."""
 
     def __setattr__(self, name: str, value: object) -> None:
         super().__setattr__(name, value)
@@ -258,23 +261,30 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             error (the trial turns it into the step's row, :func:`cairn.trial.classify.error_info`).
         SandboxLostError: the engine is gone.
     """
-    timings: dict[str, float | None] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
+    timings: dict[str, Any] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
     warnings: list[str] = []
     mask = env.mask
+    clock = env.clock = SpanClock()  # timings.spans: the viewer's timeline bars
+    timings["spans"] = clock.spans
 
     # 2-3. workdir and setup.sh (the environment's network; step 1 starts in it)
     env.phase = Phase.SETUP
     if step.index > 1 and env.networks is not None:
         await _switch(sandbox, env, env.networks.environment, "setup")
+    clock.begin("setup")
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
         timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
+    clock.end()
 
     # 4. step healthcheck
     env.phase = Phase.HEALTHCHECK
     if step.healthcheck is not None:
+        clock.begin("healthcheck")
         hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
                                    timeout_multiplier=env.timeout_multiplier)
+        clock.end()
+        timings["healthcheck_sec"] = clock.seconds("healthcheck")
         if not hc.healthy:
             raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
                                f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
@@ -293,6 +303,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if env.networks is not None:
         await _switch(sandbox, env, env.networks.agent.get(step.index), "agent")
     agent_exit = AgentExit.OK
+    clock.begin("agent")
     started = time.monotonic()
     try:
         async with asyncio.timeout(timeout):
@@ -305,6 +316,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         agent_exit = AgentExit.ERROR
         (dirs.agent / "agent-error.txt").write_text(mask(traceback.format_exc()), encoding="utf-8")
     timings["agent_sec"] = time.monotonic() - started
+    clock.end()
     if agent_exit is AgentExit.OK and context.exit is not None:
         agent_exit = context.exit
     if context.metadata.get("model_retries"):
@@ -323,8 +335,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     warnings.extend(evidence_warnings)
     # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
     if step.pre_artifacts_sh is not None:
+        clock.begin("pre_artifacts")
         warnings.extend(await run_pre_artifacts(sandbox, step, dirs.agent, mask=mask,
                                                 timeout_multiplier=env.timeout_multiplier))
+        clock.end()
 
     # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
     snapshot = None
@@ -334,12 +348,15 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 7. artifacts
     env.phase = Phase.ARTIFACTS
+    clock.begin("artifacts")
     manifest, hook_warnings = await collect_step_artifacts(
         sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
         logs_artifacts_written=None if step.pre_artifacts_sh
         else artifacts_written)  # None: probe again (pre_artifacts.sh ran)
     warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
+    clock.end()
+    timings["artifacts_sec"] = clock.seconds("pre_artifacts", "artifacts")
     for row in manifest:
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
@@ -359,6 +376,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
     verifier_timeout = step.verifier_timeout_sec * (env.verifier_timeout_multiplier
                                                     or env.timeout_multiplier)
+    clock.begin("verifier")
     if step.verifier_mode == "separate":
         from cairn.trial.separate_verifier import run_separate_verifier
 
@@ -374,6 +392,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=verifier_timeout,
                                verifier_dir=dirs.verifier, mask=mask)
+    clock.end()
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
     row["judge"] = v.judge  # an LLM judge's spend, apart from the agent's (#22)

@@ -66,6 +66,7 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
     import uvicorn
 
     from cairn.viewer.app import create_app
+    from cairn.viewer.data import TrialQuery
 
     app = create_app(root)
     if not is_loopback(host):
@@ -76,7 +77,7 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
     index = app.state.library
-    from cairn.viewer.render import environment
+    from cairn.viewer.render import warm_templates
 
     for d in index.job_dirs():  # warm the per-job index and summary so the first page is fast
         job = index.job(d.name)
@@ -84,8 +85,8 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
             job.refresh()
             job.summary()
             job.facets()
-    for name in ("jobs.html", "job.html", "trial.html", "compare.html", "error.html"):
-        environment().get_template(name)  # compile once, before the first request
+            job.query(TrialQuery())  # the job page's default order, kept for its first request
+    warm_templates()
     gc.collect()
     gc.freeze()  # the index built so far is long-lived: keep it out of later collections
     if on_ready is not None:

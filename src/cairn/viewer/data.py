@@ -345,6 +345,9 @@ class JobIndex:
         self._rows: dict[str, tuple[tuple[int, int], TrialRow]] = {}
         self._summary: tuple[str, JobSummary] | None = None
         self._facets: tuple[str, dict[str, Any]] | None = None
+        self._ordered: tuple[tuple, list[TrialRow]] | None = None
+        """The last query's filtered and sorted rows, keyed by (version, filter, order):
+        paging, polling and reloads of one view sort 10,000 rows once."""
         self._refreshed = 0.0
         self._full_at = 0.0
         self.version = ""
@@ -436,7 +439,19 @@ class JobIndex:
         Returns:
             The :class:`TrialPage`.
         """
-        rows = _sorted([r for r in self.rows() if q.matches(r)], q.sort, q.desc)
+        # the version is taken before the rows: a refresh in between files newer rows under
+        # the older version, never older rows under the newer one
+        key = (self.version, q.task, q.outcome, q.error, q.step, q.sort, q.desc)
+        all_rows = self.rows()
+        with self._lock:
+            cached = self._ordered if self._ordered is not None and self._ordered[0] == key \
+                else None
+        if cached is not None:
+            rows = cached[1]
+        else:
+            rows = _sorted([r for r in all_rows if q.matches(r)], q.sort, q.desc)
+            with self._lock:
+                self._ordered = (key, rows)
         pages = max(1, math.ceil(len(rows) / q.per_page))
         page = min(q.page, pages)
         q = TrialQuery(**{**q.__dict__, "page": page})

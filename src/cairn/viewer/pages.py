@@ -73,14 +73,52 @@ def render_job(job: JobIndex, q: TrialQuery, u: Urls, *, single: bool, bundle: b
                        single=single)
 
 
+_PHASE_WORDS = {"agent_setup": "agent setup", "pre_artifacts": "pre_artifacts.sh"}
+_PHASE_SHORT = {"healthcheck": "health", "pre_artifacts": "pre", "artifacts": "art",
+                "verifier": "verify"}
+
+
 def timeline_segments(t: TrialView) -> list[dict[str, Any]]:
-    """The trial timeline: environment and agent setup, then each step's setup, agent and
-    verifier phases, laid end to end from the recorded durations (result.json / steps.json).
+    """The trial timeline: the trial's own phases (environment, healthcheck, agent setup), then
+    each step's setup, healthcheck, agent, pre_artifacts.sh, artifacts and verifier phases.
+
+    Results that record ``timings.spans`` place every bar at its real start, so gaps are
+    engine work between phases; older results (durations only) are laid end to end.
 
     Returns:
-        ``[{phase, step, label, short, start, end, sec, lane}]`` in seconds from the trial's
-        start; lane 0 is the trial, lane 1 the steps.
+        ``[{phase, step, label, short, start, end, sec, lane, exact}]``, in seconds from the
+        trial's start; lane 0 is the trial, lane 1 the steps; ``exact`` says the bars stand
+        at recorded offsets.
     """
+    trial_spans = list(t.result.timings.spans) if t.result is not None else []
+    step_spans = [(s.row, list(s.row.timings.spans)) for s in t.steps]
+    starts = [sp.started_at for sp in trial_spans] + \
+        [sp.started_at for _, spans in step_spans for sp in spans]
+    if not starts:
+        return _laid_end_to_end(t)
+    origin = min(starts + ([t.result.started_at] if t.result is not None else []))
+    segs: list[dict[str, Any]] = []
+
+    def add(sp: Any, step: str | None, label: str, short: str, lane: int) -> None:
+        start = (sp.started_at - origin).total_seconds()
+        sec = (sp.finished_at - sp.started_at).total_seconds()
+        segs.append({"phase": sp.phase, "step": step, "label": label, "short": short,
+                     "start": start, "end": start + sec, "sec": sec, "lane": lane,
+                     "exact": True})
+
+    for sp in trial_spans:
+        word = _PHASE_WORDS.get(sp.phase, sp.phase)
+        add(sp, None, "environment healthcheck" if sp.phase == "healthcheck" else word, "", 0)
+    for row, spans in step_spans:
+        for sp in spans:
+            word = _PHASE_WORDS.get(sp.phase, sp.phase)
+            add(sp, row.name, f"step {row.index} {row.name}: {word}",
+                f"{row.index}·{_PHASE_SHORT.get(sp.phase, sp.phase)}", 1)
+    return segs
+
+
+def _laid_end_to_end(t: TrialView) -> list[dict[str, Any]]:
+    """The timeline of a result without spans: recorded durations laid end to end."""
     segs: list[dict[str, Any]] = []
     clock = 0.0
     if t.result is not None:
@@ -89,18 +127,20 @@ def timeline_segments(t: TrialView) -> list[dict[str, Any]]:
                                   ("agent_setup", tt.agent_setup_sec, "agent setup")):
             if sec:
                 segs.append({"phase": phase, "step": None, "label": label, "short": "",
-                             "start": clock, "end": clock + sec, "sec": sec, "lane": 0})
+                             "start": clock, "end": clock + sec, "sec": sec, "lane": 0,
+                             "exact": False})
                 clock += sec
     for s in t.steps:
         tm = s.row.timings
-        for phase, sec in (("setup", tm.setup_sec), ("agent", tm.agent_sec),
+        for phase, sec in (("setup", tm.setup_sec), ("healthcheck", tm.healthcheck_sec),
+                           ("agent", tm.agent_sec), ("artifacts", tm.artifacts_sec),
                            ("verifier", tm.verifier_sec)):
             if sec is None:
                 continue
             segs.append({"phase": phase, "step": s.row.name,
                          "label": f"step {s.row.index} {s.row.name}: {phase}",
                          "short": f"{s.row.index}·{phase}", "start": clock, "end": clock + sec,
-                         "sec": sec, "lane": 1})
+                         "sec": sec, "lane": 1, "exact": False})
             clock += sec
     return segs
 

@@ -42,10 +42,10 @@ from cairn.errors import ErrorKind, SandboxError
 from cairn.layout import COMPOSE_FILE_NAMES
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
-    DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
     SNAPSHOT_LABEL,
     Capabilities,
+    ExecRequest,
     ExecResult,
     NetworkMode,
     NetworkPolicy,
@@ -568,16 +568,7 @@ class DockerSandbox(Sandbox):
         with translate("exec"):
             return await in_thread(work)
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        user: str | int | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in the container; see :meth:`Sandbox.exec`.
 
         Raises:
@@ -585,12 +576,8 @@ class DockerSandbox(Sandbox):
             SandboxLostError: the engine does not answer.
         """
         api, cid = self._require()
-        if isinstance(command, str):
-            argv = [self._shell, "-c", command]
-        else:
-            argv = [str(a) for a in command]
-            if not argv:
-                raise ValueError("empty argv")
+        argv, user, cwd, env = req.argv, req.user, req.cwd, req.env
+        timeout_sec, max_output_bytes = req.timeout_sec, req.max_output_bytes
         token = uuid.uuid4().hex
         environment = {**(env or {}), EXEC_ID_VAR: token}
         loop = asyncio.get_running_loop()

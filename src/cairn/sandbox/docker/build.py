@@ -42,6 +42,7 @@ from cairn.errors import (
     UnsupportedError,
 )
 from cairn.layout import find_compose_file
+from cairn.lock import flock_async
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.docker.client import engine_version, make_client  # noqa: F401 - re-exported
 
@@ -249,14 +250,7 @@ async def _build_lock(env_hash: str, deadline: float) -> AsyncIterator[None]:
     try:
         fd = os.open(_lock_dir() / f"build-{env_hash[:32]}.lock", os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if loop.time() >= deadline:
-                        raise TimeoutError from None
-                    await asyncio.sleep(0.2)
+            await flock_async(fd, 0.2, deadline)
             try:
                 yield
             finally:

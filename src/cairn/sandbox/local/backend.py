@@ -29,9 +29,9 @@ from typing import ClassVar
 
 from cairn.errors import BuildError, ErrorKind, SandboxError
 from cairn.sandbox.base import (
-    DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
     Capabilities,
+    ExecRequest,
     ExecResult,
     NetworkMode,
     ProcessInfo,
@@ -53,6 +53,7 @@ from cairn.sandbox.local.rootfs import (
     check_state_dir,
     kill_init,
     layers_dir,
+    list_state_folders,
     prepare_mask,
     prepare_skeleton,
     probe_host,
@@ -317,25 +318,14 @@ class LocalSandbox(Sandbox):
         _, fs = self._running()
         return resolve_user(fs, user if user is not None else self._meta.user)
 
-    async def exec(
-        self,
-        command: str | Sequence[str],
-        *,
-        user: str | int | None = None,
-        cwd: str | None = None,
-        env: dict[str, str] | None = None,
-        timeout_sec: float | None = None,
-        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
-    ) -> ExecResult:
+    async def _exec(self, req: ExecRequest) -> ExecResult:
         """Run a command in the sandbox (see ``Sandbox.exec``); an unknown user gives exit 126.
 
         Raises:
             SandboxError: the sandbox is not running. SandboxLostError: its init is gone.
         """
         ns, _fs = self._running()
-        argv = [self._shell, "-c", command] if isinstance(command, str) else list(command)
-        if not argv:
-            raise ValueError("empty command")
+        argv, user, cwd, env = req.argv, req.user, req.cwd, req.env
         resolved = self.resolve_user(user)
         if resolved is None:
             name = user if user is not None else self._meta.user
@@ -350,8 +340,8 @@ class LocalSandbox(Sandbox):
         full_env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
                     **self._meta.env, **self.spec.env, **(env or {})}
         return await ns.run(argv, uid=uid, gid=gid, groups=groups, cwd=cwd or self._workdir,
-                            env=full_env, timeout_sec=timeout_sec,
-                            max_output_bytes=max_output_bytes)
+                            env=full_env, timeout_sec=req.timeout_sec,
+                            max_output_bytes=req.max_output_bytes)
 
     async def upload(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a host file or folder into the sandbox (see ``Sandbox.upload``).
@@ -417,19 +407,7 @@ def find_local_sandboxes() -> list[tuple[Path, dict]]:
         ``created_at``, ``pid`` (the init's host pid, or None) and ``pid_start_ticks``. A
         folder whose marker cannot be read is listed with ``{"unreadable": "<reason>"}``.
     """
-    base = sandboxes_dir()
-    out: list[tuple[Path, dict]] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        if not d.is_dir() or d.is_symlink():
-            continue
-        try:
-            marker = read_marker(d)
-        except (OSError, ValueError) as exc:
-            marker = {"unreadable": str(exc)}
-        out.append((d, marker))
-    return out
+    return list_state_folders(sandboxes_dir(), read_marker)
 
 
 def remove_local_sandbox(path: Path) -> None:
@@ -457,23 +435,17 @@ def find_local_layers() -> list[tuple[Path, dict]]:
         ``{"unreadable": "<reason>"}``. Half-built ``.build-*`` folders of crashed builds
         are listed with ``{"partial": True}``.
     """
-    base = layers_dir()
-    out: list[tuple[Path, dict]] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        if not d.is_dir() or d.is_symlink():
-            continue
+
+    def info(d: Path) -> dict | None:
         if d.name.startswith(".old-"):
-            out.append((d, {"replaced": True}))
-        elif d.name.startswith(".build-"):
-            out.append((d, {"partial": True}))
-        elif not d.name.startswith("."):
-            try:
-                out.append((d, json.loads((d / "meta.json").read_text(encoding="utf-8"))))
-            except (OSError, ValueError) as exc:
-                out.append((d, {"unreadable": str(exc)}))
-    return out
+            return {"replaced": True}
+        if d.name.startswith(".build-"):
+            return {"partial": True}
+        if d.name.startswith("."):
+            return None
+        return json.loads((d / "meta.json").read_text(encoding="utf-8"))
+
+    return list_state_folders(layers_dir(), info)
 
 
 def remove_local_layer(path: Path) -> None:

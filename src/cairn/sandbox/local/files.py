@@ -321,15 +321,7 @@ class SandboxFS:
                     apply: Callable[[int, str, os.stat_result], None]) -> None:
         parent, name = self.resolve_parent(sandbox_path)
         try:
-            name = name or "."
-            st = os.stat(name, dir_fd=parent, follow_symlinks=False)
-            apply(parent, name, st)
-            if stat.S_ISDIR(st.st_mode):
-                fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
-                try:
-                    _walk(fd, apply)
-                finally:
-                    os.close(fd)
+            _walk_entry(parent, name or ".", apply)
         finally:
             os.close(parent)
 
@@ -402,6 +394,35 @@ def resolve_user(fs: SandboxFS, user: str | int | None,
     return uid, gid, groups, match.home if match else "/"
 
 
+# ---- helpers both directions share -------------------------------------------------------
+def _open_dir_at(dst_dir: int, name: str) -> int:
+    """Open directory ``name`` under ``dst_dir``, replacing a non-directory there, creating it
+    (mode 0700, fixed up by the caller) when missing; no symlink is followed."""
+    try:
+        cur = os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
+        if not stat.S_ISDIR(cur.st_mode):
+            _remove_entry(dst_dir, name)
+            raise FileNotFoundError
+    except FileNotFoundError:
+        os.mkdir(name, 0o700, dir_fd=dst_dir)
+    return os.open(name, _DIR_FLAGS, dir_fd=dst_dir)
+
+
+def _write_file_at(sfd: int, dst_dir: int, name: str, create_flag: int, mode: int,
+                   st: os.stat_result) -> None:
+    """Copy open file ``sfd`` into ``name`` under ``dst_dir`` (opened with ``create_flag``,
+    ``os.O_TRUNC`` or ``os.O_EXCL``, never through a symlink), then set ``mode`` and the
+    source's atime/mtime from ``st``."""
+    dfd = os.open(name, os.O_WRONLY | os.O_CREAT | create_flag | os.O_NOFOLLOW | os.O_CLOEXEC,
+                  0o600, dir_fd=dst_dir)
+    try:
+        _copy_fd(sfd, dfd)
+        os.fchmod(dfd, mode)
+        os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
+    finally:
+        os.close(dfd)
+
+
 # ---- host → sandbox helpers ---------------------------------------------------------------
 def _copy_entry(src: str, st: os.stat_result, dst_dir: int, name: str,
                 skip: Callable[[str], bool] | None = None) -> None:
@@ -410,14 +431,7 @@ def _copy_entry(src: str, st: os.stat_result, dst_dir: int, name: str,
         _remove_entry(dst_dir, name)
         os.symlink(os.readlink(src), name, dir_fd=dst_dir)
     elif stat.S_ISDIR(st.st_mode):
-        try:
-            cur = os.stat(name, dir_fd=dst_dir, follow_symlinks=False)
-            if not stat.S_ISDIR(cur.st_mode):
-                _remove_entry(dst_dir, name)
-                raise FileNotFoundError
-        except FileNotFoundError:
-            os.mkdir(name, 0o700, dir_fd=dst_dir)
-        fd = os.open(name, _DIR_FLAGS, dir_fd=dst_dir)
+        fd = _open_dir_at(dst_dir, name)
         try:
             _copy_tree_into(src, fd, skip)
             os.fchmod(fd, mode)
@@ -430,14 +444,7 @@ def _copy_entry(src: str, st: os.stat_result, dst_dir: int, name: str,
                 _remove_entry(dst_dir, name)
         sfd = os.open(src, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         try:
-            dfd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
-            try:
-                _copy_fd(sfd, dfd)
-                os.fchmod(dfd, mode)
-                os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
-            finally:
-                os.close(dfd)
+            _write_file_at(sfd, dst_dir, name, os.O_TRUNC, mode, st)
         finally:
             os.close(sfd)
     elif stat.S_ISFIFO(st.st_mode):
@@ -455,16 +462,19 @@ def _copy_tree_into(src_dir: str, dst_fd: int, skip: Callable[[str], bool] | Non
             _copy_entry(entry.path, entry.stat(follow_symlinks=False), dst_fd, entry.name, skip)
 
 
-def _walk(dir_fd: int, apply: Callable[[int, str, os.stat_result], None]) -> None:
-    for name in os.listdir(dir_fd):
-        st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
-        apply(dir_fd, name, st)
-        if stat.S_ISDIR(st.st_mode):
-            fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-            try:
-                _walk(fd, apply)
-            finally:
-                os.close(fd)
+def _walk_entry(dir_fd: int, name: str,
+                apply: Callable[[int, str, os.stat_result], None]) -> None:
+    """Call ``apply`` on ``name`` under ``dir_fd`` and, for a directory, on all below it
+    (parents before children, no symlink followed)."""
+    st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    apply(dir_fd, name, st)
+    if stat.S_ISDIR(st.st_mode):
+        fd = os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+        try:
+            for child in os.listdir(fd):
+                _walk_entry(fd, child, apply)
+        finally:
+            os.close(fd)
 
 
 # ---- sandbox → host helpers ---------------------------------------------------------------
@@ -476,16 +486,9 @@ def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
         _remove_entry(dst_dir, dst_name)
         os.symlink(target, dst_name, dir_fd=dst_dir)
     elif stat.S_ISDIR(st.st_mode):
-        try:
-            cur = os.stat(dst_name, dir_fd=dst_dir, follow_symlinks=False)
-            if not stat.S_ISDIR(cur.st_mode):
-                _remove_entry(dst_dir, dst_name)
-                raise FileNotFoundError
-        except FileNotFoundError:
-            os.mkdir(dst_name, 0o700, dir_fd=dst_dir)
         sfd = os.open(name, _DIR_FLAGS, dir_fd=src_dir)
         try:
-            dfd = os.open(dst_name, _DIR_FLAGS, dir_fd=dst_dir)
+            dfd = _open_dir_at(dst_dir, dst_name)
             try:
                 for child in os.listdir(sfd):
                     cst = os.stat(child, dir_fd=sfd, follow_symlinks=False)
@@ -502,14 +505,7 @@ def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
             if not stat.S_ISREG(os.fstat(sfd).st_mode):
                 return
             _remove_entry(dst_dir, dst_name)
-            dfd = os.open(dst_name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                          | os.O_CLOEXEC, 0o600, dir_fd=dst_dir)
-            try:
-                _copy_fd(sfd, dfd)
-                os.fchmod(dfd, mode)
-                os.utime(dfd, ns=(st.st_atime_ns, st.st_mtime_ns))
-            finally:
-                os.close(dfd)
+            _write_file_at(sfd, dst_dir, dst_name, os.O_EXCL, mode, st)
         finally:
             os.close(sfd)
     # fifos, sockets and devices are not copied out

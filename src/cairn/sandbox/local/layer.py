@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-import fcntl
 import fnmatch
 import json
 import os
@@ -29,6 +28,7 @@ from pathlib import Path
 
 from cairn._util.treehash import tree_hash
 from cairn.errors import BuildError, ErrorKind, SandboxError
+from cairn.lock import flock_async
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.dockerfile import (
     DockerfileError,
@@ -99,12 +99,7 @@ async def _file_lock(path: Path) -> AsyncIterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                await asyncio.sleep(0.05)
+        await flock_async(fd, 0.05)
         yield
     finally:
         os.close(fd)

@@ -28,6 +28,7 @@ import shutil
 import stat
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -419,6 +420,34 @@ def read_marker(sandbox_dir: Path) -> dict:
         OSError: it cannot be read. ValueError: it is not JSON.
     """
     return json.loads((sandbox_dir / MARKER_NAME).read_text(encoding="utf-8"))
+
+
+def list_state_folders(base: Path, read: Callable[[Path], dict | None],
+                       ) -> list[tuple[Path, dict]]:
+    """The folders right under ``base`` (sandboxes, layers, snapshots), sorted by name, with
+    what ``read`` says of each; files and symlinks are left out.
+
+    Args:
+        base: the state folder to list (missing: nothing listed).
+        read: a folder's marker, or ``None`` to leave the folder out; an ``OSError`` or
+            ``ValueError`` it raises lists the folder as ``{"unreadable": "<reason>"}``.
+
+    Returns:
+        ``(folder, marker)`` pairs.
+    """
+    out: list[tuple[Path, dict]] = []
+    if not base.is_dir():
+        return out
+    for d in sorted(base.iterdir()):
+        if not d.is_dir() or d.is_symlink():
+            continue
+        try:
+            info = read(d)
+        except (OSError, ValueError) as exc:
+            info = {"unreadable": str(exc)}
+        if info is not None:
+            out.append((d, info))
+    return out
 
 
 def process_start_ticks(pid: int) -> int | None:

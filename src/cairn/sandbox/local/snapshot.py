@@ -32,7 +32,7 @@ import stat
 import uuid
 from pathlib import Path
 
-from cairn.sandbox.local.rootfs import MARKER_NAME, remove_tree, state_dir
+from cairn.sandbox.local.rootfs import MARKER_NAME, list_state_folders, remove_tree, state_dir
 
 FICLONE = 0x40049409
 """``ioctl`` request that clones a file's extents (a reflink), Linux ``FICLONE``."""
@@ -263,20 +263,13 @@ def find_local_snapshots() -> list[tuple[Path, dict]]:
     Returns:
         ``(folder, marker)`` pairs; an unreadable marker is ``{"unreadable": reason}``.
     """
-    base = snapshots_dir()
-    out: list[tuple[Path, dict]] = []
-    if not base.is_dir():
-        return out
-    for d in sorted(base.iterdir()):
-        if not d.is_dir() or d.is_symlink():
-            continue
-        try:
-            marker = json.loads((d / MARKER_NAME).read_text(encoding="utf-8"))
-            marker.pop("manifest", None)
-        except (OSError, ValueError) as exc:
-            marker = {"unreadable": str(exc)}
-        out.append((d, marker))
-    return out
+
+    def marker(d: Path) -> dict:
+        found = json.loads((d / MARKER_NAME).read_text(encoding="utf-8"))
+        found.pop("manifest", None)
+        return found
+
+    return list_state_folders(snapshots_dir(), marker)
 
 
 def remove_local_snapshot(path: Path) -> None:
