@@ -68,11 +68,17 @@ class RegradeResult:
         job_dir: the new, derived job folder.
         source_dir: the original job folder (unchanged).
         results: every trial of the derived job (regraded, partial or copied unchanged).
+        stopped_by: ``max_cost`` when ``max_cost_usd`` stopped it from regrading more
+            trials (the rest were copied unchanged), else ``None``.
+        judge_cost_usd: what the new verifications' LLM judges cost (their
+            ``judge_usage.json``), USD.
     """
 
     job_dir: Path
     source_dir: Path
     results: list[TrialResult] = field(default_factory=list)
+    stopped_by: str | None = None
+    judge_cost_usd: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -287,6 +293,7 @@ def _unchanged(old: TrialResult, why: str) -> TrialResult:
 
 async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                        job_name: str | None = None, n_concurrent: int = 4,
+                       max_cost_usd: float | None = None,
                        on_event: EventSink | None = None) -> RegradeResult:
     """Regrade a finished job into a new derived job folder next to it (async).
 
@@ -296,6 +303,10 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
             folders the trials recorded.
         job_name: the derived job's name (default ``<name>__regrade-<time>``).
         n_concurrent: trials regraded at once.
+        max_cost_usd: once the new verifications' LLM-judge spend (``judge_usage.json``)
+            reaches this many USD, no further trial is regraded: the rest are copied unchanged
+            (``not_regradable``, "--max-cost-usd reached"); regrades already running finish.
+            No agent runs in a regrade, so the judge is all it spends.
         on_event: receives one line per regraded step.
 
     Returns:
@@ -354,6 +365,8 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
             olds.append(rf.result)
         limit = asyncio.Semaphore(max(1, n_concurrent))
         results: list[TrialResult] = [None] * len(olds)  # type: ignore[list-item]
+        spent = [0.0]
+        stopped: list[str] = []
 
         async def one(i: int, old: TrialResult) -> None:
             trial_dir = dest / "trials" / old.trial_name
@@ -370,14 +383,19 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                 new = _unchanged(old, "no step ran")
             else:
                 async with limit:
-                    try:
-                        new = await _TrialRegrade(task, old, trial_dir, job_id=job_id,
-                                                  job_dir=dest, timeout_multiplier=timeout_multiplier,
-                                                  emit=emit).run()
-                    except (TrialFailure, UsageError) as exc:
-                        kind = getattr(exc, "kind", None)
-                        new = _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
-                                         if isinstance(exc, SandboxLostError) else f"{exc}")
+                    if max_cost_usd is not None and spent[0] >= max_cost_usd:
+                        if not stopped:
+                            stopped.append("max_cost")
+                            emit(f"--max-cost-usd {max_cost_usd:g} reached (judge spend "
+                                 f"${spent[0]:.4f}); no further trial is regraded")
+                        new = _unchanged(old, f"--max-cost-usd {max_cost_usd:g} reached: the "
+                                              f"regrade's judge spend was ${spent[0]:.4f}")
+                    else:
+                        new = await _regrade_one(task, old, trial_dir, job_id, dest,
+                                                 timeout_multiplier, emit)
+                        if new.regrade is not None and new.regrade.status != "not_regradable":
+                            spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
+                                            if r.judge is not None)
             store = TrialStore(TrialPaths(trial_dir))
             store.write_steps(new.steps)
             store.write_result(new)
@@ -395,9 +413,23 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         for r in results:
             declared.setdefault(r.task.name, [s.name for s in r.steps])
         write_summary(dest, summarize_job(results, declared))
-        return RegradeResult(job_dir=dest, source_dir=src, results=results)
+        return RegradeResult(job_dir=dest, source_dir=src, results=results,
+                             stopped_by=stopped[0] if stopped else None,
+                             judge_cost_usd=spent[0])
     finally:
         lock.release()
+
+
+async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
+                       timeout_multiplier: float, emit: EventSink) -> TrialResult:
+    """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
+    try:
+        return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
+                                   timeout_multiplier=timeout_multiplier, emit=emit).run()
+    except (TrialFailure, UsageError) as exc:
+        kind = getattr(exc, "kind", None)
+        return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
+                          if isinstance(exc, SandboxLostError) else f"{exc}")
 
 
 def _r(x: float | None) -> str:

@@ -34,6 +34,7 @@ from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.pre_artifacts import run_pre_artifacts
+from cairn.trial.services import check_services
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -338,6 +339,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     for row in manifest:
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
+
+    # 7a. a start-up service that died while the agent worked fails the trial as the task's
+    # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
+    await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
 
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
                tokens=context.tokens, cost_usd=context.cost_usd,
