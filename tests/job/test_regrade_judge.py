@@ -17,6 +17,7 @@ from cairn.results.model import Tokens
 from taskgen import write_task
 from testbed import backend_available
 
+
 def _verifier(prompt: int, cost: float) -> str:
     usage = json.dumps({"model": "judge-x", "calls": 1, "prompt_tokens": prompt,
                         "completion_tokens": 3, "cost_usd": cost})

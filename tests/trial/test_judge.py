@@ -242,3 +242,37 @@ def test_local_backend_refuses_a_judge_under_no_network(tmp_path, monkeypatch):
     r = run_trial_sync(_judge_task(tmp_path / "tasks"), "nop", "local", tmp_path / "jobs")
     assert r.error is not None and r.error.kind.value == "config_error"
     assert "judge.test" in r.error.message and "-e docker" in r.error.message
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_separate_verifier_judge_gets_the_same_opening(tmp_path, monkeypatch):
+    """``environment_mode = "separate"``: the verifier's own sandbox gets the judge opening in
+    its verifier phase (through its own gateway), reaches nothing else; the agent's sandbox
+    never reaches the judge; the verifier sandbox's attempts are in the step's network.jsonl."""
+    from nethosts import host_containers
+    from testbed import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
+    task = _judge_task(tmp_path / "tasks",
+                       '[verifier]\nenvironment_mode = "separate"\n\n' + JUDGE_TOML)
+    with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
+        agent = _TokenProbe(["http://judge.test/v1/models"])
+        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
+                           add_hosts=tuple(sorted(addrs.items())))
+    assert not agent.results["http://judge.test/v1/models"]["ok"]
+    assert r.error is None and r.reward == 1.0, r
+    (trial,) = (tmp_path / "jobs" / "job" / "trials").iterdir()
+    step_dir = trial / "steps" / "01-main"
+    grade = json.loads((step_dir / "verifier" / "grade.json").read_text())
+    assert grade["judge"] == "PASS" and grade["other"] != "reached"
+    records = [json.loads(x) for x in (step_dir / "network.jsonl").read_text().splitlines()]
+    verdicts = {(x["phase"], x["host"], x["verdict"]) for x in records}
+    assert ("verifier", "judge.test", "allowed") in verdicts
+    assert ("verifier", "other.test", "denied") in verdicts
+    # the agent's sandbox has no network at all (no gateway: nothing of it to record)
+    assert not any(x["phase"] == "agent" for x in records)
+    assert r.steps[0].network is not None and r.steps[0].network.allowed >= 1
+    assert r.steps[0].judge is not None and r.steps[0].judge.tokens.prompt == 321

@@ -154,7 +154,8 @@ class _TrialRegrade:
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
             plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          timeout_multiplier=self.timeout_multiplier)
+                                          timeout_multiplier=self.timeout_multiplier,
+                                          verifier_env=venv)
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
             v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,

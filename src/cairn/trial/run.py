@@ -236,10 +236,13 @@ class _TrialRun:
 
     async def _record_network(self, sandbox: Sandbox, step: Step, row: StepResult) -> StepResult:
         """Hand the gateway's records of this step to the store; the row gets the counts."""
-        if self.networks is None or not self.networks.filtered:
+        separate = self.step_env.separate_records if self.step_env is not None else []
+        if self.step_env is not None:
+            self.step_env.separate_records = []
+        if (self.networks is None or not self.networks.filtered) and not separate:
             return row
         try:
-            records = await sandbox.network_records()
+            records = [*(await sandbox.network_records()), *separate]
         except (SandboxError, OSError) as exc:
             self.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
                        EventKind.WARNING)
@@ -271,7 +274,7 @@ class _TrialRun:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
                 self.warnings.append(warning)
                 self.event(f"warning: {warning}", EventKind.WARNING)
-            self.separate = self._plan_separate(spec)
+            self.separate = self._plan_separate(spec, verifier_envs)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
                                     phase=Phase.ENVIRONMENT)
@@ -316,7 +319,7 @@ class _TrialRun:
                 sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
             await asyncio.shield(sandbox.stop())
 
-    def _plan_separate(self, spec: SandboxSpec) -> dict:
+    def _plan_separate(self, spec: SandboxSpec, verifier_envs: list[dict[str, str]]) -> dict:
         """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
         to the masker."""
         if not self.plan.options.verify or all(s.verifier_mode != "separate"
@@ -325,8 +328,10 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 timeout_multiplier=self.plan.options.timeout_multiplier)
-                 for s in self.task.steps if s.verifier_mode == "separate"}
+                                                 timeout_multiplier=self.plan.options.timeout_multiplier,
+                                                 verifier_env=venv)
+                 for s, venv in zip(self.task.steps, verifier_envs, strict=True)
+                 if s.verifier_mode == "separate"}
         extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
         if extra:
             self.masker = Masker(set(self.masker.secrets) | extra)

@@ -129,6 +129,8 @@ class StepEnv:
     after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
     networks: PhaseNetworks | None = None
     """The phases' network policies; the step switches the sandbox between them."""
+    separate_records: list[dict] = field(default_factory=list)
+    """Connection records of the step's separate verifier sandbox, for the trial's record."""
     on_phase: Callable[[Phase], None] | None = None
     """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
 
@@ -368,6 +370,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
                                         timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
                                         mask=mask, timeout_multiplier=env.timeout_multiplier)
+        env.separate_records = v.network_records
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
