@@ -65,3 +65,32 @@ def test_regrade_cli_refuses_a_bad_max_cost(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "cairn", "regrade", str(tmp_path),
                            "--max-cost-usd", "0"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "--max-cost-usd must be a positive" in proc.stderr
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_regrade_gives_the_judge_its_verifier_opening(tmp_path, monkeypatch):
+    """A ``no-network`` judge task regraded from its snapshot: the regrade's sandbox opens the
+    judge's host for the verifier (with the run's --add-host), so the new verification
+    reaches the scripted judge (reward 1, judge tokens recorded) and nothing else."""
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    from judge_scripts import JUDGE_SERVER, judge_task
+    from nethosts import host_containers
+
+    monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
+    task = judge_task(tmp_path / "tasks")
+    with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
+        job = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
+                                job_name=f"rjn-{tmp_path.name[-10:]}", agent="nop",
+                                snapshot_steps=True, add_hosts=dict(addrs)))
+        (first,) = job.results
+        assert first.reward == 1.0, first.error
+        out = regrade_job(job.job_dir, job_name=f"rjn-new-{tmp_path.name[-10:]}")
+    (r,) = read_job(out.job_dir).results
+    assert r.regrade.status == "regraded" and r.reward == 1.0, r.regrade
+    grade = json.loads((out.job_dir / "trials" / r.trial_name / "steps" / "01-main"
+                        / "verifier" / "grade.json").read_text())
+    assert grade["judge"] == "PASS" and grade["other"] != "reached"
+    assert r.steps[0].judge is not None and r.steps[0].judge.tokens.prompt == 321
+    assert out.judge_cost_usd == 0.25

@@ -129,8 +129,8 @@ def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
     Each task that is to run is asked once: does the job's agent take it (skills, MCP
     servers), and can the backend enforce its sandbox (a network policy with the agent's model
     hosts and a judge's opening, GPUs, compose, ...)? The trials of a refused task become
-    ``config_error`` results at once (no sandbox, no queue), with the refusal as the message;
-    the other tasks run.
+    ``config_error`` results at once (no sandbox, no queue), with the message the trial itself
+    would give; the other tasks run.
 
     Args:
         decisions: the planner's :class:`~cairn.job.planner.TrialDecision` list.
@@ -173,7 +173,7 @@ def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
         if why is None:
             out.append(d)
             continue
-        refused = TaskEntry(d.entry.path, d.entry.name, error=f"backend {backend}: {why}",
+        refused = TaskEntry(d.entry.path, d.entry.name, error=why,
                             content_hash=d.entry.content_hash, steps=list(d.entry.steps),
                             source=d.entry.source)
         out.append(dataclasses.replace(d, action=TrialAction.INVALID, entry=refused))

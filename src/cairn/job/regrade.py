@@ -125,7 +125,8 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeout_multiplier: float, emit: EventSink) -> None:
+                 job_dir: Path, timeout_multiplier: float, emit: EventSink,
+                 add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
@@ -133,6 +134,7 @@ class _TrialRegrade:
         self.emit = emit
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
                                         job_dir=job_dir, timeout_multiplier=timeout_multiplier)
+        self.spec = dataclasses.replace(self.spec, add_hosts=add_hosts)  # the run's --add-host
         from cairn.task.envvars import resolve_env, secret_values
 
         self.verifier_envs = [resolve_env(s.verifier_env, os.environ) for s in task.steps]
@@ -163,10 +165,17 @@ class _TrialRegrade:
                                             mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
             how: RegradeHow = "artifacts"
         else:
+            from cairn.task.judge import judge_hosts
+
             snap = old_row.snapshot
             assert snap is not None
             cls = get_backend(self.old.backend, compose=self.task.compose_file is not None)
-            spec = dataclasses.replace(self.spec, snapshot=snap.ref)
+            # the verifier phase's own policy, with an LLM judge's opening, as in the run
+            policy = self.task.verifier_network(step).with_model_hosts(
+                judge_hosts(step.verifier_env, venv)).effective()
+            switch = policy != self.task.environment.network_policy.effective()
+            spec = dataclasses.replace(self.spec, snapshot=snap.ref,
+                                       network_phases=(policy,) if switch else ())
             empty_folder(sp.verifier)
             async with cls(spec) as sandbox:
                 hc = self.task.environment.healthcheck
@@ -174,6 +183,8 @@ class _TrialRegrade:
                     from cairn.trial.healthcheck import run_healthcheck
 
                     await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
+                if switch:
+                    await sandbox.set_network(policy, phase="verifier")
                 v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
                                        verifier_dir=sp.verifier, mask=self.masker.mask)
             how = "snapshot"
@@ -346,6 +357,8 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
     timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
+    add_hosts = tuple(sorted((str(k), str(v)) for k, v in
+                             (meta.config.get("add_hosts") or {}).items()))
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
@@ -393,7 +406,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                                               f"regrade's judge spend was ${spent[0]:.4f}")
                     else:
                         new = await _regrade_one(task, old, trial_dir, job_id, dest,
-                                                 timeout_multiplier, emit)
+                                                 timeout_multiplier, emit, add_hosts)
                         if new.regrade is not None and new.regrade.status != "not_regradable":
                             spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
                                             if r.judge is not None)
@@ -422,11 +435,13 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
 
 
 async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
-                       timeout_multiplier: float, emit: EventSink) -> TrialResult:
+                       timeout_multiplier: float, emit: EventSink,
+                       add_hosts: tuple[tuple[str, str], ...]) -> TrialResult:
     """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
     try:
         return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
-                                   timeout_multiplier=timeout_multiplier, emit=emit).run()
+                                   timeout_multiplier=timeout_multiplier, emit=emit,
+                                   add_hosts=add_hosts).run()
     except (TrialFailure, UsageError) as exc:
         kind = getattr(exc, "kind", None)
         return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
