@@ -248,7 +248,10 @@ class DockerSandbox(Sandbox):
             net = self._net = reused
         gateway_image = ensure_gateway_image(self._client) \
             if net.layout is Layout.GATEWAY and reused is None else asyncio.sleep(0, None)
-        networks = net.create_networks() if reused is None else asyncio.sleep(0, None)
+        # a reused gateway takes this trial's policy while the image is resolved
+        networks = net.create_networks() if reused is None else \
+            reused.adopt(self._client, self.spec.network_policy, "environment",
+                         dict(self.spec.add_hosts))
         if self.spec.snapshot:  # the files of a step snapshot, the image config it recorded
             image = in_thread(snapshot_image_info, self._client, self.spec.snapshot)
         else:
@@ -260,7 +263,7 @@ class DockerSandbox(Sandbox):
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
                 if reused is not None:  # its policy was set while the image was resolved
-                    await self._create_and_start()
+                    await _gather(self._create_and_start(), reused.confirm())
                     await self._prepare()
                 elif net.layout is Layout.GATEWAY:
                     # The gateway comes up (and says it listens) while the sandbox starts.
@@ -288,22 +291,15 @@ class DockerSandbox(Sandbox):
 
     async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
         """A gateway and internal network an earlier trial of this job left in the job's pool
-        (:mod:`cairn.sandbox.pools`), switched to this trial's start policy and host map; or
-        ``None`` (no pool, none idle, a layout that is not reused) to make fresh ones."""
+        (:mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's policy and
+        host map); or ``None`` (no pool, none idle, a layout that is not reused) to make
+        fresh ones. A pooled gateway that died idle fails this trial's start as
+        ``start_failed`` (infra: retried on a fresh one)."""
         from cairn.sandbox import pools
 
         if not fresh.poolable_plan or not pools.pool_open(self.spec.job_dir):
             return None
-        while (net := pools.take(self.spec.job_dir, POOL_KIND)) is not None:
-            try:
-                await net.adopt(self._client, self.spec.network_policy, "environment",
-                                dict(self.spec.add_hosts))
-                return net
-            except (SandboxError, OSError) as exc:  # a gateway that died idle: drop it
-                log.info("a pooled gateway could not be reused (%s); removing it", exc)
-                net.client = self._client
-                await net.remove()
-        return None
+        return pools.take(self.spec.job_dir, POOL_KIND)
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""

@@ -361,9 +361,16 @@ class TrialNetwork:
             raise SandboxError(f"the egress gateway did not come up: {out[-1500:]}",
                                kind=ErrorKind.START_FAILED, detail={"logs": out[-4000:]})
 
-    async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None) -> None:
+    async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None, *,
+                    wait: bool = True) -> None:
         """Switch to ``policy`` for ``phase``: new proxy generation (closes every tunnel opened
         before), and the public network attached or detached.
+
+        With ``wait=False`` the state is copied in without waiting for the proxy's
+        acknowledgement: every connection made after this returns already sees it (the proxy
+        reads a changed state before serving each one), but tunnels opened before may still be
+        open — only for a gateway that has none (a recycled one, before its trial's sandbox
+        exists).
 
         Raises:
             SandboxError: the switch failed (the trial cannot be trusted to continue).
@@ -376,24 +383,12 @@ class TrialNetwork:
         self.generation += 1
         want = str(self.generation).encode()
         state = _tar_file(posixpath.basename(STATE_PATH), self._state(policy, phase).encode())
-        applied = posixpath.basename(STATE_PATH) + ".applied"
 
         def run() -> bool:
             # Copy the state in (no process started in the gateway), then wait for the
             # proxy's acknowledgement: by then every older tunnel is closed.
             api.put_archive(gid, posixpath.dirname(STATE_PATH), state)
-            delay = 0.005
-            deadline = time.monotonic() + SWITCH_TIMEOUT_SEC
-            while time.monotonic() < deadline:
-                try:
-                    chunks, _ = api.get_archive(gid, f"{posixpath.dirname(STATE_PATH)}/{applied}")
-                    if _untar_one(b"".join(chunks)).strip() == want:
-                        return True
-                except docker.errors.NotFound:
-                    pass
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-            return False
+            return True if not wait else self._acknowledged(want)
 
         with translate("switching the gateway's policy"):
             ok = await in_thread(run)
@@ -403,6 +398,37 @@ class TrialNetwork:
         self.policy, self.phase = policy, phase
         if sandbox_id is not None and self.public is not None:
             await self.attach_public(sandbox_id, policy.mode is NetworkMode.PUBLIC)
+
+    def _acknowledged(self, want: bytes) -> bool:
+        """Poll (bounded, backing off) until the proxy names generation ``want`` as applied;
+        False when it does not within :data:`SWITCH_TIMEOUT_SEC` (runs in a worker thread)."""
+        api, gid = self.client.api, self.gateway_id
+        applied = f"{posixpath.dirname(STATE_PATH)}/{posixpath.basename(STATE_PATH)}.applied"
+        delay = 0.005
+        deadline = time.monotonic() + SWITCH_TIMEOUT_SEC
+        while time.monotonic() < deadline:
+            try:
+                chunks, _ = api.get_archive(gid, applied)
+                if _untar_one(b"".join(chunks)).strip() == want:
+                    return True
+            except docker.errors.NotFound:
+                pass
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return False
+
+    async def confirm(self) -> None:
+        """Wait until the proxy acknowledges the current generation (after an
+        ``apply(wait=False)``): a reused gateway that died idle fails here.
+
+        Raises:
+            SandboxError: ``start_failed`` (infra, retried on a fresh gateway).
+        """
+        with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
+            ok = await in_thread(self._acknowledged, str(self.generation).encode())
+        if not ok:
+            raise SandboxError("the reused egress gateway did not answer",
+                               kind=ErrorKind.START_FAILED)
 
     async def attach_public(self, container_id: str, attached: bool) -> None:
         """Connect or disconnect a container to the trial's public network (idempotent)."""
@@ -505,7 +531,9 @@ class TrialNetwork:
         self._public_attached = set()
         self.uses += 1
         self.first_generation = self.generation + 1
-        await self.apply(policy, phase, None)
+        # recycle() cut every tunnel and no container but the gateway is on the network: the
+        # new state only has to be in place before the trial's sandbox exists
+        await self.apply(policy, phase, None, wait=False)
 
     # ---- removal ----------------------------------------------------------------------------
     async def remove(self) -> None:
