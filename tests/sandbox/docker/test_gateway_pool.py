@@ -222,3 +222,38 @@ def test_cairn_clean_removes_a_killed_jobs_pooled_gateways(tmp_path):
     assert sorted(report.containers) == sorted(c.lstrip("/") for c in containers)
     assert report.networks == networks
     assert _job_resources(job) == ([], [])
+
+
+def test_a_pooled_gateway_that_died_fails_the_start_as_infra_and_leaves_nothing(tmp_path):
+    from cairn.errors import ErrorKind, SandboxError
+
+    env = _env(tmp_path)
+    job, job_dir = f"pool-dead-{uuid.uuid4().hex[:6]}", tmp_path / "job"
+    job_dir.mkdir()
+
+    def spec() -> SandboxSpec:
+        return _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST,
+                     allowed_hosts=("a.test",))
+
+    async def go():
+        open_pool(job_dir)
+        try:
+            a = DockerSandbox(spec())
+            await a.start()
+            gw = a._net.gateway_id
+            await a.stop()
+            docker.from_env().api.kill(gw)  # the idle gateway's proxy dies
+            b = DockerSandbox(spec())
+            try:
+                with pytest.raises(SandboxError) as err:
+                    await b.start()
+            finally:
+                await b.stop()
+            return err.value.kind, _job_resources(job)
+        finally:
+            close_pool(job_dir)
+            await asyncio.to_thread(settle_job, job_dir, "docker")
+
+    kind, left = asyncio.run(go())
+    assert kind is ErrorKind.START_FAILED  # infra: the trial is retried on a fresh gateway
+    assert left == ([], [])  # the dead gateway and its network went with the failed start

@@ -424,8 +424,13 @@ class TrialNetwork:
         Raises:
             SandboxError: ``start_failed`` (infra, retried on a fresh gateway).
         """
+        def check() -> bool:  # a gateway no longer running fails at once, not after the wait
+            state = self.client.api.inspect_container(self.gateway_id).get("State") or {}
+            return bool(state.get("Running")) and \
+                self._acknowledged(str(self.generation).encode())
+
         with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
-            ok = await in_thread(self._acknowledged, str(self.generation).encode())
+            ok = await in_thread(check)
         if not ok:
             raise SandboxError("the reused egress gateway did not answer",
                                kind=ErrorKind.START_FAILED)
