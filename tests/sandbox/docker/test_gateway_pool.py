@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -257,3 +258,63 @@ def test_a_pooled_gateway_that_died_fails_the_start_as_infra_and_leaves_nothing(
     kind, left = asyncio.run(go())
     assert kind is ErrorKind.START_FAILED  # infra: the trial is retried on a fresh gateway
     assert left == ([], [])  # the dead gateway and its network went with the failed start
+
+
+CHECK = r'''
+import json, sys
+got = {}
+for line in open("/tmp/probe.jsonl"):
+    item = json.loads(line)
+    got[item["target"]] = item["ok"]
+want = json.loads(sys.argv[1])
+open("/logs/verifier/reward.txt", "w").write("1\n" if got == want else "0\n")
+'''
+
+
+def _probe_task(root: Path, name: str, allowed: str, want: dict[str, bool]) -> Path:
+    from taskgen import write_task
+
+    targets = " ".join(want)
+    task = write_task(root, name, network="allowlist", dockerfile=DOCKERFILE + "COPY check.py /check.py\n",
+                      files={"environment/probe.py": PROBE, "environment/check.py": CHECK},
+                      solve=f"python3 /probe.py {targets} > /tmp/probe.jsonl\n",
+                      test=f"python3 /check.py '{json.dumps(want)}'\n")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(
+        'network_mode = "allowlist"\n', f'network_mode = "allowlist"\nallowed_hosts = ["{allowed}"]\n'))
+    return task
+
+
+def test_a_job_hands_gateways_on_and_each_trial_sees_only_its_own_allowlist(tmp_path, hosts):
+    """``cairn run`` with one slot: the second task's trial runs after the first's, on the
+    gateway the first left (the job's pool); it cannot reach the host only the first task
+    allowed, and nothing of the job is left at its end."""
+    from cairn.job.run import run_job
+    from cairn.plan import JobConfig
+
+    first = _probe_task(tmp_path / "tasks", "first", "allowed.test",
+                        {"http://allowed.test/": True})
+    second = _probe_task(tmp_path / "tasks", "second", "denied.test",
+                         {"http://allowed.test/": False, "http://denied.test/": True})
+    created: list[str] = []
+    real = DockerSandbox.start
+
+    async def spy(self):
+        await real(self)
+        created.append(self._net.gateway_id)
+
+    job = f"pool-job-{uuid.uuid4().hex[:6]}"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(DockerSandbox, "start", spy)
+        result = run_job(JobConfig(paths=(first, second), backend="docker", agent="oracle",
+                                   n_concurrent=1, jobs_dir=tmp_path / "jobs", job_name=job,
+                                   add_hosts=dict(hosts)))
+    rewards = {r.task.name: r.reward for r in result.results}
+    assert rewards == {"test/first": 1.0, "test/second": 1.0}, [r.error for r in result.results]
+    assert len(created) == 2 and created[0] == created[1]  # one gateway, handed on
+    second_trial = next(r for r in result.results if r.task.name == "test/second")
+    records = [json.loads(x) for x in (result.job_dir / "trials" / second_trial.trial_name
+                                       / "steps" / "01-main" / "network.jsonl").read_text().splitlines()]
+    assert {(x["host"], x["verdict"]) for x in records} == {("allowed.test", "denied"),
+                                                           ("denied.test", "allowed")}
+    assert _job_resources(job) == ([], [])
