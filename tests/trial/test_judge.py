@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -16,85 +15,14 @@ from cairn.agents.base import AgentContext
 from cairn.results.model import Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.judge import judge_hosts
-from net_agents import PROBE, ProbeAgent, parse_probe
+from judge_scripts import JUDGE_SERVER, JUDGE_TOML, judge_task
+from net_agents import ProbeAgent, parse_probe
 from taskgen import write_task
 from testbed import run_trial_sync
 
-JUDGE_SERVER = r'''
-import http.server, json, sys
-name = sys.argv[1]
-seen = []
-class H(http.server.BaseHTTPRequestHandler):
-    def do_POST(self):
-        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
-        if self.headers.get("Authorization") != "Bearer sk-judge-test-123":
-            self.send_response(401); self.end_headers(); return
-        seen.append(body.get("model"))
-        data = json.dumps({"model": body.get("model"),
-                           "choices": [{"message": {"role": "assistant", "content": "PASS"}}],
-                           "usage": {"prompt_tokens": 321, "completion_tokens": 12}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-    def do_GET(self):
-        data = f"host={name} seen={','.join(seen)}\n".encode()
-        self.send_response(200); self.send_header("Content-Length", str(len(data)))
-        self.end_headers(); self.wfile.write(data)
-    def log_message(self, *a):
-        pass
-srv = http.server.ThreadingHTTPServer(("0.0.0.0", 80), H)
-print("serving", flush=True)
-srv.serve_forever()
-'''
-
-GRADER = r'''
-import json, os, urllib.request
-base = os.environ["OPENAI_BASE_URL"].rstrip("/")
-req = urllib.request.Request(
-    base + "/chat/completions", method="POST",
-    data=json.dumps({"model": os.environ["JUDGE_MODEL"],
-                     "messages": [{"role": "user", "content": "grade"}]}).encode(),
-    headers={"Authorization": "Bearer " + os.environ["OPENAI_API_KEY"],
-             "Content-Type": "application/json"})
-out = {}
-try:
-    answer = json.load(urllib.request.urlopen(req, timeout=20))
-    out["judge"] = answer["choices"][0]["message"]["content"]
-    usage = answer["usage"]
-    json.dump({"model": answer["model"], "calls": 1, "prompt_tokens": usage["prompt_tokens"],
-               "completion_tokens": usage["completion_tokens"], "cost_usd": 0.25},
-              open("/logs/verifier/judge_usage.json", "w"))
-except Exception as exc:
-    out["judge"] = f"{type(exc).__name__}: {exc}"
-try:
-    urllib.request.urlopen("http://other.test/", timeout=8).read()
-    out["other"] = "reached"
-except Exception as exc:
-    out["other"] = type(exc).__name__
-json.dump(out, open("/logs/verifier/grade.json", "w"))
-ok = out["judge"] == "PASS" and out["other"] != "reached"
-open("/logs/verifier/reward.txt", "w").write("1\n" if ok else "0\n")
-'''
-
-JUDGE_TOML = textwrap.dedent("""\
-    [verifier.env]
-    OPENAI_API_KEY = "${CAIRN_TEST_JUDGE_KEY}"
-    OPENAI_BASE_URL = "http://judge.test/v1"
-    JUDGE_MODEL = "judge-small"
-    """)
-
 
 def _judge_task(root: Path, toml: str = JUDGE_TOML) -> Path:
-    task = write_task(root, "judge", network="no-network",
-                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY probe.py /probe.py\n"
-                                 "COPY grader.py /grader.py\n",
-                      toml_extra="", test="python3 /grader.py\n",
-                      files={"environment/probe.py": PROBE, "environment/grader.py": GRADER})
-    text = (task / "task.toml").read_text()
-    (task / "task.toml").write_text(text.replace("[environment]", toml + "\n[environment]", 1))
-    return task
+    return judge_task(root, toml)
 
 
 def test_judge_hosts_from_credentials_and_companions():
@@ -242,3 +170,37 @@ def test_local_backend_refuses_a_judge_under_no_network(tmp_path, monkeypatch):
     r = run_trial_sync(_judge_task(tmp_path / "tasks"), "nop", "local", tmp_path / "jobs")
     assert r.error is not None and r.error.kind.value == "config_error"
     assert "judge.test" in r.error.message and "-e docker" in r.error.message
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_separate_verifier_judge_gets_the_same_opening(tmp_path, monkeypatch):
+    """``environment_mode = "separate"``: the verifier's own sandbox gets the judge opening in
+    its verifier phase (through its own gateway), reaches nothing else; the agent's sandbox
+    never reaches the judge; the verifier sandbox's attempts are in the step's network.jsonl."""
+    from nethosts import host_containers
+    from testbed import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
+    task = _judge_task(tmp_path / "tasks",
+                       '[verifier]\nenvironment_mode = "separate"\n\n' + JUDGE_TOML)
+    with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
+        agent = _TokenProbe(["http://judge.test/v1/models"])
+        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
+                           add_hosts=tuple(sorted(addrs.items())))
+    assert not agent.results["http://judge.test/v1/models"]["ok"]
+    assert r.error is None and r.reward == 1.0, r
+    (trial,) = (tmp_path / "jobs" / "job" / "trials").iterdir()
+    step_dir = trial / "steps" / "01-main"
+    grade = json.loads((step_dir / "verifier" / "grade.json").read_text())
+    assert grade["judge"] == "PASS" and grade["other"] != "reached"
+    records = [json.loads(x) for x in (step_dir / "network.jsonl").read_text().splitlines()]
+    verdicts = {(x["phase"], x["host"], x["verdict"]) for x in records}
+    assert ("verifier", "judge.test", "allowed") in verdicts
+    assert ("verifier", "other.test", "denied") in verdicts
+    # the agent's sandbox has no network at all (no gateway: nothing of it to record)
+    assert not any(x["phase"] == "agent" for x in records)
+    assert r.steps[0].network is not None and r.steps[0].network.allowed >= 1
+    assert r.steps[0].judge is not None and r.steps[0].judge.tokens.prompt == 321

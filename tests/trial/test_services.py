@@ -91,3 +91,37 @@ def test_keep_alive_entrypoint_starts_nothing(tmp_path):
     cmdlines, ended = asyncio.run(main())
     assert not any(c.startswith("sleep infinity") for c in cmdlines), cmdlines
     assert ended is None
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_service_dying_during_the_agent_phase_is_the_tasks_error_not_a_score(tmp_path):
+    """The service is up when the agent starts and dies (exit 5) while the agent works: the
+    trial is errored ``service_exited`` with the step, exit code and log tail; the verifier,
+    which would have passed, never scores it."""
+    _docker()
+    from cairn.sandbox.docker.exec_stream import SERVICE_EXIT_FILE
+
+    service = ("echo db: ready; while [ ! -e /tmp/agent-started ]; do sleep 0.05; done; "
+               "echo db: data file corrupted >&2; exit 5")
+    df = f'FROM {BASE}\nWORKDIR /app\nENTRYPOINT ["/bin/sh", "-c", "{service}"]\n'
+    # the oracle's solve.sh: starts working, then waits (bounded) until the service is gone
+    solve = (f"touch /tmp/agent-started\nfor i in $(seq 200); do [ -e {SERVICE_EXIT_FILE} ] "
+             "&& break; sleep 0.05; done\necho done > /app/out.txt\n")
+    task = write_task(tmp_path / "tasks", "svc-mid", dockerfile=df, solve=solve,
+                      test="echo 1 > /logs/verifier/reward.txt\n")
+    result = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
+                               job_name="job", agent="oracle", max_retries=2,
+                               retry_backoff_sec=0.1))
+    (r,) = result.results
+    assert r.outcome.value == "errored" and r.reward is None
+    assert r.error.kind.value == "service_exited" and r.error.category.value == "task"
+    assert r.error.step == "main" and "during step 'main'" in r.error.message
+    assert r.error.detail["exit_code"] == 5
+    assert "db: data file corrupted" in r.error.detail["log_tail"]
+    (step,) = r.steps
+    assert step.source.value == "error" and step.reward is None  # not scored as the agent's
+    trial = result.job_dir / "trials" / r.trial_name
+    assert not (trial / "attempts").exists()  # a task error: not retried
+    assert not (trial / "steps" / "01-main" / "verifier" / "reward.txt").exists()
+    assert result.exit_code == 1

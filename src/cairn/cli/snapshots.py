@@ -28,6 +28,7 @@ def regrade_cmd(
     path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Current task or dataset folder (repeatable); default: the task folders the trials recorded.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Name of the derived job (default <name>__regrade-<time>), created next to the original.")] = None,  # noqa: E501
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials regraded at once.")] = 4,  # noqa: E501
+    max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop regrading further trials once the LLM judges' spend (judge_usage.json) reaches this many USD; the rest are copied unchanged.")] = None,  # noqa: E501
     fmt: Annotated[str, typer.Option("--format", help="Report format: text, markdown or json.")] = "text",  # noqa: E501
 ) -> None:
     """``cairn regrade``: verifiers only, into a derived job (:func:`cairn.job.regrade.regrade_job`)."""
@@ -40,7 +41,10 @@ def regrade_cmd(
         _err("--format is text, markdown or json")
         raise typer.Exit(2)
     try:
+        if max_cost_usd is not None and not max_cost_usd > 0:
+            raise UsageError("--max-cost-usd must be a positive number of USD")
         result = regrade_job(job_dir, paths=path, job_name=job_name, n_concurrent=n_concurrent,
+                             max_cost_usd=max_cost_usd,
                              on_event=lambda line: print(line, file=sys.stderr, flush=True))
     except UsageError as exc:
         _err(str(exc))

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from cairn.errors import SandboxLostError, TrialFailure, UnsupportedError
 from cairn.task.envvars import missing_variables
@@ -125,5 +126,63 @@ def preflight_findings(path: Path, backend: str | None) -> list[Finding]:
                     f.text, f.rule) for f in out]
 
 
-__all__ = ["backend_findings", "preflight_findings", "template_findings",
+def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
+                       environ: Mapping[str, str] | None = None) -> tuple[list[Any], list[str]]:
+    """The job's capability check, once per task before any trial is queued (design §3).
+
+    Each task that is to run is asked once: does the job's agent take it (skills, MCP
+    servers), and can the backend enforce its sandbox (a network policy with the agent's model
+    hosts and a judge's opening, GPUs, compose, ...)? The trials of a refused task become
+    ``config_error`` results at once (no sandbox, no queue), with the message the trial itself
+    would give; the other tasks run.
+
+    Args:
+        decisions: the planner's :class:`~cairn.job.planner.TrialDecision` list.
+        config: the :class:`~cairn.plan.JobConfig`.
+        backend: the resolved backend.
+        environ: where ``${VAR}`` templates resolve (default ``os.environ``).
+
+    Returns:
+        (the decisions, refused ones turned ``INVALID``; one line per refused task).
+    """
+    import dataclasses
+
+    from cairn.agents.registry import create_agent
+    from cairn.job.discover import TaskEntry
+    from cairn.job.planner import TrialAction
+    from cairn.trial.run import preflight_refusal
+
+    try:
+        agent = create_agent(config.agent, config.model, dict(config.agent_kwargs))
+    except Exception:  # noqa: BLE001 - the trials report an agent that cannot be made
+        return decisions, []
+    opts = config.run_options()
+    verdicts: dict[str, str | None] = {}
+    out: list[Any] = []
+    lines: list[str] = []
+    for d in decisions:
+        task = d.entry.task
+        if d.action is not TrialAction.RUN or task is None:
+            out.append(d)
+            continue
+        key = str(d.entry.path)
+        if key not in verdicts:
+            try:
+                verdicts[key] = preflight_refusal(task, agent, opts, backend, environ)
+            except (SandboxLostError, TrialFailure):  # the engine cannot be asked: trials do
+                verdicts[key] = None
+            if verdicts[key] is not None:
+                lines.append(f"{d.entry.name}: refused before start: {verdicts[key]}")
+        why = verdicts[key]
+        if why is None:
+            out.append(d)
+            continue
+        refused = TaskEntry(d.entry.path, d.entry.name, error=why,
+                            content_hash=d.entry.content_hash, steps=list(d.entry.steps),
+                            source=d.entry.source)
+        out.append(dataclasses.replace(d, action=TrialAction.INVALID, entry=refused))
+    return out, lines
+
+
+__all__ = ["backend_findings", "preflight_findings", "refuse_unsupported", "template_findings",
            "unsupported_key_findings"]

@@ -68,11 +68,17 @@ class RegradeResult:
         job_dir: the new, derived job folder.
         source_dir: the original job folder (unchanged).
         results: every trial of the derived job (regraded, partial or copied unchanged).
+        stopped_by: ``max_cost`` when ``max_cost_usd`` stopped it from regrading more
+            trials (the rest were copied unchanged), else ``None``.
+        judge_cost_usd: what the new verifications' LLM judges cost (their
+            ``judge_usage.json``), USD.
     """
 
     job_dir: Path
     source_dir: Path
     results: list[TrialResult] = field(default_factory=list)
+    stopped_by: str | None = None
+    judge_cost_usd: float = 0.0
 
     @property
     def exit_code(self) -> int:
@@ -120,7 +126,8 @@ class _TrialRegrade:
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
                  job_dir: Path, timeout_multiplier: float, emit: EventSink,
-                 verifier_timeout_multiplier: float | None = None) -> None:
+                 verifier_timeout_multiplier: float | None = None,
+                 add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
@@ -129,6 +136,7 @@ class _TrialRegrade:
         self.verifier_multiplier = verifier_timeout_multiplier or timeout_multiplier
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
                                         job_dir=job_dir, timeout_multiplier=timeout_multiplier)
+        self.spec = dataclasses.replace(self.spec, add_hosts=add_hosts)  # the run's --add-host
         from cairn.task.envvars import resolve_env, secret_values
 
         self.verifier_envs = [resolve_env(s.verifier_env, os.environ) for s in task.steps]
@@ -150,7 +158,8 @@ class _TrialRegrade:
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
             plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          timeout_multiplier=self.timeout_multiplier)
+                                          timeout_multiplier=self.timeout_multiplier,
+                                          verifier_env=venv)
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
             v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
@@ -158,10 +167,17 @@ class _TrialRegrade:
                                             mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
             how: RegradeHow = "artifacts"
         else:
+            from cairn.task.judge import judge_hosts
+
             snap = old_row.snapshot
             assert snap is not None
             cls = get_backend(self.old.backend, compose=self.task.compose_file is not None)
-            spec = dataclasses.replace(self.spec, snapshot=snap.ref)
+            # the verifier phase's own policy, with an LLM judge's opening, as in the run
+            policy = self.task.verifier_network(step).with_model_hosts(
+                judge_hosts(step.verifier_env, venv)).effective()
+            switch = policy != self.task.environment.network_policy.effective()
+            spec = dataclasses.replace(self.spec, snapshot=snap.ref,
+                                       network_phases=(policy,) if switch else ())
             empty_folder(sp.verifier)
             async with cls(spec) as sandbox:
                 hc = self.task.environment.healthcheck
@@ -169,6 +185,8 @@ class _TrialRegrade:
                     from cairn.trial.healthcheck import run_healthcheck
 
                     await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
+                if switch:
+                    await sandbox.set_network(policy, phase="verifier")
                 v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
                                        verifier_dir=sp.verifier, mask=self.masker.mask)
             how = "snapshot"
@@ -289,6 +307,7 @@ def _unchanged(old: TrialResult, why: str) -> TrialResult:
 
 async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                        job_name: str | None = None, n_concurrent: int = 4,
+                       max_cost_usd: float | None = None,
                        on_event: EventSink | None = None) -> RegradeResult:
     """Regrade a finished job into a new derived job folder next to it (async).
 
@@ -298,6 +317,10 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
             folders the trials recorded.
         job_name: the derived job's name (default ``<name>__regrade-<time>``).
         n_concurrent: trials regraded at once.
+        max_cost_usd: once the new verifications' LLM-judge spend (``judge_usage.json``)
+            reaches this many USD, no further trial is regraded: the rest are copied unchanged
+            (``not_regradable``, "--max-cost-usd reached"); regrades already running finish.
+            No agent runs in a regrade, so the judge is all it spends.
         on_event: receives one line per regraded step.
 
     Returns:
@@ -337,6 +360,8 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         raise UsageError(f"{dest} exists; choose another --job-name")
     timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
     verifier_multiplier = meta.config.get("verifier_timeout_multiplier")
+    add_hosts = tuple(sorted((str(k), str(v)) for k, v in
+                             (meta.config.get("add_hosts") or {}).items()))
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
@@ -357,6 +382,8 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
             olds.append(rf.result)
         limit = asyncio.Semaphore(max(1, n_concurrent))
         results: list[TrialResult] = [None] * len(olds)  # type: ignore[list-item]
+        spent = [0.0]
+        stopped: list[str] = []
 
         async def one(i: int, old: TrialResult) -> None:
             trial_dir = dest / "trials" / old.trial_name
@@ -373,17 +400,20 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                 new = _unchanged(old, "no step ran")
             else:
                 async with limit:
-                    try:
-                        new = await _TrialRegrade(task, old, trial_dir, job_id=job_id,
-                                                  job_dir=dest, timeout_multiplier=timeout_multiplier,
-                                                  verifier_timeout_multiplier=float(
-                                                      verifier_multiplier)
-                                                  if verifier_multiplier else None,
-                                                  emit=emit).run()
-                    except (TrialFailure, UsageError) as exc:
-                        kind = getattr(exc, "kind", None)
-                        new = _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
-                                         if isinstance(exc, SandboxLostError) else f"{exc}")
+                    if max_cost_usd is not None and spent[0] >= max_cost_usd:
+                        if not stopped:
+                            stopped.append("max_cost")
+                            emit(f"--max-cost-usd {max_cost_usd:g} reached (judge spend "
+                                 f"${spent[0]:.4f}); no further trial is regraded")
+                        new = _unchanged(old, f"--max-cost-usd {max_cost_usd:g} reached: the "
+                                              f"regrade's judge spend was ${spent[0]:.4f}")
+                    else:
+                        new = await _regrade_one(
+                            task, old, trial_dir, job_id, dest, timeout_multiplier, emit,
+                            add_hosts, float(verifier_multiplier) if verifier_multiplier else None)
+                        if new.regrade is not None and new.regrade.status != "not_regradable":
+                            spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
+                                            if r.judge is not None)
             store = TrialStore(TrialPaths(trial_dir))
             store.write_steps(new.steps)
             store.write_result(new)
@@ -401,9 +431,27 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         for r in results:
             declared.setdefault(r.task.name, [s.name for s in r.steps])
         write_summary(dest, summarize_job(results, declared))
-        return RegradeResult(job_dir=dest, source_dir=src, results=results)
+        return RegradeResult(job_dir=dest, source_dir=src, results=results,
+                             stopped_by=stopped[0] if stopped else None,
+                             judge_cost_usd=spent[0])
     finally:
         lock.release()
+
+
+async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
+                       timeout_multiplier: float, emit: EventSink,
+                       add_hosts: tuple[tuple[str, str], ...],
+                       verifier_timeout_multiplier: float | None = None) -> TrialResult:
+    """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
+    try:
+        return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
+                                   timeout_multiplier=timeout_multiplier, emit=emit,
+                                   add_hosts=add_hosts,
+                                   verifier_timeout_multiplier=verifier_timeout_multiplier).run()
+    except (TrialFailure, UsageError) as exc:
+        kind = getattr(exc, "kind", None)
+        return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
+                          if isinstance(exc, SandboxLostError) else f"{exc}")
 
 
 def _r(x: float | None) -> str:

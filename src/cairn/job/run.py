@@ -38,6 +38,7 @@ from cairn.job.folder import (
     undo_empty,
 )
 from cairn.job.planner import TrialAction, plan_trials
+from cairn.job.preflight import refuse_unsupported
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
@@ -48,6 +49,7 @@ from cairn.results.store import (
     trial_dir_name,
 )
 from cairn.results.summary import summarize_job
+from cairn.sandbox.pools import close_pool, open_pool
 
 log = logging.getLogger("cairn.job")
 
@@ -230,7 +232,11 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         except UsageError:
             undo_empty(job.paths, created)
             raise
+        # capabilities, once per task before any trial is queued (config_error at once)
+        decisions, refused = refuse_unsupported(decisions, config, backend)
         begun = True
+        if executor.name == "local":  # trials of this process may reuse gateways (pools.py)
+            open_pool(job.job_dir)
         job.open_log()
         job.write_job_json()  # first: a job killed from here on can be resumed
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
@@ -238,6 +244,8 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
                    + (f", executor {executor.name})" if executor.name != "local" else ")"))
         for note in inputs.notes:
             job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
+        for line in refused:
+            job.notice(line, EventKind.WARNING)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit, executor.clean)
         if resume:
@@ -267,6 +275,7 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
                 f"`cairn resume {job.job_dir}`") from None
     finally:
         if begun:
+            close_pool(job.job_dir)  # what it still holds is labelled: settled just below
             await _settle_sandboxes(job)
             job.write_summary()
             with contextlib.suppress(Exception):

@@ -9,7 +9,9 @@ import asyncio
 import dataclasses
 import os
 import time
+from collections.abc import Mapping
 from datetime import UTC, datetime
+from pathlib import Path
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -22,7 +24,7 @@ from cairn.errors import (
     UnsupportedError,
 )
 from cairn.events import Event, EventKind, EventSink
-from cairn.plan import TrialPlan
+from cairn.plan import RunOptions, TrialPlan
 from cairn.results.aggregate import score_trial, stop_decision, sum_judge
 from cairn.results.model import (
     AgentRef,
@@ -43,9 +45,9 @@ from cairn.results.model import (
 from cairn.results.store import Masker, TrialPaths, TrialStore
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
-from cairn.task.envvars import MIN_SECRET_LEN, resolve_env, secret_values
+from cairn.task.envvars import MIN_SECRET_LEN, missing_variables, resolve_env, secret_values
 from cairn.task.judge import judge_hosts
-from cairn.task.model import Step
+from cairn.task.model import Step, Task
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
 from cairn.trial.healthcheck import run_healthcheck
@@ -73,6 +75,88 @@ def make_agent(plan: TrialPlan) -> Agent:
     from cairn.agents.registry import create_agent
 
     return create_agent(plan.agent_name, plan.model, dict(plan.agent_kwargs))
+
+
+def plan_networks(task: Task, agent: Agent, opts: RunOptions,
+                  verifier_envs: list[dict[str, str]]) -> PhaseNetworks:
+    """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
+    the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases, and an
+    LLM judge's API host in verifier phases (:mod:`cairn.task.judge`).
+
+    Args:
+        task: the loaded task.
+        agent: the trial's agent (its ``model_hosts``).
+        opts: the job's run options.
+        verifier_envs: each step's resolved verifier env (``--ve`` applied), in step order.
+    """
+    hosts = [*agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
+    agents = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
+    verifier = {s.index: task.verifier_network(s).with_model_hosts(
+                    judge_hosts(s.verifier_env, venv))
+                for s, venv in zip(task.steps, verifier_envs, strict=True)
+                if opts.verify and s.verifier_mode != "separate"}
+    return PhaseNetworks(environment=task.environment.network_policy, agent=agents,
+                         verifier=verifier)
+
+
+def sandbox_spec(task: Task, opts: RunOptions, networks: PhaseNetworks, env: dict[str, str], *,
+                 job_id: str = "adhoc", trial_id: str = "adhoc",
+                 job_dir: Path | None = None) -> SandboxSpec:
+    """The sandbox spec of a trial of ``task`` (what the backend's capability check sees).
+
+    Args:
+        task: the loaded task.
+        opts: the job's run options.
+        networks: the trial's phase policies (:func:`plan_networks`).
+        env: the resolved ``[environment.env]``.
+        job_id: the owning job's id.
+        trial_id: the trial's id.
+        job_dir: the owning job's folder.
+    """
+    e = task.environment
+    return SandboxSpec(
+        env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
+        cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
+        network_mode=e.effective_network_mode, env=env,
+        allowed_hosts=networks.environment.allowed_hosts,
+        network_phases=networks.phases, add_hosts=opts.add_hosts,
+        build_timeout_sec=e.build_timeout_sec * opts.build_multiplier,
+        force_build=opts.force_build, job_id=job_id, trial_id=trial_id,
+        env_hash=task.env_hash, name=task.slug, keep=False, job_dir=job_dir)
+
+
+def preflight_refusal(task: Task, agent: Agent, opts: RunOptions, backend: str,
+                      environ: Mapping[str, str] | None = None) -> str | None:
+    """Why every trial of ``task`` would end ``config_error`` before its sandbox starts, or
+    ``None``: the agent refuses the task (skills, MCP servers), or the backend's capability
+    check refuses its sandbox (a network policy, GPUs, compose, ...). The job asks once per
+    task before it queues any trial (design §3); each trial still checks again.
+
+    Args:
+        task: the loaded task.
+        agent: an instance of the job's agent.
+        opts: the job's run options.
+        backend: the resolved backend name.
+        environ: where templates resolve (default ``os.environ``; unresolved ones count as
+            empty: the job refuses them separately).
+    """
+    refusal = agent.refusal(task)
+    if refusal is not None:
+        return refusal
+    lenient = dict(os.environ if environ is None else environ)
+    for table in [task.environment.env, *(s.verifier_env for s in task.steps)]:
+        lenient.update(dict.fromkeys(missing_variables(table, lenient), ""))
+    ve = opts.verifier_env
+    venvs = [{**resolve_env({k: v for k, v in s.verifier_env.items() if k not in ve}, lenient),
+              **ve} for s in task.steps]
+    env = resolve_env(task.environment.env, lenient)
+    spec = sandbox_spec(task, opts, plan_networks(task, agent, opts, venvs), env)
+    cls = get_backend(backend, compose=task.compose_file is not None)
+    try:
+        cls.check(spec)
+    except UnsupportedError as exc:
+        return str(exc)
+    return None
 
 
 class _TrialRun:
@@ -147,39 +231,20 @@ class _TrialRun:
             secrets |= set(secret_values(s.verifier_env, resolved))
         self.masker = Masker(secrets)
         self.store.masker = self.masker
-        e = task.environment
-        self.networks = self._plan_networks(verifier_envs)
-        spec = SandboxSpec(
-            env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
-            cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
-            network_mode=e.effective_network_mode, env=env,
-            allowed_hosts=self.networks.environment.allowed_hosts,
-            network_phases=self.networks.phases, add_hosts=opts.add_hosts,
-            build_timeout_sec=e.build_timeout_sec * opts.build_multiplier,
-            force_build=opts.force_build, job_id=self.plan.job_id, trial_id=self.plan.trial_id,
-            env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
+        self.networks = plan_networks(task, self.agent, opts, verifier_envs)
+        spec = sandbox_spec(task, opts, self.networks, env, job_id=self.plan.job_id,
+                            trial_id=self.plan.trial_id, job_dir=self.plan.job_dir)
         return spec, solution_env, verifier_envs
-
-    def _plan_networks(self, verifier_envs: list[dict[str, str]]) -> PhaseNetworks:
-        """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
-        the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases,
-        and an LLM judge's API host in verifier phases (:mod:`cairn.task.judge`)."""
-        task, opts = self.task, self.plan.options
-        hosts = [*self.agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
-        agent = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
-        verifier = {s.index: task.verifier_network(s).with_model_hosts(
-                        judge_hosts(s.verifier_env, venv))
-                    for s, venv in zip(task.steps, verifier_envs, strict=True)
-                    if opts.verify and s.verifier_mode != "separate"}
-        return PhaseNetworks(environment=task.environment.network_policy, agent=agent,
-                             verifier=verifier)
 
     async def _record_network(self, sandbox: Sandbox, step: Step, row: StepResult) -> StepResult:
         """Hand the gateway's records of this step to the store; the row gets the counts."""
-        if self.networks is None or not self.networks.filtered:
+        separate = self.step_env.separate_records if self.step_env is not None else []
+        if self.step_env is not None:
+            self.step_env.separate_records = []
+        if (self.networks is None or not self.networks.filtered) and not separate:
             return row
         try:
-            records = await sandbox.network_records()
+            records = [*(await sandbox.network_records()), *separate]
         except (SandboxError, OSError) as exc:
             self.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
                        EventKind.WARNING)
@@ -211,7 +276,7 @@ class _TrialRun:
             for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
                 self.warnings.append(warning)
                 self.event(f"warning: {warning}", EventKind.WARNING)
-            self.separate = self._plan_separate(spec)
+            self.separate = self._plan_separate(spec, verifier_envs)
         except UnsupportedError as exc:
             self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
                                     phase=Phase.ENVIRONMENT)
@@ -256,7 +321,7 @@ class _TrialRun:
                 sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
             await asyncio.shield(sandbox.stop())
 
-    def _plan_separate(self, spec: SandboxSpec) -> dict:
+    def _plan_separate(self, spec: SandboxSpec, verifier_envs: list[dict[str, str]]) -> dict:
         """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
         to the masker."""
         if not self.plan.options.verify or all(s.verifier_mode != "separate"
@@ -265,8 +330,10 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 timeout_multiplier=self.plan.options.build_multiplier)
-                 for s in self.task.steps if s.verifier_mode == "separate"}
+                                                 timeout_multiplier=self.plan.options.build_multiplier,
+                                                 verifier_env=venv)
+                 for s, venv in zip(self.task.steps, verifier_envs, strict=True)
+                 if s.verifier_mode == "separate"}
         extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
         if extra:
             self.masker = Masker(set(self.masker.secrets) | extra)

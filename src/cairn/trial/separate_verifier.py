@@ -42,11 +42,13 @@ from cairn.errors import (
     UnsupportedError,
 )
 from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
+from cairn.netpolicy import NetworkPolicy
 from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
 from cairn.task.envvars import resolve_env, secret_values
 from cairn.task.hashing import env_hash
+from cairn.task.judge import judge_hosts
 from cairn.task.model import EnvironmentConfig, Healthcheck, Step, Task
 from cairn.trial.classify import as_start_failure
 from cairn.trial.healthcheck import run_healthcheck
@@ -73,6 +75,9 @@ class SeparatePlan:
     healthcheck: Healthcheck | None
     secrets: frozenset[str] = frozenset()
     warnings: tuple[str, ...] = ()
+    verifier_policy: NetworkPolicy | None = None
+    """The verifier phase's policy when it differs from the environment's: an LLM judge's
+    opening (:mod:`cairn.task.judge`), switched to just before ``test.sh`` runs."""
 
 
 def verifier_build_context(task: Task, step: Step) -> Path | None:
@@ -86,7 +91,8 @@ def verifier_build_context(task: Task, step: Step) -> Path | None:
 
 def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: str, *,
                            environ: Mapping[str, str] | None = None,
-                           timeout_multiplier: float = 1.0) -> SeparatePlan:
+                           timeout_multiplier: float = 1.0,
+                           verifier_env: Mapping[str, str] | None = None) -> SeparatePlan:
     """Resolve the separate verifier sandbox of ``step``.
 
     Args:
@@ -96,6 +102,9 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         backend: the trial's backend name (``docker``, ``local``).
         environ: the host environment for ``${VAR}`` templates (default ``os.environ``).
         timeout_multiplier: the timeout multiplier (applied to ``build_timeout_sec``).
+        verifier_env: the step's resolved verifier env (``--ve`` applied): a judge credential
+            in it gives the verifier phase the same opening to the judge's host as a shared
+            verifier gets (docs/network.md), through the verifier sandbox's own gateway.
 
     Returns:
         The :class:`SeparatePlan`.
@@ -123,11 +132,14 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
                          "task's environment",)
     env = resolve_env(cfg.env, os.environ if environ is None else environ)
     compose = find_compose_file(context) is not None
+    judge = judge_hosts(step.verifier_env, verifier_env) if verifier_env is not None else []
+    policy = cfg.network_policy.with_model_hosts(judge) if judge else None
     spec = dataclasses.replace(
         base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
         cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
         network_mode=cfg.effective_network_mode,
-        allowed_hosts=cfg.network_policy.allowed_hosts, network_phases=(), env=env,
+        allowed_hosts=cfg.network_policy.allowed_hosts,
+        network_phases=(policy,) if policy is not None else (), env=env,
         build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
         name=f"{task.slug}-verifier", keep=False)
@@ -139,7 +151,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
                            f"separate verifier of step {step.name!r}: {exc}") from None
     return SeparatePlan(backend=cls, spec=spec, healthcheck=cfg.healthcheck,
                         secrets=frozenset(secret_values(cfg.env, env)),
-                        warnings=(*fallback_note, *warnings))
+                        warnings=(*fallback_note, *warnings), verifier_policy=policy)
 
 
 def _declared_rows(artifacts_dir: Path) -> list[dict]:
@@ -253,8 +265,11 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
                         detail={"exit_code": hc.last_exit_code,
                                 "output_tail": mask(hc.last_output)}))
             restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
+            if plan.verifier_policy is not None:  # the judge's opening, for test.sh only
+                await sb.set_network(plan.verifier_policy, phase="verifier")
             run = await run_verifier(sb, step, env=env, timeout_sec=timeout_sec,
                                      verifier_dir=verifier_dir, mask=mask, image_tests=True)
+            run.network_records = list(await sb.network_records())
             run.warnings.extend(plan.warnings)
             if not restored:
                 run.warnings.append("separate verifier: no artifact was copied into its sandbox")

@@ -1,9 +1,12 @@
 """Start-up services: the image ENTRYPOINT a sandbox starts before the agent (design §4.1).
 
 A service that has exited non-zero by the time the agent would start fails the trial as the
-task's error ``service_exited`` (not retried), with its exit code and log tail. A service that
-exited 0 (a one-shot init script) or is still running is fine; a declared healthcheck still
-decides readiness.
+task's error ``service_exited`` (not retried), with its exit code and log tail. The same check
+runs again at the end of every step's agent phase, before the verifier: a service that died
+while the agent worked (a database that crashed under it) fails the trial the same way,
+with the step named, instead of a verifier scoring the agent against a broken environment.
+A service that exited 0 (a one-shot init script) or is still running is fine; a declared
+healthcheck still decides readiness.
 """
 
 from __future__ import annotations

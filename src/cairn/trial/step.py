@@ -34,6 +34,7 @@ from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.pre_artifacts import run_pre_artifacts
+from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
 from cairn.trial.verify import run_verifier
 
@@ -134,6 +135,8 @@ class StepEnv:
     after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
     networks: PhaseNetworks | None = None
     """The phases' network policies; the step switches the sandbox between them."""
+    separate_records: list[dict] = field(default_factory=list)
+    """Connection records of the step's separate verifier sandbox, for the trial's record."""
     on_phase: Callable[[Phase], None] | None = None
     """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
     clock: SpanClock = field(default_factory=SpanClock)
@@ -361,6 +364,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
 
+    # 7a. a start-up service that died while the agent worked fails the trial as the task's
+    # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
+    await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
+
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
                tokens=context.tokens, cost_usd=context.cost_usd,
                snapshot=snapshot)
@@ -388,6 +395,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
                                         timeout_sec=verifier_timeout,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
                                         mask=mask, timeout_multiplier=env.timeout_multiplier)
+        env.separate_records = v.network_records
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=verifier_timeout,

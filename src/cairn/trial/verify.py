@@ -39,6 +39,8 @@ class VerifierRun:
         warnings: CRLF normalisation, both reward files present, values outside [0, 1].
         error: the failure (``test_missing``, ``verifier_timeout``, ``reward_*``), if any.
         judge: an LLM judge's spend from ``judge_usage.json``, if the verifier wrote one.
+        network_records: a separate verifier sandbox's own gateway records (its judge
+            opening); empty in shared mode (the trial reads the sandbox's).
     """
 
     rewards: dict[str, float] | None = None
@@ -48,6 +50,7 @@ class VerifierRun:
     warnings: list[str] = field(default_factory=list)
     error: TrialFailure | None = None
     judge: JudgeUsage | None = None
+    network_records: list[dict] = field(default_factory=list)
 
 
 async def empty_verifier_logs(sandbox: Sandbox) -> None:

@@ -82,6 +82,8 @@ from cairn.sandbox.docker.exec_stream import (
     parse_processes,
 )
 from cairn.sandbox.docker.gateway import (
+    POOL_KIND,
+    POOL_LIMIT,
     Layout,
     TrialNetwork,
     ensure_gateway_image,
@@ -241,19 +243,29 @@ class DockerSandbox(Sandbox):
         self.warnings = self.check(self.spec)
         self._client = await in_thread(make_client)
         net = self._net = self._make_network(self._client)
+        reused = await self._reuse_network(net)
+        if reused is not None:
+            net = self._net = reused
         gateway_image = ensure_gateway_image(self._client) \
-            if net.layout is Layout.GATEWAY else asyncio.sleep(0, None)
+            if net.layout is Layout.GATEWAY and reused is None else asyncio.sleep(0, None)
+        # a reused gateway takes this trial's policy while the image is resolved
+        networks = net.create_networks() if reused is None else \
+            reused.adopt(self._client, self.spec.network_policy, "environment",
+                         dict(self.spec.add_hosts))
         if self.spec.snapshot:  # the files of a step snapshot, the image config it recorded
             image = in_thread(snapshot_image_info, self._client, self.spec.snapshot)
         else:
             image = ensure_image(self._client, self.spec)
         # Independent engine round trips at once: version, image, gateway image, networks.
         self._engine_version, self._image, gw_image, _ = await _gather(
-            in_thread(engine_version, self._client), image, gateway_image, net.create_networks())
+            in_thread(engine_version, self._client), image, gateway_image, networks)
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
-                if net.layout is Layout.GATEWAY:
+                if reused is not None:  # its policy was set while the image was resolved
+                    await _gather(self._create_and_start(), reused.confirm())
+                    await self._prepare()
+                elif net.layout is Layout.GATEWAY:
                     # The gateway comes up (and says it listens) while the sandbox starts.
                     await _gather(self._create_and_start(),
                                   net.start_gateway(gw_image, self.spec.network_policy,
@@ -276,6 +288,18 @@ class DockerSandbox(Sandbox):
             f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}",
             needs_public=any(p.mode is NetworkMode.PUBLIC for p in policies),
             hosts=dict(spec.add_hosts))
+
+    async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
+        """A gateway and internal network an earlier trial of this job left in the job's pool
+        (:mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's policy and
+        host map); or ``None`` (no pool, none idle, a layout that is not reused) to make
+        fresh ones. A pooled gateway that died idle fails this trial's start as
+        ``start_failed`` (infra: retried on a fresh one)."""
+        from cairn.sandbox import pools
+
+        if not fresh.poolable_plan or not pools.pool_open(self.spec.job_dir):
+            return None
+        return pools.take(self.spec.job_dir, POOL_KIND)
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""
@@ -440,14 +464,22 @@ class DockerSandbox(Sandbox):
             log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
                         self._cid[:12], self._shell)
             return
+        from cairn.sandbox import pools
+
+        reuse = self._ready and self._net is not None and self._net.poolable and \
+            pools.pool_open(self.spec.job_dir)
         try:
-            if self._net is not None:  # sandbox and gateway go at once, then the networks
+            if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
             else:
                 await self._stop_container()
         finally:
             net, self._net = self._net, None
-            if net is not None:
+            # A gateway is handed on only once this trial's container is gone for sure.
+            kept = reuse and net is not None and self.removal_error is None and \
+                await net.recycle() and \
+                pools.give(self.spec.job_dir, POOL_KIND, net, limit=POOL_LIMIT)
+            if net is not None and not kept:
                 await net.remove()
             client, self._client = self._client, None
             if client is not None:

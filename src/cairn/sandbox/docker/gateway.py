@@ -57,6 +57,11 @@ READY_TIMEOUT_SEC = 30.0
 SWITCH_TIMEOUT_SEC = 30.0
 NO_PROXY = "localhost,127.0.0.1,::1"
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
+MAX_USES = 50
+"""How many trials one gateway serves before it is removed (bounds its log)."""
+POOL_KIND = "docker-gateway"
+POOL_LIMIT = 16
+"""The most idle gateways a job keeps (about its concurrency: each returns after its trial)."""
 
 
 class Layout(StrEnum):
@@ -223,6 +228,10 @@ class TrialNetwork:
         self._public_attached: set[str] = set()
         self._records_seen = 0
         self._creating: list[asyncio.Future[Any]] = []
+        self.first_generation = 0
+        """Records of connections made under an older generation belong to an earlier
+        trial of a reused gateway and are never returned."""
+        self.uses = 1
 
     # ---- networks ---------------------------------------------------------------------------
     @property
@@ -352,9 +361,16 @@ class TrialNetwork:
             raise SandboxError(f"the egress gateway did not come up: {out[-1500:]}",
                                kind=ErrorKind.START_FAILED, detail={"logs": out[-4000:]})
 
-    async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None) -> None:
+    async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None, *,
+                    wait: bool = True) -> None:
         """Switch to ``policy`` for ``phase``: new proxy generation (closes every tunnel opened
         before), and the public network attached or detached.
+
+        With ``wait=False`` the state is copied in without waiting for the proxy's
+        acknowledgement: every connection made after this returns already sees it (the proxy
+        reads a changed state before serving each one), but tunnels opened before may still be
+        open — only for a gateway that has none (a recycled one, before its trial's sandbox
+        exists).
 
         Raises:
             SandboxError: the switch failed (the trial cannot be trusted to continue).
@@ -367,24 +383,12 @@ class TrialNetwork:
         self.generation += 1
         want = str(self.generation).encode()
         state = _tar_file(posixpath.basename(STATE_PATH), self._state(policy, phase).encode())
-        applied = posixpath.basename(STATE_PATH) + ".applied"
 
         def run() -> bool:
             # Copy the state in (no process started in the gateway), then wait for the
             # proxy's acknowledgement: by then every older tunnel is closed.
             api.put_archive(gid, posixpath.dirname(STATE_PATH), state)
-            delay = 0.005
-            deadline = time.monotonic() + SWITCH_TIMEOUT_SEC
-            while time.monotonic() < deadline:
-                try:
-                    chunks, _ = api.get_archive(gid, f"{posixpath.dirname(STATE_PATH)}/{applied}")
-                    if _untar_one(b"".join(chunks)).strip() == want:
-                        return True
-                except docker.errors.NotFound:
-                    pass
-                time.sleep(delay)
-                delay = min(delay * 2, 0.1)
-            return False
+            return True if not wait else self._acknowledged(want)
 
         with translate("switching the gateway's policy"):
             ok = await in_thread(run)
@@ -394,6 +398,42 @@ class TrialNetwork:
         self.policy, self.phase = policy, phase
         if sandbox_id is not None and self.public is not None:
             await self.attach_public(sandbox_id, policy.mode is NetworkMode.PUBLIC)
+
+    def _acknowledged(self, want: bytes) -> bool:
+        """Poll (bounded, backing off) until the proxy names generation ``want`` as applied;
+        False when it does not within :data:`SWITCH_TIMEOUT_SEC` (runs in a worker thread)."""
+        api, gid = self.client.api, self.gateway_id
+        applied = f"{posixpath.dirname(STATE_PATH)}/{posixpath.basename(STATE_PATH)}.applied"
+        delay = 0.005
+        deadline = time.monotonic() + SWITCH_TIMEOUT_SEC
+        while time.monotonic() < deadline:
+            try:
+                chunks, _ = api.get_archive(gid, applied)
+                if _untar_one(b"".join(chunks)).strip() == want:
+                    return True
+            except docker.errors.NotFound:
+                pass
+            time.sleep(delay)
+            delay = min(delay * 2, 0.1)
+        return False
+
+    async def confirm(self) -> None:
+        """Wait until the proxy acknowledges the current generation (after an
+        ``apply(wait=False)``): a reused gateway that died idle fails here.
+
+        Raises:
+            SandboxError: ``start_failed`` (infra, retried on a fresh gateway).
+        """
+        def check() -> bool:  # a gateway no longer running fails at once, not after the wait
+            state = self.client.api.inspect_container(self.gateway_id).get("State") or {}
+            return bool(state.get("Running")) and \
+                self._acknowledged(str(self.generation).encode())
+
+        with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
+            ok = await in_thread(check)
+        if not ok:
+            raise SandboxError("the reused egress gateway did not answer",
+                               kind=ErrorKind.START_FAILED)
 
     async def attach_public(self, container_id: str, attached: bool) -> None:
         """Connect or disconnect a container to the trial's public network (idempotent)."""
@@ -422,9 +462,11 @@ class TrialNetwork:
         if raw and not raw.endswith(b"\n"):
             lines = lines[:-1]  # a line still being written: read it next time
         for line in lines[self._records_seen:]:
-            with contextlib.suppress(ValueError):
+            with contextlib.suppress(ValueError, TypeError):
                 item = json.loads(line)
                 if isinstance(item, dict) and "verdict" in item:
+                    if int(item.pop("generation", self.first_generation)) < self.first_generation:
+                        continue  # an earlier trial's connection, ended late (reused gateway)
                     out.append(item)
         self._records_seen = len(lines)
         return out
@@ -435,6 +477,68 @@ class TrialNetwork:
         with translate(f"connecting the gateway to {network}", kind=ErrorKind.START_FAILED):
             await in_thread(self.client.api.connect_container_to_network, self.gateway_id,
                             network, aliases=[GATEWAY_ALIAS])
+
+    # ---- reuse by a later trial of the same job (cairn.sandbox.pools) -------------------------
+    @property
+    def poolable_plan(self) -> bool:
+        """Whether a network of this plan may be taken from a job's pool (the gateway
+        layout on its own internal network, and never a public phase)."""
+        return self.layout is Layout.GATEWAY and self.own_internal and not self.needs_public
+
+    @property
+    def poolable(self) -> bool:
+        """Whether this network can serve a later trial: the gateway layout on its own
+        internal network, no public network, started, and not worn out."""
+        return (self.layout is Layout.GATEWAY and self.own_internal and self.public is None
+                and self.internal is not None and self.gateway_id is not None
+                and self.uses < MAX_USES)
+
+    async def recycle(self) -> bool:
+        """Make the network safe for another trial, once the trial's containers are gone:
+        the gateway takes a closed policy (``no-network``, empty host map; a new generation,
+        so every tunnel of the trial is cut before this returns), the trial's records are
+        read past, and the internal network must hold nothing but the gateway.
+
+        Returns:
+            ``True`` when it can be reused; ``False`` (and nothing changed that matters) when
+            it must be removed instead. Never raises.
+        """
+        if not self.poolable:
+            return False
+        assert self.internal is not None
+        try:
+            self.hosts = {}
+            await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), "idle", None)
+            await self.records()  # the trial's own lines are behind us now
+            info = await in_thread(self.client.api.inspect_network, self.internal.ident)
+        except Exception as exc:  # noqa: BLE001 - not reusable: removed instead
+            log.info("gateway %s not reused: %s", (self.gateway_id or "")[:12], exc)
+            return False
+        attached = set((info.get("Containers") or {}).keys())
+        if attached != {self.gateway_id}:
+            log.info("gateway %s not reused: its network still holds %s",
+                     (self.gateway_id or "")[:12], sorted(attached - {self.gateway_id}))
+            return False
+        self.first_generation = self.generation
+        return True
+
+    async def adopt(self, client: Any, policy: NetworkPolicy, phase: str,
+                    hosts: dict[str, str]) -> None:
+        """Take this recycled network for a new trial: its client, its host map and its first
+        policy (a new generation; records of earlier generations are never returned).
+
+        Raises:
+            SandboxError: the gateway did not take the policy (the caller removes it).
+        """
+        self.client = client
+        self.hosts = dict(hosts)
+        self._creating = []
+        self._public_attached = set()
+        self.uses += 1
+        self.first_generation = self.generation + 1
+        # recycle() cut every tunnel and no container but the gateway is on the network: the
+        # new state only has to be in place before the trial's sandbox exists
+        await self.apply(policy, phase, None, wait=False)
 
     # ---- removal ----------------------------------------------------------------------------
     async def remove(self) -> None:

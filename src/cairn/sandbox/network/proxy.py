@@ -15,7 +15,8 @@ What it does:
 - anything else (no request line, an origin-form request, a bad port) is refused with ``400``.
 
 Every connection attempt is one JSON line on stdout, written when it ends: ``time`` (ISO 8601
-UTC, when it was made), ``phase``, ``method``, ``host``, ``port``, ``verdict`` (``allowed`` /
+UTC, when it was made), ``generation`` (of the state it was made under), ``phase``,
+``method``, ``host``, ``port``, ``verdict`` (``allowed`` /
 ``denied``), ``reason`` (for refusals and upstream failures), ``bytes_out`` (client →
 upstream) and ``bytes_in`` (upstream → client). Host names are logged as the client sent them
 (bounded to 255 characters), since they are agent output.
@@ -125,7 +126,8 @@ class Proxy:
         self.reload()  # a switch the backend finished is seen by every later connection
         with self.lock:
             state = self.state
-        entry: dict[str, Any] = {"time": _now_iso(), "phase": state.phase, "method": None,
+        entry: dict[str, Any] = {"time": _now_iso(), "generation": state.generation,
+                                 "phase": state.phase, "method": None,
                                  "host": None, "port": None, "verdict": "denied",
                                  "reason": None, "bytes_out": 0, "bytes_in": 0}
         upstream: socket.socket | None = None
