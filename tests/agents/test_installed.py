@@ -339,3 +339,29 @@ def test_qwen_command_and_reader_merge_blocks_of_one_call():
     # OpenAI semantics: input_tokens already include the cached ones
     assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
     assert run.session_id == "q1" and run.cost_usd is None
+
+
+# ---- the model variable each CLI reads (-m, else the host's) --------------------------------
+@pytest.mark.parametrize(("agent_name", "var"), [("claude-code", "ANTHROPIC_MODEL"),
+                                                 ("gemini-cli", "GEMINI_MODEL"),
+                                                 ("qwen-code", "OPENAI_MODEL")])
+def test_model_variable_from_m_or_passed_through_from_the_host(monkeypatch, agent_name, var):
+    from cairn.agents.base import AgentContext
+    from cairn.agents.registry import create_agent
+
+    ctx = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
+                       env={})
+    monkeypatch.setenv(var, "host-model-7")
+    # no -m: the host's variable reaches the CLI (it was dropped once; claude-code's
+    # ANTHROPIC_MODEL is how many users pick a model)
+    assert create_agent(agent_name, None, {})._env(ctx)[var] == "host-model-7"
+    # -m wins, provider prefix dropped, and the CLI's flag says the same
+    agent = create_agent(agent_name, "someprov/flag-model-9", {})
+    assert agent._env(ctx)[var] == "flag-model-9"
+    assert "flag-model-9" in agent._command(INSTR, None)
+    # --ae wins over both
+    ctx_ae = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
+                          env={var: "ae-model-3"})
+    assert agent._env(ctx_ae)[var] == "ae-model-3"
+    monkeypatch.delenv(var)
+    assert var not in create_agent(agent_name, None, {})._env(ctx)

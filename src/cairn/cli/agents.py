@@ -45,7 +45,7 @@ def prepare_command(
     Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
     are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
     """
-    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_runtime
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
@@ -64,7 +64,7 @@ def prepare_command(
     for name, version in todo:
         spec = classes[name].spec
         try:
-            rt = prepare_runtime(name, spec.packaging, version, platform,
+            rt = prepare_any(name, spec.packaging, version, platform,
                                  log=lambda line: typer.echo(line, err=True))
         except AgentPrepareError as exc:
             typer.echo(f"error: {exc}", err=True)
