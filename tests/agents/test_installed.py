@@ -365,3 +365,124 @@ def test_model_variable_from_m_or_passed_through_from_the_host(monkeypatch, agen
     assert agent._env(ctx_ae)[var] == "ae-model-3"
     monkeypatch.delenv(var)
     assert var not in create_agent(agent_name, None, {})._env(ctx)
+
+
+# ---- the Python agents: options checked before start ----------------------------------------
+@pytest.mark.parametrize("agent_name", ["aider", "mini-swe-agent"])
+def test_python_agents_refuse_resume_and_need_a_provider_model(monkeypatch, agent_name):
+    from cairn.agents.registry import validate_agent_options
+    from cairn.errors import UsageError
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456")
+    validate_agent_options(agent_name, "openai/gpt-4o-mini", {})
+    with pytest.raises(UsageError, match="cannot continue a session"):
+        validate_agent_options(agent_name, "openai/gpt-4o-mini", {}, resume=True)
+    with pytest.raises(UsageError, match="needs a model"):
+        validate_agent_options(agent_name, None, {})
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        validate_agent_options(agent_name, "openai/gpt-4o-mini", {})
+
+
+def test_python_agent_commands_keep_histories_out_of_the_working_dir():
+    from cairn.agents.registry import create_agent
+
+    aider = create_agent("aider", "anthropic/claude-sonnet-4-5", {"base_url": "http://h:9/v1"})
+    aider._log_dir = "/tmp/cairn-agent/logs/01-a"
+    cmd = aider._command(INSTR, None)
+    for flag in ("--llm-history-file", "--chat-history-file", "--input-history-file",
+                 "--analytics-log"):
+        assert f"{flag} /tmp/cairn-agent/logs/01-a/" in cmd
+    assert "--no-git" in cmd and "--yes-always" in cmd and cmd.endswith(f"--message={INSTR}")
+    assert "--model anthropic/claude-sonnet-4-5" in cmd  # a LiteLLM id, kept whole
+    assert aider._cli_env() == {"ANTHROPIC_BASE_URL": "http://h:9"}
+    mini = create_agent("mini-swe-agent", "openai/m", {"base_url": "http://h:9"})
+    mini._log_dir = "/tmp/cairn-agent/logs/01-a"
+    cmd = mini._command(INSTR, None)
+    assert "-c model.model_kwargs.api_base=http://h:9/v1" in cmd
+    assert "-o /tmp/cairn-agent/logs/01-a/mini.traj.json" in cmd and "-l 0" in cmd
+
+
+def test_python_launcher_restores_the_callers_library_path(tmp_path):
+    """The launcher's LD_LIBRARY_PATH is for the sealed interpreter only: what the agent runs
+    gets the caller's value back (unset stays unset, set-but-empty stays empty)."""
+    import os
+    import subprocess
+    import sys
+
+    from cairn.agents.runtime import python_launcher
+
+    root = tmp_path / "rt"
+    (root / "bin").mkdir(parents=True)
+    exe = root / "python/usr/bin/python3.11"
+    exe.parent.mkdir(parents=True)
+    # a stand-in for the sealed interpreter: drops -I so PYTHONPATH finds the probe module
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-I" ] && shift\n'
+                   f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n')
+    exe.chmod(0o755)
+    (tmp_path / "probe_mod.py").write_text("import os, json\n"
+                                           "def main():\n"
+                                           "    print(json.dumps(os.environ.get('LD_LIBRARY_PATH')))\n"
+                                           "    return 0\n")
+    launcher = root / "bin" / "probe"
+    launcher.write_text(python_launcher("probe_mod:main"))
+    launcher.chmod(0o755)
+    base = {"PATH": os.environ["PATH"]}
+    runs = {"unset": base, "empty": {**base, "LD_LIBRARY_PATH": ""},
+            "set": {**base, "LD_LIBRARY_PATH": "/opt/mine"}}
+    seen = {k: json.loads(subprocess.run([str(launcher)], env=env, capture_output=True,
+                                         text=True, check=True).stdout)
+            for k, env in runs.items()}
+    assert seen == {"unset": None, "empty": "", "set": "/opt/mine"}
+
+
+# ---- task seed trajectories: refused before start where they cannot be loaded ----------------
+def _seeded_task(tmp_path, doc) -> Path:
+    root = write_task(tmp_path, "t", steps=[StepSpec("a"), StepSpec("b")])
+    (root / "steps" / "a" / "trajectory.json").write_text(
+        doc if isinstance(doc, str) else json.dumps(doc))
+    return root
+
+
+GOOD_SEED = {"schema_version": "ATIF-v1.7", "session_id": "s",
+             "agent": {"name": "x", "version": "1"},
+             "steps": [{"step_id": 1, "source": "user", "message": "hello"}]}
+
+
+def test_seed_trajectory_refusals(tmp_path):
+    from cairn.agents.registry import create_agent
+
+    task = load_task(_seeded_task(tmp_path, GOOD_SEED))
+    assert task.seed_trajectory is not None
+    for name in ("codex", "aider", "mini-swe-agent"):
+        why = create_agent(name, "openai/m", {}).refusal(task)
+        assert why is not None and "cannot load the task's seed trajectory" in why, name
+    # oracle and nop act on no instruction: the seed does not apply to them (Harbor skips it)
+    assert create_agent("oracle", None, {}).refusal(task) is None
+    assert create_agent("nop", None, {}).refusal(task) is None
+    assert create_agent("llm", "openai/m", {}).refusal(task) is None
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ("{not json", "cannot be read as JSON"),
+    ({"steps": [{"source": "user", "message": "x"}]}, "not an ATIF document"),
+    ({"schema_version": "ATIF-v1.7", "steps": []}, "has no steps"),
+    ({"schema_version": "ATIF-v1.7", "steps": [{"source": "robot", "message": "x"}]},
+     "step 1 has no source"),
+    ({"schema_version": "ATIF-v1.7", "steps": [{"source": "agent", "message": "x",
+                                                "tool_calls": [{"function_name": "f"}]}]},
+     "tool_calls need tool_call_id"),
+])
+def test_a_malformed_seed_is_refused_with_the_file_named(tmp_path, doc, message):
+    from cairn.agents.registry import create_agent
+
+    task = load_task(_seeded_task(tmp_path, doc))
+    why = create_agent("llm", "openai/m", {}).refusal(task)
+    assert why is not None and message in why and "trajectory.json" in why
+
+
+def test_single_step_seed_lives_at_the_task_root(tmp_path):
+    root = write_task(tmp_path, "one")
+    assert load_task(root).seed_trajectory is None
+    (root / "trajectory.json").write_text(json.dumps(GOOD_SEED))
+    assert load_task(root).seed_trajectory == root / "trajectory.json"
