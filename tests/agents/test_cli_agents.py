@@ -32,6 +32,7 @@ from cairn.results.model import AgentExit
 from cairn.task.load import load_task
 from cli_scripts import (
     COMMANDS,
+    STEP1_MARK,
     TWO_STEPS,
     USAGE,
     bridge_gateway,
@@ -102,7 +103,8 @@ def _check_two_steps(job: Path, trial: Path, result: dict, agent: str) -> None:
         assert steps[name]["tokens"] == expected_tokens(name), name
         traj = json.loads(next((trial / "steps").glob(f"*-{name}/agent/trajectory.json"))
                           .read_text())
-        own = [s for s in traj["steps"] if not (s.get("extra") or {}).get("cairn_history")]
+        own = [s for s in traj["steps"] if not (s.get("extra") or {}).get("cairn_history")
+               and not (s.get("extra") or {}).get("cairn_seed")]
         calls = [c for s in own for c in s.get("tool_calls", [])]
         assert [c["function_name"] for c in calls] == [SHELL_TOOL[agent]]
         args = calls[0]["arguments"]
@@ -244,3 +246,46 @@ def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, ru
     assert sum(s["network"]["denied"] for s in result["steps"]) == denied_total
     if not refused:
         assert denied_total == 0
+
+
+SEED = {
+    "schema_version": "ATIF-v1.7", "session_id": "prior-1",
+    "agent": {"name": "someone", "version": "1"},
+    "steps": [
+        {"step_id": 1, "source": "user", "message": "Earlier: remember the word PELICAN."},
+        {"step_id": 2, "source": "agent", "message": "Looking first.",
+         "tool_calls": [{"tool_call_id": "toolu_prior_1", "function_name": "Bash",
+                         "arguments": {"command": "ls /app", "description": "list"}}],
+         "observation": {"results": [{"source_call_id": "toolu_prior_1",
+                                      "content": "nothing here"}]}},
+        {"step_id": 3, "source": "agent", "message": "Noted: PELICAN."},
+    ],
+}
+
+
+def test_seed_trajectory_opens_claude_codes_first_session(tmp_path, runtimes):
+    """A task's ``steps/<first>/trajectory.json`` becomes a Claude Code session file that step
+    1 resumes: its first model request carries the seed's turns (text, tool_use, tool_result)
+    before the instruction; step 2 (no --resume-agent-session) starts without them."""
+    agent = "claude-code"
+    task = public_two_steps(tmp_path / "two-steps")
+    (task / "steps" / "write" / "trajectory.json").write_text(json.dumps(SEED))
+    with FakeModels(two_step_script(agent), host=bridge_gateway(), consumes=consumes) as srv:
+        job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs")
+        main = srv.main_requests()
+    _check_two_steps(job, trial, result, agent)  # tokens: only this trial's
+    messages = main[0].body["messages"]
+    blob = json.dumps(messages)
+    assert "Earlier: remember the word PELICAN." in blob and "Noted: PELICAN." in blob
+    uses = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
+            if b.get("type") == "tool_use"]
+    results = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
+               if b.get("type") == "tool_result"]
+    assert uses[0]["id"] == "toolu_prior_1" and uses[0]["input"]["command"] == "ls /app"
+    assert results[0]["tool_use_id"] == "toolu_prior_1"
+    assert blob.index("PELICAN") < blob.index(STEP1_MARK)  # the seed comes first
+    assert "PELICAN" not in json.dumps(main[2].body)
+    traj = json.loads(next((trial / "steps").glob("*-write/agent/trajectory.json")).read_text())
+    seeded = [s for s in traj["steps"] if (s.get("extra") or {}).get("cairn_seed")]
+    assert [s["message"] for s in seeded] == [s["message"] for s in SEED["steps"]]
+    assert traj["extra"]["seeded_from"] == "trajectory.json"

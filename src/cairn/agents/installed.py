@@ -221,7 +221,8 @@ AIDER = InstalledAgentSpec(
 
 MINI_SWE_AGENT = InstalledAgentSpec(
     name="mini-swe-agent", version="2.4.6", binary="mini",
-    packaging=PypiPackaging("mini-swe-agent", {"mini": "minisweagent.run.mini:app"}),
+    packaging=PypiPackaging("mini-swe-agent", {"mini": "minisweagent.run.mini:app"},
+                            smoke_args=("--help",)),
     provider_keys=True,
     env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true",
          "MSWEA_COST_TRACKING": "ignore_errors", "NO_COLOR": "1", "TERM": "dumb"},
@@ -277,6 +278,7 @@ class InstalledAgent(Agent):
         self._history: list[dict[str, Any]] = []
         self._instruction = ""
         self._log_dir = f"{AGENT_DIR}/logs"
+        self._seeded: list[dict[str, Any]] | None = None
         self._started_at: str | None = None
 
     # ---- checks before anything starts -------------------------------------------------
@@ -448,6 +450,12 @@ class InstalledAgent(Agent):
         """Shell commands run as root at setup, after the config files are written."""
         return []
 
+    async def _install_seed(self, steps: list[dict[str, Any]], sandbox: Sandbox,
+                            context: AgentContext) -> str | None:
+        """Put a task's seed trajectory where the CLI keeps sessions; return the session id
+        to resume (agents with :attr:`supports_seed` implement it)."""
+        raise NotImplementedError
+
     def _cli_env(self) -> dict[str, str]:
         """Variables the CLI needs beyond :attr:`InstalledAgentSpec.env` (endpoint settings)."""
         return {}
@@ -507,6 +515,15 @@ class InstalledAgent(Agent):
         self._log_dir = log_dir
         self._started_at = utc_now_iso()
         resume = self._session_id if context.resume_session else None
+        self._seeded = None
+        seed_path = getattr(context.task, "seed_trajectory", None) \
+            if context.task is not None and context.step is not None \
+            and context.step.index == 1 else None
+        if seed_path is not None and self.supports_seed:
+            from cairn.agents.trajectory import load_seed
+
+            self._seeded = load_seed(seed_path)
+            resume = await self._install_seed(self._seeded, sandbox, context)
         command = self._command(f'"$(cat {shlex.quote(log_dir + "/instruction.md")})"', resume)
         # MCP servers of the task in the CLI's own configuration (cairn.agents.mcp, #22)
         command, mcp_env = await install_mcp_config(
@@ -581,6 +598,9 @@ class InstalledAgent(Agent):
                                  "source": self.trajectory_source, **run.extra})
         if resumed:
             traj.add_history(self._history)
+        if self._seeded is not None:
+            traj.add_seed(self._seeded)
+            traj.extra = {**(traj.extra or {}), "seeded_from": "trajectory.json"}
         traj.add_step("user", self._instruction, timestamp=self._started_at)
         own_start = len(traj.steps)
         for step in run.steps:
@@ -661,6 +681,27 @@ class ClaudeCodeAgent(InstalledAgent):
     spec = CLAUDE_CODE
     trajectory_source = "stream-json stdout + session jsonl usage"
     needs_model = None
+    supports_seed = True
+
+    async def _install_seed(self, steps: list[dict[str, Any]], sandbox: Sandbox,
+                            context: AgentContext) -> str | None:
+        """Write the seed as a Claude Code session file
+        (``~/.claude/projects/<cwd with non-alphanumerics as ->/<uuid>.jsonl``) and resume it:
+        the step's instruction continues that conversation."""
+        import re
+        import uuid
+
+        session = str(uuid.uuid4())
+        cwd = sandbox.workdir or "/"
+        text = claude_session_jsonl(steps, session, cwd, self.version)
+        folder = f"{HOME_DIR}/.claude/projects/{re.sub(r'[^a-zA-Z0-9]', '-', cwd)}"
+        with tempfile.TemporaryDirectory() as tmp:
+            host = Path(tmp) / f"{session}.jsonl"
+            host.write_text(text, encoding="utf-8")
+            await sandbox.exec(["mkdir", "-p", folder], user="root", timeout_sec=60)
+            await sandbox.upload(host, f"{folder}/{session}.jsonl")
+        await self._own_home(sandbox, context.user)
+        return session
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         super().__init__(model, **kwargs)
@@ -966,3 +1007,69 @@ class MiniSweAgent(InstalledAgent):
 
     def _read(self, logs: Path) -> CliRun:
         return read_mini(_read_text(logs / "mini.traj.json"))
+
+
+def claude_session_jsonl(steps: list[dict[str, Any]], session_id: str, cwd: str,
+                         version: str) -> str:
+    """ATIF steps as a Claude Code session file (JSON lines), for ``claude --resume``.
+
+    ``user`` (and ``system``: Claude Code keeps its own system prompt, so a seed's system text
+    becomes a user turn) steps are ``user`` entries; an ``agent`` step is one ``assistant``
+    entry (a text block, then a ``tool_use`` block per tool call), followed by one ``user``
+    entry with a ``tool_result`` per observation result answering its calls (a call without
+    one is answered ``[no result recorded]``). Entries are chained by ``uuid``/``parentUuid``
+    as the CLI writes them (measured on 2.1.332).
+
+    Args:
+        steps: checked seed steps (:func:`cairn.agents.trajectory.load_seed`).
+        session_id: the session's UUID (the file's stem).
+        cwd: the working dir the session belongs to.
+        version: the Claude Code version recorded on each entry.
+
+    Returns:
+        The file's text.
+    """
+    import re
+    import uuid
+
+    lines: list[str] = []
+    parent: str | None = None
+    now = utc_now_iso()
+
+    def emit(kind: str, message: dict[str, Any], stamp: str | None) -> None:
+        nonlocal parent
+        entry_id = str(uuid.uuid4())
+        lines.append(json.dumps({
+            "parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": cwd,
+            "sessionId": session_id, "version": version, "type": kind, "message": message,
+            "uuid": entry_id, "timestamp": stamp or now}, ensure_ascii=False))
+        parent = entry_id
+
+    def safe_id(raw: str, n: int) -> str:  # Anthropic tool ids: [a-zA-Z0-9_-]+
+        return re.sub(r"[^a-zA-Z0-9_-]", "_", raw) or f"toolu_seed_{n}"
+
+    for n, step in enumerate(steps):
+        stamp = step.get("timestamp") if isinstance(step.get("timestamp"), str) else None
+        text = step.get("message") or ""
+        if step["source"] != "agent":
+            emit("user", {"role": "user", "content": text}, stamp)
+            continue
+        calls = step.get("tool_calls") or []
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        for i, call in enumerate(calls):
+            content.append({"type": "tool_use", "id": safe_id(call["tool_call_id"], n * 100 + i),
+                            "name": call["function_name"], "input": call.get("arguments") or {}})
+        emit("assistant", {"id": f"msg_seed_{n}", "type": "message", "role": "assistant",
+                           "model": step.get("model_name") or "seed",
+                           "content": content or [{"type": "text", "text": ""}],
+                           "stop_reason": "tool_use" if calls else "end_turn",
+                           "stop_sequence": None,
+                           "usage": {"input_tokens": 0, "output_tokens": 0}}, stamp)
+        if calls:
+            answers = {r.get("source_call_id"): r.get("content") or ""
+                       for r in (step.get("observation") or {}).get("results") or []}
+            emit("user", {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": safe_id(c["tool_call_id"], n * 100 + i),
+                 "content": answers.get(c["tool_call_id"], "[no result recorded]")}
+                for i, c in enumerate(calls)]}, stamp)
+    return "\n".join(lines) + "\n"

@@ -352,10 +352,13 @@ class PypiPackaging:
         package: the PyPI distribution (``aider-chat``), installed at the pinned version.
         commands: command name → ``module:function`` entry point; ``bin/<command>`` becomes
             a launcher that runs it with the sealed interpreter.
+        smoke_args: arguments of the first command that must exit 0 after the install
+            (proves the interpreter, its libraries and the agent's imports).
     """
 
     package: str
     commands: dict[str, str]
+    smoke_args: tuple[str, ...] = ("--version",)
 
 
 def python_launcher(entry: str) -> str:
@@ -511,7 +514,8 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
                 launcher.chmod(0o755)
                 executables[command] = f"bin/{command}"
             first = next(iter(packaging.commands))
-            out = _run([str(bin_dir / first), "--version"], f"{agent}: {first} --version",
+            smoke = " ".join(packaging.smoke_args)
+            out = _run([str(bin_dir / first), *packaging.smoke_args], f"{agent}: {first} {smoke}",
                        env={"PATH": os.environ.get("PATH", ""), "HOME": str(staging),
                             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true"},
                        timeout=120)
