@@ -486,3 +486,82 @@ def test_single_step_seed_lives_at_the_task_root(tmp_path):
     assert load_task(root).seed_trajectory is None
     (root / "trajectory.json").write_text(json.dumps(GOOD_SEED))
     assert load_task(root).seed_trajectory == root / "trajectory.json"
+
+
+# ---- aider / mini-swe-agent log readers -----------------------------------------------------
+AIDER_LLM = """TO LLM 2026-12-01T12:15:57
+-------
+SYSTEM Act as an expert.
+-------
+USER Write 1 into a.txt
+LLM RESPONSE 2026-12-01T12:15:58
+ASSISTANT Creating the file.
+ASSISTANT
+ASSISTANT a.txt
+ASSISTANT ```
+ASSISTANT 1
+ASSISTANT ```
+"""
+AIDER_EVENTS = "\n".join(json.dumps(e) for e in [
+    {"event": "launched", "properties": {}},
+    {"event": "message_send", "properties": {"prompt_tokens": 1000, "completion_tokens": 40,
+                                             "total_tokens": 1040, "cost": 0, "total_cost": 0}},
+    {"event": "exit", "properties": {"reason": "Completed --message"}},
+])
+
+
+def test_read_aider_turns_tokens_and_edits():
+    from cairn.agents.cli_logs import read_aider
+
+    run = read_aider(AIDER_LLM, AIDER_EVENTS, "Tokens: 1.0k sent\nApplied edit to a.txt\n")
+    assert [s["message"] for s in run.steps] == ["Creating the file.\n\na.txt\n```\n1\n```"]
+    assert run.steps[0]["timestamp"] == "2026-12-01T12:15:58Z"
+    assert run.steps[0]["metrics"]["prompt_tokens"] == 1000
+    assert run.steps[0]["metrics"]["cached_tokens"] is None  # aider does not report it
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (1000, 40, None)
+    assert run.cost_usd is None  # 0 means "no price", not free
+    assert run.extra == {"exit_reason": "Completed --message", "applied_edits": ["a.txt"]}
+    # hostile or missing logs: nothing raises, nothing is invented
+    empty = read_aider("", "not json\n{]\n", "")
+    assert empty.steps == [] and not empty.has_tokens and empty.extra == {"finished": False}
+    odd = read_aider("LLM RESPONSE x\nASSISTANT hi\n",
+                     json.dumps({"event": "message_send", "properties": {"prompt_tokens": -3,
+                                                                         "cost": "x"}}), "")
+    assert odd.steps[0]["message"] == "hi" and odd.steps[0]["metrics"]["prompt_tokens"] is None
+
+
+def test_read_mini_steps_observations_and_status():
+    from cairn.agents.cli_logs import read_mini
+
+    def assistant(text, cid, cmd, usage, cost=0.0):
+        return {"role": "assistant", "content": text,
+                "tool_calls": [{"id": cid, "type": "function",
+                                "function": {"name": "bash",
+                                             "arguments": json.dumps({"command": cmd})}}],
+                "extra": {"response": {"model": "scripted", "usage": usage}, "cost": cost,
+                          "timestamp": 1796127356.5}}
+
+    doc = {"info": {"exit_status": "Submitted"}, "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+        assistant("Writing.", "c1", "echo 1 > a", {"prompt_tokens": 1000, "completion_tokens": 40,
+                                                   "prompt_tokens_details": {"cached_tokens": 300}},
+                  0.25),
+        {"role": "tool", "tool_call_id": "c1", "content": '{"returncode": 0}'},
+        assistant("Submitting.", "c2", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+                  {"prompt_tokens": 1100, "completion_tokens": 12}, 0.5),
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}]}
+    run = read_mini(json.dumps(doc))
+    assert [c["arguments"]["command"] for s in run.steps for c in s["tool_calls"]] == \
+        ["echo 1 > a", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+    assert run.steps[0]["observation"]["results"] == [{"source_call_id": "c1",
+                                                       "content": '{"returncode": 0}'}]
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (2100, 52, 300)
+    assert run.cost_usd == 0.75 and run.is_error is False
+    assert run.steps[0]["timestamp"].endswith(":56.500Z")
+    # a run cut off (no exit message yet) and hostile files
+    cut = read_mini(json.dumps({"messages": doc["messages"][:4]}))
+    assert cut.extra == {"finished": False} and cut.is_error is None
+    assert read_mini("").steps == [] and read_mini("[1, 2]").steps == []
+    assert read_mini(json.dumps({"messages": [None, 3, {"role": "assistant",
+                                                       "tool_calls": "x"}]})).steps[0][
+        "tool_calls"] == []
