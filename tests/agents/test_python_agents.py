@@ -6,8 +6,8 @@ on the docker bridge gateway.
 
 The runtimes are prepared on demand into cairn's cache (``cairn agents prepare aider
 mini-swe-agent`` ahead of time): the first run on a fresh machine downloads the Python packages
-from the Debian archive and the agents from PyPI (aider ~660 MB installed, mini-swe-agent
-~730 MB; 3-5 min each here).
+from the Debian archive and the agents from PyPI with uv (aider ~690 MB installed,
+mini-swe-agent ~730 MB; 1-2 min each here).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from cli_scripts import (
     public_two_steps,
     two_step_script,
 )
-from fake_models import FakeModels
+from fake_models import FakeModels, Turn
 
 pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_sandbox]
 
@@ -165,3 +165,26 @@ def test_python_agent_under_no_network_reaches_only_its_model(tmp_path, py_runti
             {("model.test", srv.port, "allowed", "agent")}, lines
     assert all(s["network"]["denied"] == 0 for s in result["steps"])
 
+
+
+def test_the_images_own_python_is_untouched_by_the_sealed_one(tmp_path, py_runtimes):
+    """In a ``python:3.12-slim`` task, mini-swe-agent (its own Python 3.11) runs the image's
+    ``python3``: that is 3.12 with the image's libraries, and it sees neither the runtime's
+    ``LD_LIBRARY_PATH`` nor a ``PYTHONHOME``/``PYTHONPATH``."""
+    from taskgen import write_task
+
+    probe = ("python3 -c 'import json, os, ssl, sys; print(json.dumps({\"v\": sys.version_info[:2], "
+             "\"ld\": os.environ.get(\"LD_LIBRARY_PATH\"), \"ssl\": ssl.OPENSSL_VERSION, "
+             "\"py\": [k for k in (\"PYTHONHOME\", \"PYTHONPATH\") if k in os.environ]}))' "
+             "> /app/out.json")
+    test = ("python3 -c 'import json; d = json.load(open(\"/app/out.json\")); "
+            "assert d[\"v\"] == [3, 12] and d[\"ld\"] is None and not d[\"py\"], d' "
+            "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path, "img-python", dockerfile="FROM python:3.12-slim\nWORKDIR /app\n",
+                      network="public", instruction="Record the Python facts.", test=test)
+    script = [Turn(text="Probing.", calls=(("bash", {"command": probe}),), usage=(10, 2, 0)),
+              Turn(text="Done.", calls=(("bash", {"command": SUBMIT}),), usage=(11, 1, 0))]
+    with FakeModels(script, host=bridge_gateway(), consumes=consumes_any) as srv:
+        job, trial, result = _cairn_run(task, "mini-swe-agent", srv.base_url, tmp_path / "jobs")
+    assert result["reward"] == 1.0, result
+    assert result["tokens"] == {"prompt": 21, "completion": 3, "cached": 0}
