@@ -13,7 +13,8 @@ Measured side by side on the same machine:
    that already has Node.js and npm (Debian's ``nodejs npm``; built once, not timed), with a
    fresh npm cache each time. Median of ``--npm-rounds``.
 
-The task image of (1) and (2) is ``debian:bookworm-slim``: no Node.js and no Python.
+The task image of (1) and (2) is ``debian:bookworm-slim`` without Node.js, and for a Python
+agent with its ``python3`` removed too.
 
 For the Python agents (``--agent aider``, ``--agent mini-swe-agent``) the runtime is a sealed
 Python (Debian's CPython 3.11 + the agent from PyPI), and (3) is ``pip install <package>==<version>``
@@ -53,10 +54,13 @@ NPM_IMAGE_DOCKERFILE = ("FROM debian:bookworm-slim\nRUN apt-get update -qq && "
                         "ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*\n")
 
 
-def _task(root: Path) -> Path:
+def _task(root: Path, *, pypi: bool = False) -> Path:
     task = root / "bench-agent-setup"
     (task / "environment").mkdir(parents=True)
-    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    # a Python agent's image has its Python removed: the sealed runtime must not need it
+    strip = "RUN rm -rf /usr/bin/python3* /usr/lib/python3*\n" if pypi else ""
+    (task / "environment" / "Dockerfile").write_text(
+        f"FROM debian:bookworm-slim\n{strip}WORKDIR /app\n")
     (task / "instruction.md").write_text("Nothing.\n")
     (task / "tests").mkdir()
     (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
@@ -83,7 +87,8 @@ async def _one_trial(agent_name: str, task, tmp: Path) -> tuple[float, float]:
         await agent.setup(sandbox, ctx)
         setup_sec = time.monotonic() - t1
         node = await sandbox.exec("command -v node || command -v python3 || echo none")
-        assert node.stdout.strip() == "none", "the task image must have no Node.js or Python"
+        assert node.stdout.strip() == "none", \
+            f"the task image must have no Node.js or Python: {node.stdout.strip()}"
     return host_sec + setup_sec, env_sec
 
 
@@ -138,7 +143,7 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
-        task = load_task(_task(tmp))
+        task = load_task(_task(tmp, pypi=pypi))
         first = None
         if not args.reuse_cache:
             os.environ["CAIRN_CACHE_DIR"] = str(tmp / "cache")
