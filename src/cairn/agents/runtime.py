@@ -462,7 +462,8 @@ def _install_agent(staging: Path, wheels: Path, env: dict[str, str], site: Path,
     got_uv = subprocess.run(
         [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
          "-d", str(wheels / "uv"), f"uv=={UV_VERSION}"], capture_output=True, text=True,
-        encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL, timeout=600, check=False).returncode == 0
+        encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL, timeout=600,
+        check=False).returncode == 0
     uv_whl = next(iter((wheels / "uv").glob("uv-*.whl")), None) if got_uv else None
     if uv_whl is not None:
         with zipfile.ZipFile(uv_whl) as zf:
