@@ -13,10 +13,18 @@ Measured side by side on the same machine:
    that already has Node.js and npm (Debian's ``nodejs npm``; built once, not timed), with a
    fresh npm cache each time. Median of ``--npm-rounds``.
 
-The task image of (1) and (2) is ``debian:bookworm-slim``: no Node.js.
+The task image of (1) and (2) is ``debian:bookworm-slim`` without Node.js, and for a Python
+agent with its ``python3`` removed too.
+
+For the Python agents (``--agent aider``, ``--agent mini-swe-agent``) the runtime is a sealed
+Python (Debian's CPython 3.11 + the agent from PyPI), and (3) is ``pip install <package>==<version>``
+into a venv of Debian's ``python3`` in the container instead (image built once, not timed).
+
+``--reuse-cache`` skips (1) and measures (2) on the machine's own cache (``cairn agents prepare``
+first): the uncached figure of a Python agent costs minutes.
 
 Usage:
-    python3 bench/agent_setup.py [--agent claude-code] [-n 5] [--npm-rounds 1]
+    python3 bench/agent_setup.py [--agent claude-code] [-n 5] [--npm-rounds 1] [--reuse-cache]
 
 Exit status 0 when the cached median is under 2 s, 1 otherwise.
 """
@@ -46,10 +54,18 @@ NPM_IMAGE_DOCKERFILE = ("FROM debian:bookworm-slim\nRUN apt-get update -qq && "
                         "ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*\n")
 
 
-def _task(root: Path) -> Path:
+PIP_IMAGE_DOCKERFILE = ("FROM debian:bookworm-slim\nRUN apt-get update -qq && "
+                        "DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv "
+                        "python3-pip ca-certificates >/dev/null && rm -rf /var/lib/apt/lists/*\n")
+
+
+def _task(root: Path, *, pypi: bool = False) -> Path:
     task = root / "bench-agent-setup"
     (task / "environment").mkdir(parents=True)
-    (task / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
+    # a Python agent's image has its Python removed: the sealed runtime must not need it
+    strip = "RUN rm -rf /usr/bin/python3* /usr/lib/python3*\n" if pypi else ""
+    (task / "environment" / "Dockerfile").write_text(
+        f"FROM debian:bookworm-slim\n{strip}WORKDIR /app\n")
     (task / "instruction.md").write_text("Nothing.\n")
     (task / "tests").mkdir()
     (task / "tests" / "test.sh").write_text("#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n")
@@ -75,15 +91,17 @@ async def _one_trial(agent_name: str, task, tmp: Path) -> tuple[float, float]:
         t1 = time.monotonic()
         await agent.setup(sandbox, ctx)
         setup_sec = time.monotonic() - t1
-        node = await sandbox.exec("command -v node || echo none")
-        assert node.stdout.strip() == "none", "the task image must have no Node.js"
+        node = await sandbox.exec("command -v node || command -v python3 || echo none")
+        assert node.stdout.strip() == "none", \
+            f"the task image must have no Node.js or Python: {node.stdout.strip()}"
     return host_sec + setup_sec, env_sec
 
 
-async def _npm_in_sandbox(package: str, version: str, rounds: int, tmp: Path) -> list[float]:
+async def _npm_in_sandbox(package: str, version: str, rounds: int, tmp: Path, *,
+                          pypi: bool = False) -> list[float]:
     env_dir = tmp / "npm-image"
     env_dir.mkdir()
-    (env_dir / "Dockerfile").write_text(NPM_IMAGE_DOCKERFILE)
+    (env_dir / "Dockerfile").write_text(PIP_IMAGE_DOCKERFILE if pypi else NPM_IMAGE_DOCKERFILE)
     from cairn.task.hashing import env_hash
 
     times = []
@@ -100,12 +118,16 @@ async def _npm_in_sandbox(package: str, version: str, rounds: int, tmp: Path) ->
                 await sandbox.upload(host_ca, "/tmp/host-ca.crt")
                 cafile = "--cafile /tmp/host-ca.crt"
             t0 = time.monotonic()
-            r = await sandbox.exec(f"npm install -g --no-audit --no-fund --cache /tmp/npmc "
-                                   f"{cafile} {package}@{version}", user="root",
-                                   timeout_sec=1800)
+            if pypi:
+                cmd = (f"python3 -m venv /tmp/v && /tmp/v/bin/pip install -q --no-cache-dir "
+                       f"{'--cert /tmp/host-ca.crt' if cafile else ''} {package}=={version}")
+            else:
+                cmd = (f"npm install -g --no-audit --no-fund --cache /tmp/npmc "
+                       f"{cafile} {package}@{version}")
+            r = await sandbox.exec(cmd, user="root", timeout_sec=1800)
             times.append(time.monotonic() - t0)
             if not r.ok:
-                print(f"npm install in the sandbox failed: {r.stderr[-800:]}", file=sys.stderr)
+                print(f"install in the sandbox failed: {r.stderr[-800:]}", file=sys.stderr)
                 return []
     return times
 
@@ -114,15 +136,23 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--agent", default="claude-code")
     ap.add_argument("-n", type=int, default=5, help="cached trials (median)")
-    ap.add_argument("--npm-rounds", type=int, default=1, help="npm-in-sandbox rounds (0: skip)")
+    ap.add_argument("--npm-rounds", type=int, default=1,
+                    help="npm (pip, for a Python agent) in-sandbox rounds (0: skip)")
+    ap.add_argument("--reuse-cache", action="store_true",
+                    help="measure on the machine's own cache; skip the uncached trial")
     args = ap.parse_args()
+    from cairn.agents.runtime import PypiPackaging
+
+    pypi = isinstance(create_agent(args.agent, None, {}).spec.packaging, PypiPackaging)
 
     with tempfile.TemporaryDirectory() as tmpd:
         tmp = Path(tmpd)
-        task = load_task(_task(tmp))
-        os.environ["CAIRN_CACHE_DIR"] = str(tmp / "cache")
-        os.environ["npm_config_cache"] = str(tmp / "npm-cache")  # noqa: SIM112 - npm reads this spelling
-        first, _ = asyncio.run(_one_trial(args.agent, task, tmp))
+        task = load_task(_task(tmp, pypi=pypi))
+        first = None
+        if not args.reuse_cache:
+            os.environ["CAIRN_CACHE_DIR"] = str(tmp / "cache")
+            os.environ["npm_config_cache"] = str(tmp / "npm-cache")  # noqa: SIM112 - npm reads this spelling
+            first, _ = asyncio.run(_one_trial(args.agent, task, tmp))
         cached, envs = [], []
         for _ in range(args.n):
             s, e = asyncio.run(_one_trial(args.agent, task, tmp))
@@ -130,15 +160,18 @@ def main() -> int:
             envs.append(e)
         agent = create_agent(args.agent, None, {})
         npm = asyncio.run(_npm_in_sandbox(agent.spec.package, agent.version, args.npm_rounds,
-                                          tmp)) if args.npm_rounds else []
+                                          tmp, pypi=pypi)) if args.npm_rounds else []
     med = statistics.median(cached)
     print(f"agent {args.agent} {agent.version}: agent setup per trial")
-    print(f"  first (uncached: npm registry download into the cache): {first:8.2f} s")
+    if first is not None:
+        source = "Debian + PyPI" if pypi else "npm registry"
+        print(f"  first (uncached: {source} download into the cache): {first:8.2f} s")
     print(f"  cached (trials 2..{args.n + 1}, median of {args.n}):              {med:8.2f} s  "
           f"(min {min(cached):.2f}, max {max(cached):.2f})")
     if npm:
         nmed = statistics.median(npm)
-        print(f"  npm install -g in the sandbox (median of {len(npm)}):          {nmed:8.2f} s  "
+        what = "pip install" if pypi else "npm install -g"
+        print(f"  {what} in the sandbox (median of {len(npm)}):          {nmed:8.2f} s  "
               f"→ cached is {nmed / med:.0f}x faster")
     print(f"  (sandbox start, for scale: median {statistics.median(envs):.2f} s)")
     ok = med < 2.0

@@ -32,7 +32,8 @@ def test_builtin_names_resolve_to_agent_classes():
     expected = {"oracle": "OracleAgent", "nop": "NopAgent", "llm": "LlmAgent",
                 "claude-code": "ClaudeCodeAgent", "codex": "CodexAgent",
                 "opencode": "OpenCodeAgent", "gemini-cli": "GeminiCliAgent",
-                "qwen-code": "QwenCodeAgent"}
+                "qwen-code": "QwenCodeAgent", "aider": "AiderAgent",
+                "mini-swe-agent": "MiniSweAgent"}
     assert set(AGENT_NAMES) == set(expected)
     for name, cls_name in expected.items():
         cls = get_agent_class(name)

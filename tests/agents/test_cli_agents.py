@@ -32,6 +32,7 @@ from cairn.results.model import AgentExit
 from cairn.task.load import load_task
 from cli_scripts import (
     COMMANDS,
+    STEP1_MARK,
     TWO_STEPS,
     USAGE,
     bridge_gateway,
@@ -53,6 +54,9 @@ AGENTS = {
     "qwen-code": ("openai/scripted-model", "OPENAI_API_KEY"),
 }
 SECRET = "sk-cairn-test-secret-0123456789"
+MODEL_VAR = {"claude-code": "ANTHROPIC_MODEL", "gemini-cli": "GEMINI_MODEL",
+             "qwen-code": "OPENAI_MODEL"}
+"""The variable each CLI reads its model from when no ``-m`` is given (host pass-through)."""
 SHELL_TOOL = {"claude-code": "Bash", "codex": "exec_command", "opencode": "bash",
               "gemini-cli": "run_shell_command", "qwen-code": "run_shell_command"}
 
@@ -74,12 +78,14 @@ def runtimes():
 
 
 def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path, *extra: str,
-               base_url: str | None = None):
+               base_url: str | None = None, model_env: dict[str, str] | None = None):
+    """``cairn run`` in a subprocess; ``model_env`` replaces ``-m`` by host variables."""
     model, key = AGENTS[agent]
     src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, key: SECRET,
+    env = {**os.environ, key: SECRET, **(model_env or {}),
            "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, "-m", model,
+    pick = [] if model_env else ["-m", model]
+    cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, *pick,
            "--ak", f"base_url={base_url or server.base_url}", "-e", "docker", "--jobs-dir", str(jobs),
            "--job-name", "j", *extra]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
@@ -97,7 +103,8 @@ def _check_two_steps(job: Path, trial: Path, result: dict, agent: str) -> None:
         assert steps[name]["tokens"] == expected_tokens(name), name
         traj = json.loads(next((trial / "steps").glob(f"*-{name}/agent/trajectory.json"))
                           .read_text())
-        own = [s for s in traj["steps"] if not (s.get("extra") or {}).get("cairn_history")]
+        own = [s for s in traj["steps"] if not (s.get("extra") or {}).get("cairn_history")
+               and not (s.get("extra") or {}).get("cairn_seed")]
         calls = [c for s in own for c in s.get("tool_calls", [])]
         assert [c["function_name"] for c in calls] == [SHELL_TOOL[agent]]
         args = calls[0]["arguments"]
@@ -118,6 +125,13 @@ def _check_two_steps(job: Path, trial: Path, result: dict, agent: str) -> None:
             assert SECRET.encode() not in path.read_bytes(), path
 
 
+def _requested_model(req) -> str:
+    """The model a request asks for (Gemini names it in the path)."""
+    if ":" in req.path and "/models/" in req.path:
+        return req.path.split("/models/", 1)[1].split(":", 1)[0]
+    return str(req.body.get("model"))
+
+
 @pytest.mark.parametrize("agent", list(AGENTS))
 def test_cli_passes_two_steps_with_exact_tokens(tmp_path, runtimes, agent):
     task = public_two_steps(tmp_path / "two-steps")
@@ -126,6 +140,8 @@ def test_cli_passes_two_steps_with_exact_tokens(tmp_path, runtimes, agent):
         main = srv.main_requests()
     _check_two_steps(job, trial, result, agent)
     assert len(main) == 4 and srv.script_left == 0
+    # -m reached the CLI: every model request names that model (provider prefix dropped)
+    assert {_requested_model(r) for r in main} == {AGENTS[agent][0].split("/", 1)[1]}
     # without --resume-agent-session the second step starts a fresh conversation
     assert carries_step1(main[0].body) and not carries_step1(main[2].body)
     assert result["timings"]["agent_setup_sec"] < 30
@@ -191,25 +207,85 @@ def test_timeout_kills_the_cli_tree_and_keeps_tokens(tmp_path, runtimes, monkeyp
     assert (ctx.logs_dir / "stdout.txt").is_file()
 
 
-def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, runtimes):
+@pytest.mark.parametrize("agent", list(AGENTS))
+def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, runtimes, agent):
     """examples/two-steps as shipped (``no-network``): the trial's egress gateway opens the
-    model host for the agent phases only; every connection the steps record is the model's."""
-    agent = "claude-code"
+    model host for the agent phases only; every connection the steps record is the model's.
+
+    The CLIs with a model variable get no ``-m`` here but the host's ``ANTHROPIC_MODEL`` /
+    ``GEMINI_MODEL`` / ``OPENAI_MODEL``, which must reach them (their requests name it)."""
     task = tmp_path / "two-steps"
     shutil.copytree(TWO_STEPS, task)
     assert 'network_mode = "no-network"' in (task / "task.toml").read_text()
     addr = bridge_gateway()
+    var = MODEL_VAR.get(agent)
+    env_model = {"gemini-cli": "gemini-2.5-pro"}.get(agent, "env-picked-model")
     with FakeModels(two_step_script(agent), host=addr, consumes=consumes) as srv:
         job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs",
                                         "--add-host", f"model.test={addr}",
-                                        base_url=f"http://model.test:{srv.port}")
+                                        base_url=f"http://model.test:{srv.port}",
+                                        model_env={var: env_model} if var else None)
         main = srv.main_requests()
     _check_two_steps(job, trial, result, agent)
     assert len(main) == 4 and srv.script_left == 0
+    want = env_model if var else AGENTS[agent][0].split("/", 1)[1]
+    assert {_requested_model(r) for r in main} == {want}
+    # opencode starts an npm install of a plugin package in a fresh HOME (no switch turns it
+    # off in 1.18.x, agent-clis notes): the gateway refuses it, the run does not need it
+    refused = {"opencode": {"registry.npmjs.org"}}.get(agent, set())
+    denied_total = 0
     for name in ("write", "append"):
         (step_dir,) = (trial / "steps").glob(f"*-{name}")
         lines = [json.loads(x) for x in (step_dir / "network.jsonl").read_text().splitlines()]
-        assert lines, name
-        assert {(x["host"], x["port"], x["verdict"], x["phase"]) for x in lines} == \
-            {("model.test", srv.port, "allowed", "agent")}, lines
-    assert all(s["network"]["denied"] == 0 for s in result["steps"])
+        allowed = {(x["host"], x["port"], x["phase"]) for x in lines if x["verdict"] == "allowed"}
+        assert allowed == {("model.test", srv.port, "agent")}, lines
+        denied = [x for x in lines if x["verdict"] != "allowed"]
+        assert {x["host"] for x in denied} <= refused, denied
+        assert all(x["bytes_in"] == 0 for x in denied), denied
+        denied_total += len(denied)
+    assert sum(s["network"]["denied"] for s in result["steps"]) == denied_total
+    if not refused:
+        assert denied_total == 0
+
+
+SEED = {
+    "schema_version": "ATIF-v1.7", "session_id": "prior-1",
+    "agent": {"name": "someone", "version": "1"},
+    "steps": [
+        {"step_id": 1, "source": "user", "message": "Earlier: remember the word PELICAN."},
+        {"step_id": 2, "source": "agent", "message": "Looking first.",
+         "tool_calls": [{"tool_call_id": "toolu_prior_1", "function_name": "Bash",
+                         "arguments": {"command": "ls /app", "description": "list"}}],
+         "observation": {"results": [{"source_call_id": "toolu_prior_1",
+                                      "content": "nothing here"}]}},
+        {"step_id": 3, "source": "agent", "message": "Noted: PELICAN."},
+    ],
+}
+
+
+def test_seed_trajectory_opens_claude_codes_first_session(tmp_path, runtimes):
+    """A task's ``steps/<first>/trajectory.json`` becomes a Claude Code session file that step
+    1 resumes: its first model request carries the seed's turns (text, tool_use, tool_result)
+    before the instruction; step 2 (no --resume-agent-session) starts without them."""
+    agent = "claude-code"
+    task = public_two_steps(tmp_path / "two-steps")
+    (task / "steps" / "write" / "trajectory.json").write_text(json.dumps(SEED))
+    with FakeModels(two_step_script(agent), host=bridge_gateway(), consumes=consumes) as srv:
+        job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs")
+        main = srv.main_requests()
+    _check_two_steps(job, trial, result, agent)  # tokens: only this trial's
+    messages = main[0].body["messages"]
+    blob = json.dumps(messages)
+    assert "Earlier: remember the word PELICAN." in blob and "Noted: PELICAN." in blob
+    uses = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
+            if b.get("type") == "tool_use"]
+    results = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
+               if b.get("type") == "tool_result"]
+    assert uses[0]["id"] == "toolu_prior_1" and uses[0]["input"]["command"] == "ls /app"
+    assert results[0]["tool_use_id"] == "toolu_prior_1"
+    assert blob.index("PELICAN") < blob.index(STEP1_MARK)  # the seed comes first
+    assert "PELICAN" not in json.dumps(main[2].body)
+    traj = json.loads(next((trial / "steps").glob("*-write/agent/trajectory.json")).read_text())
+    seeded = [s for s in traj["steps"] if (s.get("extra") or {}).get("cairn_seed")]
+    assert [s["message"] for s in seeded] == [s["message"] for s in SEED["steps"]]
+    assert traj["extra"]["seeded_from"] == "trajectory.json"

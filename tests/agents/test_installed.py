@@ -339,3 +339,229 @@ def test_qwen_command_and_reader_merge_blocks_of_one_call():
     # OpenAI semantics: input_tokens already include the cached ones
     assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (250, 27, 30)
     assert run.session_id == "q1" and run.cost_usd is None
+
+
+# ---- the model variable each CLI reads (-m, else the host's) --------------------------------
+@pytest.mark.parametrize(("agent_name", "var"), [("claude-code", "ANTHROPIC_MODEL"),
+                                                 ("gemini-cli", "GEMINI_MODEL"),
+                                                 ("qwen-code", "OPENAI_MODEL")])
+def test_model_variable_from_m_or_passed_through_from_the_host(monkeypatch, agent_name, var):
+    from cairn.agents.base import AgentContext
+    from cairn.agents.registry import create_agent
+
+    ctx = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
+                       env={})
+    monkeypatch.setenv(var, "host-model-7")
+    # no -m: the host's variable reaches the CLI (it was dropped once; claude-code's
+    # ANTHROPIC_MODEL is how many users pick a model)
+    assert create_agent(agent_name, None, {})._env(ctx)[var] == "host-model-7"
+    # -m wins, provider prefix dropped, and the CLI's flag says the same
+    agent = create_agent(agent_name, "someprov/flag-model-9", {})
+    assert agent._env(ctx)[var] == "flag-model-9"
+    assert "flag-model-9" in agent._command(INSTR, None)
+    # --ae wins over both
+    ctx_ae = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
+                          env={var: "ae-model-3"})
+    assert agent._env(ctx_ae)[var] == "ae-model-3"
+    monkeypatch.delenv(var)
+    assert var not in create_agent(agent_name, None, {})._env(ctx)
+
+
+# ---- the Python agents: options checked before start ----------------------------------------
+@pytest.mark.parametrize("agent_name", ["aider", "mini-swe-agent"])
+def test_python_agents_refuse_resume_and_need_a_provider_model(monkeypatch, agent_name):
+    from cairn.agents.registry import validate_agent_options
+    from cairn.errors import UsageError
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-x-123456")
+    validate_agent_options(agent_name, "openai/gpt-4o-mini", {})
+    with pytest.raises(UsageError, match="cannot continue a session"):
+        validate_agent_options(agent_name, "openai/gpt-4o-mini", {}, resume=True)
+    with pytest.raises(UsageError, match="needs a model"):
+        validate_agent_options(agent_name, None, {})
+    monkeypatch.delenv("OPENAI_API_KEY")
+    with pytest.raises(UsageError, match="OPENAI_API_KEY"):
+        validate_agent_options(agent_name, "openai/gpt-4o-mini", {})
+
+
+def test_python_agent_commands_keep_histories_out_of_the_working_dir():
+    from cairn.agents.registry import create_agent
+
+    aider = create_agent("aider", "anthropic/claude-sonnet-4-5", {"base_url": "http://h:9/v1"})
+    aider._log_dir = "/tmp/cairn-agent/logs/01-a"
+    cmd = aider._command(INSTR, None)
+    for flag in ("--llm-history-file", "--chat-history-file", "--input-history-file",
+                 "--analytics-log"):
+        assert f"{flag} /tmp/cairn-agent/logs/01-a/" in cmd
+    assert "--no-git" in cmd and "--yes-always" in cmd and cmd.endswith(f"--message={INSTR}")
+    assert "--model anthropic/claude-sonnet-4-5" in cmd  # a LiteLLM id, kept whole
+    assert aider._cli_env() == {"ANTHROPIC_BASE_URL": "http://h:9"}
+    mini = create_agent("mini-swe-agent", "openai/m", {"base_url": "http://h:9"})
+    mini._log_dir = "/tmp/cairn-agent/logs/01-a"
+    cmd = mini._command(INSTR, None)
+    assert "-c model.model_kwargs.api_base=http://h:9/v1" in cmd
+    assert "-o /tmp/cairn-agent/logs/01-a/mini.traj.json" in cmd and "-l 0" in cmd
+
+
+def test_python_launcher_restores_the_callers_library_path(tmp_path):
+    """The launcher's LD_LIBRARY_PATH is for the sealed interpreter only: what the agent runs
+    gets the caller's value back (unset stays unset, set-but-empty stays empty)."""
+    import os
+    import subprocess
+    import sys
+
+    from cairn.agents.runtime import python_launcher
+
+    root = tmp_path / "rt"
+    (root / "bin").mkdir(parents=True)
+    exe = root / "python/usr/bin/python3.11"
+    exe.parent.mkdir(parents=True)
+    # a stand-in for the sealed interpreter: drops -I so PYTHONPATH finds the probe module
+    exe.write_text(f'#!/bin/sh\n[ "$1" = "-I" ] && shift\n'
+                   f'PYTHONPATH={tmp_path} exec {sys.executable} "$@"\n')
+    exe.chmod(0o755)
+    (tmp_path / "probe_mod.py").write_text("import os, json\n"
+                                           "def main():\n"
+                                           "    print(json.dumps(os.environ.get('LD_LIBRARY_PATH')))\n"
+                                           "    return 0\n")
+    launcher = root / "bin" / "probe"
+    launcher.write_text(python_launcher("probe_mod:main"))
+    launcher.chmod(0o755)
+    base = {"PATH": os.environ["PATH"]}
+    runs = {"unset": base, "empty": {**base, "LD_LIBRARY_PATH": ""},
+            "set": {**base, "LD_LIBRARY_PATH": "/opt/mine"}}
+    seen = {k: json.loads(subprocess.run([str(launcher)], env=env, capture_output=True,
+                                         text=True, check=True).stdout)
+            for k, env in runs.items()}
+    assert seen == {"unset": None, "empty": "", "set": "/opt/mine"}
+
+
+# ---- task seed trajectories: refused before start where they cannot be loaded ----------------
+def _seeded_task(tmp_path, doc) -> Path:
+    root = write_task(tmp_path, "t", steps=[StepSpec("a"), StepSpec("b")])
+    (root / "steps" / "a" / "trajectory.json").write_text(
+        doc if isinstance(doc, str) else json.dumps(doc))
+    return root
+
+
+GOOD_SEED = {"schema_version": "ATIF-v1.7", "session_id": "s",
+             "agent": {"name": "x", "version": "1"},
+             "steps": [{"step_id": 1, "source": "user", "message": "hello"}]}
+
+
+def test_seed_trajectory_refusals(tmp_path):
+    from cairn.agents.registry import create_agent
+
+    task = load_task(_seeded_task(tmp_path, GOOD_SEED))
+    assert task.seed_trajectory is not None
+    for name in ("codex", "aider", "mini-swe-agent"):
+        why = create_agent(name, "openai/m", {}).refusal(task)
+        assert why is not None and "cannot load the task's seed trajectory" in why, name
+    # oracle and nop act on no instruction: the seed does not apply to them (Harbor skips it)
+    assert create_agent("oracle", None, {}).refusal(task) is None
+    assert create_agent("nop", None, {}).refusal(task) is None
+    assert create_agent("llm", "openai/m", {}).refusal(task) is None
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ("{not json", "cannot be read as JSON"),
+    ({"steps": [{"source": "user", "message": "x"}]}, "not an ATIF document"),
+    ({"schema_version": "ATIF-v1.7", "steps": []}, "has no steps"),
+    ({"schema_version": "ATIF-v1.7", "steps": [{"source": "robot", "message": "x"}]},
+     "step 1 has no source"),
+    ({"schema_version": "ATIF-v1.7", "steps": [{"source": "agent", "message": "x",
+                                                "tool_calls": [{"function_name": "f"}]}]},
+     "tool_calls need tool_call_id"),
+])
+def test_a_malformed_seed_is_refused_with_the_file_named(tmp_path, doc, message):
+    from cairn.agents.registry import create_agent
+
+    task = load_task(_seeded_task(tmp_path, doc))
+    why = create_agent("llm", "openai/m", {}).refusal(task)
+    assert why is not None and message in why and "trajectory.json" in why
+
+
+def test_single_step_seed_lives_at_the_task_root(tmp_path):
+    root = write_task(tmp_path, "one")
+    assert load_task(root).seed_trajectory is None
+    (root / "trajectory.json").write_text(json.dumps(GOOD_SEED))
+    assert load_task(root).seed_trajectory == root / "trajectory.json"
+
+
+# ---- aider / mini-swe-agent log readers -----------------------------------------------------
+AIDER_LLM = """TO LLM 2026-12-01T12:15:57
+-------
+SYSTEM Act as an expert.
+-------
+USER Write 1 into a.txt
+LLM RESPONSE 2026-12-01T12:15:58
+ASSISTANT Creating the file.
+ASSISTANT
+ASSISTANT a.txt
+ASSISTANT ```
+ASSISTANT 1
+ASSISTANT ```
+"""
+AIDER_EVENTS = "\n".join(json.dumps(e) for e in [
+    {"event": "launched", "properties": {}},
+    {"event": "message_send", "properties": {"prompt_tokens": 1000, "completion_tokens": 40,
+                                             "total_tokens": 1040, "cost": 0, "total_cost": 0}},
+    {"event": "exit", "properties": {"reason": "Completed --message"}},
+])
+
+
+def test_read_aider_turns_tokens_and_edits():
+    from cairn.agents.cli_logs import read_aider
+
+    run = read_aider(AIDER_LLM, AIDER_EVENTS, "Tokens: 1.0k sent\nApplied edit to a.txt\n")
+    assert [s["message"] for s in run.steps] == ["Creating the file.\n\na.txt\n```\n1\n```"]
+    assert run.steps[0]["timestamp"] == "2026-12-01T12:15:58Z"
+    assert run.steps[0]["metrics"]["prompt_tokens"] == 1000
+    assert run.steps[0]["metrics"]["cached_tokens"] is None  # aider does not report it
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (1000, 40, None)
+    assert run.cost_usd is None  # 0 means "no price", not free
+    assert run.extra == {"exit_reason": "Completed --message", "applied_edits": ["a.txt"]}
+    # hostile or missing logs: nothing raises, nothing is invented
+    empty = read_aider("", "not json\n{]\n", "")
+    assert empty.steps == [] and not empty.has_tokens and empty.extra == {"finished": False}
+    odd = read_aider("LLM RESPONSE x\nASSISTANT hi\n",
+                     json.dumps({"event": "message_send", "properties": {"prompt_tokens": -3,
+                                                                         "cost": "x"}}), "")
+    assert odd.steps[0]["message"] == "hi" and odd.steps[0]["metrics"]["prompt_tokens"] is None
+
+
+def test_read_mini_steps_observations_and_status():
+    from cairn.agents.cli_logs import read_mini
+
+    def assistant(text, cid, cmd, usage, cost=0.0):
+        return {"role": "assistant", "content": text,
+                "tool_calls": [{"id": cid, "type": "function",
+                                "function": {"name": "bash",
+                                             "arguments": json.dumps({"command": cmd})}}],
+                "extra": {"response": {"model": "scripted", "usage": usage}, "cost": cost,
+                          "timestamp": 1796127356.5}}
+
+    doc = {"info": {"exit_status": "Submitted"}, "messages": [
+        {"role": "system", "content": "sys"}, {"role": "user", "content": "task"},
+        assistant("Writing.", "c1", "echo 1 > a", {"prompt_tokens": 1000, "completion_tokens": 40,
+                                                   "prompt_tokens_details": {"cached_tokens": 300}},
+                  0.25),
+        {"role": "tool", "tool_call_id": "c1", "content": '{"returncode": 0}'},
+        assistant("Submitting.", "c2", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT",
+                  {"prompt_tokens": 1100, "completion_tokens": 12}, 0.5),
+        {"role": "exit", "content": "", "extra": {"exit_status": "Submitted"}}]}
+    run = read_mini(json.dumps(doc))
+    assert [c["arguments"]["command"] for s in run.steps for c in s["tool_calls"]] == \
+        ["echo 1 > a", "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"]
+    assert run.steps[0]["observation"]["results"] == [{"source_call_id": "c1",
+                                                       "content": '{"returncode": 0}'}]
+    assert (run.prompt_tokens, run.completion_tokens, run.cached_tokens) == (2100, 52, 300)
+    assert run.cost_usd == 0.75 and run.is_error is False
+    assert run.steps[0]["timestamp"].endswith(":56.500Z")
+    # a run cut off (no exit message yet) and hostile files
+    cut = read_mini(json.dumps({"messages": doc["messages"][:4]}))
+    assert cut.extra == {"finished": False} and cut.is_error is None
+    assert read_mini("").steps == [] and read_mini("[1, 2]").steps == []
+    assert read_mini(json.dumps({"messages": [None, 3, {"role": "assistant",
+                                                       "tool_calls": "x"}]})).steps[0][
+        "tool_calls"] == []

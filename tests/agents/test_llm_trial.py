@@ -110,3 +110,64 @@ def test_auth_failure_errors_the_trial_never_scores_it(tmp_path):
     assert data["error"]["kind"] == "model_auth_failed"
     assert data["reward"] is None
     assert len(server.requests) == 1
+
+
+SEED = {
+    "schema_version": "ATIF-v1.7", "session_id": "prior-1",
+    "agent": {"name": "someone", "version": "1"},
+    "steps": [
+        {"step_id": 1, "source": "user", "message": "Earlier: note the secret word PELICAN."},
+        {"step_id": 2, "source": "agent", "message": "Checking the folder.",
+         "tool_calls": [{"tool_call_id": "call_prior_1", "function_name": "bash",
+                         "arguments": {"command": "ls /app"}}],
+         "observation": {"results": [{"source_call_id": "call_prior_1",
+                                      "content": "exit code 0\nnothing here"}]},
+         "metrics": {"prompt_tokens": 999, "completion_tokens": 99}},
+        {"step_id": 3, "source": "agent", "message": "Noted: PELICAN."},
+    ],
+}
+
+
+def test_task_seed_trajectory_opens_the_first_steps_session(tmp_path):
+    """A task's ``steps/<first>/trajectory.json`` (Harbor's task-level seeding) is the opening of
+    step 1's conversation — before its instruction — and not of step 2's; its turns are in
+    step 1's trajectory marked ``cairn_seed`` without tokens (none were spent here)."""
+    import shutil
+
+    task_dir = tmp_path / "two-steps"
+    shutil.copytree(EXAMPLE, task_dir)
+    (task_dir / "steps" / "write" / "trajectory.json").write_text(json.dumps(SEED))
+    with FakeOpenAI(_script()) as server:
+        kwargs = {"api_base": server.url, "retry_base_delay_sec": "0.01"}
+        task = load_task(task_dir)
+        assert task.seed_trajectory == task_dir / "steps" / "write" / "trajectory.json"
+        tid = trial_id(task.name, task.content_hash, "llm", kwargs, MODEL, BACKEND, 1)
+        job_dir = tmp_path / "job"
+        plan = TrialPlan(task=task, agent_name="llm", agent_kwargs=kwargs, model=MODEL,
+                         backend=BACKEND, attempt=1, trial_id=tid,
+                         trial_dir=job_dir / "trials" / f"x__1__{tid[:8]}",
+                         job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions())
+        asyncio.run(run_trial(plan))
+        data = json.loads((plan.trial_dir / "result.json").read_text())
+        first = server.messages(0)
+        step2 = server.messages(2)
+    assert [s["reward"] for s in data["steps"]] == [1.0, 1.0]
+    # the model's first request: system, the seed as chat messages, then the instruction
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "tool", "assistant",
+                                          "user"]
+    assert first[1]["content"] == "Earlier: note the secret word PELICAN."
+    assert first[2]["tool_calls"][0]["id"] == "call_prior_1"
+    assert json.loads(first[2]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls /app"}
+    assert first[3] == {"role": "tool", "tool_call_id": "call_prior_1",
+                        "content": "exit code 0\nnothing here"}
+    assert "Write the single line `1`" in first[5]["content"]
+    assert "PELICAN" not in json.dumps(step2)  # step 2 starts fresh (no resume)
+    # tokens: only what this trial spent (the seed's 999 are not counted)
+    assert data["steps"][0]["tokens"] == {"prompt": 280, "completion": 40, "cached": 20}
+    traj = json.loads((plan.trial_dir / "steps" / "01-write" / "agent" / "trajectory.json")
+                      .read_text())
+    seeded = [s for s in traj["steps"] if (s.get("extra") or {}).get("cairn_seed")]
+    assert [s["message"] for s in seeded] == [s["message"] for s in SEED["steps"]]
+    assert all("metrics" not in s for s in seeded)
+    assert [s["step_id"] for s in traj["steps"]] == list(range(1, len(traj["steps"]) + 1))
+    assert traj["final_metrics"]["total_prompt_tokens"] == 280

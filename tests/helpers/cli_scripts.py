@@ -48,9 +48,32 @@ def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
     return ("bash", {"command": command, "description": "write the file"})
 
 
+SUBMIT = "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"
+"""mini-swe-agent's end-of-task command (its second turn per step)."""
+
+FILES = {"write": ("a.txt", "1"), "append": ("b.txt", "2")}
+"""Per step: the file aider writes (relative to the working dir ``/app``) and its line."""
+
+
 def two_step_script(agent: str, *, delay_first_sec: float = 0.0) -> list[Turn]:
-    """The four scripted turns (two per step) for ``agent``."""
+    """The scripted turns for ``agent``: two per step (aider: one per step, a whole-file
+    listing it applies itself; it has no tools)."""
     out = []
+    if agent == "aider":
+        for step in ("write", "append"):
+            name, line = FILES[step]
+            out.append(Turn(text=f"Writing {name}.\n\n{name}\n```\n{line}\n```\n",
+                            usage=USAGE[step][0], delay_sec=delay_first_sec))
+        return out
+    if agent == "mini-swe-agent":
+        for step in ("write", "append"):
+            first, second = USAGE[step]
+            out.append(Turn(text=f"Running the {step} command.",
+                            calls=(("bash", {"command": COMMANDS[step]}),), usage=first,
+                            delay_sec=delay_first_sec))
+            out.append(Turn(text="Submitting.", calls=(("bash", {"command": SUBMIT}),),
+                            usage=second))
+        return out
     for step in ("write", "append"):
         first, second = USAGE[step]
         out.append(Turn(text=f"Running the {step} command.",
@@ -63,6 +86,11 @@ def two_step_script(agent: str, *, delay_first_sec: float = 0.0) -> list[Turn]:
 def consumes(body: dict[str, Any], path: str) -> bool:
     """Main-loop requests carry tools; title and side queries do not."""
     return bool(body.get("tools"))
+
+
+def consumes_any(body: dict[str, Any], path: str) -> bool:
+    """Every request is a main-loop one (aider sends no tools and no side queries)."""
+    return True
 
 
 def carries_step1(body: dict[str, Any]) -> bool:

@@ -77,6 +77,11 @@ class Agent(ABC):
     supports_resume: ClassVar[bool | None] = None
     """Whether ``--resume-agent-session`` is supported: ``False`` refuses the flag before start;
     ``None`` (not declared) accepts it."""
+    supports_seed: ClassVar[bool] = False
+    """Whether the agent loads a task's seed trajectory (``trajectory.json`` beside the first
+    step's instruction, :attr:`cairn.task.model.Task.seed_trajectory`) into the first step's
+    session. A task with one is refused before start for an agent that does not (unless
+    :attr:`ignores_instruction`: oracle and nop skip it, as Harbor 0.26 does)."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
@@ -104,7 +109,8 @@ class Agent(ABC):
 
         Harbor copies ``[environment].skills_dir`` into its agents' skills folder and hands
         them ``mcp_servers``; an agent that uses neither (:attr:`task_context`) would run the
-        task without them, so the trial is refused before start (``config_error``). Agents
+        task without them, so the trial is refused before start (``config_error``). Likewise a
+        seed trajectory (:attr:`supports_seed`), which must also be a valid ATIF document. Agents
         that act on no instruction (:attr:`ignores_instruction`) are never refused.
 
         Args:
@@ -116,6 +122,17 @@ class Agent(ABC):
         if env.skills_dir and "skills" not in self.task_context:
             return (f"agent {self.name!r} takes no skills: [environment].skills_dir = "
                     f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)")
+        seed = getattr(task, "seed_trajectory", None)
+        if seed is not None:
+            if not self.supports_seed:
+                return (f"agent {self.name!r} cannot load the task's seed trajectory {seed} "
+                        "into its session: it would start without that prior context")
+            from cairn.agents.trajectory import load_seed
+
+            try:
+                load_seed(seed)
+            except ValueError as exc:
+                return str(exc)
         if env.mcp_servers:  # transports per agent, --ak ignore_mcp (cairn.agents.mcp, #22)
             from cairn.agents.mcp import check_agent_mcp
 

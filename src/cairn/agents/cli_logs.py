@@ -560,3 +560,141 @@ def read_qwen(stdout: str) -> CliRun:
     else:
         run.extra = {"finished": False}
     return run
+
+
+# ---- aider ----------------------------------------------------------------------------------
+def read_aider(llm_history: str, analytics: str, stdout: str = "") -> CliRun:
+    """Read one ``aider --message`` run.
+
+    Aider has no tool calls: the model answers with file listings or edit blocks that aider
+    applies itself. One ATIF step per model call: its text from ``--llm-history-file`` (the
+    ``LLM RESPONSE`` blocks, each line prefixed ``ASSISTANT``), its tokens and cost from the
+    ``message_send`` events of ``--analytics-log`` (in call order). Aider does not report
+    cached tokens for OpenAI-style usage, so they are ``None``; a cost of 0 (a model without a
+    price) is ``None``. The files aider says it edited (``Applied edit to PATH`` on stdout) go
+    to ``extra.applied_edits``.
+
+    Args:
+        llm_history: the ``--llm-history-file`` text of this invocation.
+        analytics: the ``--analytics-log`` JSON lines of this invocation.
+        stdout: aider's stdout.
+
+    Returns:
+        The :class:`CliRun`.
+    """
+    run = CliRun()
+    replies: list[tuple[str | None, str]] = []
+    current: list[str] | None = None
+    stamp: str | None = None
+    for line in llm_history.splitlines():
+        if line.startswith("LLM RESPONSE "):
+            if current is not None:
+                replies.append((stamp, "\n".join(current)))
+            current, stamp = [], line[len("LLM RESPONSE "):].strip() or None
+        elif line.startswith("TO LLM "):
+            if current is not None:
+                replies.append((stamp, "\n".join(current)))
+            current = None
+        elif current is not None and line.startswith("ASSISTANT"):
+            current.append(line[len("ASSISTANT "):] if line.startswith("ASSISTANT ") else "")
+    if current is not None:
+        replies.append((stamp, "\n".join(current)))
+    sends = [_dict(e.get("properties")) for e in json_lines(analytics)
+             if e.get("event") == "message_send"]
+    for event in json_lines(analytics):
+        if event.get("event") == "exit":
+            run.extra["exit_reason"] = _str(_dict(event.get("properties")).get("reason"))
+    for i in range(max(len(replies), len(sends))):
+        stamp, text = replies[i] if i < len(replies) else (None, "")
+        step = _agent_step(message=text.strip("\n"),
+                           timestamp=(stamp + "Z") if stamp and len(stamp) == 19 else stamp)
+        if i < len(sends):
+            props = sends[i]
+            cost = _num(props.get("cost"))
+            step["metrics"] = step_metrics(_int(props.get("prompt_tokens")),
+                                           _int(props.get("completion_tokens")), None,
+                                           cost if cost else None)
+        run.steps.append(step)
+    _totals_from_steps(run)
+    costs = [s["metrics"]["cost_usd"] for s in run.steps if s.get("metrics")]
+    run.cost_usd = float(sum(costs)) if costs and all(c is not None for c in costs) else None
+    edits = [line.split("Applied edit to ", 1)[1].strip() for line in stdout.splitlines()
+             if line.startswith("Applied edit to ")]
+    if edits:
+        run.extra["applied_edits"] = edits[:1000]
+    if "exit_reason" not in run.extra:
+        run.extra["finished"] = False
+    return run
+
+
+# ---- mini-swe-agent -------------------------------------------------------------------------
+def read_mini(traj_text: str) -> CliRun:
+    """Read one ``mini`` run from its trajectory file (``-o``, format ``mini-swe-agent-1.1``,
+    rewritten after every model call, so a run cut off by the timeout keeps its turns).
+
+    ``assistant`` messages are ATIF agent steps (text, ``bash`` tool calls, the model
+    response's ``usage`` — ``prompt_tokens``, ``completion_tokens``,
+    ``prompt_tokens_details.cached_tokens`` — and ``extra.cost``, ``None`` when 0: mini
+    records 0 for a model without a price); the ``tool`` messages after them are the
+    observations; the ``exit`` message gives ``extra.exit_status``.
+
+    Args:
+        traj_text: the trajectory JSON text.
+
+    Returns:
+        The :class:`CliRun` (empty when the file is missing or malformed).
+    """
+    run = CliRun()
+    try:
+        data = json.loads(traj_text) if traj_text.strip() else {}
+    except ValueError:
+        data = {}
+    data = _dict(data)
+    info = _dict(data.get("info"))
+    raw = data.get("messages")
+    messages: list[Any] = raw if isinstance(raw, list) else []
+    costs: list[float | None] = []
+    for msg in messages:
+        if not isinstance(msg, dict):
+            continue
+        role = msg.get("role")
+        extra = _dict(msg.get("extra"))
+        if role == "assistant":
+            ts = extra.get("timestamp")
+            step = _agent_step(message=_text_of(msg.get("content")),
+                               timestamp=_ms_iso(ts * 1000) if isinstance(ts, (int, float))
+                               else None)
+            for call in msg.get("tool_calls") or []:
+                if not isinstance(call, dict):
+                    continue
+                fn = _dict(call.get("function"))
+                step["tool_calls"].append(tool_call(str(call.get("id") or ""),
+                                                    str(fn.get("name") or ""),
+                                                    _args(fn.get("arguments"))))
+            response = _dict(extra.get("response"))
+            usage = _dict(response.get("usage"))
+            step["model_name"] = _str(response.get("model"))
+            run.model_name = run.model_name or step["model_name"]
+            cost = _num(extra.get("cost"))
+            costs.append(cost if cost else None)
+            if usage:
+                step["metrics"] = step_metrics(
+                    _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")),
+                    _int(_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
+                    cost if cost else None)
+            run.steps.append(step)
+        elif role == "tool":
+            _add_result(run.steps, str(msg.get("tool_call_id") or ""),
+                        _text_of(msg.get("content")))
+        elif role == "exit":
+            run.extra["exit_status"] = _str(extra.get("exit_status"))
+    _totals_from_steps(run)
+    run.cost_usd = float(sum(c for c in costs if c is not None)) \
+        if costs and all(c is not None for c in costs) else None
+    status = run.extra.get("exit_status") or _str(info.get("exit_status"))
+    if status:
+        run.extra["exit_status"] = status
+        run.is_error = status not in ("Submitted",)
+    else:
+        run.extra["finished"] = False
+    return run

@@ -35,7 +35,13 @@ from typing import Any
 
 from cairn import __version__
 from cairn.agents.base import Agent, AgentContext
-from cairn.agents.trajectory import Trajectory, step_metrics, tool_call
+from cairn.agents.trajectory import (
+    Trajectory,
+    load_seed,
+    seed_to_chat,
+    step_metrics,
+    tool_call,
+)
 from cairn.errors import ErrorKind, ModelError, SandboxError, UsageError
 from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import ExecResult, Sandbox
@@ -257,6 +263,7 @@ class LlmAgent(Agent):
 
     name = "llm"
     supports_resume = True
+    supports_seed = True
     version = __version__
     needs_model = True
     mcp_transports = frozenset({"stdio"})
@@ -317,12 +324,18 @@ class LlmAgent(Agent):
                           agent_extra={"max_turns": opts.max_turns,
                                        "temperature": opts.temperature},
                           extra={"cairn_step": context.step.name, "resumed": resume or None})
+        seed = _seed_of(context)
         if resume:
             traj.add_history(self._session_steps, cairn_step=self._last_step_name)
         else:
-            system = SYSTEM_PROMPT.format(workdir=sandbox.workdir)
-            self._messages.append({"role": "system", "content": system})
-            traj.add_step("system", system)
+            if seed is None or seed[0].get("source") != "system":
+                system = SYSTEM_PROMPT.format(workdir=sandbox.workdir)
+                self._messages.append({"role": "system", "content": system})
+                traj.add_step("system", system)
+            if seed is not None:  # the task's prior context opens the first step's session
+                self._messages.extend(seed_to_chat(seed))
+                traj.add_seed(seed)
+                traj.extra = {**(traj.extra or {}), "seeded_from": "trajectory.json"}
         self._messages.append({"role": "user", "content": instruction})
         traj.add_step("user", instruction)
 
@@ -536,6 +549,16 @@ class LlmAgent(Agent):
         except Exception:  # noqa: BLE001 - unknown model or pricing: cost unknown
             return None
         return float(cost) if cost is not None else None
+
+
+def _seed_of(context: AgentContext) -> list[dict[str, Any]] | None:
+    """The task's seed steps when this is its first step and it ships one, else ``None``."""
+    task = context.task
+    step = context.step
+    path = getattr(task, "seed_trajectory", None) if task is not None else None
+    if path is None or step is None or step.index != 1:
+        return None
+    return load_seed(path)
 
 
 def _parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:

@@ -1,7 +1,7 @@
 """Agent names → agent classes (design §10), and the option checks run before anything starts.
 
 Built-in names: ``oracle``, ``nop``, ``llm``, ``claude-code``, ``codex``, ``opencode``,
-``gemini-cli``, ``qwen-code``. An ``-a``
+``gemini-cli``, ``qwen-code``, ``aider``, ``mini-swe-agent``. An ``-a``
 value containing ``:`` is an import path ``package.module:Class`` naming an
 :class:`~cairn.agents.base.Agent` subclass. Modules are imported only when asked, so importing
 the registry never imports LiteLLM.
@@ -26,6 +26,8 @@ _AGENTS: dict[str, str] = {
     "opencode": "cairn.agents.installed:OpenCodeAgent",
     "gemini-cli": "cairn.agents.installed:GeminiCliAgent",
     "qwen-code": "cairn.agents.installed:QwenCodeAgent",
+    "aider": "cairn.agents.installed:AiderAgent",
+    "mini-swe-agent": "cairn.agents.installed:MiniSweAgent",
 }
 
 AGENT_NAMES = tuple(_AGENTS)

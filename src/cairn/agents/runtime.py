@@ -320,3 +320,266 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
     rt = find_runtime(agent, version, platform)
     assert rt is not None
     return rt
+
+
+# ---- sealed Python runtimes (aider, mini-swe-agent) -------------------------------------------
+PYTHON_DEBS: tuple[str, ...] = (
+    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
+    # the shared libraries the interpreter and its stdlib extension modules link (ldd of
+    # python3.11 and lib-dynload/*.so on bookworm), so the image needs none of them
+    "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "libexpat1", "zlib1g",
+    "libncursesw6", "libtinfo6", "libreadline8", "libuuid1", "libcrypt1", "libdb5.3",
+)
+"""Debian bookworm packages unpacked (``dpkg-deb -x``) into a Python runtime's ``python/``."""
+
+PYTHON_EXE = "python/usr/bin/python3.11"
+"""The sealed interpreter inside a Python runtime (it finds its stdlib from its own path)."""
+
+SITE_DIR = "python/usr/lib/python3/dist-packages"
+"""Where a Python agent is installed (on the sealed interpreter's ``sys.path`` by Debian's
+``site``), so no ``PYTHONPATH``/``PYTHONHOME`` is needed and ``-I`` can isolate it."""
+
+LIB_DIRS = ("python/lib/x86_64-linux-gnu", "python/usr/lib/x86_64-linux-gnu")
+
+PIP_VERSION = "25.3"
+
+UV_VERSION = "0.13.9"
+"""The installer of Python agents (PyPI's ``uv`` wheel ships a static binary): parallel
+downloads make a runtime minutes faster to prepare than pip (26 s vs 5-8 min for
+mini-swe-agent here). Without it (no wheel for the host), pip is used."""
+
+
+@dataclass(frozen=True)
+class PypiPackaging:
+    """A Python agent installed from PyPI into a sealed CPython (Debian bookworm's 3.11).
+
+    Attributes:
+        package: the PyPI distribution (``aider-chat``), installed at the pinned version.
+        commands: command name → ``module:function`` entry point; ``bin/<command>`` becomes
+            a launcher that runs it with the sealed interpreter.
+        smoke_args: arguments of the first command that must exit 0 after the install
+            (proves the interpreter, its libraries and the agent's imports).
+    """
+
+    package: str
+    commands: dict[str, str]
+    smoke_args: tuple[str, ...] = ("--version",)
+
+
+def python_launcher(entry: str) -> str:
+    """The ``bin/<command>`` script of a Python runtime: runs ``entry`` (``module:function``)
+    with the sealed interpreter, isolated (``-I``: the task's ``PYTHONPATH``/``PYTHONHOME`` and
+    user site do not apply), without writing bytecode (the runtime is mounted read-only).
+
+    ``LD_LIBRARY_PATH`` points at the runtime's libraries for the interpreter only: the value
+    the caller had is put back into ``os.environ`` before the agent starts, so the commands the
+    agent runs (the task's own ``python3``, ``git``) see the image's libraries.
+    """
+    module, _, func = entry.partition(":")
+    boot = ("import os, sys\n"
+            "saved = os.environ.pop('CAIRN_SAVED_LD_LIBRARY_PATH', None)\n"
+            "os.environ.pop('LD_LIBRARY_PATH', None)\n"
+            "if saved: os.environ['LD_LIBRARY_PATH'] = saved[1:]\n"
+            f"from {module} import {func} as entry\n"
+            f"sys.argv[0] = {func!r}\n"
+            "sys.exit(entry())\n")
+    libs = ":".join(f'"$here/{d}"' for d in LIB_DIRS).replace('":"', ":")
+    return ("#!/bin/sh\n# written by cairn: the agent with the runtime's own Python\n"
+            'here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)\n'
+            # "x" + value keeps "set but empty" apart from "unset"
+            'if [ -n "${LD_LIBRARY_PATH+set}" ]; then '
+            'export CAIRN_SAVED_LD_LIBRARY_PATH="x$LD_LIBRARY_PATH"; fi\n'
+            f"export LD_LIBRARY_PATH={libs}\n"
+            f'exec "$here/{PYTHON_EXE}" -I -B -c {_sh_quote(boot)} "$@"\n')
+
+
+def _sh_quote(text: str) -> str:
+    return "'" + text.replace("'", "'\"'\"'") + "'"
+
+
+def _run(cmd: list[str], what: str, *, cwd: Path | None = None, env: dict[str, str] | None = None,
+         timeout: float = NPM_TIMEOUT_SEC) -> subprocess.CompletedProcess[str]:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8",
+                              errors="replace", stdin=subprocess.DEVNULL, timeout=timeout,
+                              check=False, cwd=cwd, env=env)
+    except subprocess.TimeoutExpired:
+        raise AgentPrepareError(f"{what} did not finish within {timeout:g} s") from None
+    except OSError as exc:
+        raise AgentPrepareError(f"{what} could not start: {exc}") from exc
+    if proc.returncode != 0:
+        raise AgentPrepareError(f"{what} failed (exit {proc.returncode}): "
+                                f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+    return proc
+
+
+def _unpack_python(dest: Path, log: Any = None) -> dict[str, str]:
+    """Download :data:`PYTHON_DEBS` with ``apt-get download`` and unpack them into
+    ``dest/python``; returns package → version."""
+    apt, dpkg = shutil.which("apt-get"), shutil.which("dpkg-deb")
+    if apt is None or dpkg is None:
+        raise AgentPrepareError(
+            "preparing a Python agent needs apt-get and dpkg-deb on the host (its sealed Python "
+            "is Debian bookworm's python3.11, taken from the Debian archive): prepare it on a "
+            "Debian bookworm machine and copy the cache folder")
+    debs = dest / ".debs"
+    debs.mkdir()
+    if log:
+        log(f"apt-get download {' '.join(PYTHON_DEBS)}")
+    _run([apt, "download", *PYTHON_DEBS], "apt-get download of the sealed Python (is this "
+         "Debian bookworm? try `apt-get update`)", cwd=debs, timeout=600)
+    versions: dict[str, str] = {}
+    for deb in sorted(debs.glob("*.deb")):
+        _run([dpkg, "-x", str(deb), str(dest / "python")], f"dpkg-deb -x {deb.name}", timeout=300)
+        name, _, rest = deb.name.partition("_")
+        versions[name] = rest.rsplit("_", 1)[0].replace("%3a", ":")
+    missing = [p for p in PYTHON_DEBS if p not in versions]
+    if missing or not (dest / PYTHON_EXE).is_file():
+        raise AgentPrepareError(f"the sealed Python is incomplete (missing {missing or PYTHON_EXE})")
+    shutil.rmtree(debs)
+    shutil.rmtree(dest / "python" / "usr" / "share", ignore_errors=True)  # docs, man pages
+    return versions
+
+
+def _python_env(root: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root),
+            "LD_LIBRARY_PATH": ":".join(str(root / d) for d in LIB_DIRS),
+            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
+            **{k: v for k, v in os.environ.items()
+               if k.startswith("PIP_") or k in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")}}
+
+
+def _install_agent(staging: Path, wheels: Path, env: dict[str, str], site: Path,
+                   packaging: PypiPackaging, version: str, agent: str, log: Any) -> str:
+    """Install ``packaging.package==version`` into ``site`` for the sealed interpreter, with
+    uv (PyPI's ``uv`` wheel) when the host can get it, else with pip run by the sealed
+    interpreter from PyPI's pip wheel; returns which (``uv X`` / ``pip X``)."""
+    import sys
+    import zipfile
+
+    python = str(staging / PYTHON_EXE)
+    spec = f"{packaging.package}=={version}"
+    got_uv = subprocess.run(
+        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
+         "-d", str(wheels / "uv"), f"uv=={UV_VERSION}"], capture_output=True, text=True,
+        encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL, timeout=600,
+        check=False).returncode == 0
+    uv_whl = next(iter((wheels / "uv").glob("uv-*.whl")), None) if got_uv else None
+    if uv_whl is not None:
+        with zipfile.ZipFile(uv_whl) as zf:
+            member = next((n for n in zf.namelist() if n.endswith("/scripts/uv")), None)
+            if member is not None:
+                uv = Path(zf.extract(member, wheels / "uv-bin"))
+                uv.chmod(0o755)
+                if log:
+                    log(f"{agent}: uv {UV_VERSION} pip install {spec} from PyPI")
+                _run([str(uv), "pip", "install", "-q", "--python", python, "--target", str(site),
+                      "--compile-bytecode", spec], f"{agent}: uv pip install {spec}",
+                     env={**env, "UV_CACHE_DIR": str(wheels / "uv-cache"), "UV_NATIVE_TLS": "1",
+                          "UV_NO_PROGRESS": "1",
+                          **{k: v for k, v in os.environ.items() if k.startswith("UV_INDEX")}})
+                return f"uv {UV_VERSION}"
+    if log:
+        log(f"{agent}: pip {PIP_VERSION} install {spec} from PyPI")
+    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
+          f"pip=={PIP_VERSION}"], "pip download of pip (the host's Python needs pip)")
+    (pip_whl,) = wheels.glob("pip-*.whl")
+    _run([python, "-I", f"{pip_whl}/pip", "install", "-q", "--root-user-action=ignore",
+          "--no-warn-script-location", "--target", str(site), spec],
+         f"{agent}: pip install {spec}", env=env)
+    return f"pip {PIP_VERSION}"
+
+
+def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
+                           platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
+    """Build a sealed Python runtime for a PyPI agent into the cache, once.
+
+    The runtime does not depend on the task image's Python: it holds Debian bookworm's
+    CPython 3.11 and the shared libraries it links (``apt-get download`` + ``dpkg-deb -x``
+    of :data:`PYTHON_DEBS`; that interpreter finds its stdlib relative to its own path, so the
+    folder works anywhere), and the agent installed from PyPI for that interpreter into
+    :data:`SITE_DIR` (``uv pip install --target``, uv itself from PyPI's wheel; else the
+    interpreter's own pip). The task image needs only a
+    glibc ≥ 2.36 on x86-64 (Debian 12+, Ubuntu 22.10+) and ``/bin/sh``.
+
+    Args:
+        agent: the agent name (cache folder name).
+        packaging: the PyPI distribution and its commands.
+        version: the exact version.
+        platform: only ``linux-x64`` (the packages are amd64).
+        log: optional ``callable(str)`` for progress lines.
+
+    Returns:
+        The prepared :class:`Runtime`.
+
+    Raises:
+        AgentPrepareError: another platform, no apt-get/dpkg-deb or pip on the host, a failed
+            download or install, or an entry point that does not start.
+    """
+    if platform != "linux-x64":
+        raise AgentPrepareError(f"agent {agent!r} is prepared for linux-x64 only (its sealed "
+                                f"Python is Debian's amd64 build), not {platform!r}")
+    found = find_runtime(agent, version, platform)
+    if found is not None:
+        return found
+    final = runtime_dir(agent, version, platform)
+    with _locked(final.parent / f".{final.name}.lock"):
+        found = find_runtime(agent, version, platform)
+        if found is not None:
+            return found
+        staging = final.parent / f".staging-{final.name}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir(parents=True)
+        try:
+            started = time.monotonic()
+            debs = _unpack_python(staging, log)
+            wheels = staging / ".pip"
+            env = _python_env(staging)
+            site = staging / SITE_DIR
+            installer = _install_agent(staging, wheels, env, site, packaging, version, agent, log)
+            shutil.rmtree(wheels, ignore_errors=True)
+            shutil.rmtree(site / "bin", ignore_errors=True)  # scripts with the staging path
+            # byte-compile the stdlib (the runtime is read-only in the sandbox)
+            _run([str(staging / PYTHON_EXE), "-I", "-m", "compileall", "-q", "-j", "0",
+                  str(staging / "python/usr/lib/python3.11")], "compileall", env=env)
+            install_sec = time.monotonic() - started
+            bin_dir = staging / "bin"
+            bin_dir.mkdir()
+            executables: dict[str, str] = {}
+            for command, entry in packaging.commands.items():
+                launcher = bin_dir / command
+                launcher.write_text(python_launcher(entry), encoding="utf-8")
+                launcher.chmod(0o755)
+                executables[command] = f"bin/{command}"
+            first = next(iter(packaging.commands))
+            smoke = " ".join(packaging.smoke_args)
+            out = _run([str(bin_dir / first), *packaging.smoke_args], f"{agent}: {first} {smoke}",
+                       env={"PATH": os.environ.get("PATH", ""), "HOME": str(staging),
+                            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true"},
+                       timeout=120)
+            for leftover in (".cache", ".config", ".local", ".aider", ".npm"):
+                shutil.rmtree(staging / leftover, ignore_errors=True)
+            manifest = {"agent": agent, "package": packaging.package, "version": version,
+                        "source": "pypi", "python": "3.11 (Debian bookworm)",
+                        "debian_packages": debs, "installer": installer,
+                        "platform": platform,
+                        "executables": executables,
+                        "version_output": (out.stdout or out.stderr).strip()[-200:],
+                        "install_sec": round(install_sec, 1), "size_bytes": _du(staging),
+                        "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
+            if final.exists():
+                shutil.rmtree(final)
+            staging.rename(final)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    rt = find_runtime(agent, version, platform)
+    assert rt is not None
+    return rt
+
+
+def prepare_any(agent: str, packaging: NpmPackaging | PypiPackaging, version: str,
+                platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
+    """:func:`prepare_runtime` or :func:`prepare_python_runtime`, by the packaging's kind."""
+    if isinstance(packaging, PypiPackaging):
+        return prepare_python_runtime(agent, packaging, version, platform, log=log)
+    return prepare_runtime(agent, packaging, version, platform, log=log)

@@ -170,6 +170,23 @@ class Trajectory:
             step["extra"] = extra
             self.steps.append(step)
 
+    def add_seed(self, steps: list[dict[str, Any]]) -> None:
+        """Append a task's seed trajectory (:func:`load_seed`) as the session's opening:
+        copies renumbered, without ``metrics`` (no tokens were spent in this trial), marked
+        ``extra.cairn_seed = true``. Call it before the step's own instruction.
+
+        Args:
+            steps: the seed's ATIF steps, oldest first.
+        """
+        for old in steps:
+            step = copy.deepcopy(old)
+            step["step_id"] = len(self.steps) + 1
+            step.setdefault("timestamp", utc_now_iso())
+            step.setdefault("message", "")
+            step["metrics"] = None
+            step["extra"] = {**(step.get("extra") or {}), "cairn_seed": True}
+            self.steps.append(step)
+
     def final_metrics(self) -> dict[str, Any]:
         """Sums of the steps' metrics.
 
@@ -208,3 +225,95 @@ class Trajectory:
             OSError: the file could not be written.
         """
         write_json_atomic(path, self.to_dict(), make_parents=True)
+
+
+SEED_FILE = "trajectory.json"
+"""A task's prior agent context: an ATIF trajectory beside the first step's instruction (the
+task root for a single-step task, ``steps/<first>/`` for a multi-step one; Harbor 0.26's
+task-level seeding)."""
+
+
+def load_seed(path: Path) -> list[dict[str, Any]]:
+    """Read and check a task's seed trajectory; return its steps.
+
+    Args:
+        path: the ``trajectory.json`` file.
+
+    Returns:
+        The ATIF steps, oldest first: each a dict with ``source`` (``system``, ``user`` or
+        ``agent``) and ``message`` (a string), optionally ``tool_calls`` and ``observation``.
+
+    Raises:
+        ValueError: the file cannot be read, is not JSON, or is not an ATIF trajectory (the
+            message names the file and the first problem).
+    """
+    import json
+
+    try:
+        doc = json.loads(path.read_text("utf-8"))
+    except (OSError, UnicodeError, ValueError) as exc:
+        raise ValueError(f"task trajectory {path} cannot be read as JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not str(doc.get("schema_version", "")).startswith("ATIF-"):
+        raise ValueError(f"task trajectory {path} is not an ATIF document "
+                         "(no schema_version \"ATIF-v…\")")
+    steps = doc.get("steps")
+    if not isinstance(steps, list) or not steps:
+        raise ValueError(f"task trajectory {path} has no steps")
+    for i, step in enumerate(steps, 1):
+        where = f"task trajectory {path}: step {i}"
+        if not isinstance(step, dict) or step.get("source") not in ("system", "user", "agent"):
+            raise ValueError(f"{where} has no source system/user/agent")
+        if not isinstance(step.get("message", ""), str):
+            raise ValueError(f"{where}: message is not a string")
+        calls = step.get("tool_calls") or []
+        if not isinstance(calls, list) or any(
+                not isinstance(c, dict) or not isinstance(c.get("tool_call_id"), str)
+                or not isinstance(c.get("function_name"), str)
+                or not isinstance(c.get("arguments", {}), dict) for c in calls):
+            raise ValueError(f"{where}: tool_calls need tool_call_id, function_name and "
+                             "arguments (an object)")
+        results = (step.get("observation") or {}).get("results") or [] \
+            if isinstance(step.get("observation") or {}, dict) else None
+        if not isinstance(results, list) or any(
+                not isinstance(r, dict) or not isinstance(r.get("content", ""), str)
+                for r in results):
+            raise ValueError(f"{where}: observation.results must be objects with text content")
+    return steps
+
+
+def seed_to_chat(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """ATIF steps as OpenAI-style chat messages (what a LiteLLM agent sends).
+
+    ``system``/``user`` steps become those roles; an ``agent`` step becomes an ``assistant``
+    message (its tool calls with JSON-encoded arguments), followed by one ``tool`` message per
+    observation result that answers one of its calls. A call left without a result is answered
+    ``[no result recorded]`` so the conversation stays valid for the provider.
+
+    Args:
+        steps: checked steps (:func:`load_seed`).
+
+    Returns:
+        The messages, oldest first.
+    """
+    import json
+
+    out: list[dict[str, Any]] = []
+    for step in steps:
+        source, text = step["source"], step.get("message") or ""
+        if source in ("system", "user"):
+            out.append({"role": source, "content": text})
+            continue
+        calls = step.get("tool_calls") or []
+        msg: dict[str, Any] = {"role": "assistant", "content": text or None}
+        if calls:
+            msg["tool_calls"] = [{"id": c["tool_call_id"], "type": "function",
+                                  "function": {"name": c["function_name"],
+                                               "arguments": json.dumps(c.get("arguments") or {})}}
+                                 for c in calls]
+        out.append(msg)
+        answers = {r.get("source_call_id"): r.get("content") or ""
+                   for r in (step.get("observation") or {}).get("results") or []}
+        for c in calls:
+            out.append({"role": "tool", "tool_call_id": c["tool_call_id"],
+                        "content": answers.get(c["tool_call_id"], "[no result recorded]")})
+    return out

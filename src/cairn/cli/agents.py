@@ -40,12 +40,13 @@ def prepare_command(
                                           "linux-arm64, linux-x64-musl, linux-arm64-musl.")]
     = "linux-x64",
 ) -> None:
-    """Download an agent CLI from the npm registry once into cairn's cache (sealed runtime).
+    """Download an agent once into cairn's cache (sealed runtime): a CLI from the npm registry,
+    or a Python agent from PyPI with its own Python (Debian's CPython 3.11).
 
     Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
     are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
     """
-    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_runtime
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
@@ -64,7 +65,7 @@ def prepare_command(
     for name, version in todo:
         spec = classes[name].spec
         try:
-            rt = prepare_runtime(name, spec.packaging, version, platform,
+            rt = prepare_any(name, spec.packaging, version, platform,
                                  log=lambda line: typer.echo(line, err=True))
         except AgentPrepareError as exc:
             typer.echo(f"error: {exc}", err=True)
@@ -93,7 +94,10 @@ def list_command(
         cls = get_agent_class(name)
         if name in classes:
             spec = classes[name].spec
-            rows.append({"name": name, "kind": "npm", "package": spec.package,
+            from cairn.agents.runtime import PypiPackaging
+
+            kind = "pypi" if isinstance(spec.packaging, PypiPackaging) else "npm"
+            rows.append({"name": name, "kind": kind, "package": spec.package,
                          "version": spec.version,
                          "resume": bool(getattr(cls, "supports_resume", False)),
                          "cached": [{"version": r.version, "platform": r.platform,
@@ -112,7 +116,7 @@ def list_command(
             where = ", ".join(f"{c['version']} {c['platform']}"
                               for c in r["cached"] or ()) or \
                 "not cached"
-            typer.echo(f"  {r['name']:<12} {r['package']}@{r['version']:<10} "
+            typer.echo(f"  {r['name']:<14} {r['package']}@{r['version']:<10} "
                        f"resume={'yes' if r['resume'] else 'no'}  cached: {where}")
         else:
-            typer.echo(f"  {r['name']:<12} built-in")
+            typer.echo(f"  {r['name']:<14} built-in")

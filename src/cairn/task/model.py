@@ -448,6 +448,16 @@ class Task(BaseModel):
         return p if p.is_dir() else None
 
     @property
+    def seed_trajectory(self) -> Path | None:
+        """The task's prior agent context, if it ships one: ``trajectory.json`` (ATIF) beside
+        the first step's instruction — the task root for a single-step task,
+        ``steps/<first>/`` for a multi-step one (Harbor 0.26 task-level seeding)."""
+        first = self.path / "steps" / self.steps[0].name if self.multi_step and self.steps \
+            else self.path
+        p = first / "trajectory.json"
+        return p if p.is_file() else None
+
+    @property
     def dockerfile(self) -> Path | None:
         """``environment/Dockerfile`` if it exists."""
         p = self.path / "environment" / "Dockerfile"
