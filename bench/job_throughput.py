@@ -16,6 +16,7 @@ Exit status 0 when every cairn trial passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import resource
 import subprocess
@@ -38,7 +39,8 @@ def main() -> int:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
-        task = write_task(root / "tasks", "multi-step", steps=args.steps)
+        # the harness's default network for both (Harbor's docker environment refuses no-network)
+        task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
         jobs = root / "jobs"
         base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
         run_cairn([*base, "--job-name", "warm-up"])  # image build, .pyc files
@@ -66,8 +68,12 @@ def main() -> int:
             h = time.perf_counter() - t0
             r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
             hcpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+            rewards = [json.loads(f.read_text()).get("verifier_result") or {}
+                       for f in (root / "harbor-jobs").glob("*/*/result.json")]
+            n_ok = sum(1 for r in rewards if (r.get("rewards") or {}).get("reward") == 1)
             print(f"{'harbor':8s} {h:7.1f}s {args.trials / h * 60:11.1f} {hcpu:8.1f}s "
-                  f"{engine_cpu() - e0:10.1f}s   (exit {p.returncode})")
+                  f"{engine_cpu() - e0:10.1f}s   (exit {p.returncode}; {len(rewards)} trial "
+                  f"results, {n_ok} with reward 1)")
             if p.returncode != 0:
                 print(p.stdout.decode("utf-8", "replace")[-1500:])
                 print(p.stderr.decode("utf-8", "replace")[-1500:])

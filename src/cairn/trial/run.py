@@ -48,6 +48,7 @@ from cairn.task.judge import judge_hosts
 from cairn.task.model import Step
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
+from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.services import check_services
 from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
@@ -252,7 +253,8 @@ class _TrialRun:
                 self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
             else:
                 sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
-            await asyncio.shield(sandbox.stop())
+            # in a job, removal runs after the result is written (cairn.trial.deferred)
+            await stop_sandbox(sandbox.stop, cancelled=cancelled)
 
     def _plan_separate(self, spec: SandboxSpec) -> dict:
         """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
