@@ -11,6 +11,7 @@ import time
 import uuid
 
 import pytest
+
 from taskgen import StepSpec, reward_if, write_task
 from testbed import run_trial_sync
 

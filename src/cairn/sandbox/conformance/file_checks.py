@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from cairn.errors import SandboxError, UnsupportedError
-from cairn.sandbox.base import NetworkMode, Sandbox, UploadItem, host_boot_ticks
+from cairn.sandbox.base import NetworkMode, Sandbox, UploadItem, host_boot_clock
 from cairn.sandbox.conformance.context import CheckContext, ConformanceFailure, expect, run_ok
 
 
@@ -101,9 +102,11 @@ async def check_upload_many(ctx: CheckContext) -> None:
         expect(over.joinpath("test.sh").read_bytes() == b"echo one\r\necho two\r\n",
                "the host file was changed")
         if sb.boot_clock:  # the sandbox's process start times count the host's boot clock
-            since = host_boot_ticks()
+            now, hz = host_boot_clock()
+            before = int(now * hz)
+            await asyncio.sleep((before + 1) / hz - now + 0.0005)  # into the next tick
             await run_ok(sb, "sleep 3 >/dev/null 2>&1 & echo started")
-            new = [p for p in await sb.processes() if p.start_ticks >= since]
+            new = [p for p in await sb.processes() if p.start_ticks > before]
             expect(any("sleep 3" in p.cmdline for p in new),
                    "a process started now does not count as started after the host's moment")
             expect(all(p.pid != 1 for p in new), "pid 1 counted as new")
