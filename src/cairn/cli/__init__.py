@@ -58,7 +58,25 @@ def _register() -> None:
                 raise
 
 
+def _early_engine_check(argv: list[str]) -> None:
+    """``cairn run`` on docker or auto: start the engine ping now (a daemon thread), so its
+    round trip overlaps option parsing and imports (:func:`cairn.sandbox.auto.start_ping`)."""
+    if argv[:1] != ["run"]:
+        return
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
+        if (a.split("=", 1)[0] in ("-e", "--env") and value == "local") or \
+                (a.split("=", 1)[0] == "--executor" and value == "ray"):
+            return
+    from cairn.sandbox.auto import start_ping
+
+    start_ping()
+
+
 def main() -> None:
     """Console-script entry point."""
+    import sys
+
+    _early_engine_check(sys.argv[1:])
     _register()
     app()

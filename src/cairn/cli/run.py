@@ -136,6 +136,10 @@ def run_cmd(
             ``--ae``, unknown agent options, ``--resume`` without ``--job-name``); otherwise the
             job's exit code (design §9: 0 when every trial completed or stopped, else 1).
     """
+    if env != "local" and executor != "ray":  # the engine check overlaps the work below
+        from cairn.sandbox.auto import start_ping
+
+        start_ping()
     from cairn.errors import CairnError
     from cairn.plan import JobConfig
 
