@@ -176,3 +176,21 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
         assert served == [1, 1]
     finally:
         srv.close()
+
+
+def test_an_early_ping_of_another_engine_is_not_used(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """An answer from the engine DOCKER_HOST named before does not stand for the one it names
+    now (a closed socket is no engine, whatever an earlier ping said)."""
+    import cairn.sandbox.auto as auto
+
+    srv, _ = _unix_server(tmp_path / "ok.sock", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
+    monkeypatch.setattr(auto, "_early", {})
+    try:
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/ok.sock")
+        auto.start_ping()
+        assert auto.docker_answers(2.0) is True
+        monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/closed.sock")
+        assert auto.docker_answers(1.0) is False
+    finally:
+        srv.close()

@@ -82,14 +82,25 @@ def _ping(timeout_sec: float, result: list[bool]) -> None:
 def start_ping(timeout_sec: float = 5.0) -> None:
     """Start pinging the Docker engine now, in a daemon thread, so that the answer
     :func:`docker_answers` needs later is ready by then (``cairn run`` calls it before it
-    validates its options: the ping's round trip overlaps that work). Idempotent."""
-    if _early:
+    validates its options: the ping's round trip overlaps that work). Does nothing while a
+    ping of the same engine (``DOCKER_HOST``, ``DOCKER_TLS_VERIFY``) is fresh."""
+    if _fresh_early():
         return
     result: list[bool] = []
     t = threading.Thread(target=_ping, args=(timeout_sec, result), name="cairn-docker-ping",
                          daemon=True)
-    _early.update(thread=t, result=result, at=time.monotonic(), timeout=timeout_sec)
+    _early.update(thread=t, result=result, at=time.monotonic(), engine=_engine_key())
     t.start()
+
+
+def _engine_key() -> tuple[str, str]:
+    return os.environ.get("DOCKER_HOST", ""), os.environ.get("DOCKER_TLS_VERIFY", "")
+
+
+def _fresh_early() -> bool:
+    """Whether an early ping exists for the engine named now and is young enough to use."""
+    return bool(_early) and _early["engine"] == _engine_key() and \
+        time.monotonic() - float(_early["at"]) <= EARLY_PING_MAX_AGE_SEC  # type: ignore[arg-type]
 
 
 def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
@@ -97,11 +108,12 @@ def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
 
     The ping runs in a daemon thread bounded by the wall-clock timeout, so a daemon that
     accepts the connection but never replies cannot hold the caller longer. A ping started by
-    :func:`start_ping` within :data:`EARLY_PING_MAX_AGE_SEC` is used instead of a new one (waited
-    for until ``timeout_sec`` after it started). Over a Unix socket the ping uses the
-    standard library; other ``DOCKER_HOST`` forms go through the Docker SDK.
+    :func:`start_ping` for the same engine within :data:`EARLY_PING_MAX_AGE_SEC` is used
+    instead of a new one (waited for until ``timeout_sec`` after it started). Over a Unix
+    socket the ping uses the standard library; other ``DOCKER_HOST`` forms go through the
+    Docker SDK.
     """
-    if _early and time.monotonic() - float(_early["at"]) <= EARLY_PING_MAX_AGE_SEC:  # type: ignore[arg-type]
+    if _fresh_early():
         t: threading.Thread = _early["thread"]  # type: ignore[assignment]
         early: list[bool] = _early["result"]  # type: ignore[assignment]
         t.join(max(0.0, float(_early["at"]) + timeout_sec - time.monotonic()))  # type: ignore[arg-type]
