@@ -169,11 +169,18 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
     try:
         auto.start_ping()
         auto.start_ping()  # idempotent
-        assert auto.docker_answers(2.0) is True
+        assert auto.docker_answers(2.0, early=True) is True
         assert served == [1]
-        auto._early["at"] = time.monotonic() - auto.EARLY_PING_MAX_AGE_SEC - 1
-        assert auto.docker_answers(2.0) is True
+        assert auto.docker_answers(2.0, early=True) is True  # used once: asked again
         assert served == [1, 1]
+        auto.start_ping()
+        auto._early["thread"].join(5)  # the early ping has been answered
+        assert len(served) == 3
+        assert auto.docker_answers(2.0) is True  # a caller that does not ask for it: anew
+        assert len(served) == 4
+        auto._early["at"] = time.monotonic() - auto.EARLY_PING_MAX_AGE_SEC - 1
+        assert auto.docker_answers(2.0, early=True) is True  # too old: asked again
+        assert len(served) == 5
     finally:
         srv.close()
 
@@ -189,8 +196,7 @@ def test_an_early_ping_of_another_engine_is_not_used(tmp_path: Path,
     try:
         monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/ok.sock")
         auto.start_ping()
-        assert auto.docker_answers(2.0) is True
         monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/closed.sock")
-        assert auto.docker_answers(1.0) is False
+        assert auto.docker_answers(1.0, early=True) is False
     finally:
         srv.close()

@@ -103,21 +103,26 @@ def _fresh_early() -> bool:
         time.monotonic() - float(_early["at"]) <= EARLY_PING_MAX_AGE_SEC  # type: ignore[arg-type]
 
 
-def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
+def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC, *, early: bool = False) -> bool:
     """Whether a Docker engine answers a ping within ``timeout_sec`` seconds.
 
     The ping runs in a daemon thread bounded by the wall-clock timeout, so a daemon that
-    accepts the connection but never replies cannot hold the caller longer. A ping started by
-    :func:`start_ping` for the same engine within :data:`EARLY_PING_MAX_AGE_SEC` is used
-    instead of a new one (waited for until ``timeout_sec`` after it started). Over a Unix
-    socket the ping uses the standard library; other ``DOCKER_HOST`` forms go through the
-    Docker SDK.
+    accepts the connection but never replies cannot hold the caller longer. Over a Unix socket
+    the ping uses the standard library; other ``DOCKER_HOST`` forms go through the Docker SDK.
+
+    Args:
+        timeout_sec: how long the engine has to answer, seconds.
+        early: take the answer of the ping :func:`start_ping` started for the same engine
+            within :data:`EARLY_PING_MAX_AGE_SEC` (waited for until ``timeout_sec`` after it
+            started) instead of asking again. Used once: the backend check before a job
+            starts; a later caller (the wait for an engine that went away) always asks anew.
     """
-    if _fresh_early():
+    if early and _fresh_early():
         t: threading.Thread = _early["thread"]  # type: ignore[assignment]
-        early: list[bool] = _early["result"]  # type: ignore[assignment]
+        answer: list[bool] = _early["result"]  # type: ignore[assignment]
         t.join(max(0.0, float(_early["at"]) + timeout_sec - time.monotonic()))  # type: ignore[arg-type]
-        return bool(early and early[0])  # no answer within timeout_sec: none
+        _early.clear()
+        return bool(answer and answer[0])  # no answer within timeout_sec: none
     result: list[bool] = []
     t = threading.Thread(target=_ping, args=(timeout_sec, result), name="cairn-docker-ping",
                          daemon=True)
@@ -142,7 +147,7 @@ def resolve_auto(name: str, *, stream: TextIO | None = None,
     if name != AUTO:
         return name
     out = stream if stream is not None else sys.stderr
-    if docker_answers(timeout_sec):
+    if docker_answers(timeout_sec, early=True):
         print("cairn: -e auto: using the docker backend (a Docker engine answered)", file=out)
         return "docker"
     where = os.environ.get("DOCKER_HOST") or "the default Docker socket"
