@@ -76,14 +76,14 @@ async def check_upload_many(ctx: CheckContext) -> None:
     base, over = ctx.tmp / "base", ctx.tmp / "over"
     (base / "sub").mkdir(parents=True)
     over.mkdir()
-    (base / "keep.txt").write_text("base\n")
-    (base / "same.txt").write_text("base\n")
-    (base / "sub" / "x.sh").write_text("echo x\n")
+    (base / "keep.txt").write_text("base\n", encoding="utf-8")
+    (base / "same.txt").write_text("base\n", encoding="utf-8")
+    (base / "sub" / "x.sh").write_text("echo x\n", encoding="utf-8")
     (base / "sub" / "x.sh").chmod(0o700)
-    (over / "same.txt").write_text("over\n")
+    (over / "same.txt").write_text("over\n", encoding="utf-8")
     (over / "test.sh").write_bytes(b"echo one\r\necho two\r\n")
     single = ctx.tmp / "one.txt"
-    single.write_text("single\n")
+    single.write_text("single\n", encoding="utf-8")
     async with ctx.sandbox() as sb:
         await sb.upload_many([])
         await sb.upload_many([
