@@ -168,11 +168,15 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def engine_version(cls) -> str | None:
-        """The Docker engine's version (``docker version``'s server version), or ``None``."""
+        """The Docker engine's version (``docker version``'s server version), or ``None``.
+
+        Asked once per process through the shared client module (which also keeps the API
+        version, so the sandboxes' clients skip that round trip).
+        """
         try:
-            client = docker.from_env(timeout=5)
+            client = make_client(timeout=5)
             try:
-                return client.version().get("Version")
+                return engine_version(client)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 - a version is informative only
