@@ -104,7 +104,7 @@ def _unix_server(path: Path, reply: bytes | None) -> tuple[socket.socket, thread
 def test_unix_socket_ping_needs_a_200_ok(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The standard-library ping over a Unix socket: ``200`` with body ``OK`` is an engine; a
     500 or a silent listener is not (and the silent one is given up after the timeout)."""
-    from cairn.sandbox.auto import _ping_unix
+    from cairn._util.engine_ping import ping_unix as _ping_unix
 
     cases = {"ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
              "err": b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nOK",
@@ -127,7 +127,8 @@ def test_unix_socket_ping_needs_a_200_ok(tmp_path: Path, monkeypatch: pytest.Mon
 
 @pytest.mark.docker
 def test_unix_socket_ping_answers_on_the_real_engine(monkeypatch: pytest.MonkeyPatch) -> None:
-    from cairn.sandbox.auto import _ping_unix, _unix_socket_path
+    from cairn._util.engine_ping import ping_unix as _ping_unix
+    from cairn._util.engine_ping import unix_socket_path as _unix_socket_path
 
     monkeypatch.delenv("DOCKER_HOST", raising=False)
     monkeypatch.delenv("DOCKER_TLS_VERIFY", raising=False)
@@ -142,6 +143,7 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """``cairn run`` starts the ping first; the backend check later takes its answer instead of
     asking again (one connection), and ignores it once it is too old."""
+    import cairn._util.engine_ping as engine_ping
     import cairn.sandbox.auto as auto
 
     path = tmp_path / "ok.sock"
@@ -165,7 +167,7 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
 
     threading.Thread(target=serve, daemon=True).start()
     monkeypatch.setenv("DOCKER_HOST", f"unix://{path}")
-    monkeypatch.setattr(auto, "_early", {})
+    monkeypatch.setattr(engine_ping, "_early", {})
     try:
         auto.start_ping()
         auto.start_ping()  # idempotent
@@ -174,11 +176,11 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
         assert auto.docker_answers(2.0, early=True) is True  # used once: asked again
         assert served == [1, 1]
         auto.start_ping()
-        auto._early["thread"].join(5)  # the early ping has been answered
+        engine_ping._early["thread"].join(5)  # the early ping has been answered
         assert len(served) == 3
         assert auto.docker_answers(2.0) is True  # a caller that does not ask for it: anew
         assert len(served) == 4
-        auto._early["at"] = time.monotonic() - auto.EARLY_PING_MAX_AGE_SEC - 1
+        engine_ping._early["at"] = time.monotonic() - engine_ping.EARLY_MAX_AGE_SEC - 1
         assert auto.docker_answers(2.0, early=True) is True  # too old: asked again
         assert len(served) == 5
     finally:
@@ -189,10 +191,11 @@ def test_an_early_ping_of_another_engine_is_not_used(tmp_path: Path,
                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer from the engine DOCKER_HOST named before does not stand for the one it names
     now (a closed socket is no engine, whatever an earlier ping said)."""
+    import cairn._util.engine_ping as engine_ping
     import cairn.sandbox.auto as auto
 
     srv, _ = _unix_server(tmp_path / "ok.sock", b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK")
-    monkeypatch.setattr(auto, "_early", {})
+    monkeypatch.setattr(engine_ping, "_early", {})
     try:
         monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/ok.sock")
         auto.start_ping()
