@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from cairn.netpolicy import AllowEntry, parse_address
-from cairn.task.model import Task
+from cairn.task.model import Artifact, Task
 
 if TYPE_CHECKING:  # a value from the results room, carried through (the plan never reads it)
     from cairn.results.model import TaskSource
@@ -48,6 +48,20 @@ class RunOptions:
             (``--add-host``).
         verifier_env: ``--ve`` variables, laid over every step's verifier env (Harbor's
             flag); a task template they replace needs no host variable.
+        agent_timeout_multiplier: scales the agent phase's timeout instead of
+            ``timeout_multiplier`` (``--agent-timeout-multiplier``); ``None`` uses it.
+        verifier_timeout_multiplier: the same for verifier timeouts.
+        agent_setup_timeout_multiplier: the same for the agent's ``setup()`` bound.
+        build_timeout_multiplier: the same for image builds (Harbor's
+            ``--environment-build-timeout-multiplier``).
+        extra_instructions: the job's extra instruction texts (already appended to the
+            plan's task; recorded in config.json).
+        resource_overrides: ``(cpus|memory_mb|storage_mb, value)`` the job laid over the
+            task's ``[environment]`` (already applied; recorded in config.json).
+        extra_artifacts: ``--artifact`` paths (already added to the steps; recorded).
+
+    A specific multiplier replaces the global one for its timeout, never multiplies it
+    (Harbor 0.26 ``Trial._resolve_timeout_sec``).
     """
 
     timeout_multiplier: float = 1.0
@@ -64,6 +78,33 @@ class RunOptions:
     agent_hosts: tuple[str, ...] = ()
     add_hosts: tuple[tuple[str, str], ...] = ()
     verifier_env: dict[str, str] = field(default_factory=dict)
+    agent_timeout_multiplier: float | None = None
+    verifier_timeout_multiplier: float | None = None
+    agent_setup_timeout_multiplier: float | None = None
+    build_timeout_multiplier: float | None = None
+    extra_instructions: tuple[str, ...] = ()
+    resource_overrides: tuple[tuple[str, float], ...] = ()
+    extra_artifacts: tuple[str, ...] = ()
+
+    @property
+    def agent_multiplier(self) -> float:
+        """The factor on agent-phase timeouts."""
+        return self.agent_timeout_multiplier or self.timeout_multiplier
+
+    @property
+    def verifier_multiplier(self) -> float:
+        """The factor on verifier timeouts (shared and separate)."""
+        return self.verifier_timeout_multiplier or self.timeout_multiplier
+
+    @property
+    def agent_setup_multiplier(self) -> float:
+        """The factor on the agent's ``setup()`` bound."""
+        return self.agent_setup_timeout_multiplier or self.timeout_multiplier
+
+    @property
+    def build_multiplier(self) -> float:
+        """The factor on image-build timeouts (the task's and a separate verifier's)."""
+        return self.build_timeout_multiplier or self.timeout_multiplier
 
 
 @dataclass(frozen=True)
@@ -108,11 +149,13 @@ class TrialPlan:
 
 def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],
              model: str | None, backend: str, attempt: int, *, start_step: str | None = None,
-             fork_from: str | None = None) -> str:
+             fork_from: str | None = None, overrides: dict[str, Any] | None = None) -> str:
     """Deterministic trial id: sha256 hex (64 chars) of the canonical JSON of its inputs.
 
-    ``start_step`` and ``fork_from`` (``--start-step``, ``--from``: another experiment) enter
-    the hash only when set, so ids of ordinary trials do not move.
+    ``start_step``, ``fork_from`` (``--start-step``, ``--from``: another experiment) and
+    ``overrides`` (what the job changes in the task it runs: extra instructions, resource
+    overrides; :meth:`JobConfig.task_overrides`) enter the hash only when set, so ids of
+    ordinary trials do not move.
 
     Example: the same arguments always give the same id; a changed ``content_hash`` gives
     another.
@@ -124,6 +167,8 @@ def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: d
         inputs["start_step"] = start_step
     if fork_from is not None:
         inputs["fork_from"] = fork_from
+    if overrides:
+        inputs["overrides"] = overrides
     payload = json.dumps(inputs, sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(payload.encode()).hexdigest()
 
@@ -202,6 +247,37 @@ class JobConfig(BaseModel):
     """Host name → address the egress gateway resolves itself (``--add-host NAME=ADDR``)."""
     verifier_env: dict[str, str] = Field(default_factory=dict)
     """``--ve KEY=VALUE``: laid over every step's verifier env (e.g. a judge model)."""
+    extra_instructions: tuple[str, ...] = ()
+    """Texts appended to every step's instruction, each after a blank line
+    (``--extra-instruction-path`` file contents first, then ``--extra-instruction``; Harbor
+    0.26 ``Task._append_extra_instructions``; trailing newlines of each part dropped).
+    Recorded in each trial's config.json."""
+    artifacts: tuple[str, ...] = ()
+    """Extra absolute sandbox paths collected as artifacts after every step (``--artifact``),
+    beside the task's own."""
+    override_cpus: float | None = Field(default=None, gt=0)
+    """Replaces the task's ``[environment].cpus`` (``--override-cpus``)."""
+    override_memory_mb: int | None = Field(default=None, ge=1)
+    """Replaces the task's ``[environment].memory_mb`` (``--override-memory-mb``), MiB."""
+    override_storage_mb: int | None = Field(default=None, ge=1)
+    """Replaces the task's ``[environment].storage_mb`` (``--override-storage-mb``), MiB."""
+    agent_timeout_multiplier: float | None = Field(default=None, gt=0)
+    """Scales agent-phase timeouts instead of ``timeout_multiplier``."""
+    verifier_timeout_multiplier: float | None = Field(default=None, gt=0)
+    """Scales verifier timeouts instead of ``timeout_multiplier``."""
+    agent_setup_timeout_multiplier: float | None = Field(default=None, gt=0)
+    """Scales the agent's ``setup()`` bound instead of ``timeout_multiplier``."""
+    build_timeout_multiplier: float | None = Field(default=None, gt=0)
+    """Scales image-build timeouts instead of ``timeout_multiplier`` (Harbor's
+    ``environment_build_timeout_multiplier``)."""
+
+    @field_validator("artifacts")
+    @classmethod
+    def _artifacts(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for path in value:
+            if not str(path).startswith("/"):
+                raise ValueError(f"artifact {path!r}: give an absolute path inside the sandbox")
+        return value
 
     @field_validator("agent_hosts")
     @classmethod
@@ -229,4 +305,57 @@ class JobConfig(BaseModel):
                           fork_from=Path(self.from_trial).absolute() if self.from_trial
                           else None, agent_hosts=tuple(self.agent_hosts),
                           add_hosts=tuple(sorted(self.add_hosts.items())),
-                          verifier_env=dict(self.verifier_env))
+                          verifier_env=dict(self.verifier_env),
+                          agent_timeout_multiplier=self.agent_timeout_multiplier,
+                          verifier_timeout_multiplier=self.verifier_timeout_multiplier,
+                          agent_setup_timeout_multiplier=self.agent_setup_timeout_multiplier,
+                          build_timeout_multiplier=self.build_timeout_multiplier,
+                          extra_instructions=tuple(self.extra_instructions),
+                          resource_overrides=tuple(
+                              (k.removeprefix("override_"), v)
+                              for k, v in self.task_overrides().items()
+                              if k.startswith("override_")),
+                          extra_artifacts=tuple(self.artifacts))
+
+    def task_overrides(self) -> dict[str, Any]:
+        """What this job changes in every task it runs (part of the trial id when not empty):
+        ``extra_instructions`` and the ``override_*`` resources that are set."""
+        out: dict[str, Any] = {}
+        if self.extra_instructions:
+            out["extra_instructions"] = list(self.extra_instructions)
+        for key in ("override_cpus", "override_memory_mb", "override_storage_mb"):
+            if getattr(self, key) is not None:
+                out[key] = getattr(self, key)
+        return out
+
+    def effective_task(self, task: Task) -> Task:
+        """The task as this job runs it: extra instructions appended to every step, the
+        ``override_*`` resources in ``[environment]``, the ``artifacts`` paths added to every
+        step's artifacts (a path the step already collects is not added twice).
+
+        Pure: returns a new :class:`~cairn.task.model.Task`; its content hash stays the
+        folder's (the trial id carries :meth:`task_overrides` instead).
+        """
+        if not (self.extra_instructions or self.artifacts or self.override_cpus is not None
+                or self.override_memory_mb is not None or self.override_storage_mb is not None):
+            return task
+        env_update = {k: v for k, v in (("cpus", self.override_cpus),
+                                        ("memory_mb", self.override_memory_mb),
+                                        ("storage_mb", self.override_storage_mb))
+                      if v is not None}
+        config = task.config
+        if env_update:
+            config = config.model_copy(update={
+                "environment": config.environment.model_copy(update=env_update)})
+        steps = []
+        for step in task.steps:
+            update: dict[str, Any] = {}
+            if self.extra_instructions:
+                update["instruction"] = "\n\n".join(
+                    part.rstrip("\n") for part in (step.instruction, *self.extra_instructions))
+            have = {a.source for a in step.artifacts}
+            extra = tuple(Artifact(source=p) for p in self.artifacts if p not in have)
+            if extra:
+                update["artifacts"] = (*step.artifacts, *extra)
+            steps.append(step.model_copy(update=update) if update else step)
+        return task.model_copy(update={"config": config, "steps": tuple(steps)})

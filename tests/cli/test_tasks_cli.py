@@ -77,21 +77,22 @@ def test_warnings_print_and_strict_turns_them_into_errors(dataset):
     n = len((task / "task.toml").read_text().splitlines())
     assert result.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: warning: unknown key `memroy_mb` in "
-        "[verifier.environment] (did you mean `memory_mb`?)",
+        "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]",
         f"{task}: ok"]
     strict = run_cli("tasks", "check", "--strict", str(task))
     assert strict.exit_code == 1
     assert strict.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: error: unknown key `memroy_mb` in "
-        "[verifier.environment] (did you mean `memory_mb`?)"]
+        "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]"]
 
 
 def test_a_path_that_is_no_task(tmp_path):
     result = run_cli("tasks", "check", str(tmp_path / "nope"), str(tmp_path))
     assert result.exit_code == 1
-    assert result.stdout.splitlines() == [f"{tmp_path / 'nope'}: error: does not exist",
-                                          f"{tmp_path}: error: not a task (no task.toml or "
-                                          "task.md) and holds no task folders"]
+    assert result.stdout.splitlines() == [
+        f"{tmp_path / 'nope'}: error: does not exist [invalid-task-files]",
+        f"{tmp_path}: error: not a task (no task.toml or task.md) and holds no task folders "
+        "[invalid-task-files]"]
 
 
 def test_init_writes_skeletons_that_pass_strict_check(tmp_path):

@@ -130,13 +130,13 @@ def test_a_url_registry_cannot_name_a_task_by_path_alone(served):
 
 
 def test_job_yaml_takes_dataset_keys_under_flag_spellings(tmp_path):
-    from cairn.cli.run import _read_config_file
+    from cairn.job.configfile import read_config_file
     from cairn.plan import JobConfig
 
     f = tmp_path / "job.yaml"
     f.write_text("d: demo@1.0\nrepo: [https://example.invalid/t.git@v1]\nrepo_path: tasks\n"
                  "l: 3\nregistry_url: http://127.0.0.1:1/r.json\n")
-    cfg = JobConfig.model_validate(_read_config_file(f))
+    cfg = JobConfig.model_validate(read_config_file(f).data)
     assert (cfg.datasets, cfg.repos, cfg.repo_path, cfg.n_tasks, cfg.registry_url) == \
         (("demo@1.0",), ("https://example.invalid/t.git@v1",), "tasks", 3,
          "http://127.0.0.1:1/r.json")

@@ -4,6 +4,7 @@ a user's own agent class would be (design §10). The tests folder must be on ``P
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from cairn.agents.base import AgentContext
@@ -60,4 +61,39 @@ class CountingAgent(OracleAgent):
         """Count, then solve."""
         with open(str(self.kwargs["counter"]), "a") as f:
             f.write(f"{context.step.name}\n")
+        await super().run(instruction, sandbox, context)
+
+
+class RecordingAgent(OracleAgent):
+    """The oracle, recording on the host what it was handed: each ``setup()`` and ``run()``
+    appends one JSON line to ``--ak record=PATH`` (the phase, the instruction, the timeout the
+    engine bounds it by, its kwargs, and the host variable named by ``--ak probe=NAME`` as the
+    agent process sees it) and writes the instruction into the sandbox at
+    ``/app/instruction.txt`` before solving (so a task's test can check what the agent got)."""
+
+    name = "recording"
+
+    def _record(self, phase: str, context: AgentContext, instruction: str | None) -> None:
+        import json
+
+        with open(str(self.kwargs["record"]), "a", encoding="utf-8") as f:
+            f.write(json.dumps({"phase": phase, "step": context.step.name,
+                                "timeout_sec": context.timeout_sec,
+                                "instruction": instruction,
+                                "kwargs": {k: v for k, v in self.kwargs.items()
+                                           if k not in ("record", "probe")},
+                                "probe": os.environ.get(str(self.kwargs.get("probe", "")))
+                                }) + "\n")
+
+    async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
+        """Record the setup bound."""
+        self._record("setup", context, None)
+        await super().setup(sandbox, context)
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Record, leave the instruction in the sandbox, then solve."""
+        self._record("run", context, instruction)
+        await sandbox.exec(["mkdir", "-p", "/app"], user="root")
+        await sandbox.exec(["sh", "-c", 'printf "%s" "$1" > /app/instruction.txt', "sh",
+                            instruction], user=context.user)
         await super().run(instruction, sandbox, context)

@@ -137,15 +137,14 @@ def test_read_job_from_a_copied_folder(tmp_path, dataset, caplog):
 
 
 def test_config_file_accepts_flag_spellings(tmp_path):
-    from cairn.cli.run import _read_config_file
+    from cairn.errors import UsageError
+    from cairn.job.configfile import read_config_file
 
     f = tmp_path / "job.yaml"
     f.write_text("p: tasks\nk: 3\nn-concurrent: 2\nno-verify: true\ne: docker\ni: 'org/*'\n")
-    assert _read_config_file(f) == {"paths": ["tasks"], "attempts": 3, "n_concurrent": 2,
-                                    "verify": False, "backend": "docker",
-                                    "include": ["org/*"]}
+    assert read_config_file(f).data == {"paths": ["tasks"], "attempts": 3, "n_concurrent": 2,
+                                        "verify": False, "backend": "docker",
+                                        "include": ["org/*"]}
     f.write_text("- a\n- b\n")
-    import typer
-
-    with pytest.raises(typer.BadParameter):
-        _read_config_file(f)
+    with pytest.raises(UsageError):
+        read_config_file(f)

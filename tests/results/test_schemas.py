@@ -86,7 +86,8 @@ def test_committed_schemas_equal_generated_ones() -> None:
 def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
     assert schemas_main(["--bogus"]) == 2
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["config.schema.json", "job.schema.json",
+    assert sorted(p.name for p in written) == ["check.schema.json", "config.schema.json",
+                                               "job.schema.json",
                                                "result.schema.json", "steps.schema.json",
                                                "summary.schema.json"]
     assert stale_schemas(tmp_path) == []

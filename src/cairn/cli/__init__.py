@@ -24,7 +24,7 @@ def __getattr__(name: str) -> Any:
 def _early_engine_check(argv: list[str]) -> None:
     """``cairn run`` on docker or auto: start the engine ping now (a daemon thread), so its
     round trip overlaps option parsing and imports (:func:`cairn._util.engine_ping.start_early`)."""
-    if argv[:1] != ["run"]:
+    if argv[:1] != ["run"] or "--dry-run" in argv or "--print-config" in argv:
         return
     for i, a in enumerate(argv):
         value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")

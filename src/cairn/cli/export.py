@@ -1,4 +1,5 @@
-"""``cairn export``: per-step (trajectory, reward) records of a job for training (docs/viewer.md)."""
+"""``cairn export``: per-step (trajectory, reward) records of a job for training (docs/viewer.md),
+or the whole job in Harbor 0.26's job-folder layout (``--format harbor``, docs/export.md)."""
 
 from __future__ import annotations
 
@@ -20,23 +21,40 @@ Examples:
   cairn export jobs/nightly --format sharegpt --passed-only --steps fix,test
 
   cairn export jobs/nightly --format parquet -o steps.parquet   (needs pyarrow)
+
+  cairn export jobs/nightly --format harbor -o harbor-jobs/nightly   (Harbor 0.26 job folder)
 """
 
 
 @app.command("export", help=_HELP)
 def export_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
-    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif or parquet.")] = "jsonl",  # noqa: E501
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif, parquet, or harbor (a Harbor 0.26 job folder at -o DIR).")] = "jsonl",  # noqa: E501
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Output file (default stdout; required for parquet).")] = None,  # noqa: E501
     passed_only: Annotated[bool, typer.Option("--passed-only", help="Only steps that passed.")] = False,  # noqa: E501
     min_reward: Annotated[float | None, typer.Option("--min-reward", help="Only steps with a primary reward >= X.")] = None,  # noqa: E501
     steps: Annotated[str | None, typer.Option("--steps", help="Only these step names (comma-separated).")] = None,  # noqa: E501
+    force: Annotated[bool, typer.Option("--force", help="harbor: replace an earlier cairn Harbor export at -o (never any other folder).")] = False,  # noqa: E501
+    partial: Annotated[bool, typer.Option("--partial", help="harbor: export the finished trials of a job that is still running.")] = False,  # noqa: E501
 ) -> None:
-    """Write a job's per-step records in one format."""
+    """Write a job's per-step records in one format, or the job as a Harbor job folder."""
     from cairn.results.export import FORMATS, ExportFilter, export_job
 
+    if fmt == "harbor":
+        if passed_only or min_reward is not None or steps:
+            print("cairn: error: --format harbor exports whole trials; --passed-only, "
+                  "--min-reward and --steps apply to the step-record formats only",
+                  file=sys.stderr)
+            raise typer.Exit(2)
+        _export_harbor(job_dir, out, force=force, partial=partial)
+        return
+    if force or partial:
+        print("cairn: error: --force and --partial apply to --format harbor only",
+              file=sys.stderr)
+        raise typer.Exit(2)
     if fmt not in FORMATS:
-        print(f"cairn: error: --format is one of {', '.join(FORMATS)}", file=sys.stderr)
+        print(f"cairn: error: --format is one of {', '.join((*FORMATS, 'harbor'))}",
+              file=sys.stderr)
         raise typer.Exit(2)
     if not (job_dir / "job.json").is_file() and not (job_dir / "trials").is_dir():
         print(f"cairn: error: {job_dir} is not a job folder", file=sys.stderr)
@@ -61,3 +79,36 @@ def export_cmd(
               "pip install 'cairn-eval[parquet]'", file=sys.stderr)
         raise typer.Exit(2) from None
     print(f"exported {n} step record(s)" + (f" to {out}" if out else ""), file=sys.stderr)
+
+
+def _export_harbor(job_dir: Path, out: Path | None, *, force: bool, partial: bool) -> None:
+    from cairn.lock import is_locked
+    from cairn.results.harbor import HarborExportError, export_harbor
+
+    if out is None:
+        print("cairn: error: --format harbor needs -o DIR (the Harbor job folder to write)",
+              file=sys.stderr)
+        raise typer.Exit(2)
+    try:
+        rep = export_harbor(job_dir, out, force=force, partial=partial,
+                            job_running=is_locked(job_dir))
+    except HarborExportError as exc:
+        print(f"cairn: error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    except OSError as exc:
+        print(f"cairn: error: writing {out} failed ({exc}); nothing was left there",
+              file=sys.stderr)
+        raise typer.Exit(1) from None
+    for line in rep.unreadable:
+        print(f"cairn: warning: left out unreadable {line}", file=sys.stderr)
+    if rep.unfinished:
+        what = "still running" if rep.running else "unfinished (no result.json)"
+        print(f"cairn: warning: left out {len(rep.unfinished)} {what} trial(s): "
+              + ", ".join(rep.unfinished), file=sys.stderr)
+    for line in rep.skipped:
+        print(f"cairn: warning: not copied {line!r}", file=sys.stderr)
+    for line in rep.renamed:
+        print(f"cairn: note: file name not UTF-8, renamed {line!r}", file=sys.stderr)
+    print(f"exported {len(rep.trials)} trial(s) as a Harbor 0.26 job folder to {out}"
+          + (" (replaced the earlier export)" if rep.replaced else "")
+          + (" (partial: the job is still running)" if rep.running else ""), file=sys.stderr)

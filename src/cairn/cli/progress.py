@@ -41,12 +41,15 @@ class Progress(JobObserver):
         json_mode: ``--json``: write to stderr (stdout is for the summary JSON).
         stream: where to write (default stdout, or stderr in JSON mode).
         resume: a resumed job (then trials kept from earlier runs are announced).
+        quiet: ``-q``: no live bar and no per-trial lines (only job-level notices and
+            warnings, then the summary), as Harbor's ``--quiet``.
     """
 
     def __init__(self, *, json_mode: bool = False, stream: TextIO | None = None,
-                 resume: bool = False) -> None:
+                 resume: bool = False, quiet: bool = False) -> None:
         self.json_mode = json_mode
         self.resume = resume
+        self.quiet = quiet
         self.out = stream or (sys.stderr if json_mode else sys.stdout)
         self.bar: RichProgress | None = None
         self.task_id: TaskID | None = None
@@ -63,7 +66,7 @@ class Progress(JobObserver):
             self.event(Event(EventKind.JOB, f"resuming: {already_done} trial(s) kept, "
                              f"{to_run} to run"))
         isatty = getattr(self.out, "isatty", lambda: False)
-        if isatty() and to_run > LIVE_THRESHOLD:
+        if isatty() and to_run > LIVE_THRESHOLD and not self.quiet:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
@@ -78,6 +81,8 @@ class Progress(JobObserver):
     def event(self, event: Event) -> None:
         """One event (per-step lines of design §9, verdicts, job notices): printed as a line;
         under the live bar only the notable kinds (verdicts, retries, job notices)."""
+        if self.quiet and event.kind not in (EventKind.JOB, EventKind.WARNING):
+            return
         if self.bar is not None:
             if event.notable:
                 self.bar.console.print(event.text, highlight=False, markup=False)

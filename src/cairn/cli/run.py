@@ -33,21 +33,86 @@ Examples:
 
   cairn run -c job.yaml -n 2
 
+  cairn run -c harbor-job.yaml -c override.yaml --env-file .env --dry-run
+
+  cairn run -p tasks/ -a codex -m openai/gpt-5 --override-memory-mb 4096 -r 1 -q
+
   cairn run -p examples/incident --start-step repair -a nop
 
   cairn run -p examples/incident --snapshot-steps --job-name base
 
   cairn run -p examples/incident --start-step repair --from jobs/base/trials/<trial> -a llm -m ...
 
-(job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; relative paths
-are taken from the current directory; flags win.)
+(job.yaml holds the same options: paths, agent, attempts, n_concurrent, ...; or it is a
+Harbor job config, whose keys without a cairn meaning are reported with their line; relative
+paths are taken from the current directory; later files override earlier ones; flags win.
+Every harbor run flag and what cairn does with it: docs/cli.md.)
 """
 
-_FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent", "m": "model",
-              "e": "backend",
-              "p": "paths", "path": "paths", "env": "backend", "ak": "agent_kwargs",
-              "ae": "agent_env", "ve": "verifier_env", "i": "include", "x": "exclude", "no_verify": "verify",
-              "d": "datasets", "dataset": "datasets", "repo": "repos", "l": "n_tasks"}
+HARBOR_REFUSED: dict[str, str] = {
+    "--diff": "cairn has no job diff preview; `cairn run --dry-run` against an existing "
+              "--job-name shows what a resume would keep and run",
+    "--n-concurrent-agents": "cairn bounds concurrency per job only (-n)",
+    "--retry-include": "cairn retries by error category (infrastructure errors), not by "
+                       "exception type",
+    "--retry-exclude": "cairn retries by error category (infrastructure errors), not by "
+                       "exception type",
+    "--install-only": "cairn has no install-only mode; `cairn agents prepare` installs CLI "
+                      "agents ahead of a run",
+    "--effort": "cairn has no reasoning-effort option; pass it in the agent's kwargs (--ak)",
+    "--load-trajectory": "cairn does not load a recorded session into the first step "
+                         "(--start-step with --from starts from a step snapshot)",
+    "--mcp-config": "cairn takes MCP servers from the task ([environment].mcp_servers)",
+    "--skill": "cairn takes skills from the task ([environment].skills_dir)",
+    "--skills": "cairn takes skills from the task ([environment].skills_dir)",
+    "--skip-credential-checks": "cairn checks an agent's options before the job and its "
+                                "credentials when the model is first called",
+    "--base-url": "give the endpoint to the agent through --ak/--ae",
+    "--api-key-name": "cairn agents read their provider's usual key variable (use --ae)",
+    "--api-format": "cairn agents speak their provider's own API format",
+    "--user-agent": "cairn has no simulated user",
+    "--user-model": "cairn has no simulated user",
+    "--uk": "cairn has no simulated user",
+    "--user-agent-kwarg": "cairn has no simulated user",
+    "--user-persona-path": "cairn has no simulated user",
+    "--user-prompt-template-path": "cairn has no simulated user",
+    "--bridge": "cairn has no simulated user",
+    "--bridge-prompt-path": "cairn has no simulated user",
+    "--bk": "cairn has no simulated user",
+    "--bridge-kwarg": "cairn has no simulated user",
+    "--allow-environment-host": "cairn takes the environment's allowlist from the task; "
+                                "--allow-agent-host opens a host for agent phases",
+    "--delete": "cairn always removes sandboxes (--keep-sandbox keeps failed ones)",
+    "--no-delete": "cairn always removes sandboxes; --keep-sandbox keeps those of trials "
+                   "that did not pass",
+    "--stream": "cairn has no trajectory streaming or remote editor",
+    "--no-stream": "cairn has no trajectory streaming or remote editor",
+    "--cpus": "cairn applies a task's CPU count as a limit (no enforcement policies)",
+    "--memory": "cairn applies a task's memory as a limit (no enforcement policies)",
+    "--override-gpus": "cairn does not override a task's GPUs",
+    "--mounts": "cairn mounts nothing from the host into a task's sandbox",
+    "--mounts-json": "cairn mounts nothing from the host into a task's sandbox",
+    "--extra-docker-compose": "cairn uses the task's own compose file only",
+    "--ek": "cairn's backends take no keyword arguments",
+    "--environment-kwarg": "cairn's backends take no keyword arguments",
+    "--allow-verifier-host": "cairn takes the verifier's allowlist from the task "
+                             "([verifier].allowed_hosts)",
+    "--verifier": "cairn runs the task's own verifier (tests/test.sh or its judge)",
+    "--verifier-kwarg": "cairn runs the task's own verifier (tests/test.sh or its judge)",
+    "-t": "cairn has no package registry of single tasks; give -p, -d or --repo",
+    "--task": "cairn has no package registry of single tasks; give -p, -d or --repo",
+    "--plugin": "cairn has no job plugins",
+    "--pk": "cairn has no job plugins",
+    "--plugin-kwarg": "cairn has no job plugins",
+    **{f: "cairn has no Harbor Hub" for f in (
+        "--upload", "--launch", "--use-static-ip", "--credential-mode", "--one-off-secret",
+        "--stored-secret", "--no-secrets", "--registry-secret", "--public", "--private",
+        "--share", "--org")},
+    "--server": "cairn has no rollout server (--executor ray runs trials on a Ray cluster)",
+    "--watch": "cairn has no rollout server",
+}
+"""``harbor run`` flags (0.26) whose meaning cairn does not have: refused, with the reason
+(docs/cli.md has the whole table)."""
 
 
 def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
@@ -64,58 +129,98 @@ def _err(msg: str) -> None:
     print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _read_config_file(path: Path) -> dict[str, Any]:
-    """A ``-c job.yaml``: a mapping of JobConfig keys (flag spellings accepted too)."""
+def _refuse_extra(args: list[str]) -> None:
+    """Arguments Typer did not take: a Harbor flag cairn refuses (with why), else unknown.
+
+    Raises:
+        typer.BadParameter: always, when ``args`` is not empty.
+    """
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in HARBOR_REFUSED:
+            raise typer.BadParameter(f"{flag} is a harbor run flag cairn does not take: "
+                                     f"{HARBOR_REFUSED[flag]} (docs/cli.md lists every "
+                                     "harbor run flag)")
+    first = args[0]
+    if first.startswith("-"):
+        raise typer.BadParameter(f"No such option: {first}")
+    raise typer.BadParameter(f"unexpected argument {first!r}")
+
+
+def _load_env_file(path: Path) -> None:
+    """``--env-file``: a dotenv file loaded into this process's environment, over what is set
+    (as Harbor loads it), so ``${VAR}`` templates and agents' keys see its values.
+
+    Raises:
+        typer.BadParameter: the file does not exist or cannot be read.
+    """
+    from dotenv import dotenv_values
+
+    if not path.is_file():
+        raise typer.BadParameter(f"--env-file {path}: no such file")
+    try:
+        values = dotenv_values(path, encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise typer.BadParameter(f"--env-file {path}: {exc}") from None
+    for key, value in values.items():
+        if value is not None:
+            os.environ[key] = value
+
+
+def _print_config(cfg: Any) -> None:
+    """``--print-config``: the merged config as YAML on stdout (``cairn run -c`` reads it back
+    to the same config)."""
     import yaml
 
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise typer.BadParameter(f"{path}: {exc}") from None
-    if not isinstance(data, dict):
-        raise typer.BadParameter(f"{path}: expected a mapping of options")
-    out: dict[str, Any] = {}
-    for key, value in data.items():
-        k = str(key).replace("-", "_").lstrip("_")
-        k = _FLAG_KEYS.get(k, k)
-        if str(key).replace("-", "_").lstrip("_") == "no_verify":
-            value = not value
-        if k in ("paths", "include", "exclude", "datasets", "repos") and isinstance(value, str):
-            value = [value]
-        out[k] = value
-    return out
+    data = cfg.model_dump(mode="json")
+    print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True), end="", flush=True)
 
 
-@app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN)
+@app.command("run", help="Run agents on tasks and score them." + _EXAMPLES_RUN,
+             context_settings={"ignore_unknown_options": True, "allow_extra_args": True,
+                               "help_option_names": ["-h", "--help"]})
 def run_cmd(
+    ctx: typer.Context,
     path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Task or dataset folder (repeatable).")] = None,  # noqa: E501
     dataset: Annotated[list[str] | None, typer.Option("-d", "--dataset", help="Registry dataset NAME@VERSION, or NAME for the highest version (repeatable; mixes with -p).")] = None,  # noqa: E501
     registry_url: Annotated[str | None, typer.Option("--registry-url", help="Registry of -d datasets (default Harbor's public registry).")] = None,  # noqa: E501
-    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file instead of --registry-url.")] = None,  # noqa: E501
+    registry_path: Annotated[Path | None, typer.Option("--registry-path", help="A registry.json file (or its folder) instead of --registry-url.")] = None,  # noqa: E501
     repo: Annotated[list[str] | None, typer.Option("--repo", help="Git repository of tasks, GIT_URL or GIT_URL@REF (repeatable).")] = None,  # noqa: E501
     repo_path: Annotated[str | None, typer.Option("--repo-path", help="Folder inside each --repo that is a task or holds task folders.")] = None,  # noqa: E501
     n_tasks: Annotated[int | None, typer.Option("-l", "--n-tasks", help="Run only the first N tasks (after -i/-x, in input order).")] = None,  # noqa: E501
     agent: Annotated[str | None, typer.Option("-a", "--agent", help="oracle, nop, llm, claude-code, codex, opencode, gemini-cli, qwen-code, or package.module:Class (default oracle).")] = None,  # noqa: E501
-    model: Annotated[str | None, typer.Option("-m", "--model", help="provider/model for model-driven agents.")] = None,  # noqa: E501
-    ak: Annotated[list[str] | None, typer.Option("--ak", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
-    ae: Annotated[list[str] | None, typer.Option("--ae", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
-    ve: Annotated[list[str] | None, typer.Option("--ve", help="Env var KEY=VALUE for the verifier, over the task's [verifier.env] (repeatable; e.g. a judge model).")] = None,  # noqa: E501
+    model: Annotated[list[str] | None, typer.Option("-m", "--model", help="provider/model for model-driven agents (one per job).")] = None,  # noqa: E501
+    ak: Annotated[list[str] | None, typer.Option("--ak", "--agent-kwarg", help="Agent kwarg key=value (repeatable).")] = None,  # noqa: E501
+    ae: Annotated[list[str] | None, typer.Option("--ae", "--agent-env", help="Env var KEY=VALUE for the agent (repeatable).")] = None,  # noqa: E501
+    ve: Annotated[list[str] | None, typer.Option("--ve", "--verifier-env", help="Env var KEY=VALUE for the verifier, over the task's [verifier.env] (repeatable; e.g. a judge model).")] = None,  # noqa: E501
+    env_file: Annotated[Path | None, typer.Option("--env-file", help="A .env file loaded into the environment first (its values win), for ${VAR} templates and agents' keys.")] = None,  # noqa: E501
     env: Annotated[str | None, typer.Option("-e", "--env", help="Sandbox backend: auto, docker, local (default auto).")] = None,  # noqa: E501
-    include: Annotated[list[str] | None, typer.Option("-i", "--include", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
-    exclude: Annotated[list[str] | None, typer.Option("-x", "--exclude", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
-    attempts: Annotated[int | None, typer.Option("-k", "--attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
+    include: Annotated[list[str] | None, typer.Option("-i", "--include", "--include-task-name", help="Task-name glob to keep (repeatable).")] = None,  # noqa: E501
+    exclude: Annotated[list[str] | None, typer.Option("-x", "--exclude", "--exclude-task-name", help="Task-name glob to drop (repeatable).")] = None,  # noqa: E501
+    attempts: Annotated[int | None, typer.Option("-k", "--attempts", "--n-attempts", help="Attempts per task (default 1).")] = None,  # noqa: E501
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
-    config: Annotated[Path | None, typer.Option("-c", "--config", help="job.yaml with the same options (flags win).")] = None,  # noqa: E501
+    config: Annotated[list[Path] | None, typer.Option("-c", "--config", help="job.yaml (cairn's or a Harbor job config) with the same options; repeatable, later files override earlier ones (lists replace); flags win.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
-    jobs_dir: Annotated[Path | None, typer.Option("--jobs-dir", help="Default ./jobs.")] = None,
+    jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Default ./jobs.")] = None,
     resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name.")] = False,  # noqa: E501
-    max_retries: Annotated[int | None, typer.Option("--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
+    max_retries: Annotated[int | None, typer.Option("-r", "--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
     timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
-    no_verify: Annotated[bool, typer.Option("--no-verify", help="Run agents only (no reward).")] = False,  # noqa: E501
-    force_build: Annotated[bool, typer.Option("--force-build", help="Rebuild images.")] = False,
+    agent_timeout_multiplier: Annotated[float | None, typer.Option("--agent-timeout-multiplier", help="Scale agent-phase timeouts (instead of --timeout-multiplier).")] = None,  # noqa: E501
+    verifier_timeout_multiplier: Annotated[float | None, typer.Option("--verifier-timeout-multiplier", help="Scale verifier timeouts (instead of --timeout-multiplier).")] = None,  # noqa: E501
+    agent_setup_timeout_multiplier: Annotated[float | None, typer.Option("--agent-setup-timeout-multiplier", help="Scale the agent's setup timeout (instead of --timeout-multiplier).")] = None,  # noqa: E501
+    build_timeout_multiplier: Annotated[float | None, typer.Option("--build-timeout-multiplier", "--environment-build-timeout-multiplier", help="Scale image-build timeouts (instead of --timeout-multiplier).")] = None,  # noqa: E501
+    override_cpus: Annotated[float | None, typer.Option("--override-cpus", help="CPUs for every task's sandbox, instead of the task's.")] = None,  # noqa: E501
+    override_memory_mb: Annotated[int | None, typer.Option("--override-memory-mb", help="Memory (MiB) for every task's sandbox, instead of the task's.")] = None,  # noqa: E501
+    override_storage_mb: Annotated[int | None, typer.Option("--override-storage-mb", help="Storage (MiB) for every task's sandbox, instead of the task's.")] = None,  # noqa: E501
+    artifact: Annotated[list[str] | None, typer.Option("--artifact", help="Sandbox path collected as an artifact after every step (repeatable).")] = None,  # noqa: E501
+    extra_instruction: Annotated[list[str] | None, typer.Option("--extra-instruction", help="Text appended to every step's instruction (repeatable; after the --extra-instruction-path files).")] = None,  # noqa: E501
+    extra_instruction_path: Annotated[list[Path] | None, typer.Option("--extra-instruction-path", help="File whose text is appended to every step's instruction (repeatable).")] = None,  # noqa: E501
+    no_verify: Annotated[bool, typer.Option("--no-verify", "--disable-verification", help="Run agents only (no reward).")] = False,  # noqa: E501
+    enable_verification: Annotated[bool, typer.Option("--enable-verification", help="Verify (the default; over a config file's verify: false).")] = False,  # noqa: E501
+    force_build: Annotated[bool | None, typer.Option("--force-build/--no-force-build", help="Rebuild images (--no-force-build: over a config file's force_build: true).", show_default=False)] = None,  # noqa: E501
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
-    resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
+    resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", "--resume-trajectory", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
@@ -124,36 +229,77 @@ def run_cmd(
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
     allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
     add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
+    quiet: Annotated[bool, typer.Option("-q", "--quiet", "--silent", help="No per-trial lines or live bar; job notices, warnings and the summary only.")] = False,  # noqa: E501
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan only: resolve datasets and templates, print the tasks, attempts, trial ids, backend and what a resume would keep; build and start nothing (exit 0 ok, 1 problems found, 2 bad input).")] = False,  # noqa: E501
+    print_config: Annotated[bool, typer.Option("--print-config", help="Print the merged config (files and flags) as YAML and exit.")] = False,  # noqa: E501
+    debug: Annotated[bool, typer.Option("--debug", help="Tracebacks for unexpected errors (as CAIRN_DEBUG=1).")] = False,  # noqa: E501
+    yes: Annotated[bool, typer.Option("-y", "--yes", help="Accepted for Harbor command lines; cairn never prompts.")] = False,  # noqa: E501
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout; all else on stderr.")] = False,  # noqa: E501
 ) -> None:
-    """``cairn run``: a :class:`~cairn.plan.JobConfig` from ``-c job.yaml`` with the flags laid
-    over it, then the job (or, with ``--resume``, the named job resumed).
+    """``cairn run``: a :class:`~cairn.plan.JobConfig` from the ``-c`` files (cairn's job.yaml
+    or Harbor's job config, merged in order) with the flags laid over it, then the job (or,
+    with ``--resume``, the named job resumed; with ``--dry-run`` only its plan; with
+    ``--print-config`` only the merged config).
 
     Typer shows the ``help=`` text of the command, not this docstring.
 
     Raises:
         typer.Exit: code 2 on a usage error (no ``-p``, an unreadable config, a bad ``--ak``/
-            ``--ae``, unknown agent options, ``--resume`` without ``--job-name``); otherwise the
+            ``--ae``, unknown agent options, ``--resume`` without ``--job-name``, a Harbor flag
+            cairn does not take); with ``--dry-run`` 0 or 1 (problems found); otherwise the
             job's exit code (design §9: 0 when every trial completed or stopped, else 1).
     """
-    if env != "local" and executor != "ray":  # the engine check overlaps the work below
+    if env != "local" and executor != "ray" and not dry_run and not print_config:
+        # the engine check overlaps the work below
         from cairn.sandbox.auto import start_ping
 
         start_ping()
     from cairn.errors import CairnError
+    from cairn.job.configfile import merge_configs, read_config_file, read_instruction_files
     from cairn.plan import JobConfig
 
+    if debug:
+        os.environ["CAIRN_DEBUG"] = "1"
     try:
-        data: dict[str, Any] = _read_config_file(config) if config is not None else {}
+        if ctx.args:
+            _refuse_extra(list(ctx.args))
+        if dry_run and print_config:
+            raise typer.BadParameter("give --dry-run or --print-config, not both")
+        if env_file is not None:
+            _load_env_file(env_file)
+        layers: list[dict[str, Any]] = []
+        for cfg_path in config or []:
+            cf = read_config_file(cfg_path)
+            for note in cf.notes:
+                print(f"cairn: {note}", file=sys.stderr, flush=True)
+            layers.append(cf.data)
+        if model and len(model) > 1:
+            raise typer.BadParameter("cairn runs one model per job (-m given "
+                                     f"{len(model)} times); run one job per model")
+        if no_verify and enable_verification:
+            raise typer.BadParameter("give --no-verify or --enable-verification, not both")
+        if registry_path is not None and registry_path.is_dir():
+            registry_path = registry_path / "registry.json"  # Harbor takes the folder too
+        extra_texts = [*read_instruction_files(extra_instruction_path or []),
+                       *(extra_instruction or [])]
         flags = {
-            "paths": [str(p) for p in path or []] or None, "agent": agent, "model": model,
+            "paths": [str(p) for p in path or []] or None, "agent": agent,
+            "model": model[0] if model else None,
             "agent_kwargs": _kv(ak, "--ak") or None, "agent_env": _kv(ae, "--ae") or None,
             "verifier_env": _kv(ve, "--ve") or None,
             "backend": env, "include": include, "exclude": exclude, "attempts": attempts,
             "n_concurrent": n_concurrent, "job_name": job_name,
             "jobs_dir": str(jobs_dir) if jobs_dir else None, "max_retries": max_retries,
-            "timeout_multiplier": timeout_multiplier, "verify": False if no_verify else None,
-            "force_build": force_build or None, "keep_sandbox": keep_sandbox or None,
+            "timeout_multiplier": timeout_multiplier,
+            "agent_timeout_multiplier": agent_timeout_multiplier,
+            "verifier_timeout_multiplier": verifier_timeout_multiplier,
+            "agent_setup_timeout_multiplier": agent_setup_timeout_multiplier,
+            "build_timeout_multiplier": build_timeout_multiplier,
+            "override_cpus": override_cpus, "override_memory_mb": override_memory_mb,
+            "override_storage_mb": override_storage_mb, "artifacts": artifact or None,
+            "extra_instructions": extra_texts or None,
+            "verify": False if no_verify else (True if enable_verification else None),
+            "force_build": force_build, "keep_sandbox": keep_sandbox or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "datasets": dataset or None, "registry_url": registry_url,
@@ -165,13 +311,19 @@ def run_cmd(
             "from_trial": str(from_trial) if from_trial else None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
-        data.update({k: v for k, v in flags.items() if v is not None})
+        layers.append({k: v for k, v in flags.items() if v is not None})
+        data = merge_configs(layers)
+        quiet = bool(data.pop("quiet", False)) or quiet
         if not (data.get("paths") or data.get("datasets") or data.get("repos")):
             raise typer.BadParameter("give at least one task or dataset folder (-p), registry "
                                      "dataset (-d) or git repository (--repo)")
         if data.get("registry_url") and data.get("registry_path"):
             raise typer.BadParameter("give --registry-url or --registry-path, not both")
         cfg = JobConfig.model_validate(data)
+        if repo and dataset:  # Harbor's --repo means the registry of -d; cairn's does not
+            print("cairn: warning: --repo is a git repository of tasks run beside -d (not, as "
+                  "in harbor run, the repository holding the registry of -d; give that as "
+                  "--registry-path or --registry-url)", file=sys.stderr, flush=True)
         from cairn.agents.registry import validate_agent_options
 
         validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
@@ -181,8 +333,36 @@ def run_cmd(
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
+    if print_config:
+        _print_config(cfg)
+        raise typer.Exit(0)
+    if dry_run:
+        raise typer.Exit(_dry_run(cfg, json_out=json_out))
     job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
-    raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
+    raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out, quiet=quiet))
+
+
+def _dry_run(cfg: Any, *, json_out: bool) -> int:
+    """``--dry-run``: print the plan (JSON with ``--json``); 0 ok, 1 problems, 2 bad input."""
+    import dataclasses
+    import json
+
+    from cairn.errors import CairnError
+    from cairn.job.dryrun import dry_run
+
+    try:
+        plan = dry_run(cfg)
+    except CairnError as exc:
+        _err(str(exc))
+        return 2
+    if json_out:
+        data = dataclasses.asdict(plan)
+        data["job_dir"] = str(plan.job_dir) if plan.job_dir else None
+        print(json.dumps(data, indent=2))
+    else:
+        for line in plan.lines(cfg.attempts):
+            print(line)
+    return plan.exit_code
 
 
 def _abs_repo(spec: str) -> str:
@@ -204,7 +384,7 @@ def _one_line(exc: BaseException) -> str:
 
 
 def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
-         json_out: bool = False) -> int:
+         json_out: bool = False, quiet: bool = False) -> int:
     """Run (or resume) a job with progress display and Ctrl-C semantics of design §8.
 
     The first Ctrl-C (or SIGTERM) stops starting trials and cancels the running ones cleanly;
@@ -225,7 +405,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
             return 2
         cfg = cfg.model_copy(update={"job_name": job_dir.name})
     target = job_dir or Path(cfg.jobs_dir) / cfg.job_name
-    progress = Progress(json_mode=json_out, resume=resume)
+    progress = Progress(json_mode=json_out, resume=resume, quiet=quiet)
     interrupts = 0
 
     async def main():
@@ -289,6 +469,7 @@ def resume_cmd(
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
+    env_file: Annotated[Path | None, typer.Option("--env-file", help="A .env file loaded into the environment first, as for cairn run (job.json never holds its values).")] = None,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="New spending limit for the whole job.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local or ray (default: the job's).")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
@@ -305,6 +486,8 @@ def resume_cmd(
     from cairn.job import resume_config
 
     try:
+        if env_file is not None:
+            _load_env_file(env_file)
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
                                        ("max_cost_usd", max_cost_usd), ("executor", executor),
                                        ("ray_address", ray_address)) if v is not None}

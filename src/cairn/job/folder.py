@@ -173,7 +173,8 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
             continue
         assert e.task is not None
         plans.append(TrialPlan(
-            task=e.task, agent_name=config.agent, agent_kwargs=dict(config.agent_kwargs),
+            task=config.effective_task(e.task), agent_name=config.agent,
+            agent_kwargs=dict(config.agent_kwargs),
             model=config.model, backend=backend, attempt=d.attempt, trial_id=d.trial_id,
             trial_dir=tp.root, job_id=paths.root.name, job_dir=paths.root, options=opts,
             source=e.source))
@@ -303,4 +304,11 @@ def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, 
            "job_name": job_dir.name, "jobs_dir": str(job_dir.parent),
            "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
            "verify": opts.get("verify", True), "hardened_verify": opts.get("hardened_verify", False)}
+    # what the job changed in its tasks (it enters the trial ids) and its specific multipliers
+    cfg["extra_instructions"] = list(opts.get("extra_instructions") or [])
+    cfg["artifacts"] = list(opts.get("extra_artifacts") or [])
+    for key, value in dict(opts.get("resource_overrides") or {}).items():
+        cfg[f"override_{key}"] = value
+    for key, value in dict(opts.get("timeout_multipliers") or {}).items():
+        cfg[f"{key}_timeout_multiplier"] = value
     return first[4], cfg

@@ -131,12 +131,13 @@ def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str
         One decision per (task, attempt): ``len(entries) * config.attempts`` items.
     """
     out: list[TrialDecision] = []
+    overrides = config.task_overrides()
     for e in entries:
         for attempt in range(1, config.attempts + 1):
             tid = trial_id(e.name, e.content_hash, config.agent, dict(config.agent_kwargs),
                            config.model, backend, attempt, start_step=config.start_step,
                            fork_from=Path(config.from_trial).name if config.from_trial
-                           else None)
+                           else None, overrides=overrides)
             name = folder_name(e.name, attempt, tid)
             prefix = name.rsplit("__", 1)[0]
             superseded = tuple(n for n in folder.by_prefix.get(prefix, ()) if n != name)

@@ -45,7 +45,7 @@ def template_findings(task: Task, environ: Mapping[str, str] | None = None) -> l
             seen.add(var)
             out.append(Finding(source, None, WARNING,
                                f"{where}: ${{{var}}} is not set in this shell; a run without "
-                               "it stops before any sandbox starts"))
+                               "it stops before any sandbox starts", "template-unset"))
     return out
 
 
@@ -58,7 +58,8 @@ def unsupported_key_findings(task: Task) -> list[Finding]:
         out.append(Finding(source, None, WARNING,
                            "[environment].skills_dir/mcp_servers: a run refuses agents that "
                            "take no skills or cannot use the MCP servers (MCP: unless "
-                           "--ak ignore_mcp=true; the oracle and nop run)"))
+                           "--ak ignore_mcp=true; the oracle and nop run)",
+                           "unsupported-key"))
     return out
 
 
@@ -86,12 +87,15 @@ def backend_findings(task: Task, backend: str) -> list[Finding]:
     try:
         cls = get_backend(backend, compose=task.compose_file is not None)
         for w in cls.check(spec):
-            out.append(Finding(source, None, WARNING, f"backend {backend}: {w}"))
+            out.append(Finding(source, None, WARNING, f"backend {backend}: {w}",
+                               "backend-limit"))
     except UnsupportedError as exc:
-        out.append(Finding(source, None, ERROR, f"backend {backend}: {exc}"))
+        out.append(Finding(source, None, ERROR, f"backend {backend}: {exc}",
+                           "backend-unsupported"))
     except (SandboxLostError, TrialFailure) as exc:
         out.append(Finding(source, None, WARNING,
-                           f"backend {backend} could not be asked ({exc}); not checked"))
+                           f"backend {backend} could not be asked ({exc}); not checked",
+                           "backend-unavailable"))
     return out
 
 
@@ -118,7 +122,7 @@ def preflight_findings(path: Path, backend: str | None) -> list[Finding]:
     named = Path(path) / (task.path / "task.toml").name
     # Findings name the file as the caller named the task (relative stays relative).
     return [Finding(named if f.path == task.path / "task.toml" else f.path, f.line, f.severity,
-                    f.text) for f in out]
+                    f.text, f.rule) for f in out]
 
 
 __all__ = ["backend_findings", "preflight_findings", "template_findings",

@@ -119,12 +119,14 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeout_multiplier: float, emit: EventSink) -> None:
+                 job_dir: Path, timeout_multiplier: float, emit: EventSink,
+                 verifier_timeout_multiplier: float | None = None) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
         self.job_id, self.job_dir, self.timeout_multiplier = job_id, job_dir, timeout_multiplier
         self.emit = emit
+        self.verifier_multiplier = verifier_timeout_multiplier or timeout_multiplier
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
                                         job_dir=job_dir, timeout_multiplier=timeout_multiplier)
         from cairn.task.envvars import resolve_env, secret_values
@@ -142,7 +144,7 @@ class _TrialRegrade:
         from cairn.trial.verify import run_verifier
 
         sp = TrialPaths(self.dir).step(step.index, step.name)
-        timeout = step.verifier_timeout_sec * self.timeout_multiplier
+        timeout = step.verifier_timeout_sec * self.verifier_multiplier  # as the job ran it
         venv = self.verifier_envs[step.index - 1]
         if step.verifier_mode == "separate":
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
@@ -334,6 +336,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
     timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
+    verifier_multiplier = meta.config.get("verifier_timeout_multiplier")
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
@@ -373,6 +376,9 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                     try:
                         new = await _TrialRegrade(task, old, trial_dir, job_id=job_id,
                                                   job_dir=dest, timeout_multiplier=timeout_multiplier,
+                                                  verifier_timeout_multiplier=float(
+                                                      verifier_multiplier)
+                                                  if verifier_multiplier else None,
                                                   emit=emit).run()
                     except (TrialFailure, UsageError) as exc:
                         kind = getattr(exc, "kind", None)

@@ -406,6 +406,17 @@ class ConfigOptions(_Persisted):
     """``--start-step``."""
     fork_from: str | None = None
     """``--from``: the recorded trial folder the sandbox started from."""
+    extra_instructions: list[str] = Field(default_factory=list)
+    """``--extra-instruction-path`` contents then ``--extra-instruction`` texts, appended to
+    every step's instruction (each after a blank line)."""
+    timeout_multipliers: dict[str, float] = Field(default_factory=dict)
+    """The specific multipliers given (``agent``, ``verifier``, ``agent_setup``, ``build``);
+    each replaces ``timeout_multiplier`` for its timeout."""
+    resource_overrides: dict[str, float] = Field(default_factory=dict)
+    """``--override-cpus`` / ``--override-memory-mb`` / ``--override-storage-mb`` given, as
+    ``cpus`` / ``memory_mb`` / ``storage_mb``."""
+    extra_artifacts: list[str] = Field(default_factory=list)
+    """``--artifact`` paths collected after every step beside the task's own."""
 
 
 class TrialConfigFile(_Persisted):

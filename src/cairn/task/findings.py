@@ -1,7 +1,11 @@
 """Validation findings (design §2): one error or warning about a task, with file and line.
 
 A finding prints as ``path:line: error|warning: text`` (``path: error: text`` when it has no
-line). ``cairn tasks check --strict`` turns warnings into errors (:func:`promote_warnings`).
+line); ``cairn tasks check`` appends the rule id, ``… text [rule]`` (:meth:`Finding.format`).
+``cairn tasks check --strict`` turns warnings into errors (:func:`promote_warnings`). Every
+finding carries a stable rule id (``unknown-config-field``, ``compose-privileged`` …; the
+catalogue is :data:`cairn.task.lint.RULES`, docs/lint.md); errors without a more specific id
+are ``invalid-task-config`` (a task.toml key) or ``invalid-task-files`` (a file or folder).
 """
 
 from __future__ import annotations
@@ -16,6 +20,11 @@ Severity = Literal["error", "warning"]
 ERROR: Severity = "error"
 WARNING: Severity = "warning"
 
+INVALID_CONFIG = "invalid-task-config"
+"""The rule id of an error about a task.toml key that has no more specific id."""
+INVALID_FILES = "invalid-task-files"
+"""The rule id of an error about a task file or folder that has no more specific id."""
+
 
 @dataclass(frozen=True)
 class Finding:
@@ -27,12 +36,15 @@ class Finding:
         line: 1-based line in ``path``, or ``None`` when the finding has no line.
         severity: ``"error"`` or ``"warning"``.
         text: what is wrong, naming the key, file or step concerned.
+        rule: the stable rule id (docs/lint.md); ``""`` only for findings made outside the
+            task check (they print without a rule).
     """
 
     path: Path
     line: int | None
     severity: Severity
     text: str
+    rule: str = ""
 
     @property
     def is_error(self) -> bool:
@@ -40,8 +52,20 @@ class Finding:
         return self.severity == ERROR
 
     def __str__(self) -> str:
+        return self.format(rule=False)
+
+    def format(self, *, rule: bool = True) -> str:
+        """The printed line: ``path:line: severity: text`` and, with ``rule``, `` [rule-id]``.
+
+        Args:
+            rule: append the rule id in brackets (when the finding has one).
+
+        Returns:
+            One line (the text is printed as is).
+        """
         where = f"{self.path}:{self.line}" if self.line is not None else f"{self.path}"
-        return f"{where}: {self.severity}: {self.text}"
+        tail = f" [{self.rule}]" if rule and self.rule else ""
+        return f"{where}: {self.severity}: {self.text}{tail}"
 
 
 def promote_warnings(findings: Iterable[Finding]) -> list[Finding]:
@@ -105,19 +129,22 @@ class FindingSink:
         self.findings: list[Finding] = []
         self.error_paths: set[tuple[str | int, ...]] = set()
 
-    def key(self, path: tuple[str | int, ...], severity: Severity, text: str) -> None:
+    def key(self, path: tuple[str | int, ...], severity: Severity, text: str,
+            rule: str = INVALID_CONFIG) -> None:
         """Record a finding about a task.toml key path (located by its line).
 
         Args:
             path: the key path concerned.
             severity: ``"error"`` or ``"warning"``.
             text: the message.
+            rule: the rule id (every warning names its own).
         """
         if severity == ERROR:
             self.error_paths.add(path)
-        self.findings.append(Finding(self.source, self.line_of(path), severity, text))
+        self.findings.append(Finding(self.source, self.line_of(path), severity, text, rule))
 
-    def file(self, path: Path, severity: Severity, text: str, line: int | None = None) -> None:
+    def file(self, path: Path, severity: Severity, text: str, line: int | None = None,
+             rule: str = INVALID_FILES) -> None:
         """Record a finding about a file or folder of the task.
 
         Args:
@@ -125,8 +152,9 @@ class FindingSink:
             severity: ``"error"`` or ``"warning"``.
             text: the message.
             line: 1-based line in that file, if any.
+            rule: the rule id (every warning names its own).
         """
-        self.findings.append(Finding(path, line, severity, text))
+        self.findings.append(Finding(path, line, severity, text, rule))
 
     @property
     def has_errors(self) -> bool:

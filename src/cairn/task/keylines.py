@@ -269,7 +269,7 @@ def yaml_key_lines(text: str, *, line_offset: int = 0) -> KeyLines:
     import yaml
 
     lines: dict[KeyPath, int] = {}
-    root = yaml.compose(text, Loader=yaml.SafeLoader)
+    root = yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
 
     def walk(node: object, path: KeyPath) -> None:
         if isinstance(node, yaml.MappingNode):

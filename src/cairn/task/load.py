@@ -19,7 +19,15 @@ from typing import Any
 
 from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.errors import TaskFormatError
-from cairn.task.findings import ERROR, Finding, FindingSink, has_errors, promote_warnings
+from cairn.task.findings import (
+    ERROR,
+    INVALID_CONFIG,
+    INVALID_FILES,
+    Finding,
+    FindingSink,
+    has_errors,
+    promote_warnings,
+)
 from cairn.task.hashing import env_hash, task_content_hash
 from cairn.task.keylines import KeyLines, toml_key_lines, yaml_key_lines
 from cairn.task.model import (
@@ -116,6 +124,7 @@ class _Analysis:
     doc: dict[str, Any] | None = None
     config: TaskConfig | None = None
     body: str | None = None  # the instruction of a task.md
+    lines: KeyLines | None = None  # where each key of task.toml (or the front-matter) is
 
 
 def _parse_toml(text: str, source: Path, line_offset: int, sink: FindingSink) -> tuple[
@@ -217,6 +226,7 @@ def _analyse(root: Path) -> _Analysis:
     if doc is None:
         return out
     holder["lines"] = lines
+    out.lines = lines
     out.doc = doc
     check_document(doc, sink)
     check_task_folder(root, doc, sink,
@@ -227,18 +237,35 @@ def _analyse(root: Path) -> _Analysis:
 
 # -- public checks ---------------------------------------------------------------------------------
 
-def check_task(path: Path, strict: bool = False) -> list[Finding]:
-    """Validate a task folder without starting anything (design §2).
+def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[Finding]:
+    """Validate a task folder without starting anything (design §2), then lint it.
 
     Args:
         path: the task folder; findings name files under it as given (relative stays relative).
         strict: report warnings as errors (``--strict``).
+        lint: also run the lint rules of :func:`cairn.task.lint.lint_task` (docs/lint.md) on a
+            task without errors, and drop the warnings the task ignores itself
+            (``[metadata.harbor.lint].ignore``).
 
     Returns:
-        Every finding, errors and warnings, in the order found. Never raises for a bad task.
+        Every finding, errors and warnings: validation's in the order found, then the lint's.
+        Never raises for a bad task.
     """
-    findings = _analyse(Path(path)).sink.findings
-    return promote_warnings(findings) if strict else list(findings)
+    analysis = _analyse(Path(path))
+    findings = list(analysis.sink.findings)
+    if lint and not has_errors(findings) and analysis.config is not None:
+        from cairn.task.lint import lint_task, task_ignores
+
+        task = _build(Path(path).resolve(), analysis.config, analysis.body, (), hashes=False)
+        try:
+            findings += lint_task(Path(path), task, analysis.lines or KeyLines())
+        except Exception as exc:  # noqa: BLE001 (a lint bug must not hide the other tasks' results)
+            findings.append(Finding(Path(path), None, "warning", "the lint stopped on this task "
+                                    f"({type(exc).__name__}: {exc}); please report it",
+                                    "lint-internal-error"))
+        ignored = task_ignores(analysis.doc or {})
+        findings = [f for f in findings if f.is_error or f.rule not in ignored]
+    return promote_warnings(findings) if strict else findings
 
 
 @dataclass(frozen=True)
@@ -259,12 +286,14 @@ class TaskCheck:
         return not has_errors(self.findings)
 
 
-def check_paths(paths: Sequence[Path], strict: bool = False) -> list[TaskCheck]:
+def check_paths(paths: Sequence[Path], strict: bool = False, *,
+                lint: bool = True) -> list[TaskCheck]:
     """Check tasks and dataset folders (``cairn tasks check``).
 
     Args:
         paths: task folders and/or dataset folders.
         strict: report warnings as errors.
+        lint: run the lint rules too (:func:`check_task`).
 
     Returns:
         One :class:`TaskCheck` per task found, in the order of ``paths`` (dataset tasks
@@ -276,9 +305,9 @@ def check_paths(paths: Sequence[Path], strict: bool = False) -> list[TaskCheck]:
         if not tasks:
             text = ("does not exist" if not p.exists()
                     else "not a task (no task.toml or task.md) and holds no task folders")
-            out.append(TaskCheck(p, (Finding(p, None, ERROR, text),)))
+            out.append(TaskCheck(p, (Finding(p, None, ERROR, text, INVALID_FILES),)))
         for t in tasks:
-            out.append(TaskCheck(t, tuple(check_task(t, strict=strict))))
+            out.append(TaskCheck(t, tuple(check_task(t, strict=strict, lint=lint))))
     return out
 
 
@@ -306,7 +335,7 @@ def load_task(path: Path, strict: bool = False) -> Task:
     errors = [f for f in findings if f.is_error]
     if errors or analysis.config is None or analysis.doc is None:
         if not errors:  # defensive: a document that produced no config always has an error
-            errors = [Finding(Path(path), None, ERROR, "invalid task")]
+            errors = [Finding(Path(path), None, ERROR, "invalid task", INVALID_CONFIG)]
         lines = "\n".join(str(f) for f in errors)
         raise TaskFormatError(f"invalid task {path}: {len(errors)} error(s)\n{lines}", errors)
     warnings = tuple(f for f in findings if not f.is_error)
@@ -330,7 +359,8 @@ def _read_instruction(path: Path) -> str:
     return decode_utf8(path.read_bytes()).replace("\r\n", "\n")
 
 
-def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...]) -> Task:
+def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...],
+           *, hashes: bool = True) -> Task:
     task_agent, task_verifier = config.agent, config.verifier
     if config.steps:
         steps = tuple(_build_step(root, config, k, sc) for k, sc in enumerate(config.steps, 1))
@@ -363,9 +393,9 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
         config=config,
         steps=steps,
         multi_step=bool(config.steps),
-        content_hash=task_content_hash(root),
+        content_hash=task_content_hash(root) if hashes else "",
         env_hash=env_hash(root / "environment", docker_image=env.docker_image,
-                          workdir=env.workdir),
+                          workdir=env.workdir) if hashes else "",
         warnings=warnings,
     )
 

@@ -157,7 +157,8 @@ def _check_table(raw: dict[str, Any], model: type[BaseModel], path: KeyPath,
             where = f" in [{format_key_path(path)}]" if path else ""
             hint = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=_HINT_CUTOFF)
             suggestion = f" (did you mean `{hint[0]}`?)" if hint else ""
-            sink.key(here, WARNING, f"unknown key `{key}`{where}{suggestion}")
+            sink.key(here, WARNING, f"unknown key `{key}`{where}{suggestion}",
+                     rule="unknown-config-field")
 
 
 def _check_value(value: Any, ann: Any, path: KeyPath, sink: FindingSink) -> None:

@@ -91,7 +91,8 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
             sink.file(root, ERROR, "missing `tests/test.sh` (the verifier of a single-step task)")
     elif (root / "instruction.md").is_file():
         sink.file(root / "instruction.md", WARNING,
-                  "not used by a multi-step task (each step reads steps/<name>/instruction.md)")
+                  "not used by a multi-step task (each step reads steps/<name>/instruction.md)",
+                  rule="unused-instruction")
     _check_undeclared_step_dirs(root, steps, sink)
     _check_environment_definition(root, doc, sink)
     _check_artifacts(doc, steps, sink)
@@ -180,7 +181,7 @@ def _check_undeclared_step_dirs(root: Path, steps: list[Any], sink: FindingSink)
     for child in sorted(steps_dir.iterdir()):
         if child.is_dir() and child.name not in declared:
             sink.file(child, WARNING, f"`steps/{child.name}/` is not declared by any "
-                      "[[steps]] entry in task.toml (it is ignored)")
+                      "[[steps]] entry in task.toml (it is ignored)", rule="undeclared-step-folder")
 
 
 # -- environment -----------------------------------------------------------------------------
@@ -287,7 +288,7 @@ def _check_mcp_servers(doc: dict[str, Any], steps: list[Any], sink: FindingSink)
             sink.key(path + (i,), WARNING,
                      f"MCP server {server.name!r} runs `{server.command} …`, which downloads "
                      "the server when it starts, but the agent phase has no network: install "
-                     "it in the image instead")
+                     "it in the image instead", rule="mcp-download-no-network")
 
 
 def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
@@ -309,7 +310,7 @@ def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> N
                      f"`{format_key_path(path)}` asks for a judge credential ({names}) under a "
                      f"{mode} verifier: cairn opens the judge's host for the verifier through "
                      "the egress gateway, which only the docker backend has (-e local refuses "
-                     "this task)")
+                     "this task)", rule="judge-no-network")
 
 
 # -- Harbor 0.26 rules ---------------------------------------------------------------------
@@ -331,7 +332,7 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
     if isinstance(name, str) and name and (not _ORG_NAME_RE.match(name) or ".." in name):
         sink.key(("task", "name"), WARNING,
                  f"`task.name` = {name!r} is not in `org/name` form: cairn accepts it, "
-                 "Harbor 0.26 refuses to load the task")
+                 "Harbor 0.26 refuses to load the task", rule="harbor-task-name")
     for path in _verifier_tables(steps):
         verifier = _table(doc, *path)
         if verifier.get("environment_mode") == "shared" and isinstance(
@@ -363,7 +364,7 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
                          f"conflicts with `{field}` = {env[field]}")
             else:
                 sink.key(here, WARNING, f"`{format_key_path(here)}` is deprecated: applied "
-                         f"as `{field} = {mb}`; write that instead")
+                         f"as `{field} = {mb}`; write that instead", rule="deprecated-size-key")
         if isinstance(env.get("tpu"), dict):
             sink.key(path + ("tpu",), ERROR, f"`{format_key_path(path + ('tpu',))}`: cairn "
                      "has no backend that attaches TPUs; this task cannot run here")
@@ -371,7 +372,7 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
         if isinstance(gpu_types, list) and gpu_types and not env.get("gpus"):
             sink.key(path + ("gpu_types",), WARNING,
                      f"`{format_key_path(path + ('gpu_types',))}` has no effect without "
-                     "`gpus` > 0")
+                     "`gpus` > 0", rule="gpu-types-without-gpus")
     for base in [("artifacts",)] + [("steps", i, "artifacts") for i in range(len(steps))]:
         entries = _table(doc, *base[:-1]).get(base[-1]) if len(base) > 1 else doc.get(base[0])
         for k, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -485,6 +486,9 @@ def _check_artifacts(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -
 
 # -- files -----------------------------------------------------------------------------------
 
+UNPINNED_IMAGE = "unpinned-image"
+"""The rule id of an image reference without a tag or with ``:latest`` (docs/lint.md)."""
+
 _FROM_RE = re.compile(r"^\s*FROM\s+(?P<rest>.*)$", re.IGNORECASE)
 
 
@@ -518,10 +522,11 @@ def _check_dockerfile(dockerfile: Path, sink: FindingSink) -> None:
         last = image.rsplit("/", 1)[-1]
         if ":" not in last:
             sink.file(dockerfile, WARNING, f"`FROM {image}` has no tag; pin one "
-                      "(e.g. `debian:bookworm-slim`) so that builds are reproducible", start)
+                      "(e.g. `debian:bookworm-slim`) so that builds are reproducible", start,
+                      rule=UNPINNED_IMAGE)
         elif last.endswith(":latest"):
             sink.file(dockerfile, WARNING, f"`FROM {image}` uses `:latest`; pin a version "
-                      "so that builds are reproducible", start)
+                      "so that builds are reproducible", start, rule=UNPINNED_IMAGE)
 
 
 _SET_E_RE = re.compile(r"^\s*set\s+(?P<opts>.*)$")
@@ -586,10 +591,10 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
         data = script.read_bytes()
         if b"\r\n" in data:
             sink.file(script, WARNING, "CRLF line endings (cairn normalises them when it runs "
-                      "the script; convert the file to LF)")
+                      "the script; convert the file to LF)", rule="script-crlf")
         if script in tests:
             line = set_e_risk(data.decode("utf-8", errors="replace"))
             if line is not None:
                 sink.file(script, WARNING, "uses `set -e` and could exit before writing a "
                           "reward; write the reward in a `trap … EXIT` or guard the commands "
-                          "that may fail", line)
+                          "that may fail", line, rule="script-set-e")

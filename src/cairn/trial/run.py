@@ -154,7 +154,7 @@ class _TrialRun:
             network_mode=e.effective_network_mode, env=env,
             allowed_hosts=self.networks.environment.allowed_hosts,
             network_phases=self.networks.phases, add_hosts=opts.add_hosts,
-            build_timeout_sec=e.build_timeout_sec * opts.timeout_multiplier,
+            build_timeout_sec=e.build_timeout_sec * opts.build_multiplier,
             force_build=opts.force_build, job_id=self.plan.job_id, trial_id=self.plan.trial_id,
             env_hash=task.env_hash, name=task.slug, keep=False, job_dir=self.plan.job_dir)
         return spec, solution_env, verifier_envs
@@ -265,7 +265,7 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 timeout_multiplier=self.plan.options.timeout_multiplier)
+                                                 timeout_multiplier=self.plan.options.build_multiplier)
                  for s in self.task.steps if s.verifier_mode == "separate"}
         extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
         if extra:
@@ -299,7 +299,7 @@ class _TrialRun:
         started = time.monotonic()
         first = self.task.steps[0]
         setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
-                             * self.plan.options.timeout_multiplier)  # scaled once, as steps are
+                             * self.plan.options.agent_setup_multiplier)  # scaled once
         ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
                            timeout_sec=setup_timeout_sec,
                            user=first.agent_user, env=dict(self.plan.options.agent_env))
@@ -317,7 +317,10 @@ class _TrialRun:
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
         steps = self.task.steps
-        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier, verify=opts.verify,
+        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier,
+                      agent_timeout_multiplier=opts.agent_timeout_multiplier,
+                      verifier_timeout_multiplier=opts.verifier_timeout_multiplier,
+                      verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate, networks=self.networks,
@@ -478,6 +481,14 @@ class _TrialRun:
         return [str(w) for w in self.task.warnings]
 
 
+def _multipliers(plan: TrialPlan) -> dict[str, float]:
+    """config.json's ``timeout_multipliers``: the specific multipliers the job gave."""
+    o = plan.options
+    given = {"agent": o.agent_timeout_multiplier, "verifier": o.verifier_timeout_multiplier,
+             "agent_setup": o.agent_setup_timeout_multiplier, "build": o.build_timeout_multiplier}
+    return {k: v for k, v in given.items() if v is not None}
+
+
 async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                     on_event: EventSink | None = None) -> TrialResult:
     """Run one trial to its end and write its results (design §4.1).
@@ -511,7 +522,11 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                               snapshot_steps=plan.options.snapshot_steps,
                               start_step=plan.options.start_step,
                               fork_from=str(plan.options.fork_from) if plan.options.fork_from
-                              else None)))
+                              else None,
+                              extra_instructions=list(plan.options.extra_instructions),
+                              timeout_multipliers=_multipliers(plan),
+                              resource_overrides=dict(plan.options.resource_overrides),
+                              extra_artifacts=list(plan.options.extra_artifacts))))
     run.store.write_steps(run.rows)
     cancelled = False
     try:

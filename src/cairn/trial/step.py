@@ -106,7 +106,10 @@ class StepEnv:
 
     Attributes:
         verifier_env: resolved merged verifier env.
-        timeout_multiplier: the timeout multiplier.
+        timeout_multiplier: the timeout multiplier (setup.sh, healthchecks, hooks).
+        agent_timeout_multiplier: the factor on the agent phase's timeout
+            (``--agent-timeout-multiplier``, else ``timeout_multiplier``).
+        verifier_timeout_multiplier: the factor on the verifier's timeout.
         verify: ``False`` under ``--no-verify``.
         hardened: ``--hardened-verify``.
         agent_env: ``--ae`` variables.
@@ -120,6 +123,8 @@ class StepEnv:
 
     verifier_env: dict[str, str]
     timeout_multiplier: float = 1.0
+    agent_timeout_multiplier: float | None = None
+    verifier_timeout_multiplier: float | None = None
     verify: bool = True
     hardened: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
@@ -341,7 +346,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 5. agent phase
     env.phase = Phase.AGENT
-    timeout = step.agent_timeout_sec * env.timeout_multiplier
+    timeout = step.agent_timeout_sec * (env.agent_timeout_multiplier or env.timeout_multiplier)
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
                            resume_session=env.resume_session)
@@ -423,6 +428,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         if killed:
             warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
         await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
+    verifier_timeout = step.verifier_timeout_sec * (env.verifier_timeout_multiplier
+                                                    or env.timeout_multiplier)
     if step.verifier_mode == "separate":
         from cairn.trial.separate_verifier import run_separate_verifier
 
@@ -431,12 +438,12 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
             raise TrialFailure(ErrorKind.CONFIG_ERROR,
                                f"step {step.name!r}: separate verifier was not planned")
         v = await run_separate_verifier(plan, step, env=env.verifier_env,
-                                        timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
+                                        timeout_sec=verifier_timeout,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
                                         mask=mask, timeout_multiplier=env.timeout_multiplier)
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
-                               timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
+                               timeout_sec=verifier_timeout,
                                verifier_dir=dirs.verifier, mask=mask,
                                prepared=prepared,
                                cleanup=not last or env.sandbox_outlives_trial)

@@ -3,7 +3,8 @@
 ``result.schema.json`` (result.json), ``steps.schema.json`` (steps.json) and
 ``summary.schema.json`` (summary.json), ``job.schema.json`` (job.json) and
 ``config.schema.json`` (a trial's config.json) are generated from the pydantic models in
-:mod:`cairn.results`; regenerate them after changing a model with::
+:mod:`cairn.results`, ``check.schema.json`` (``cairn tasks check --json``) from
+:mod:`cairn.task.report`; regenerate them after changing a model with::
 
     python -m cairn.results.schemas          # rewrite the files
     python -m cairn.results.schemas --check  # exit 1 when a committed file is out of date
@@ -21,6 +22,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from cairn.results.model import JobMeta, JobSummary, StepsFile, TrialConfigFile, TrialResult
+from cairn.task.report import CheckReport
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -30,6 +32,7 @@ SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     "summary": JobSummary,
     "job": JobMeta,
     "config": TrialConfigFile,
+    "check": CheckReport,
 }
 """Schema name → the model it is generated from; the file is ``<name>.schema.json``."""
 

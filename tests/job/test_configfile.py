@@ -1,0 +1,181 @@
+"""Job config files (``cairn run -c``): Harbor 0.26 job files translated key by key, the keys
+ignored reported with their lines, the ones cairn cannot honour refused, several files merged
+(issue 19). No sandbox: these read files and build configs only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from cairn.errors import UsageError
+from cairn.job.configfile import is_harbor_shaped, merge_configs, read_config_file
+from cairn.plan import JobConfig
+
+
+def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
+    f = tmp_path / name
+    f.write_text(text)
+    return f
+
+
+def test_a_harbor_file_translates_to_the_same_job(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # relative paths are taken from the current folder
+    (tmp_path / "extra.md").write_text("Cite the file you changed.\n")
+    f = write(tmp_path, """\
+jobs_dir: out
+n_attempts: 3
+n_concurrent_trials: 2
+environment_build_timeout_multiplier: 4
+agent_timeout_multiplier: 1.5
+retry:
+  max_retries: 5
+  min_wait_sec: 0.5
+environment:
+  type: docker
+  force_build: true
+  override_cpus: 1.5
+  override_memory_mb: 4096
+  override_storage_mb: 8192
+verifier:
+  env: {JUDGE_MODEL: openai/gpt-4o-mini}
+  disable: false
+agents:
+  - name: qwen-coder
+    model_name: openai/qwen3
+    kwargs: {temperature: 0}
+    env: {HTTP_PROXY: "http://127.0.0.1:3128"}
+    extra_allowed_hosts: [api.example.org]
+    resume_trajectory: true
+datasets:
+  - name: terminal-bench
+    version: "2.0"
+    registry_path: registry.json
+    task_names: ["fix-*"]
+    exclude_task_names: [fix-slow]
+    n_tasks: 4
+artifacts:
+  - /app/out.txt
+  - source: /app/logs
+    destination: logs
+extra_instruction_paths: [extra.md]
+extra_instructions: [Be brief.]
+""")
+    cf = read_config_file(f)
+    assert cf.harbor
+    cfg = JobConfig.model_validate(cf.data)
+    assert (cfg.jobs_dir, cfg.attempts, cfg.n_concurrent) == (Path("out"), 3, 2)
+    assert (cfg.build_timeout_multiplier, cfg.agent_timeout_multiplier) == (4.0, 1.5)
+    assert (cfg.max_retries, cfg.retry_backoff_sec) == (5, 0.5)
+    assert (cfg.backend, cfg.force_build) == ("docker", True)
+    assert (cfg.override_cpus, cfg.override_memory_mb, cfg.override_storage_mb) == \
+        (1.5, 4096, 8192)
+    assert cfg.verifier_env == {"JUDGE_MODEL": "openai/gpt-4o-mini"} and cfg.verify
+    assert (cfg.agent, cfg.model, cfg.agent_kwargs) == ("qwen-code", "openai/qwen3",
+                                                        {"temperature": 0})
+    assert cfg.agent_env == {"HTTP_PROXY": "http://127.0.0.1:3128"}
+    assert cfg.agent_hosts == ("api.example.org",) and cfg.resume_agent_session
+    assert cfg.datasets == ("terminal-bench@2.0",) and cfg.registry_path == Path("registry.json")
+    assert (cfg.include, cfg.exclude, cfg.n_tasks) == (("fix-*",), ("fix-slow",), 4)
+    assert cfg.artifacts == ("/app/out.txt", "/app/logs")
+    assert cfg.extra_instructions == ("Cite the file you changed.\n", "Be brief.")
+    assert [(n.line, n.key) for n in cf.notes] == [(35, "artifacts[1].destination")]
+
+
+def test_ignored_keys_are_reported_with_their_line_and_reason(tmp_path):
+    f = write(tmp_path, """\
+debug: true
+metrics:
+  - type: mean
+orchestrator:
+  type: local
+  n_concurrent_trials: 8
+  retry:
+    include_exceptions: [RuntimeError]
+agents:
+  - name: oracle
+    n_concurrent: 2
+    include_logs: ["*.txt"]
+environment:
+  mounts: []
+  cpu_enforcement_policy: limit
+tasks:
+  - path: t
+n_concurent_trials: 3
+""")
+    cf = read_config_file(f)
+    got = {n.key: (n.line, n.text) for n in cf.notes}
+    assert set(got) == {"debug", "metrics", "orchestrator.retry.include_exceptions",
+                        "agents[0].n_concurrent", "agents[0].include_logs",
+                        "environment.mounts", "environment.cpu_enforcement_policy",
+                        "n_concurent_trials"}
+    assert got["n_concurent_trials"] == (
+        18, "ignored: not a key of Harbor 0.26's JobConfig, nor of cairn's")
+    assert got["agents[0].n_concurrent"][0] == 11
+    assert "error category" in got["orchestrator.retry.include_exceptions"][1]
+    assert str(cf.notes[0]) == (f"{f}:1: warning: debug: ignored: set CAIRN_DEBUG=1 for "
+                                "tracebacks; cairn's logs are always written")
+    assert cf.data["n_concurrent"] == 8 and cf.data["paths"] == ["t"]
+
+
+@pytest.mark.parametrize("text,line,message", [
+    ("agents:\n  - name: oracle\n  - name: nop\n", 3, "one agent per job"),
+    ("install_only: true\n", 1, "no install-only mode"),
+    ("user_agent: {name: x}\n", 1, "no simulated user"),
+    ("environment:\n  type: daytona\n", 2, "environment type 'daytona'"),
+    ("tasks:\n  - name: org/task\n", 2, "a git or package task"),
+    ("datasets:\n  - repo: org/registry\n    name: x\n", 2, "a git registry"),
+    ("environment:\n  override_gpus: 1\n", 2, "GPUs"),
+    ("schema_version: 2\n", 1, "version 2"),
+])
+def test_keys_cairn_cannot_honour_are_refused_with_their_line(tmp_path, text, line, message):
+    f = write(tmp_path, text + "n_attempts: 1\n")
+    with pytest.raises(UsageError) as err:
+        read_config_file(f)
+    assert str(err.value).startswith(f"{f}:{line}: ")
+    assert message in str(err.value)
+
+
+def test_a_cairn_file_keeps_its_keys_and_refuses_unknown_ones(tmp_path):
+    f = write(tmp_path, "p: [a, b]\nk: 2\nak: {x: 1}\nno-verify: true\nartifact: /app/x\n"
+                        "r: 0\nquiet: true\n")
+    cf = read_config_file(f)
+    assert not cf.harbor and cf.notes == []
+    assert cf.data == {"paths": ["a", "b"], "attempts": 2, "agent_kwargs": {"x": 1},
+                       "verify": False, "artifacts": ["/app/x"], "max_retries": 0,
+                       "quiet": True}
+    bad = read_config_file(write(tmp_path, "pathz: [a]\n", "bad.yaml")).data
+    with pytest.raises(ValueError, match="pathz"):
+        JobConfig.model_validate(bad)
+
+
+def test_shape_detection():
+    assert is_harbor_shaped({"agents": [{"name": "oracle"}]})
+    assert is_harbor_shaped({"datasets": [{"name": "x", "version": "1"}]})
+    assert not is_harbor_shaped({"datasets": ["x@1"], "attempts": 2, "job_name": "j"})
+    assert not is_harbor_shaped({"timeout_multiplier": 2, "artifacts": ["/a"]})  # shared keys
+
+
+def test_a_json_harbor_file_reads_the_same(tmp_path):
+    f = write(tmp_path, '{"n_attempts": 2, "tasks": [{"path": "t"}],\n "bogus": 1}', "j.json")
+    cf = read_config_file(f)
+    assert cf.data == {"attempts": 2, "paths": ["t"]}
+    assert [(n.line, n.key) for n in cf.notes] == [(2, "bogus")]
+
+
+def test_merge_later_wins_mappings_merge_lists_replace():
+    merged = merge_configs([
+        {"paths": ["a", "b"], "agent_kwargs": {"x": 1, "y": 1}, "attempts": 2},
+        {"paths": ["c"], "agent_kwargs": {"y": 2}, "verifier_env": {"K": "v"}},
+        {"attempts": 5}])
+    assert merged == {"paths": ["c"], "agent_kwargs": {"x": 1, "y": 2}, "attempts": 5,
+                      "verifier_env": {"K": "v"}}
+
+
+def test_unreadable_inputs_are_usage_errors(tmp_path):
+    with pytest.raises(UsageError, match="No such file"):
+        read_config_file(tmp_path / "missing.yaml")
+    with pytest.raises(UsageError, match="expected a mapping"):
+        read_config_file(write(tmp_path, "- a\n- b\n"))
+    with pytest.raises(UsageError, match=r"job.yaml:2: extra instruction file nowhere.md"):
+        read_config_file(write(tmp_path, "extra_instruction_paths:\n  - nowhere.md\n"))
