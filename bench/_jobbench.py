@@ -14,13 +14,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_task(root: Path, name: str, steps: int, image: str = "debian:bookworm-slim") -> Path:
+def write_task(root: Path, name: str, steps: int, image: str = "debian:bookworm-slim",
+               network: str | None = "no-network") -> Path:
     """A task of ``steps`` steps (1 = single-step), each solved by touching a file and checked
-    by a test that also re-checks the earlier steps' files."""
+    by a test that also re-checks the earlier steps' files; ``network=None`` leaves the
+    network mode to the harness's default (Harbor's docker environment refuses
+    ``no-network``)."""
     task = root / name
     (task / "environment").mkdir(parents=True)
     (task / "environment" / "Dockerfile").write_text(f"FROM {image}\nWORKDIR /app\n")
-    toml = [f'[task]\nname = "bench/{name}"\n', '[environment]\nnetwork_mode = "no-network"\n']
+    toml = [f'[task]\nname = "bench/{name}"\n']
+    if network is not None:
+        toml.append(f'[environment]\nnetwork_mode = "{network}"\n')
     if steps == 1:
         (task / "instruction.md").write_text("Create /app/s1.\n")
         for sub, body in (("solution/solve.sh", "touch /app/s1\n"),

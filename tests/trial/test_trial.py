@@ -314,6 +314,53 @@ def test_verifier_files_do_not_leak_into_next_step(tmp_path, backend):
     assert not (d / "steps" / "02-two" / "agent" / "planted-verifier-logs").exists()
 
 
+def test_agent_logs_leave_the_sandbox_before_the_verifier(tmp_path, backend):
+    """What the agent writes in /logs/agent is on the host and gone from the sandbox before the
+    verifier runs (design §4.2 item 6), and step 2's agent sees none of step 1's; the
+    planted-file evidence of the same step keeps its own folder."""
+    task = write_task(tmp_path / "tasks", "agentlogs", steps=[
+        StepSpec("one", solve="echo step-one-notes > /logs/agent/notes.txt\n"
+                              "echo fake > /logs/verifier/reward.txt\n",
+                 test=reward_if('[ -z "$(ls -A /logs/agent)" ] && '
+                                '[ -z "$(ls -A /logs/verifier)" ] && '
+                                '[ -z "$(ls -d /logs/.cairn-* 2>/dev/null)" ]')),
+        StepSpec("two", solve="ls -A /logs/agent > /app/seen.txt\n",
+                 test=reward_if("[ ! -s /app/seen.txt ]")),
+    ])
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert [s.reward for s in r.steps] == [1.0, 1.0]
+    d = _trial_dir(tmp_path / "jobs")
+    one = d / "steps" / "01-one" / "agent"
+    assert (one / "notes.txt").read_text(encoding="utf-8") == "step-one-notes\n"
+    assert (one / "planted-verifier-logs" / "reward.txt").read_text(encoding="utf-8") == "fake\n"
+    assert any("planted" in w for w in r.steps[0].warnings)
+    assert not (d / "steps" / "02-two" / "agent" / "notes.txt").exists()
+
+
+@pytest.mark.docker
+def test_kept_sandbox_has_no_tests_after_the_last_step(tmp_path):
+    """--keep-sandbox: the kept container looks as after every other verifier — no /tests, an
+    empty /logs/verifier (design §4.6 item 5, §11)."""
+    from testbed import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no docker")
+    import docker
+
+    client = docker.from_env()
+    bad = write_task(tmp_path / "tasks", "keptclean", test="echo 0 > /logs/verifier/reward.txt\n")
+    r = run_trial_sync(bad, "oracle", "docker", tmp_path / "jobs", keep_sandbox=True)
+    try:
+        kept = client.containers.list(all=True, filters={"label": f"cairn.trial={r.trial_id}"})
+        assert not r.passed and len(kept) == 1
+        assert kept[0].exec_run(["test", "-e", "/tests"]).exit_code == 1
+        assert kept[0].exec_run(["ls", "-A", "/logs/verifier"]).output == b""
+        assert kept[0].exec_run(["test", "-e", "/solution"]).exit_code == 1
+    finally:
+        for c in client.containers.list(all=True, filters={"label": f"cairn.trial={r.trial_id}"}):
+            c.remove(force=True)
+
+
 @pytest.mark.docker
 def test_keep_sandbox_keeps_failed_trial_only(tmp_path):
     """--keep-sandbox leaves a failed trial's container running (until `cairn clean`); a

@@ -122,6 +122,85 @@ def _tar_dir(root: Path, prefix: str) -> Iterator[bytes]:
         # os.walk does not descend into symlinked folders (followlinks=False).
 
 
+def _a_rwx(ti: tarfile.TarInfo) -> None:
+    """``chmod a+rwX`` on one member (symlinks keep their mode)."""
+    if ti.type == tarfile.SYMTYPE:
+        return
+    ti.mode |= 0o666
+    if ti.type == tarfile.DIRTYPE or ti.mode & 0o111:
+        ti.mode |= 0o111
+
+
+def _lf(data: bytes) -> bytes:
+    """``sed 's/\\r$//'``: drop a CR that ends a line (or the file)."""
+    out = data.replace(b"\r\n", b"\n")
+    return out[:-1] if out.endswith(b"\r") else out
+
+
+def tar_stream_many(items: Iterable[tuple[Path, str, bool, tuple[str, ...]]]) -> Iterator[bytes]:
+    """Yield one tar archive holding several host files or folders, for one upload.
+
+    Args:
+        items: ``(host_path, arcname, world_writable, crlf)``: as :func:`tar_stream` with
+            ``include_root=False`` for each; with ``world_writable`` every member (and the
+            folder's own entry, then stored) gets ``a+rwX``; files named in ``crlf`` (relative
+            to ``host_path``) have CRLF line endings normalised (read whole: scripts only).
+
+    Yields:
+        Consecutive pieces of the archive (one end-of-archive marker, at the end).
+
+    Raises:
+        FileNotFoundError: a ``host_path`` does not exist.
+    """
+    for host_path, arcname, world_writable, crlf in items:
+        host_path = Path(host_path)
+        st = os.lstat(host_path)
+        if stat.S_ISDIR(st.st_mode):
+            members: list[tuple[Path, str, os.stat_result]] = []
+            if arcname and (world_writable or not any(os.scandir(host_path))):
+                members.append((host_path, arcname, st))
+            for dirpath, dirnames, filenames in os.walk(host_path):
+                dirnames.sort()
+                rel_dir = os.path.relpath(dirpath, host_path)
+                for n in sorted(dirnames + filenames):
+                    rel = n if rel_dir == "." else f"{rel_dir}/{n}"
+                    try:
+                        members.append((Path(dirpath, n), f"{arcname}/{rel}" if arcname else rel,
+                                        os.lstat(Path(dirpath, n))))
+                    except FileNotFoundError:
+                        continue
+            root = arcname
+        else:
+            if not arcname:
+                raise ValueError("a file needs an arcname")
+            members = [(host_path, arcname, st)]
+            root = posixpath_dirname(arcname)
+        for path, name, mst in members:
+            ti = _tarinfo(path, name, mst)
+            if ti is None:
+                continue
+            if world_writable:
+                _a_rwx(ti)
+            rel = name[len(root):].lstrip("/") if root else name
+            if ti.type == tarfile.REGTYPE and rel in crlf:
+                data = _lf(path.read_bytes())
+                ti.size = len(data)
+                yield _header(ti)
+                yield data
+                if len(data) % _BLOCK:
+                    yield bytes(_BLOCK - len(data) % _BLOCK)
+                continue
+            yield _header(ti)
+            if ti.type == tarfile.REGTYPE:
+                yield from _file_chunks(path, ti.size)
+    yield bytes(2 * _BLOCK)
+
+
+def posixpath_dirname(name: str) -> str:
+    """The folder part of a member name (``""`` at the top)."""
+    return name.rsplit("/", 1)[0] if "/" in name else ""
+
+
 # ---- reading ------------------------------------------------------------------------------
 class IterReader(io.RawIOBase):
     """A read-only file object over an iterator of byte chunks (no more than one chunk held)."""

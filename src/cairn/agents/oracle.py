@@ -13,7 +13,7 @@ import shlex
 from cairn.agents.base import Agent, AgentContext
 from cairn.layout import SOLUTION_DIR
 from cairn.results.model import AgentExit
-from cairn.sandbox.base import Sandbox
+from cairn.sandbox.base import Sandbox, UploadItem
 
 
 class OracleAgent(Agent):
@@ -44,18 +44,16 @@ class OracleAgent(Agent):
                                                               encoding="utf-8")
             context.exit = AgentExit.ERROR
             return
-        # /solution exists only during this run: the engine removes it after every agent phase
-        # (design §11), also when this run is cancelled by the step timeout.
-        await sandbox.exec(f"rm -rf {SOLUTION_DIR} && mkdir -p {SOLUTION_DIR}", user="root")
-        for d in step.solution_dirs:
-            await sandbox.upload(d, SOLUTION_DIR)
-        fixups = []
-        if b"\r\n" in step.solve_sh.read_bytes():  # run like test.sh: CRLF normalised (§4.6)
-            fixups.append(f"sed -i 's/\\r$//' {SOLUTION_DIR}/solve.sh")
-        if context.user is not None:
-            fixups.append(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}")
-        if fixups:
-            await sandbox.exec(" && ".join(fixups), user="root")
+        # /solution exists only during this run: a sandbox starts without it and the engine
+        # removes it after every agent phase (design §11), also when this run is cancelled by
+        # the step timeout — so one archive lands it fresh, CRLF of solve.sh normalised as
+        # test.sh's is (§4.6).
+        crlf = ("solve.sh",) if b"\r\n" in step.solve_sh.read_bytes() else ()
+        await sandbox.upload_many([UploadItem(d, SOLUTION_DIR, crlf=crlf)
+                                   for d in step.solution_dirs])
+        if context.user is not None and str(context.user) not in ("0", "root"):
+            await sandbox.exec(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}",
+                               user="root")
         env = {**self.solution_env, **context.env}
         result = await sandbox.exec(
             ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,

@@ -249,6 +249,11 @@ def run_cmd(
             cairn does not take); with ``--dry-run`` 0 or 1 (problems found); otherwise the
             job's exit code (design §9: 0 when every trial completed or stopped, else 1).
     """
+    if env != "local" and executor != "ray" and not dry_run and not print_config:
+        # the engine check overlaps the work below
+        from cairn.sandbox.auto import start_ping
+
+        start_ping()
     from cairn.errors import CairnError
     from cairn.job.configfile import merge_configs, read_config_file, read_instruction_files
     from cairn.plan import JobConfig

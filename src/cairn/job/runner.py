@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import errno
 import logging
 import os
@@ -35,6 +36,7 @@ from cairn.results.store import (
 )
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
+from cairn.trial.deferred import DEFERRED_STOPS, drain
 
 log = logging.getLogger("cairn.job")
 
@@ -265,17 +267,24 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
         finally:
             queue.put_nowait(None)
 
-    producer = asyncio.create_task(all_of_them())
+    # sandbox removals run after each trial's result is written; the job's end waits for them
+    removals: set[asyncio.Task[None]] = set()
+    ctx = contextvars.copy_context()
+    ctx.run(DEFERRED_STOPS.set, removals)
+    producer = asyncio.create_task(all_of_them(), context=ctx)
     try:
         while (item := await queue.get()) is not None:
             yield item
         await producer
     finally:
-        if not producer.done():
-            job.stopped_by = job.stopped_by or "interrupted"
-            producer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await producer
+        try:
+            if not producer.done():
+                job.stopped_by = job.stopped_by or "interrupted"
+                producer.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await producer
+        finally:
+            await drain(removals)
 
 
 def _record_cancelled(job: JobRun, plan: TrialPlan) -> None:

@@ -13,32 +13,58 @@ import sys
 import threading
 from typing import TextIO
 
+from cairn._util.engine_ping import ping_unix, start_early, take_early, unix_socket_path
+
 AUTO = "auto"
 PING_TIMEOUT_SEC = 2.0
 """How long a Docker engine has to answer a ping before ``auto`` picks local, seconds."""
 
 
-def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC) -> bool:
+def _ping(timeout_sec: float, result: list[bool]) -> None:
+    try:
+        path = unix_socket_path()
+        if path is not None:
+            result.append(ping_unix(path, timeout_sec))
+            return
+        import docker
+
+        client = docker.from_env(timeout=max(1, int(timeout_sec + 0.999)))
+        try:
+            result.append(bool(client.ping()))
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - any failure means "no engine here"
+        result.append(False)
+
+
+def start_ping(timeout_sec: float = 5.0) -> None:
+    """Start pinging the Docker engine now (:func:`cairn._util.engine_ping.start_early`), so
+    that the answer the backend check needs later is ready by then."""
+    start_early(timeout_sec)
+
+
+def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC, *, early: bool = False) -> bool:
     """Whether a Docker engine answers a ping within ``timeout_sec`` seconds.
 
     The ping runs in a daemon thread bounded by the wall-clock timeout, so a daemon that
-    accepts the connection but never replies cannot hold the caller longer.
+    accepts the connection but never replies cannot hold the caller longer. Over a Unix
+    socket the ping uses the standard library (:mod:`cairn._util.engine_ping`); other
+    ``DOCKER_HOST`` forms go through the Docker SDK.
+
+    Args:
+        timeout_sec: how long the engine has to answer, seconds.
+        early: take the answer of the ping :func:`start_ping` started for the same engine
+            within :data:`~cairn._util.engine_ping.EARLY_MAX_AGE_SEC` instead of asking again.
+            Used once: the backend check before a job starts; a later caller (the wait for an
+            engine that went away) always asks anew.
     """
+    if early:
+        answer = take_early(timeout_sec)
+        if answer is not None:
+            return answer
     result: list[bool] = []
-
-    def ping() -> None:
-        try:
-            import docker
-
-            client = docker.from_env(timeout=max(1, int(timeout_sec + 0.999)))
-            try:
-                result.append(bool(client.ping()))
-            finally:
-                client.close()
-        except Exception:  # noqa: BLE001 - any failure means "no engine here"
-            result.append(False)
-
-    t = threading.Thread(target=ping, name="cairn-docker-ping", daemon=True)
+    t = threading.Thread(target=_ping, args=(timeout_sec, result), name="cairn-docker-ping",
+                         daemon=True)
     t.start()
     t.join(timeout_sec)
     return bool(result and result[0])
@@ -60,7 +86,7 @@ def resolve_auto(name: str, *, stream: TextIO | None = None,
     if name != AUTO:
         return name
     out = stream if stream is not None else sys.stderr
-    if docker_answers(timeout_sec):
+    if docker_answers(timeout_sec, early=True):
         print("cairn: -e auto: using the docker backend (a Docker engine answered)", file=out)
         return "docker"
     where = os.environ.get("DOCKER_HOST") or "the default Docker socket"

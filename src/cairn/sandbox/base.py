@@ -103,6 +103,35 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True)
+class UploadItem:
+    """One entry of :meth:`Sandbox.upload_many`.
+
+    Attributes:
+        host_path: a host file or folder (a folder's contents land in ``sandbox_path``).
+        sandbox_path: the absolute destination inside the sandbox.
+        world_writable: make everything uploaded readable and writable by every user, folders
+            and executables searchable (``chmod -R a+rwX``), the destination folder too.
+        crlf: names (relative to ``sandbox_path``) of files whose CRLF line endings are
+            normalised to LF in the uploaded copy.
+    """
+
+    host_path: Path
+    sandbox_path: str
+    world_writable: bool = False
+    crlf: tuple[str, ...] = ()
+
+
+def host_boot_clock() -> tuple[float, int]:
+    """The host's ``CLOCK_BOOTTIME`` now, in seconds, and the clock-tick rate (``SC_CLK_TCK``,
+    ticks per second): :attr:`ProcessInfo.start_ticks` count ticks of this clock when
+    :attr:`Sandbox.boot_clock` holds."""
+    import os
+    import time
+
+    return time.clock_gettime(time.CLOCK_BOOTTIME), os.sysconf("SC_CLK_TCK")
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can enforce; checked before any trial is queued (docs/architecture.md, habit 7).
 
@@ -473,6 +502,47 @@ class Sandbox(ABC):
             FileNotFoundError: ``host_path`` does not exist.
             SandboxError: the transfer failed.
         """
+
+    async def upload_many(self, items: Sequence[UploadItem]) -> None:
+        """Upload several host files or folders as one transfer (one engine round trip where
+        the backend can), each item as :meth:`upload` would, in order (later items merge over
+        earlier ones).
+
+        The default does one :meth:`upload` per item, then one root exec for the items'
+        ``world_writable`` and ``crlf`` fix-ups; the docker backend sends one archive with
+        the modes and line endings already applied.
+
+        Raises:
+            FileNotFoundError: a ``host_path`` does not exist.
+            SandboxError: the transfer failed.
+        """
+        import shlex
+
+        fix: list[str] = []
+        for it in items:
+            await self.upload(it.host_path, it.sandbox_path)
+            if it.world_writable:
+                fix.append(f"chmod -R a+rwX {shlex.quote(it.sandbox_path)}")
+            for name in it.crlf:
+                fix.append(f"sed -i 's/\\r$//' "
+                           f"{shlex.quote(sandbox_path_join(it.sandbox_path, name))}")
+        if fix:
+            # sh, not the exec's default bash: an agent may have removed bash, and the
+            # verifier that follows is what reports that (design §6 sandbox_unusable)
+            r = await self.exec(["/bin/sh", "-c", " && ".join(fix)], user="root")
+            if not r.ok:
+                from cairn.errors import ErrorKind, SandboxError
+
+                raise SandboxError(f"upload fix-ups failed (exit {r.exit_code}): "
+                                   f"{r.stderr.strip()[-300:]}", kind=ErrorKind.TRANSFER_FAILED)
+
+    @property
+    def boot_clock(self) -> bool:
+        """Whether this sandbox's :attr:`ProcessInfo.start_ticks` count the host's own
+        ``CLOCK_BOOTTIME`` (the same kernel), so a moment read on the host orders the sandbox's
+        processes without an exec (:func:`host_boot_clock`). ``False`` unless the backend
+        checked it."""
+        return False
 
     @abstractmethod
     async def download(self, sandbox_path: str, host_path: Path) -> None:

@@ -62,7 +62,8 @@ async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
 async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
                             cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
                             logs_artifacts_written: bool | None = None,
-                            include_logs: bool = True) -> list[dict]:
+                            include_logs: bool = True,
+                            sized: dict[str, tuple[int | None, str]] | None = None) -> list[dict]:
     """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
 
     Args:
@@ -73,6 +74,8 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         logs_artifacts_written: whether ``/logs/artifacts`` holds files, when the caller
             already knows (saves a probe); ``None`` probes.
         include_logs: also collect ``/logs/artifacts`` (the main container's; not a sidecar's).
+        sized: source → ``(bytes or None when absent, kind d|f|l|-)`` when the caller already
+            sized the entries (:mod:`cairn.trial.helper`; saves two execs per entry).
 
     Returns:
         The manifest rows: ``{source, destination, status: "copied"|"failed", bytes, error,
@@ -100,7 +103,8 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
                 if not written:
                     rows.pop()
                     continue
-            size = await _size_bytes(sandbox, entry.source)
+            known = (sized or {}).get(entry.source)
+            size = known[0] if known is not None else await _size_bytes(sandbox, entry.source)
             if size is None:
                 if entry.source == LOGS_ARTIFACTS:
                     rows.pop()
@@ -111,8 +115,11 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
             if size > cap_bytes:
                 row["error"] = f"{size} bytes is over the {cap_bytes}-byte cap"
                 continue
-            r = await sandbox.exec(["test", "-d", entry.source], user="root")
-            is_dir = r.exit_code == 0
+            if known is not None:
+                is_dir = known[1] == "d"
+            else:
+                r = await sandbox.exec(["test", "-d", entry.source], user="root")
+                is_dir = r.exit_code == 0
             if is_dir:
                 target.mkdir(parents=True, exist_ok=True)
             else:
@@ -179,7 +186,8 @@ async def run_collect_hooks(sandbox: Sandbox, hooks: tuple[CollectHook, ...], *,
 async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...],
                                  hooks: tuple[CollectHook, ...], dest_dir: Path, *,
                                  timeout_multiplier: float = 1.0,
-                                 logs_artifacts_written: bool | None = None
+                                 logs_artifacts_written: bool | None = None,
+                                 sized: dict[str, tuple[int | None, str]] | None = None
                                  ) -> tuple[list[dict], list[str]]:
     """A step's collection pass, as Harbor 0.26 orders it: hooks on ``main``, ``main``'s
     artifacts (and ``/logs/artifacts``), then hooks on the other services, then their
@@ -192,6 +200,7 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
         dest_dir: the step's ``artifacts/`` folder.
         timeout_multiplier: ``--timeout-multiplier``.
         logs_artifacts_written: as :func:`collect_artifacts`.
+        sized: as :func:`collect_artifacts`, for ``main``'s entries (only when no hook runs).
 
     Returns:
         ``(manifest rows, warnings)``; rows of a service's entries carry ``service``.
@@ -203,7 +212,8 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
     warnings = await run_collect_hooks(sandbox, main_hooks, timeout_multiplier=timeout_multiplier)
     main_entries = tuple(e for e in entries if _service_of(e) == MAIN_SERVICE)
     rows = await collect_artifacts(sandbox, main_entries, dest_dir,
-                                   logs_artifacts_written=logs_artifacts_written)
+                                   logs_artifacts_written=logs_artifacts_written,
+                                   sized=sized if not main_hooks else None)
     side_hooks = tuple(h for h in hooks if _service_of(h) != MAIN_SERVICE)
     warnings += await run_collect_hooks(sandbox, side_hooks, timeout_multiplier=timeout_multiplier)
     services = sorted({_service_of(e) for e in entries} - {MAIN_SERVICE})

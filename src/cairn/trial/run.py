@@ -50,6 +50,7 @@ from cairn.task.judge import judge_hosts
 from cairn.task.model import Step, Task
 from cairn.trial import snapshot as snapshots
 from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
+from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
@@ -319,7 +320,8 @@ class _TrialRun:
                 self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
             else:
                 sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
-            await asyncio.shield(sandbox.stop())
+            # in a job, removal runs after the result is written (cairn.trial.deferred)
+            await stop_sandbox(sandbox.stop, cancelled=cancelled)
 
     def _plan_separate(self, spec: SandboxSpec, verifier_envs: list[dict[str, str]]) -> dict:
         """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
@@ -397,7 +399,7 @@ class _TrialRun:
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate, networks=self.networks,
-                      on_phase=self._record_phase)
+                      sandbox_outlives_trial=opts.keep_sandbox, on_phase=self._record_phase)
         self.step_env = env
         if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
             env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,

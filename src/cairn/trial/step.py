@@ -24,15 +24,21 @@ from cairn.errors import (
     SandboxError,
     TrialFailure,
 )
-from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, LOG_DIRS, SOLUTION_DIR, VERIFIER_LOGS_DIR
+from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
 from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.results.store import write_artifacts_manifest
-from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox
-from cairn.task.model import Step
+from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox, host_boot_clock
+from cairn.task.model import MAIN_SERVICE, Step
 from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.helper import (
+    CLEAR_EVIDENCE_CMD,
+    AfterAgent,
+    after_agent_argv,
+    parse_after_agent,
+)
 from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
@@ -125,7 +131,7 @@ class StepEnv:
     hardened: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
     resume_session: bool = False
-    trial_baseline: list[ProcessInfo] | None = None
+    trial_baseline: Baseline | None = None
     mask: Callable[[str], str] = field(default=lambda s: s)
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
@@ -137,6 +143,9 @@ class StepEnv:
     """The phases' network policies; the step switches the sandbox between them."""
     separate_records: list[dict] = field(default_factory=list)
     """Connection records of the step's separate verifier sandbox, for the trial's record."""
+    sandbox_outlives_trial: bool = False
+    """``--keep-sandbox``: the sandbox may be kept after the trial, so the last verifier cleans
+    up after itself too (otherwise the sandbox's removal does, design §4.6)."""
     on_phase: Callable[[Phase], None] | None = None
     """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
     clock: SpanClock = field(default_factory=SpanClock)
@@ -157,16 +166,55 @@ class StepDirs:
     artifacts: Path
 
 
-async def _kill_new(sandbox: Sandbox, before: list[ProcessInfo]) -> list[ProcessInfo]:
+@dataclass(frozen=True)
+class Baseline:
+    """The processes that existed before an agent phase, to tell the agent's from them.
+
+    Either listed (one exec on docker), or — when the sandbox's process start times count the
+    host's own boot clock (:attr:`Sandbox.boot_clock`) — a clock tick read on the host: a
+    process is new when it started in a later tick. :func:`take_baseline` waits for the next
+    tick to begin before it returns, so every process started after it is in a later tick and
+    every process started before it is not: the same split a listing makes, without the exec.
+
+    Attributes:
+        processes: the listed processes, or ``None``.
+        before_tick: the last clock tick (``CLOCK_BOOTTIME`` in ``SC_CLK_TCK`` units) of the
+            processes that were there, or ``None``.
+    """
+
+    processes: tuple[ProcessInfo, ...] | None = None
+    before_tick: int | None = None
+
+    def is_new(self, p: ProcessInfo) -> bool:
+        """Whether ``p`` started after the baseline was taken."""
+        if self.before_tick is not None:
+            return p.start_ticks > self.before_tick
+        return p.key not in {q.key for q in self.processes or ()}
+
+
+async def take_baseline(sandbox: Sandbox) -> Baseline:
+    """The baseline of the processes running now.
+
+    On a sandbox that shares the host's boot clock this reads the clock and waits for the next
+    tick (at most one tick, 10 ms at the usual 100 Hz) instead of listing processes with an exec.
+    """
+    if sandbox.boot_clock:
+        now, hz = host_boot_clock()
+        tick = int(now * hz)
+        await asyncio.sleep((tick + 1) / hz - now + 0.0005)
+        return Baseline(before_tick=tick)
+    return Baseline(processes=tuple(await sandbox.processes()))
+
+
+async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
     """SIGKILL every process that is not in ``before`` (by pid and start time); repeat until none.
 
     Returns:
         The processes killed.
     """
-    known = {p.key for p in before}
     killed: list[ProcessInfo] = []
     for _ in range(5):
-        new = [p for p in await sandbox.processes() if p.key not in known and p.pid != 1]
+        new = [p for p in await sandbox.processes() if before.is_new(p) and p.pid != 1]
         if not new:
             break
         await sandbox.kill_processes(new)
@@ -219,36 +267,51 @@ async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) ->
     return time.monotonic() - started
 
 
-_AFTER_AGENT_PROBE = (
-    f"rm -rf {SOLUTION_DIR}; for d in {' '.join(LOG_DIRS)}; do "
-    "[ -n \"$(ls -A \"$d\" 2>/dev/null)\" ] && echo \"$d\"; done; true")
+async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_tests: bool,
+                    size_artifacts: bool) -> tuple[list[str], AfterAgent, list[str]]:
+    """End-of-agent-phase evidence (§11), with one exec in the common case
+    (:mod:`cairn.trial.helper`): remove ``/solution``, find which log folders hold files, move
+    planted verifier files aside, maybe prepare the shared verifier's folders and size the
+    artifact entries; then bring agent logs and planted files to the host and, only when there
+    were any, remove them from the sandbox (one more exec), so the verifier and later agents
+    see an empty ``/logs/agent`` as before.
 
-
-async def _evidence(sandbox: Sandbox, agent_dir: Path) -> tuple[list[str], bool]:
-    """After an agent phase, in one probe: remove ``/solution`` and find which log folders hold
-    files; move agent logs and planted verifier files to the host and empty both (§11).
+    Args:
+        sandbox: the trial's sandbox.
+        step: the step (its artifact entries may be sized).
+        agent_dir: the step's host ``agent/`` folder.
+        prepare_tests: the shared verifier follows with nothing run in between (``/tests``
+            removed, ``/logs/verifier`` fresh now).
+        size_artifacts: size the step's main-service artifact entries and ``/logs/artifacts``
+            (nothing runs in the sandbox between this exec and their collection).
 
     Returns:
-        (warnings, whether ``/logs/artifacts`` holds files).
+        (warnings, the report, the artifact sources it sized, in order).
+
+    Raises:
+        SandboxError: the exec or a download failed.
     """
     warnings: list[str] = []
-    r = await sandbox.exec(_AFTER_AGENT_PROBE, user="root")
-    full = set(r.stdout.split())
-    emptied: list[str] = []
-    if AGENT_LOGS_DIR in full:
+    sources = [*(a.source for a in step.artifacts if (a.service or MAIN_SERVICE).strip()
+                 in (MAIN_SERVICE, "")), ARTIFACTS_DIR] if size_artifacts else []
+    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests), user="root")
+    if not r.ok:
+        raise SandboxError(f"the after-agent exec failed (exit {r.exit_code}): "
+                           f"{r.stderr.strip()[-300:]}")
+    report = parse_after_agent(r.stdout, len(sources))
+    for d in sorted(report.odd):
+        warnings.append(f"the agent replaced {d} by a link or a file; it was recreated empty")
+    if AGENT_LOGS_DIR in report.full:
         await sandbox.download(AGENT_LOGS_DIR, agent_dir)
-        emptied.append(AGENT_LOGS_DIR)
-    if VERIFIER_LOGS_DIR in full:
+    if report.planted is not None:
         planted = agent_dir / "planted-verifier-logs"
         planted.mkdir(parents=True, exist_ok=True)
-        await sandbox.download(VERIFIER_LOGS_DIR, planted)
+        await sandbox.download(report.planted, planted)
         warnings.append(f"the agent wrote into {VERIFIER_LOGS_DIR}; kept as evidence in "
                         "agent/planted-verifier-logs and never read as a reward")
-        emptied.append(VERIFIER_LOGS_DIR)
-    if emptied:
-        await sandbox.exec(f"find {' '.join(emptied)} -mindepth 1 -delete; "
-                           f"chmod 777 {AGENT_LOGS_DIR} {VERIFIER_LOGS_DIR}", user="root")
-    return warnings, ARTIFACTS_DIR in full
+    if AGENT_LOGS_DIR in report.full or report.planted is not None:
+        await sandbox.exec(CLEAR_EVIDENCE_CMD, user="root")
+    return warnings, report, sources
 
 
 async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
@@ -300,7 +363,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
                            resume_session=env.resume_session)
-    before = await sandbox.processes()
+    before = await take_baseline(sandbox)
     if env.trial_baseline is None:
         env.trial_baseline = before
     if env.networks is not None:
@@ -334,7 +397,14 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         killed = await _kill_new(sandbox, before)
         if killed:
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
-    evidence_warnings, artifacts_written = await _evidence(sandbox, dirs.agent)
+    # Nothing runs in the sandbox between this exec and the artifacts (no pre_artifacts.sh, no
+    # snapshot, no collect hook): it sizes them too; nor before the shared verifier (hardened
+    # mode kills the agent's processes first): it prepares /tests and /logs/verifier too.
+    quiet = step.pre_artifacts_sh is None and env.snapshot is None and not step.collect
+    prepared = quiet and env.verify and step.verifier_mode != "separate" and \
+        step.test_sh is not None and not env.hardened
+    evidence_warnings, report, sources = await _evidence(
+        sandbox, step, dirs.agent, prepare_tests=prepared, size_artifacts=quiet)
     warnings.extend(evidence_warnings)
     # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
     if step.pre_artifacts_sh is not None:
@@ -354,8 +424,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     clock.begin("artifacts")
     manifest, hook_warnings = await collect_step_artifacts(
         sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
-        logs_artifacts_written=None if step.pre_artifacts_sh
-        else artifacts_written)  # None: probe again (pre_artifacts.sh ran)
+        logs_artifacts_written=ARTIFACTS_DIR in report.full if quiet else None,
+        sized=dict(zip(sources, report.artifacts, strict=True)) if quiet else None)
     warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
     clock.end()
@@ -376,6 +446,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 8. verifier
     env.phase = Phase.VERIFIER
+    last = task is not None and step.index == len(task.steps)
     if env.hardened:
         killed = await _kill_new(sandbox, env.trial_baseline or before)
         if killed:
@@ -399,7 +470,9 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=verifier_timeout,
-                               verifier_dir=dirs.verifier, mask=mask)
+                               verifier_dir=dirs.verifier, mask=mask,
+                               prepared=prepared,
+                               cleanup=not last or env.sandbox_outlives_trial)
     clock.end()
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)

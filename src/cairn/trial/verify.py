@@ -17,8 +17,9 @@ from pathlib import Path
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
-from cairn.sandbox.base import Sandbox
+from cairn.sandbox.base import Sandbox, UploadItem
 from cairn.task.model import Step
+from cairn.trial.helper import VERIFIER_CLEANUP_CMD
 from cairn.trial.judge import read_judge_usage
 from cairn.trial.rewards import read_reward
 
@@ -75,7 +76,8 @@ def _read_capped(path: Path) -> bytes | None:
 
 async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
                        verifier_dir: Path, mask=lambda s: s,
-                       image_tests: bool = False) -> VerifierRun:
+                       image_tests: bool = False, prepared: bool = False,
+                       cleanup: bool = True) -> VerifierRun:
     """Verify one step in the shared sandbox.
 
     Args:
@@ -88,6 +90,11 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         image_tests: when the step has no test.sh of its own, run the sandbox's own
             ``/tests/test.sh`` (a separate verifier's image may ship it) instead of failing
             with ``test_missing``.
+        prepared: ``/tests`` is already gone and ``/logs/verifier`` empty and world-writable
+            (the step's after-agent exec did it, :mod:`cairn.trial.helper`): one exec fewer.
+        cleanup: afterwards remove ``/tests``, empty ``/logs/verifier`` and ``/logs/agent``
+            (:data:`cairn.trial.helper.VERIFIER_CLEANUP_CMD`); ``False`` when the sandbox is
+            removed next anyway (the trial's last step), saving an exec.
 
     Returns:
         The :class:`VerifierRun`; failures of design §6 (task category) are in ``error``.
@@ -109,18 +116,20 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                                          f"verifier's image a {TESTS_DIR}/test.sh")
                 return run
         else:
-            # one exec: empty /logs/verifier, fresh /tests
-            await sandbox.exec(
-                f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-                f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR} && mkdir -p {TESTS_DIR}",
-                user="root")
-            for d in step.tests_dirs:
-                await sandbox.upload(d, TESTS_DIR)
-        fixups = f"chmod -R a+rwX {TESTS_DIR}"
-        if step.test_sh is not None and b"\r\n" in step.test_sh.read_bytes():
-            run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
-            fixups += f" && sed -i 's/\\r$//' {TESTS_DIR}/test.sh"
-        await sandbox.exec(fixups, user="root")
+            if not prepared:  # one exec: empty /logs/verifier, fresh /tests
+                await sandbox.exec(
+                    f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
+                    f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR}", user="root")
+            crlf: tuple[str, ...] = ()
+            if b"\r\n" in step.test_sh.read_bytes():
+                run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded "
+                                    "copy")
+                crlf = ("test.sh",)
+            # one archive: every tests folder (later ones over earlier), a+rwX, test.sh LF
+            await sandbox.upload_many([UploadItem(d, TESTS_DIR, world_writable=True, crlf=crlf)
+                                       for d in step.tests_dirs])
+        if step.test_sh is None:
+            await sandbox.exec(f"chmod -R a+rwX {TESTS_DIR}", user="root")
 
         started = time.monotonic()
         result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,
@@ -165,8 +174,8 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         try:
             # /tests goes, and so does what this verifier left in /logs/verifier (it is on the
             # host already): the next step's agent must not read it, nor be blamed for it.
-            await asyncio.shield(sandbox.exec(
-                f"rm -rf {TESTS_DIR}; find {VERIFIER_LOGS} -mindepth 1 -delete", user="root"))
+            if cleanup:
+                await asyncio.shield(sandbox.exec(VERIFIER_CLEANUP_CMD, user="root"))
         except SandboxLostError:
             raise
         except Exception:  # noqa: BLE001 - the run's own error matters more than cleanup

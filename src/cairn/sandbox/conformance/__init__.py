@@ -65,6 +65,7 @@ from cairn.sandbox.conformance.file_checks import (
     check_odd_names,
     check_symlink_not_followed,
     check_upload_download_roundtrip,
+    check_upload_many,
 )
 from cairn.sandbox.conformance.snapshot_checks import check_snapshot_roundtrip
 
@@ -110,6 +111,7 @@ CHECKS: tuple[Check, ...] = (
     Check("env", check_env),
     Check("logs_dirs_fresh", check_logs_dirs_fresh),
     Check("upload_download_roundtrip", check_upload_download_roundtrip),
+    Check("upload_many", check_upload_many),
     Check("odd_names", check_odd_names),
     Check("symlink_not_followed", check_symlink_not_followed),
     Check("download_stays_inside_target", check_download_stays_inside_target),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import hashlib
 import os
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from cairn.errors import SandboxError, UnsupportedError
-from cairn.sandbox.base import NetworkMode, Sandbox
+from cairn.sandbox.base import NetworkMode, Sandbox, UploadItem, host_boot_clock
 from cairn.sandbox.conformance.context import CheckContext, ConformanceFailure, expect, run_ok
 
 
@@ -67,6 +68,48 @@ async def check_upload_download_roundtrip(ctx: CheckContext) -> None:
         with contextlib.suppress(FileNotFoundError):
             await sb.upload(ctx.tmp / "missing-host-path", "/x")
             raise ConformanceFailure("upload of a missing host path did not raise")
+
+
+async def check_upload_many(ctx: CheckContext) -> None:
+    """Several items in one upload: later ones merge over earlier, ``world_writable`` gives
+    a+rwX (the folder too), ``crlf`` normalises line endings in the copy only."""
+    base, over = ctx.tmp / "base", ctx.tmp / "over"
+    (base / "sub").mkdir(parents=True)
+    over.mkdir()
+    (base / "keep.txt").write_text("base\n", encoding="utf-8")
+    (base / "same.txt").write_text("base\n", encoding="utf-8")
+    (base / "sub" / "x.sh").write_text("echo x\n", encoding="utf-8")
+    (base / "sub" / "x.sh").chmod(0o700)
+    (over / "same.txt").write_text("over\n", encoding="utf-8")
+    (over / "test.sh").write_bytes(b"echo one\r\necho two\r\n")
+    single = ctx.tmp / "one.txt"
+    single.write_text("single\n", encoding="utf-8")
+    async with ctx.sandbox() as sb:
+        await sb.upload_many([])
+        await sb.upload_many([
+            UploadItem(base, "/many", world_writable=True),
+            UploadItem(over, "/many", world_writable=True, crlf=("test.sh",)),
+            UploadItem(single, "/elsewhere/one.txt"),
+        ])
+        expect((await run_ok(sb, "cat /many/keep.txt /many/same.txt")) == "base\nover\n",
+               "items did not merge in order")
+        expect((await run_ok(sb, ["bash", "/many/test.sh"])) == "one\ntwo\n",
+               "CRLF not normalised")
+        modes = await run_ok(sb, "stat -c '%a %n' /many /many/sub /many/sub/x.sh /many/keep.txt")
+        expect(modes.split() == ["777", "/many", "777", "/many/sub", "777", "/many/sub/x.sh",
+                                 "666", "/many/keep.txt"], f"not a+rwX: {modes!r}")
+        expect((await run_ok(sb, "cat /elsewhere/one.txt")) == "single\n", "file item")
+        expect(over.joinpath("test.sh").read_bytes() == b"echo one\r\necho two\r\n",
+               "the host file was changed")
+        if sb.boot_clock:  # the sandbox's process start times count the host's boot clock
+            now, hz = host_boot_clock()
+            before = int(now * hz)
+            await asyncio.sleep((before + 1) / hz - now + 0.0005)  # into the next tick
+            await run_ok(sb, "sleep 3 >/dev/null 2>&1 & echo started")
+            new = [p for p in await sb.processes() if p.start_ticks > before]
+            expect(any("sleep 3" in p.cmdline for p in new),
+                   "a process started now does not count as started after the host's moment")
+            expect(all(p.pid != 1 for p in new), "pid 1 counted as new")
 
 
 ODD_NAMES = (

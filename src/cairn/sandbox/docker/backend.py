@@ -37,9 +37,9 @@ from typing import Any, ClassVar
 import docker
 import docker.errors
 
-from cairn._util.tar import extract_tar_stream, tar_stream
+from cairn._util.tar import extract_tar_stream, tar_stream, tar_stream_many
 from cairn.errors import ErrorKind, SandboxError
-from cairn.layout import COMPOSE_FILE_NAMES
+from cairn.layout import COMPOSE_FILE_NAMES, SOLUTION_DIR
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
     LOG_DIRS,
@@ -54,6 +54,7 @@ from cairn.sandbox.base import (
     SandboxSpec,
     ServiceExit,
     SnapshotRef,
+    UploadItem,
 )
 from cairn.sandbox.docker.build import (
     TASK_FAULT,
@@ -105,9 +106,18 @@ REMOVE_WAIT_SEC = 60.0
 _SETUP_SCRIPT = """
 set -e
 for d in {logs}; do rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; done
+rm -rf {solution}
 mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
-""".format(logs=" ".join(LOG_DIRS))
+cat /proc/uptime 2>/dev/null || true
+""".format(logs=" ".join(LOG_DIRS), solution=SOLUTION_DIR)
+"""Fresh ``/logs`` folders, no ``/solution`` (the oracle's upload is then fresh without a
+``rm`` exec, design §11), the working dir; prints the shell, then the container's uptime (so
+:attr:`DockerSandbox.boot_clock` can tell whether it shares the host's clock)."""
+
+BOOT_CLOCK_SLACK_SEC = 0.05
+"""How far the container's ``/proc/uptime`` may stray from the host's ``CLOCK_BOOTTIME`` read
+around the exec for the two to count as one clock (same kernel), seconds."""
 
 SNAPSHOT_REPO = "cairn-snap"
 """Repository of step snapshot images: ``cairn-snap:<trial12>-<step>-<random8>``."""
@@ -160,11 +170,15 @@ class DockerSandbox(Sandbox):
 
     @classmethod
     def engine_version(cls) -> str | None:
-        """The Docker engine's version (``docker version``'s server version), or ``None``."""
+        """The Docker engine's version (``docker version``'s server version), or ``None``.
+
+        Asked once per process through the shared client module (which also keeps the API
+        version, so the sandboxes' clients skip that round trip).
+        """
         try:
-            client = docker.from_env(timeout=5)
+            client = make_client(timeout=5)
             try:
-                return client.version().get("Version")
+                return engine_version(client)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 - a version is informative only
@@ -408,6 +422,7 @@ class DockerSandbox(Sandbox):
                                    detail={TASK_FAULT: True}) from exc
 
     async def _prepare(self) -> None:
+        before = time.clock_gettime(time.CLOCK_BOOTTIME)
         try:
             code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
                                               self._workdir], user="0")
@@ -420,6 +435,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"the task's image cannot start: {why}",
                                kind=ErrorKind.START_FAILED,
                                detail={"logs": logs, TASK_FAULT: True}) from exc
+        after = time.clock_gettime(time.CLOCK_BOOTTIME)
         if code != 0:
             logs = await self._container_logs()
             why = no_shell_reason(code, f"{err}\n{logs}")
@@ -429,7 +445,13 @@ class DockerSandbox(Sandbox):
                                    kind=ErrorKind.START_FAILED, detail={**detail, TASK_FAULT: True})
             raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
                                f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
-        self._shell = "bash" if out.strip().endswith("bash") else "sh"
+        lines = out.split()
+        self._shell = "bash" if "bash" in lines[:1] else "sh"
+        try:  # "<uptime> <idle>" after the shell's name
+            uptime = float(lines[1])
+        except (IndexError, ValueError):
+            uptime = -1.0
+        self._boot_clock = before - BOOT_CLOCK_SLACK_SEC <= uptime <= after + BOOT_CLOCK_SLACK_SEC
         img, env_dir = self._image, self.spec.env_dir
         if img is not None and not img.built and self.spec.docker_image and env_dir and \
                 not self.spec.snapshot and \
@@ -660,6 +682,12 @@ class DockerSandbox(Sandbox):
                 await asyncio.wait_for(asyncio.shield(fut), 5)
 
     # ---- processes ----------------------------------------------------------------------
+    @property
+    def boot_clock(self) -> bool:
+        """Whether the container's uptime matched the host's ``CLOCK_BOOTTIME`` at start (an
+        engine on this kernel; a remote or VM engine does not)."""
+        return getattr(self, "_boot_clock", False)
+
     async def processes(self) -> list[ProcessInfo]:
         """List the container's processes from its own ``/proc`` (one exec).
 
@@ -717,6 +745,29 @@ class DockerSandbox(Sandbox):
         with translate(f"upload to {dest}", kind=ErrorKind.TRANSFER_FAILED):
             await in_thread(api.put_archive, cid, "/",
                             tar_stream(host_path, arc, include_root=False))
+
+    async def upload_many(self, items: Sequence[UploadItem]) -> None:
+        """Send several host files or folders as one archive (one ``put_archive``), modes and
+        line endings applied in the archive; see :meth:`Sandbox.upload_many`.
+
+        Raises:
+            FileNotFoundError: a ``host_path`` does not exist.
+            SandboxError: kind ``transfer_failed``.
+        """
+        api, cid = self._require()
+        parts = []
+        for it in items:
+            if not os.path.lexists(it.host_path):
+                raise FileNotFoundError(f"no such host path: {it.host_path}")
+            dest = self._abs(it.sandbox_path)
+            is_dir = Path(it.host_path).is_dir() and not Path(it.host_path).is_symlink()
+            if not is_dir and dest == "/":
+                raise SandboxError("cannot upload a file onto /", kind=ErrorKind.TRANSFER_FAILED)
+            parts.append((Path(it.host_path), dest.lstrip("/"), it.world_writable, it.crlf))
+        if not parts:
+            return
+        with translate("upload", kind=ErrorKind.TRANSFER_FAILED):
+            await in_thread(api.put_archive, cid, "/", tar_stream_many(parts))
 
     async def download(self, sandbox_path: str, host_path: Path) -> None:
         """Stream a container file or folder to the host; see :meth:`Sandbox.download`.

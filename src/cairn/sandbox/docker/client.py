@@ -17,15 +17,19 @@ _API_VERSION: str | None = None
 _ENGINE_VERSION: str | None = None
 
 
-def make_client() -> docker.DockerClient:
-    """A Docker SDK client from the environment (``DOCKER_HOST`` …), API version detected once.
+def make_client(timeout: int = 300) -> docker.DockerClient:
+    """A Docker SDK client from the environment (``DOCKER_HOST`` …), API version detected once
+    per process (later clients skip the engine round trip that detects it).
+
+    Args:
+        timeout: the client's per-request timeout, seconds.
 
     Raises:
         SandboxLostError: no engine answers.
     """
     global _API_VERSION
     try:
-        client = docker.DockerClient.from_env(version=_API_VERSION or "auto", timeout=300,
+        client = docker.DockerClient.from_env(version=_API_VERSION or "auto", timeout=timeout,
                                               max_pool_size=64)
     except docker.errors.DockerException as exc:
         raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from cairn.errors import BuildError, ErrorKind, SandboxError
+from cairn.layout import SOLUTION_DIR
 from cairn.sandbox.base import (
     LOG_DIRS,
     Capabilities,
@@ -201,6 +202,7 @@ class LocalSandbox(Sandbox):
         assert fs is not None
         for d in LOG_DIRS:
             fs.make_fresh_dir(d, 0o777)
+        fs.remove(SOLUTION_DIR)  # as on docker: no /solution before the oracle's (design §11)
         self._workdir = self.spec.workdir or self._meta.workdir or "/"
         os.close(fs.open_dir(self._workdir, create=True))  # mkdir -p, as on docker
         if not _exists(fs, "/bin/bash"):

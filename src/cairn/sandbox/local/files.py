@@ -339,6 +339,17 @@ class SandboxFS:
         finally:
             os.close(parent)
 
+    def remove(self, path: str) -> None:
+        """Remove whatever is at ``path`` (a folder recursively; never following a link)."""
+        try:
+            parent, name = self.resolve_parent(path, create=False)
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        try:
+            _remove_entry(parent, name)
+        finally:
+            os.close(parent)
+
     # ---- reading out of the sandbox -------------------------------------------------------
     def download(self, sandbox_path: str, host_path: Path) -> None:
         """Copy a sandbox file or folder to ``host_path`` (see ``Sandbox.download``).
