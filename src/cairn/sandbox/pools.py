@@ -17,12 +17,18 @@ and close pools without naming a backend.
 
 from __future__ import annotations
 
+import asyncio
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
 _LOCK = threading.Lock()
 _POOLS: dict[str, dict[str, list[Any]]] = {}
+_PENDING: dict[str, dict[str, int]] = {}
+"""Per job and kind: resources on their way back (their trial's removal is running, #13's
+deferred removal overlaps it with the next trial), which :func:`take_or_wait` may wait for."""
+_POLL_SEC = 0.02
 
 
 def _key(job_dir: Path | str) -> str:
@@ -40,6 +46,7 @@ def close_pool(job_dir: Path | str) -> list[Any]:
     caller removes them, or lets the job's settle step do it). Idempotent."""
     with _LOCK:
         kinds = _POOLS.pop(_key(job_dir), {})
+        _PENDING.pop(_key(job_dir), None)
     return [item for items in kinds.values() for item in items]
 
 
@@ -87,4 +94,58 @@ def give(job_dir: Path | str | None, kind: str, item: Any, *, limit: int) -> boo
         return True
 
 
-__all__ = ["close_pool", "give", "open_pool", "pool_open", "take"]
+def expect(job_dir: Path | str | None, kind: str) -> bool:
+    """Note that a resource of ``kind`` is on its way back to the job's pool (its trial's
+    removal has begun); pair every ``True`` with one :func:`settle`.
+
+    Returns:
+        ``True`` when noted; ``False`` when the pool is closed (nothing to settle).
+    """
+    if job_dir is None:
+        return False
+    with _LOCK:
+        if _key(job_dir) not in _POOLS:
+            return False
+        counts = _PENDING.setdefault(_key(job_dir), {})
+        counts[kind] = counts.get(kind, 0) + 1
+        return True
+
+
+def settle(job_dir: Path | str | None, kind: str) -> None:
+    """The resource an :func:`expect` announced was given back or removed."""
+    if job_dir is None:
+        return
+    with _LOCK:
+        counts = _PENDING.get(_key(job_dir))
+        if counts and counts.get(kind, 0) > 0:
+            counts[kind] -= 1
+
+
+def pending(job_dir: Path | str | None, kind: str) -> int:
+    """How many resources of ``kind`` are on their way back to the job's pool."""
+    if job_dir is None:
+        return 0
+    with _LOCK:
+        return _PENDING.get(_key(job_dir), {}).get(kind, 0)
+
+
+async def take_or_wait(job_dir: Path | str | None, kind: str, *,
+                       wait_sec: float) -> Any | None:
+    """Like :func:`take`, but when the pool is empty while resources are on their way back
+    (:func:`expect`), wait up to ``wait_sec`` seconds for one of them.
+
+    A job's next trial usually starts while the previous trial's container is still being
+    removed (removal is off the critical path); waiting for that removal to hand its resource
+    on is cheaper than making a fresh one. Returns ``None`` when none came back in time (the
+    caller makes a fresh one).
+    """
+    deadline = time.monotonic() + wait_sec
+    while True:
+        item = take(job_dir, kind)
+        if item is not None or pending(job_dir, kind) == 0 or time.monotonic() >= deadline:
+            return item
+        await asyncio.sleep(_POLL_SEC)
+
+
+__all__ = ["close_pool", "expect", "give", "open_pool", "pending", "pool_open", "settle", "take",
+           "take_or_wait"]

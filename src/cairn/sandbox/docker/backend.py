@@ -85,6 +85,7 @@ from cairn.sandbox.docker.exec_stream import (
 from cairn.sandbox.docker.gateway import (
     POOL_KIND,
     POOL_LIMIT,
+    POOL_WAIT_SEC,
     Layout,
     TrialNetwork,
     ensure_gateway_image,
@@ -313,7 +314,7 @@ class DockerSandbox(Sandbox):
 
         if not fresh.poolable_plan or not pools.pool_open(self.spec.job_dir):
             return None
-        return pools.take(self.spec.job_dir, POOL_KIND)
+        return await pools.take_or_wait(self.spec.job_dir, POOL_KIND, wait_sec=POOL_WAIT_SEC)
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""
@@ -489,7 +490,7 @@ class DockerSandbox(Sandbox):
         from cairn.sandbox import pools
 
         reuse = self._ready and self._net is not None and self._net.poolable and \
-            pools.pool_open(self.spec.job_dir)
+            pools.expect(self.spec.job_dir, POOL_KIND)
         try:
             if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
@@ -497,12 +498,16 @@ class DockerSandbox(Sandbox):
                 await self._stop_container()
         finally:
             net, self._net = self._net, None
-            # A gateway is handed on only once this trial's container is gone for sure.
-            kept = reuse and net is not None and self.removal_error is None and \
-                await net.recycle() and \
-                pools.give(self.spec.job_dir, POOL_KIND, net, limit=POOL_LIMIT)
-            if net is not None and not kept:
-                await net.remove()
+            try:
+                # A gateway is handed on only once this trial's container is gone for sure.
+                kept = reuse and net is not None and self.removal_error is None and \
+                    await net.recycle() and \
+                    pools.give(self.spec.job_dir, POOL_KIND, net, limit=POOL_LIMIT)
+                if net is not None and not kept:
+                    await net.remove()
+            finally:
+                if reuse:
+                    pools.settle(self.spec.job_dir, POOL_KIND)
             client, self._client = self._client, None
             if client is not None:
                 with contextlib.suppress(Exception):

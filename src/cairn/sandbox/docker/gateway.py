@@ -62,6 +62,10 @@ MAX_USES = 50
 POOL_KIND = "docker-gateway"
 POOL_LIMIT = 16
 """The most idle gateways a job keeps (about its concurrency: each returns after its trial)."""
+POOL_WAIT_SEC = 3.0
+"""How long a starting trial waits for a gateway an earlier trial of its job is handing back
+(its container's removal runs beside the next trial, #13) before it makes a fresh one;
+a fresh gateway takes about 1 s to start here."""
 
 
 class Layout(StrEnum):
