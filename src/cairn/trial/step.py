@@ -31,7 +31,7 @@ from cairn.results.store import write_artifacts_manifest
 from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox
 from cairn.task.model import Step
 from cairn.trial.artifacts import collect_step_artifacts
-from cairn.trial.classify import error_info
+from cairn.trial.classify import error_info, with_end
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.verify import run_verifier
@@ -367,6 +367,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=step.verifier_timeout_sec * env.timeout_multiplier,
                                verifier_dir=dirs.verifier, mask=mask)
+        if v.error is not None:  # a verifier that killed its sandbox (out of memory) says so
+            v.error = with_end(v.error, await sandbox.ended())
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)
     row["judge"] = v.judge  # an LLM judge's spend, apart from the agent's (#22)
