@@ -242,6 +242,42 @@ def wait_for_sandboxes_holding(job_dir: Path, path: str, count: int, *, proc: Pr
         delay = min(delay * 2, 0.5)
 
 
+MARKER = "/tmp/fault-blocked"
+"""The file a blocked phase writes inside its sandbox once it blocks."""
+RELEASE = "/tmp/fault-release"
+"""The file that lets a phase blocked by :data:`BLOCK_UNTIL_RELEASED` go on."""
+BLOCK_UNTIL_RELEASED = (f'if [ "$FAULT_BLOCK" = 1 ]; then touch {MARKER}; '
+                        f'while [ ! -e {RELEASE} ]; do sleep 0.1; done; fi\n')
+"""Shell lines that, while the host passes FAULT_BLOCK=1 (see :func:`block_template`), write
+:data:`MARKER` and wait for :func:`release_sandboxes` (docker)."""
+
+
+def block_template(task: Path) -> None:
+    """Give a task's ``[environment].env`` ``FAULT_BLOCK = "${FAULT_BLOCK:-0}"``: the block
+    snippets act only in a cairn process started with FAULT_BLOCK=1."""
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace(
+        "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1),
+        encoding="utf-8")
+
+
+def release_sandboxes(job_dir: Path) -> int:
+    """Create :data:`RELEASE` in every running container of the job (docker); returns how many."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    n = 0
+    try:
+        flt = {"label": f"cairn.job_dir={Path(job_dir).absolute()}", "status": "running"}
+        for c in client.api.containers(filters=flt):
+            ex = client.api.exec_create(c["Id"], ["touch", RELEASE])
+            client.api.exec_start(ex["Id"])
+            n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
+    finally:
+        client.close()
+    return n
+
+
 def rewards(results: dict) -> dict:
     """(task, attempt) → (outcome, reward, per-step rewards): what a clean run must match."""
     return {k: (r["outcome"], r["reward"], [s.get("reward") for s in r["steps"]])
