@@ -10,44 +10,68 @@ import uuid
 import pytest
 
 from faultkit import (
+    BLOCK_UNTIL_RELEASED,
+    MARKER,
     Proc,
     assert_clean_leaves_nothing,
     assert_one_result_each,
+    block_template,
     cairn,
     job_resources,
     need,
+    release_sandboxes,
     rewards,
     three_step_task,
+    wait_for_sandboxes_holding,
 )
+from taskgen import StepSpec, reward_if, write_task
 
 pytestmark = [pytest.mark.faults, pytest.mark.slow]
 
 CLEAN1 = {("test/three", 1): ("completed", 1.0, [1.0, 1.0, 1.0])}
 
 
+def blocking_task(root):
+    """The 3-step task whose step ``a`` agent blocks (marker, then wait) under FAULT_BLOCK=1:
+    the job is certainly still running while the other process acts, however slow the machine
+    (a step that merely sleeps may be over before a second cairn has even started)."""
+    steps = [StepSpec(s, solve=(BLOCK_UNTIL_RELEASED if s == "a" else "") + f"echo {s} >> /app/log\n",
+                      test=reward_if(f"grep -qx {s} /app/log")) for s in ("a", "b", "c")]
+    task = write_task(root, "three", steps=steps)
+    block_template(task)
+    return task
+
+
 @pytest.mark.local
 def test_a_second_resume_of_a_running_job_exits_2_and_touches_nothing(tmp_path):
     need("local")
-    task = three_step_task(tmp_path / "tasks", pause=1)
+    task = blocking_task(tmp_path / "tasks")
     job = tmp_path / "jobs" / "twice"
     run = Proc("run", "-p", str(task), "-e", "local", "--jobs-dir", "jobs", "--job-name",
-               "twice", cwd=tmp_path)
+               "twice", cwd=tmp_path, FAULT_BLOCK="1")
     try:
-        run.wait_line(r"environment: local, ready")
+        wait_for_sandboxes_holding(job, MARKER, 1, proc=run)
         run.signal(signal.SIGKILL)
         run.finish()
     finally:
         run.kill()
-    first = Proc("resume", str(job), cwd=tmp_path)
+    assert_clean_leaves_nothing(job, tmp_path)  # so the marker below is the resume's own
+    first = Proc("resume", str(job), cwd=tmp_path, FAULT_BLOCK="1")
     try:
-        first.wait_line(r"environment: local, ready")
+        wait_for_sandboxes_holding(job, MARKER, 1, proc=first)  # blocked in step a's agent
+        files = {p: p.read_bytes() for p in job.rglob("*") if p.is_file()}
         second = cairn("resume", str(job), cwd=tmp_path)
         assert second.returncode == 2, second.stdout + second.stderr
         assert "already running" in second.stderr and "Traceback" not in second.stderr
-        assert first.finish() == 0, first.output
+        assert {p: p.read_bytes() for p in job.rglob("*") if p.is_file()} == files
+        first.signal(signal.SIGTERM)  # the blocked resume is cancelled …
+        assert first.finish() == 1, first.output
     finally:
         first.kill()
-    assert first.output.count("PASS reward=1.00") == 1
+    assert job_resources(job) == []
+    last = cairn("resume", str(job), cwd=tmp_path, FAULT_BLOCK=None)  # … and the next completes
+    assert last.returncode == 0, last.stdout + last.stderr
+    assert last.stdout.count("PASS reward=1.00") == 1
     assert rewards(assert_one_result_each(job, set(CLEAN1))) == CLEAN1
     assert_clean_leaves_nothing(job, tmp_path)
 
@@ -55,12 +79,12 @@ def test_a_second_resume_of_a_running_job_exits_2_and_touches_nothing(tmp_path):
 @pytest.mark.docker
 def test_clean_while_another_job_runs_touches_nothing_of_it(tmp_path):
     need("docker")
-    task = three_step_task(tmp_path / "tasks", pause=2)
+    task = blocking_task(tmp_path / "tasks")
     live = tmp_path / "jobs" / "live"
     run = Proc("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs", "--job-name", "live",
-               cwd=tmp_path)
+               cwd=tmp_path, FAULT_BLOCK="1")
     try:
-        run.wait_line(r"environment: docker, ready")
+        wait_for_sandboxes_holding(live, MARKER, 1, proc=run)  # blocked in step a's agent
         before = job_resources(live)
         assert before, "the live job has a container"
         res = cairn("clean", cwd=tmp_path)  # every job: the live one must be recognised
@@ -68,6 +92,7 @@ def test_clean_while_another_job_runs_touches_nothing_of_it(tmp_path):
         assert "Traceback" not in res.stdout + res.stderr
         assert job_resources(live) == before
         assert "(job running)" in res.stdout
+        assert release_sandboxes(live) == 1
         assert run.finish() == 0, run.output
     finally:
         run.kill()

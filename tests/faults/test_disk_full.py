@@ -19,7 +19,7 @@ from faultkit import (
     need,
     rewards,
 )
-from taskgen import write_task
+from taskgen import StepSpec, reward_if, write_task
 
 pytestmark = [pytest.mark.faults, pytest.mark.local, pytest.mark.slow]
 
@@ -63,3 +63,71 @@ def test_a_full_jobs_folder_stops_the_job_with_one_error_and_resume_completes(
         ("completed", 1.0, [1.0])] * 6
     assert json.loads((job / "summary.json").read_text(encoding="utf-8"))["n_trials"] == 6
     assert_clean_leaves_nothing(job, tmp_path)
+
+
+# ---- a full disk inside the sandbox ---------------------------------------------------------
+# The local backend keeps every sandbox's writes (its overlay upper folders) under
+# $CAIRN_LOCAL_DIR: on a 16 MB tmpfs the sandbox's own disk is small, the jobs folder is not.
+# (docker: storage_mb needs overlay2 on xfs with project quotas, which this engine lacks; see
+# docs/guarantees.md.)
+FILL = "head -c 200m /dev/zero > {path}; echo \"fill exit $?\"\n"
+
+
+@pytest.fixture
+def small_sandbox_disk(tmp_path, monkeypatch):
+    disk = tmp_path / "sandbox-disk"
+    disk.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(disk)],
+                             capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    monkeypatch.setenv("CAIRN_LOCAL_DIR", str(disk))  # this process (the checks) and cairn's
+    try:
+        yield disk
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def test_a_full_disk_inside_the_sandbox_is_the_fault_of_whoever_filled_it(
+        tmp_path, small_sandbox_disk):
+    need("local")
+
+    ds = tmp_path / "ds"
+    # the agent fills the sandbox's disk in step 1: its verifier cannot leave a reward → the
+    # agent's failure (sandbox_unusable, candidate): step 1 scores 0 and the trial stops
+    write_task(ds, "agent-fills", steps=[
+        StepSpec("a", solve=FILL.format(path="/app/fill"), test=reward_if("test -f /app/fill")),
+        StepSpec("b", solve="echo b > /app/b\n", test=reward_if("test -f /app/b"))])
+    # the verifier fills it: the task's error (its reward cannot be written), never retried
+    write_task(ds, "verifier-fills", solve="echo ok > /app/ok\n",
+               test=FILL.format(path="/tmp/fill") + reward_if("test -f /app/ok"))
+    res = cairn("run", "-p", str(ds), "-e", "local", "-n", "1", "--jobs-dir", "jobs",
+                "--job-name", "dfull", cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out  # a trial errored (docs/cli.md)
+    assert "Traceback" not in out and "retrying" not in out, out
+    job = tmp_path / "jobs" / "dfull"
+    rs = assert_one_result_each(job, {("test/agent-fills", 1), ("test/verifier-fills", 1)})
+    a, v = rs[("test/agent-fills", 1)], rs[("test/verifier-fills", 1)]
+    assert (a["outcome"], a["reward"], a["error"]) == ("stopped", 0.0, None), a
+    assert (a["stop_reason"]["kind"], a["stop_reason"]["error_kind"]) == (
+        "step_error", "sandbox_unusable")
+    s1, s2 = a["steps"]
+    assert (s1["source"], s1["reward"], s1["error"]["kind"], s1["error"]["category"]) == (
+        "candidate_error", 0.0, "sandbox_unusable", "candidate")
+    assert "disk was full when the verifier started" in s1["error"]["message"]
+    assert s1["error"]["detail"]["free_kb"] < 64 and s2["source"] == "not-run"
+    assert (v["outcome"], v["reward"]) == ("errored", None)
+    assert (v["error"]["kind"], v["error"]["category"], v["error"]["phase"]) in [
+        ("reward_empty", "task", "verifier"), ("reward_missing", "task", "verifier")], v["error"]
+    assert "No space left on device" in v["error"]["detail"]["stderr_tail"]
+    # the host's jobs folder is untouched by the sandbox's full disk: whole files throughout
+    summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+    assert summary["n_trials"] == 2
+    for f in job.rglob("*.json"):
+        json.loads(f.read_text(encoding="utf-8"))
+    assert not list((small_sandbox_disk / "local").glob("*")), "a sandbox folder was left"
+    assert_clean_leaves_nothing(job, tmp_path)
+    again = cairn("resume", str(job), cwd=tmp_path)  # genuine outcomes are never re-run
+    assert again.returncode == 1, again.stdout + again.stderr
+    assert assert_one_result_each(job, set(rs)) == rs

@@ -192,6 +192,92 @@ def assert_clean_leaves_nothing(job_dir: Path, cwd: Path) -> None:
     assert job_resources(job_dir) == []
 
 
+def sandboxes_holding(job_dir: Path, path: str) -> int:
+    """How many live sandboxes of this job hold the file ``path`` (an absolute sandbox path).
+
+    docker: the job's running containers, asked with ``test -f`` (the engine's exec);
+    local: the job's sandbox folders, looked up in their root overlay's upper folder (where a
+    file the sandbox wrote under a fresh folder such as ``/tmp`` lands).
+    """
+    job_dir = Path(job_dir).absolute()
+    n = 0
+    if backend_available("docker"):
+        import docker
+
+        client = docker.from_env(timeout=60)
+        try:
+            flt = {"label": f"cairn.job_dir={job_dir}", "status": "running"}
+            for c in client.api.containers(filters=flt):
+                try:
+                    ex = client.api.exec_create(c["Id"], ["test", "-f", path])
+                    client.api.exec_start(ex["Id"])
+                    n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
+                except docker.errors.APIError:  # the container is going away
+                    continue
+        finally:
+            client.close()
+    try:
+        from cairn.sandbox.local.backend import find_local_sandboxes
+    except ImportError:
+        return n
+    n += sum((f / "up" / "root" / path.lstrip("/")).is_file() for f, m in find_local_sandboxes()
+             if str(m.get("job_dir") or "") == str(job_dir))
+    return n
+
+
+def wait_for_sandboxes_holding(job_dir: Path, path: str, count: int, *, proc: Proc | None = None,
+                               timeout: float = 180) -> None:
+    """Block until ``count`` live sandboxes of the job hold ``path`` (a marker a blocked
+    verifier or collect hook wrote); fail after ``timeout`` seconds or when ``proc`` exits."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while sandboxes_holding(job_dir, path) < count:
+        if proc is not None and proc.proc.poll() is not None:
+            raise AssertionError(f"cairn exited ({proc.proc.returncode}) before {count} "
+                                 f"sandbox(es) held {path}:\n{proc.output}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"fewer than {count} sandbox(es) of {job_dir} held {path} "
+                                 f"within {timeout} s")
+        time.sleep(delay)  # polling a bounded condition, not a sleep standing in for sync
+        delay = min(delay * 2, 0.5)
+
+
+MARKER = "/tmp/fault-blocked"
+"""The file a blocked phase writes inside its sandbox once it blocks."""
+RELEASE = "/tmp/fault-release"
+"""The file that lets a phase blocked by :data:`BLOCK_UNTIL_RELEASED` go on."""
+BLOCK_UNTIL_RELEASED = (f'if [ "$FAULT_BLOCK" = 1 ]; then touch {MARKER}; '
+                        f'while [ ! -e {RELEASE} ]; do sleep 0.1; done; fi\n')
+"""Shell lines that, while the host passes FAULT_BLOCK=1 (see :func:`block_template`), write
+:data:`MARKER` and wait for :func:`release_sandboxes` (docker)."""
+
+
+def block_template(task: Path) -> None:
+    """Give a task's ``[environment].env`` ``FAULT_BLOCK = "${FAULT_BLOCK:-0}"``: the block
+    snippets act only in a cairn process started with FAULT_BLOCK=1."""
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text(encoding="utf-8").replace(
+        "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1),
+        encoding="utf-8")
+
+
+def release_sandboxes(job_dir: Path) -> int:
+    """Create :data:`RELEASE` in every running container of the job (docker); returns how many."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    n = 0
+    try:
+        flt = {"label": f"cairn.job_dir={Path(job_dir).absolute()}", "status": "running"}
+        for c in client.api.containers(filters=flt):
+            ex = client.api.exec_create(c["Id"], ["touch", RELEASE])
+            client.api.exec_start(ex["Id"])
+            n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
+    finally:
+        client.close()
+    return n
+
+
 def rewards(results: dict) -> dict:
     """(task, attempt) → (outcome, reward, per-step rewards): what a clean run must match."""
     return {k: (r["outcome"], r["reward"], [s.get("reward") for s in r["steps"]])

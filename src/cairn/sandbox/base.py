@@ -279,6 +279,26 @@ class ServiceExit:
     log_tail: str = ""
 
 
+@dataclass(frozen=True)
+class SandboxEnd:
+    """A sandbox that stopped running by itself (its main process died) while in use.
+
+    Attributes:
+        reason: one line a user reads, e.g. "its container exited (exit 137): the sandbox ran
+            out of memory (memory_mb = 64)".
+        exit_code: the main process's exit status (128+n when killed by signal n), if known.
+        oom_killed: the kernel's out-of-memory killer acted inside the sandbox.
+    """
+
+    reason: str
+    exit_code: int | None = None
+    oom_killed: bool = False
+
+    def detail(self) -> dict[str, object]:
+        """The facts for an error's ``detail``."""
+        return {"sandbox_exit_code": self.exit_code, "oom_killed": self.oom_killed}
+
+
 class Sandbox(ABC):
     """One running sandbox: a container, a namespace tree, or a compose project.
 
@@ -408,6 +428,16 @@ class Sandbox(ABC):
         Returns:
             ``None`` while it runs, when the image has no ENTRYPOINT (or a keep-alive one), or
             on a backend that starts no services; else its :class:`ServiceExit`.
+        """
+        return None
+
+    async def ended(self) -> SandboxEnd | None:
+        """Whether the sandbox has stopped running by itself, and why (asked after an
+        operation failed, to say so in the error: an out-of-memory kill of its main process).
+
+        Returns:
+            ``None`` while it runs, once :meth:`stop` was called, when the engine cannot tell,
+            or on a backend that does not track it; else its :class:`SandboxEnd`.
         """
         return None
 

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cairn.errors import Category, ErrorKind, Phase, TrialFailure, category_of
+from cairn.errors import Category, ErrorKind, Phase, SandboxError, TrialFailure, category_of
 from cairn.results.model import ErrorInfo
+from cairn.sandbox.base import SandboxEnd
 from cairn.task.model import Step
 
 PHASE_OF: dict[ErrorKind, Phase] = {
@@ -63,6 +64,20 @@ def as_start_failure(exc: Exception, message: str | None = None,
     """
     return TrialFailure(ErrorKind.START_FAILED, message if message is not None else str(exc),
                         detail=getattr(exc, "detail", {}) if detail is None else detail)
+
+
+def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:
+    """Say in a failure that the sandbox had stopped by itself, and why (an out-of-memory kill
+    of its main process): same kind and category, the reason appended to the message and the
+    facts (``sandbox_exit_code``, ``oom_killed``) added to the detail. ``end`` ``None``: the
+    failure unchanged."""
+    if end is None:
+        return exc
+    message = f"{str(exc).rstrip(': ')}; the sandbox had stopped: {end.reason}"
+    detail = {**exc.detail, **end.detail()}
+    if isinstance(exc, SandboxError):
+        return SandboxError(message, kind=exc.kind, detail=detail)
+    return TrialFailure(exc.kind, message, detail=detail)
 
 
 def as_transfer_failure(exc: TrialFailure) -> TrialFailure:

@@ -40,7 +40,10 @@ if [ -L "$d" ] || [ -e "$d" -a ! -d "$d" ] || [ -n "$(ls -A "$d" 2>/dev/null)" ]
   mv "$d" "$planted" && echo "planted $planted"
 fi
 mkdir -p "$d"; chmod 777 "$d"
-if [ "$prep" = 1 ]; then rm -rf {TESTS_DIR}; fi
+if [ "$prep" = 1 ]; then
+  rm -rf {TESTS_DIR}
+  df -Pk "$d" 2>/dev/null | tail -n 1 | {{ read -r _f _b _u a _r && echo "free $a"; }}
+fi
 i=0
 for a in "$@"; do
   s=$(du -sb --apparent-size "$a" 2>/dev/null | tail -n1)
@@ -52,7 +55,8 @@ done
 true
 """
 """Run as root: ``sh -c AFTER_AGENT_SCRIPT cairn-after-agent PLANTED PREP [artifact…]``.
-``PREP=1`` also removes ``/tests`` (a shared verifier follows). Prints ``full <dir>``,
+``PREP=1`` also removes ``/tests`` (a shared verifier follows) and prints ``free <kB>``, the
+space left on ``/logs/verifier`` (``df -Pk``; no line without ``df``). Prints ``full <dir>``,
 ``odd <dir>`` (a log folder the agent replaced by a link or file: recreated empty),
 ``planted <path>`` and one ``art <i> <bytes|-> <d|f|l|->`` per artifact argument (``d``
 as ``test -d`` says, so a link to a folder counts as a folder; ``l`` a link to no folder or
@@ -69,12 +73,14 @@ class AfterAgent:
         planted: where the agent's files in ``/logs/verifier`` were moved, or ``None``.
         artifacts: per artifact argument, ``(bytes or None when absent, kind)`` with kind
             ``d`` folder, ``f`` file, ``l`` link, ``-`` absent.
+        free_kb: kB free on ``/logs/verifier`` when ``/tests`` was prepared, else ``None``.
     """
 
     full: set[str] = field(default_factory=set)
     odd: set[str] = field(default_factory=set)
     planted: str | None = None
     artifacts: list[tuple[int | None, str]] = field(default_factory=list)
+    free_kb: int | None = None
 
 
 def after_agent_argv(artifact_sources: list[str], *, prepare_tests: bool) -> list[str]:
@@ -103,6 +109,8 @@ def parse_after_agent(stdout: str, n_artifacts: int) -> AfterAgent:
         if len(parts) == 2 and parts[0] in ("full", "odd") and parts[1] in (AGENT_LOGS_DIR,
                                                                             ARTIFACTS_DIR):
             getattr(out, parts[0]).add(parts[1])
+        elif len(parts) == 2 and parts[0] == "free" and parts[1].isdigit():
+            out.free_kb = int(parts[1])
         elif len(parts) == 2 and parts[0] == "planted" and parts[1].startswith(PLANTED_PREFIX):
             out.planted = parts[1]
         elif len(parts) == 4 and parts[0] == "art" and parts[1].isdigit():

@@ -49,7 +49,13 @@ from cairn.task.envvars import MIN_SECRET_LEN, missing_variables, resolve_env, s
 from cairn.task.judge import judge_hosts
 from cairn.task.model import Step, Task
 from cairn.trial import snapshot as snapshots
-from cairn.trial.classify import PHASE_OF, as_start_failure, as_transfer_failure, error_info
+from cairn.trial.classify import (
+    PHASE_OF,
+    as_start_failure,
+    as_transfer_failure,
+    error_info,
+    with_end,
+)
 from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.services import check_services
@@ -424,6 +430,8 @@ class _TrialRun:
                 self.after_agent = True
             except TrialFailure as exc:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
+                if isinstance(exc, SandboxError) and not isinstance(exc, SandboxLostError):
+                    exc = with_end(exc, await sandbox.ended())  # an OOM-killed sandbox says so
                 row = self._step_failure(step, exc)
                 row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
             self.current_step = None

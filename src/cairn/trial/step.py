@@ -31,7 +31,7 @@ from cairn.results.store import write_artifacts_manifest
 from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox, host_boot_clock
 from cairn.task.model import MAIN_SERVICE, Step
 from cairn.trial.artifacts import collect_step_artifacts
-from cairn.trial.classify import error_info
+from cairn.trial.classify import error_info, with_end
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.helper import (
     CLEAR_EVIDENCE_CMD,
@@ -471,8 +471,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         v = await run_verifier(sandbox, step, env=env.verifier_env,
                                timeout_sec=verifier_timeout,
                                verifier_dir=dirs.verifier, mask=mask,
-                               prepared=prepared,
+                               prepared=prepared, prepared_free_kb=report.free_kb,
                                cleanup=not last or env.sandbox_outlives_trial)
+        if v.error is not None:  # a verifier that killed its sandbox (out of memory) says so
+            v.error = with_end(v.error, await sandbox.ended())
     clock.end()
     timings["verifier_sec"] = v.elapsed_sec
     warnings.extend(v.warnings)

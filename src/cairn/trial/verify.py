@@ -61,6 +61,24 @@ async def empty_verifier_logs(sandbox: Sandbox) -> None:
         f"chmod 777 {VERIFIER_LOGS}", user="root")
 
 
+FULL_KB = 64
+"""Below this many kB free on ``/logs/verifier`` when the verifier starts, the sandbox's disk
+counts as full: a reward the verifier then fails to leave is the agent's doing."""
+
+FREE_KB_PROBE = f"df -Pk {VERIFIER_LOGS} 2>/dev/null | tail -n 1"
+"""Shell probe printing the ``df -P`` row of the filesystem holding ``/logs/verifier``."""
+
+
+def parse_free_kb(out: str) -> int | None:
+    """The available kB of a :data:`FREE_KB_PROBE` output's last line; ``None`` when there
+    is no such row (no ``df`` in the image, an unreadable answer)."""
+    fields = out.strip().splitlines()[-1].split() if out.strip() else []
+    try:
+        return int(fields[3]) if len(fields) >= 6 else None
+    except ValueError:
+        return None
+
+
 def _read_capped(path: Path) -> bytes | None:
     """Read a downloaded reward file without following links; ``None`` when absent."""
     if path.is_symlink():
@@ -77,6 +95,7 @@ def _read_capped(path: Path) -> bytes | None:
 async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
                        verifier_dir: Path, mask=lambda s: s,
                        image_tests: bool = False, prepared: bool = False,
+                       prepared_free_kb: int | None = None,
                        cleanup: bool = True) -> VerifierRun:
     """Verify one step in the shared sandbox.
 
@@ -92,6 +111,9 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
             with ``test_missing``.
         prepared: ``/tests`` is already gone and ``/logs/verifier`` empty and world-writable
             (the step's after-agent exec did it, :mod:`cairn.trial.helper`): one exec fewer.
+        prepared_free_kb: with ``prepared``, the kB the after-agent exec found free on
+            ``/logs/verifier`` (``None``: unknown); under 64 kB with no reward left makes
+            the step ``sandbox_unusable`` (the agent filled the disk).
         cleanup: afterwards remove ``/tests``, empty ``/logs/verifier`` and ``/logs/agent``
             (:data:`cairn.trial.helper.VERIFIER_CLEANUP_CMD`); ``False`` when the sandbox is
             removed next anyway (the trial's last step), saving an exec.
@@ -104,6 +126,7 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         SandboxLostError: the engine is gone.
     """
     run = VerifierRun()
+    free_kb: int | None = None
     if step.test_sh is None and not image_tests:
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
@@ -116,10 +139,14 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                                          f"verifier's image a {TESTS_DIR}/test.sh")
                 return run
         else:
-            if not prepared:  # one exec: empty /logs/verifier, fresh /tests
-                await sandbox.exec(
+            if not prepared:  # one exec: empty /logs/verifier, fresh /tests, the space left
+                prep = await sandbox.exec(
                     f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-                    f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR}", user="root")
+                    f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
+                    user="root")
+                free_kb = parse_free_kb(prep.stdout)
+            else:  # the after-agent exec measured it (cairn.trial.helper)
+                free_kb = prepared_free_kb
             crlf: tuple[str, ...] = ()
             if b"\r\n" in step.test_sh.read_bytes():
                 run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded "
@@ -164,6 +191,14 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
             detail = dict(exc.detail)
             detail.update(exit_code=result.exit_code, stdout_tail=mask(result.stdout[-2000:]),
                           stderr_tail=mask(result.stderr[-2000:]))
+            if free_kb is not None and free_kb < FULL_KB:
+                # the agent left no room for the verifier's reward: the agent's fault (design
+                # §6 sandbox_unusable, scored 0), not the task's
+                raise SandboxError(
+                    f"the sandbox's disk was full when the verifier started ({free_kb} kB free "
+                    f"on {VERIFIER_LOGS}), so the verifier could not leave a reward "
+                    f"({exc.kind.value}: {mask(str(exc))})",
+                    detail={**detail, "free_kb": free_kb}) from exc
             run.error = TrialFailure(exc.kind, mask(str(exc)), detail=detail)
             return run
         run.rewards = dict(read.rewards)

@@ -51,6 +51,7 @@ from cairn.sandbox.base import (
     NetworkPolicy,
     ProcessInfo,
     Sandbox,
+    SandboxEnd,
     SandboxSpec,
     ServiceExit,
     SnapshotRef,
@@ -470,6 +471,26 @@ class DockerSandbox(Sandbox):
             if not state.get("Running"):
                 return int(state.get("ExitCode"))
         return None
+
+    async def ended(self) -> SandboxEnd | None:
+        """:meth:`Sandbox.ended`: the container is no longer running although nobody stopped
+        it (its init died: the out-of-memory killer, a ``kill 1``), from the engine's state."""
+        if not (self._client and self._cid) or self._stopped:
+            return None
+        try:
+            state = (await in_thread(self._client.api.inspect_container, self._cid))["State"]
+        except Exception:  # noqa: BLE001 - the engine cannot tell: say nothing
+            return None
+        if state.get("Running"):
+            return None
+        code = state.get("ExitCode")
+        oom = bool(state.get("OOMKilled"))
+        reason = f"its container exited (exit {code})"
+        if oom:
+            reason += ": the sandbox ran out of memory" + (
+                f" (memory_mb = {int(self.spec.memory_mb)})" if self.spec.memory_mb else "")
+        return SandboxEnd(reason, exit_code=code if isinstance(code, int) else None,
+                          oom_killed=oom)
 
     async def _container_logs(self) -> str:
         if not (self._client and self._cid):

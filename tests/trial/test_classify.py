@@ -1,0 +1,46 @@
+"""Unit tests of the failure helpers the fault suite relies on (issue #12): a sandbox that
+stopped by itself named in the error, and the verifier's free-space probe."""
+
+from __future__ import annotations
+
+from cairn.errors import Category, ErrorKind, SandboxError, TrialFailure
+from cairn.sandbox.base import SandboxEnd
+from cairn.trial.classify import error_info, with_end
+from cairn.trial.verify import FULL_KB, parse_free_kb
+
+OOM = SandboxEnd("its container exited (exit 137): the sandbox ran out of memory "
+                 "(memory_mb = 64)", exit_code=137, oom_killed=True)
+
+
+def test_with_end_names_the_out_of_memory_kill_and_keeps_kind_and_category():
+    exc = with_end(SandboxError("listing processes failed (exit 126): "), OOM)
+    assert isinstance(exc, SandboxError) and exc.kind is ErrorKind.SANDBOX_UNUSABLE
+    assert str(exc) == ("listing processes failed (exit 126); the sandbox had stopped: its "
+                        "container exited (exit 137): the sandbox ran out of memory "
+                        "(memory_mb = 64)")
+    info = error_info(exc, after_agent=True)
+    assert (info.category, info.detail) == (
+        Category.CANDIDATE, {"sandbox_exit_code": 137, "oom_killed": True})
+
+
+def test_with_end_on_a_verifier_error_stays_the_task_s():
+    exc = with_end(TrialFailure(ErrorKind.REWARD_MISSING, "no reward", detail={"exit_code": 137}),
+                   OOM)
+    assert not isinstance(exc, SandboxError) and exc.kind is ErrorKind.REWARD_MISSING
+    assert exc.detail == {"exit_code": 137, "sandbox_exit_code": 137, "oom_killed": True}
+    assert error_info(exc, after_agent=True).category is Category.TASK
+
+
+def test_with_end_without_an_end_is_the_same_failure():
+    exc = SandboxError("x")
+    assert with_end(exc, None) is exc
+
+
+def test_parse_free_kb_reads_the_available_column_of_df_p():
+    out = ("Filesystem     1024-blocks  Used Available Capacity Mounted on\n"
+           "overlay          16384 16380         4     100% /\n")
+    assert parse_free_kb(out) == 4 and parse_free_kb(out) < FULL_KB
+    assert parse_free_kb("overlay 263174212 34082344 215654768 14% /\n") == 215654768
+    assert parse_free_kb("") is None  # no df in the image
+    assert parse_free_kb("sh: df: not found\n") is None
+    assert parse_free_kb("a b c d-not-a-number e f\n") is None
