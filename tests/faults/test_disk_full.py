@@ -88,6 +88,33 @@ def small_sandbox_disk(tmp_path, monkeypatch):
         subprocess.run(["umount", "-l", str(disk)], check=False)
 
 
+def _run_one(tmp_path, ds, name: str, rc: int):
+    # One job per task: a job's end waits for its sandboxes' removal, so the next job's sandbox
+    # starts on an empty disk (inside one job the removal overlaps the next trial, #13 — a full
+    # disk then is the next test's case).
+    res = cairn("run", "-p", str(ds / name), "-e", "local", "-n", "1", "--jobs-dir", "jobs",
+                "--job-name", name, cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == rc, out  # 1: a trial errored; 0: it ran (stopped) (docs/cli.md)
+    assert "Traceback" not in out and "retrying" not in out, out
+    job = tmp_path / "jobs" / name
+    rs = assert_one_result_each(job, {(f"test/{name}", 1)})
+    return job, rs, rs[(f"test/{name}", 1)]
+
+
+def _whole_and_clean(job, tmp_path, small_sandbox_disk, rs, rc: int):
+    # the host's jobs folder is untouched by the sandbox's full disk: whole files throughout
+    summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
+    assert summary["n_trials"] == 1
+    for f in job.rglob("*.json"):
+        json.loads(f.read_text(encoding="utf-8"))
+    assert not list((small_sandbox_disk / "local").glob("*")), "a sandbox folder was left"
+    assert_clean_leaves_nothing(job, tmp_path)
+    again = cairn("resume", str(job), cwd=tmp_path)  # genuine outcomes are never re-run
+    assert again.returncode == rc, again.stdout + again.stderr
+    assert assert_one_result_each(job, set(rs)) == rs
+
+
 def test_a_full_disk_inside_the_sandbox_is_the_fault_of_whoever_filled_it(
         tmp_path, small_sandbox_disk):
     need("local")
@@ -101,14 +128,8 @@ def test_a_full_disk_inside_the_sandbox_is_the_fault_of_whoever_filled_it(
     # the verifier fills it: the task's error (its reward cannot be written), never retried
     write_task(ds, "verifier-fills", solve="echo ok > /app/ok\n",
                test=FILL.format(path="/tmp/fill") + reward_if("test -f /app/ok"))
-    res = cairn("run", "-p", str(ds), "-e", "local", "-n", "1", "--jobs-dir", "jobs",
-                "--job-name", "dfull", cwd=tmp_path)
-    out = res.stdout + res.stderr
-    assert res.returncode == 1, out  # a trial errored (docs/cli.md)
-    assert "Traceback" not in out and "retrying" not in out, out
-    job = tmp_path / "jobs" / "dfull"
-    rs = assert_one_result_each(job, {("test/agent-fills", 1), ("test/verifier-fills", 1)})
-    a, v = rs[("test/agent-fills", 1)], rs[("test/verifier-fills", 1)]
+
+    job, rs, a = _run_one(tmp_path, ds, "agent-fills", 0)
     assert (a["outcome"], a["reward"], a["error"]) == ("stopped", 0.0, None), a
     assert (a["stop_reason"]["kind"], a["stop_reason"]["error_kind"]) == (
         "step_error", "sandbox_unusable")
@@ -117,17 +138,39 @@ def test_a_full_disk_inside_the_sandbox_is_the_fault_of_whoever_filled_it(
         "candidate_error", 0.0, "sandbox_unusable", "candidate")
     assert "disk was full when the verifier started" in s1["error"]["message"]
     assert s1["error"]["detail"]["free_kb"] < 64 and s2["source"] == "not-run"
-    assert (v["outcome"], v["reward"]) == ("errored", None)
+    _whole_and_clean(job, tmp_path, small_sandbox_disk, rs, 0)
+
+    job, rs, v = _run_one(tmp_path, ds, "verifier-fills", 1)
+    assert (v["outcome"], v["reward"]) == ("errored", None), v
     assert (v["error"]["kind"], v["error"]["category"], v["error"]["phase"]) in [
         ("reward_empty", "task", "verifier"), ("reward_missing", "task", "verifier")], v["error"]
     assert "No space left on device" in v["error"]["detail"]["stderr_tail"]
-    # the host's jobs folder is untouched by the sandbox's full disk: whole files throughout
-    summary = json.loads((job / "summary.json").read_text(encoding="utf-8"))
-    assert summary["n_trials"] == 2
-    for f in job.rglob("*.json"):
-        json.loads(f.read_text(encoding="utf-8"))
-    assert not list((small_sandbox_disk / "local").glob("*")), "a sandbox folder was left"
-    assert_clean_leaves_nothing(job, tmp_path)
-    again = cairn("resume", str(job), cwd=tmp_path)  # genuine outcomes are never re-run
-    assert again.returncode == 1, again.stdout + again.stderr
-    assert assert_one_result_each(job, set(rs)) == rs
+    _whole_and_clean(job, tmp_path, small_sandbox_disk, rs, 1)
+
+
+def test_no_room_to_start_a_sandbox_is_a_start_failure_not_a_completed_trial(
+        tmp_path, small_sandbox_disk):
+    """A sandbox that cannot be set up for want of space (here: the disk where local sandboxes
+    live is already full) is ``start_failed`` (infra, retried, then errored), never a trial
+    "completed" with no step run, and not taken for a full jobs folder."""
+    need("local")
+    filler = small_sandbox_disk / "filler"
+    subprocess.run(["sh", "-c", f"head -c 64m /dev/zero > {filler}"], check=False)
+    task = write_task(tmp_path / "tasks", "t", solve="echo ok > /app/ok\n")
+    res = cairn("run", "-p", str(task), "-e", "local", "--max-retries", "1", "--jobs-dir", "jobs",
+                "--job-name", "nostart", cwd=tmp_path)
+    out = res.stdout + res.stderr
+    assert res.returncode == 1, out
+    assert "Traceback" not in out and "jobs" not in "".join(
+        ln for ln in out.splitlines() if ln.startswith("cairn: error:")), out
+    job = tmp_path / "jobs" / "nostart"
+    r = assert_one_result_each(job, {("test/t", 1)})[("test/t", 1)]
+    assert (r["outcome"], r["error"]["kind"], r["error"]["category"]) == (
+        "errored", "start_failed", "infra"), r
+    assert "No space left on device" in r["error"]["message"], r["error"]
+    assert len(list(job.glob("trials/*/attempts/*"))) == 1  # the one retry, recorded apart
+    filler.unlink()
+    again = cairn("resume", str(job), cwd=tmp_path)  # an infra error is run again on resume
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert rewards(assert_one_result_each(job, {("test/t", 1)}))[("test/t", 1)][:2] == (
+        "completed", 1.0)

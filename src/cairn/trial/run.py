@@ -620,18 +620,24 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                               resource_overrides=dict(plan.options.resource_overrides),
                               extra_artifacts=list(plan.options.extra_artifacts))))
     run.store.write_steps(run.rows)
-    cancelled = False
+    cancelled = crashed = False
     try:
         await run.body()
     except asyncio.CancelledError:
         cancelled = True
         raise
+    except BaseException:
+        # Not a trial outcome (a bug, or the jobs folder itself failing): write no result, so
+        # the trial is not taken for completed and `cairn resume` runs it again (design §8).
+        crashed = True
+        raise
     finally:
-        run.warnings.extend(run.store.mask_files())
-        result = run.result(started_at, time.monotonic() - t0, cancelled)
-        run.store.write_result(result)
-        if not cancelled:
-            from cairn.results.verdict import verdict_line
+        if not crashed:
+            run.warnings.extend(run.store.mask_files())
+            result = run.result(started_at, time.monotonic() - t0, cancelled)
+            run.store.write_result(result)
+            if not cancelled:
+                from cairn.results.verdict import verdict_line
 
-            run.event(verdict_line(result), EventKind.VERDICT)
+                run.event(verdict_line(result), EventKind.VERDICT)
     return result

@@ -153,6 +153,9 @@ class LocalSandbox(Sandbox):
         except TimeoutError:
             raise BuildError(ErrorKind.BUILD_TIMEOUT, "local sandbox build and start exceeded "
                              f"build_timeout_sec = {spec.build_timeout_sec:.0f} s") from None
+        except OSError as exc:  # e.g. no space left where sandboxes live: infra, retried
+            raise SandboxError(f"could not set up the local sandbox under {sandboxes_dir()}: "
+                               f"{exc}", kind=ErrorKind.START_FAILED) from exc
         self._state = "running"
 
     async def _start(self, support: HostSupport) -> None:
