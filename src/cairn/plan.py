@@ -179,7 +179,8 @@ class JobConfig(BaseModel):
     Recorded in job.json (templates, never secret values). Units: seconds, counts.
     """
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # allow_inf_nan=False: `inf` is refused here, never a crash mid-run
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     paths: tuple[Path, ...] = ()
     """Task folders or dataset folders (``-p``)."""

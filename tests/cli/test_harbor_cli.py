@@ -352,6 +352,20 @@ def test_r_is_max_retries(tmp_path):
     assert p.returncode == 0 and r["reward"] == 1.0
 
 
+@pytest.mark.parametrize("flag", ["--override-cpus", "--timeout-multiplier",
+                                  "--agent-timeout-multiplier", "--verifier-timeout-multiplier"])
+def test_a_non_finite_number_is_refused_before_anything_starts(tmp_path, flag):
+    # `inf` passed validation, then crashed the run with an ExceptionGroup and left a trial
+    # folder without a result (found by the new-user check of #19)
+    write_task(tmp_path, "t")
+    for extra in ((), ("--dry-run",)):
+        p = cairn("run", "-p", "t", "-e", "local", flag, "inf", *extra, cwd=tmp_path)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert "finite number" in p.stderr and "Traceback" not in p.stderr
+        assert "ExceptionGroup" not in p.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
 # ---- --override-* reach the container (Docker) ----------------------------------------------
 CGROUP_LIMITS = '''\
 if [ -f /sys/fs/cgroup/memory.max ]; then  # cgroup v2
