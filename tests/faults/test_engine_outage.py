@@ -62,12 +62,20 @@ class EngineProxy:
             writer.close()
 
     async def _client(self, reader, writer) -> None:
+        # Registered at accept: a stop while this connection still reaches for the engine must
+        # end it too (else it would outlive the "outage", piping to the engine through it).
+        self.writers.add(writer)
         try:
             up_r, up_w = await asyncio.open_unix_connection(self.target)
         except OSError:
+            self.writers.discard(writer)
             writer.close()
             return
-        self.writers |= {writer, up_w}
+        if writer not in self.writers:  # the proxy stopped meanwhile: the engine is "gone"
+            up_w.transport.abort()
+            writer.transport.abort()
+            return
+        self.writers.add(up_w)
         await asyncio.gather(self._pipe(reader, up_w), self._pipe(up_r, writer))
         self.writers -= {writer, up_w}
 

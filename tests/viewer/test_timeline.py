@@ -54,6 +54,10 @@ def timeline_job(tmp_path_factory) -> Path:
 def _bars(browser, base: str, trial: Path) -> list[dict]:
     from selenium.webdriver.common.by import By
 
+    # The browser is shared: leave the previous test's page (a live job page keeps polling its
+    # server, which is gone) and drop what it logged, so only this page's errors count.
+    browser.get("about:blank")
+    console_errors(browser)
     browser.get(f"{base}jobs/tl/trials/{trial.name}/")
     out = [{"phase": g.get_attribute("data-phase"), "step": g.get_attribute("data-step"),
             "start": float(g.get_attribute("data-start")), "sec": float(g.get_attribute("data-sec"))}
