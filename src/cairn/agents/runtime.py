@@ -183,6 +183,21 @@ def _locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+@contextlib.contextmanager
+def _build_slot(agent: str, version: str,
+                platform: str) -> Iterator[tuple[Runtime | None, Path]]:
+    """``(the cached runtime, its folder)`` when one is complete; else ``(None, the folder to
+    build it in)`` with the build lock held for the block. The cache is looked at before and
+    again after taking the lock: another process may have built it meanwhile."""
+    final = runtime_dir(agent, version, platform)
+    found = find_runtime(agent, version, platform)
+    if found is not None:
+        yield found, final
+        return
+    with _locked(final.parent / f".{final.name}.lock"):
+        yield find_runtime(agent, version, platform), final
+
+
 def _du(path: Path) -> int:
     total = 0
     seen: set[tuple[int, int]] = set()
@@ -220,12 +235,7 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
     """
     if platform not in PLATFORMS:
         raise AgentPrepareError(f"unknown agent platform {platform!r}; known: {', '.join(PLATFORMS)}")
-    found = find_runtime(agent, version, platform)
-    if found is not None:
-        return found
-    final = runtime_dir(agent, version, platform)
-    with _locked(final.parent / f".{final.name}.lock"):
-        found = find_runtime(agent, version, platform)
+    with _build_slot(agent, version, platform) as (found, final):
         if found is not None:
             return found
         npm = shutil.which("npm")
@@ -519,12 +529,7 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
     if platform != "linux-x64":
         raise AgentPrepareError(f"agent {agent!r} is prepared for linux-x64 only (its sealed "
                                 f"Python is Debian's amd64 build), not {platform!r}")
-    found = find_runtime(agent, version, platform)
-    if found is not None:
-        return found
-    final = runtime_dir(agent, version, platform)
-    with _locked(final.parent / f".{final.name}.lock"):
-        found = find_runtime(agent, version, platform)
+    with _build_slot(agent, version, platform) as (found, final):
         if found is not None:
             return found
         staging = final.parent / f".staging-{final.name}-{uuid.uuid4().hex[:8]}"
