@@ -125,3 +125,42 @@ def test_service_dying_during_the_agent_phase_is_the_tasks_error_not_a_score(tmp
     assert not (trial / "attempts").exists()  # a task error: not retried
     assert not (trial / "steps" / "01-main" / "verifier" / "reward.txt").exists()
     assert result.exit_code == 1
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_compose_sidecar_dying_during_the_agent_phase_errors_the_trial(tmp_path):
+    """A compose project's ``db`` service is up when the agent starts; the agent's first
+    connection makes it crash (exit 4). The trial is errored ``service_exited`` naming the
+    service, with its exit code and log tail, and is not scored or retried."""
+    _docker()
+    server = ("import socket,sys; s=socket.socket(); "
+              "s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('', 9000)); "
+              "s.listen(); print('db: ready', flush=True); s.accept(); "
+              "print('db: crashed on the first query', file=sys.stderr, flush=True); sys.exit(4)")
+    compose = ("services:\n  main:\n    build: .\n"
+               f"  db:\n    image: {BASE}\n    command: [python3, -c, \"{server}\"]\n")
+    # the oracle: one connection (retried until db listens), then wait (bounded) until the
+    # engine has taken db's name off the network, i.e. its container has ended
+    solve = ("python3 - <<'PY'\nimport socket, time\n"
+             "for _ in range(200):\n    try:\n"
+             "        socket.create_connection(('db', 9000), timeout=2).close(); break\n"
+             "    except OSError:\n        time.sleep(0.05)\n"
+             "for _ in range(200):\n    try:\n        socket.getaddrinfo('db', 9000)\n"
+             "    except OSError:\n        break\n    time.sleep(0.05)\nPY\n"
+             "echo done > /app/out.txt\n")
+    task = write_task(tmp_path / "tasks", "sidecar", solve=solve,
+                      test="echo 1 > /logs/verifier/reward.txt\n",
+                      files={"environment/docker-compose.yaml": compose})
+    result = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
+                               job_name="job", agent="oracle", max_retries=2,
+                               retry_backoff_sec=0.1))
+    (r,) = result.results
+    assert r.outcome.value == "errored" and r.reward is None, r.error
+    assert r.error.kind.value == "service_exited" and r.error.category.value == "task"
+    assert r.error.message.startswith("compose service 'db' exited 4 during step 'main'")
+    assert r.error.detail["service"] == "db" and r.error.detail["exit_code"] == 4
+    assert "db: crashed on the first query" in r.error.detail["log_tail"]
+    trial = result.job_dir / "trials" / r.trial_name
+    assert not (trial / "attempts").exists()
+    assert not (trial / "steps" / "01-main" / "verifier" / "reward.txt").exists()

@@ -273,10 +273,13 @@ class ServiceExit:
     Attributes:
         exit_code: its exit status (128+n when killed by signal n).
         log_tail: the last lines of the sandbox's output (the service's stdout/stderr).
+        service: the compose service that ended, when it is not ``main``'s own ENTRYPOINT
+            (``None`` for the image ENTRYPOINT of a single-container sandbox or of ``main``).
     """
 
     exit_code: int
     log_tail: str = ""
+    service: str | None = None
 
 
 @dataclass(frozen=True)
@@ -423,7 +426,8 @@ class Sandbox(ABC):
                                    f"{policy.describe()}")
 
     async def service_exit(self) -> ServiceExit | None:
-        """The start-up service's end, if the image ENTRYPOINT the sandbox started has ended.
+        """The start-up service's end, if the image ENTRYPOINT the sandbox started has ended
+        (or, for a compose project, another service has exited non-zero since start).
 
         Returns:
             ``None`` while it runs, when the image has no ENTRYPOINT (or a keep-alive one), or

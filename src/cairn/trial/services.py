@@ -6,7 +6,9 @@ runs again at the end of every step's agent phase, before the verifier: a servic
 while the agent worked (a database that crashed under it) fails the trial the same way,
 with the step named, instead of a verifier scoring the agent against a broken environment.
 A service that exited 0 (a one-shot init script) or is still running is fine; a declared
-healthcheck still decides readiness.
+healthcheck still decides readiness. In a compose project every other service counts too: one
+that was up after ``docker compose up --wait`` and has since exited non-zero (its database
+crashed) fails the trial the same way, with the service named in ``detail["service"]``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,11 @@ async def check_services(sandbox: Sandbox, *, when: str = "before the agent star
     ended = await sandbox.service_exit()
     if ended is None or ended.exit_code == 0:
         return
-    raise TrialFailure(ErrorKind.SERVICE_EXITED,
-                       f"the image's start-up service (ENTRYPOINT) exited {ended.exit_code} "
-                       f"{when}", detail={"exit_code": ended.exit_code,
-                                          "log_tail": ended.log_tail[-4000:]})
+    what = (f"compose service {ended.service!r}" if ended.service
+            else "the image's start-up service (ENTRYPOINT)")
+    detail: dict[str, object] = {"exit_code": ended.exit_code,
+                                 "log_tail": ended.log_tail[-4000:]}
+    if ended.service:
+        detail["service"] = ended.service
+    raise TrialFailure(ErrorKind.SERVICE_EXITED, f"{what} exited {ended.exit_code} {when}",
+                       detail=detail)

@@ -50,7 +50,7 @@ from cairn.errors import (
     UnsupportedError,
 )
 from cairn.layout import find_compose_file
-from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec
+from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec, ServiceExit
 from cairn.sandbox.docker.backend import DockerSandbox, _gather, container_labels
 from cairn.sandbox.docker.build import (
     TASK_FAULT,
@@ -434,6 +434,37 @@ class ComposeSandbox(DockerSandbox):
                     svc = (c.get("Labels") or {}).get(SERVICE_LABEL)
                     return f"service {svc} exited {m.group(1)}"
         return None
+
+    async def service_exit(self) -> ServiceExit | None:
+        """``main``'s ENTRYPOINT's end (as the docker backend tracks it), else the first other
+        service of the project (by name) whose container has exited non-zero since ``up``
+        — including 137, a kill the trial did not ask for (the engine's OOM killer) — with
+        its log tail; see :meth:`Sandbox.service_exit`. A service that exited 0, or is
+        restarting under its restart policy, is not an end.
+        """
+        own = await super().service_exit()
+        if (own is not None and own.exit_code != 0) or self._client is None or self._stopped:
+            return own
+        flt = {"label": [f"{PROJECT_LABEL}={self.project}"]}
+        try:
+            containers = await in_thread(self._client.api.containers, all=True, filters=flt)
+        except Exception:  # noqa: BLE001 - the engine's trouble shows in the next operation
+            return own
+        ended: list[tuple[str, int, str]] = []
+        for c in containers:
+            svc = str((c.get("Labels") or {}).get(SERVICE_LABEL) or "")
+            m = re.match(r"Exited \((\d+)\)", str(c.get("Status") or ""))
+            if svc and svc != MAIN_SERVICE and c.get("State") == "exited" and m and \
+                    int(m.group(1)) != 0:
+                ended.append((svc, int(m.group(1)), str(c.get("Id"))))
+        if not ended:
+            return own
+        svc, code, cid = min(ended)
+        tail = ""
+        with contextlib.suppress(Exception):
+            raw = await in_thread(self._client.api.logs, cid, tail=30)
+            tail = raw.decode("utf-8", "replace").strip()
+        return ServiceExit(code, tail, service=svc)
 
     async def for_service(self, service: str) -> DockerSandbox:
         """A view of service ``service``'s container: the docker backend's exec and download
