@@ -70,8 +70,33 @@ def test_git_diff_patch_lands_in_artifacts_and_a_failure_does_not_stop_collectio
     # collection still ran: the declared artifact and what the hook wrote before failing
     assert (brk / "artifacts" / "app" / "notes.txt").read_text() == "one\ntwo\nthree\n"
     assert (brk / "artifacts" / "partial.txt").read_text() == "half\n"
-    # the step's own hook won: the root's git diff did not run again (/logs/artifacts keeps
-    # what step 1 left, as it does for any file there)
-    assert "+three" not in (brk / "artifacts" / "model.patch").read_text()
+    # the step's own hook won: the root's git diff did not run again, and step 1's patch is
+    # not shown as this step's (each step starts with an empty /logs/artifacts, as in Harbor)
+    assert not (brk / "artifacts" / "model.patch").exists()
     manifest = json.loads((brk / "artifacts" / "manifest.json").read_text())
     assert all(row["status"] == "copied" for row in manifest)
+
+
+def test_each_steps_logs_artifacts_are_its_own(tmp_path, backend):
+    """Three steps whose agents each write /logs/artifacts/sN.txt (step 2 writes nothing): a
+    step's artifacts hold only what was written during it, as Harbor's multi-step trial moves
+    the folder's contents into the step's output after every step; the files the agent keeps
+    elsewhere persist as usual."""
+    steps = [StepSpec("one", solve="echo 1 > /logs/artifacts/s1.txt; echo keep > /tmp/kept\n"),
+             StepSpec("two", solve="true\n"),
+             StepSpec("three", solve="mkdir -p /logs/artifacts/d; echo 3 > /logs/artifacts/d/s3.txt\n",
+                      test='[ "$(cat /tmp/kept)" = keep ] && echo 1 > /logs/verifier/reward.txt '
+                           '|| echo 0 > /logs/verifier/reward.txt\n')]
+    task = write_task(tmp_path / "tasks", "arts", steps=steps)
+    r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
+    assert r.error is None and [s.reward for s in r.steps] == [1.0, 1.0, 1.0]
+    d = _trial_dir(tmp_path / "jobs") / "steps"
+
+    def files(step: str) -> list[str]:
+        root = d / step / "artifacts"
+        return sorted(str(p.relative_to(root)) for p in root.rglob("*")
+                      if p.is_file() and p.name != "manifest.json") if root.exists() else []
+
+    assert files("01-one") == ["s1.txt"]
+    assert files("02-two") == []
+    assert files("03-three") == ["d/s3.txt"]

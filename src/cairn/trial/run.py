@@ -412,6 +412,7 @@ class _TrialRun:
                                                     trial_id=self.plan.trial_id,
                                                     job_dir=self.plan.job_dir)
         first = snapshots.start_index(self.task, opts.start_step)
+        env.artifacts_left = first > 1  # a replayed or forked start may have left some
         for step, venv in zip(steps, verifier_envs, strict=True):
             env.verifier_env = venv
             if step.index < first:  # --start-step: replay by the oracle, or forked files

@@ -150,6 +150,11 @@ class StepEnv:
     """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
     clock: SpanClock = field(default_factory=SpanClock)
     """The running step's phase spans (a new clock per step, set by :func:`run_step`)."""
+    artifacts_left: bool = False
+    """``/logs/artifacts`` may hold files an earlier step's agent, ``pre_artifacts.sh`` or
+    hooks left there (collected into that step's artifacts): the next step empties it first, so
+    each step's artifacts are its own, as in Harbor, which moves the folder's contents into the
+    step's output after every step. ``True`` at the start of a trial begun from a later step."""
 
     def __setattr__(self, name: str, value: object) -> None:
         super().__setattr__(name, value)
@@ -338,6 +343,10 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if step.index > 1 and env.networks is not None:
         await _switch(sandbox, env, env.networks.environment, "setup")
     clock.begin("setup")
+    if step.index > 1 and env.artifacts_left:  # each step's artifacts are its own (§4.5)
+        await sandbox.exec(["/bin/sh", "-c", f"find {ARTIFACTS_DIR} -mindepth 1 -delete; "
+                            f"mkdir -p {ARTIFACTS_DIR} && chmod 777 {ARTIFACTS_DIR}"], user="root")
+        env.artifacts_left = False
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
         timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
@@ -428,6 +437,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         sized=dict(zip(sources, report.artifacts, strict=True)) if quiet else None)
     warnings.extend(hook_warnings)
     write_artifacts_manifest(dirs.artifacts, manifest)
+    env.artifacts_left = not quiet or ARTIFACTS_DIR in report.full
     clock.end()
     timings["artifacts_sec"] = clock.seconds("pre_artifacts", "artifacts")
     for row in manifest:
