@@ -7,6 +7,7 @@ job-level errors before anything ran.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -116,11 +117,21 @@ HARBOR_REFUSED: dict[str, str] = {
 
 
 def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` flags (``--ak``, ``--ae``, ``--ve``, ``--add-host``) as a mapping.
+
+    Raises:
+        typer.BadParameter: a value without ``=``, or a KEY that is empty or holds
+            whitespace, ``=`` or NUL (:func:`cairn.plan.key_problem`).
+    """
+    from cairn.plan import key_problem
+
     out: dict[str, str] = {}
     for v in values or []:
         if "=" not in v:
             raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {v!r}")
         k, _, val = v.partition("=")
+        if (why := key_problem(k)) is not None:
+            raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {v!r}: {why}")
         out[k] = val
     return out
 
@@ -152,16 +163,32 @@ def _load_env_file(path: Path) -> None:
     (as Harbor loads it), so ``${VAR}`` templates and agents' keys see its values.
 
     Raises:
-        typer.BadParameter: the file does not exist or cannot be read.
+        typer.BadParameter: the file does not exist or cannot be read, or a line is not
+            ``KEY=VALUE`` (an empty or malformed KEY, no ``=``, unparsable quoting), with its
+            line number; nothing is loaded then.
     """
     from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
+    from cairn.plan import key_problem
 
     if not path.is_file():
         raise typer.BadParameter(f"--env-file {path}: no such file")
     try:
-        values = dotenv_values(path, encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(f"--env-file {path}: {exc}") from None
+    for b in parse_stream(io.StringIO(text)):  # a malformed line is refused, not skipped
+        line = b.original.string.rstrip("\r\n")
+        if b.error or b.key is None:
+            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: not a KEY=VALUE "
+                                     f"line: {line!r}")
+        if (why := key_problem(b.key)) is not None:
+            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: {why}: {line!r}")
+        if b.value is None:
+            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: {b.key} has no "
+                                     "=VALUE")
+    values = dotenv_values(stream=io.StringIO(text))  # ${VAR} expanded as python-dotenv does
     for key, value in values.items():
         if value is not None:
             os.environ[key] = value
