@@ -280,6 +280,46 @@ def test_env_file_values_reach_a_template(tmp_path):
     assert p.returncode == 2 and "--env-file nowhere.env: no such file" in p.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--ve", "=x"], "--ve takes KEY=VALUE, got '=x': the KEY is empty"),
+    (["--ae", "=x"], "--ae takes KEY=VALUE, got '=x': the KEY is empty"),
+    (["--ak", "=1"], "--ak takes KEY=VALUE, got '=1': the KEY is empty"),
+    (["--add-host", "=10.0.0.7"], "--add-host takes KEY=VALUE, got '=10.0.0.7': the KEY is "
+                                  "empty"),
+    (["--ve", "JUDGE MODEL=x"], "the KEY 'JUDGE MODEL' holds whitespace"),
+    (["--ve", "novalue"], "--ve takes KEY=VALUE, got 'novalue'"),
+])
+def test_a_malformed_key_value_flag_is_refused_before_anything_starts(tmp_path, ds, args,
+                                                                      message):
+    p = cairn("run", "-p", "ds", "-e", "local", *args, "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in p.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("# keys\nGOOD=1\n\n=sk-123\n", "keys.env:4: not a KEY=VALUE line: '=sk-123'"),
+    ("GOOD=1\nthis is prose\n", "keys.env:2: not a KEY=VALUE line: 'this is prose'"),
+    ("GOOD=1\nOPENAI_API_KEY\n", "keys.env:2: OPENAI_API_KEY has no =VALUE"),
+])
+def test_a_malformed_env_file_line_is_refused_with_its_line(tmp_path, ds, text, message):
+    (tmp_path / "keys.env").write_text(text)
+    p = cairn("run", "-p", "ds", "-e", "local", "--env-file", "keys.env", "--job-name", "j",
+              cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"cairn: error: --env-file {message}" in p.stderr
+    assert "python-dotenv could not parse" not in p.stderr  # one message, ours
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_a_config_file_with_an_empty_key_is_refused(tmp_path, ds):
+    (tmp_path / "job.yaml").write_text("paths: [ds]\nverifier_env: {'': judge}\n")
+    p = cairn("run", "-c", "job.yaml", "-e", "local", "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "verifier_env" in p.stderr and "the KEY is empty" in p.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
 @pytest.mark.local
 @local
 def test_specific_multipliers_replace_the_global_one(tmp_path):

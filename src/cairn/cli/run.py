@@ -179,15 +179,18 @@ def _load_env_file(path: Path) -> None:
     except (OSError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(f"--env-file {path}: {exc}") from None
     for b in parse_stream(io.StringIO(text)):  # a malformed line is refused, not skipped
-        line = b.original.string.rstrip("\r\n")
-        if b.error or b.key is None:
-            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: not a KEY=VALUE "
-                                     f"line: {line!r}")
+        raw = b.original.string
+        body = raw.lstrip()  # python-dotenv counts blank lines before a statement into it
+        at = f"--env-file {path}:{b.original.line + raw[:len(raw) - len(body)].count(chr(10))}"
+        shown = body.rstrip("\r\n")
+        if b.error:
+            raise typer.BadParameter(f"{at}: not a KEY=VALUE line: {shown!r}")
+        if b.key is None:  # a comment or blank line
+            continue
         if (why := key_problem(b.key)) is not None:
-            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: {why}: {line!r}")
+            raise typer.BadParameter(f"{at}: {why}: {shown!r}")
         if b.value is None:
-            raise typer.BadParameter(f"--env-file {path}:{b.original.line}: {b.key} has no "
-                                     "=VALUE")
+            raise typer.BadParameter(f"{at}: {b.key} has no =VALUE: {shown!r}")
     values = dotenv_values(stream=io.StringIO(text))  # ${VAR} expanded as python-dotenv does
     for key, value in values.items():
         if value is not None:
