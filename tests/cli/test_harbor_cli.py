@@ -165,7 +165,8 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     merged = yaml.safe_load(p.stdout)
     assert merged["paths"] == ["ds/c"]  # the later file's list replaces the earlier one
     assert merged["attempts"] == 2  # kept from the earlier file
-    assert merged["agent_kwargs"] == {"x": 1, "y": 2}  # mappings merge key by key
+    # over.yaml's agents list replaces base.yaml's agent as a whole: its kwargs only
+    assert (merged["agent"], merged["agent_kwargs"]) == ("oracle", {"y": 2})
     assert merged["include"] == ["test/*"]
     plan = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "-k", "3", "-e", "docker",
                  "--dry-run", cwd=tmp_path)
@@ -173,6 +174,33 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     assert "tasks: 1, attempts: 3, trials: 3" in plan.stdout  # flags win over both files
     assert [line.split()[0] for line in plan.stdout.splitlines()
             if line.startswith("  test/")] == ["test/c"] * 3
+
+
+@pytest.mark.local
+@local
+def test_a_later_files_agents_entry_replaces_the_agent_and_its_kwargs(tmp_path, ds):
+    record = tmp_path / "record.jsonl"
+    agent = "  - import_path: job_agents:RecordingAgent\n    kwargs:\n"
+    (tmp_path / "a.yaml").write_text(
+        f"tasks:\n  - path: ds/a\nagents:\n{agent}      record: {record}\n"
+        "      style: terse\n      max_words: 5\n    env: {FROM_A: '1'}\n")
+    (tmp_path / "b.yaml").write_text(
+        f"agents:\n{agent}      record: {record}\n      style: verbose\n")
+    p = cairn("run", "-c", "a.yaml", "-c", "b.yaml", "-e", "local", "--job-name", "j",
+              "--ak", "tone=dry", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs = [r for r in records(record) if r["phase"] == "run"]
+    # b.yaml's entry is the whole agent (a.yaml's max_words and env are gone); --ak adds a key
+    assert [r["kwargs"] for r in runs] == [{"style": "verbose", "tone": "dry"}]
+    meta = json.loads((tmp_path / "jobs" / "j" / "job.json").read_text())["config"]
+    assert meta["agent_kwargs"] == {"record": str(record), "style": "verbose", "tone": "dry"}
+    assert meta["agent_env"] == {}
+    # a cairn-shaped later file's mapping still merges key by key (docs/cli.md)
+    (tmp_path / "c.yaml").write_text("agent_kwargs: {style: plain}\n")
+    p = cairn("run", "-c", "a.yaml", "-c", "c.yaml", "--print-config", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert yaml.safe_load(p.stdout)["agent_kwargs"] == {"record": str(record), "style": "plain",
+                                                        "max_words": 5}
 
 
 def test_print_config_yaml_round_trips(tmp_path, ds):

@@ -297,12 +297,12 @@ def run_cmd(
             raise typer.BadParameter("give --dry-run or --print-config, not both")
         if env_file is not None:
             _load_env_file(env_file)
-        layers: list[dict[str, Any]] = []
+        layers: list[Any] = []  # ConfigFile, then the flags' mapping
         for cfg_path in config or []:
             cf = read_config_file(cfg_path)
             for note in cf.notes:
                 print(f"cairn: {note}", file=sys.stderr, flush=True)
-            layers.append(cf.data)
+            layers.append(cf)
         if model and len(model) > 1:
             raise typer.BadParameter("cairn runs one model per job (-m given "
                                      f"{len(model)} times); run one job per model")
