@@ -521,6 +521,13 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     ran = cairn(*base, cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     folders = sorted(trials(tmp_path / "jobs" / "job"))
+    # the same command again is refused by the run (exit 2): the dry run says the same
+    again = cairn(*base, cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    p = cairn(*base, "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    assert (again.returncode, p.returncode) == (2, 2), p.stdout + p.stderr
+    refusal = f"cairn: error: job folder {tmp_path / 'jobs' / 'job'} exists; resume it with"
+    assert refusal in again.stderr and refusal in p.stderr and p.stdout == ""
+    base = (*base, "--resume")  # what a resume would keep and run
     p = cairn(*base, "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "job: jobs/job (exists: a resume keeps 2, runs 0)" in p.stdout
@@ -567,6 +574,71 @@ def test_resume_takes_the_env_file_again(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     (r,) = trials(tmp_path / "jobs" / "j").values()
     assert r["reward"] == 1.0
+
+
+@pytest.mark.local
+@local
+def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
+    write_task(tmp_path, "t")
+    marker, record = tmp_path / "marker", tmp_path / "rec.jsonl"
+    job_yaml = tmp_path / "job.yaml"
+
+    def write_config(style: str) -> None:
+        job_yaml.write_text(f"paths: [t]\nagent: job_agents:FlakySetupAgent\njob_name: j\n"
+                            f"agent_kwargs: {{marker: {marker}, style: {style}}}\n")
+
+    write_config("terse")
+    first = cairn("run", "-c", "job.yaml", "-e", "local", "-r", "0", cwd=tmp_path)
+    job = tmp_path / "jobs" / "j"
+    ((name, r),) = trials(job).items()
+    assert first.returncode == 1 and r["error"]["kind"] == "agent_setup_failed"  # resumable
+    before = (job / "job.json").read_bytes()
+
+    write_config("verbose")  # the file changed since the job started
+    for extra in ((), ("--dry-run",)):
+        p = cairn("run", "-c", "job.yaml", "-e", "local", "--resume", *extra, cwd=tmp_path)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert ("--resume continues jobs/j with the config it was started with (job.json), and "
+                "the options given differ from it: agent_kwargs.style: the job's terse, given "
+                "verbose. Resume it as it is") in p.stderr
+        assert "`cairn resume jobs/j`" in p.stderr
+    assert (job / "job.json").read_bytes() == before  # never rewritten with the new config
+    assert list(trials(job)) == [name] and not (job / "trials" / name / "attempts").exists()
+    p = cairn("run", "--job-name", "j", "-e", "local", "--resume", "-k", "3", cwd=tmp_path)
+    assert p.returncode == 2 and "attempts: the job's 1, given 3" in p.stderr
+
+    # the job's own options (or none at all) resume it, as `cairn resume` does
+    p = cairn("run", "--job-name", "j", "-e", "local", "--resume", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"  test/t  attempt 1  {name}  run" in p.stdout
+    write_config("terse")
+    p = cairn("run", "-c", "job.yaml", "-e", "local", "--resume", "-n", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ((again, r),) = trials(job).items()
+    assert again == name and r["outcome"] == "completed" and r["reward"] == 1.0
+    cfg = json.loads((job / "job.json").read_text())["config"]
+    assert cfg["agent_kwargs"] == {"marker": str(marker), "style": "terse"}
+    assert cfg["n_concurrent"] == 2  # what cairn resume -n may change
+    assert not record.exists()
+
+
+@pytest.mark.local
+@local
+def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
+    write_task(tmp_path, "t")
+    first = cairn("run", "-p", "t", "-e", "local", "--job-name", "j", "--ak", "style=terse",
+                  cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = tmp_path / "jobs" / "j"
+    ((old_name, old),) = trials(job).items()
+    (tmp_path / "t" / "instruction.md").write_text("Do the task, changed.\n")
+    p = cairn("resume", "jobs/j", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ((new_name, new),) = trials(job).items()
+    was, now = old["task"]["content_hash"][:12], new["task"]["content_hash"][:12]
+    assert was != now
+    assert (f"[test/t] task changed since the last run (content {was} → {now}); attempt 1 "
+            f"re-runs as trial {new_name}, the old folder {old_name} is kept") in p.stdout + p.stderr
 
 
 HARBOR_PYTHON = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor")).parent / "python"

@@ -51,8 +51,8 @@ Every harbor run flag and what cairn does with it: docs/cli.md.)
 """
 
 HARBOR_REFUSED: dict[str, str] = {
-    "--diff": "cairn has no job diff preview; `cairn run --dry-run` against an existing "
-              "--job-name shows what a resume would keep and run",
+    "--diff": "cairn has no job diff preview; `cairn run --dry-run --resume` against an "
+              "existing --job-name shows what a resume would keep and run",
     "--n-concurrent-agents": "cairn bounds concurrency per job only (-n)",
     "--retry-include": "cairn retries by error category (infrastructure errors), not by "
                        "exception type",
@@ -232,7 +232,7 @@ def run_cmd(
     config: Annotated[list[Path] | None, typer.Option("-c", "--config", help="job.yaml (cairn's or a Harbor job config) with the same options; repeatable, later files override earlier ones (lists replace); flags win.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
     jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Default ./jobs.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name.")] = False,  # noqa: E501
+    resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name with its stored config (as cairn resume); other options must match the job's.")] = False,  # noqa: E501
     max_retries: Annotated[int | None, typer.Option("-r", "--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
     timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
     agent_timeout_multiplier: Annotated[float | None, typer.Option("--agent-timeout-multiplier", help="Scale agent-phase timeouts (instead of --timeout-multiplier).")] = None,  # noqa: E501
@@ -344,12 +344,15 @@ def run_cmd(
         layers.append({k: v for k, v in flags.items() if v is not None})
         data = merge_configs(layers)
         quiet = bool(data.pop("quiet", False)) or quiet
-        if not (data.get("paths") or data.get("datasets") or data.get("repos")):
-            raise typer.BadParameter("give at least one task or dataset folder (-p), registry "
-                                     "dataset (-d) or git repository (--repo)")
-        if data.get("registry_url") and data.get("registry_path"):
-            raise typer.BadParameter("give --registry-url or --registry-path, not both")
-        cfg = JobConfig.model_validate(data)
+        if resume:  # the job's stored config, as `cairn resume` takes it (design §8)
+            cfg = _resume_config(data)
+        else:
+            if not (data.get("paths") or data.get("datasets") or data.get("repos")):
+                raise typer.BadParameter("give at least one task or dataset folder (-p), "
+                                         "registry dataset (-d) or git repository (--repo)")
+            if data.get("registry_url") and data.get("registry_path"):
+                raise typer.BadParameter("give --registry-url or --registry-path, not both")
+            cfg = JobConfig.model_validate(data)
         if repo and dataset:  # Harbor's --repo means the registry of -d; cairn's does not
             print("cairn: warning: --repo is a git repository of tasks run beside -d (not, as "
                   "in harbor run, the repository holding the registry of -d; give that as "
@@ -358,22 +361,39 @@ def run_cmd(
 
         validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
                                resume=bool(cfg.resume_agent_session))
-        if resume and not cfg.job_name:
-            raise typer.BadParameter("--resume needs --job-name")
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
     if print_config:
         _print_config(cfg)
         raise typer.Exit(0)
-    if dry_run:
-        raise typer.Exit(_dry_run(cfg, json_out=json_out))
     job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
+    if dry_run:
+        raise typer.Exit(_dry_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out, quiet=quiet))
 
 
-def _dry_run(cfg: Any, *, json_out: bool) -> int:
-    """``--dry-run``: print the plan (JSON with ``--json``); 0 ok, 1 problems, 2 bad input."""
+def _resume_config(data: dict[str, Any]) -> Any:
+    """``cairn run --resume``: the named job's stored config (``cairn resume``'s), with the
+    given options checked against it (:func:`cairn.job.folder.resume_with_options`).
+
+    Raises:
+        typer.BadParameter: no job name given.
+        UsageError: not a job folder, or the given options differ from the job's.
+    """
+    from cairn.job.folder import resume_with_options
+
+    if not data.get("job_name"):
+        raise typer.BadParameter("--resume needs --job-name (or job_name in a -c file)")
+    job_dir = Path(data.get("jobs_dir") or "jobs") / str(data["job_name"])
+    cfg = resume_with_options(job_dir, data, emit=lambda ev: print(
+        f"cairn: warning: {ev.text}", file=sys.stderr, flush=True))
+    return cfg.model_copy(update={"job_name": job_dir.name, "jobs_dir": job_dir.parent})
+
+
+def _dry_run(cfg: Any, *, job_dir: Path | None, resume: bool, json_out: bool) -> int:
+    """``--dry-run``: print the plan (JSON with ``--json``); 0 ok, 1 problems, 2 bad input
+    (the run would refuse it: also an existing job without ``--resume``, as the run does)."""
     import dataclasses
     import json
 
@@ -381,7 +401,7 @@ def _dry_run(cfg: Any, *, json_out: bool) -> int:
     from cairn.job.dryrun import dry_run
 
     try:
-        plan = dry_run(cfg)
+        plan = dry_run(cfg, job_dir=job_dir, resume=resume)
     except CairnError as exc:
         _err(str(exc))
         return 2

@@ -90,13 +90,15 @@ class DryRun:
         return out
 
 
-def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
+def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False) -> DryRun:
     """Check and plan a job without running it (see the module docstring).
 
     Args:
-        config: the job config.
-        job_dir: the job folder (default ``config.jobs_dir / config.job_name`` when named);
-            when it holds a job, the plan is what a resume of it would do.
+        config: the job config (for ``resume``, the job's own: :func:`cairn.job.folder.
+            resume_config`).
+        job_dir: the job folder (default ``config.jobs_dir / config.job_name`` when named).
+        resume: plan a resume of the job in ``job_dir``: what it keeps and what it runs.
+            Without it, a folder holding a job is refused as the run refuses it.
 
     Returns:
         The :class:`DryRun`.
@@ -104,10 +106,11 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
     Raises:
         UsageError: bad input, as a run would refuse it before anything starts (no task
             matched, an unknown backend or executor, a bad dataset source, a job folder that
-            exists and is not a job).
+            exists and is not a job, a job folder that holds a job without ``resume``, a
+            ``resume`` of a folder that holds none, a resume on another backend).
     """
     from cairn.job.discover import check_templates, discover_inputs
-    from cairn.job.folder import scan_folder
+    from cairn.job.folder import backend_refusal, job_exists_error, scan_folder
     from cairn.job.planner import FolderState, TrialAction, plan_trials
     from cairn.job.preflight import backend_findings
     from cairn.results.store import JobPaths, trial_dir_name
@@ -118,11 +121,17 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
         raise UsageError(f"unknown executor {config.executor!r}; use local or ray")
     if job_dir is None and config.job_name:
         job_dir = Path(config.jobs_dir) / config.job_name
-    existing = job_dir is not None and (Path(job_dir) / "job.json").is_file()
-    if job_dir is not None and Path(job_dir).exists() and not existing \
-            and any(Path(job_dir).iterdir()):
-        raise UsageError(f"{job_dir} exists and is not a job folder")
+    folder = Path(job_dir) if job_dir is not None else None
+    existing = folder is not None and (folder / "job.json").is_file()
+    if folder is not None and existing and not resume:
+        raise job_exists_error(folder)  # what the run refuses, with the same words
+    if resume and not existing:
+        raise UsageError(f"{folder} is not a job folder (no job.json)")
+    if folder is not None and folder.exists() and not existing and any(folder.iterdir()):
+        raise UsageError(f"{folder} exists and is not a job folder")
     backend = resolve_backend(config.backend)
+    if folder is not None and existing and (refusal := backend_refusal(folder, backend)):
+        raise refusal
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     inputs = discover_inputs(config, resume_dir=Path(job_dir) if existing and job_dir else None)
@@ -131,7 +140,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
                   existing=existing, tasks=[e.name for e in entries], notes=list(inputs.notes))
     if existing:
         plan.notes.append(f"{job_dir} holds a job: the plan is what `cairn resume {job_dir}` "
-                          "(or --resume) does; `cairn run` without --resume refuses the folder")
+                          "(or --resume) does, with the job's stored config")
     if config.start_step or config.from_trial or config.snapshot_steps:
         from cairn.trial.snapshot import check_start_options
 
