@@ -393,6 +393,38 @@ def test_artifact_flag_collects_the_path_after_every_step(tmp_path):
 
 @pytest.mark.local
 @local
+def test_artifact_flag_under_logs_or_overlapping_warns_as_the_lint_does(tmp_path):
+    import re
+
+    write_task(tmp_path, "linted")  # the same path as a task.toml entry: the lint's reason
+    toml = tmp_path / "linted" / "task.toml"
+    toml.write_text('artifacts = ["/logs/verifier"]\n' + toml.read_text())
+    lint = cairn("tasks", "check", "linted", "-e", "local", cwd=tmp_path)
+    (why,) = re.findall(r"is under /logs: (.*); write the output", lint.stdout + lint.stderr)
+    assert "emptied before artifacts are collected" in why
+
+    write_task(tmp_path, "own", solve="mkdir -p /app/out && echo r > /app/out/r.txt\n")
+    toml = tmp_path / "own" / "task.toml"
+    toml.write_text('artifacts = [{source = "/app/out", destination = "res"}]\n'
+                    + toml.read_text())
+    args = ("run", "-p", "own", "-e", "local", "--artifact", "/logs/verifier",
+            "--artifact", "/res/deeper", "--artifact", "/app/other")
+    expected = [f"warning: --artifact /logs/verifier is under /logs: {why}; collect the output "
+                "from somewhere else (artifact-log-overlap)",
+                "warning: test/own: --artifact /res/deeper overlaps the task's artifact "
+                "/app/out: their destinations `res` and `res/deeper` nest"]
+    plan = cairn(*args, "--dry-run", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    p = cairn(*args, "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for out in (plan.stdout, p.stdout + p.stderr):
+        assert all(line in out for line in expected), out
+        assert "/app/other" not in out  # a path that overlaps nothing gets no warning
+    assert expected[0] in (tmp_path / "jobs" / "j" / "job.log").read_text()
+
+
+@pytest.mark.local
+@local
 def test_quiet_prints_no_trial_lines_but_the_summary(tmp_path, ds):
     p = cairn("run", "-p", "ds", "-e", "local", "-q", "--job-name", "j", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr

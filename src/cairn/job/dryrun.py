@@ -112,7 +112,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
     from cairn.job.discover import check_templates, discover_inputs
     from cairn.job.folder import backend_refusal, job_exists_error, scan_folder
     from cairn.job.planner import FolderState, TrialAction, plan_trials
-    from cairn.job.preflight import backend_findings
+    from cairn.job.preflight import artifact_warnings, backend_findings
     from cairn.results.store import JobPaths, trial_dir_name
     from cairn.sandbox import resolve_backend
     from cairn.task.findings import ERROR
@@ -167,6 +167,11 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
             (plan.problems if f.severity == ERROR else plan.notes).append(f"{e.name}: {f.text}")
     to_run = [d.entry.task for d in decisions
               if d.action is TrialAction.RUN and d.entry.task is not None]
+    if config.artifacts:  # as the run warns at its start
+        named = {d.entry.name: d.entry.task for d in decisions
+                 if d.action is TrialAction.RUN and d.entry.task is not None}
+        plan.notes += [f"warning: {w}" for w in artifact_warnings(config.artifacts,
+                                                                   named.items())]
     try:
         check_templates(to_run, verifier_env=config.verifier_env)
     except UsageError as exc:
