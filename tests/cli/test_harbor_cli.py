@@ -671,6 +671,26 @@ def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
     assert was != now
     assert (f"[test/t] task changed since the last run (content {was} → {now}); attempt 1 "
             f"re-runs as trial {new_name}, the old folder {old_name} is kept") in p.stdout + p.stderr
+    # through the API a resume may be handed other options: the message names them, old → new
+    from cairn.events import JobObserver
+    from cairn.job.run import run_job
+    from cairn.plan import JobConfig
+
+    class Collect(JobObserver):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def event(self, event) -> None:
+            self.lines.append(event.text)
+
+    seen = Collect()
+    run_job(JobConfig(paths=(tmp_path / "t",), backend="local", jobs_dir=tmp_path / "jobs",
+                      job_name="j", agent_kwargs={"style": "verbose"}),
+            job_dir=job, resume=True, observer=seen)
+    ((newer, _),) = trials(job).items()
+    assert (f'[test/t] the trial\'s options changed since the last run (the task did not) '
+            f'(agent kwargs {{"style": "terse"}} → {{"style": "verbose"}}); attempt 1 re-runs as '
+            f"trial {newer}, the old folder {new_name} is kept under its attempts/") in seen.lines
 
 
 HARBOR_PYTHON = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor")).parent / "python"

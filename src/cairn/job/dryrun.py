@@ -121,16 +121,16 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
         raise UsageError(f"unknown executor {config.executor!r}; use local or ray")
     if job_dir is None and config.job_name:
         job_dir = Path(config.jobs_dir) / config.job_name
-    folder = Path(job_dir) if job_dir is not None else None
-    existing = folder is not None and (folder / "job.json").is_file()
-    if folder is not None and existing and not resume:
-        raise job_exists_error(folder)  # what the run refuses, with the same words
+    root = Path(job_dir) if job_dir is not None else None
+    existing = root is not None and (root / "job.json").is_file()
+    if root is not None and existing and not resume:
+        raise job_exists_error(root)  # what the run refuses, with the same words
     if resume and not existing:
-        raise UsageError(f"{folder} is not a job folder (no job.json)")
-    if folder is not None and folder.exists() and not existing and any(folder.iterdir()):
-        raise UsageError(f"{folder} exists and is not a job folder")
+        raise UsageError(f"{root} is not a job folder (no job.json)")
+    if root is not None and root.exists() and not existing and any(root.iterdir()):
+        raise UsageError(f"{root} exists and is not a job folder")
     backend = resolve_backend(config.backend)
-    if folder is not None and existing and (refusal := backend_refusal(folder, backend)):
+    if root is not None and existing and (refusal := backend_refusal(root, backend)):
         raise refusal
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})

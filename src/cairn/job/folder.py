@@ -385,6 +385,7 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
     Raises:
         UsageError: not a job folder, a masked env value not given again, or an option that
             differs from the job's (each named with the job's value and the given one).
+        pydantic.ValidationError: a given option is not a JobConfig field or not valid.
     """
     given = {k: v for k, v in given.items() if k not in ("job_name", "jobs_dir")}
     overrides = {k: given.pop(k) for k in RESUME_OVERRIDES if k in given}
@@ -395,10 +396,7 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
     diffs: list[str] = []
     if new_keys := sorted(set(ve) - set(stored.verifier_env)):
         diffs.append(f"verifier_env: the job has no {', '.join(new_keys)}")
-    try:
-        wanted = JobConfig.model_validate({**stored.model_dump(), **given})
-    except ValueError as exc:
-        raise UsageError(str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+    wanted = JobConfig.model_validate({**stored.model_dump(), **given})
     mine, theirs = stored.model_dump(mode="json"), wanted.model_dump(mode="json")
     for k in given:
         if k not in JobConfig.model_fields:
