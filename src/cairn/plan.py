@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Artifact, Task
@@ -173,6 +173,25 @@ def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: d
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+def key_problem(key: str) -> str | None:
+    """Why ``key`` cannot be the KEY of a ``KEY=VALUE`` option (an agent kwarg, an agent or
+    verifier environment variable, an ``--add-host`` name), or ``None`` when it can.
+
+    A KEY must be non-empty and hold no whitespace, ``=`` or NUL: ``--ve =x`` or a dotenv
+    line ``=x`` names no variable, and a variable name with ``=`` cannot be set at all.
+
+    Args:
+        key: the text before the first ``=``.
+    """
+    if not key:
+        return "the KEY is empty"
+    if any(c.isspace() for c in key):
+        return f"the KEY {key!r} holds whitespace"
+    if "=" in key or "\0" in key:
+        return f"the KEY {key!r} holds {'=' if '=' in key else 'NUL'}"
+    return None
+
+
 class JobConfig(BaseModel):
     """A job's resolved configuration (design §8); what ``-c job.yaml`` holds, flags win.
 
@@ -287,10 +306,20 @@ class JobConfig(BaseModel):
             AllowEntry.parse(host)  # ValueError names the entry
         return value
 
+    @field_validator("agent_kwargs", "agent_env", "verifier_env")
+    @classmethod
+    def _keys(cls, value: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+        for key in value:
+            if (why := key_problem(str(key))) is not None:
+                raise ValueError(f"{info.field_name}: {why}")
+        return value
+
     @field_validator("add_hosts")
     @classmethod
     def _add_hosts(cls, value: dict[str, str]) -> dict[str, str]:
         for name, addr in value.items():
+            if (why := key_problem(str(name))) is not None:
+                raise ValueError(f"add_hosts: {why}")
             if parse_address(addr) is None:
                 raise ValueError(f"add_hosts {name}={addr!r}: the address must be an IP address")
         return value

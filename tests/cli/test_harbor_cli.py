@@ -165,7 +165,8 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     merged = yaml.safe_load(p.stdout)
     assert merged["paths"] == ["ds/c"]  # the later file's list replaces the earlier one
     assert merged["attempts"] == 2  # kept from the earlier file
-    assert merged["agent_kwargs"] == {"x": 1, "y": 2}  # mappings merge key by key
+    # over.yaml's agents list replaces base.yaml's agent as a whole: its kwargs only
+    assert (merged["agent"], merged["agent_kwargs"]) == ("oracle", {"y": 2})
     assert merged["include"] == ["test/*"]
     plan = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "-k", "3", "-e", "docker",
                  "--dry-run", cwd=tmp_path)
@@ -173,6 +174,33 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     assert "tasks: 1, attempts: 3, trials: 3" in plan.stdout  # flags win over both files
     assert [line.split()[0] for line in plan.stdout.splitlines()
             if line.startswith("  test/")] == ["test/c"] * 3
+
+
+@pytest.mark.local
+@local
+def test_a_later_files_agents_entry_replaces_the_agent_and_its_kwargs(tmp_path, ds):
+    record = tmp_path / "record.jsonl"
+    agent = "  - import_path: job_agents:RecordingAgent\n    kwargs:\n"
+    (tmp_path / "a.yaml").write_text(
+        f"tasks:\n  - path: ds/a\nagents:\n{agent}      record: {record}\n"
+        "      style: terse\n      max_words: 5\n    env: {FROM_A: '1'}\n")
+    (tmp_path / "b.yaml").write_text(
+        f"agents:\n{agent}      record: {record}\n      style: verbose\n")
+    p = cairn("run", "-c", "a.yaml", "-c", "b.yaml", "-e", "local", "--job-name", "j",
+              "--ak", "tone=dry", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    runs = [r for r in records(record) if r["phase"] == "run"]
+    # b.yaml's entry is the whole agent (a.yaml's max_words and env are gone); --ak adds a key
+    assert [r["kwargs"] for r in runs] == [{"style": "verbose", "tone": "dry"}]
+    meta = json.loads((tmp_path / "jobs" / "j" / "job.json").read_text())["config"]
+    assert meta["agent_kwargs"] == {"record": str(record), "style": "verbose", "tone": "dry"}
+    assert meta["agent_env"] == {}
+    # a cairn-shaped later file's mapping still merges key by key (docs/cli.md)
+    (tmp_path / "c.yaml").write_text("agent_kwargs: {style: plain}\n")
+    p = cairn("run", "-c", "a.yaml", "-c", "c.yaml", "--print-config", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert yaml.safe_load(p.stdout)["agent_kwargs"] == {"record": str(record), "style": "plain",
+                                                        "max_words": 5}
 
 
 def test_print_config_yaml_round_trips(tmp_path, ds):
@@ -280,6 +308,46 @@ def test_env_file_values_reach_a_template(tmp_path):
     assert p.returncode == 2 and "--env-file nowhere.env: no such file" in p.stderr
 
 
+@pytest.mark.parametrize("args, message", [
+    (["--ve", "=x"], "--ve takes KEY=VALUE, got '=x': the KEY is empty"),
+    (["--ae", "=x"], "--ae takes KEY=VALUE, got '=x': the KEY is empty"),
+    (["--ak", "=1"], "--ak takes KEY=VALUE, got '=1': the KEY is empty"),
+    (["--add-host", "=10.0.0.7"], "--add-host takes KEY=VALUE, got '=10.0.0.7': the KEY is "
+                                  "empty"),
+    (["--ve", "JUDGE MODEL=x"], "the KEY 'JUDGE MODEL' holds whitespace"),
+    (["--ve", "novalue"], "--ve takes KEY=VALUE, got 'novalue'"),
+])
+def test_a_malformed_key_value_flag_is_refused_before_anything_starts(tmp_path, ds, args,
+                                                                      message):
+    p = cairn("run", "-p", "ds", "-e", "local", *args, "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert message in p.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize("text, message", [
+    ("# keys\nGOOD=1\n\n=sk-123\n", "keys.env:4: not a KEY=VALUE line: '=sk-123'"),
+    ("GOOD=1\nthis is prose\n", "keys.env:2: not a KEY=VALUE line: 'this is prose'"),
+    ("GOOD=1\nOPENAI_API_KEY\n", "keys.env:2: OPENAI_API_KEY has no =VALUE"),
+])
+def test_a_malformed_env_file_line_is_refused_with_its_line(tmp_path, ds, text, message):
+    (tmp_path / "keys.env").write_text(text)
+    p = cairn("run", "-p", "ds", "-e", "local", "--env-file", "keys.env", "--job-name", "j",
+              cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert f"cairn: error: --env-file {message}" in p.stderr
+    assert "python-dotenv could not parse" not in p.stderr  # one message, ours
+    assert not (tmp_path / "jobs").exists()
+
+
+def test_a_config_file_with_an_empty_key_is_refused(tmp_path, ds):
+    (tmp_path / "job.yaml").write_text("paths: [ds]\nverifier_env: {'': judge}\n")
+    p = cairn("run", "-c", "job.yaml", "-e", "local", "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "verifier_env" in p.stderr and "the KEY is empty" in p.stderr
+    assert not (tmp_path / "jobs").exists()
+
+
 @pytest.mark.local
 @local
 def test_specific_multipliers_replace_the_global_one(tmp_path):
@@ -321,6 +389,38 @@ def test_artifact_flag_collects_the_path_after_every_step(tmp_path):
     manifest = json.loads((step / "artifacts" / "manifest.json").read_text())
     assert any(row["source"] == "/app/report.txt" and row["status"] == "copied"
                for row in manifest)
+
+
+@pytest.mark.local
+@local
+def test_artifact_flag_under_logs_or_overlapping_warns_as_the_lint_does(tmp_path):
+    import re
+
+    write_task(tmp_path, "linted")  # the same path as a task.toml entry: the lint's reason
+    toml = tmp_path / "linted" / "task.toml"
+    toml.write_text('artifacts = ["/logs/verifier"]\n' + toml.read_text())
+    lint = cairn("tasks", "check", "linted", "-e", "local", cwd=tmp_path)
+    (why,) = re.findall(r"is under /logs: (.*); write the output", lint.stdout + lint.stderr)
+    assert "emptied before artifacts are collected" in why
+
+    write_task(tmp_path, "own", solve="mkdir -p /app/out && echo r > /app/out/r.txt\n")
+    toml = tmp_path / "own" / "task.toml"
+    toml.write_text('artifacts = [{source = "/app/out", destination = "res"}]\n'
+                    + toml.read_text())
+    args = ("run", "-p", "own", "-e", "local", "--artifact", "/logs/verifier",
+            "--artifact", "/res/deeper", "--artifact", "/app/other")
+    expected = [f"warning: --artifact /logs/verifier is under /logs: {why}; collect the output "
+                "from somewhere else (artifact-log-overlap)",
+                "warning: test/own: --artifact /res/deeper overlaps the task's artifact "
+                "/app/out: their destinations `res` and `res/deeper` nest"]
+    plan = cairn(*args, "--dry-run", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    p = cairn(*args, "--job-name", "j", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    for out in (plan.stdout, p.stdout + p.stderr):
+        assert all(line in out for line in expected), out
+        assert "/app/other" not in out  # a path that overlaps nothing gets no warning
+    assert expected[0] in (tmp_path / "jobs" / "j" / "job.log").read_text()
 
 
 @pytest.mark.local
@@ -453,6 +553,13 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     ran = cairn(*base, cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     folders = sorted(trials(tmp_path / "jobs" / "job"))
+    # the same command again is refused by the run (exit 2): the dry run says the same
+    again = cairn(*base, cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    p = cairn(*base, "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    assert (again.returncode, p.returncode) == (2, 2), p.stdout + p.stderr
+    refusal = f"cairn: error: job folder {tmp_path / 'jobs' / 'job'} exists; resume it with"
+    assert refusal in again.stderr and refusal in p.stderr and p.stdout == ""
+    base = (*base, "--resume")  # what a resume would keep and run
     p = cairn(*base, "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "job: jobs/job (exists: a resume keeps 2, runs 0)" in p.stdout
@@ -499,6 +606,91 @@ def test_resume_takes_the_env_file_again(tmp_path):
     assert again.returncode == 0, again.stdout + again.stderr
     (r,) = trials(tmp_path / "jobs" / "j").values()
     assert r["reward"] == 1.0
+
+
+@pytest.mark.local
+@local
+def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
+    write_task(tmp_path, "t")
+    marker, record = tmp_path / "marker", tmp_path / "rec.jsonl"
+    job_yaml = tmp_path / "job.yaml"
+
+    def write_config(style: str) -> None:
+        job_yaml.write_text(f"paths: [t]\nagent: job_agents:FlakySetupAgent\njob_name: j\n"
+                            f"agent_kwargs: {{marker: {marker}, style: {style}}}\n")
+
+    write_config("terse")
+    first = cairn("run", "-c", "job.yaml", "-e", "local", "-r", "0", cwd=tmp_path)
+    job = tmp_path / "jobs" / "j"
+    ((name, r),) = trials(job).items()
+    assert first.returncode == 1 and r["error"]["kind"] == "agent_setup_failed"  # resumable
+    before = (job / "job.json").read_bytes()
+
+    write_config("verbose")  # the file changed since the job started
+    for extra in ((), ("--dry-run",)):
+        p = cairn("run", "-c", "job.yaml", "-e", "local", "--resume", *extra, cwd=tmp_path)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert ("--resume continues jobs/j with the config it was started with (job.json), and "
+                "the options given differ from it: agent_kwargs.style: the job's terse, given "
+                "verbose. Resume it as it is") in p.stderr
+        assert "`cairn resume jobs/j`" in p.stderr
+    assert (job / "job.json").read_bytes() == before  # never rewritten with the new config
+    assert list(trials(job)) == [name] and not (job / "trials" / name / "attempts").exists()
+    p = cairn("run", "--job-name", "j", "-e", "local", "--resume", "-k", "3", cwd=tmp_path)
+    assert p.returncode == 2 and "attempts: the job's 1, given 3" in p.stderr
+
+    # the job's own options (or none at all) resume it, as `cairn resume` does
+    p = cairn("run", "--job-name", "j", "-e", "local", "--resume", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert f"  test/t  attempt 1  {name}  run" in p.stdout
+    write_config("terse")
+    p = cairn("run", "-c", "job.yaml", "-e", "local", "--resume", "-n", "2", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ((again, r),) = trials(job).items()
+    assert again == name and r["outcome"] == "completed" and r["reward"] == 1.0
+    cfg = json.loads((job / "job.json").read_text())["config"]
+    assert cfg["agent_kwargs"] == {"marker": str(marker), "style": "terse"}
+    assert cfg["n_concurrent"] == 2  # what cairn resume -n may change
+    assert not record.exists()
+
+
+@pytest.mark.local
+@local
+def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
+    write_task(tmp_path, "t")
+    first = cairn("run", "-p", "t", "-e", "local", "--job-name", "j", "--ak", "style=terse",
+                  cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job = tmp_path / "jobs" / "j"
+    ((old_name, old),) = trials(job).items()
+    (tmp_path / "t" / "instruction.md").write_text("Do the task, changed.\n")
+    p = cairn("resume", "jobs/j", cwd=tmp_path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    ((new_name, new),) = trials(job).items()
+    was, now = old["task"]["content_hash"][:12], new["task"]["content_hash"][:12]
+    assert was != now
+    assert (f"[test/t] task changed since the last run (content {was} → {now}); attempt 1 "
+            f"re-runs as trial {new_name}, the old folder {old_name} is kept") in p.stdout + p.stderr
+    # through the API a resume may be handed other options: the message names them, old → new
+    from cairn.events import JobObserver
+    from cairn.job.run import run_job
+    from cairn.plan import JobConfig
+
+    class Collect(JobObserver):
+        def __init__(self) -> None:
+            self.lines: list[str] = []
+
+        def event(self, event) -> None:
+            self.lines.append(event.text)
+
+    seen = Collect()
+    run_job(JobConfig(paths=(tmp_path / "t",), backend="local", jobs_dir=tmp_path / "jobs",
+                      job_name="j", agent_kwargs={"style": "verbose"}),
+            job_dir=job, resume=True, observer=seen)
+    ((newer, _),) = trials(job).items()
+    assert (f'[test/t] the trial\'s options changed since the last run (the task did not) '
+            f'(agent kwargs {{"style": "terse"}} → {{"style": "verbose"}}); attempt 1 re-runs as '
+            f"trial {newer}, the old folder {new_name} is kept under its attempts/") in seen.lines
 
 
 HARBOR_PYTHON = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor")).parent / "python"

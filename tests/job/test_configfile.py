@@ -9,7 +9,12 @@ from pathlib import Path
 import pytest
 
 from cairn.errors import UsageError
-from cairn.job.configfile import is_harbor_shaped, merge_configs, read_config_file
+from cairn.job.configfile import (
+    AGENT_KEYS,
+    is_harbor_shaped,
+    merge_configs,
+    read_config_file,
+)
 from cairn.plan import JobConfig
 
 
@@ -170,6 +175,24 @@ def test_merge_later_wins_mappings_merge_lists_replace():
         {"attempts": 5}])
     assert merged == {"paths": ["c"], "agent_kwargs": {"x": 1, "y": 2}, "attempts": 5,
                       "verifier_env": {"K": "v"}}
+
+
+def test_a_harbor_agents_entry_replaces_the_earlier_agent_as_a_whole(tmp_path):
+    a = read_config_file(write(tmp_path, "agents:\n  - name: codex\n    model_name: openai/x\n"
+                                         "    kwargs: {reasoning: high, temperature: 0}\n"
+                                         "    env: {A: '1'}\n    resume_trajectory: true\n"
+                                         "tasks: [t]\n", "a.yaml"))
+    b = read_config_file(write(tmp_path, "agents:\n  - name: claude-code\n"
+                                         "    kwargs: {temperature: 1}\n", "b.yaml"))
+    assert b.replaces == frozenset(AGENT_KEYS)
+    merged = merge_configs([a, b, {"agent_env": {"B": "2"}}])
+    cfg = JobConfig.model_validate(merged)
+    assert (cfg.agent, cfg.model, cfg.agent_kwargs, cfg.agent_env, cfg.resume_agent_session) == \
+        ("claude-code", None, {"temperature": 1}, {"B": "2"}, False)
+    assert cfg.paths == (Path("t"),)  # what the later file does not say is kept
+    none = read_config_file(write(tmp_path, "n_attempts: 2\n", "c.yaml"))  # no agents: kept
+    assert JobConfig.model_validate(merge_configs([a, none])).agent_kwargs == {
+        "reasoning": "high", "temperature": 0}
 
 
 def test_unreadable_inputs_are_usage_errors(tmp_path):

@@ -149,7 +149,8 @@ def test_changed_task_reruns_under_new_id(tmp_path):
     (new,) = again.results
     assert new.trial_id != old.trial_id and new.task.content_hash != old.task.content_hash
     assert new.reward == 0.5
-    assert any("task changed since the last run" in e for e in events)
+    assert any(f"task changed since the last run (content {old.task.content_hash[:12]} → "
+               f"{new.task.content_hash[:12]})" in e for e in events)
     trials = sorted(p.name for p in (tmp_path / "jobs" / "job" / "trials").iterdir())
     assert trials == [new.trial_name]  # one trial per (task, attempt) in the job
     kept = tmp_path / "jobs" / "job" / "trials" / new.trial_name / "attempts" / "1"

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -31,7 +32,9 @@ from cairn.results.harbor import (
     copy_tree_safely,
     harbor_exception_type,
     harbor_pass_at_k,
+    job_stats,
     portable_name,
+    reward_valid,
     trial_result_doc,
 )
 from cairn.results.model import (
@@ -242,6 +245,57 @@ def test_single_step_trial_has_no_step_results():
     assert doc["exception_info"]["exception_type"] == "CairnSandboxLostError"
     assert doc["agent_execution"]["started_at"] == "2026-12-01T10:00:06Z"
     assert doc["cairn"]["step"]["source"] == "error"
+
+
+def _errored_at_step_2() -> TrialResult:
+    """Step 1 scored 1.0, then the engine went away in step 2 (an error name Harbor 0.26's
+    policy does not know, so it would keep a trial-level reward valid)."""
+    err = ErrorInfo(kind=ErrorKind.SANDBOX_LOST, category=Category.INFRA,
+                    phase=Phase.AGENT, step="b", message="engine gone")
+    rows = [_row(1, "a", reward=1.0), _row(2, "b", StepSource.ERROR, None, error=err)]
+    # cairn's result.json keeps the mean of the steps that produced a result (design §5.3)
+    return _result(rows, outcome=Outcome.ERRORED, error=err, reward=1.0,
+                   rewards={"reward": 1.0}, reward_all_steps=0.5)
+
+
+def test_errored_multistep_trial_exports_no_valid_reward():
+    r = _errored_at_step_2()
+    doc = _doc(r)
+    assert_model(doc, "TrialResult")
+    assert doc["verifier_result"] is None  # not scored by cairn, so not by Harbor either
+    a, b = doc["step_results"]
+    assert a["verifier_result"] == {"rewards": {"reward": 1.0}}  # step 1's own score stays
+    assert b["verifier_result"] is None
+    assert b["exception_info"]["exception_type"] == "CairnSandboxLostError"
+    assert (doc["cairn"]["outcome"], doc["cairn"]["reward"], doc["cairn"]["passed"]) == \
+        ("errored", 1.0, False)
+    assert reward_valid(doc) is False
+    ok = _doc(_result([_row(1, "a", reward=1.0), _row(2, "b", reward=0.0)],
+                      reward=0.5, rewards={"reward": 0.5}))
+    stats = job_stats([doc, ok], [r, ok_r := _result([_row(1, "a"), _row(2, "b", reward=0.0)],
+                                                      reward=0.5, rewards={"reward": 0.5})],
+                      n_running=0, n_retries=0)
+    assert ok_r.outcome is Outcome.COMPLETED and reward_valid(ok) is True
+    ev = stats["evals"]["llm__gpt-4o__adhoc"]
+    # Harbor's mean over valid rewards: the completed trial's 0.5 alone, not (1.0 + 0.5) / 2
+    assert (ev["n_trials"], ev["n_errors"], ev["metrics"]) == (1, 1, [{"mean": 0.5}])
+
+
+@pytest.mark.skipif(not HARBOR_PY.is_file(), reason="Harbor 0.26 is not installed in "
+                    "/work/harbor-venv")
+def test_harbor_itself_finds_no_valid_reward_on_an_errored_trial(tmp_path):
+    (tmp_path / "result.json").write_text(json.dumps(_doc(_errored_at_step_2())))
+    code = ("import sys, json; from harbor.models.trial.result import TrialResult; "
+            "t = TrialResult.model_validate_json(open(sys.argv[1]).read()); "
+            "print(json.dumps([t.reward_valid, t.verifier_result, "
+            "[s.verifier_result.rewards if s.verifier_result else None "
+            "for s in t.step_results]]))")
+    p = subprocess.run([str(HARBOR_PY), "-c", code, str(tmp_path / "result.json")],
+                       capture_output=True, text=True, timeout=120, check=False,
+                       env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
+                            "HOME": str(tmp_path)})
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert json.loads(p.stdout.strip().splitlines()[-1]) == [False, None, [{"reward": 1.0}, None]]
 
 
 def test_portable_name():
@@ -618,3 +672,55 @@ def test_infra_retries_counted_as_harbor_retries(job, tmp_path):
     assert _load(tmp_path / "h" / "result.json")["stats"]["n_retries"] == 1
     assert _load(_trial(tmp_path / "h", "hello") / "result.json")["cairn"]["earlier_attempts"] == 1
     assert not (_trial(tmp_path / "h", "hello") / "attempts").exists()
+
+
+@pytest.mark.local
+def test_export_folders_and_files_follow_the_umask(exported, tmp_path, job):
+    out, _ = exported
+    mask = os.umask(0)
+    os.umask(mask)
+    dirs = [out, *(d for d in out.rglob("*") if d.is_dir() and not d.is_symlink())]
+    files = [f for f in out.rglob("*") if f.is_file() and not f.is_symlink()]
+    assert len(dirs) > 10 and len(files) > 10
+    assert {oct(stat.S_IMODE(d.stat().st_mode)) for d in dirs} == {oct(0o777 & ~mask)}
+    assert {oct(stat.S_IMODE(f.stat().st_mode)) for f in files} == {oct(0o666 & ~mask)}
+    # a group-writable umask gives a group-writable export (the mode is the umask's, not fixed)
+    shared = tmp_path / "shared"
+    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(job), "--format",
+                        "harbor", "-o", str(shared)], env=_env(), capture_output=True,
+                       text=True, timeout=300, check=False, umask=0o002)
+    assert p.returncode == 0, p.stderr
+    assert oct(stat.S_IMODE(shared.stat().st_mode)) == oct(0o775)
+    assert oct(stat.S_IMODE((shared / "result.json").stat().st_mode)) == oct(0o664)
+    assert not list(tmp_path.glob(".shared.*"))  # the temporary folder was renamed into place
+
+
+@pytest.mark.local
+def test_errored_multistep_job_exports_the_error_not_a_reward(tmp_path):
+    if not local_available():
+        pytest.skip("the local backend cannot run here")
+    write_task(tmp_path / "tasks", "two", steps=[
+        StepSpec("one"), StepSpec("two", test="echo the verifier forgot the reward\n")])
+    p = _cairn("run", "-p", str(tmp_path / "tasks"), "-e", "local", "-r", "0",
+               "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "e")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "ERRORED at step 2/2 two: reward_missing" in p.stdout + p.stderr
+    [res] = (tmp_path / "jobs" / "e" / "trials").glob("*/result.json")
+    r = _load(res)
+    # cairn's own record: errored, not passed; reward is the mean of the steps with a result
+    assert (r["outcome"], r["passed"], r["reward"], r["reward_all_steps"]) == \
+        ("errored", False, 1.0, 0.5)
+    summary = _load(tmp_path / "jobs" / "e" / "summary.json")
+    assert (summary["n_scored"], summary["mean_reward"],
+            summary["mean_reward_errors_as_zero"]) == (0, None, 0.0)
+    p = _cairn("export", str(tmp_path / "jobs" / "e"), "--format", "harbor", "-o",
+               str(tmp_path / "h"))
+    assert p.returncode == 0, p.stderr
+    doc = _load(_trial(tmp_path / "h", "two") / "result.json")
+    assert doc["verifier_result"] is None
+    assert [(s["step_name"], s["verifier_result"],
+             (s["exception_info"] or {}).get("exception_type")) for s in doc["step_results"]] \
+        == [("one", {"rewards": {"reward": 1.0}}, None), ("two", None, "RewardFileNotFoundError")]
+    assert (doc["cairn"]["outcome"], doc["cairn"]["error"]["kind"]) == ("errored", "reward_missing")
+    ev = _load(tmp_path / "h" / "result.json")["stats"]["evals"]["oracle__adhoc"]
+    assert (ev["n_trials"], ev["n_errors"], ev["metrics"]) == (0, 1, [])

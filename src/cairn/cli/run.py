@@ -7,6 +7,7 @@ job-level errors before anything ran.
 
 from __future__ import annotations
 
+import io
 import os
 import sys
 from pathlib import Path
@@ -50,8 +51,8 @@ Every harbor run flag and what cairn does with it: docs/cli.md.)
 """
 
 HARBOR_REFUSED: dict[str, str] = {
-    "--diff": "cairn has no job diff preview; `cairn run --dry-run` against an existing "
-              "--job-name shows what a resume would keep and run",
+    "--diff": "cairn has no job diff preview; `cairn run --dry-run --resume` against an "
+              "existing --job-name shows what a resume would keep and run",
     "--n-concurrent-agents": "cairn bounds concurrency per job only (-n)",
     "--retry-include": "cairn retries by error category (infrastructure errors), not by "
                        "exception type",
@@ -116,11 +117,21 @@ HARBOR_REFUSED: dict[str, str] = {
 
 
 def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
+    """``KEY=VALUE`` flags (``--ak``, ``--ae``, ``--ve``, ``--add-host``) as a mapping.
+
+    Raises:
+        typer.BadParameter: a value without ``=``, or a KEY that is empty or holds
+            whitespace, ``=`` or NUL (:func:`cairn.plan.key_problem`).
+    """
+    from cairn.plan import key_problem
+
     out: dict[str, str] = {}
     for v in values or []:
         if "=" not in v:
             raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {v!r}")
         k, _, val = v.partition("=")
+        if (why := key_problem(k)) is not None:
+            raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {v!r}: {why}")
         out[k] = val
     return out
 
@@ -152,16 +163,35 @@ def _load_env_file(path: Path) -> None:
     (as Harbor loads it), so ``${VAR}`` templates and agents' keys see its values.
 
     Raises:
-        typer.BadParameter: the file does not exist or cannot be read.
+        typer.BadParameter: the file does not exist or cannot be read, or a line is not
+            ``KEY=VALUE`` (an empty or malformed KEY, no ``=``, unparsable quoting), with its
+            line number; nothing is loaded then.
     """
     from dotenv import dotenv_values
+    from dotenv.parser import parse_stream
+
+    from cairn.plan import key_problem
 
     if not path.is_file():
         raise typer.BadParameter(f"--env-file {path}: no such file")
     try:
-        values = dotenv_values(path, encoding="utf-8")
+        text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise typer.BadParameter(f"--env-file {path}: {exc}") from None
+    for b in parse_stream(io.StringIO(text)):  # a malformed line is refused, not skipped
+        raw = b.original.string
+        body = raw.lstrip()  # python-dotenv counts blank lines before a statement into it
+        at = f"--env-file {path}:{b.original.line + raw[:len(raw) - len(body)].count(chr(10))}"
+        shown = body.rstrip("\r\n")
+        if b.error:
+            raise typer.BadParameter(f"{at}: not a KEY=VALUE line: {shown!r}")
+        if b.key is None:  # a comment or blank line
+            continue
+        if (why := key_problem(b.key)) is not None:
+            raise typer.BadParameter(f"{at}: {why}: {shown!r}")
+        if b.value is None:
+            raise typer.BadParameter(f"{at}: {b.key} has no =VALUE: {shown!r}")
+    values = dotenv_values(stream=io.StringIO(text))  # ${VAR} expanded as python-dotenv does
     for key, value in values.items():
         if value is not None:
             os.environ[key] = value
@@ -202,7 +232,7 @@ def run_cmd(
     config: Annotated[list[Path] | None, typer.Option("-c", "--config", help="job.yaml (cairn's or a Harbor job config) with the same options; repeatable, later files override earlier ones (lists replace); flags win.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
     jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Default ./jobs.")] = None,
-    resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name.")] = False,  # noqa: E501
+    resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name with its stored config (as cairn resume); other options must match the job's.")] = False,  # noqa: E501
     max_retries: Annotated[int | None, typer.Option("-r", "--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
     timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
     agent_timeout_multiplier: Annotated[float | None, typer.Option("--agent-timeout-multiplier", help="Scale agent-phase timeouts (instead of --timeout-multiplier).")] = None,  # noqa: E501
@@ -267,12 +297,12 @@ def run_cmd(
             raise typer.BadParameter("give --dry-run or --print-config, not both")
         if env_file is not None:
             _load_env_file(env_file)
-        layers: list[dict[str, Any]] = []
+        layers: list[Any] = []  # ConfigFile, then the flags' mapping
         for cfg_path in config or []:
             cf = read_config_file(cfg_path)
             for note in cf.notes:
                 print(f"cairn: {note}", file=sys.stderr, flush=True)
-            layers.append(cf.data)
+            layers.append(cf)
         if model and len(model) > 1:
             raise typer.BadParameter("cairn runs one model per job (-m given "
                                      f"{len(model)} times); run one job per model")
@@ -314,12 +344,15 @@ def run_cmd(
         layers.append({k: v for k, v in flags.items() if v is not None})
         data = merge_configs(layers)
         quiet = bool(data.pop("quiet", False)) or quiet
-        if not (data.get("paths") or data.get("datasets") or data.get("repos")):
-            raise typer.BadParameter("give at least one task or dataset folder (-p), registry "
-                                     "dataset (-d) or git repository (--repo)")
-        if data.get("registry_url") and data.get("registry_path"):
-            raise typer.BadParameter("give --registry-url or --registry-path, not both")
-        cfg = JobConfig.model_validate(data)
+        if resume:  # the job's stored config, as `cairn resume` takes it (design §8)
+            cfg = _resume_config(data)
+        else:
+            if not (data.get("paths") or data.get("datasets") or data.get("repos")):
+                raise typer.BadParameter("give at least one task or dataset folder (-p), "
+                                         "registry dataset (-d) or git repository (--repo)")
+            if data.get("registry_url") and data.get("registry_path"):
+                raise typer.BadParameter("give --registry-url or --registry-path, not both")
+            cfg = JobConfig.model_validate(data)
         if repo and dataset:  # Harbor's --repo means the registry of -d; cairn's does not
             print("cairn: warning: --repo is a git repository of tasks run beside -d (not, as "
                   "in harbor run, the repository holding the registry of -d; give that as "
@@ -328,22 +361,39 @@ def run_cmd(
 
         validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
                                resume=bool(cfg.resume_agent_session))
-        if resume and not cfg.job_name:
-            raise typer.BadParameter("--resume needs --job-name")
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None
     if print_config:
         _print_config(cfg)
         raise typer.Exit(0)
-    if dry_run:
-        raise typer.Exit(_dry_run(cfg, json_out=json_out))
     job_dir = Path(cfg.jobs_dir) / cfg.job_name if resume and cfg.job_name else None
+    if dry_run:
+        raise typer.Exit(_dry_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out))
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=resume, json_out=json_out, quiet=quiet))
 
 
-def _dry_run(cfg: Any, *, json_out: bool) -> int:
-    """``--dry-run``: print the plan (JSON with ``--json``); 0 ok, 1 problems, 2 bad input."""
+def _resume_config(data: dict[str, Any]) -> Any:
+    """``cairn run --resume``: the named job's stored config (``cairn resume``'s), with the
+    given options checked against it (:func:`cairn.job.folder.resume_with_options`).
+
+    Raises:
+        typer.BadParameter: no job name given.
+        UsageError: not a job folder, or the given options differ from the job's.
+    """
+    from cairn.job.folder import resume_with_options
+
+    if not data.get("job_name"):
+        raise typer.BadParameter("--resume needs --job-name (or job_name in a -c file)")
+    job_dir = Path(data.get("jobs_dir") or "jobs") / str(data["job_name"])
+    cfg = resume_with_options(job_dir, data, emit=lambda ev: print(
+        f"cairn: warning: {ev.text}", file=sys.stderr, flush=True))
+    return cfg.model_copy(update={"job_name": job_dir.name, "jobs_dir": job_dir.parent})
+
+
+def _dry_run(cfg: Any, *, job_dir: Path | None, resume: bool, json_out: bool) -> int:
+    """``--dry-run``: print the plan (JSON with ``--json``); 0 ok, 1 problems, 2 bad input
+    (the run would refuse it: also an existing job without ``--resume``, as the run does)."""
     import dataclasses
     import json
 
@@ -351,7 +401,7 @@ def _dry_run(cfg: Any, *, json_out: bool) -> int:
     from cairn.job.dryrun import dry_run
 
     try:
-        plan = dry_run(cfg)
+        plan = dry_run(cfg, job_dir=job_dir, resume=resume)
     except CairnError as exc:
         _err(str(exc))
         return 2

@@ -15,7 +15,10 @@ job YAML/JSON file, read into the keys of :class:`~cairn.plan.JobConfig` (design
 
 Several files merge in order: a later file's value replaces an earlier one's, mappings
 (``agent_kwargs``, ``agent_env``, ``verifier_env``, ``add_hosts``) merge key by key, and lists
-replace (Harbor appends them; cairn does not).
+replace (Harbor appends them; cairn does not). A Harbor ``agents`` list is a list too: a later
+file's ``agents`` entry replaces the earlier agent as a whole — its name, model, kwargs, env,
+hosts and ``resume_trajectory`` (:data:`AGENT_KEYS`), so kwargs of an earlier file's agent never
+reach a later file's agent.
 
 The field names and meanings of Harbor's side are those of Harbor 0.26
 ``harbor.models.job.config.JobConfig`` and ``harbor.models.trial.config`` (read, not copied).
@@ -49,6 +52,11 @@ LIST_KEYS = ("paths", "include", "exclude", "datasets", "repos", "artifacts",
 
 MAP_KEYS = ("agent_kwargs", "agent_env", "verifier_env", "add_hosts")
 """Keys whose value is a mapping: merged key by key across files."""
+
+AGENT_KEYS = ("agent", "model", "agent_kwargs", "agent_env", "agent_hosts",
+              "resume_agent_session")
+"""What one entry of a Harbor file's ``agents`` list sets: that file replaces all of them (an
+absent field takes its default), as the list replaces an earlier file's list."""
 
 CLI_KEYS = ("quiet",)
 """Keys a file may hold that the command line uses (display), not the job config."""
@@ -98,12 +106,15 @@ class ConfigFile:
         harbor: whether it was Harbor-shaped (and translated).
         data: its options as JobConfig keys (plus :data:`CLI_KEYS`).
         notes: the keys it holds that were ignored.
+        replaces: keys whose earlier values this file replaces as a whole, mappings too
+            (:data:`AGENT_KEYS` for a Harbor file with ``agents``); see :func:`merge_configs`.
     """
 
     path: Path
     harbor: bool
     data: dict[str, Any]
     notes: list[ConfigNote] = field(default_factory=list)
+    replaces: frozenset[str] = frozenset()
 
 
 def _dotted(path: KeyPath) -> str:
@@ -152,7 +163,8 @@ def read_config_file(path: Path) -> ConfigFile:
     if is_harbor_shaped(data):
         reader = _HarborReader(path, lines)
         out = reader.translate(data)
-        return ConfigFile(path, True, _with_instruction_files(out, path, lines), reader.notes)
+        return ConfigFile(path, True, _with_instruction_files(out, path, lines), reader.notes,
+                          frozenset(reader.replaces))
     return ConfigFile(path, False, _with_instruction_files(_cairn_keys(data), path, lines))
 
 
@@ -209,19 +221,26 @@ def read_instruction_files(files: Iterable[Path]) -> list[str]:
     return out
 
 
-def merge_configs(layers: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def merge_configs(layers: Sequence[Mapping[str, Any] | ConfigFile]) -> dict[str, Any]:
     """Merge config layers in order: later values replace earlier ones, the mappings of
-    :data:`MAP_KEYS` merge key by key, lists replace.
+    :data:`MAP_KEYS` merge key by key, lists replace; a :class:`ConfigFile` replaces the keys
+    of its ``replaces`` as a whole (a Harbor ``agents`` entry: the earlier agent's kwargs and
+    env are dropped, not merged into the new agent's).
 
     Args:
-        layers: JobConfig-keyed mappings, earliest first (files, then the flags).
+        layers: read config files or JobConfig-keyed mappings, earliest first (files, then
+            the flags).
 
     Returns:
         The merged mapping.
     """
     out: dict[str, Any] = {}
     for layer in layers:
-        for k, v in layer.items():
+        data, replaces = ((layer.data, layer.replaces) if isinstance(layer, ConfigFile)
+                          else (layer, frozenset()))
+        for k in replaces:
+            out.pop(k, None)
+        for k, v in data.items():
             if k in MAP_KEYS and isinstance(v, Mapping) and isinstance(out.get(k), Mapping):
                 out[k] = {**out[k], **v}
             else:
@@ -236,6 +255,7 @@ class _HarborReader:
         self.path = path
         self.lines = lines
         self.notes: list[ConfigNote] = []
+        self.replaces: set[str] = set()
 
     def ignore(self, key: KeyPath, why: str) -> None:
         self.notes.append(ConfigNote(self.path, self.lines.line(key), _dotted(key),
@@ -375,6 +395,9 @@ class _HarborReader:
         agent = value[0]
         if not isinstance(agent, dict):
             raise self.refuse(("agents", 0), "expected a mapping")
+        # the entry is the whole agent: what it does not set is the default, not an earlier
+        # file's value (Harbor's AgentConfig defaults; no name and no import_path = oracle)
+        self.replaces.update(AGENT_KEYS)
         for k, v in agent.items():
             key = ("agents", 0, str(k))
             if k == "name" and v is not None:

@@ -90,13 +90,15 @@ class DryRun:
         return out
 
 
-def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
+def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False) -> DryRun:
     """Check and plan a job without running it (see the module docstring).
 
     Args:
-        config: the job config.
-        job_dir: the job folder (default ``config.jobs_dir / config.job_name`` when named);
-            when it holds a job, the plan is what a resume of it would do.
+        config: the job config (for ``resume``, the job's own: :func:`cairn.job.folder.
+            resume_config`).
+        job_dir: the job folder (default ``config.jobs_dir / config.job_name`` when named).
+        resume: plan a resume of the job in ``job_dir``: what it keeps and what it runs.
+            Without it, a folder holding a job is refused as the run refuses it.
 
     Returns:
         The :class:`DryRun`.
@@ -104,12 +106,13 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
     Raises:
         UsageError: bad input, as a run would refuse it before anything starts (no task
             matched, an unknown backend or executor, a bad dataset source, a job folder that
-            exists and is not a job).
+            exists and is not a job, a job folder that holds a job without ``resume``, a
+            ``resume`` of a folder that holds none, a resume on another backend).
     """
     from cairn.job.discover import check_templates, discover_inputs
-    from cairn.job.folder import scan_folder
+    from cairn.job.folder import backend_refusal, job_exists_error, scan_folder
     from cairn.job.planner import FolderState, TrialAction, plan_trials
-    from cairn.job.preflight import backend_findings
+    from cairn.job.preflight import artifact_warnings, backend_findings
     from cairn.results.store import JobPaths, trial_dir_name
     from cairn.sandbox import resolve_backend
     from cairn.task.findings import ERROR
@@ -118,11 +121,17 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
         raise UsageError(f"unknown executor {config.executor!r}; use local or ray")
     if job_dir is None and config.job_name:
         job_dir = Path(config.jobs_dir) / config.job_name
-    existing = job_dir is not None and (Path(job_dir) / "job.json").is_file()
-    if job_dir is not None and Path(job_dir).exists() and not existing \
-            and any(Path(job_dir).iterdir()):
-        raise UsageError(f"{job_dir} exists and is not a job folder")
+    root = Path(job_dir) if job_dir is not None else None
+    existing = root is not None and (root / "job.json").is_file()
+    if root is not None and existing and not resume:
+        raise job_exists_error(root)  # what the run refuses, with the same words
+    if resume and not existing:
+        raise UsageError(f"{root} is not a job folder (no job.json)")
+    if root is not None and root.exists() and not existing and any(root.iterdir()):
+        raise UsageError(f"{root} exists and is not a job folder")
     backend = resolve_backend(config.backend)
+    if root is not None and existing and (refusal := backend_refusal(root, backend)):
+        raise refusal
     config = config.model_copy(update={
         "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
     inputs = discover_inputs(config, resume_dir=Path(job_dir) if existing and job_dir else None)
@@ -131,7 +140,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
                   existing=existing, tasks=[e.name for e in entries], notes=list(inputs.notes))
     if existing:
         plan.notes.append(f"{job_dir} holds a job: the plan is what `cairn resume {job_dir}` "
-                          "(or --resume) does; `cairn run` without --resume refuses the folder")
+                          "(or --resume) does, with the job's stored config")
     if config.start_step or config.from_trial or config.snapshot_steps:
         from cairn.trial.snapshot import check_start_options
 
@@ -158,6 +167,11 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None) -> DryRun:
             (plan.problems if f.severity == ERROR else plan.notes).append(f"{e.name}: {f.text}")
     to_run = [d.entry.task for d in decisions
               if d.action is TrialAction.RUN and d.entry.task is not None]
+    if config.artifacts:  # as the run warns at its start
+        named = {d.entry.name: d.entry.task for d in decisions
+                 if d.action is TrialAction.RUN and d.entry.task is not None}
+        plan.notes += [f"warning: {w}" for w in artifact_warnings(config.artifacts,
+                                                                   named.items())]
     try:
         check_templates(to_run, verifier_env=config.verifier_env)
     except UsageError as exc:

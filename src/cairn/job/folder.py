@@ -8,6 +8,7 @@ the pure :func:`cairn.job.planner.plan_trials`.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -69,17 +70,30 @@ def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, b
     lock.acquire()  # JobLockedError is a UsageError
     if not resume and paths.job_json.exists():
         lock.release()
-        raise UsageError(f"job folder {paths.root} exists; resume it with `cairn resume "
-                         f"{paths.root}` or choose another --job-name")
-    if resume and paths.job_json.exists():
-        previous = None
-        with contextlib.suppress(OSError, ValueError, AttributeError):  # torn: rebuilt later
-            previous = read_json(paths.job_json).get("backend")
-        if previous and previous != backend:
-            lock.release()
-            raise UsageError(f"job {paths.root.name} ran on backend {previous!r}; refusing to "
-                             f"resume it on {backend!r} (pass -e {previous})")
+        raise job_exists_error(paths.root)
+    if resume and (refusal := backend_refusal(paths.root, backend)) is not None:
+        lock.release()
+        raise refusal
     return lock, created
+
+
+def backend_refusal(root: Path, backend: str) -> UsageError | None:
+    """The refusal of a resume of the job in ``root`` on another backend than the one it ran
+    on, or ``None`` (no job.json, a torn one — rebuilt later — or the same backend)."""
+    previous = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        previous = read_json(JobPaths(Path(root)).job_json).get("backend")
+    if previous and previous != backend:
+        return UsageError(f"job {Path(root).name} ran on backend {previous!r}; refusing to "
+                          f"resume it on {backend!r} (pass -e {previous})")
+    return None
+
+
+def job_exists_error(root: Path) -> UsageError:
+    """The refusal of a new run (or its dry run) whose job folder already holds a job."""
+    root = Path(root).absolute()
+    return UsageError(f"job folder {root} exists; resume it with `cairn resume {root}` (or "
+                      "--resume) or choose another --job-name")
 
 
 def undo_empty(paths: JobPaths, created: bool) -> None:
@@ -160,7 +174,7 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
             emit(Event(EventKind.JOB, f"[{e.name}] unreadable {tp.result_json} ({why}); "
                        f"re-running attempt {d.attempt}", task=e.name))
         for name in d.superseded:
-            _supersede(TrialPaths(paths.trials_dir / name), tp, d, emit)
+            _supersede(TrialPaths(paths.trials_dir / name), tp, d, config, backend, emit)
         if d.action is TrialAction.INVALID:
             move_attempt_aside(tp)
             result = config_error_result(e, config, backend=backend, attempt=d.attempt,
@@ -181,17 +195,66 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
     return plans, done
 
 
-def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, emit: EventSink) -> None:
-    """A trial folder of the same (task, attempt) under another id: the task changed since
-    (design §8). Reported, and moved into the new trial's ``attempts/`` (never deleted)."""
-    was = "?"
-    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-        was = str(read_json(old.config_json)["task"]["content_hash"])[:12]
-    emit(Event(EventKind.JOB, f"[{d.entry.name}] task changed since the last run (content "
-               f"{was} → {d.entry.content_hash[:12]}); attempt {d.attempt} re-runs as trial "
-               f"{new.root.name}, the old folder {old.root.name} is kept under its attempts/",
-               task=d.entry.name))
+def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, config: JobConfig,
+               backend: str, emit: EventSink) -> None:
+    """A trial folder of the same (task, attempt) under another id: the task, or an input of
+    the trial id, changed since (design §8). Reported with what changed, old → new, and moved
+    into the new trial's ``attempts/`` (never deleted)."""
+    emit(Event(EventKind.JOB, f"[{d.entry.name}] {_what_changed(old, d, config, backend)}; "
+               f"attempt {d.attempt} re-runs as trial {new.root.name}, the old folder "
+               f"{old.root.name} is kept under its attempts/", task=d.entry.name))
     move_superseded(old, new)
+
+
+_NONE = object()
+
+
+def _shown(value: Any) -> str:
+    return "none" if value is _NONE else _short(value)
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) \
+        else value
+    return text if len(text) <= limit else text[:limit - 1] + "…"
+
+
+def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend: str) -> str:
+    """The trial-id inputs (:func:`cairn.plan.trial_id`) that differ between the old folder's
+    config.json and this run, as ``what old → new`` (content hashes to 12 digits)."""
+    try:
+        c = read_json(old.config_json)
+        opts = c.get("options") or {}
+        was: dict[str, Any] = {
+            "content": str(c["task"]["content_hash"])[:12], "agent": c["agent"]["name"],
+            "agent kwargs": c["agent"].get("kwargs") or {}, "model": c.get("model"),
+            "backend": c.get("backend"), "start step": opts.get("start_step"),
+            "from": Path(opts["fork_from"]).name if opts.get("fork_from") else None,
+            "extra instructions": list(opts.get("extra_instructions") or []),
+            "resource overrides": dict(opts.get("resource_overrides") or {})}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return (f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
+                f"→ {d.trial_id[:8]}; the old config.json is unreadable)")
+    now: dict[str, Any] = {
+        "content": d.entry.content_hash[:12], "agent": config.agent,
+        "agent kwargs": dict(config.agent_kwargs), "model": config.model, "backend": backend,
+        "start step": config.start_step,
+        "from": Path(config.from_trial).name if config.from_trial else None,
+        "extra instructions": list(config.extra_instructions),
+        "resource overrides": {k.removeprefix("override_"): v
+                               for k, v in config.task_overrides().items()
+                               if k.startswith("override_")}}
+    diffs = [f"{k} {_short(was[k])} → {_short(now[k])}" for k in now
+             if json.dumps(was[k], sort_keys=True, default=str)
+             != json.dumps(now[k], sort_keys=True, default=str)]
+    if diffs and diffs[0].startswith("content "):
+        head = "task changed since the last run"
+    elif diffs:
+        head = "the trial's options changed since the last run (the task did not)"
+    else:
+        return (f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
+                f"→ {d.trial_id[:8]}, with the same task and options: an older cairn's ids)")
+    return f"{head} ({', '.join(diffs)})"
 
 
 def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
@@ -214,7 +277,8 @@ def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
 def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None,
                   overrides: Mapping[str, Any] | None = None,
-                  emit: EventSink | None = None) -> JobConfig:
+                  emit: EventSink | None = None,
+                  verifier_env: Mapping[str, str] | None = None) -> JobConfig:
     """The config of an existing job, from its job.json, ready to resume.
 
     ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
@@ -227,6 +291,8 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         job_dir: the job folder.
         agent_env: ``--ae`` values given again.
         environ: the host environment (default ``os.environ``).
+        verifier_env: ``--ve`` values given again (``cairn run --resume``), over the host
+            environment; keys the job has no ``--ve`` for are left out.
         overrides: config fields to change (e.g. ``n_concurrent``).
         emit: receives the event naming a job.json that could not be read.
 
@@ -269,17 +335,96 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
     cfg["agent_env"] = {**env, **given}
     # --ve values are masked the same way; each comes back from the host environment
     ve = dict(cfg.get("verifier_env") or {})
-    lost = [k for k, v in ve.items() if v == MASKED and k not in environ]
+    given_ve = {k: v for k, v in (verifier_env or {}).items() if k in ve}
+    again = {**{k: environ[k] for k in ve if k in environ}, **given_ve}
+    lost = [k for k, v in ve.items() if v == MASKED and k not in again]
     if lost:
         raise UsageError("the job's verifier env (--ve) values are not stored; set them in the "
                          "environment to resume: " + ", ".join(lost))
-    cfg["verifier_env"] = {k: (environ[k] if v == MASKED else v) for k, v in ve.items()}
+    cfg["verifier_env"] = {k: (again[k] if v == MASKED or k in given_ve else v)
+                           for k, v in ve.items()}
     cfg["backend"] = backend or cfg.get("backend", "auto")
     cfg.update(overrides or {})
     try:
         return JobConfig.model_validate(cfg)
     except ValueError as exc:
         raise UsageError(f"{meta_path}: {exc}") from None
+
+
+RESUME_OVERRIDES = ("n_concurrent", "max_cost_usd", "executor", "ray_address")
+"""Config fields a resume may change (``cairn resume -n/--max-cost-usd/--executor/
+--ray-address``); every other field is the job's own."""
+
+_PATH_FIELDS = ("registry_path", "from_trial", "jobs_dir")
+
+
+def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
+                        environ: Mapping[str, str] | None = None,
+                        emit: EventSink | None = None) -> JobConfig:
+    """``cairn run --resume`` (or ``-c job.yaml --resume``): the job's stored config, as
+    :func:`resume_config` gives it, checked against the options given (design §8: a resume
+    re-reads the job's configuration; Harbor 0.26 refuses to resume a job folder "with a
+    different config" the same way, ``harbor.job.Job._maybe_init_existing_job``).
+
+    The given options may repeat the job's own values, and may change what ``cairn resume``
+    lets change: :data:`RESUME_OVERRIDES`, ``agent_env`` (values given again, as ``--ae``) and
+    the values of the job's ``verifier_env`` keys (masked in job.json). ``job_name`` and
+    ``jobs_dir`` name the job. Any other difference is refused: job.json is never rewritten
+    with another config.
+
+    Args:
+        job_dir: the job folder.
+        given: the options of the command line and its ``-c`` files, as JobConfig keys (only
+            those given; defaults are not options).
+        environ: the host environment (default ``os.environ``).
+        emit: receives the warning of a torn job.json (:func:`resume_config`).
+
+    Returns:
+        The config the resume runs with.
+
+    Raises:
+        UsageError: not a job folder, a masked env value not given again, or an option that
+            differs from the job's (each named with the job's value and the given one).
+        pydantic.ValidationError: a given option is not a JobConfig field or not valid.
+    """
+    given = {k: v for k, v in given.items() if k not in ("job_name", "jobs_dir")}
+    overrides = {k: given.pop(k) for k in RESUME_OVERRIDES if k in given}
+    agent_env = dict(given.pop("agent_env", None) or {})
+    ve = dict(given.pop("verifier_env", None) or {})
+    stored = resume_config(job_dir, agent_env=agent_env, environ=environ, overrides=overrides,
+                           emit=emit, verifier_env=ve)
+    diffs: list[str] = []
+    if new_keys := sorted(set(ve) - set(stored.verifier_env)):
+        diffs.append(f"verifier_env: the job has no {', '.join(new_keys)}")
+    wanted = JobConfig.model_validate({**stored.model_dump(), **given})
+    mine, theirs = stored.model_dump(mode="json"), wanted.model_dump(mode="json")
+    for k in given:
+        if k not in JobConfig.model_fields:
+            continue
+        a, b = mine[k], theirs[k]
+        if k == "paths":
+            b = [str(Path(p).absolute()) for p in b]
+            a = [str(Path(p).absolute()) for p in a]
+        elif k in _PATH_FIELDS and a is not None and b is not None:
+            a, b = str(Path(a).absolute()), str(Path(b).absolute())
+        elif k == "backend" and b == "auto":
+            continue  # auto picks; the lock check refuses another backend than the job's
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):  # name the keys that differ
+            for sub in sorted(set(a) | set(b), key=str):
+                if a.get(sub, _NONE) != b.get(sub, _NONE):
+                    diffs.append(f"{k}.{sub}: the job's {_shown(a.get(sub, _NONE))}, given "
+                                 f"{_shown(b.get(sub, _NONE))}")
+        else:
+            diffs.append(f"{k}: the job's {_short(a)}, given {_short(b)}")
+    if diffs:
+        raise UsageError(
+            f"--resume continues {Path(job_dir)} with the config it was started with "
+            f"(job.json), and the options given differ from it: {'; '.join(diffs)}. Resume "
+            f"it as it is (`cairn resume {Path(job_dir)}`, or the same command without those "
+            "options), or run the new options as a new job (another --job-name)")
+    return stored
 
 
 def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, Any]]:

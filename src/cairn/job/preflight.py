@@ -10,7 +10,7 @@ whose variable is unset in this shell (a warning: the run's shell may set it).
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -100,6 +100,63 @@ def backend_findings(task: Task, backend: str) -> list[Finding]:
     return out
 
 
+def _same_place(a: Any, b: Any) -> bool:
+    """Two artifact entries stored at the same destination from different sources."""
+    import posixpath
+
+    return (posixpath.normpath(a.effective_destination or ".")
+            == posixpath.normpath(b.effective_destination or ".")
+            and posixpath.normpath(a.source) != posixpath.normpath(b.source))
+
+
+def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]]) -> list[str]:
+    """Warnings for a job's ``--artifact`` paths, by the task lint's own artifact rules
+    (:func:`cairn.task.lint.artifact_log_overlap`, :func:`~cairn.task.lint.artifact_overlap`):
+    a path under ``/logs``, two paths whose outputs nest, and a path whose output nests in one
+    of a task's own artifact entries, or lands where one is stored (once per task and pair).
+
+    Args:
+        artifacts: the job's ``--artifact`` paths (absolute sandbox paths).
+        tasks: ``(name, task)`` of each task to run.
+
+    Returns:
+        One line per finding, ``--artifact PATH ...: why (rule id)``, task lines prefixed with
+        the task name.
+    """
+    from cairn.task.lint import artifact_log_overlap, artifact_overlap
+    from cairn.task.model import Artifact
+
+    extra = [Artifact(source=p) for p in dict.fromkeys(artifacts)]
+    out: list[str] = []
+    for a in extra:
+        if (why := artifact_log_overlap(a.source)) is not None:
+            out.append(f"--artifact {a.source} is under /logs: {why}; collect the output from "
+                       "somewhere else (artifact-log-overlap)")
+    for j, b in enumerate(extra):
+        for a in extra[:j]:
+            if (why := artifact_overlap(a, b)) is not None:
+                out.append(f"--artifact {b.source} overlaps --artifact {a.source}: {why} "
+                           "(overlapping-artifacts)")
+    for name, task in tasks:
+        seen: set[tuple[str, str]] = set()
+        for step in task.steps:
+            for own in step.artifacts:
+                if (own.service or "main") != "main" or own.source in artifacts:
+                    continue
+                for a in extra:
+                    if (a.source, own.source) in seen:
+                        continue
+                    why = artifact_overlap(own, a)
+                    if why is None and _same_place(own, a):  # a task cannot say this twice
+                        why = (f"both are stored at `{a.effective_destination}` in the step's "
+                               "artifacts/ (the later copy wins)")
+                    if why is not None:
+                        seen.add((a.source, own.source))
+                        out.append(f"{name}: --artifact {a.source} overlaps the task's artifact "
+                                   f"{own.source}: {why} (overlapping-artifacts)")
+    return out
+
+
 def preflight_findings(path: Path, backend: str | None) -> list[Finding]:
     """Everything a run of this (valid) task would refuse or warn about before it starts.
 
@@ -184,5 +241,5 @@ def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
     return out, lines
 
 
-__all__ = ["backend_findings", "preflight_findings", "refuse_unsupported", "template_findings",
-           "unsupported_key_findings"]
+__all__ = ["artifact_warnings", "backend_findings", "preflight_findings", "refuse_unsupported",
+           "template_findings", "unsupported_key_findings"]

@@ -38,7 +38,7 @@ from cairn.job.folder import (
     undo_empty,
 )
 from cairn.job.planner import TrialAction, plan_trials
-from cairn.job.preflight import refuse_unsupported
+from cairn.job.preflight import artifact_warnings, refuse_unsupported
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
@@ -246,6 +246,11 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         for line in refused:
             job.notice(line, EventKind.WARNING)
+        if config.artifacts:  # the task lint's artifact rules, for the job's --artifact paths
+            to_run = {d.entry.name: d.entry.task for d in decisions
+                      if d.action is TrialAction.RUN and d.entry.task is not None}
+            for line in artifact_warnings(config.artifacts, to_run.items()):
+                job.notice(f"warning: {line}", EventKind.WARNING)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit, executor.clean)
         if resume:

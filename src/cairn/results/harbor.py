@@ -34,7 +34,6 @@ import math
 import os
 import shutil
 import stat
-import tempfile
 import uuid
 from collections import defaultdict
 from collections.abc import Sequence
@@ -66,7 +65,7 @@ from cairn.results.store import (
     read_json,
     read_result,
 )
-from cairn.results.summary import summarize_job
+from cairn.results.summary import SCORED_OUTCOMES, summarize_job
 
 HARBOR_VERSION = "0.26"
 """The Harbor release whose job layout is written."""
@@ -380,7 +379,13 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
         "agent_info": {"name": r.agent.name, "version": r.agent.version or "unknown",
                        "model_info": _model_info(r.model)},
         "agent_result": one["agent_result"] if one is not None else None,
-        "verifier_result": {"rewards": dict(r.rewards)} if r.rewards is not None else None,
+        # only a trial cairn scores has a trial-level reward: an errored (or cancelled)
+        # multi-step trial keeps the mean of the steps before its error in result.json
+        # (design §5.3), which Harbor's tools would count as a valid reward whenever the
+        # error's name is not one Harbor's policy voids (every Cairn<Kind>Error)
+        "verifier_result": ({"rewards": dict(r.rewards)}
+                            if r.rewards is not None and r.outcome in SCORED_OUTCOMES
+                            else None),
         "verifier_environment_mode": None,
         "exception_info": trial_exc,
         "started_at": _iso(r.started_at),
@@ -810,8 +815,10 @@ def export_harbor(job_dir: Path, out_dir: Path, *, force: bool = False, partial:
         meta = read_job_json(job_dir)
 
     out_dir.absolute().parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.", suffix=".part",
-                                dir=out_dir.absolute().parent))
+    # a plain mkdir (not mkdtemp, whose 0700 would become the export's mode): the folder
+    # follows the umask like the trial folders and files inside it
+    tmp = out_dir.absolute().parent / f".{out_dir.name}.{uuid.uuid4().hex[:12]}.part"
+    tmp.mkdir()
     try:
         _write_export(job_dir, out_dir, tmp, meta, report)
         _move_into_place(tmp, out_dir, replaced)

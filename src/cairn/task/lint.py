@@ -943,7 +943,12 @@ def _check_script(lint: _Lint, script: Path, step: Step, offline: bool,
 
 # -- artifacts -------------------------------------------------------------------------------
 
-def _log_overlap(source: str) -> str | None:
+def artifact_log_overlap(source: str) -> str | None:
+    """Why an artifact of the main container at ``source`` is a mistake because it lies under
+    (or over) ``/logs`` (rule ``artifact-log-overlap``), or ``None`` when it does not.
+
+    Used by the task lint for task.toml entries and by a run for ``--artifact`` paths.
+    """
     src = posixpath.normpath("/" + source.lstrip("/"))
     if src == ARTIFACTS_DIR or src.startswith(ARTIFACTS_DIR + "/"):
         return (f"`{ARTIFACTS_DIR}` is collected after every step anyway (the entry copies it "
@@ -978,7 +983,7 @@ def _check_artifacts(lint: _Lint) -> None:
         for path, art in entries:
             if (art.service or "main") != "main" or path in seen_logs:
                 continue
-            why = _log_overlap(art.source)
+            why = artifact_log_overlap(art.source)
             if why:
                 seen_logs.add(path)
                 lint.key(path, "artifact-log-overlap",
@@ -988,7 +993,7 @@ def _check_artifacts(lint: _Lint) -> None:
             for path_a, a in entries[:j]:
                 if (path_a, path_b) in seen_pairs or (a.service or "main") != (b.service or "main"):
                     continue
-                why = _artifact_overlap(a, b)
+                why = artifact_overlap(a, b)
                 if why:
                     seen_pairs.add((path_a, path_b))
                     lint.key(path_b, "overlapping-artifacts",
@@ -1002,9 +1007,11 @@ def _key_text(path: KeyPath) -> str:
     return format_key_path(path)
 
 
-def _artifact_overlap(a: Artifact, b: Artifact) -> str | None:
-    """Why two entries' outputs collide (Harbor 0.26's rule: destinations equal or nested,
-    unless one entry only repeats part of the other at the same place)."""
+def artifact_overlap(a: Artifact, b: Artifact) -> str | None:
+    """Why two entries' outputs collide (rule ``overlapping-artifacts``; Harbor 0.26's rule:
+    destinations nested, unless one entry only repeats part of the other at the same place),
+    or ``None``. Equal destinations are not reported here (validation refuses them in a task;
+    a run adds an ``--artifact`` path a step already collects only once)."""
     da = posixpath.normpath(a.effective_destination or ".")
     db = posixpath.normpath(b.effective_destination or ".")
     if da == db or not _nested(da, db):
@@ -1136,4 +1143,5 @@ def _check_verifier_environments(lint: _Lint) -> None:
                          f"{problem}; pin a version so that runs are reproducible")
 
 
-__all__ = ["RULES", "Rule", "RuleSelection", "image_pin_problem", "interpolate", "lint_task"]
+__all__ = ["RULES", "Rule", "RuleSelection", "artifact_log_overlap", "artifact_overlap",
+           "image_pin_problem", "interpolate", "lint_task"]
