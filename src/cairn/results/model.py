@@ -259,6 +259,8 @@ class TrialTimings(_Persisted):
     prestart_sec: float | None = None
     """A pre-started sandbox's own start (image, create, start), seconds; it began before this
     trial did, so only the part in ``environment_sec`` counts in ``total_sec``."""
+    prestart_began_at: datetime | None = None
+    """When a pre-started sandbox's start began (UTC), before the trial's ``started_at``."""
 
 
 class ExecutorRef(_Persisted):

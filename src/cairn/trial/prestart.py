@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from cairn.plan import TrialPlan
 from cairn.sandbox.base import Sandbox, SandboxSpec
@@ -50,12 +51,14 @@ class Prestarted:
     Attributes:
         sandbox: the sandbox (its spec carries the receiving trial's id).
         begun: ``time.monotonic()`` when its start began.
+        began_at: the same moment, wall clock (UTC).
         start_sec: how long its ``start()`` took, seconds (``None`` until it is up).
         task: the start, running as its own task.
     """
 
     sandbox: Sandbox
     begun: float
+    began_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     start_sec: float | None = None
     task: asyncio.Task[None] | None = field(default=None, repr=False)
 

@@ -199,6 +199,7 @@ class _TrialRun:
         self._offer_args: tuple[type[Sandbox], SandboxSpec] | None = None
         self._offered = False  # --prestart: this trial offered its spec (once)
         self.prestart_sec: float | None = None
+        self.prestart_began_at: datetime | None = None
 
     # ---- live status for `cairn view` (status.json; advisory) --------------------------------
     @property
@@ -399,6 +400,7 @@ class _TrialRun:
                 raise
         else:
             self.prestart_sec = pre.start_sec
+            self.prestart_began_at = pre.began_at
         self.timings["environment_sec"] = time.monotonic() - started
         self.clock.end()
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
@@ -571,7 +573,8 @@ class _TrialRun:
                             healthcheck_sec=self.clock.seconds("healthcheck"),
                             spans=list(self.clock.spans),
                             prestarted=self.prestart_sec is not None,
-                            prestart_sec=self.prestart_sec)
+                            prestart_sec=self.prestart_sec,
+                            prestart_began_at=self.prestart_began_at)
 
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
         task = self.task
