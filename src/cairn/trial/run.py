@@ -214,7 +214,11 @@ class _TrialRun:
 
     def _record_phase(self, value: Phase) -> None:
         step = getattr(self, "current_step", None)
-        self.store.write_status(value, step.index if step else None, step.name if step else None)
+        where = (value, step.index if step else None)
+        if where != getattr(self, "_status_at", None):  # a repeated phase is not rewritten
+            self._status_at = where
+            self.store.write_status(value, step.index if step else None,
+                                    step.name if step else None)
         if value is Phase.VERIFIER and step is not None and step.index == len(self.task.steps):
             self._offer()  # --prestart: the last verifier runs; the next trial's sandbox starts
 
