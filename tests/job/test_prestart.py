@@ -22,8 +22,6 @@ import pytest
 from faultkit import Proc, assert_clean_leaves_nothing, job_resources, need
 from taskgen import StepSpec, reward_if, write_task
 
-pytestmark = pytest.mark.docker
-
 
 class EngineEvents:
     """Container events of one job folder's containers, from the engine's event stream."""
@@ -84,15 +82,17 @@ def _task(root: Path, *, last_test: str | None = None, pause: float = 0.0) -> Pa
                  test=(f"sleep {pause}\n" if pause else "") + last)])
 
 
-def _run(task: Path, tmp: Path, name: str, *extra: str, k: int = 4, n: int = 2) -> Path:
+def _run(task: Path, tmp: Path, name: str, *extra: str, k: int = 4, n: int = 2,
+         backend: str = "docker") -> Path:
     from cairn.job.run import run_job
     from cairn.plan import JobConfig
 
-    run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp / "jobs", job_name=name,
+    run_job(JobConfig(paths=(task,), backend=backend, jobs_dir=tmp / "jobs", job_name=name,
                       attempts=k, n_concurrent=n, prestart="--prestart" in extra))
     return (tmp / "jobs" / name).absolute()
 
 
+@pytest.mark.docker
 def test_prestart_same_results_and_the_prestarted_container_is_the_one_used(tmp_path):
     need("docker")
     task = _task(tmp_path / "tasks")
@@ -140,6 +140,7 @@ def test_prestart_same_results_and_the_prestarted_container_is_the_one_used(tmp_
     assert job_resources(on) == [], "the job returned with sandboxes left"
 
 
+@pytest.mark.docker
 def test_prestart_with_failing_trials_leaves_nothing(tmp_path):
     """Every trial's last verifier fails (reward 0): the trials still hand their spec on,
     the later ones run in pre-started sandboxes, scores are as without the flag, none is left."""
@@ -155,6 +156,7 @@ def test_prestart_with_failing_trials_leaves_nothing(tmp_path):
     assert job_resources(on) == []
 
 
+@pytest.mark.docker
 def test_sigint_while_a_prestarted_sandbox_waits_leaves_nothing(tmp_path):
     """SIGINT while trial 1's last verifier runs and trial 2's sandbox is pre-started: the
     process exits 1 after removing both; nothing is left, and `cairn clean` finds nothing."""
@@ -180,3 +182,70 @@ def test_sigint_while_a_prestarted_sandbox_waits_leaves_nothing(tmp_path):
     outcomes = sorted(r["outcome"] for r in _results(job))
     assert outcomes == ["cancelled"] * 3, outcomes
     assert_clean_leaves_nothing(job, tmp_path)
+
+
+def _steps(results: list[dict]) -> list[tuple]:
+    return [(r["outcome"], r["reward"], [st["reward"] for st in r["steps"]]) for r in results]
+
+
+@pytest.mark.local
+def test_prestart_on_the_local_backend_same_results(tmp_path):
+    """The pool is backend-agnostic: on the local backend too the later trials run in their
+    pre-started sandboxes, with the scores of a run without the flag and nothing left."""
+    need("local")
+    task = _task(tmp_path / "tasks")
+    off = _run(task, tmp_path, "off", k=4, n=2, backend="local")
+    on = _run(task, tmp_path, "on", "--prestart", k=4, n=2, backend="local")
+    assert _steps(_results(off)) == _steps(_results(on)) == [("completed", 1.0, [1.0, 1.0])] * 4
+    assert [r["timings"]["prestarted"] for r in _results(on)] == [False, False, True, True]
+    assert job_resources(on) == [] and job_resources(off) == []
+
+
+@pytest.mark.local
+def test_pool_hands_over_an_equal_spec_and_removes_what_no_trial_took(tmp_path):
+    """On the local backend: an equal spec is handed over running; a sandbox whose spec
+    differs from its trial's is not used and is removed; one still starting when the pool
+    closes is cancelled and removed; the bound holds."""
+    need("local")
+    import asyncio
+    import dataclasses
+
+    from cairn.plan import TrialPlan
+    from cairn.sandbox import get_backend
+    from cairn.sandbox.base import SandboxSpec
+    from cairn.task.load import load_task
+    from cairn.trial.prestart import PrestartPool
+
+    task = load_task(_task(tmp_path / "tasks"))
+    job_dir = (tmp_path / "jobs" / "pool").absolute()
+    job_dir.mkdir(parents=True)
+    plans = [TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
+                       backend="local", attempt=i, trial_id=f"trial{i}",
+                       trial_dir=job_dir / "trials" / f"t{i}", job_id="pool", job_dir=job_dir)
+             for i in (1, 2, 3, 4)]
+    cls = get_backend("local")
+    spec = SandboxSpec(env_dir=task.env_dir, job_id="pool", trial_id="trial1", job_dir=job_dir,
+                       env_hash=task.env_hash, name=task.slug)
+
+    async def scenario() -> None:
+        pool = PrestartPool(plans, limit=2)
+        pool.begin(plans[0])
+        assert pool.offer(plans[0], cls, spec) == "trial2"
+        assert pool.offer(plans[0], cls, spec) == "trial3"
+        assert pool.offer(plans[0], cls, spec) is None  # the bound: 2 at once
+        mine = pool.take(plans[1], dataclasses.replace(spec, trial_id="trial2"))
+        assert mine is not None and mine.sandbox.spec.trial_id == "trial2"
+        assert await mine.ready() is None
+        r = await mine.sandbox.exec("echo ready; ls -A /tests 2>/dev/null | wc -l")
+        assert r.stdout.split() == ["ready", "0"]  # started, never used: no /tests yet
+        await mine.sandbox.stop()
+        # trial 3's spec differs (another memory limit): its pre-started sandbox is removed
+        other = dataclasses.replace(spec, trial_id="trial3", memory_mb=256)
+        assert pool.take(plans[2], other) is None
+        assert pool.offer(plans[2], cls, spec) == "trial4"  # still starting at close
+        await pool.close()
+        assert pool.offer(plans[3], cls, spec) is None  # closed
+        assert (pool.made, pool.taken) == (3, 1)
+
+    asyncio.run(scenario())
+    assert job_resources(job_dir) == []
