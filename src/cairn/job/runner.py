@@ -240,6 +240,9 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     # --prestart: sandboxes started ahead for waiting trials (in this process only)
     pool = PrestartPool(plans, limit=job.config.n_concurrent) \
         if job.config.prestart and job.executor.name == "local" else None
+    if job.config.prestart and pool is None:
+        job.notice(f"--prestart applies to the in-process executor only; ignored under "
+                   f"--executor {job.executor.name}", EventKind.WARNING)
 
     async def one(plan: TrialPlan) -> None:
         started = False
