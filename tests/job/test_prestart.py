@@ -148,10 +148,11 @@ def test_prestart_with_failing_trials_leaves_nothing(tmp_path):
     task = _task(tmp_path / "tasks", last_test="exit 3\n")
     on = _run(task, tmp_path, "fail", "--prestart", k=3, n=1)
     got = _results(on)
-    assert [(r["outcome"], r["steps"][0]["reward"], r["error"] and r["error"]["kind"])
-            for r in got] == [(got[0]["outcome"], 1.0, got[0]["error"]
-                               and got[0]["error"]["kind"])] * 3
-    assert got[0]["outcome"] == "errored" and got[0]["error"]["kind"] != "cancelled"
+    seen = [(r["outcome"], r["steps"][0]["reward"], (r["error"] or {}).get("kind"))
+            for r in got]
+    assert len(set(seen)) == 1, seen  # each trial fails alike, pre-started or not
+    outcome, first_reward, kind = seen[0]
+    assert (outcome, first_reward) == ("errored", 1.0) and kind not in (None, "cancelled")
     assert [r["timings"]["prestarted"] for r in got] == [False, True, True]
     assert job_resources(on) == []
 
