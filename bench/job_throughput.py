@@ -7,8 +7,13 @@ names a Harbor install (its ``harbor`` executable, or a folder holding ``bin/har
 the same figures (Harbor's CPU: it and the processes it waited for), and the throughput ratio
 (target: cairn ≥ 10× Harbor's trials per minute).
 
+With ``--prestart-ab R`` it runs the cairn job ``R`` times with and ``R`` times without
+``--prestart``, interleaved (off, on, off, on, ...), and prints the median of each and their
+ratio instead (Harbor is not run then).
+
 Usage:
     HARBOR=/work/harbor-venv/bin/harbor python3 bench/job_throughput.py [--trials 16] [-n 8]
+    python3 bench/job_throughput.py --prestart-ab 3 [--trials 8 -n 1]
 
 Exit status 0 when every cairn trial passed, 1 otherwise.
 """
@@ -19,6 +24,7 @@ import argparse
 import json
 import os
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -36,7 +42,12 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=8, help="concurrent trials (default 8)")
     ap.add_argument("-e", default="docker", help="sandbox backend (default docker)")
     ap.add_argument("--steps", type=int, default=2, help="steps of the task (default 2)")
+    ap.add_argument("--prestart", action="store_true", help="run cairn with --prestart")
+    ap.add_argument("--prestart-ab", type=int, default=0, metavar="R",
+                    help="R interleaved rounds of cairn with and without --prestart")
     args = ap.parse_args()
+    if args.prestart_ab:
+        return prestart_ab(args)
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
         # the harness's default network for both (Harbor's docker environment refuses no-network)
@@ -45,7 +56,7 @@ def main() -> int:
         base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
         run_cairn([*base, "--job-name", "warm-up"])  # image build, .pyc files
         run = run_cairn([*base, "--job-name", "bench", "-k", str(args.trials),
-                         "-n", str(args.n)])
+                         "-n", str(args.n), *(["--prestart"] if args.prestart else [])])
         wall, rss, code = run.wall, run.rss_mib, run.code
         s = summary(jobs / "bench")
         print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
@@ -81,6 +92,54 @@ def main() -> int:
         else:
             print("Harbor: skipped (set HARBOR to a Harbor install's `harbor` executable)")
         return 0 if code == 0 and s["n_passed"] == args.trials else 1
+
+
+def prestart_ab(args: argparse.Namespace) -> int:
+    """Interleaved rounds of the cairn job without and with ``--prestart``; medians, ratio."""
+    walls: dict[str, list[float]] = {"off": [], "on": []}
+    cpu: dict[str, list[float]] = {"off": [], "on": []}
+    engine: dict[str, list[float]] = {"off": [], "on": []}
+    waits: list[float] = []
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
+        root = Path(tmp)
+        task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
+        jobs = root / "jobs"
+        base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs),
+                "-k", str(args.trials), "-n", str(args.n)]
+        run_cairn([*base[:-4], "--job-name", "warm-up"])
+        loads = [os.getloadavg()[0]]
+        for r in range(args.prestart_ab):
+            for variant in ("off", "on"):
+                name = f"{variant}-{r}"
+                run = run_cairn([*base, "--job-name", name,
+                                 *(["--prestart"] if variant == "on" else [])])
+                s = summary(jobs / name)
+                ok = ok and run.code == 0 and s["n_passed"] == args.trials
+                walls[variant].append(run.wall)
+                cpu[variant].append(run.cpu_sec)
+                engine[variant].append(run.engine_cpu_sec)
+                if variant == "on":
+                    for f in (jobs / name).rglob("result.json"):
+                        t = json.loads(f.read_text()).get("timings") or {}
+                        if t.get("prestarted"):
+                            waits.append(t.get("environment_sec") or 0.0)
+                loads.append(os.getloadavg()[0])
+    med = statistics.median
+    print(f"load average (1 min) during the rounds: {min(loads):.2f} .. {max(loads):.2f}")
+    print(f"job: {args.steps}-step task x {args.trials} trials, -n {args.n}, backend {args.e}, "
+          f"{args.prestart_ab} interleaved rounds")
+    print(f"{'':14s} {'wall':>8s} {'trials/min':>11s} {'own CPU':>9s} {'engine CPU':>11s}")
+    for variant in ("off", "on"):
+        w = med(walls[variant])
+        print(f"{'prestart ' + variant:14s} {w:7.1f}s {args.trials / w * 60:11.1f} "
+              f"{med(cpu[variant]):8.1f}s {med(engine[variant]):10.1f}s   "
+              f"(walls {', '.join(f'{x:.1f}' for x in walls[variant])})")
+    n_pre = len(waits)
+    print(f"pre-started sandboxes used: {n_pre} of {args.trials * args.prestart_ab} trials; "
+          f"median wait for one {med(waits) if waits else 0.0:.2f} s")
+    print(f"throughput ratio on / off: {med(walls['off']) / med(walls['on']):.2f}x")
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":

@@ -243,6 +243,10 @@ class JobConfig(BaseModel):
     verify: bool = True
     force_build: bool = False
     keep_sandbox: bool = False
+    prestart: bool = False
+    """Warm start (``--prestart``): while a trial of a task is in its last verifier, the
+    sandbox of the task's next waiting trial is created and started, so it is ready when a
+    slot frees (at most ``n_concurrent`` such sandboxes at once; in-process executor only)."""
     hardened_verify: bool = False
     resume_agent_session: bool = False
     max_cost_usd: float | None = None

@@ -10,7 +10,8 @@ FILE_MODE = 0o644
 """Default mode of files written atomically (``mkstemp`` alone would leave 0600)."""
 
 
-def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE) -> None:
+def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE, durable: bool = True,
+                       sync_dir: bool = True) -> None:
     """Write a file atomically: temp file in the same folder, fsync, ``os.replace``.
 
     A reader sees the old content or the new, never a partial file. The parent folder must
@@ -20,6 +21,10 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
         path: the destination.
         data: the full content.
         mode: the file's permission bits.
+        durable: fsync the file before the rename (``False``: atomic for readers only, for a
+            file rewritten durably later, e.g. a running trial's ``steps.json``).
+        sync_dir: fsync the folder after the rename (``False`` when a durable write into the
+            same folder follows at once: its folder fsync covers this rename too).
 
     Raises:
         OSError: when the folder is missing or not writable (the temp file is removed).
@@ -30,7 +35,8 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                os.fsync(f.fileno())
         os.chmod(tmp, mode)
         os.replace(tmp, path)
     except BaseException:
@@ -39,7 +45,8 @@ def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE) -> Non
         except FileNotFoundError:
             pass
         raise
-    _fsync_dir(path.parent)
+    if durable and sync_dir:
+        _fsync_dir(path.parent)
 
 
 def _fsync_dir(folder: Path) -> None:

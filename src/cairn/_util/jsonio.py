@@ -55,7 +55,8 @@ def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
                       ensure_ascii=False) + "\n"
 
 
-def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False) -> None:
+def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False, durable: bool = True,
+                      sync_dir: bool = True) -> None:
     """Write a value as strict JSON (:func:`dumps_strict`), atomically (:mod:`cairn._util.atomic`).
 
     The one JSON writer: the results store and the agents' trajectory files both use it.
@@ -65,6 +66,8 @@ def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False) -> No
         obj: a pydantic model (dumped with ``mode="json"``), or plain JSON values, nested
             freely (models inside lists and dicts are dumped too).
         make_parents: create the destination's folder if missing (else it must exist).
+        durable: fsync before the rename (see :func:`~cairn._util.atomic.write_bytes_atomic`).
+        sync_dir: fsync the folder after the rename.
 
     Raises:
         ValueError: a float is NaN or ±Infinity (nothing is written).
@@ -74,7 +77,7 @@ def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False) -> No
     data = dumps_strict(obj).encode("utf-8")
     if make_parents:
         path.parent.mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(path, data)
+    write_bytes_atomic(path, data, durable=durable, sync_dir=sync_dir)
 
 
 def _reject_constant(name: str) -> Any:

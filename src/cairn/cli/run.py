@@ -249,6 +249,7 @@ def run_cmd(
     enable_verification: Annotated[bool, typer.Option("--enable-verification", help="Verify (the default; over a config file's verify: false).")] = False,  # noqa: E501
     force_build: Annotated[bool | None, typer.Option("--force-build/--no-force-build", help="Rebuild images (--no-force-build: over a config file's force_build: true).", show_default=False)] = None,  # noqa: E501
     keep_sandbox: Annotated[bool, typer.Option("--keep-sandbox", help="Keep a failed trial's sandbox.")] = False,  # noqa: E501
+    prestart: Annotated[bool, typer.Option("--prestart", help="Warm start: while a trial verifies, start the sandbox of the task's next waiting trial.")] = False,  # noqa: E501
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", "--resume-trajectory", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
@@ -330,6 +331,7 @@ def run_cmd(
             "extra_instructions": extra_texts or None,
             "verify": False if no_verify else (True if enable_verification else None),
             "force_build": force_build, "keep_sandbox": keep_sandbox or None,
+            "prestart": prestart or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
             "datasets": dataset or None, "registry_url": registry_url,

@@ -37,6 +37,7 @@ from cairn.results.store import (
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
 from cairn.trial.deferred import DEFERRED_STOPS, drain
+from cairn.trial.prestart import PRESTARTS, PrestartPool
 
 log = logging.getLogger("cairn.job")
 
@@ -236,11 +237,19 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""
     sem = asyncio.Semaphore(job.config.n_concurrent)
     queue: asyncio.Queue[TrialResult | None] = asyncio.Queue()
+    # --prestart: sandboxes started ahead for waiting trials (in this process only)
+    pool = PrestartPool(plans, limit=job.config.n_concurrent) \
+        if job.config.prestart and job.executor.name == "local" else None
+    if job.config.prestart and pool is None:
+        job.notice(f"--prestart applies to the in-process executor only; ignored under "
+                   f"--executor {job.executor.name}", EventKind.WARNING)
 
     async def one(plan: TrialPlan) -> None:
         started = False
         try:
             async with sem:
+                if pool is not None:
+                    pool.begin(plan)
                 if job.stopped_by:
                     result = job.write_not_started(plan, job.stopped_by)
                 else:
@@ -250,6 +259,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                         result = await job.run_one(plan)
                     finally:
                         job.observer.trial_finished(plan)
+                if pool is not None:
+                    pool.release(plan)  # a pre-started sandbox the trial did not take
         except asyncio.CancelledError:
             if not started:  # never began: no sandbox; the summary is written once after
                 job.record(job.write_not_started(plan, "interrupted"), write=False)
@@ -271,6 +282,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     removals: set[asyncio.Task[None]] = set()
     ctx = contextvars.copy_context()
     ctx.run(DEFERRED_STOPS.set, removals)
+    ctx.run(PRESTARTS.set, pool)
     producer = asyncio.create_task(all_of_them(), context=ctx)
     try:
         while (item := await queue.get()) is not None:
@@ -284,7 +296,11 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer
         finally:
-            await drain(removals)
+            try:
+                if pool is not None:  # what no trial took is removed before the job ends
+                    await pool.close()
+            finally:
+                await drain(removals)
 
 
 def _record_cancelled(job: JobRun, plan: TrialPlan) -> None:

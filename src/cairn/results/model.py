@@ -253,6 +253,14 @@ class TrialTimings(_Persisted):
     """The environment's healthcheck (``None`` without one)."""
     spans: list[PhaseSpan] = Field(default_factory=list)
     """When the trial's own phases ran (environment, healthcheck, agent setup)."""
+    prestarted: bool = False
+    """The sandbox was pre-started (``--prestart``) while an earlier trial of the task was in
+    its verifier; ``environment_sec`` is then only the time this trial waited for it."""
+    prestart_sec: float | None = None
+    """A pre-started sandbox's own start (image, create, start), seconds; it began before this
+    trial did, so only the part in ``environment_sec`` counts in ``total_sec``."""
+    prestart_began_at: datetime | None = None
+    """When a pre-started sandbox's start began (UTC), before the trial's ``started_at``."""
 
 
 class ExecutorRef(_Persisted):

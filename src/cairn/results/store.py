@@ -323,8 +323,10 @@ class TrialStore:
         """
         return self.paths.step(index, name).create()
 
-    def _write_json(self, path: Path, obj: Any) -> None:
-        write_json_atomic(path, self.masker.mask_json(to_jsonable(obj)))
+    def _write_json(self, path: Path, obj: Any, *, durable: bool = True,
+                    sync_dir: bool = True) -> None:
+        write_json_atomic(path, self.masker.mask_json(to_jsonable(obj)), durable=durable,
+                          sync_dir=sync_dir)
 
     def write_config(self, config: Any) -> None:
         """Write ``config.json`` (the trial's plan: task, agent, model, backend, image id).
@@ -344,20 +346,27 @@ class TrialStore:
     def write_steps(self, steps: Sequence[StepResult]) -> None:
         """Write ``steps.json`` (one row per declared step), after each step.
 
+        Atomic for readers but not fsync'ed: while the trial runs the file is a live view;
+        :meth:`write_result` rewrites it durably just before ``result.json`` (a trial without
+        ``result.json`` is re-run on resume, whatever its steps.json says).
+
         Args:
             steps: the rows so far (steps not reached yet with source ``not-run``).
         """
-        self._write_json(self.paths.steps_json, StepsFile(steps=list(steps)))
+        self._write_json(self.paths.steps_json, StepsFile(steps=list(steps)), durable=False)
 
     def write_result(self, result: TrialResult) -> None:
         """Write ``result.json`` — last, since its presence marks the trial finished.
 
-        ``steps.json`` is rewritten first with the same rows, so the two always agree.
+        ``steps.json`` is rewritten first with the same rows, so the two always agree; both
+        are fsync'ed, and the one folder fsync after ``result.json``'s rename covers both
+        renames (the same folder).
 
         Args:
             result: the finished trial.
         """
-        self.write_steps(result.steps)
+        self._write_json(self.paths.steps_json, StepsFile(steps=list(result.steps)),
+                         sync_dir=False)
         self._write_json(self.paths.result_json, result)
 
     def append_network_records(self, index: int, name: str,

@@ -58,6 +58,7 @@ from cairn.trial.classify import (
 )
 from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
+from cairn.trial.prestart import PRESTARTS, Prestarted
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
 from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
@@ -194,6 +195,11 @@ class _TrialRun:
         self.forked_from: ForkRef | None = None
         self.solution_env: dict[str, str] = {}
         self.networks: PhaseNetworks | None = None
+        self.sandbox: Sandbox | None = None
+        self._offer_args: tuple[type[Sandbox], SandboxSpec] | None = None
+        self._offered = False  # --prestart: this trial offered its spec (once)
+        self.prestart_sec: float | None = None
+        self.prestart_began_at: datetime | None = None
 
     # ---- live status for `cairn view` (status.json; advisory) --------------------------------
     @property
@@ -208,7 +214,25 @@ class _TrialRun:
 
     def _record_phase(self, value: Phase) -> None:
         step = getattr(self, "current_step", None)
-        self.store.write_status(value, step.index if step else None, step.name if step else None)
+        where = (value, step.index if step else None)
+        if where != getattr(self, "_status_at", None):  # a repeated phase is not rewritten
+            self._status_at = where
+            self.store.write_status(value, step.index if step else None,
+                                    step.name if step else None)
+        if value is Phase.VERIFIER and step is not None and step.index == len(self.task.steps):
+            self._offer()  # --prestart: the last verifier runs; the next trial's sandbox starts
+
+    def _offer(self) -> None:
+        """``--prestart``: hand this trial's sandbox spec to the job's pool (once), which starts
+        a sandbox for the next trial of the task (:mod:`cairn.trial.prestart`)."""
+        pool = PRESTARTS.get()
+        if pool is None or self._offered or self._offer_args is None:
+            return
+        self._offered = True
+        cls, spec = self._offer_args
+        for_trial = pool.offer(self.plan, cls, spec)
+        if for_trial is not None:
+            self.log(f"pre-starting a sandbox for trial {for_trial}")
     # ---- end live status ---------------------------------------------------------------------
 
     def log(self, line: str) -> None:
@@ -308,16 +332,21 @@ class _TrialRun:
         if mounts:
             spec = dataclasses.replace(spec, mounts=tuple(mounts))
         keep = self.plan.options.keep_sandbox
-        sandbox = cls(dataclasses.replace(spec, keep=keep))
+        spec = dataclasses.replace(spec, keep=keep)
+        self._offer_args = (cls, spec)
+        pool = PRESTARTS.get()
+        pre = pool.take(self.plan, spec) if pool is not None else None
+        sandbox = self.sandbox = pre.sandbox if pre is not None else cls(spec)
         cancelled = True
         try:
-            await self._start(sandbox)
+            sandbox = await self._start(sandbox, pre)
             await self._steps(sandbox, verifier_envs)
             cancelled = False
         except TrialFailure as exc:
             cancelled = False
             self._record_failure(exc)
         finally:
+            sandbox = self.sandbox or sandbox  # a fresh one if the pre-started one failed
             # --keep-sandbox keeps the sandbox of a trial that did not pass (never on Ctrl-C).
             verified = self.plan.options.verify
             failed = self.error is not None or self.stop_reason is not None or (
@@ -326,6 +355,8 @@ class _TrialRun:
                 self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
             else:
                 sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
+            if not cancelled:
+                self._offer()  # --prestart: a trial that ended before its last verifier
             # in a job, removal runs after the result is written (cairn.trial.deferred)
             await stop_sandbox(sandbox.stop, cancelled=cancelled)
 
@@ -348,21 +379,39 @@ class _TrialRun:
             self.store.masker = self.masker
         return plans
 
-    async def _start(self, sandbox: Sandbox) -> None:
+    async def _start(self, sandbox: Sandbox, pre: Prestarted | None = None) -> Sandbox:
+        """Start the sandbox (or wait for the pre-started one), healthcheck, agent setup.
+
+        Returns:
+            The sandbox the trial runs in: ``sandbox``, or a fresh one when a pre-started
+            sandbox failed to come up (also set as :attr:`sandbox`).
+        """
         started = time.monotonic()
         self.phase = Phase.ENVIRONMENT
         self.clock.begin("environment")
-        try:
-            await sandbox.start()
-        except SandboxError as exc:
-            if exc.kind is ErrorKind.SANDBOX_UNUSABLE:
-                raise as_start_failure(exc) from exc
-            raise
+        if pre is not None and (failure := await pre.ready()) is not None:
+            self.log(f"the pre-started sandbox did not come up ({type(failure).__name__}: "
+                     f"{failure}); starting a fresh one")
+            assert self._offer_args is not None
+            sandbox = self.sandbox = self._offer_args[0](self._offer_args[1])
+            pre = None
+        if pre is None:
+            try:
+                await sandbox.start()
+            except SandboxError as exc:
+                if exc.kind is ErrorKind.SANDBOX_UNUSABLE:
+                    raise as_start_failure(exc) from exc
+                raise
+        else:
+            self.prestart_sec = pre.start_sec
+            self.prestart_began_at = pre.began_at
         self.timings["environment_sec"] = time.monotonic() - started
         self.clock.end()
         self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
+        how = "" if pre is None else \
+            f" (pre-started; its start took {pre.start_sec or 0.0:.1f} s during an earlier trial)"
         self.event(f"environment: {self.plan.backend}, ready in "
-                   f"{self.timings['environment_sec']:.1f} s", EventKind.ENVIRONMENT)
+                   f"{self.timings['environment_sec']:.1f} s{how}", EventKind.ENVIRONMENT)
         hc = self.task.environment.healthcheck
         if hc is not None:
             self.clock.begin("healthcheck")
@@ -394,6 +443,7 @@ class _TrialRun:
         self.timings["agent_setup_sec"] = time.monotonic() - started + self.host_prepare_sec
         self.clock.end()
         await check_services(sandbox)  # a start-up service that died fails the trial (#22)
+        return sandbox
 
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
@@ -526,7 +576,10 @@ class _TrialRun:
         return TrialTimings(total_sec=total_sec, environment_sec=self.timings["environment_sec"],
                             agent_setup_sec=self.timings["agent_setup_sec"],
                             healthcheck_sec=self.clock.seconds("healthcheck"),
-                            spans=list(self.clock.spans))
+                            spans=list(self.clock.spans),
+                            prestarted=self.prestart_sec is not None,
+                            prestart_sec=self.prestart_sec,
+                            prestart_began_at=self.prestart_began_at)
 
     def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
         task = self.task
