@@ -641,18 +641,18 @@ def _check_dockerfile(dockerfile: Path, sink: FindingSink) -> None:
         sink.file(dockerfile, ERROR, exc.reason, exc.line)
         return
     stages: set[str] = set()
-    pending = ""
+    pending: list[str] = []  # the parts of a continued instruction (joined once: linear time)
     start = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not pending:
             start = lineno
             if raw.lstrip().startswith("#"):
                 continue
-        line = pending + raw
-        if line.rstrip().endswith("\\"):
-            pending = line.rstrip()[:-1] + " "
+        if raw.rstrip().endswith("\\"):
+            pending.append(raw.rstrip()[:-1] + " ")
             continue
-        pending = ""
+        line = "".join(pending) + raw
+        pending = []
         m = _FROM_RE.match(line)
         if not m:
             continue
