@@ -14,12 +14,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from taskgen import write_task
 
 from cairn._util.inputfiles import MAX_INPUT_BYTES, InputFileError, load_yaml, read_input
 from cairn.errors import UnsupportedError
 from cairn.sandbox.docker.compose_files import check_compose_file
 from cairn.task.load import check_task
+from taskgen import write_task
 
 TIMEOUT = 90  # seconds; the longest case takes a few seconds on a loaded 2-core machine
 
@@ -94,6 +94,16 @@ def test_a_fifo_is_refused_by_name_without_opening_it(tmp_path: Path) -> None:
     no_traceback(proc)
     assert proc.returncode == 1
     assert f"{tasks[0] / FIFO_PLACES[0]}: error: is a FIFO" in proc.stdout + proc.stderr
+
+
+def test_tree_hash_does_not_open_a_fifo(tmp_path: Path) -> None:
+    (tmp_path / "a.txt").write_text("a")
+    os.mkfifo(tmp_path / "pipe")
+    code = ("import sys; from pathlib import Path; from cairn._util.treehash import tree_hash; "
+            "print(tree_hash(Path(sys.argv[1])))")
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                          text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
 
 
 def test_compose_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
