@@ -287,9 +287,26 @@ def test_symlinked_tests_folder(tmp_path: Path) -> None:
     proc = cairn("tasks", "check", "-e", "none", *(str(t) for t, _ in cases))
     assert proc.returncode == 1
     assert proc.stdout.splitlines() == [
-        f"{task / 'tests'}: error: is a symlink (to {link}): cairn uploads and builds task "
-        "folders without following links, so the sandbox would get the link, not the files; "
-        "make it a real folder [invalid-task-files]" for task, link in cases]
+        f"{task / 'tests'}: error: is a symlink (to {link}): cairn uploads this folder into "
+        "the sandbox without following links, so the sandbox would get the link, not the "
+        "files; make it a real folder [invalid-task-files]" for task, link in cases]
+
+
+def test_symlinked_environment_folder(tmp_path: Path) -> None:
+    inside = write_task(tmp_path, "inside")
+    (inside / "environment").rename(inside / "env-real")
+    (inside / "environment").symlink_to("env-real")
+    assert not [f for f in check_task(inside) if f.is_error]  # built from, on the host
+    other = write_task(tmp_path, "other")
+    outside = write_task(tmp_path, "outside")
+    shutil.rmtree(outside / "environment")
+    (outside / "environment").symlink_to(other / "environment")
+    errors = [f for f in check_task(outside) if f.is_error]
+    assert [(f.path, f.text) for f in errors] == [(
+        outside / "environment",
+        f"is a symlink to {other / 'environment'}, outside the task folder: a task must hold "
+        "its own files (its content hash and copies keep the link, not what it points to); "
+        "copy them in")]
 
 
 def test_dangling_tests_folder_link_is_not_reported_as_missing_test(tmp_path: Path) -> None:

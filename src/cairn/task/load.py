@@ -217,7 +217,7 @@ def _analyse(root: Path) -> _Analysis:
     if not os.path.lexists(source):
         sink.file(root, ERROR, "missing `task.toml` (or a single-file `task.md`)")
         return out
-    link = link_problem(root, source, folder=False)
+    link = link_problem(root, source, uploaded=False)
     if link is not None:
         sink.file(source, ERROR, link)
         return out

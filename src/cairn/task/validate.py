@@ -177,28 +177,33 @@ def check_special_files(root: Path, sink: FindingSink) -> None:
                       "files, folders and symlinks only (cairn does not open it)")
 
 
-_LINKED_FOLDERS = ("tests", "solution", "environment", "steps")
-_LINKED_FILES = ("task.toml", "task.md", "instruction.md", "tests/test.sh", "solution/solve.sh",
-                 "environment/Dockerfile", "environment/docker-compose.yaml",
-                 "environment/docker-compose.yml", "environment/compose.yaml",
-                 "environment/compose.yml")
+_UPLOADED_FOLDERS = ("tests", "solution")
+"""Folders cairn uploads into the sandbox as they are (also ``steps/<name>/…`` and ``workdir``)."""
+
+_LINKED_ENTRIES = ("instruction.md", "environment", "steps", "tests/test.sh",
+                   "solution/solve.sh", "environment/Dockerfile",
+                   "environment/docker-compose.yaml", "environment/docker-compose.yml",
+                   "environment/compose.yaml", "environment/compose.yml")
+"""Entries cairn reads (or builds from) on the host, through links (task.toml/task.md: on
+load)."""
 
 
-def link_problem(root: Path, path: Path, *, folder: bool) -> str | None:
+def link_problem(root: Path, path: Path, *, uploaded: bool) -> str | None:
     """Why a symlinked task entry is refused, or ``None`` when ``path`` is fine.
 
-    The rules (docs/task-format.md "Symlinks"): a folder cairn uploads or builds from
-    (``tests/``, ``solution/``, ``environment/``, ``steps/<name>/…``) must be a real folder,
-    since uploads and build contexts carry links as links (the sandbox would get a link to a
-    host path, not the files); a file cairn reads on the host (``task.toml``,
-    ``instruction.md``, ``tests/test.sh`` …) may be a link to a file inside the task folder,
-    never one leaving it (the task's content hash covers the link's text, not what it points
-    to, and a copy of the task would lose it) and never a dangling one.
+    The rules (docs/task-format.md "Symlinks"): a folder cairn uploads into the sandbox
+    (``tests/``, ``solution/``, ``steps/<name>/{tests,solution,workdir}/``) must be a real
+    folder, since uploads carry links as links (design §3: the sandbox would get a link to a
+    host path, not the files); an entry cairn reads or builds from on the host (``task.toml``,
+    ``instruction.md``, ``environment/``, ``tests/test.sh`` …) may be a link to something
+    inside the task folder, never one leaving it (the task's content hash covers the link's
+    text, not what it points to, and a copy of the task would lose it) and never a dangling
+    one.
 
     Args:
         root: the task folder.
         path: the entry, under ``root``.
-        folder: the entry is one of the folders.
+        uploaded: the entry is one of the uploaded folders.
 
     Returns:
         The reason, without the path; ``None`` for a non-link or an allowed one.
@@ -209,16 +214,16 @@ def link_problem(root: Path, path: Path, *, folder: bool) -> str | None:
         target = os.readlink(path)
     except OSError:
         target = "?"
+    if uploaded:
+        return (f"is a symlink (to {target}): cairn uploads this folder into the sandbox "
+                "without following links, so the sandbox would get the link, not the files; "
+                "make it a real folder")
     resolved = path.resolve()
     base = root.resolve()
-    if folder:
-        return (f"is a symlink (to {target}): cairn uploads and builds task folders without "
-                "following links, so the sandbox would get the link, not the files; make it a "
-                "real folder")
     if not (resolved == base or base in resolved.parents):
         return (f"is a symlink to {target}, outside the task folder: a task must hold its "
-                "own files (its content hash and copies keep the link, not the file); copy "
-                "the file in")
+                "own files (its content hash and copies keep the link, not what it points "
+                "to); copy them in")
     if not resolved.exists():
         return f"is a symlink to {target}, which does not exist"
     return None
@@ -236,15 +241,14 @@ def check_links(root: Path, step_names: list[str], sink: FindingSink) -> set[Pat
         The refused entries (``root / rel``).
     """
     refused: set[Path] = set()
-    folders = list(_LINKED_FOLDERS)
-    files = [f for f in _LINKED_FILES if f not in ("task.toml", "task.md")]  # checked on load
+    uploaded = list(_UPLOADED_FOLDERS)
+    read = list(_LINKED_ENTRIES)
     for name in step_names:
-        folders += [f"steps/{name}", *(f"steps/{name}/{d}" for d in
-                                       ("tests", "solution", "workdir"))]
-        files += [f"steps/{name}/{f}" for f in ("instruction.md", "tests/test.sh",
-                                                "solution/solve.sh")]
-    for rel, folder in [(f, True) for f in folders] + [(f, False) for f in files]:
-        why = link_problem(root, root / rel, folder=folder)
+        uploaded += [f"steps/{name}/{d}" for d in ("tests", "solution", "workdir")]
+        read += [f"steps/{name}", *(f"steps/{name}/{f}" for f in
+                                    ("instruction.md", "tests/test.sh", "solution/solve.sh"))]
+    for rel, up in [(f, True) for f in uploaded] + [(f, False) for f in read]:
+        why = link_problem(root, root / rel, uploaded=up)
         if why is not None:
             sink.file(root / rel, ERROR, why)
             refused.add(root / rel)
