@@ -577,7 +577,7 @@ def script_metadata(text: str) -> ScriptMetadata | None:
                           for line in m.group("content").splitlines(keepends=True))
         try:
             doc = tomllib.loads(content)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             return ScriptMetadata(opener, (), str(exc))
         deps = doc.get("dependencies")
         if not isinstance(deps, list):
