@@ -128,6 +128,9 @@ def test_job_file_alias_bomb_and_fifo_are_usage_errors(tmp_path: Path) -> None:
     proc = cairn("run", "-c", str(fifo), "--dry-run", cwd=tmp_path)
     assert proc.returncode == 2
     assert f"cairn: error: {fifo}: is a FIFO, not a regular file" in proc.stderr
+    proc = cairn("run", "--env-file", str(fifo), "--dry-run", cwd=tmp_path)
+    assert proc.returncode == 2
+    assert f"--env-file {fifo}: is a FIFO, not a regular file" in proc.stderr
     deep = tmp_path / "deep.yaml"
     deep.write_text("agent: " + "[" * 5000 + "]" * 5000 + "\n")
     proc = cairn("run", "-c", str(deep), "--dry-run", cwd=tmp_path)

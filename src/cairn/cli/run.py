@@ -154,14 +154,18 @@ def _load_env_file(path: Path) -> None:
     Raises:
         typer.BadParameter: the file does not exist or cannot be read.
     """
+    import io
+
     from dotenv import dotenv_values
 
-    if not path.is_file():
+    from cairn._util.inputfiles import InputFileError, read_input_text
+
+    if not os.path.lexists(path):
         raise typer.BadParameter(f"--env-file {path}: no such file")
-    try:
-        values = dotenv_values(path, encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"--env-file {path}: {exc}") from None
+    try:  # a regular file of at most 1 MiB (a FIFO would block the read forever)
+        values = dotenv_values(stream=io.StringIO(read_input_text(path)))
+    except InputFileError as exc:
+        raise typer.BadParameter(f"--env-file {exc}") from None
     for key, value in values.items():
         if value is not None:
             os.environ[key] = value
