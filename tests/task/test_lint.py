@@ -228,6 +228,30 @@ def test_copy_of_a_test_file_into_the_agent_image_fails(tmp_path):
     assert lint(good) == []
 
 
+def test_copy_dotdot_resolves_inside_the_build_context(tmp_path):
+    """``COPY ../tests`` in environment/Dockerfile cannot reach the task's tests/: Docker
+    cleans a source against the context root (BuildKit copies environment/tests, the classic
+    builder refuses the path), so it leaks only when what it names there is the tests' copy."""
+    good = make_task(tmp_path, files={
+        "tests/test_outputs.py": TEST_PY,
+        "solution/solve.sh": "echo 42 > /app/out\n",
+        "environment/tests/fixture.txt": "input data\n",
+        "environment/Dockerfile": DOCKERFILE + "COPY ../tests /app/tests/\n"
+                                  "ADD ../../solution /opt/s\nCOPY ../* /app/\n",
+    }, name="good")
+    bad = make_task(tmp_path, files={
+        "tests/test_outputs.py": TEST_PY,
+        "environment/tests/test_outputs.py": TEST_PY,  # the verifier's file, duplicated
+        "environment/Dockerfile": DOCKERFILE + "COPY ../tests /app/tests/\n",
+    }, name="bad")
+    assert lint(good) == []
+    found = check_task(bad)
+    assert [(f.rule, f.path.relative_to(bad).as_posix(), f.line) for f in found] == [
+        ("agent-image-test-leak", "environment/Dockerfile", 3)]
+    assert "`environment/tests/test_outputs.py`, the same file as `tests/test_outputs.py`" \
+        in found[0].text
+
+
 def test_a_build_context_holding_tests_and_solution_fails(tmp_path):
     bad = make_task(tmp_path, files={
         COMPOSE: "services:\n  main:\n    build:\n      context: ..\n"

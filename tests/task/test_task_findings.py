@@ -125,7 +125,8 @@ def test_docker_image_or_compose_is_an_environment_definition(single_step, how):
         task_dir = single_step(toml='[environment]\ndocker_image = "debian:bookworm-slim"\n',
                                drop=("environment/Dockerfile",))
     else:
-        task_dir = single_step(extra={"environment/docker-compose.yaml": "services: {}\n"},
+        task_dir = single_step(extra={"environment/docker-compose.yaml":
+                                      "services:\n  main:\n    image: debian:bookworm-slim\n"},
                                drop=("environment/Dockerfile",))
     assert check_task(task_dir) == []
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from pathlib import Path
 
 IGNORED_NAMES = frozenset({"__pycache__", ".git"})
@@ -45,8 +46,11 @@ def _update_tree(h: hashlib._Hash, root: Path) -> None:
             h.update(b"L\0" + name + b"\0" + target + b"\0")
             continue
         try:
-            st = path.stat()
+            st = path.lstat()
         except OSError:
+            continue
+        if not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: never opened (a FIFO
+            h.update(b"S\0" + name + b"\0")  # blocks the reader); task checks refuse them
             continue
         exec_bit = b"x" if st.st_mode & 0o111 else b"-"
         h.update(b"F\0" + name + b"\0" + exec_bit + b"\0" + str(st.st_size).encode() + b"\0")

@@ -167,17 +167,20 @@ def _load_env_file(path: Path) -> None:
             ``KEY=VALUE`` (an empty or malformed KEY, no ``=``, unparsable quoting), with its
             line number; nothing is loaded then.
     """
+    import io
+
     from dotenv import dotenv_values
     from dotenv.parser import parse_stream
 
+    from cairn._util.inputfiles import InputFileError, read_input_text
     from cairn.plan import key_problem
 
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise typer.BadParameter(f"--env-file {path}: no such file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise typer.BadParameter(f"--env-file {path}: {exc}") from None
+    try:  # a regular file of at most 1 MiB (a FIFO would block the read forever)
+        text = read_input_text(path)
+    except InputFileError as exc:
+        raise typer.BadParameter(f"--env-file {exc}") from None
     for b in parse_stream(io.StringIO(text)):  # a malformed line is refused, not skipped
         raw = b.original.string
         body = raw.lstrip()  # python-dotenv counts blank lines before a statement into it

@@ -33,7 +33,9 @@ def check(
         "errors.")] = False,
     env: Annotated[str, typer.Option(
         "-e", "--env", help="Also check what this backend would refuse before a run "
-        "(docker, local, auto, or none to skip).")] = "auto",
+        "(docker, local, auto, or none to skip: the task files are still checked, also for a "
+        "compose file no backend runs; what `docker compose config` finds needs docker).")]
+    = "auto",
     select: Annotated[list[str] | None, typer.Option(  # noqa: UP007 (typer needs Optional)
         "--select", help="Report only these warning rules: ids, word prefixes (`compose`) "
         "or ALL; repeatable, comma-separated. Errors are always reported.",

@@ -148,11 +148,16 @@ def read_config_file(path: Path) -> ConfigFile:
     """
     import yaml
 
+    from cairn._util.inputfiles import InputFileError, load_yaml, read_input_text
+
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-        data = yaml.safe_load(text) or {}
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        text = read_input_text(path)
+        data = load_yaml(text, path) or {}
+    except InputFileError as exc:
+        raise UsageError(str(exc) if exc.line is None else f"{path}:{exc.line}: {exc.reason}"
+                         ) from None
+    except yaml.YAMLError as exc:
         raise UsageError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
         raise UsageError(f"{path}: expected a mapping of options")
@@ -196,11 +201,11 @@ def _with_instruction_files(data: dict[str, Any], path: Path, lines: KeyLines) -
     texts = []
     for i, f in enumerate(files):
         try:
-            texts.append(Path(str(f)).expanduser().read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
+            texts.append(_read_instruction_file(Path(str(f)).expanduser()))
+        except OSError as exc:
             line = lines.line(("extra_instruction_paths", i))
             raise UsageError(f"{path}:{line or '?'}: extra instruction file {f}: "
-                             f"{exc.strerror if isinstance(exc, OSError) else exc}") from None
+                             f"{exc.strerror or exc}") from None
     data["extra_instructions"] = texts + list(data.get("extra_instructions") or [])
     return data
 
@@ -214,11 +219,24 @@ def read_instruction_files(files: Iterable[Path]) -> list[str]:
     out = []
     for f in files:
         try:
-            out.append(Path(f).expanduser().read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else str(exc)
-            raise UsageError(f"--extra-instruction-path {f}: {why}") from None
+            out.append(_read_instruction_file(Path(f).expanduser()))
+        except OSError as exc:
+            raise UsageError(f"--extra-instruction-path {f}: {exc.strerror or exc}") from None
     return out
+
+
+def _read_instruction_file(path: Path) -> str:
+    """An extra instruction file's text (regular file, size-capped, UTF-8).
+
+    Raises:
+        OSError: refused or unreadable; ``strerror`` says why.
+    """
+    from cairn._util.inputfiles import InputFileError, read_input_text
+
+    try:
+        return read_input_text(path)
+    except InputFileError as exc:
+        raise OSError(0, exc.reason) from None
 
 
 def merge_configs(layers: Sequence[Mapping[str, Any] | ConfigFile]) -> dict[str, Any]:

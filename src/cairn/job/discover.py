@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
+from cairn._util.inputfiles import read_input_text
 from cairn.errors import Category, ErrorKind, Phase, TaskFormatError, UsageError
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import (
@@ -240,8 +241,8 @@ def _fallback_identity(path: Path) -> tuple[str, list[str]]:
     """
     name, steps = path.name, ["main"]
     try:
-        data = tomllib.loads((path / "task.toml").read_text(encoding="utf-8"))
-    except (OSError, ValueError, UnicodeDecodeError):
+        data = tomllib.loads(read_input_text(path / "task.toml"))
+    except (OSError, ValueError, UnicodeDecodeError, RecursionError):  # InputFileError is one
         return name, steps
     info = data.get("task")
     if isinstance(info, dict) and isinstance(info.get("name"), str) and info["name"]:

@@ -25,6 +25,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path
 from typing import Any
 
+from cairn._util.inputfiles import InputFileError, load_yaml, read_input
 from cairn.errors import UsageError
 from cairn.layout import (
     AGENT_LOGS_DIR,
@@ -301,9 +302,11 @@ def _file_hash(path: Path) -> str | None:
 
 
 def _read(path: Path) -> str | None:
+    """A file's text (``None``: unreadable, not a regular file, or over the size cap; the
+    validation reports those for the files it knows)."""
     try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
+        return read_input(path).decode("utf-8", errors="replace")
+    except InputFileError:
         return None
 
 
@@ -420,9 +423,9 @@ def _load_compose(path: Path, variables: dict[str, str], agent: bool) -> _Compos
     if text is None:
         return None
     try:
-        doc = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506
+        doc = load_yaml(text, path)
         lines = yaml_key_lines(text)
-    except (yaml.YAMLError, RecursionError, ValueError, TypeError):
+    except (yaml.YAMLError, RecursionError, ValueError, TypeError):  # InputFileError is one
         return None  # the backend check reports a compose file it cannot read
     if not isinstance(doc, dict):
         return None
@@ -759,8 +762,13 @@ def _check_copy(lint: _Lint, dockerfile: Path, context: Path, keyword: str,
 
 
 def _expand(context: Path, src: str) -> list[Path]:
-    """What a COPY source names in the build context (globs expanded), normalised."""
-    rel = src.lstrip("/")
+    """What a COPY source names in the build context (globs expanded), normalised.
+
+    Docker cleans a source against the context's root as if it were ``/`` (BuildKit's
+    ``filepath.Join("/", src)``): ``..`` cannot climb out, so ``COPY ../tests …`` in
+    ``environment/Dockerfile`` copies ``environment/tests``, never the task's ``tests/``.
+    """
+    rel = posixpath.normpath("/" + src).lstrip("/") or "."
     if any(c in rel for c in "*?["):
         try:
             return sorted(_norm(p) for p in context.glob(rel))[:_MAX_WALK]
@@ -775,7 +783,8 @@ _MIN_SECRET_CHARS = 40
 def _significant(path: Path) -> bool:
     """Whether a file says enough to be recognised as a copy (not ``true`` or ``exit 0``)."""
     try:
-        text = path.read_bytes()[:4096].decode("utf-8", errors="replace")
+        with path.open("rb") as fh:  # a regular file (from _walk)
+            text = fh.read(4096).decode("utf-8", errors="replace")
     except OSError:
         return False
     if text.startswith("#!"):

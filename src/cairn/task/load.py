@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import tomllib
 from collections.abc import Sequence
@@ -17,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from cairn._util.inputfiles import InputFileError, load_yaml, read_input
 from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.errors import TaskFormatError
 from cairn.task.findings import (
@@ -41,7 +43,7 @@ from cairn.task.model import (
     TaskConfig,
 )
 from cairn.task.schema_check import check_document, validate_config
-from cairn.task.validate import check_task_folder
+from cairn.task.validate import check_task_folder, link_problem
 
 TASK_TOML = "task.toml"
 TASK_MD = "task.md"
@@ -61,7 +63,9 @@ def is_task_dir(path: Path) -> bool:
         ``True`` for a task folder.
     """
     path = Path(path)
-    return (path / TASK_TOML).is_file() or (path / TASK_MD).is_file()
+    # lexists: a task.toml that is a FIFO or a dangling link still makes a task folder (one
+    # whose check says what is wrong with that file, not "not a task")
+    return any(os.path.lexists(path / n) and not (path / n).is_dir() for n in (TASK_TOML, TASK_MD))
 
 
 def find_tasks(path: Path) -> list[Path]:
@@ -151,8 +155,12 @@ def _parse_yaml(text: str, source: Path, line_offset: int, sink: FindingSink) ->
     import yaml
 
     try:
-        doc = yaml.safe_load(text)
+        doc = load_yaml(text, source)
         lines = yaml_key_lines(text, line_offset=line_offset)
+    except InputFileError as exc:
+        sink.file(source, ERROR, f"not valid YAML: {exc.reason}",
+                  exc.line + line_offset if exc.line is not None else None)
+        return None, KeyLines()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         line = mark.line + 1 + line_offset if mark is not None else None
@@ -187,11 +195,11 @@ def _split_front_matter(text: str) -> tuple[str, str, str] | None:
 
 def _read_text(path: Path, sink: FindingSink) -> str | None:
     try:
-        return decode_utf8(path.read_bytes())
+        return decode_utf8(read_input(path))
     except NotUtf8Error as exc:
         sink.file(path, ERROR, str(exc), exc.line)
-    except OSError as exc:
-        sink.file(path, ERROR, f"cannot read: {exc.strerror or exc}")
+    except InputFileError as exc:
+        sink.file(path, ERROR, exc.reason, exc.line)
     return None
 
 
@@ -199,15 +207,19 @@ def _analyse(root: Path) -> _Analysis:
     """Parse and validate a task folder; never raises for a bad task."""
     root = Path(root)
     toml_path, md_path = root / TASK_TOML, root / TASK_MD
-    source = toml_path if toml_path.is_file() or not md_path.is_file() else md_path
+    source = toml_path if os.path.lexists(toml_path) or not os.path.lexists(md_path) else md_path
     holder: dict[str, KeyLines] = {"lines": KeyLines()}
     sink = FindingSink(source, lambda p: holder["lines"].line(p))
     out = _Analysis(root=root, sink=sink)
     if not root.is_dir():
         sink.file(root, ERROR, "not a task folder (no such directory)")
         return out
-    if not source.is_file():
+    if not os.path.lexists(source):
         sink.file(root, ERROR, "missing `task.toml` (or a single-file `task.md`)")
+        return out
+    link = link_problem(root, source, uploaded=False)
+    if link is not None:
+        sink.file(source, ERROR, link)
         return out
     text = _read_text(source, sink)
     if text is None:
@@ -356,7 +368,7 @@ def _read_instruction(path: Path) -> str:
     them, and Harbor with it)."""
     if not path.is_file():
         return ""
-    return decode_utf8(path.read_bytes()).replace("\r\n", "\n")
+    return decode_utf8(read_input(path)).replace("\r\n", "\n")
 
 
 def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...],

@@ -70,7 +70,8 @@ def shell_lines(text: str) -> Iterator[tuple[int, str]]:
         ``(line, text)``: backslash continuations joined, blank and comment-only lines and
         heredoc bodies skipped; ``line`` is where the logical line starts (1-based).
     """
-    pending, start = "", 0
+    pending: list[str] = []  # the parts of a continued line (joined once: linear time)
+    start = 0
     heredocs: list[tuple[bool, str]] = []
     for number, raw in enumerate(text.splitlines(), start=1):
         if heredocs:
@@ -84,9 +85,10 @@ def shell_lines(text: str) -> Iterator[tuple[int, str]]:
                 continue
         stripped = raw.rstrip()
         if stripped.endswith("\\") and not stripped.endswith("\\\\"):
-            pending += stripped[:-1] + " "
+            pending.append(stripped[:-1] + " ")
             continue
-        line, pending = pending + raw, ""
+        line = "".join(pending) + raw
+        pending = []
         heredocs = [(m.group(1) == "-", m.group(3)) for m in _HEREDOC_RE.finditer(line)]
         yield start, line
 
@@ -476,7 +478,8 @@ def dockerfile_instructions(text: str) -> list[Instruction]:
         if m.group(1).lower() == "escape" and m.group(2) in ("`", "\\"):
             escape = m.group(2)
     out: list[Instruction] = []
-    pending, start = "", 0
+    pending: list[str] = []  # the parts of a continued instruction (joined once)
+    start = 0
     heredocs: list[tuple[bool, str]] = []
     for number, raw in enumerate(lines, start=1):
         if heredocs:
@@ -492,9 +495,10 @@ def dockerfile_instructions(text: str) -> list[Instruction]:
             start = number
         stripped = raw.rstrip()
         if stripped.endswith(escape):
-            pending += stripped[:-1] + " "
+            pending.append(stripped[:-1] + " ")
             continue
-        logical, pending = pending + raw, ""
+        logical = "".join(pending) + raw
+        pending = []
         inst = _instruction(start, logical)
         if inst is None:
             continue
@@ -573,7 +577,7 @@ def script_metadata(text: str) -> ScriptMetadata | None:
                           for line in m.group("content").splitlines(keepends=True))
         try:
             doc = tomllib.loads(content)
-        except tomllib.TOMLDecodeError as exc:
+        except (tomllib.TOMLDecodeError, RecursionError) as exc:
             return ScriptMetadata(opener, (), str(exc))
         deps = doc.get("dependencies")
         if not isinstance(deps, list):

@@ -8,11 +8,14 @@ raises for a bad task.
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
+import stat
 from pathlib import Path
 from typing import Any
 
+from cairn._util.inputfiles import InputFileError, load_yaml_file, read_input
 from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.layout import find_compose_file
 from cairn.netpolicy import AllowEntry
@@ -79,15 +82,19 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
             needed for a single-step task).
     """
     steps = declared_steps(doc)
+    check_special_files(root, sink)
+    refused = check_links(root, [e["name"] for e in steps if isinstance(e, dict)
+                       and isinstance(e.get("name"), str) and STEP_NAME_RE.match(e["name"])],
+                sink)
     valid_names = _check_steps(root, doc, steps, sink) if steps else []
     if "steps" in doc and not isinstance(doc["steps"], list):
         pass  # a type error already reported; whether the task is multi-step is unknown
     elif not steps:
-        if not instruction_in_header and not (root / "instruction.md").is_file():
+        if not instruction_in_header and _missing(root / "instruction.md"):
             sink.file(root, ERROR, "missing `instruction.md` (required for a single-step task)")
-        elif not instruction_in_header:
+        elif not instruction_in_header and (root / "instruction.md").is_file():
             check_utf8(root / "instruction.md", sink)
-        if not (root / "tests" / "test.sh").is_file():
+        if _missing(root / "tests" / "test.sh") and root / "tests" not in refused:
             sink.file(root, ERROR, "missing `tests/test.sh` (the verifier of a single-step task)")
     elif (root / "instruction.md").is_file():
         sink.file(root / "instruction.md", WARNING,
@@ -104,6 +111,7 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     _check_mcp_servers(doc, steps, sink)
     _check_judges(doc, steps, sink)
     _check_harbor_rules(doc, steps, sink)
+    _check_compose(root, doc, sink)
     _check_services_exist(root, doc, sink)
     dockerfile = root / "environment" / "Dockerfile"
     if dockerfile.is_file():
@@ -120,11 +128,131 @@ def check_utf8(path: Path, sink: FindingSink) -> None:
         sink: receives the finding.
     """
     try:
-        decode_utf8(path.read_bytes())
+        decode_utf8(read_input(path))
     except NotUtf8Error as exc:
         sink.file(path, ERROR, str(exc), exc.line)
-    except OSError as exc:
-        sink.file(path, ERROR, f"cannot read: {exc.strerror or exc}")
+    except InputFileError as exc:
+        sink.file(path, ERROR, exc.reason, exc.line)
+
+
+def _missing(path: Path) -> bool:
+    """Nothing at all at ``path`` (not even a FIFO or a dangling link: those are reported as
+    what they are, not as missing)."""
+    return not os.path.lexists(path)
+
+
+_MAX_SCAN_ENTRIES = 200_000
+"""How many entries of a task folder :func:`check_special_files` looks at, at most."""
+
+
+def check_special_files(root: Path, sink: FindingSink) -> None:
+    """Report every FIFO, socket or device in a task folder, by name (design §2).
+
+    A task holds regular files, folders and symlinks only: cairn never opens anything else
+    (reading a FIFO blocks until some other process writes to it), so a check, a content hash or
+    an upload would otherwise hang or leave the file out silently. Links are not followed.
+
+    Args:
+        root: the task folder.
+        sink: receives one error per special file.
+    """
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
+        dirnames[:] = [d for d in dirnames if d not in (".git", "__pycache__")]
+        for name in sorted(filenames):
+            seen += 1
+            if seen > _MAX_SCAN_ENTRIES:
+                return
+            path = Path(dirpath) / name
+            try:
+                mode = os.lstat(path).st_mode
+            except OSError:
+                continue
+            if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
+                continue
+            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                    else "a special file")
+            sink.file(path, ERROR, f"is {kind}, not a regular file: a task holds regular "
+                      "files, folders and symlinks only (cairn does not open it)")
+
+
+_UPLOADED_FOLDERS = ("tests", "solution")
+"""Folders cairn uploads into the sandbox as they are (also ``steps/<name>/…`` and ``workdir``)."""
+
+_LINKED_ENTRIES = ("instruction.md", "environment", "steps", "tests/test.sh",
+                   "solution/solve.sh", "environment/Dockerfile",
+                   "environment/docker-compose.yaml", "environment/docker-compose.yml",
+                   "environment/compose.yaml", "environment/compose.yml")
+"""Entries cairn reads (or builds from) on the host, through links (task.toml/task.md: on
+load)."""
+
+
+def link_problem(root: Path, path: Path, *, uploaded: bool) -> str | None:
+    """Why a symlinked task entry is refused, or ``None`` when ``path`` is fine.
+
+    The rules (docs/task-format.md "Symlinks"): a folder cairn uploads into the sandbox
+    (``tests/``, ``solution/``, ``steps/<name>/{tests,solution,workdir}/``) must be a real
+    folder, since uploads carry links as links (design §3: the sandbox would get a link to a
+    host path, not the files); an entry cairn reads or builds from on the host (``task.toml``,
+    ``instruction.md``, ``environment/``, ``tests/test.sh`` …) may be a link to something
+    inside the task folder, never one leaving it (the task's content hash covers the link's
+    text, not what it points to, and a copy of the task would lose it) and never a dangling
+    one.
+
+    Args:
+        root: the task folder.
+        path: the entry, under ``root``.
+        uploaded: the entry is one of the uploaded folders.
+
+    Returns:
+        The reason, without the path; ``None`` for a non-link or an allowed one.
+    """
+    if not path.is_symlink():
+        return None
+    try:
+        target = os.readlink(path)
+    except OSError:
+        target = "?"
+    if uploaded:
+        return (f"is a symlink (to {target}): cairn uploads this folder into the sandbox "
+                "without following links, so the sandbox would get the link, not the files; "
+                "make it a real folder")
+    resolved = path.resolve()
+    base = root.resolve()
+    if not (resolved == base or base in resolved.parents):
+        return (f"is a symlink to {target}, outside the task folder: a task must hold its "
+                "own files (its content hash and copies keep the link, not what it points "
+                "to); copy them in")
+    if not resolved.exists():
+        return f"is a symlink to {target}, which does not exist"
+    return None
+
+
+def check_links(root: Path, step_names: list[str], sink: FindingSink) -> set[Path]:
+    """Report the task's symlinked entries that :func:`link_problem` refuses, by name.
+
+    Args:
+        root: the task folder.
+        step_names: the declared step names (their folders are checked too).
+        sink: receives one error per refused link.
+
+    Returns:
+        The refused entries (``root / rel``).
+    """
+    refused: set[Path] = set()
+    uploaded = list(_UPLOADED_FOLDERS)
+    read = list(_LINKED_ENTRIES)
+    for name in step_names:
+        uploaded += [f"steps/{name}/{d}" for d in ("tests", "solution", "workdir")]
+        read += [f"steps/{name}", *(f"steps/{name}/{f}" for f in
+                                    ("instruction.md", "tests/test.sh", "solution/solve.sh"))]
+    for rel, up in [(f, True) for f in uploaded] + [(f, False) for f in read]:
+        why = link_problem(root, root / rel, uploaded=up)
+        if why is not None:
+            sink.file(root / rel, ERROR, why)
+            refused.add(root / rel)
+    return refused
 
 
 # -- steps ---------------------------------------------------------------------------------
@@ -387,6 +515,22 @@ def _check_service(value: Any, path: KeyPath, sink: FindingSink) -> None:
                  "digit)")
 
 
+def _check_compose(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
+    """A compose file every backend refuses (:mod:`cairn.sandbox.compose_check`), reported
+    without a backend."""
+    from cairn.sandbox.compose_check import compose_file_problem
+
+    env_dir = root / "environment"
+    compose = find_compose_file(env_dir)
+    if compose is None or not compose.is_file():
+        return  # a FIFO or a refused link: reported by check_special_files / check_links
+    image = _table(doc, "environment").get("docker_image")
+    supplied = (isinstance(image, str) and bool(image.strip())) or (env_dir / "Dockerfile").is_file()
+    problem = compose_file_problem(compose, main_supplied=supplied)
+    if problem is not None:
+        sink.file(compose, ERROR, problem[0], problem[1])
+
+
 def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
     """Artifacts and collect hooks that name a service need a compose file that defines it."""
     wanted = uses_services(doc)
@@ -401,9 +545,10 @@ def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) ->
     import yaml
 
     try:
-        services = (yaml.safe_load(compose.read_text(encoding="utf-8")) or {}).get("services")
-    except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
-        return  # reported when the run reads it
+        doc = load_yaml_file(compose)
+    except (InputFileError, yaml.YAMLError):
+        return  # reported by _check_compose
+    services = doc.get("services") if isinstance(doc, dict) else None
     if isinstance(services, dict):
         missing = sorted(wanted - set(services))
         if missing:
@@ -494,20 +639,24 @@ _FROM_RE = re.compile(r"^\s*FROM\s+(?P<rest>.*)$", re.IGNORECASE)
 
 def _check_dockerfile(dockerfile: Path, sink: FindingSink) -> None:
     """``FROM image`` without a tag or with ``:latest`` → warning with the line."""
-    text = dockerfile.read_text(encoding="utf-8", errors="replace")
+    try:
+        text = read_input(dockerfile).decode("utf-8", errors="replace")
+    except InputFileError as exc:
+        sink.file(dockerfile, ERROR, exc.reason, exc.line)
+        return
     stages: set[str] = set()
-    pending = ""
+    pending: list[str] = []  # the parts of a continued instruction (joined once: linear time)
     start = 0
     for lineno, raw in enumerate(text.splitlines(), start=1):
         if not pending:
             start = lineno
             if raw.lstrip().startswith("#"):
                 continue
-        line = pending + raw
-        if line.rstrip().endswith("\\"):
-            pending = line.rstrip()[:-1] + " "
+        if raw.rstrip().endswith("\\"):
+            pending.append(raw.rstrip()[:-1] + " ")
             continue
-        pending = ""
+        line = "".join(pending) + raw
+        pending = []
         m = _FROM_RE.match(line)
         if not m:
             continue
@@ -588,7 +737,11 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
     for script in tests + others:
         if not script.is_file():
             continue
-        data = script.read_bytes()
+        try:
+            data = read_input(script)
+        except InputFileError as exc:
+            sink.file(script, ERROR, exc.reason, exc.line)
+            continue
         if b"\r\n" in data:
             sink.file(script, WARNING, "CRLF line endings (cairn normalises them when it runs "
                       "the script; convert the file to LF)", rule="script-crlf")

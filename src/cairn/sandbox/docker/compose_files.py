@@ -80,18 +80,11 @@ def check_compose_file(path: Path, *, main_supplied: bool = False) -> None:
         UnsupportedError: the file is not a YAML mapping, or has no ``services.main`` and
             nothing to make one from.
     """
-    try:
-        doc = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise UnsupportedError(f"{path.name}: not readable as YAML: {exc}") from None
-    services = doc.get("services") if isinstance(doc, dict) else None
-    if not isinstance(services, dict):
-        raise UnsupportedError(f"{path.name}: a compose environment needs a `services` table")
-    if MAIN_SERVICE not in services and not main_supplied:
-        raise UnsupportedError(f"{path.name}: no service named `{MAIN_SERVICE}` (the agent's "
-                               "container) and nothing to make it from: add one, or add "
-                               "environment/Dockerfile or [environment].docker_image; found "
-                               f"{sorted(services)}")
+    from cairn.sandbox.compose_check import compose_file_problem
+
+    problem = compose_file_problem(path, main_supplied=main_supplied)
+    if problem is not None:
+        raise UnsupportedError(f"{path.name}: {problem[0]}")
 
 
 def project_name(trial_id: str, suffix: str) -> str:
