@@ -7,7 +7,6 @@ job-level errors before anything ran.
 
 from __future__ import annotations
 
-import io
 import os
 import sys
 from pathlib import Path
