@@ -76,6 +76,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
     Rule("unpinned-image", WARNING, "an image without a tag or with :latest (Dockerfile FROM, "
          "compose image:, docker_image)"),
     Rule("script-crlf", WARNING, "test.sh, solve.sh or setup.sh with CRLF line endings"),
+    Rule("too-big-to-check", WARNING, "a script or Dockerfile over the 1 MiB cairn reads for "
+         "its checks (it still runs)"),
     Rule("script-set-e", WARNING, "a test.sh using set -e that may exit before its reward"),
     Rule("mcp-download-no-network", WARNING, "an npx/uvx MCP server under a no-network agent"),
     Rule("judge-no-network", WARNING, "a judge credential under a no-network verifier"),

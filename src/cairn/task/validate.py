@@ -15,7 +15,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from cairn._util.inputfiles import InputFileError, load_yaml_file, read_input
+from cairn._util.inputfiles import MAX_INPUT_BYTES, InputFileError, load_yaml_file, read_input
 from cairn._util.text import NotUtf8Error, decode_utf8
 from cairn.layout import find_compose_file
 from cairn.netpolicy import AllowEntry
@@ -637,8 +637,25 @@ UNPINNED_IMAGE = "unpinned-image"
 _FROM_RE = re.compile(r"^\s*FROM\s+(?P<rest>.*)$", re.IGNORECASE)
 
 
+def _too_big_to_lint(path: Path, sink: FindingSink) -> bool:
+    """A script or Dockerfile over the parse cap is run or built as it is (a verifier with its
+    data inline is legal) but not read for the checks here: a warning says so."""
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return False
+    if size <= MAX_INPUT_BYTES or not path.is_file():
+        return False
+    sink.file(path, WARNING, f"is {size / (1 << 20):.1f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB "
+              "cairn reads for its checks: not checked (it still runs as it is)",
+              rule="too-big-to-check")
+    return True
+
+
 def _check_dockerfile(dockerfile: Path, sink: FindingSink) -> None:
     """``FROM image`` without a tag or with ``:latest`` → warning with the line."""
+    if _too_big_to_lint(dockerfile, sink):
+        return
     try:
         text = read_input(dockerfile).decode("utf-8", errors="replace")
     except InputFileError as exc:
@@ -736,6 +753,8 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
                    root / "steps" / n / "workdir" / "setup.sh"]
     for script in tests + others:
         if not script.is_file():
+            continue
+        if _too_big_to_lint(script, sink):
             continue
         try:
             data = read_input(script)
