@@ -453,7 +453,8 @@ class LlmAgent(Agent):
         from cairn.agents.mcp_client import McpTools
 
         tools = await McpTools.open(parse_mcp_servers(list(entries)),
-                                    sandbox.shell_argv(user=context.user, tty=False))
+                                    sandbox.shell_argv(user=context.user, tty=False),
+                                    log_dir=context.logs_dir)
         if tools.errors:
             context.metadata["mcp_errors"] = tools.errors
             context.logs_dir.mkdir(parents=True, exist_ok=True)
