@@ -46,7 +46,7 @@ def prepare_command(
     Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
     are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
     """
-    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any, version_problem
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
@@ -60,7 +60,12 @@ def prepare_command(
             typer.echo(f"error: {name!r} is not an installed CLI agent; known: "
                        f"{', '.join(classes)}", err=True)
             raise typer.Exit(2)
-        todo.append((name, version or classes[name].spec.version))
+        version = version if "@" in item else classes[name].spec.version
+        why = version_problem(version)
+        if why is not None:
+            typer.echo(f"error: {name}: {why}", err=True)
+            raise typer.Exit(2)
+        todo.append((name, version))
     failed = False
     for name, version in todo:
         spec = classes[name].spec
