@@ -565,3 +565,27 @@ def test_read_mini_steps_observations_and_status():
     assert read_mini(json.dumps({"messages": [None, 3, {"role": "assistant",
                                                        "tool_calls": "x"}]})).steps[0][
         "tool_calls"] == []
+
+
+def test_unreported_cached_tokens_are_null_in_the_step_and_in_sums(tmp_path):
+    """Issue 15: aider reports no cached tokens (the model server sent 300): the step's tokens
+    record ``cached: None``, never 0, and so do the trial's and job's sums over it."""
+    from types import SimpleNamespace
+
+    from cairn.agents.base import AgentContext
+    from cairn.agents.cli_logs import read_aider
+    from cairn.agents.registry import create_agent
+    from cairn.results.model import Tokens
+
+    run = read_aider(AIDER_LLM, AIDER_EVENTS, "")
+    ctx = AgentContext(task=None, step=SimpleNamespace(name="write"),  # type: ignore[arg-type]
+                       logs_dir=tmp_path, timeout_sec=10)
+    create_agent("aider", "openai/gpt-4o-mini", {})._account(run, ctx)
+    assert ctx.tokens == Tokens(prompt=1000, completion=40, cached=None)
+    assert ctx.tokens.model_dump()["cached"] is None
+    assert ctx.metadata["tokens_not_reported"] == ["cached"]
+    assert Tokens.total([ctx.tokens, Tokens(prompt=5, completion=1, cached=300)]) == \
+        Tokens(prompt=1005, completion=41, cached=None)
+    assert Tokens.total([Tokens(prompt=5, completion=1, cached=300),
+                         Tokens(prompt=1, completion=1, cached=0)]).cached == 300
+    assert Tokens.total([]) == Tokens(prompt=0, completion=0, cached=0)

@@ -579,7 +579,7 @@ class InstalledAgent(Agent):
         if run.has_tokens:
             context.tokens = Tokens(prompt=run.prompt_tokens or 0,
                                     completion=run.completion_tokens or 0,
-                                    cached=run.cached_tokens or 0)
+                                    cached=run.cached_tokens)
             missing = [n for n, v in (("prompt", run.prompt_tokens),
                                       ("completion", run.completion_tokens),
                                       ("cached", run.cached_tokens)) if v is None]
