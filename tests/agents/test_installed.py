@@ -589,3 +589,31 @@ def test_unreported_cached_tokens_are_null_in_the_step_and_in_sums(tmp_path):
     assert Tokens.total([Tokens(prompt=5, completion=1, cached=300),
                          Tokens(prompt=1, completion=1, cached=0)]).cached == 300
     assert Tokens.total([]) == Tokens(prompt=0, completion=0, cached=0)
+
+
+def test_agents_list_shows_python_agents_with_their_pin_and_cache_state(tmp_path, monkeypatch):
+    """Issue 15: aider and mini-swe-agent were listed as ``built-in`` with no version or cache
+    state, though they are installed agents prepared into the cache like the npm ones."""
+    from cairn.agents.installed import AIDER
+
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path))
+    folder = runtime_dir("aider", AIDER.version)
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "aider").write_text("#!/bin/sh\n")
+    (folder / MANIFEST).write_text(json.dumps({
+        "agent": "aider", "version": AIDER.version, "platform": "linux-x64", "source": "pypi",
+        "executables": {"aider": "bin/aider"}}))
+    out = CliRunner().invoke(_app(), ["agents", "list"])
+    assert out.exit_code == 0, out.output
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert lines["aider"] == ["aider", "pypi", f"aider-chat=={AIDER.version}", "resume=no",
+                              "cached:", AIDER.version, "linux-x64"]
+    assert lines["mini-swe-agent"][:2] == ["mini-swe-agent", "pypi"]
+    assert lines["mini-swe-agent"][2].startswith("mini-swe-agent==")
+    assert lines["mini-swe-agent"][-2:] == ["not", "cached"]
+    assert lines["claude-code"][:3] == ["claude-code", "npm", "@anthropic-ai/claude-code@2.1.332"]
+    assert lines["llm"] == ["llm", "built-in"]
+    rows = {r["name"]: r for r in json.loads(
+        CliRunner().invoke(_app(), ["agents", "list", "--json"]).stdout)["agents"]}
+    assert (rows["aider"]["kind"], rows["aider"]["cached"][0]["version"]) == \
+        ("pypi", AIDER.version)

@@ -117,11 +117,13 @@ def list_command(
         return
     typer.echo(f"cache: {cache_root()}")
     for r in rows:
-        if r["kind"] == "npm":
+        if r["kind"] in ("npm", "pypi"):  # the installed agents, npm CLIs and PyPI ones alike
             where = ", ".join(f"{c['version']} {c['platform']}"
                               for c in r["cached"] or ()) or \
                 "not cached"
-            typer.echo(f"  {r['name']:<14} {r['package']}@{r['version']:<10} "
-                       f"resume={'yes' if r['resume'] else 'no'}  cached: {where}")
+            pin = f"{r['package']}@{r['version']}" if r["kind"] == "npm" else \
+                f"{r['package']}=={r['version']}"
+            typer.echo(f"  {r['name']:<14} {r['kind']:<4}  {pin:<36} "
+                       f"resume={'yes' if r['resume'] else 'no':<3}  cached: {where}")
         else:
             typer.echo(f"  {r['name']:<14} built-in")
