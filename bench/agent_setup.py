@@ -74,8 +74,13 @@ def _task(root: Path, *, pypi: bool = False) -> Path:
     return task
 
 
-async def _one_trial(agent_name: str, task, tmp: Path) -> tuple[float, float]:
-    """(agent setup seconds, sandbox start seconds) of one trial."""
+async def _one_trial(agent_name: str, task, tmp: Path, *, pypi: bool = False
+                     ) -> tuple[float, float]:
+    """(agent setup seconds, sandbox start seconds) of one trial.
+
+    The task image must lack what the agent's runtime brings: Node.js for an npm agent (the
+    base image may have a python3, which such an agent never uses), and also Python for a
+    PyPI agent (its image has ``python3`` removed)."""
     agent = create_agent(agent_name, None, {})
     started = time.monotonic()
     mounts = await agent.prepare_host(task, can_mount=True)
@@ -91,9 +96,11 @@ async def _one_trial(agent_name: str, task, tmp: Path) -> tuple[float, float]:
         t1 = time.monotonic()
         await agent.setup(sandbox, ctx)
         setup_sec = time.monotonic() - t1
-        node = await sandbox.exec("command -v node || command -v python3 || echo none")
-        assert node.stdout.strip() == "none", \
-            f"the task image must have no Node.js or Python: {node.stdout.strip()}"
+        probe = "command -v node || command -v python3 || echo none" if pypi else \
+            "command -v node || command -v nodejs || echo none"
+        found = (await sandbox.exec(probe)).stdout.strip()
+        assert found == "none", \
+            f"the task image must have no {'Node.js or Python' if pypi else 'Node.js'}: {found}"
     return host_sec + setup_sec, env_sec
 
 
@@ -152,10 +159,10 @@ def main() -> int:
         if not args.reuse_cache:
             os.environ["CAIRN_CACHE_DIR"] = str(tmp / "cache")
             os.environ["npm_config_cache"] = str(tmp / "npm-cache")  # noqa: SIM112 - npm reads this spelling
-            first, _ = asyncio.run(_one_trial(args.agent, task, tmp))
+            first, _ = asyncio.run(_one_trial(args.agent, task, tmp, pypi=pypi))
         cached, envs = [], []
         for _ in range(args.n):
-            s, e = asyncio.run(_one_trial(args.agent, task, tmp))
+            s, e = asyncio.run(_one_trial(args.agent, task, tmp, pypi=pypi))
             cached.append(s)
             envs.append(e)
         agent = create_agent(args.agent, None, {})

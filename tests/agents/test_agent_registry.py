@@ -168,3 +168,50 @@ def test_missing_credentials_error_is_classified_auth():
         message="Missing credentials. Please pass an `api_key`", llm_provider="openai",
         model="gpt-4o")
     assert _classify(exc, litellm) == "auth"
+
+
+@pytest.mark.parametrize("agent", ["llm", "claude-code", "oracle", "nop", "aider"])
+@pytest.mark.parametrize("value", ["maybe", "", "2", "truee", "none"])
+def test_a_non_boolean_ignore_mcp_is_refused_not_read_as_false(monkeypatch, agent, value):
+    """Issue 15: ``--ak ignore_mcp=maybe`` was accepted and silently read as false."""
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test-not-used")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-test-not-used")
+    model = None if agent in ("claude-code", "oracle", "nop") else "openai/gpt-4o-mini"
+    with pytest.raises(UsageError, match=f"ignore_mcp={value!r} is not a boolean"):
+        validate_agent_options(agent, model, {"ignore_mcp": value}, {})
+
+
+@pytest.mark.parametrize(("value", "want"), [("true", True), ("FALSE", False), ("1", True),
+                                             ("0", False), (" yes ", True), ("no", False),
+                                             ("on", True), ("off", False), (True, True),
+                                             (False, False)])
+def test_boolean_agent_options_read_the_usual_spellings(value, want):
+    from cairn.agents.registry import create_agent
+
+    validate_agent_options("nop", None, {"ignore_mcp": value}, {})
+    assert create_agent("nop", None, {"ignore_mcp": value}).ignore_mcp is want
+
+
+@pytest.mark.parametrize(("key", "value", "message"), [
+    ("max_turns", "1.5", "is not a whole number"), ("max_turns", True, "is not a whole number"),
+    ("max_turns", "true", "is not a whole number"), ("temperature", "nan", "finite number"),
+    ("command_timeout_sec", "inf", "finite number"), ("model_retries", "-1", "not be negative"),
+    ("retry_base_delay_sec", False, "is not a number")])
+def test_llm_numeric_options_refuse_bools_fractions_and_non_finite(key, value, message):
+    with pytest.raises(UsageError, match=message):
+        validate_agent_options("llm", "openai/x", {key: value}, {})
+
+
+def test_a_non_boolean_agent_option_exits_2_before_start(tmp_path):
+    import subprocess
+    import sys
+
+    from taskgen import write_task
+
+    task = write_task(tmp_path, "t")
+    p = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "nop",
+                        "--ak", "ignore_mcp=maybe", "--jobs-dir", str(tmp_path / "jobs")],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert "ignore_mcp='maybe' is not a boolean" in p.stderr
+    assert not (tmp_path / "jobs").exists()

@@ -565,3 +565,55 @@ def test_read_mini_steps_observations_and_status():
     assert read_mini(json.dumps({"messages": [None, 3, {"role": "assistant",
                                                        "tool_calls": "x"}]})).steps[0][
         "tool_calls"] == []
+
+
+def test_unreported_cached_tokens_are_null_in_the_step_and_in_sums(tmp_path):
+    """Issue 15: aider reports no cached tokens (the model server sent 300): the step's tokens
+    record ``cached: None``, never 0, and so do the trial's and job's sums over it."""
+    from types import SimpleNamespace
+
+    from cairn.agents.base import AgentContext
+    from cairn.agents.cli_logs import read_aider
+    from cairn.agents.registry import create_agent
+    from cairn.results.model import Tokens
+
+    run = read_aider(AIDER_LLM, AIDER_EVENTS, "")
+    ctx = AgentContext(task=None, step=SimpleNamespace(name="write"),  # type: ignore[arg-type]
+                       logs_dir=tmp_path, timeout_sec=10)
+    create_agent("aider", "openai/gpt-4o-mini", {})._account(run, ctx)
+    assert ctx.tokens == Tokens(prompt=1000, completion=40, cached=None)
+    assert ctx.tokens.model_dump()["cached"] is None
+    assert ctx.metadata["tokens_not_reported"] == ["cached"]
+    assert Tokens.total([ctx.tokens, Tokens(prompt=5, completion=1, cached=300)]) == \
+        Tokens(prompt=1005, completion=41, cached=None)
+    assert Tokens.total([Tokens(prompt=5, completion=1, cached=300),
+                         Tokens(prompt=1, completion=1, cached=0)]).cached == 300
+    assert Tokens.total([]) == Tokens(prompt=0, completion=0, cached=0)
+
+
+def test_agents_list_shows_python_agents_with_their_pin_and_cache_state(tmp_path, monkeypatch):
+    """Issue 15: aider and mini-swe-agent were listed as ``built-in`` with no version or cache
+    state, though they are installed agents prepared into the cache like the npm ones."""
+    from cairn.agents.installed import AIDER
+
+    monkeypatch.setenv("CAIRN_CACHE_DIR", str(tmp_path))
+    folder = runtime_dir("aider", AIDER.version)
+    (folder / "bin").mkdir(parents=True)
+    (folder / "bin" / "aider").write_text("#!/bin/sh\n")
+    (folder / MANIFEST).write_text(json.dumps({
+        "agent": "aider", "version": AIDER.version, "platform": "linux-x64", "source": "pypi",
+        "executables": {"aider": "bin/aider"}}))
+    out = CliRunner().invoke(_app(), ["agents", "list"])
+    assert out.exit_code == 0, out.output
+    lines = {line.split()[0]: line.split() for line in out.stdout.splitlines()[1:]}
+    assert lines["aider"] == ["aider", "pypi", f"aider-chat=={AIDER.version}", "resume=no",
+                              "cached:", AIDER.version, "linux-x64"]
+    assert lines["mini-swe-agent"][:2] == ["mini-swe-agent", "pypi"]
+    assert lines["mini-swe-agent"][2].startswith("mini-swe-agent==")
+    assert lines["mini-swe-agent"][-2:] == ["not", "cached"]
+    assert lines["claude-code"][:3] == ["claude-code", "npm", "@anthropic-ai/claude-code@2.1.332"]
+    assert lines["llm"] == ["llm", "built-in"]
+    rows = {r["name"]: r for r in json.loads(
+        CliRunner().invoke(_app(), ["agents", "list", "--json"]).stdout)["agents"]}
+    assert (rows["aider"]["kind"], rows["aider"]["cached"][0]["version"]) == \
+        ("pypi", AIDER.version)

@@ -96,3 +96,48 @@ def test_llm_agent_refuses_a_remote_mcp_server(tmp_path):
     assert why is not None and "r (streamable-http)" in why
     assert check_agent_mcp(LlmAgent("openai/gpt-4o-mini"), load_task(task),
                            {"ignore_mcp": "true"}) is None
+
+
+CRASHING_SERVER = r'''
+import sys
+sys.stderr.write("\x1b[31mmcp server crashing\n"); sys.stderr.flush()
+sys.exit(9)
+'''
+
+
+@pytest.mark.docker
+@pytest.mark.slow
+def test_a_crashing_mcp_servers_stderr_goes_to_the_job_folder_not_the_terminal(
+        tmp_path, monkeypatch, capfd):
+    """Issue 15: a stdio server that writes ANSI text to stderr and exits 9 must not print
+    on cairn's terminal; its escaped stderr is in the step's agent folder, named by server."""
+    from testbed import backend_available
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-test-key")
+    task = write_task(tmp_path / "tasks", "mcp-crash",
+                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\n"
+                                 "COPY server.py /opt/mcp/server.py\n",
+                      files={"environment/server.py": CRASHING_SERVER},
+                      test=reward_if("true"))
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text() + MCP_TOML.replace('"stamper"', '"crasher"'))
+    with FakeOpenAI([submit_call(usage=(70, 5))]) as server:
+        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url,
+                         retry_base_delay_sec="0.01")
+        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs")
+        requests = list(server.requests)
+    out, err = capfd.readouterr()
+    assert "mcp server crashing" not in err and "mcp server crashing" not in out
+    assert "\x1b[31m" not in err
+    assert r.error is None, r
+    assert [t["function"]["name"] for t in requests[0]["tools"]] == ["bash", "submit"]
+    [errors] = list((tmp_path / "jobs").rglob("mcp-errors.txt"))
+    line = errors.read_text(encoding="utf-8").strip()
+    assert line.startswith("MCP server 'crasher' did not start: ")
+    assert line.endswith("its stderr (last part): \\x1b[31mmcp server crashing")
+    assert "\x1b" not in line
+    [log] = list((tmp_path / "jobs").rglob("mcp-crasher.stderr.log"))
+    assert log.parent == errors.parent
+    assert log.read_text(encoding="utf-8") == "\\x1b[31mmcp server crashing\n"

@@ -71,11 +71,12 @@ def _turns(agent: str, step: str) -> list[tuple[int, int, int]]:
     return USAGE[step][:1] if agent == "aider" else USAGE[step]
 
 
-def _want(agent: str, step: str) -> dict[str, int]:
+def _want(agent: str, step: str) -> dict[str, int | None]:
     turns = _turns(agent, step)
-    # aider does not report cached tokens for OpenAI-style usage: not counted (null in ATIF)
+    # aider does not report cached tokens for OpenAI-style usage (the scripted server sends
+    # them): null in result.json and in ATIF, never 0 (issue 15)
     return {"prompt": sum(t[0] for t in turns), "completion": sum(t[1] for t in turns),
-            "cached": 0 if agent == "aider" else sum(t[2] for t in turns)}
+            "cached": None if agent == "aider" else sum(t[2] for t in turns)}
 
 
 def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
@@ -119,8 +120,11 @@ def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
         instruction = (TWO_STEPS / "steps" / name / "instruction.md").read_text()
         assert traj["steps"][0]["source"] == "user"
         assert traj["steps"][0]["message"].strip() == instruction.strip()
-    total = {k: _want(agent, "write")[k] + _want(agent, "append")[k]
+    parts = [_want(agent, "write"), _want(agent, "append")]
+    total = {k: None if any(w[k] is None for w in parts) else sum(w[k] or 0 for w in parts)
              for k in ("prompt", "completion", "cached")}
+    if agent == "aider":
+        assert total["cached"] is None and any(t[2] for t in USAGE["write"])
     assert result["tokens"] == total
     assert json.loads((job / "summary.json").read_text())["tokens"] == total
     for path in job.rglob("*"):

@@ -62,6 +62,7 @@ from cairn.agents.runtime import (
     Runtime,
     find_runtime,
     prepare_any,
+    version_problem,
 )
 from cairn.agents.trajectory import Trajectory, utc_now_iso, write_json_atomic
 from cairn.errors import ErrorKind, TrialFailure, UsageError
@@ -578,7 +579,7 @@ class InstalledAgent(Agent):
         if run.has_tokens:
             context.tokens = Tokens(prompt=run.prompt_tokens or 0,
                                     completion=run.completion_tokens or 0,
-                                    cached=run.cached_tokens or 0)
+                                    cached=run.cached_tokens)
             missing = [n for n, v in (("prompt", run.prompt_tokens),
                                       ("completion", run.completion_tokens),
                                       ("cached", run.cached_tokens)) if v is None]
@@ -648,7 +649,7 @@ def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
     if prep is not None and prep not in ("auto", "never"):
         raise UsageError(f"agent {spec.name!r}: prepare must be 'auto' or 'never', got {prep!r}")
     version = kwargs.get("version")
-    if version is not None and (not str(version) or any(c in str(version) for c in "^~<>=* |")):
+    if version is not None and version_problem(str(version)) is not None:
         raise UsageError(f"agent {spec.name!r}: version must be an exact version "
                          f"(e.g. {spec.version}), got {version!r}")
 

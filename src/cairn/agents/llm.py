@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import random
 import uuid
@@ -132,12 +133,19 @@ class LlmOptions:
             try:
                 if raw is None or kind.startswith("str"):
                     value = raw
+                elif isinstance(raw, bool):  # YAML true is not the number 1
+                    raise ValueError(raw)
                 elif "int" in kind:
+                    if isinstance(raw, float) and not raw.is_integer():
+                        raise ValueError(raw)
                     value = int(raw)
                 else:
                     value = float(raw)
             except (TypeError, ValueError):
-                raise UsageError(f"agent 'llm' option {key}={raw!r} is not a number") from None
+                what = "a whole number" if "int" in kind else "a number"
+                raise UsageError(f"agent 'llm' option {key}={raw!r} is not {what}") from None
+            if isinstance(value, float) and not math.isfinite(value):
+                raise UsageError(f"agent 'llm' option {key}={raw!r} must be a finite number")
             if isinstance(value, (int, float)) and value < 0:
                 raise UsageError(f"agent 'llm' option {key}={raw!r} must not be negative")
             values[key] = value
@@ -453,7 +461,8 @@ class LlmAgent(Agent):
         from cairn.agents.mcp_client import McpTools
 
         tools = await McpTools.open(parse_mcp_servers(list(entries)),
-                                    sandbox.shell_argv(user=context.user, tty=False))
+                                    sandbox.shell_argv(user=context.user, tty=False),
+                                    log_dir=context.logs_dir)
         if tools.errors:
             context.metadata["mcp_errors"] = tools.errors
             context.logs_dir.mkdir(parents=True, exist_ok=True)

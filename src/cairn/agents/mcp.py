@@ -29,6 +29,7 @@ import shlex
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from cairn.errors import UsageError
 from cairn.task.mcp import (  # noqa: F401 - the values, re-exported
     HTTP,
     SSE,
@@ -155,16 +156,46 @@ def check_agent_mcp(agent: Any, task: Any, agent_kwargs: Mapping[str, Any]) -> s
         servers = parse_mcp_servers(list(entries))
     except ValueError as exc:
         return f"[environment] {exc}"
-    return mcp_refusal(agent, servers, ignore=_truthy(agent_kwargs.get(IGNORE_MCP, False)))
+    return mcp_refusal(agent, servers,
+                       ignore=parse_bool_option(IGNORE_MCP, agent_kwargs.get(IGNORE_MCP, False)))
 
 
-def _truthy(value: Any) -> bool:
-    return str(value).strip().lower() in ("1", "true", "yes", "on")
+TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
+FALSE_WORDS = frozenset({"false", "0", "no", "off"})
+
+
+def parse_bool_option(name: str, value: Any) -> bool:
+    """Read a boolean agent option (``--ak NAME=VALUE``, or a YAML value from a job config).
+
+    Args:
+        name: the option name (for the message).
+        value: ``True``/``False``, or a string: ``true``/``1``/``yes``/``on`` or
+            ``false``/``0``/``no``/``off`` (any case, surrounding spaces ignored).
+
+    Returns:
+        The boolean.
+
+    Raises:
+        UsageError: any other value (``maybe``, ``2``, an empty string); never read as false.
+    """
+    if isinstance(value, bool):
+        return value
+    word = str(value).strip().lower() if isinstance(value, str | int) else None
+    if word in TRUE_WORDS:
+        return True
+    if word in FALSE_WORDS:
+        return False
+    raise UsageError(f"agent option {name}={value!r} is not a boolean: use true or false "
+                     "(also accepted: 1/0, yes/no, on/off)")
 
 
 def pop_ignore_mcp(kwargs: dict[str, Any]) -> bool:
-    """Remove ``ignore_mcp`` from ``--ak`` options (every agent takes it); returns its value."""
-    return _truthy(kwargs.pop(IGNORE_MCP, False))
+    """Remove ``ignore_mcp`` from ``--ak`` options (every agent takes it); returns its value.
+
+    Raises:
+        UsageError: the value is not a boolean (:func:`parse_bool_option`).
+    """
+    return parse_bool_option(IGNORE_MCP, kwargs.pop(IGNORE_MCP, False))
 
 
 async def install_mcp_config(agent_name: str, task: Any, sandbox: Any, command: str, *,

@@ -107,12 +107,12 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
     if resume and getattr(cls, "supports_resume", None) is False:
         raise UsageError(f"agent {name!r} cannot continue a session across steps; remove "
                          "--resume-agent-session")
+    from cairn.agents.mcp import pop_ignore_mcp
+
+    options = dict(kwargs)
+    pop_ignore_mcp(options)  # every agent takes it; a non-boolean value is refused (#15)
     check = getattr(cls, "validate_options", None)
     if callable(check):
-        from cairn.agents.mcp import pop_ignore_mcp
-
-        options = dict(kwargs)
-        pop_ignore_mcp(options)
         check(model, options, {**os.environ, **dict(env or {})})
     return cls
 

@@ -23,6 +23,7 @@ import fcntl
 import json
 import os
 import platform as _platform
+import re
 import shutil
 import subprocess
 import time
@@ -130,13 +131,62 @@ class Runtime:
         return int(self.manifest.get("size_bytes") or 0)
 
 
+VERSION_PATTERN = re.compile(r"[0-9][0-9A-Za-z]*(?:[.+-][0-9A-Za-z]+)*")
+"""An exact agent version as npm (semver) and PyPI (PEP 440) write them: starts with a digit,
+then letters/digits in groups joined by single ``.``, ``-`` or ``+`` (``1.0.0``,
+``1.0.0-beta.1``, ``2.0.0rc1``, ``1.0+build.5``); no tags (``latest``), ranges or spaces."""
+MAX_VERSION_LEN = 64
+
+
+def version_problem(version: str) -> str | None:
+    """Why ``version`` is not an exact agent version (see :data:`VERSION_PATTERN`), or ``None``.
+
+    It becomes a cache folder name and an argument to npm/pip, so anything else is refused
+    before the cache is touched.
+    """
+    if len(version) <= MAX_VERSION_LEN and VERSION_PATTERN.fullmatch(version):
+        return None
+    return (f"agent version {version!r} is not an exact version (digits and letters in groups "
+            "joined by '.', '-' or '+', starting with a digit, at most "
+            f"{MAX_VERSION_LEN} characters, e.g. 1.0.0 or 1.0.0-beta.1)")
+
+
+def _check_version(version: str) -> None:
+    why = version_problem(version)
+    if why is not None:
+        raise AgentPrepareError(why)
+
+
+def reported_mismatch(version: str, reported: str | None) -> bool:
+    """Whether a CLI's ``--version`` output names a version and not ``version``.
+
+    ``True`` when ``reported`` holds a version-like token (``2.1.197``) but not ``version`` as
+    a whole token; output that names no version at all (a help text) is no mismatch.
+    """
+    if not reported:
+        return False
+    tokens = re.findall(r"(?<![0-9A-Za-z.+-])v?([0-9]+\.[0-9][0-9A-Za-z.+-]*)", reported)
+    tokens = [t.rstrip(".") for t in tokens]
+    if not tokens:
+        return False
+    return version not in tokens and version.split("+", 1)[0] not in tokens
+
+
 def runtime_dir(agent: str, version: str, platform: str = DEFAULT_PLATFORM) -> Path:
-    """The cache folder of one (agent, version, platform)."""
+    """The cache folder of one (agent, version, platform).
+
+    Raises:
+        AgentPrepareError: ``version`` is not an exact version (:func:`version_problem`).
+    """
+    _check_version(version)
     return cache_root() / agent / f"{version}-{platform}"
 
 
 def find_runtime(agent: str, version: str, platform: str = DEFAULT_PLATFORM) -> Runtime | None:
-    """The prepared runtime, or ``None`` when it is not in the cache (or is incomplete)."""
+    """The prepared runtime, or ``None`` when it is not in the cache (or is incomplete, or
+    ``version`` is not an exact version)."""
+    if version_problem(version) is not None:
+        return None
     path = runtime_dir(agent, version, platform)
     try:
         manifest = json.loads((path / MANIFEST).read_text("utf-8"))
@@ -210,6 +260,29 @@ def _du(path: Path) -> int:
     return total
 
 
+def _printable_tail(text: str, n: int = 200) -> str:
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text.strip())[:n]
+
+
+def _check_installed_npm_version(agent: str, package: str, version: str, staging: Path,
+                                 reported: str | None) -> None:
+    """Refuse an install whose package (its ``package.json``) or CLI (``--version``) is another
+    version than the one asked for (npm may resolve a spec it does not read as exact)."""
+    installed = None
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        installed = json.loads((staging / "node_modules" / package / "package.json")
+                               .read_text("utf-8")).get("version")
+    asked = version.split("+", 1)[0]  # npm drops build metadata
+    if not isinstance(installed, str) or installed not in (version, asked):
+        raise AgentPrepareError(
+            f"{agent}: asked for {package}@{version} but npm installed "
+            f"{_printable_tail(str(installed))!r}; nothing was cached")
+    if reported_mismatch(version, reported):
+        raise AgentPrepareError(
+            f"{agent}: asked for version {version} but the installed CLI reports "
+            f"{_printable_tail(reported or '')!r}; nothing was cached")
+
+
 def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                     platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
     """Install ``packaging.package@version`` for ``platform`` into the cache, once.
@@ -230,9 +303,11 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
         The prepared :class:`Runtime`.
 
     Raises:
-        AgentPrepareError: unknown platform, ``npm`` missing on the host, the install failed or did
-            not contain the expected executable.
+        AgentPrepareError: unknown platform, not an exact version (:func:`version_problem`),
+            ``npm`` missing on the host, the install failed or did not contain the expected
+            executable, or the installed package or CLI reports another version.
     """
+    _check_version(version)
     if platform not in PLATFORMS:
         raise AgentPrepareError(f"unknown agent platform {platform!r}; known: {', '.join(PLATFORMS)}")
     with _build_slot(agent, version, platform) as (found, final):
@@ -312,6 +387,7 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 if out.returncode != 0:
                     raise AgentPrepareError(f"{agent}: {first} --version exited {out.returncode}: "
                                         f"{(out.stderr or out.stdout).strip()[-500:]}")
+            _check_installed_npm_version(agent, packaging.package, version, staging, reported)
             for leftover in (".npm", ".config"):
                 shutil.rmtree(staging / leftover, ignore_errors=True)
             manifest = {"agent": agent, "package": packaging.package, "version": version,
@@ -523,9 +599,11 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
         The prepared :class:`Runtime`.
 
     Raises:
-        AgentPrepareError: another platform, no apt-get/dpkg-deb or pip on the host, a failed
-            download or install, or an entry point that does not start.
+        AgentPrepareError: not an exact version (:func:`version_problem`), another platform,
+            no apt-get/dpkg-deb or pip on the host, a failed download or install, an entry
+            point that does not start, or a ``--version`` that reports another version.
     """
+    _check_version(version)
     if platform != "linux-x64":
         raise AgentPrepareError(f"agent {agent!r} is prepared for linux-x64 only (its sealed "
                                 f"Python is Debian's amd64 build), not {platform!r}")
@@ -561,6 +639,11 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
                        env={"PATH": os.environ.get("PATH", ""), "HOME": str(staging),
                             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true"},
                        timeout=120)
+            if packaging.smoke_args == ("--version",) and reported_mismatch(
+                    version, (out.stdout or out.stderr)):
+                raise AgentPrepareError(
+                    f"{agent}: asked for version {version} but the installed CLI reports "
+                    f"{_printable_tail(out.stdout or out.stderr)!r}; nothing was cached")
             for leftover in (".cache", ".config", ".local", ".aider", ".npm"):
                 shutil.rmtree(staging / leftover, ignore_errors=True)
             manifest = {"agent": agent, "package": packaging.package, "version": version,

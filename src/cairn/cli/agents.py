@@ -46,7 +46,7 @@ def prepare_command(
     Later trials bind the cached runtime read-only into each sandbox: no network and no Node.js
     are needed inside. The cache is $CAIRN_CACHE_DIR/agents (default ~/.cache/cairn/agents).
     """
-    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any
+    from cairn.agents.runtime import PLATFORMS, AgentPrepareError, prepare_any, version_problem
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
@@ -60,7 +60,12 @@ def prepare_command(
             typer.echo(f"error: {name!r} is not an installed CLI agent; known: "
                        f"{', '.join(classes)}", err=True)
             raise typer.Exit(2)
-        todo.append((name, version or classes[name].spec.version))
+        version = version if "@" in item else classes[name].spec.version
+        why = version_problem(version)
+        if why is not None:
+            typer.echo(f"error: {name}: {why}", err=True)
+            raise typer.Exit(2)
+        todo.append((name, version))
     failed = False
     for name, version in todo:
         spec = classes[name].spec
@@ -112,11 +117,13 @@ def list_command(
         return
     typer.echo(f"cache: {cache_root()}")
     for r in rows:
-        if r["kind"] == "npm":
+        if r["kind"] in ("npm", "pypi"):  # the installed agents, npm CLIs and PyPI ones alike
             where = ", ".join(f"{c['version']} {c['platform']}"
                               for c in r["cached"] or ()) or \
                 "not cached"
-            typer.echo(f"  {r['name']:<14} {r['package']}@{r['version']:<10} "
-                       f"resume={'yes' if r['resume'] else 'no'}  cached: {where}")
+            pin = f"{r['package']}@{r['version']}" if r["kind"] == "npm" else \
+                f"{r['package']}=={r['version']}"
+            typer.echo(f"  {r['name']:<14} {r['kind']:<4}  {pin:<36} "
+                       f"resume={'yes' if r['resume'] else 'no':<3}  cached: {where}")
         else:
             typer.echo(f"  {r['name']:<14} built-in")

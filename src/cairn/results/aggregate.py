@@ -430,8 +430,6 @@ def sum_judge(usages: Iterable[JudgeUsage | None]) -> JudgeUsage | None:
     models: list[str] = []
     for u in got:
         models.extend(m for m in u.models if m not in models)
-    return JudgeUsage(tokens=Tokens(prompt=sum(u.tokens.prompt for u in got),
-                                    completion=sum(u.tokens.completion for u in got),
-                                    cached=sum(u.tokens.cached for u in got)),
+    return JudgeUsage(tokens=Tokens.total(u.tokens for u in got),
                       cost_usd=math.fsum(costs) if costs else None, models=models,
                       calls=sum(u.calls for u in got))

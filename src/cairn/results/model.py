@@ -6,6 +6,7 @@ These are values: :mod:`cairn.results.store` alone writes them to disk.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from enum import StrEnum
 from typing import Any, Literal
@@ -97,7 +98,19 @@ class Tokens(_Persisted):
 
     prompt: int = 0
     completion: int = 0
-    cached: int = 0
+    cached: int | None = 0
+    """Cached prompt tokens; ``None`` when the agent does not report them (aider), never a
+    made-up 0 (a sum over steps or trials is ``None`` when any part is)."""
+
+    @classmethod
+    def total(cls, parts: Iterable[Tokens]) -> Tokens:
+        """The sum of ``parts``; ``cached`` is ``None`` when any part's is ``None``."""
+        items = list(parts)
+        cached = [t.cached for t in items]
+        return cls(prompt=sum(t.prompt for t in items),
+                   completion=sum(t.completion for t in items),
+                   cached=None if any(c is None for c in cached)
+                   else sum(c for c in cached if c is not None))
 
 
 class JudgeUsage(_Persisted):

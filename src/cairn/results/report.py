@@ -48,7 +48,8 @@ def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tup
         rows.append((f"reward[{key}]", f"{_f(stat.mean)} (n={stat.n})"))
     if s.tokens.prompt or s.tokens.completion:
         rows.append(("tokens", f"prompt {s.tokens.prompt}, completion {s.tokens.completion}, "
-                               f"cached {s.tokens.cached}"))
+                               "cached " + ("not reported" if s.tokens.cached is None
+                                            else str(s.tokens.cached))))
     if s.cost_usd is not None:
         rows.append(("cost", f"${s.cost_usd:.4f}"))
     if s.judge is not None:  # an LLM judge's spend, apart from the agents'
