@@ -586,6 +586,24 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     assert p.returncode == 2 and "nosuch" in p.stderr
 
 
+def test_dry_run_reports_what_the_capability_check_refuses(tmp_path):
+    """A task the chosen backend cannot sandbox for the agent (claude-code under no-network on
+    the local backend: the model host needs the egress gateway) is a problem in the plan, exit
+    1, with the words the run's config_error gives; and nothing is written."""
+    write_task(tmp_path, "sealed")
+    common = ("run", "-p", "sealed", "-a", "claude-code", "-e", "local", "--job-name", "j")
+    p = cairn(*common, "--dry-run", cwd=tmp_path, ANTHROPIC_API_KEY="x")
+    assert p.returncode == 1, p.stdout + p.stderr
+    (line,) = [x for x in p.stdout.splitlines() if x.startswith("problem: ")]
+    assert line.startswith("problem: test/sealed: refused before start: backend 'local' cannot "
+                           "enforce the network policy no-network + model")
+    assert "problems: 1" in p.stdout and not (tmp_path / "jobs").exists()
+    run = cairn(*common, cwd=tmp_path, ANTHROPIC_API_KEY="x")
+    (r,) = trials(tmp_path / "jobs" / "j").values()
+    assert run.returncode == 1 and r["error"]["kind"] == "config_error"
+    assert line.split("refused before start: ", 1)[1] in r["error"]["message"]
+
+
 @pytest.mark.local
 @local
 def test_resume_takes_the_env_file_again(tmp_path):

@@ -112,7 +112,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
     from cairn.job.discover import check_templates, discover_inputs
     from cairn.job.folder import backend_refusal, job_exists_error, scan_folder
     from cairn.job.planner import FolderState, TrialAction, plan_trials
-    from cairn.job.preflight import artifact_warnings, backend_findings
+    from cairn.job.preflight import artifact_warnings, backend_findings, refuse_unsupported
     from cairn.results.store import JobPaths, trial_dir_name
     from cairn.sandbox import resolve_backend
     from cairn.task.findings import ERROR
@@ -176,6 +176,9 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
         check_templates(to_run, verifier_env=config.verifier_env)
     except UsageError as exc:
         plan.problems.append(str(exc))
+    # the run's capability check (agent × task × backend: MCP servers, skills, network
+    # policies the backend cannot enforce, …), as the trials would end config_error
+    plan.problems += refuse_unsupported(decisions, config, backend)[1]
     return plan
 
 
