@@ -16,7 +16,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from taskgen import reward_if, write_task
+from testbed import local_available
 
 HEAVY = ("docker", "requests", "urllib3", "litellm", "rich", "yaml", "pydantic", "typer",
          "asyncio", "cairn.results", "cairn.sandbox", "cairn.job", "cairn.trial",
@@ -88,3 +90,76 @@ def test_cairn_run_reaches_the_engine_before_any_heavy_import(tmp_path):
     assert "cairn._util.engine_ping" in loaded
     bad = sorted(m for m in loaded if m in HEAVY or any(m.startswith(h + ".") for h in HEAVY))
     assert bad == [], f"loaded before the first engine call: {bad}"
+
+
+NOT_ON_LOCAL_RUN = (
+    # third-party modules a local oracle trial does not use
+    "docker", "requests", "urllib3", "litellm", "rich", "yaml", "jinja2", "httpx", "starlette",
+    "uvicorn", "ray", "mcp", "pyarrow", "dotenv",
+    # command modules of other commands (cli/_app.py app_for) and areas the run does not reach
+    "cairn.cli.tasks", "cairn.cli.clean", "cairn.cli.snapshots", "cairn.cli.datasets",
+    "cairn.cli.view", "cairn.cli.export", "cairn.cli.agents", "cairn.sandbox.docker",
+    "cairn.viewer", "cairn.datasets", "cairn.agents.llm", "cairn.agents.installed",
+    "cairn.job.executors.ray", "cairn.results.export", "cairn.results.harbor",
+)
+"""Modules none of which ``cairn run -a oracle -e local`` of a trivial task may load (#13: the
+whole process of that trial is the target, so each costs every run)."""
+
+LOCAL_PROBE = textwrap.dedent("""
+    import atexit, json, os, sys
+    atexit.register(lambda: json.dump(sorted(sys.modules),
+                                      open(os.environ["PROBE_OUT"], "w", encoding="utf-8")))
+    sys.argv = ["cairn", *sys.argv[1:]]
+    from cairn.cli import main
+    main()
+""")
+
+
+@pytest.mark.local
+@pytest.mark.skipif(not local_available(), reason="no local sandbox support")
+def test_cairn_run_local_loads_only_what_the_trial_uses(tmp_path):
+    task = write_task(tmp_path / "tasks", "startup", solve="touch /tmp/done\n",
+                      test=reward_if("test -f /tmp/done"))
+    out_file = tmp_path / "modules.json"
+    r = subprocess.run(
+        [sys.executable, "-c", LOCAL_PROBE, "run", "-p", str(task), "-a", "oracle", "-e", "local",
+         "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
+        env=_env(PROBE_OUT=str(out_file)), capture_output=True, text=True, encoding="utf-8",
+        timeout=120)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
+    (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
+    assert json.loads(result.read_text(encoding="utf-8"))["reward"] == 1.0
+    loaded = set(json.loads(out_file.read_text(encoding="utf-8")))
+    assert {"cairn.cli.run", "cairn.sandbox.local", "cairn.trial.run"} <= loaded
+    bad = sorted(m for m in loaded
+                 if m in NOT_ON_LOCAL_RUN or any(m.startswith(h + ".") for h in NOT_ON_LOCAL_RUN))
+    assert bad == [], f"cairn run -e local loaded {bad}"
+
+
+def test_each_command_is_built_from_its_own_modules_only():
+    """``app_for([name])`` imports only ``COMMAND_MODULES[name]``: every top-level command and
+    group of the full application is in that table, with the modules its callbacks live in,
+    and the application it returns holds exactly that command."""
+    import typer.main
+
+    from cairn.cli._app import COMMAND_MODULES, _register, app, app_for
+
+    _register()
+    full = typer.main.get_command(app)
+    assert isinstance(full, typer.main.TyperGroup)
+    assert sorted(full.commands) == sorted(COMMAND_MODULES)
+
+    def callback_modules(cmd) -> set[str]:
+        if hasattr(cmd, "commands"):
+            return set().union(*(callback_modules(c) for c in cmd.commands.values()))
+        return {cmd.callback.__wrapped__.__module__ if hasattr(cmd.callback, "__wrapped__")
+                else cmd.callback.__module__}
+
+    for name, cmd in full.commands.items():
+        mods = {m.removeprefix("cairn.cli.") for m in callback_modules(cmd)}
+        assert mods <= set(COMMAND_MODULES[name]), (name, mods)
+        one = typer.main.get_command(app_for([name]))
+        assert isinstance(one, typer.main.TyperGroup)
+        assert list(one.commands) == [name]
+        assert [p.name for p in one.commands[name].params] == [p.name for p in cmd.params]
+    assert app_for([]) is app and app_for(["--help"]) is app and app_for(["runn"]) is app

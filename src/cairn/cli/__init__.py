@@ -13,8 +13,8 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    """``app``, ``tasks_app`` and ``_register``, from :mod:`cairn.cli._app` on first use."""
-    if name in ("app", "tasks_app", "_register"):
+    """``app``, ``tasks_app``, ``_register`` and ``app_for``, from :mod:`cairn.cli._app` on first use."""
+    if name in ("app", "tasks_app", "_register", "app_for"):
         from cairn.cli import _app
 
         return getattr(_app, name)
@@ -41,7 +41,6 @@ def main() -> None:
     import sys
 
     _early_engine_check(sys.argv[1:])
-    from cairn.cli._app import _register, app
+    from cairn.cli._app import app_for
 
-    _register()
-    app()
+    app_for(sys.argv[1:])()
