@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+
 from taskgen import reward_if, write_task
 from testbed import local_available
 
