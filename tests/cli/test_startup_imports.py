@@ -107,9 +107,19 @@ NOT_ON_LOCAL_RUN = (
 whole process of that trial is the target, so each costs every run)."""
 
 LOCAL_PROBE = textwrap.dedent("""
-    import atexit, json, os, sys
-    atexit.register(lambda: json.dump(sorted(sys.modules),
-                                      open(os.environ["PROBE_OUT"], "w", encoding="utf-8")))
+    import atexit, gc, json, os, sys
+    seen = {"gc_at_start": gc.isenabled()}
+    def dump():
+        seen.update(modules=sorted(sys.modules), gc_at_exit=gc.isenabled(),
+                    frozen=gc.get_freeze_count())
+        json.dump(seen, open(os.environ["PROBE_OUT"], "w", encoding="utf-8"))
+    atexit.register(dump)
+    import cairn.job.run as job_run
+    real = job_run.arun_job
+    def arun_job(*a, **k):  # the job starts: is the collector running again?
+        seen["gc_at_job"] = gc.isenabled()
+        return real(*a, **k)
+    job_run.arun_job = arun_job
     sys.argv = ["cairn", *sys.argv[1:]]
     from cairn.cli import main
     main()
@@ -130,7 +140,11 @@ def test_cairn_run_local_loads_only_what_the_trial_uses(tmp_path):
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
     assert json.loads(result.read_text(encoding="utf-8"))["reward"] == 1.0
-    loaded = set(json.loads(out_file.read_text(encoding="utf-8")))
+    seen = json.loads(out_file.read_text(encoding="utf-8"))
+    # start-up ran with the collector paused (cli.main); the job and the exit with it running
+    assert seen["gc_at_start"] and seen["gc_at_job"] and seen["gc_at_exit"]
+    assert seen["frozen"] > 10_000  # start-up's objects were moved out of its generations
+    loaded = set(seen["modules"])
     assert {"cairn.cli.run", "cairn.sandbox.local", "cairn.trial.run"} <= loaded
     bad = sorted(m for m in loaded
                  if m in NOT_ON_LOCAL_RUN or any(m.startswith(h + ".") for h in NOT_ON_LOCAL_RUN))
@@ -164,3 +178,24 @@ def test_each_command_is_built_from_its_own_modules_only():
         assert list(one.commands) == [name]
         assert [p.name for p in one.commands[name].params] == [p.name for p in cmd.params]
     assert app_for([]) is app and app_for(["--help"]) is app and app_for(["runn"]) is app
+
+
+@pytest.mark.parametrize("argv", [["run", "--no-such-flag"], ["run", "-p", "/nonexistent/task",
+                                                              "--dry-run"], ["--version"]])
+def test_main_leaves_the_garbage_collector_running(argv):
+    """Whatever the command does (a usage error, a refused input, no job at all), the collector
+    ``cairn.cli.main`` paused for start-up runs again when it returns."""
+    code = textwrap.dedent(f"""
+        import gc, sys
+        sys.argv = ["cairn", *{argv!r}]
+        from cairn.cli import main
+        try:
+            main()
+        except SystemExit as exc:
+            print("exit", exc.code)
+        print("gc", gc.isenabled())
+    """)
+    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True,
+                       encoding="utf-8", timeout=60)
+    assert r.stdout.splitlines()[-1] == "gc True", r.stdout + r.stderr
+    assert r.stdout.splitlines()[-2] != "exit 0" or argv == ["--version"]
