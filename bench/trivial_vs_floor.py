@@ -13,9 +13,17 @@ as whole-process wall times:
 - Harbor, when the environment variable ``HARBOR`` names a Harbor install (the ``harbor``
   executable, or a folder holding ``bin/harbor``): ``harbor run --path TASK --agent oracle``.
 
+With ``--compare SRC`` (a ``src`` folder of another cairn checkout, e.g. the code before a
+change), that cairn runs too, interleaved with this one, and both are printed side by side.
+
+cairn runs with its bytecode cache (``.pyc``) as an installed package has it:
+``PYTHONDONTWRITEBYTECODE`` is dropped from the cairn processes' environment, so the warm-up
+run writes the cache (otherwise every run compiles all of cairn again, ~0.2 s).
+
 Usage:
     python3 bench/trivial_vs_floor.py [-n 7] [--image debian:bookworm-slim] [--limit 1.15]
     python3 bench/trivial_vs_floor.py -e local [-n 7]   # local backend, whole process alone
+    python3 bench/trivial_vs_floor.py -e local --compare /path/to/other/src
 
 Exit status 0 when cairn / floor ≤ limit, 1 otherwise.
 """
@@ -105,17 +113,23 @@ class EngineCalls:
         self._client.close()
 
 
-def cairn_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep +
-            os.environ.get("PYTHONPATH", "")}
+SRC = REPO / "src"
 
 
-def run_cairn(task: Path, jobs: Path, name: str, backend: str = "docker") -> tuple[float, dict]:
-    """One whole ``cairn run`` process; (wall seconds, result.json)."""
+def cairn_env(src: Path = SRC) -> dict[str, str]:
+    """The environment of a cairn process: ``src`` first on ``PYTHONPATH``, bytecode cache on."""
+    env = {**os.environ, "PYTHONPATH": str(src) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    return env
+
+
+def run_cairn(task: Path, jobs: Path, name: str, backend: str = "docker",
+              src: Path = SRC) -> tuple[float, dict]:
+    """One whole ``cairn run`` process of the cairn in ``src``; (wall seconds, result.json)."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "oracle",
                         "-e", backend, "--jobs-dir", str(jobs), "--job-name", name],
-                       capture_output=True, text=True, env=cairn_env(), check=False)
+                       capture_output=True, text=True, env=cairn_env(src), check=False)
     wall = time.perf_counter() - t0
     if p.returncode != 0:
         sys.exit(f"cairn run failed ({p.returncode}):\n{p.stdout}\n{p.stderr}")
@@ -170,24 +184,34 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def local_main(n: int, image: str) -> int:
-    """The local backend: the trivial trial's whole ``cairn run`` process, median of ``n``."""
+def local_main(n: int, image: str, compare: Path | None) -> int:
+    """The local backend: the trivial trial's whole ``cairn run`` process, median of ``n``
+    (interleaved with the cairn in ``compare`` when given)."""
     print(f"load average before: {load()}")
+    srcs = [SRC] + ([compare] if compare else [])
+    walls: dict[Path, list[float]] = {s: [] for s in srcs}
+    trials: dict[Path, list[float]] = {s: [] for s in srcs}
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
         task = write_task(root / "tasks", image)
-        run_cairn(task, root / "jobs", "warm-up", "local")
-        walls, trials = [], []
+        for k, src in enumerate(srcs):
+            run_cairn(task, root / "jobs", f"warm-up-{k}", "local", src)
         for i in range(n):
-            wall, res = run_cairn(task, root / "jobs", f"r{i}", "local")
-            walls.append(wall)
-            trials.append(res["timings"]["total_sec"])
-    c, ct = statistics.median(walls), statistics.median(trials)
-    print(f"rounds: {n}; load average after: {load()}")
-    print(f"cairn run -e local (whole process) {ms(c)}  (target <= 250 ms)")
-    print(f"  of which the trial itself        {ms(ct)}")
-    print(f"  process start, imports, job      {ms(c - ct)}")
-    return 0 if c <= 0.25 else 1
+            for k, src in enumerate(srcs):
+                wall, res = run_cairn(task, root / "jobs", f"r{i}-{k}", "local", src)
+                walls[src].append(wall)
+                trials[src].append(res["timings"]["total_sec"])
+    print(f"rounds: {n}{', interleaved' if compare else ''}; load average after: {load()}")
+    med = statistics.median
+    for src in srcs:
+        c, ct = med(walls[src]), med(trials[src])
+        label = "" if src == SRC else f"   [--compare {src}]"
+        print(f"cairn run -e local (whole process) {ms(c)}  (target <= 250 ms){label}")
+        print(f"  of which the trial itself        {ms(ct)}")
+        print(f"  process start, imports, job      {ms(c - ct)}")
+    if compare:
+        print(f"ratio this / --compare             {med(walls[SRC]) / med(walls[compare]):8.2f}x")
+    return 0 if med(walls[SRC]) <= 0.25 else 1
 
 
 def main() -> int:
@@ -197,9 +221,12 @@ def main() -> int:
     ap.add_argument("--limit", type=float, default=1.15, help="target cairn / floor ratio")
     ap.add_argument("-e", default="docker", choices=("docker", "local"),
                     help="backend; local: cairn's whole process alone (target <= 0.25 s)")
+    ap.add_argument("--compare", type=Path, metavar="SRC",
+                    help="also run the cairn of this src folder, interleaved (before/after)")
     args = ap.parse_args()
+    compare = args.compare.resolve() if args.compare else None
     if args.e == "local":
-        return local_main(args.n, args.image)
+        return local_main(args.n, args.image, compare)
     docker = docker_cli()
     harbor = harbor_command()
     print(f"load average before: {load()}")
@@ -208,6 +235,8 @@ def main() -> int:
         task = write_task(root / "tasks", args.image)
         jobs = root / "jobs"
         run_cairn(task, jobs, "warm-up")  # builds and caches the image, warms .pyc files
+        if compare:
+            run_cairn(task, jobs, "warm-up-compare", src=compare)
         floor_minimal(docker, task, root, f"cairn-bench-min-{uuid.uuid4().hex[:8]}")
         # engine calls of one trial each, from the engine's events
         with EngineCalls("bench-trivial") as cairn_calls:
@@ -216,10 +245,16 @@ def main() -> int:
         with EngineCalls(marker) as floor_calls:
             floor_minimal(docker, task, root, marker)
         c_wall, c_trial, f_min, h_wall = [], [], [], []
+        o_wall: list[float] = []
+        o_trial: list[float] = []
         for i in range(args.n):
             wall, res = run_cairn(task, jobs, f"r{i}")
             c_wall.append(wall)
             c_trial.append(res["timings"]["total_sec"])
+            if compare:
+                wall, res = run_cairn(task, jobs, f"c{i}", src=compare)
+                o_wall.append(wall)
+                o_trial.append(res["timings"]["total_sec"])
             f_min.append(floor_minimal(docker, task, root,
                                        f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
             if harbor:
@@ -242,6 +277,13 @@ def main() -> int:
     print(f"minimal docker CLI script      {ms(fm)}  (build -q, run, 3 exec, 2 cp, rm)")
     ratio = c / fm
     print(f"ratio cairn / minimal script   {ratio:8.2f}x  (target <= {args.limit:.2f})")
+    if compare:
+        o, ot = med(o_wall), med(o_trial)
+        print(f"--compare {compare}:")
+        print(f"  cairn run (whole process)    {ms(o)}  (ratio to the script {o / fm:.2f}x)")
+        print(f"  of which the trial itself    {ms(ot)}")
+        print(f"  process start, imports, job  {ms(o - ot)}")
+        print(f"  ratio this / --compare       {c / o:8.2f}x")
     if harbor:
         h = med(h_wall)
         print(f"harbor run (whole process)     {ms(h)}")

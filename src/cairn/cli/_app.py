@@ -46,13 +46,75 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
 app.add_typer(tasks_app, name="tasks")
 
 
-def _register() -> None:
-    # Importing these modules registers their commands on `app` / `tasks_app`.
+COMMAND_MODULES: dict[str, tuple[str, ...]] = {
+    "run": ("run",), "resume": ("run",), "report": ("run",),
+    "tasks": ("tasks", "run"),  # `tasks sanity` lives in cli/run.py
+    "clean": ("clean",),
+    "regrade": ("snapshots",), "shell": ("snapshots",),
+    "datasets": ("datasets",), "cache": ("datasets",),
+    "export": ("export",), "view": ("view",), "agents": ("agents",),
+}
+"""The top-level command (or group) name → the ``cairn.cli`` modules that register it. Held
+against the registered commands by ``tests/cli/test_startup_imports.py``."""
+
+_MODULES = ("tasks", "clean", "run", "snapshots", "datasets", "view", "export", "agents")
+
+
+def _register(modules: tuple[str, ...] = _MODULES) -> None:
+    """Import the command modules (each registers its commands on `app` / `tasks_app`).
+
+    Args:
+        modules: names under ``cairn.cli``; default all of them.
+    """
     import importlib
 
-    for mod in ("tasks", "clean", "run", "snapshots", "datasets", "view", "export", "agents"):
+    for mod in modules:
         try:
             importlib.import_module(f"cairn.cli.{mod}")
         except ModuleNotFoundError as exc:  # a command area not built yet
             if exc.name != f"cairn.cli.{mod}":
                 raise
+
+
+def _command_name(info: typer.models.CommandInfo) -> str:
+    """The name Typer gives a registered command (its explicit name, else from the callback)."""
+    if info.name:
+        return info.name
+    from typer.main import get_command_name
+
+    assert info.callback is not None
+    return get_command_name(info.callback.__name__)
+
+
+def app_for(argv: list[str]) -> typer.Typer:
+    """The application to run for ``argv`` (the arguments after ``cairn``), built lazily.
+
+    When ``argv`` starts with a known top-level command, only the modules of that command are
+    imported and the returned application (a shallow copy of :data:`app`) holds that one
+    command or group, so Typer builds one click command instead of all of them (each costs a
+    signature inspection and its options' type hints; #13). Anything else — no arguments,
+    ``--help``, ``--version``, an unknown command — gets the whole application, so help
+    listings and "No such command" suggestions are unchanged. :data:`app` itself is never
+    modified.
+
+    Args:
+        argv: the command line after the program name.
+
+    Returns:
+        A Typer application to call.
+    """
+    name = argv[0] if argv else ""
+    modules = COMMAND_MODULES.get(name)
+    if modules is None:
+        _register()
+        return app
+    _register(modules)
+    import copy
+
+    one = copy.copy(app)
+    one.registered_commands = [c for c in app.registered_commands if _command_name(c) == name]
+    one.registered_groups = [g for g in app.registered_groups if g.name == name]
+    if not one.registered_commands and not one.registered_groups:  # COMMAND_MODULES is stale
+        _register()
+        return app
+    return one

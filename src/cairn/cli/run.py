@@ -447,6 +447,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     import asyncio
     import signal
 
+    from cairn.cli import end_startup
     from cairn.cli.progress import Progress
     from cairn.errors import JobStorageFullError, UsageError
     from cairn.job.run import arun_job, claim_job_dir, read_job
@@ -483,6 +484,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
                 loop.add_signal_handler(sig, on_signal)
             except (NotImplementedError, RuntimeError, ValueError):
                 pass
+        end_startup()  # the collector paused by cairn.cli.main runs again for the job
         return await arun_job(cfg, job_dir=job_dir, resume=resume, retry_errors=retry_errors,
                               observer=progress)
 
