@@ -192,6 +192,56 @@ def key_problem(key: str) -> str | None:
     return None
 
 
+JOB_NAME_MAX_BYTES = 255
+"""The longest job name, in UTF-8 bytes (one folder name on Linux, macOS and Windows)."""
+
+
+def check_job_name(name: str) -> str:
+    """Refuse a job name that is not one safe folder name under the jobs folder.
+
+    A job name becomes ``<jobs_dir>/<name>``, so it must be exactly one path component that
+    stays inside ``jobs_dir``. Legal: any printable text (letters of any script, digits,
+    spaces, ``_ - . : % # @ + = ,`` …), so Harbor's names (``2026-11-29__12-00-00``,
+    ``nightly:v2``) keep working. Refused: empty, ``.``/``..``, a ``/`` or ``\\``, NUL or
+    any other control character, a leading ``-`` (read as an option by ``cairn view``,
+    ``rm``, …), a leading ``.`` (a hidden folder), leading or trailing whitespace, more than
+    :data:`JOB_NAME_MAX_BYTES` bytes.
+
+    Args:
+        name: the job name (``--job-name``, ``job_name:`` in a config file).
+
+    Returns:
+        ``name`` unchanged.
+
+    Raises:
+        ValueError: the name is refused; the message names it and says why.
+    """
+    def bad(why: str) -> ValueError:
+        shown = name if len(name) <= 80 else name[:80] + "…"
+        return ValueError(f"job name {shown!r}: {why}; a job name is one folder name under "
+                          "the jobs folder (letters, digits, spaces and _ - . : % # and the "
+                          "like)")
+
+    if not name:
+        raise ValueError("job name is empty; give a folder name (or leave it out for the "
+                         "start time)")
+    if name in (".", ".."):
+        raise bad("not a folder name")
+    if "/" in name or "\\" in name:
+        raise bad("holds a path separator (/ or \\)")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 or c in "\u2028\u2029" for c in name):
+        raise bad("holds a control character")
+    if name.startswith("-"):
+        raise bad("starts with '-'")
+    if name.startswith("."):
+        raise bad("starts with '.' (a hidden folder)")
+    if name != name.strip():
+        raise bad("starts or ends with whitespace")
+    if len(name.encode("utf-8", "surrogatepass")) > JOB_NAME_MAX_BYTES:
+        raise bad(f"longer than {JOB_NAME_MAX_BYTES} bytes")
+    return name
+
+
 class JobConfig(BaseModel):
     """A job's resolved configuration (design §8); what ``-c job.yaml`` holds, flags win.
 
@@ -294,6 +344,11 @@ class JobConfig(BaseModel):
     build_timeout_multiplier: float | None = Field(default=None, gt=0)
     """Scales image-build timeouts instead of ``timeout_multiplier`` (Harbor's
     ``environment_build_timeout_multiplier``)."""
+
+    @field_validator("job_name")
+    @classmethod
+    def _job_name(cls, value: str | None) -> str | None:
+        return None if value is None else check_job_name(value)
 
     @field_validator("artifacts")
     @classmethod

@@ -6,6 +6,7 @@ from ``file://``, and an open job page follows a running job without a reload.
 
 from __future__ import annotations
 
+import signal
 import subprocess
 import sys
 import time
@@ -198,3 +199,53 @@ def test_screenshots_for_the_docs(example_job, browser):
     browser.set_window_size(1280, 1000)
     for name in ("viewer-job.png", "viewer-trial.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_live_updates_follow_a_job_whose_name_holds_percent_space_and_hash(tmp_path, browser):
+    """A job named ``a b%2e #1``: its pages poll version URLs that reach the server
+    (``/api/jobs/a%20b%252e%20%231/...``; no 404 in the console) and follow the running trial
+    without a reload: into its hanging second step, then, after SIGINT, to its cancelled end."""
+    name = "a b%2e #1"
+    enc = "a%20b%252e%20%231"
+    tasks = tmp_path / "tasks"
+    write_task(tasks, "hang2", steps=[
+        StepSpec("one", solve="echo 1 > /app/one.txt\n", test=reward_if("test -f /app/one.txt")),
+        StepSpec("two", solve="sleep 300\n", test=reward_if("true"))])
+    jobs = tmp_path / "jobs"
+    job = jobs / name
+    run = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", str(tasks / "hang2"), "-a", "oracle",
+                            "-e", "local", "--jobs-dir", str(jobs), "--job-name", name], env=env(),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: (job / "trials").is_dir() and any((job / "trials").iterdir()), timeout=60)
+        trial = next((job / "trials").iterdir()).name
+        with view_server(jobs) as base:
+            console_errors(browser)
+            browser.get(base)
+            link = next(a for a in _by_css(browser, "#content a") if a.text == name)
+            assert link.get_attribute("href") == f"{base}jobs/{enc}/"
+            link.click()
+            wait_for(lambda: browser.current_url == f"{base}jobs/{enc}/")
+            assert browser.find_element("css selector", "body").get_attribute("data-poll") == \
+                f"/api/jobs/{enc}/version"
+            # the first poll was answered: the page holds the version it got
+            wait_for(lambda: browser.execute_script("return document.body.getAttribute('data-version')"))
+
+            browser.get(f"{base}jobs/{enc}/trials/{trial}/")
+            assert browser.find_element("css selector", "body").get_attribute("data-poll") == \
+                f"/api/jobs/{enc}/trials/{trial}/version"
+            browser.execute_script("window.__sameDocument = 'yes'")
+            wait_for(lambda: [e.text for e in _by_css(browser, "#current-step")] == ["2 two"],
+                     timeout=120)
+            run.send_signal(signal.SIGINT)  # the trial ends cancelled while the page is open
+            wait_for(lambda: _by_css(browser, "#trial-reward"), timeout=120)
+            assert "cancelled" in browser.find_element("css selector", "main#content p").text
+            assert browser.execute_script("return window.__sameDocument") == "yes"  # no reload
+            assert console_errors(browser) == []
+        assert run.wait(timeout=120) == 1
+    finally:
+        if run.poll() is None:
+            run.terminate()
+            run.wait(timeout=30)
+        run.stdout.close()
+        run.stderr.close()

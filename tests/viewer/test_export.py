@@ -114,3 +114,39 @@ def test_bad_arguments(example_job, tmp_path):
     p = subprocess.run([sys.executable, "-m", "cairn", "export", str(tmp_path)], env=env(),
                        capture_output=True, text=True, timeout=60)
     assert p.returncode == 2 and "is not a job folder" in p.stderr
+
+
+def _run(job, *args):
+    return subprocess.run([sys.executable, "-m", "cairn", "export", str(job), *args], env=env(),
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_steps_naming_no_step_of_the_job_is_exit_2_and_writes_nothing(example_job, tmp_path):
+    out = tmp_path / "steps.jsonl"
+    p = _run(example_job, "--steps", "nosuch,nope", "-o", str(out))
+    assert p.returncode == 2, p.stderr
+    assert p.stderr.strip() == ("cairn: error: --steps: the job has no step nosuch, nope; its "
+                                "steps: main, fetch, fix, ship, first, second")
+    assert not out.exists() and not (tmp_path / "steps.jsonl.part").exists()
+    p = _run(example_job, "--steps", " , ")
+    assert p.returncode == 2 and "--steps names no step" in p.stderr
+
+
+def test_steps_with_some_unknown_names_warns_and_exports_the_known(example_job):
+    p = _run(example_job, "--steps", "fix,nosuch")
+    assert p.returncode == 0, p.stderr
+    assert [json.loads(line)["step"] for line in p.stdout.splitlines()] == ["fix"]
+    assert ("cairn: warning: --steps: the job has no step nosuch (its steps: main, fetch, fix, "
+            "ship, first, second); exporting fix") in p.stderr
+    assert "exported 1 step record(s)" in p.stderr
+    # a declared step no trial reached is a step of the job: no warning, no record
+    p = _run(example_job, "--steps", "second")
+    assert p.returncode == 0 and p.stdout == "" and "warning" not in p.stderr
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-inf"])
+def test_min_reward_must_be_finite(example_job, value):
+    p = _run(example_job, f"--min-reward={value}")
+    assert p.returncode == 2, p.stderr
+    assert "--min-reward must be a finite number" in p.stderr
+    assert p.stdout == "" and "Traceback" not in p.stderr

@@ -37,7 +37,13 @@ def export_cmd(
     force: Annotated[bool, typer.Option("--force", help="harbor: replace an earlier cairn Harbor export at -o (never any other folder).")] = False,  # noqa: E501
     partial: Annotated[bool, typer.Option("--partial", help="harbor: export the finished trials of a job that is still running.")] = False,  # noqa: E501
 ) -> None:
-    """Write a job's per-step records in one format, or the job as a Harbor job folder."""
+    """Write a job's per-step records in one format, or the job as a Harbor job folder.
+
+    Raises:
+        typer.Exit: code 2 for a usage error: an unknown format, not a job folder,
+            ``--min-reward`` not a finite number, ``--steps`` naming no step of the job
+            (some unknown ones among known ones only warn).
+    """
     from cairn.results.export import FORMATS, ExportFilter, export_job
 
     if fmt == "harbor":
@@ -62,8 +68,16 @@ def export_cmd(
     if fmt == "parquet" and out is None:
         print("cairn: error: --format parquet needs -o FILE", file=sys.stderr)
         raise typer.Exit(2)
-    flt = ExportFilter(passed_only=passed_only, min_reward=min_reward,
-                       steps=tuple(s.strip() for s in (steps or "").split(",") if s.strip()))
+    try:
+        flt = ExportFilter(passed_only=passed_only, min_reward=min_reward,
+                           steps=tuple(s.strip() for s in (steps or "").split(",") if s.strip()))
+    except ValueError as exc:
+        print(f"cairn: error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
+    if steps is not None and not flt.steps:
+        print("cairn: error: --steps names no step (give NAME,...)", file=sys.stderr)
+        raise typer.Exit(2)
+    _check_steps(job_dir, flt.steps)
     try:
         if fmt == "parquet":
             n = export_job(job_dir, fmt, out, flt)
@@ -79,6 +93,30 @@ def export_cmd(
               "pip install 'cairn-eval[parquet]'", file=sys.stderr)
         raise typer.Exit(2) from None
     print(f"exported {n} step record(s)" + (f" to {out}" if out else ""), file=sys.stderr)
+
+
+def _check_steps(job_dir: Path, wanted: tuple[str, ...]) -> None:
+    """Name ``--steps`` entries the job has no step of: a warning when some exist, exit 2
+    (nothing written) when none does. A job with no finished trial is not judged.
+
+    Raises:
+        typer.Exit: code 2 when no requested step is a step of the job.
+    """
+    from cairn.results.export import job_step_names
+
+    if not wanted:
+        return
+    known = job_step_names(job_dir)
+    unknown = [s for s in wanted if s not in known]
+    if not known or not unknown:
+        return
+    have = ", ".join(known)
+    if len(unknown) == len(wanted):
+        print(f"cairn: error: --steps: the job has no step {', '.join(unknown)}; its steps: "
+              f"{have}", file=sys.stderr)
+        raise typer.Exit(2)
+    print(f"cairn: warning: --steps: the job has no step {', '.join(unknown)} (its steps: "
+          f"{have}); exporting {', '.join(s for s in wanted if s in known)}", file=sys.stderr)
 
 
 def _export_harbor(job_dir: Path, out: Path | None, *, force: bool, partial: bool) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -33,10 +34,15 @@ def _missing_extra(exc: ModuleNotFoundError) -> None:
 def view_cmd(
     path: Annotated[Path, typer.Argument(help="A jobs folder or one job folder.")] = Path("jobs"),
     host: Annotated[str, typer.Option("--host", help="Address to bind (default loopback only).")] = "127.0.0.1",  # noqa: E501
-    port: Annotated[int, typer.Option("--port", help="TCP port (0: any free port).")] = 8321,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port, 0-65535 (0: any free port).")] = 8321,  # noqa: E501
     bundle: Annotated[Path | None, typer.Option("--bundle", help="Write a static site to this folder instead of serving.")] = None,  # noqa: E501
 ) -> None:
-    """Serve the viewer over PATH, or write its static bundle."""
+    """Serve the viewer over PATH, or write its static bundle.
+
+    Raises:
+        typer.Exit: code 2 when PATH is not a folder, ``--port`` is outside 0-65535, or the
+            address cannot be bound (in use, not an address of this machine).
+    """
     if not path.is_dir():
         print(f"cairn: error: {path} is not a folder", file=sys.stderr)
         raise typer.Exit(2)
@@ -60,8 +66,11 @@ def view_cmd(
                                          flush=True))
     except ModuleNotFoundError as exc:
         _missing_extra(exc)
-    except OSError as exc:
-        print(f"cairn: error: cannot listen on {host}:{port}: {exc}", file=sys.stderr)
+    except (OSError, ValueError, OverflowError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+        hint = " (choose another --port, or 0 for any free one)" \
+            if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE else ""
+        print(f"cairn: error: cannot listen on {host}:{port}: {why}{hint}", file=sys.stderr)
         raise typer.Exit(2) from None
     except KeyboardInterrupt:
         pass

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cairn.errors import Category, Phase, SandboxLostError, TrialFailure, UsageError
-from cairn.plan import JobConfig
+from cairn.plan import JobConfig, check_job_name
 from cairn.results.aggregate import (
     evaluate_gates,
     primary_reward,
@@ -354,6 +354,11 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         meta = read_job_json(src)
     except (OSError, ValueError) as exc:
         raise UsageError(f"{meta_path}: unreadable job.json ({exc})") from None
+    if job_name is not None:
+        try:
+            check_job_name(job_name)
+        except ValueError as exc:
+            raise UsageError(f"--job-name: {exc}") from None
     tasks = _load_tasks(paths)
     dest = src.parent / (job_name or _default_name(src))
     if dest.exists():

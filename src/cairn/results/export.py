@@ -24,6 +24,7 @@ Reads only what :mod:`cairn.results.store` wrote.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,15 @@ class ExportFilter:
     passed_only: bool = False
     min_reward: float | None = None
     steps: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        """Refuse a ``min_reward`` that is not a finite number.
+
+        Raises:
+            ValueError: ``min_reward`` is NaN or infinite (NaN would drop every step silently).
+        """
+        if self.min_reward is not None and not math.isfinite(self.min_reward):
+            raise ValueError(f"--min-reward must be a finite number, not {self.min_reward}")
 
     def keep(self, row: StepResult) -> bool:
         """Whether a step row passes the filter."""
@@ -161,6 +171,24 @@ def _trajectory(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) and isinstance(data.get("steps"), list) else None
+
+
+def job_step_names(job_dir: Path) -> list[str]:
+    """The step names of a job's finished trials, each once, in declared order (the order of
+    the first trial holding it); every declared step counts, reached or not.
+
+    Args:
+        job_dir: the job folder.
+
+    Returns:
+        The names; empty when no trial has a readable result.json.
+    """
+    seen: dict[str, None] = {}
+    for rf in iter_trial_results(Path(job_dir)):
+        if rf.result is not None:
+            for row in rf.result.steps:
+                seen.setdefault(row.name, None)
+    return list(seen)
 
 
 def _executed(row: StepResult) -> bool:

@@ -36,7 +36,10 @@ def bind(host: str = LOOPBACK, port: int = 8321) -> socket.socket:
 
     Raises:
         OSError: the address is in use or cannot be bound.
+        ValueError: ``port`` is outside 0-65535.
     """
+    if not 0 <= port <= 65535:
+        raise ValueError(f"port {port} is outside 0-65535")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -62,6 +65,7 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
     Raises:
         FileNotFoundError: ``root`` is not a folder.
         OSError: the socket cannot be bound.
+        ValueError: ``port`` is outside 0-65535.
     """
     import uvicorn
 

@@ -78,7 +78,7 @@ def create_app(root: Path) -> Starlette:
     async def jobs(request: Request) -> Response:
         if lib.single:
             return Response(status_code=307, headers={"Location": u.job(lib.root.name)})
-        return _page(render_jobs(lib, u, poll="/api/version"))
+        return _page(render_jobs(lib, u, poll=u.version()))
 
     async def job(request: Request) -> Response:
         j = lib.job(request.path_params["job"])
@@ -86,14 +86,14 @@ def create_app(root: Path) -> Starlette:
             return _not_found("No such job.")
         q = TrialQuery.from_params(request.query_params)
         return _page(render_job(j, q, u, single=lib.single,
-                                poll=f"/api/jobs/{request.path_params['job']}/version"))
+                                poll=u.version(j.name)))
 
     async def trial(request: Request) -> Response:
         j = lib.job(request.path_params["job"])
         t = load_trial(j, request.path_params["trial"]) if j is not None else None
         if j is None or t is None:
             return _not_found("No such trial.")
-        poll = f"/api/jobs/{j.name}/trials/{t.name}/version" if t.result is None else None
+        poll = u.version(j.name, t.name) if t.result is None else None
         return _page(render_trial(t, u, single=lib.single, poll=poll))
 
     async def file(request: Request) -> Response:

@@ -45,6 +45,12 @@ def bundle_csp(css: str) -> str:
             "base-uri 'none'; form-action 'none'")
 
 
+def _seg(name: str) -> str:
+    """One URL path segment: every character but unreserved ones percent-encoded (``/``,
+    ``%``, ``#``, ``?`` and space too), so a job or trial name round-trips through one decoding."""
+    return quote(name, safe="")
+
+
 class Urls:
     """Builds links for one page, for the live server or for the static bundle.
 
@@ -68,16 +74,27 @@ class Urls:
     def job(self, job: str, **params: str) -> str:
         """A job page, with optional query parameters (live only)."""
         if self.bundle:
-            return f"{self.prefix}jobs/{quote(job)}/index.html"
+            return f"{self.prefix}jobs/{_seg(job)}/index.html"
         qs = urlencode(params)
-        return f"/jobs/{quote(job)}/" + (f"?{qs}" if qs else "")
+        return f"/jobs/{_seg(job)}/" + (f"?{qs}" if qs else "")
 
     def trial(self, job: str, trial: str, anchor: str = "") -> str:
         """A trial page (``anchor`` e.g. ``step-2``)."""
         frag = f"#{anchor}" if anchor else ""
         if self.bundle:
-            return f"{self.prefix}jobs/{quote(job)}/trials/{quote(trial)}/index.html{frag}"
-        return f"/jobs/{quote(job)}/trials/{quote(trial)}/{frag}"
+            return f"{self.prefix}jobs/{_seg(job)}/trials/{_seg(trial)}/index.html{frag}"
+        return f"/jobs/{_seg(job)}/trials/{_seg(trial)}/{frag}"
+
+    @staticmethod
+    def version(job: str | None = None, trial: str | None = None) -> str:
+        """The version URL a live page polls: of every job (no ``job``), of one job, or of one
+        trial. Names are percent-encoded whole (``a b%2e`` → ``a%20b%252e``), so the server's
+        one decoding gives the name back."""
+        if job is None:
+            return "/api/version"
+        if trial is None:
+            return f"/api/jobs/{_seg(job)}/version"
+        return f"/api/jobs/{_seg(job)}/trials/{_seg(trial)}/version"
 
     def file(self, job: str, rel: str, download: bool = False, text: bool = True) -> str:
         """A stored file (path relative to the job folder).
@@ -86,8 +103,8 @@ class Urls:
         (text) or ``<rel>.bin`` (anything else), so a browser never renders it as a page.
         """
         if self.bundle:
-            return f"{self.prefix}jobs/{quote(job)}/files/{quote(rel)}" + (".txt" if text else ".bin")
-        return f"/jobs/{quote(job)}/files/{quote(rel)}" + ("?download=1" if download else "")
+            return f"{self.prefix}jobs/{_seg(job)}/files/{quote(rel)}" + (".txt" if text else ".bin")
+        return f"/jobs/{_seg(job)}/files/{quote(rel)}" + ("?download=1" if download else "")
 
     def compare(self, a: str, b: str) -> str | None:
         """The compare page of two jobs (live only: ``None`` in the bundle)."""
