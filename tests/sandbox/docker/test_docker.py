@@ -353,3 +353,37 @@ def test_two_processes_build_a_hash_once(tmp_path):
     words = sorted(o[0].split()[0] for o in outs)
     ids = {o[0].split()[1] for o in outs}
     assert words == ["built", "reused"] and len(ids) == 1
+
+
+def test_ended_waits_for_the_engine_to_record_a_death_it_has_not_seen_yet(tmp_path):
+    """The race of an OOM kill (fault suite, beside a CPU burner): an exec is refused while the
+    engine still reports the container running. ``ended()`` must not answer "still running"
+    then: here the container is frozen (execs refused, state Running) and its init is killed
+    0.3 s into the call; ``ended()`` returns the end (exit 137) once the engine records it. A
+    container that runs execs is alive (``None`` at once)."""
+    import os
+    import signal
+
+    async def main():
+        async with DockerSandbox(_spec(tmp_path, f"FROM {BASE}\n")) as sb:
+            alive = await sb.ended()
+            api = _client().api
+            pid = api.inspect_container(sb._cid)["State"]["Pid"]
+            api.pause(sb._cid)
+
+            async def kill_then_thaw():
+                await asyncio.sleep(0.3)
+                os.kill(pid, signal.SIGKILL)  # delivered when the freezer thaws it
+                api.unpause(sb._cid)
+
+            killer = asyncio.ensure_future(kill_then_thaw())
+            t0 = time.monotonic()
+            end = await sb.ended()
+            took = time.monotonic() - t0
+            await killer
+            return alive, end, took
+
+    alive, end, took = asyncio.run(main())
+    assert alive is None
+    assert end is not None and end.exit_code == 137 and not end.oom_killed, end
+    assert 0.3 <= took < 5.0

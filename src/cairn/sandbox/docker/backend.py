@@ -100,10 +100,13 @@ START_TIMEOUT_SEC = 120.0
 """Bound on creating and starting the container once the image exists, seconds."""
 
 KILL_GRACE_SEC = 3.0
+"""After a timed-out exec's tree is killed, how long its output may take to close, seconds."""
 REMOVE_WAIT_SEC = 60.0
 """How long :meth:`DockerSandbox.stop` waits for the engine to finish removing the container
 (a busy engine answers a forced removal before the container is gone, or fails it), seconds."""
-"""After a timed-out exec's tree is killed, how long its output may take to close, seconds."""
+ENDED_SETTLE_SEC = 5.0
+"""How long :meth:`DockerSandbox.ended` waits for the engine to record the end of a container
+that no longer runs an exec but is still reported running, seconds."""
 
 _SETUP_SCRIPT = """
 set -e
@@ -477,11 +480,20 @@ class DockerSandbox(Sandbox):
         it (its init died: the out-of-memory killer, a ``kill 1``), from the engine's state."""
         if not (self._client and self._cid) or self._stopped:
             return None
-        try:
-            state = (await in_thread(self._client.api.inspect_container, self._cid))["State"]
-        except Exception:  # noqa: BLE001 - the engine cannot tell: say nothing
-            return None
-        if state.get("Running"):
+        state = await self._state()
+        if state is not None and state.get("Running"):
+            # Asked right after an operation failed, the engine may not have seen the init's
+            # death yet (an exec refused with 126 while the OOM-killed container winds down):
+            # a container that still runs a trivial exec is alive; one that does not is
+            # waited for, briefly, until the engine says how it ended.
+            if await self._answers():
+                return None
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + ENDED_SETTLE_SEC
+            while state is not None and state.get("Running") and loop.time() < deadline:
+                await asyncio.sleep(0.05)
+                state = await self._state()
+        if state is None or state.get("Running"):
             return None
         code = state.get("ExitCode")
         oom = bool(state.get("OOMKilled"))
@@ -491,6 +503,22 @@ class DockerSandbox(Sandbox):
                 f" (memory_mb = {int(self.spec.memory_mb)})" if self.spec.memory_mb else "")
         return SandboxEnd(reason, exit_code=code if isinstance(code, int) else None,
                           oom_killed=oom)
+
+    async def _state(self) -> dict[str, Any] | None:
+        """The container's engine ``State`` (``None``: the engine cannot tell)."""
+        assert self._client is not None
+        try:
+            return (await in_thread(self._client.api.inspect_container, self._cid))["State"]
+        except Exception:  # noqa: BLE001 - the engine cannot tell: say nothing
+            return None
+
+    async def _answers(self) -> bool:
+        """Whether the container still runs a trivial exec (``true``)."""
+        try:
+            code, _, _ = await self._run(["true"], user="0")
+        except Exception:  # noqa: BLE001 - refused or gone: it does not answer
+            return False
+        return code == 0
 
     async def _container_logs(self) -> str:
         if not (self._client and self._cid):
