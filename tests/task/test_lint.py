@@ -85,6 +85,25 @@ def test_compose_privileged_fails_and_passes(tmp_path):
     assert lint(good) == []
 
 
+def test_quoted_or_templated_privileges_are_seen_as_compose_reads_them(tmp_path):
+    """`privileged: "true"` and `privileged: ${PRIV:-true}` are privileged to `docker compose
+    config`; so are a templated `pid` and `cap_add`. `"false"` and `${PRIV:-false}` are not."""
+    bad = compose_task(tmp_path, '    privileged: "true"\n  db:\n    image: postgres:16\n'
+                                 "    privileged: ${PRIV:-True}\n    pid: ${PID_MODE:-host}\n"
+                                 "    cap_add: [\"${CAP:-SYS_ADMIN}\"]\n", name="bad")
+    good = compose_task(tmp_path, '    privileged: "false"\n  db:\n    image: postgres:16\n'
+                                  "    privileged: ${PRIV:-false}\n", name="good")
+    compose = bad / COMPOSE
+    assert lint(bad) == [
+        ("compose-privileged", COMPOSE, line_of(compose, 'privileged: "true"')),
+        ("compose-privileged", COMPOSE, line_of(compose, "privileged: ${PRIV")),
+        ("compose-privileged", COMPOSE, line_of(compose, "pid:")),
+        ("compose-additional-capabilities", COMPOSE, line_of(compose, "cap_add"))]
+    (cap,) = [f for f in check_task(bad) if f.rule == "compose-additional-capabilities"]
+    assert "adds SYS_ADMIN;" in cap.text
+    assert lint(good) == []
+
+
 def test_compose_capabilities_fail_and_pass(tmp_path):
     bad = compose_task(tmp_path, "    cap_add:\n      - NET_ADMIN\n      - SYS_PTRACE\n",
                        name="bad")

@@ -487,6 +487,18 @@ def _check_compose(lint: _Lint, cf: _ComposeFile) -> None:
             _check_compose_build(lint, cf, name, svc, base)
 
 
+_TRUE_WORDS = frozenset({"true", "yes", "on", "y", "1"})
+
+
+def _compose_true(value: Any, variables: dict[str, str]) -> bool:
+    """A compose boolean as ``docker compose config`` reads it: ``true``, or a string (quoted,
+    or a ``${VAR:-true}`` template, interpolated first) spelling true in any case."""
+    if value is True:
+        return True
+    return isinstance(value, str) and \
+        interpolate(value, variables)[0].strip().lower() in _TRUE_WORDS
+
+
 def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, Any],
                       base: KeyPath) -> None:
     where = lint.shown(cf.path)
@@ -495,7 +507,10 @@ def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, A
         lint.findings.append(Finding(where, cf.lines.line(base + key), WARNING,
                                      f"service `{name}`: {text}", rule))
 
-    if svc.get("privileged") is True:
+    def text(value: Any) -> str:  # a value as compose sees it: strings interpolated
+        return interpolate(value, cf.variables)[0] if isinstance(value, str) else str(value)
+
+    if _compose_true(svc.get("privileged"), cf.variables):
         emit(("privileged",), "`privileged: true` gives the container every capability and "
              "the host's devices; remove it")
     hooks: list[tuple[str, int, Any]] = []
@@ -503,27 +518,28 @@ def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, A
         entries = svc.get(h)
         hooks += [(h, k, e) for k, e in enumerate(entries if isinstance(entries, list) else [])]
     for hook, k, entry in hooks:
-        if isinstance(entry, dict) and entry.get("privileged") is True:
+        if isinstance(entry, dict) and _compose_true(entry.get("privileged"), cf.variables):
             emit((hook, k, "privileged"), f"`{hook}` hook {k + 1} runs privileged; remove it")
     for key in ("pid", "ipc", "userns_mode", "uts", "cgroup"):
-        if svc.get(key) == "host":
+        if text(svc.get(key)).strip() == "host":
             emit((key,), f"`{key}: host` shares the host's namespace with the container")
-    if svc.get("network_mode") == "host":
+    if text(svc.get("network_mode")).strip() == "host":
         emit(("network_mode",), "`network_mode: host` puts the container on the host's "
              "network (no isolation, no network policy)")
     devices = svc.get("devices")
     if isinstance(devices, list) and devices:
         emit(("devices",), f"`devices` maps host devices into the container "
-             f"({', '.join(str(d) for d in devices[:3])})")
+             f"({', '.join(text(d) for d in devices[:3])})")
     opts = svc.get("security_opt")
     for k, opt in enumerate(opts if isinstance(opts, list) else []):
-        text = str(opt).replace("=", ":")
-        if text in ("seccomp:unconfined", "apparmor:unconfined", "label:disable",
-                    "systempaths:unconfined") or text.startswith("no-new-privileges:false"):
-            emit(("security_opt", k), f"`security_opt: {opt}` turns off a confinement")
+        shown = text(opt)
+        flat = shown.replace("=", ":")
+        if flat in ("seccomp:unconfined", "apparmor:unconfined", "label:disable",
+                    "systempaths:unconfined") or flat.startswith("no-new-privileges:false"):
+            emit(("security_opt", k), f"`security_opt: {shown}` turns off a confinement")
     caps = svc.get("cap_add")
     if isinstance(caps, list) and caps:
-        emit(("cap_add",), f"`cap_add` adds {', '.join(str(c) for c in caps)}; review "
+        emit(("cap_add",), f"`cap_add` adds {', '.join(text(c) for c in caps)}; review "
              "whether the task needs them", "compose-additional-capabilities")
 
 
