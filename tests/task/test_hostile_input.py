@@ -320,6 +320,32 @@ def test_symlinked_tests_folder(tmp_path: Path) -> None:
         "files; make it a real folder [invalid-task-files]" for task, link in cases]
 
 
+def test_links_inside_uploaded_folders_that_leave_them_are_errors(tmp_path: Path) -> None:
+    """A step's test.sh linked to another step's (``../../b/tests/test.sh``) was ok to the
+    check, then uploaded as a link that points at nothing in the sandbox (the verifier: "No
+    such file"). Such a link is now an error naming it; a link inside the folder is fine; an
+    absolute one is a warning (it points at the sandbox's own path)."""
+    from taskgen import StepSpec
+
+    task = write_task(tmp_path, "linked", steps=[StepSpec("a"), StepSpec("b")])
+    a_tests = task / "steps" / "a" / "tests"
+    (a_tests / "test.sh").unlink()
+    (a_tests / "test.sh").symlink_to("../../b/tests/test.sh")
+    (task / "steps" / "b" / "tests" / "run.sh").symlink_to("test.sh")  # inside: fine
+    (task / "steps" / "b" / "tests" / "py").symlink_to("/usr/bin/python3")
+    proc = cairn("tasks", "check", "-e", "none", str(task))
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stdout
+    leaves = (f"{a_tests / 'test.sh'}: error: is a symlink to ../../b/tests/test.sh, which "
+              "leaves steps/a/tests/: cairn uploads links as links, so in the sandbox it "
+              "points at nothing; copy the file into steps/a/tests/ (or link to one inside it)")
+    assert leaves in proc.stdout
+    assert "run.sh" not in proc.stdout
+    absolute = (f"{task / 'steps' / 'b' / 'tests' / 'py'}: warning: is a symlink to "
+                "/usr/bin/python3: it is uploaded as a link")
+    assert absolute in proc.stdout
+
+
 def test_symlinked_environment_folder(tmp_path: Path) -> None:
     inside = write_task(tmp_path, "inside")
     (inside / "environment").rename(inside / "env-real")

@@ -252,6 +252,44 @@ def check_links(root: Path, step_names: list[str], sink: FindingSink) -> set[Pat
         if why is not None:
             sink.file(root / rel, ERROR, why)
             refused.add(root / rel)
+    for rel in uploaded:
+        folder = root / rel
+        if folder not in refused and folder.is_dir() and not folder.is_symlink():
+            refused |= _check_links_inside(folder, rel, sink)
+    return refused
+
+
+def _check_links_inside(folder: Path, rel: str, sink: FindingSink) -> set[Path]:
+    """Links inside an uploaded folder travel as links (design §3): one whose relative target
+    leaves the folder points at nothing in the sandbox (an error: the check said ok and the
+    verifier then found no test.sh); an absolute one points at the sandbox's own path (a
+    warning: fine for ``/usr/bin/python3``, wrong for a host path)."""
+    refused: set[Path] = set()
+    seen = 0
+    for dirpath, dirnames, filenames in os.walk(folder, followlinks=False):
+        for name in sorted(dirnames + filenames):
+            seen += 1
+            if seen > _MAX_SCAN_ENTRIES:
+                return refused
+            path = Path(dirpath) / name
+            if not path.is_symlink():
+                continue
+            try:
+                target = os.readlink(path)
+            except OSError:
+                continue
+            inside = posixpath.relpath(path.parent.as_posix(), folder.as_posix())
+            if posixpath.isabs(target):
+                sink.file(path, WARNING, f"is a symlink to {target}: it is uploaded as a link, "
+                          f"so in the sandbox it points at the sandbox's {target}, not at a "
+                          "file of the task")
+                continue
+            landed = posixpath.normpath(posixpath.join(inside, target))
+            if landed == ".." or landed.startswith("../"):
+                sink.file(path, ERROR, f"is a symlink to {target}, which leaves {rel}/: cairn "
+                          "uploads links as links, so in the sandbox it points at nothing; "
+                          f"copy the file into {rel}/ (or link to one inside it)")
+                refused.add(path)
     return refused
 
 
