@@ -675,6 +675,24 @@ def test_infra_retries_counted_as_harbor_retries(job, tmp_path):
 
 
 @pytest.mark.local
+def test_superseded_trials_are_not_counted_as_retries(job, tmp_path):
+    """A resume after the task changed moves the old trial folder (another trial id) under the
+    new trial's attempts/ (design §8): that is not a retry. An attempt of this trial id is."""
+    copy = tmp_path / "jobs" / "j"
+    shutil.copytree(job, copy, symlinks=True)
+    [trial] = (copy / "trials").glob("test-hello__1__*")
+    own = _load(trial / "result.json")
+    for n, tid in ((1, "0" * 64), (2, own["trial_id"])):
+        (trial / "attempts" / str(n)).mkdir(parents=True)
+        (trial / "attempts" / str(n) / "result.json").write_text(
+            json.dumps({**own, "trial_id": tid}))
+    p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"))
+    assert p.returncode == 0, p.stderr
+    assert _load(tmp_path / "h" / "result.json")["stats"]["n_retries"] == 1
+    assert _load(_trial(tmp_path / "h", "hello") / "result.json")["cairn"]["earlier_attempts"] == 1
+
+
+@pytest.mark.local
 def test_export_folders_and_files_follow_the_umask(exported, tmp_path, job):
     out, _ = exported
     mask = os.umask(0)

@@ -291,6 +291,28 @@ def _agent_config(name: str, model: str | None, kwargs: dict[str, Any]) -> dict[
     return {"name": name, "model_name": model, "kwargs": kwargs}
 
 
+def _retried_attempts(trial: TrialPaths, trial_id: str) -> int:
+    """How many of a trial's ``attempts/<n>/`` folders are infra retries of this trial: the
+    ones a resume moved there because the task changed (a superseded trial, design §8) ran
+    under another trial id and are not retries (Harbor's ``n_retries`` counts retries only).
+    An attempt whose files say no trial id (it died before writing one) counts as a retry."""
+    if not trial.attempts_dir.is_dir() or trial.attempts_dir.is_symlink():
+        return 0
+    n = 0
+    for p in trial.attempts_dir.iterdir():
+        if not p.is_dir() or p.is_symlink():
+            continue
+        other: object = None
+        for name in ("result.json", "config.json"):
+            with contextlib.suppress(OSError, ValueError):
+                doc = read_json(p / name)
+                if isinstance(doc, dict) and doc.get("trial_id"):
+                    other = doc["trial_id"]
+                    break
+        n += other is None or other == trial_id
+    return n
+
+
 def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name: str,
                      trial_dir: Path, job_uuid: str, timeout_multiplier: float,
                      earlier_attempts: int = 0) -> dict[str, Any]:
@@ -870,8 +892,7 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
         cfg: TrialConfigFile | None = None
         with contextlib.suppress(OSError, ValueError):
             cfg = TrialConfigFile.model_validate(read_json(trial.config_json))
-        earlier = (sum(1 for p in trial.attempts_dir.iterdir() if p.is_dir())
-                   if trial.attempts_dir.is_dir() and not trial.attempts_dir.is_symlink() else 0)
+        earlier = _retried_attempts(trial, r.trial_id)
         n_retries += earlier
         name = trial.root.name
         dest = tmp / name
