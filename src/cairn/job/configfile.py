@@ -402,9 +402,10 @@ class _HarborReader:
                 kind = "number" if k == "override_cpus" else "integer"
                 if self.want(key, v, kind, optional=True) is not None:
                     out[k] = v
-            elif k == "import_path" and v is not None:
-                raise self.refuse(key, "a custom environment class: cairn's backends are "
-                                  "docker and local")
+            elif k == "import_path":
+                if v is not None:
+                    raise self.refuse(key, "a custom environment class: cairn's backends are "
+                                      "docker and local")
             elif k == "delete":
                 if self.want(key, v, "bool") is False:
                     self.ignore(key, "cairn removes every sandbox; --keep-sandbox keeps "
