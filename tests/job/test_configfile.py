@@ -9,7 +9,6 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from taskgen import write_task
 
 from cairn.errors import UsageError
 from cairn.job.configfile import (
@@ -19,6 +18,7 @@ from cairn.job.configfile import (
     read_config_file,
 )
 from cairn.plan import JobConfig
+from taskgen import write_task
 
 
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
