@@ -154,9 +154,20 @@ def test_a_cairn_file_keeps_its_keys_and_refuses_unknown_ones(tmp_path):
     assert cf.data == {"paths": ["a", "b"], "attempts": 2, "agent_kwargs": {"x": 1},
                        "verify": False, "artifacts": ["/app/x"], "max_retries": 0,
                        "quiet": True}
-    bad = read_config_file(write(tmp_path, "pathz: [a]\n", "bad.yaml")).data
-    with pytest.raises(ValueError, match="pathz"):
-        JobConfig.model_validate(bad)
+    bad = write(tmp_path, "p: [a]\npathz: [a]\n", "bad.yaml")
+    with pytest.raises(UsageError) as err:
+        read_config_file(bad)
+    assert str(err.value) == f"{bad}:2: pathz: not a key of cairn's job config"
+    # a wrong value is refused with its file and line (not after the merge, without them)
+    for text, line, message in [("paths: [a]\ntimeout_multiplier: null\n", 2,
+                                 "timeout_multiplier: Input should be a valid number"),
+                                ("p: a\nk: [2]\n", 2, "k: Input should be a valid integer"),
+                                ("paths: [a]\nartifact: app/x\n", 2,
+                                 "artifact: artifact 'app/x': give an absolute path")]:
+        f = write(tmp_path, text, "wrong.yaml")
+        with pytest.raises(UsageError) as err:
+            read_config_file(f)
+        assert str(err.value).startswith(f"{f}:{line}: {message}")
 
 
 def test_shape_detection():

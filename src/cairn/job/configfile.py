@@ -167,10 +167,44 @@ def read_config_file(path: Path) -> ConfigFile:
         lines = KeyLines({})
     if is_harbor_shaped(data):
         reader = _HarborReader(path, lines)
-        out = reader.translate(data)
-        return ConfigFile(path, True, _with_instruction_files(out, path, lines), reader.notes,
-                          frozenset(reader.replaces))
-    return ConfigFile(path, False, _with_instruction_files(_cairn_keys(data), path, lines))
+        out = _with_instruction_files(reader.translate(data), path, lines)
+        _check_values(out, path, lines, {v[0]: k for k, v in _SAME_KEYS.items()}
+                      | {"n_concurrent": "n_concurrent_trials"})
+        return ConfigFile(path, True, out, reader.notes, frozenset(reader.replaces))
+    out = _with_instruction_files(_cairn_keys(data), path, lines)
+    _check_values(out, path, lines, {_cairn_name(str(k)): str(k) for k in data})
+    return ConfigFile(path, False, out)
+
+
+def _check_values(data: Mapping[str, Any], path: Path, lines: KeyLines,
+                  spelled: Mapping[str, str]) -> None:
+    """Validate one file's JobConfig keys on their own (JobConfig has no cross-field rules),
+    so a wrong value is refused with the file and line of its key, not after the merge.
+
+    Args:
+        data: the file's keys under cairn's names (plus :data:`CLI_KEYS`).
+        path: the file.
+        lines: its key lines.
+        spelled: cairn's name of a key -> its spelling in the file (for the line).
+
+    Raises:
+        UsageError: ``FILE:LINE: KEY: why`` for the first key JobConfig refuses.
+    """
+    from pydantic import ValidationError
+
+    try:
+        JobConfig.model_validate({k: v for k, v in data.items() if k not in CLI_KEYS})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err.get("loc") or ()
+        name = str(loc[0]) if loc else ""
+        key = spelled.get(name, name)
+        line = lines.line((key,)) if key else None
+        where = f"{path}:{line}" if line else str(path)
+        why = str(err.get("msg", exc)).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            why = "not a key of cairn's job config"
+        raise UsageError(f"{where}: {key}: {why}" if key else f"{where}: {why}") from None
 
 
 def _cairn_keys(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,13 +213,19 @@ def _cairn_keys(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         raw = str(key).replace("-", "_").lstrip("_")
-        k = FLAG_KEYS.get(raw, raw)
+        k = _cairn_name(str(key))
         if raw == "no_verify":
             value = not value
         if k in LIST_KEYS and isinstance(value, str):
             value = [value]
         out[k] = value
     return out
+
+
+def _cairn_name(key: str) -> str:
+    """A cairn-shaped file's key under its JobConfig name (``n-concurrent`` -> n_concurrent)."""
+    raw = key.replace("-", "_").lstrip("_")
+    return FLAG_KEYS.get(raw, raw)
 
 
 def _with_instruction_files(data: dict[str, Any], path: Path, lines: KeyLines) -> dict[str, Any]:
