@@ -239,6 +239,34 @@ def test_print_config_comes_before_the_agents_credential_check(tmp_path, ds):
     assert dry.returncode == 2 and "needs the API key ANTHROPIC_API_KEY" in dry.stderr
 
 
+def test_print_config_comes_before_the_litellm_check(tmp_path, ds):
+    """The llm agent without LiteLLM installed: a real interpreter whose packages are this
+    one's but LiteLLM (``-S``, the site-packages entries linked one by one without it)."""
+    import site
+
+    packages = tmp_path / "site"
+    packages.mkdir()
+    for entry in Path(site.getsitepackages()[0]).iterdir():
+        if not entry.name.startswith("litellm"):
+            (packages / entry.name).symlink_to(entry)
+    (tmp_path / "l.yaml").write_text("agents:\n  - name: llm\n    model_name: openai/gpt-4o-mini\n"
+                                     "tasks:\n  - path: ds/a\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(packages)]),
+           "OPENAI_API_KEY": "sk-test"}
+
+    def run(flag: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-S", "-m", "cairn", "run", "-c", "l.yaml", flag],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    dry = run("--dry-run")
+    assert dry.returncode == 2, dry.stdout + dry.stderr
+    assert "the 'llm' agent needs LiteLLM" in dry.stderr  # the interpreter really lacks it
+    printed = run("--print-config")
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout)["agent"] == "llm"
+
+
 def test_harbors_default_config_and_a_wrong_typed_file_from_the_command_line(tmp_path, ds):
     import shutil
 

@@ -10,8 +10,14 @@ job YAML/JSON file, read into the keys of :class:`~cairn.plan.JobConfig` (design
   their multipliers, retry settings, the environment type and resource overrides, verifier
   env, artifacts, extra instructions); every other key is reported as ignored with its
   ``file:line``; a key whose meaning cairn cannot honour and whose loss would change what the
-  job measures (several agents, a simulated user, ``install_only``, a cloud environment type)
-  is refused.
+  job measures (several agents, a simulated user, ``install_only: true``, a cloud environment
+  type) is refused — only at a value that asks for it: a key at Harbor's default
+  (``install_only: false``, ``user_agent: null``, ``source_jobs: []``) is taken as unset, so a
+  Harbor job folder's ``config.json`` reads as it is. A value of the wrong type (Harbor's
+  model's types: mappings, ``list[str]``, strings, numbers, bools) is refused with its line.
+
+Every file's keys are then checked against :class:`~cairn.plan.JobConfig` on their own, so a
+wrong value is refused as ``FILE:LINE: KEY: why`` before the merge.
 
 Several files merge in order: a later file's value replaces an earlier one's, mappings
 (``agent_kwargs``, ``agent_env``, ``verifier_env``, ``add_hosts``) merge key by key, and lists
