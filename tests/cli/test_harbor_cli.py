@@ -224,6 +224,69 @@ def test_print_config_yaml_round_trips(tmp_path, ds):
     assert JobConfig.model_validate(yaml.safe_load(again.stdout)) == JobConfig.model_validate(data)
 
 
+def test_print_config_comes_before_the_agents_credential_check(tmp_path, ds):
+    """Harbor prints the merged config before any check: a config written on a machine
+    without the agent's key still prints; a run (here --dry-run) still refuses it."""
+    (tmp_path / "a.yaml").write_text("agents:\n  - name: claude-code\n    model_name: "
+                                     "anthropic/claude-sonnet-4-5\ntasks:\n  - path: ds/a\n")
+    nokey = {"ANTHROPIC_API_KEY": None, "CLAUDE_CODE_OAUTH_TOKEN": None}
+    p = cairn("run", "-c", "a.yaml", "--print-config", cwd=tmp_path, **nokey)
+    assert p.returncode == 0, p.stderr
+    printed = yaml.safe_load(p.stdout)
+    assert (printed["agent"], printed["model"], printed["paths"]) == (
+        "claude-code", "anthropic/claude-sonnet-4-5", ["ds/a"])
+    dry = cairn("run", "-c", "a.yaml", "--dry-run", cwd=tmp_path, **nokey)
+    assert dry.returncode == 2 and "needs the API key ANTHROPIC_API_KEY" in dry.stderr
+
+
+def test_print_config_comes_before_the_litellm_check(tmp_path, ds):
+    """The llm agent without LiteLLM installed: a real interpreter whose packages are this
+    one's but LiteLLM (``-S``, the site-packages entries linked one by one without it)."""
+    import site
+
+    packages = tmp_path / "site"
+    packages.mkdir()
+    for entry in Path(site.getsitepackages()[0]).iterdir():
+        if not entry.name.startswith("litellm"):
+            (packages / entry.name).symlink_to(entry)
+    (tmp_path / "l.yaml").write_text("agents:\n  - name: llm\n    model_name: openai/gpt-4o-mini\n"
+                                     "tasks:\n  - path: ds/a\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(packages)]),
+           "OPENAI_API_KEY": "sk-test"}
+
+    def run(flag: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-S", "-m", "cairn", "run", "-c", "l.yaml", flag],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=120, check=False)
+
+    dry = run("--dry-run")
+    assert dry.returncode == 2, dry.stdout + dry.stderr
+    assert "the 'llm' agent needs LiteLLM" in dry.stderr  # the interpreter really lacks it
+    printed = run("--print-config")
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout)["agent"] == "llm"
+
+
+def test_harbors_default_config_and_a_wrong_typed_file_from_the_command_line(tmp_path, ds):
+    import shutil
+
+    shutil.copy(TESTS / "job" / "fixtures" / "harbor026-default-config.json", tmp_path / "h.json")
+    p = cairn("run", "-c", "h.json", "--print-config", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    printed = yaml.safe_load(p.stdout)
+    assert (printed["agent"], printed["paths"], printed["backend"]) == ("oracle", ["ds/a"],
+                                                                         "docker")
+    # one note (Harbor's default exclude_exceptions list); nothing refused
+    assert p.stderr.splitlines() == [
+        "cairn: h.json:19: warning: retry.exclude_exceptions: ignored: cairn retries by error "
+        "category (infrastructure errors only), not by exception type"]
+    (tmp_path / "bad.yaml").write_text("tasks: [ds/a]\nagents:\n  - name: oracle\n"
+                                       "    kwargs: [1, 2]\n")
+    bad = cairn("run", "-c", "bad.yaml", "--print-config", cwd=tmp_path)
+    assert bad.returncode == 2
+    assert "bad.yaml:4: agents[0].kwargs: expected a mapping, not list" in bad.stderr
+
+
 # ---- refused and unknown flags --------------------------------------------------------------
 @pytest.mark.parametrize("args,reason", [
     (["--upload"], "no Harbor Hub"),

@@ -4,6 +4,8 @@ ignored reported with their lines, the ones cairn cannot honour refused, several
 
 from __future__ import annotations
 
+import json
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,7 @@ from cairn.job.configfile import (
     read_config_file,
 )
 from cairn.plan import JobConfig
+from taskgen import write_task
 
 
 def write(tmp_path: Path, text: str, name: str = "job.yaml") -> Path:
@@ -132,6 +135,8 @@ n_concurent_trials: 3
     ("datasets:\n  - repo: org/registry\n    name: x\n", 2, "a git registry"),
     ("environment:\n  override_gpus: 1\n", 2, "GPUs"),
     ("schema_version: 2\n", 1, "version 2"),
+    ("source_jobs: [jobs/old]\n", 1, "cairn regrade"),
+    ("environment:\n  import_path: my.env:Env\n", 2, "a custom environment class"),
 ])
 def test_keys_cairn_cannot_honour_are_refused_with_their_line(tmp_path, text, line, message):
     f = write(tmp_path, text + "n_attempts: 1\n")
@@ -149,9 +154,20 @@ def test_a_cairn_file_keeps_its_keys_and_refuses_unknown_ones(tmp_path):
     assert cf.data == {"paths": ["a", "b"], "attempts": 2, "agent_kwargs": {"x": 1},
                        "verify": False, "artifacts": ["/app/x"], "max_retries": 0,
                        "quiet": True}
-    bad = read_config_file(write(tmp_path, "pathz: [a]\n", "bad.yaml")).data
-    with pytest.raises(ValueError, match="pathz"):
-        JobConfig.model_validate(bad)
+    bad = write(tmp_path, "p: [a]\npathz: [a]\n", "bad.yaml")
+    with pytest.raises(UsageError) as err:
+        read_config_file(bad)
+    assert str(err.value) == f"{bad}:2: pathz: not a key of cairn's job config"
+    # a wrong value is refused with its file and line (not after the merge, without them)
+    for text, line, message in [("paths: [a]\ntimeout_multiplier: null\n", 2,
+                                 "timeout_multiplier: Input should be a valid number"),
+                                ("p: a\nk: [2]\n", 2, "k: Input should be a valid integer"),
+                                ("paths: [a]\nartifact: app/x\n", 2,
+                                 "artifact: artifact 'app/x': give an absolute path")]:
+        f = write(tmp_path, text, "wrong.yaml")
+        with pytest.raises(UsageError) as err:
+            read_config_file(f)
+        assert str(err.value).startswith(f"{f}:{line}: {message}")
 
 
 def test_shape_detection():
@@ -202,3 +218,117 @@ def test_unreadable_inputs_are_usage_errors(tmp_path):
         read_config_file(write(tmp_path, "- a\n- b\n"))
     with pytest.raises(UsageError, match=r"job.yaml:2: extra instruction file nowhere.md"):
         read_config_file(write(tmp_path, "extra_instruction_paths:\n  - nowhere.md\n"))
+
+
+HARBOR_DEFAULTS = Path(__file__).parent / "fixtures" / "harbor026-default-config.json"
+HARBOR_PY = Path("/work/harbor-venv/bin/python")
+
+
+def test_harbors_default_config_plans_the_same_trials_as_the_minimal_file(tmp_path,
+                                                                         monkeypatch):
+    """Every Harbor job folder's config.json holds every key at its default (install_only:
+    false, user_agent: null, source_jobs: [], environment.import_path: null, …): none of
+    them is refused, and the job is the one the file's tasks alone give."""
+    from cairn.job.discover import discover_tasks
+    from cairn.job.planner import FolderState, plan_trials
+    from cairn.results.store import trial_dir_name
+
+    monkeypatch.chdir(tmp_path)
+    write_task(tmp_path / "ds", "a")
+    full = read_config_file(HARBOR_DEFAULTS)
+    minimal = read_config_file(write(tmp_path, "tasks:\n  - path: ds/a\n"))
+    # the one note left: Harbor's default exclude_exceptions list, which cairn does not read
+    assert [(n.line, n.key) for n in full.notes] == [(19, "retry.exclude_exceptions")]
+    assert full.data.pop("quiet") is False
+    got, want = JobConfig.model_validate(full.data), JobConfig.model_validate(minimal.data)
+    # what differs is Harbor's defaults, translated: docker, 4 at a time, no retries
+    assert (got.backend, got.n_concurrent, got.max_retries, got.retry_backoff_sec,
+            got.job_name) == ("docker", 4, 0, 1.0, "harbor-defaults")
+    assert got.model_copy(update={
+        "backend": want.backend, "n_concurrent": want.n_concurrent, "job_name": None,
+        "max_retries": want.max_retries, "retry_backoff_sec": want.retry_backoff_sec}) == want
+
+    def plan(cfg: JobConfig) -> list[tuple[str, int, str, str]]:
+        return [(d.entry.name, d.attempt, d.trial_id, d.action.value)
+                for d in plan_trials(cfg, discover_tasks(cfg), backend="docker",
+                                     folder=FolderState(), folder_name=trial_dir_name)]
+
+    assert plan(got) == plan(want) and [p[:2] for p in plan(got)] == [("test/a", 1)]
+
+
+@pytest.mark.skipif(not HARBOR_PY.exists(), reason="Harbor 0.26 is not installed in "
+                    "/work/harbor-venv")
+def test_the_default_config_fixture_is_what_harbor_writes():
+    code = ("from harbor.models.job.config import JobConfig\n"
+            "from harbor.models.trial.config import TaskConfig\n"
+            "print(JobConfig(job_name='harbor-defaults', "
+            "tasks=[TaskConfig(path='ds/a')]).model_dump_json())")
+    out = subprocess.run([str(HARBOR_PY), "-c", code], capture_output=True, text=True,
+                         check=True, timeout=120).stdout
+    assert json.loads(out) == json.loads(HARBOR_DEFAULTS.read_text())
+
+
+@pytest.mark.parametrize("text,line,message", [
+    ("agents:\n  - name: oracle\n    kwargs: [1, 2]\n", 3,
+     "agents[0].kwargs: expected a mapping, not list"),
+    ("agents:\n  - name: oracle\n    env: [1]\n", 3, "agents[0].env: expected a mapping, not list"),
+    ("agents:\n  - name: oracle\n    env: {A: [1]}\n", 3, "agents[0].env.A: expected a string"),
+    ("verifier:\n  env: [1]\n", 2, "verifier.env: expected a mapping, not list"),
+    ("environment:\n  type: [docker]\n", 2, "environment.type: expected a string, not list"),
+    ("agents:\n  - name: oracle\n    extra_allowed_hosts: api.openai.com\n", 3,
+     "agents[0].extra_allowed_hosts: expected a list, not 'api.openai.com'"),
+    ("agents:\n  - name: [oracle]\n", 2, "agents[0].name: expected a string"),
+    ("agents:\n  - name: oracle\n    resume_trajectory: 'yes'\n", 3, "expected true or false"),
+    ("timeout_multiplier: null\n", 1, "timeout_multiplier: expected a number, not None"),
+    ("agent_timeout_multiplier: fast\n", 1, "expected a number, not 'fast'"),
+    ("n_attempts: true\n", 1, "n_attempts: expected an integer, not True"),
+    ("n_concurrent_trials: [4]\n", 1, "expected an integer"),
+    ("retry:\n  max_retries: '3'\n", 2, "retry.max_retries: expected an integer"),
+    ("environment:\n  override_memory_mb: {mb: 1}\n", 2, "expected an integer"),
+    ("environment:\n  force_build: 1\n", 2, "expected true or false"),
+    ("verifier:\n  disable: 'no'\n", 2, "verifier.disable: expected true or false"),
+    ("tasks:\n  - path: [a]\n", 2, "tasks[0].path: expected a string"),
+    ("datasets:\n  - name: {x: 1}\n", 2, "datasets[0].name: expected a string"),
+    ("datasets:\n  - name: x\n    task_names: {a: 1}\n", 3, "expected a list"),
+    ("datasets:\n  - name: x\n    n_tasks: many\n", 3, "expected an integer"),
+    ("artifacts: /app/out\n", 1, "artifacts: expected a list"),
+    ("artifacts:\n  - source: [a]\n", 2, "artifacts[0].source: expected a string"),
+    ("extra_instructions: Be brief.\n", 1, "extra_instructions: expected a list"),
+    ("extra_instructions:\n  - [a]\n", 2, "extra_instructions[0]: expected a string"),
+    ("jobs_dir: [a]\n", 1, "jobs_dir: expected a string"),
+    ("orchestrator:\n  quiet: 2\n", 2, "expected true or false"),
+])
+def test_a_wrong_typed_value_is_refused_with_its_line(tmp_path, text, line, message):
+    f = write(tmp_path, text + "n_attempts: 1\n" if "n_attempts" not in text else text)
+    with pytest.raises(UsageError) as err:
+        read_config_file(f)
+    assert str(err.value).startswith(f"{f}:{line}: ")
+    assert message in str(err.value)
+
+
+def test_harbor_defaults_and_nulls_of_optional_keys_are_taken_as_unset(tmp_path):
+    cf = read_config_file(write(tmp_path, """\
+install_only: false
+user_agent: null
+source_jobs: []
+agent_timeout_multiplier: null
+environment:
+  type: null
+  import_path: null
+  override_cpus: null
+  stream: false
+  cpu_enforcement_policy: auto
+agents:
+  - name: oracle
+    kwargs: null
+    env: null
+    extra_allowed_hosts: null
+tasks:
+  - path: t
+"""))
+    assert cf.notes == []
+    assert cf.data == {"agent": "oracle", "agent_kwargs": {}, "agent_env": {},
+                       "agent_hosts": [], "paths": ["t"]}
+    hosts = read_config_file(write(tmp_path, "agents:\n  - extra_allowed_hosts: "
+                                             "[api.openai.com, 10.0.0.1]\n", "h.yaml"))
+    assert hosts.data["agent_hosts"] == ["api.openai.com", "10.0.0.1"]

@@ -361,10 +361,12 @@ def run_cmd(
             print("cairn: warning: --repo is a git repository of tasks run beside -d (not, as "
                   "in harbor run, the repository holding the registry of -d; give that as "
                   "--registry-path or --registry-url)", file=sys.stderr, flush=True)
-        from cairn.agents.registry import validate_agent_options
+        if not print_config:  # the merged config prints before any agent/credential check,
+            # as `harbor run --print-config` does (a config for another machine's keys)
+            from cairn.agents.registry import validate_agent_options
 
-        validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs), dict(cfg.agent_env),
-                               resume=bool(cfg.resume_agent_session))
+            validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs),
+                                   dict(cfg.agent_env), resume=bool(cfg.resume_agent_session))
     except (typer.BadParameter, CairnError, ValueError) as exc:
         _err(_one_line(exc))
         raise typer.Exit(2) from None

@@ -10,8 +10,14 @@ job YAML/JSON file, read into the keys of :class:`~cairn.plan.JobConfig` (design
   their multipliers, retry settings, the environment type and resource overrides, verifier
   env, artifacts, extra instructions); every other key is reported as ignored with its
   ``file:line``; a key whose meaning cairn cannot honour and whose loss would change what the
-  job measures (several agents, a simulated user, ``install_only``, a cloud environment type)
-  is refused.
+  job measures (several agents, a simulated user, ``install_only: true``, a cloud environment
+  type) is refused — only at a value that asks for it: a key at Harbor's default
+  (``install_only: false``, ``user_agent: null``, ``source_jobs: []``) is taken as unset, so a
+  Harbor job folder's ``config.json`` reads as it is. A value of the wrong type (Harbor's
+  model's types: mappings, ``list[str]``, strings, numbers, bools) is refused with its line.
+
+Every file's keys are then checked against :class:`~cairn.plan.JobConfig` on their own, so a
+wrong value is refused as ``FILE:LINE: KEY: why`` before the merge.
 
 Several files merge in order: a later file's value replaces an earlier one's, mappings
 (``agent_kwargs``, ``agent_env``, ``verifier_env``, ``add_hosts``) merge key by key, and lists
@@ -167,10 +173,44 @@ def read_config_file(path: Path) -> ConfigFile:
         lines = KeyLines({})
     if is_harbor_shaped(data):
         reader = _HarborReader(path, lines)
-        out = reader.translate(data)
-        return ConfigFile(path, True, _with_instruction_files(out, path, lines), reader.notes,
-                          frozenset(reader.replaces))
-    return ConfigFile(path, False, _with_instruction_files(_cairn_keys(data), path, lines))
+        out = _with_instruction_files(reader.translate(data), path, lines)
+        _check_values(out, path, lines, {v[0]: k for k, v in _SAME_KEYS.items()}
+                      | {"n_concurrent": "n_concurrent_trials"})
+        return ConfigFile(path, True, out, reader.notes, frozenset(reader.replaces))
+    out = _with_instruction_files(_cairn_keys(data), path, lines)
+    _check_values(out, path, lines, {_cairn_name(str(k)): str(k) for k in data})
+    return ConfigFile(path, False, out)
+
+
+def _check_values(data: Mapping[str, Any], path: Path, lines: KeyLines,
+                  spelled: Mapping[str, str]) -> None:
+    """Validate one file's JobConfig keys on their own (JobConfig has no cross-field rules),
+    so a wrong value is refused with the file and line of its key, not after the merge.
+
+    Args:
+        data: the file's keys under cairn's names (plus :data:`CLI_KEYS`).
+        path: the file.
+        lines: its key lines.
+        spelled: cairn's name of a key -> its spelling in the file (for the line).
+
+    Raises:
+        UsageError: ``FILE:LINE: KEY: why`` for the first key JobConfig refuses.
+    """
+    from pydantic import ValidationError
+
+    try:
+        JobConfig.model_validate({k: v for k, v in data.items() if k not in CLI_KEYS})
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        loc = err.get("loc") or ()
+        name = str(loc[0]) if loc else ""
+        key = spelled.get(name, name)
+        line = lines.line((key,)) if key else None
+        where = f"{path}:{line}" if line else str(path)
+        why = str(err.get("msg", exc)).removeprefix("Value error, ")
+        if err.get("type") == "extra_forbidden":
+            why = "not a key of cairn's job config"
+        raise UsageError(f"{where}: {key}: {why}" if key else f"{where}: {why}") from None
 
 
 def _cairn_keys(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -179,13 +219,19 @@ def _cairn_keys(data: Mapping[str, Any]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in data.items():
         raw = str(key).replace("-", "_").lstrip("_")
-        k = FLAG_KEYS.get(raw, raw)
+        k = _cairn_name(str(key))
         if raw == "no_verify":
             value = not value
         if k in LIST_KEYS and isinstance(value, str):
             value = [value]
         out[k] = value
     return out
+
+
+def _cairn_name(key: str) -> str:
+    """A cairn-shaped file's key under its JobConfig name (``n-concurrent`` -> n_concurrent)."""
+    raw = key.replace("-", "_").lstrip("_")
+    return FLAG_KEYS.get(raw, raw)
 
 
 def _with_instruction_files(data: dict[str, Any], path: Path, lines: KeyLines) -> dict[str, Any]:
@@ -284,20 +330,47 @@ class _HarborReader:
         where = f"{self.path}:{line}" if line else str(self.path)
         return UsageError(f"{where}: {_dotted(key)}: {why}")
 
+    def want(self, key: KeyPath, value: Any, kind: str, *, optional: bool = False) -> Any:
+        """``value`` when it is of ``kind`` (a key of :data:`_KINDS`), else the reader's
+        usage error with the key's line; ``None`` passes when ``optional`` (Harbor's
+        ``X | None`` fields, whose default is ``None``)."""
+        if value is None and optional:
+            return None
+        types, name = _KINDS[kind]
+        if isinstance(value, bool) and bool not in types:  # YAML true is not a number
+            raise self.refuse(key, f"expected {name}, not {value!r}")
+        if not isinstance(value, types):
+            shown = type(value).__name__ if isinstance(value, (dict, list)) else repr(value)
+            raise self.refuse(key, f"expected {name}, not {shown}")
+        return value
+
+    def strings(self, key: KeyPath, value: Any) -> list[str]:
+        """A Harbor ``list[str]`` field (``None`` is the empty list)."""
+        items = self.want(key, value, "list", optional=True) or []
+        return [str(self.want((*key, i), v, "scalar")) for i, v in enumerate(items)]
+
+    def env(self, key: KeyPath, value: Any) -> dict[str, str]:
+        """A Harbor ``dict[str, str]`` env field (``None`` is the empty mapping)."""
+        items = self.want(key, value, "mapping", optional=True) or {}
+        return {str(a): str(self.want((*key, str(a)), b, "scalar")) for a, b in items.items()}
+
     def translate(self, data: Mapping[str, Any]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key, value in data.items():
             k = str(key)
             handler = getattr(self, f"_k_{k}", None)
             if k in _SAME_KEYS:
-                out[_SAME_KEYS[k]] = value
+                name, kind, optional = _SAME_KEYS[k]
+                if self.want((k,), value, kind, optional=optional) is not None:
+                    out[name] = value
             elif handler is not None:
                 handler(value, out)
             elif k in _IGNORED_TOP:
                 if value not in (None, [], {}, False):
                     self.ignore((k,), _IGNORED_TOP[k])
             elif k in _REFUSED_TOP:
-                raise self.refuse((k,), _REFUSED_TOP[k])
+                if value not in (None, [], {}, False):  # Harbor's defaults mean nothing to do
+                    raise self.refuse((k,), _REFUSED_TOP[k])
             elif k in JobConfig.model_fields or k in CLI_KEYS:  # cairn's own key, as is
                 out[k] = [value] if k in LIST_KEYS and isinstance(value, str) else value
             else:
@@ -311,10 +384,10 @@ class _HarborReader:
                               "not known (cairn reads version 1, Harbor 0.26)")
 
     def _k_n_concurrent_trials(self, value: Any, out: dict[str, Any]) -> None:
-        out["n_concurrent"] = value
+        out["n_concurrent"] = self.want(("n_concurrent_trials",), value, "integer")
 
     def _k_quiet(self, value: Any, out: dict[str, Any]) -> None:
-        out["quiet"] = bool(value)
+        out["quiet"] = self.want(("quiet",), value, "bool")
 
     def _k_orchestrator(self, value: Any, out: dict[str, Any]) -> None:
         if not isinstance(value, dict):
@@ -322,13 +395,13 @@ class _HarborReader:
         for k, v in value.items():
             key = ("orchestrator", str(k))
             if k == "n_concurrent_trials":
-                out.setdefault("n_concurrent", v)
+                out.setdefault("n_concurrent", self.want(key, v, "integer"))
             elif k == "quiet":
-                out.setdefault("quiet", bool(v))
+                out.setdefault("quiet", self.want(key, v, "bool"))
             elif k == "retry":
                 self._retry(v, out, key)
             elif k == "type":
-                if v not in (None, "local"):
+                if self.want(key, v, "string", optional=True) not in (None, "local"):
                     raise self.refuse(key, f"orchestrator type {v!r}: cairn orchestrates "
                                       "locally (or on Ray with --executor ray)")
             else:
@@ -343,15 +416,17 @@ class _HarborReader:
         for k, v in value.items():
             key = (*at, str(k))
             if k == "max_retries":
-                out["max_retries"] = v
+                out["max_retries"] = self.want(key, v, "integer")
             elif k == "min_wait_sec":
-                out["retry_backoff_sec"] = v
+                out["retry_backoff_sec"] = self.want(key, v, "number")
             elif k in ("include_exceptions", "exclude_exceptions"):
-                self.ignore(key, "cairn retries by error category (infrastructure errors "
-                            "only), not by exception type")
+                if v is not None:
+                    self.ignore(key, "cairn retries by error category (infrastructure errors "
+                                "only), not by exception type")
             elif k in ("wait_multiplier", "max_wait_sec"):
-                self.ignore(key, "cairn doubles the retry delay each time, from "
-                            "retry_backoff_sec (min_wait_sec), without a cap")
+                if v != _RETRY_DEFAULTS[str(k)]:
+                    self.ignore(key, "cairn doubles the retry delay each time, from "
+                                "retry_backoff_sec (min_wait_sec), without a cap")
             else:
                 self.ignore(key, "not a Harbor 0.26 retry key")
 
@@ -361,26 +436,31 @@ class _HarborReader:
         for k, v in value.items():
             key = ("environment", str(k))
             if k == "type":
-                if v is None:
+                if self.want(key, v, "string", optional=True) is None:
                     continue
                 if v not in HARBOR_ENV_TYPES:
                     raise self.refuse(key, f"environment type {v!r}: cairn runs sandboxes on "
                                       "docker or local (give -e)")
                 out["backend"] = HARBOR_ENV_TYPES[v]
             elif k == "force_build":
-                out["force_build"] = bool(v)
+                out["force_build"] = self.want(key, v, "bool")
             elif k in ("override_cpus", "override_memory_mb", "override_storage_mb"):
-                out[k] = v
-            elif k == "import_path" and v is not None:
-                raise self.refuse(key, "a custom environment class: cairn's backends are "
-                                  "docker and local")
+                kind = "number" if k == "override_cpus" else "integer"
+                if self.want(key, v, kind, optional=True) is not None:
+                    out[k] = v
+            elif k == "import_path":
+                if v is not None:
+                    raise self.refuse(key, "a custom environment class: cairn's backends are "
+                                      "docker and local")
             elif k == "delete":
-                if v is False:
+                if self.want(key, v, "bool") is False:
                     self.ignore(key, "cairn removes every sandbox; --keep-sandbox keeps "
                                 "those of trials that did not pass")
             elif k in ("override_gpus", "override_tpu"):
                 if v is not None:
                     raise self.refuse(key, "cairn does not override a task's GPUs/TPUs")
+            elif str(k) in _ENVIRONMENT_DEFAULTS and v == _ENVIRONMENT_DEFAULTS[str(k)]:
+                continue  # Harbor's default: nothing lost
             else:
                 self.ignore(key, _ENVIRONMENT_IGNORED.get(str(k), "no cairn meaning"))
 
@@ -390,9 +470,9 @@ class _HarborReader:
         for k, v in value.items():
             key = ("verifier", str(k))
             if k == "env":
-                out["verifier_env"] = {str(a): str(b) for a, b in (v or {}).items()}
+                out["verifier_env"] = self.env(key, v)
             elif k == "disable":
-                out["verify"] = not v
+                out["verify"] = not self.want(key, v, "bool")
             elif k == "import_path" and v is not None:
                 raise self.refuse(key, "a custom verifier class: cairn runs the task's "
                                   "tests/test.sh (or its judge)")
@@ -418,21 +498,21 @@ class _HarborReader:
         self.replaces.update(AGENT_KEYS)
         for k, v in agent.items():
             key = ("agents", 0, str(k))
-            if k == "name" and v is not None:
-                out["agent"] = HARBOR_AGENT_NAMES.get(str(v), str(v))
-            elif k == "import_path" and v is not None:
-                out["agent"] = str(v)
+            if k == "name" and self.want(key, v, "string", optional=True) is not None:
+                out["agent"] = HARBOR_AGENT_NAMES.get(v, v)
+            elif k == "import_path" and self.want(key, v, "string", optional=True) is not None:
+                out["agent"] = v
             elif k == "model_name":
-                if v is not None:
-                    out["model"] = str(v)
+                if self.want(key, v, "string", optional=True) is not None:
+                    out["model"] = v
             elif k == "kwargs":
-                out["agent_kwargs"] = dict(v or {})
+                out["agent_kwargs"] = dict(self.want(key, v, "mapping", optional=True) or {})
             elif k == "env":
-                out["agent_env"] = {str(a): str(b) for a, b in (v or {}).items()}
+                out["agent_env"] = self.env(key, v)
             elif k == "extra_allowed_hosts":
-                out["agent_hosts"] = list(v or [])
+                out["agent_hosts"] = self.strings(key, v)
             elif k == "resume_trajectory":
-                out["resume_agent_session"] = bool(v)
+                out["resume_agent_session"] = self.want(key, v, "bool")
             elif k in ("override_timeout_sec", "override_setup_timeout_sec",
                        "max_timeout_sec") and v is not None:
                 self.ignore(key, "cairn takes agent timeouts from the task; scale them with "
@@ -460,7 +540,7 @@ class _HarborReader:
                                   "(--repo URL@COMMIT --repo-path PATH) or a local folder")
             if not t.get("path"):
                 raise self.refuse(key, "a task needs path")
-            paths.append(str(t["path"]))
+            paths.append(self.want((*key, "path"), t["path"], "string"))
             for k, v in t.items():
                 if k not in ("path", "source") and v not in (None, False):
                     self.ignore((*key, str(k)), "no cairn meaning for a local task")
@@ -481,6 +561,10 @@ class _HarborReader:
             if d.get("repo"):
                 raise self.refuse((*key, "repo"), "a git registry: give cairn a registry "
                                   "file (registry_path) or the task repository (--repo)")
+            for k in ("path", "name", "registry_url", "registry_path"):
+                self.want((*key, k), d.get(k), "string", optional=True)
+            for k in ("version", "ref"):
+                self.want((*key, k), d.get(k), "scalar", optional=True)
             if d.get("path") is not None:
                 out.setdefault("paths", []).append(str(d["path"]))
             elif d.get("name"):
@@ -501,6 +585,10 @@ class _HarborReader:
                                               "one registry")
                         out[k] = str(v)
                 elif k in ("task_names", "exclude_task_names", "n_tasks"):
+                    if k == "n_tasks":
+                        self.want(sub, v, "integer", optional=True)
+                    elif not isinstance(v, str):
+                        v = self.strings(sub, v) or None  # Harbor: list[str] | None
                     if v is not None:
                         filters.append((sub, str(k), v))
                 elif v not in (None, False):
@@ -524,11 +612,11 @@ class _HarborReader:
 
     def _k_artifacts(self, value: Any, out: dict[str, Any]) -> None:
         items = []
-        for i, a in enumerate(value or []):
+        for i, a in enumerate(self.want(("artifacts",), value, "list", optional=True) or []):
             if isinstance(a, str):
                 items.append(a)
             elif isinstance(a, dict) and a.get("source"):
-                items.append(str(a["source"]))
+                items.append(self.want(("artifacts", i, "source"), a["source"], "string"))
                 for k, v in a.items():
                     if k != "source" and v not in (None, [], "main"):
                         self.ignore(("artifacts", i, str(k)), "an --artifact path is kept "
@@ -538,19 +626,38 @@ class _HarborReader:
         out["artifacts"] = items
 
     def _k_extra_instruction_paths(self, value: Any, out: dict[str, Any]) -> None:
-        out["extra_instruction_paths"] = [str(v) for v in value or []]
+        out["extra_instruction_paths"] = self.strings(("extra_instruction_paths",), value)
 
     def _k_extra_instructions(self, value: Any, out: dict[str, Any]) -> None:
-        out["extra_instructions"] = [str(v) for v in value or []]
+        out["extra_instructions"] = self.strings(("extra_instructions",), value)
 
 
-_SAME_KEYS = {"job_name": "job_name", "jobs_dir": "jobs_dir", "n_attempts": "attempts",
-              "timeout_multiplier": "timeout_multiplier",
-              "agent_timeout_multiplier": "agent_timeout_multiplier",
-              "verifier_timeout_multiplier": "verifier_timeout_multiplier",
-              "agent_setup_timeout_multiplier": "agent_setup_timeout_multiplier",
-              "environment_build_timeout_multiplier": "build_timeout_multiplier"}
-"""Harbor keys taken as they are (under cairn's name)."""
+_SAME_KEYS: dict[str, tuple[str, str, bool]] = {
+    "job_name": ("job_name", "string", False), "jobs_dir": ("jobs_dir", "string", False),
+    "n_attempts": ("attempts", "integer", False),
+    "timeout_multiplier": ("timeout_multiplier", "number", False),
+    "agent_timeout_multiplier": ("agent_timeout_multiplier", "number", True),
+    "verifier_timeout_multiplier": ("verifier_timeout_multiplier", "number", True),
+    "agent_setup_timeout_multiplier": ("agent_setup_timeout_multiplier", "number", True),
+    "environment_build_timeout_multiplier": ("build_timeout_multiplier", "number", True)}
+"""Harbor keys taken as they are: (cairn's name, the kind of value, whether ``None`` — Harbor's
+default for the optional multipliers — is allowed and means cairn's default)."""
+
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "mapping": ((dict,), "a mapping"), "list": ((list,), "a list"),
+    "string": ((str,), "a string"), "scalar": ((str, int, float), "a string"),
+    "number": ((int, float), "a number"), "integer": ((int,), "an integer"),
+    "bool": ((bool,), "true or false")}
+"""The value kinds :meth:`_HarborReader.want` checks: accepted Python types, name in errors."""
+
+_RETRY_DEFAULTS = {"wait_multiplier": 1.0, "max_wait_sec": 60.0}
+"""Harbor 0.26 ``RetryConfig`` defaults of the keys cairn ignores: at these, no note."""
+
+_ENVIRONMENT_DEFAULTS: dict[str, Any] = {
+    "stream": False, "cpu_enforcement_policy": "auto", "memory_enforcement_policy": "auto",
+    "mounts": None, "extra_docker_compose": [], "kwargs": {}, "extra_allowed_hosts": [],
+    "env": {}, "suppress_override_warnings": False}
+"""Harbor 0.26 ``EnvironmentConfig`` defaults of the keys cairn ignores: at these, no note."""
 
 _IGNORED_TOP = {
     "debug": "set CAIRN_DEBUG=1 for tracebacks; cairn's logs are always written",
