@@ -296,6 +296,23 @@ def test_a_build_context_holding_tests_and_solution_fails(tmp_path):
     assert lint(ignored) == []
 
 
+def test_a_dockerignore_exception_that_re_includes_a_test_file_is_a_leak(tmp_path):
+    """`.dockerignore` with `tests` then `!tests/test.sh` puts test.sh back into the build
+    context (Docker reads later lines last): the context holds a test file again."""
+    reincluded = make_task(tmp_path, files={
+        COMPOSE: "services:\n  main:\n    build:\n      context: ..\n"
+                 "      dockerfile: environment/Dockerfile\n",
+        "environment/Dockerfile": DOCKERFILE + "COPY . /app\n",
+        ".dockerignore": "tests\n!tests/test.sh\nsolution/\n",
+        "solution/solve.sh": "echo 42 > /app/out\n",
+    }, name="reincluded")
+    found = check_task(reincluded)
+    assert [(f.rule, f.path.relative_to(reincluded).as_posix()) for f in found] == [
+        ("agent-image-test-leak", "environment/Dockerfile"),
+        ("agent-image-test-leak", COMPOSE)]
+    assert "`tests/`" in found[1].text and "`solution/`" not in found[1].text
+
+
 def test_mounting_the_tests_into_the_sandbox_fails(tmp_path):
     bad = compose_task(tmp_path, "    volumes:\n      - ../tests:/opt/t:ro\n", name="bad")
     assert lint(bad) == [("agent-image-test-leak", COMPOSE, line_of(bad / COMPOSE, "../tests"))]

@@ -671,7 +671,7 @@ def _check_compose_build(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str
         return
     context, dockerfile, key = found
     leaked = [d for d in lint.protected if (d == context or _inside(d, context))
-              and not _dockerignored(context, d)]
+              and not _left_out(context, d)]
     if leaked:
         lint.findings.append(Finding(
             lint.shown(cf.path), cf.lines.line(base + key), WARNING,
@@ -695,6 +695,15 @@ def _dockerignore(context: Path) -> list[tuple[bool, str]]:
         pattern = posixpath.normpath(line.lstrip("!").strip().lstrip("/")).rstrip("/")
         out.append((negate, pattern))
     return out
+
+
+def _left_out(context: Path, path: Path) -> bool:
+    """Whether ``.dockerignore`` of ``context`` leaves all of ``path`` out of the build
+    context: the folder and every file in it, since a later ``!pattern`` re-includes files of
+    an ignored folder (``tests/`` then ``!tests/test.sh``), as Docker reads the file."""
+    if not _dockerignored(context, path):
+        return False
+    return all(_dockerignored(context, f) for f in _walk_files(path))
 
 
 def _dockerignored(context: Path, path: Path) -> bool:
@@ -755,7 +764,7 @@ def _check_copy(lint: _Lint, dockerfile: Path, context: Path, keyword: str,
         leaked: list[Path] = []
         copies: list[tuple[Path, Path]] = []
         for path in matches:
-            hit = [d for d in lint.protected_under(path) if not _dockerignored(context, d)]
+            hit = [d for d in lint.protected_under(path) if not _left_out(context, d)]
             if hit:
                 leaked += [d for d in hit if d not in leaked]
                 continue
