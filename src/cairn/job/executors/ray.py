@@ -380,12 +380,21 @@ class RayExecutor(Executor):
                                   f"{first})")
                 TrialStore(tp).create().write_result(result)
                 return result
-            await self._drain()
+            # The trial has finished on its node: from here a Ctrl-C must not lose it (the CI
+            # of 2cc5a80 saw a finished trial with no folder when the interrupt came during
+            # the drain). Its folder is installed first; the cancellation is raised after.
+            interrupted = False
+            try:
+                await self._drain()
+            except asyncio.CancelledError:
+                interrupted = True
             node = ExecutorRef(name=self.name, node=str(out["node"]), host=str(out["host"]))
             if "refused" in out:
                 result = _errored(plan, ErrorKind.START_FAILED, str(out["refused"]))
                 result = result.model_copy(update={"executor": node})
                 TrialStore(tp).create().write_result(result)
+                if interrupted:
+                    raise asyncio.CancelledError
                 return result
             result = TrialResult.model_validate(out["result"]).model_copy(
                 update={"executor": node})
@@ -393,6 +402,8 @@ class RayExecutor(Executor):
             if refused:
                 on_event(Event(EventKind.WARNING, f"[{plan.task.name}] trial archive: refused "
                                f"{len(refused)} unsafe member(s)", plan.task.name, plan.trial_id))
+            if interrupted:
+                raise asyncio.CancelledError
             return result
         finally:
             self._sinks.pop(plan.trial_id, None)
