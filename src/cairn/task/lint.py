@@ -701,18 +701,22 @@ def _left_out(context: Path, path: Path) -> bool:
     """Whether ``.dockerignore`` of ``context`` leaves all of ``path`` out of the build
     context: the folder and every file in it, since a later ``!pattern`` re-includes files of
     an ignored folder (``tests/`` then ``!tests/test.sh``), as Docker reads the file."""
-    if not _dockerignored(context, path):
+    rules = _dockerignore(context)  # read once for the folder and all its files
+    if not _dockerignored(context, path, rules):
         return False
-    return all(_dockerignored(context, f) for f in _walk_files(path))
+    return all(_dockerignored(context, f, rules) for f in _walk_files(path))
 
 
-def _dockerignored(context: Path, path: Path) -> bool:
-    """Whether ``.dockerignore`` of ``context`` leaves ``path`` out of the build context."""
+def _dockerignored(context: Path, path: Path,
+                   rules: list[tuple[bool, str]] | None = None) -> bool:
+    """Whether ``.dockerignore`` of ``context`` leaves ``path`` out of the build context
+    (``rules``: the file already read by :func:`_dockerignore`)."""
     try:
         rel = path.relative_to(context).as_posix()
     except ValueError:
         return False
-    rules = _dockerignore(context)
+    if rules is None:
+        rules = _dockerignore(context)
     parts = rel.split("/")
     prefixes = ["/".join(parts[:k]) for k in range(1, len(parts) + 1)]
     ignored = False
