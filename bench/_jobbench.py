@@ -81,9 +81,10 @@ def engine_cpu() -> float:
     return total / tick
 
 
-def run_cairn(args: list[str], *, quiet: bool = True) -> Run:
-    """Run ``python3 -m cairn ARGS`` to its end and measure it."""
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep +
+def run_cairn(args: list[str], *, quiet: bool = True, src: Path | None = None) -> Run:
+    """Run ``python3 -m cairn ARGS`` to its end and measure it (the cairn of ``src``, a
+    checkout's ``src`` folder, default this repository's)."""
+    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src") + os.pathsep +
            os.environ.get("PYTHONPATH", "")}
     out = subprocess.DEVNULL if quiet else None
     e0 = engine_cpu()

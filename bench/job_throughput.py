@@ -11,9 +11,23 @@ With ``--prestart-ab R`` it runs the cairn job ``R`` times with and ``R`` times 
 ``--prestart``, interleaved (off, on, off, on, ...), and prints the median of each and their
 ratio instead (Harbor is not run then).
 
+Beside cairn it runs the same job as the MINIMAL hand-written docker CLI script (the floor,
+printed as ``minimal``): ``docker build -q`` once (cached); per trial ``docker run -d`` on the
+engine's default bridge; per step ``cp`` of the solution, ``exec`` of solve.sh, ``cp`` of the
+tests, ``exec`` of test.sh and ``cp`` of the reward out; then ``rm -f``; ``-n`` trials at once
+from a thread pool. It is what the engine allows on this machine with no harness at all (no
+image check, no isolation of trials from each other, no clean ``/tests`` or process checks, no
+results written): a harness cannot be faster, so the floor's trials per minute bound the
+reachable ratio to Harbor.
+
 Usage:
     HARBOR=/work/harbor-venv/bin/harbor python3 bench/job_throughput.py [--trials 16] [-n 8]
     python3 bench/job_throughput.py --prestart-ab 3 [--trials 8 -n 1]
+    python3 bench/job_throughput.py --compare /path/to/other/src --rounds 5
+
+With ``--compare SRC`` (another checkout's ``src`` folder, e.g. the code before a change) it
+runs this cairn and that one ``--rounds`` times each, interleaved, and prints the medians and
+their ratio instead (neither the minimal script nor Harbor is run then).
 
 Exit status 0 when every cairn trial passed, 1 otherwise.
 """
@@ -33,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _jobbench import engine_cpu, run_cairn, summary, write_task  # noqa: E402
+from _jobbench import Run, engine_cpu, run_cairn, summary, write_task  # noqa: E402
 
 
 def main() -> int:
@@ -45,7 +59,12 @@ def main() -> int:
     ap.add_argument("--prestart", action="store_true", help="run cairn with --prestart")
     ap.add_argument("--prestart-ab", type=int, default=0, metavar="R",
                     help="R interleaved rounds of cairn with and without --prestart")
+    ap.add_argument("--compare", type=Path, metavar="SRC",
+                    help="also run the cairn of this src folder, interleaved (before/after)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of --compare (default 5)")
     args = ap.parse_args()
+    if args.compare:
+        return compare(args)
     if args.prestart_ab:
         return prestart_ab(args)
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
@@ -67,6 +86,11 @@ def main() -> int:
         print(f"{'':8s} {'wall':>8s} {'trials/min':>11s} {'own CPU':>9s} {'engine CPU':>11s}")
         print(f"{'cairn':8s} {wall:7.1f}s {args.trials / wall * 60:11.1f} {run.cpu_sec:8.1f}s "
               f"{run.engine_cpu_sec:10.1f}s   (peak RSS {rss:.0f} MiB)")
+        floor = run_floor(task, args.trials, args.n, args.steps)
+        print(f"{'minimal':8s} {floor.wall:7.1f}s {args.trials / floor.wall * 60:11.1f} "
+              f"{floor.cpu_sec:8.1f}s {floor.engine_cpu_sec:10.1f}s   "
+              f"({floor.code} of {args.trials} trials with reward 1; docker CLI script)")
+        print(f"throughput ratio cairn / minimal script: {floor.wall / wall:.2f}x")
         harbor = os.environ.get("HARBOR")
         if harbor:
             exe = Path(harbor) / "bin" / "harbor" if Path(harbor).is_dir() else Path(harbor)
@@ -88,10 +112,92 @@ def main() -> int:
             if p.returncode != 0:
                 print(p.stdout.decode("utf-8", "replace")[-1500:])
                 print(p.stderr.decode("utf-8", "replace")[-1500:])
-            print(f"throughput ratio cairn / Harbor: {h / wall:.2f}x (target >= 10)")
+            print(f"throughput ratio cairn / Harbor: {h / wall:.2f}x (target >= 10); "
+                  f"minimal script / Harbor: {h / floor.wall:.2f}x (the most any harness "
+                  f"reaches here)")
         else:
             print("Harbor: skipped (set HARBOR to a Harbor install's `harbor` executable)")
         return 0 if code == 0 and s["n_passed"] == args.trials else 1
+
+
+def _floor_trial(task: Path, steps: int, image: str) -> bool:
+    """One trial of the minimal docker CLI script; True when every step's reward is 1."""
+    def docker(*a: str) -> bytes:
+        return subprocess.run(["docker", *a], check=True, capture_output=True).stdout
+
+    cid = docker("run", "-d", "--init", image, "sleep", "infinity").decode().strip()
+    ok = True
+    try:
+        docker("exec", cid, "mkdir", "-p", "/logs/verifier")
+        dirs = [task] if steps == 1 else [task / "steps" / f"s{i}" for i in range(1, steps + 1)]
+        for d in dirs:
+            docker("cp", str(d / "solution"), f"{cid}:/solution")
+            docker("exec", cid, "bash", "-c", "bash /solution/solve.sh && rm -rf /solution")
+            docker("cp", str(d / "tests"), f"{cid}:/tests")
+            docker("exec", cid, "bash", "-c", "bash /tests/test.sh; rm -rf /tests")
+            out = docker("cp", f"{cid}:/logs/verifier/reward.txt", "-")  # a tar stream
+            ok = ok and b"\n1\n" in out.replace(b"\0", b"\n")
+    finally:
+        docker("rm", "-f", cid)
+    return ok
+
+
+def run_floor(task: Path, trials: int, n: int, steps: int) -> Run:
+    """The job as the minimal docker CLI script (module docstring): wall, CPU of the script's
+    children, engine CPU; ``code`` holds how many trials scored 1 on every step."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    image = subprocess.run(["docker", "build", "-q", str(task / "environment")], check=True,
+                           capture_output=True).stdout.decode().strip()  # cached after cairn's
+    with ThreadPoolExecutor(n) as pool:
+        oks = list(pool.map(lambda _: _floor_trial(task, steps, image), range(trials)))
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=sum(oks),
+               engine_cpu_sec=engine_cpu() - e0)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Interleaved rounds of this cairn and the one in ``args.compare``; medians, ratio."""
+    this = Path(__file__).resolve().parents[1] / "src"
+    srcs = {"this": this, "--compare": args.compare.resolve()}
+    walls: dict[str, list[float]] = {k: [] for k in srcs}
+    engine: dict[str, list[float]] = {k: [] for k in srcs}
+    ok = True
+    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
+        root = Path(tmp)
+        task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
+        jobs = root / "jobs"
+        base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
+        for label, src in srcs.items():
+            run_cairn([*base, "--job-name", f"warm-up-{label.strip('-')}"], src=src)
+        loads = [os.getloadavg()[0]]
+        for r in range(args.rounds):
+            order = list(srcs.items()) if r % 2 == 0 else list(srcs.items())[::-1]
+            for label, src in order:
+                name = f"{label.strip('-')}-{r}"
+                run = run_cairn([*base, "--job-name", name, "-k", str(args.trials),
+                                 "-n", str(args.n)], src=src)
+                s = summary(jobs / name)
+                ok = ok and run.code == 0 and s["n_passed"] == args.trials
+                walls[label].append(run.wall)
+                engine[label].append(run.engine_cpu_sec)
+                loads.append(os.getloadavg()[0])
+    med = statistics.median
+    print(f"load average (1 min) during the rounds: {min(loads):.2f} .. {max(loads):.2f}")
+    print(f"job: {args.steps}-step task x {args.trials} trials, -n {args.n}, backend {args.e}, "
+          f"{args.rounds} interleaved rounds")
+    print(f"{'':10s} {'wall':>8s} {'trials/min':>11s} {'engine CPU':>11s}")
+    for label, src in srcs.items():
+        w = med(walls[label])
+        print(f"{label:10s} {w:7.1f}s {args.trials / w * 60:11.1f} {med(engine[label]):10.1f}s"
+              f"   (walls {', '.join(f'{x:.1f}' for x in walls[label])}; {src})")
+    print(f"throughput ratio this / --compare: {med(walls['--compare']) / med(walls['this']):.2f}x"
+          f"; engine CPU ratio: {med(engine['this']) / med(engine['--compare']):.2f}x")
+    return 0 if ok else 1
 
 
 def prestart_ab(args: argparse.Namespace) -> int:
