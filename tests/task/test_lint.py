@@ -362,6 +362,19 @@ def test_verifier_install_under_no_network_fails_with_network_passes(tmp_path):
     assert lint(offline) == []
 
 
+def test_an_install_through_env_by_path_is_an_install(tmp_path):
+    """`/usr/bin/env pip install` and `/usr/bin/sudo apt-get install` are read through their
+    wrapper as `env`/`sudo` are."""
+    task = make_task(tmp_path, files={"tests/test.sh": (
+        "#!/bin/bash\n/usr/bin/env PIP_QUIET=1 pip install pytest==8.3.4\n"
+        "/usr/bin/sudo -u root apt-get install -y jq\n"
+        "/usr/bin/env -S 'uvx ruff==0.6.0 check /app'\n"
+        "/usr/bin/env python3 -c 'print(1)' > /logs/verifier/reward.txt\n")})
+    assert lint(task) == [("verifier-install-no-network", "tests/test.sh", 2),
+                          ("verifier-install-no-network", "tests/test.sh", 3),
+                          ("verifier-install-no-network", "tests/test.sh", 4)]
+
+
 def test_verifier_network_follows_the_phase_and_each_step(tmp_path):
     toml = ('[task]\nname = "test/lint"\n\n[environment]\nnetwork_mode = "public"\n\n'
             '[verifier]\nnetwork_mode = "no-network"\n\n'

@@ -80,6 +80,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "its checks (it still runs)"),
     Rule("script-set-e", WARNING, "a test.sh using set -e that may exit before its reward"),
     Rule("mcp-download-no-network", WARNING, "an npx/uvx MCP server under a no-network agent"),
+    Rule("mcp-remote-no-network", WARNING, "an sse/streamable-http MCP server outside the "
+         "sandbox under a no-network agent"),
     Rule("judge-no-network", WARNING, "a judge credential under a no-network verifier"),
     Rule("harbor-task-name", WARNING, "a [task].name that Harbor 0.26 refuses"),
     Rule("deprecated-size-key", WARNING, "legacy memory/storage instead of memory_mb/storage_mb"),
