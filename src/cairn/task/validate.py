@@ -117,6 +117,27 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
     _check_scripts(root, valid_names, sink)
+    _check_seed(root, steps, valid_names, sink)
+
+
+def _check_seed(root: Path, steps: list[Any], valid_names: list[str], sink: FindingSink) -> None:
+    """The seed trajectory beside the first instruction (:func:`cairn.task.seed.read_seed`,
+    the rule the agents load it by): an error naming the file, the line and the field."""
+    from cairn.task.seed import SEED_FILE, SeedError, read_seed
+
+    if steps:
+        first = steps[0].get("name") if isinstance(steps[0], dict) else None
+        if first not in valid_names:
+            return  # the first step is refused already; where its seed lives is unknown
+        seed = root / "steps" / str(first) / SEED_FILE
+    else:
+        seed = root / SEED_FILE
+    if not seed.is_file():
+        return  # none (a FIFO or a refused link is reported as what it is)
+    try:
+        read_seed(seed)
+    except SeedError as exc:
+        sink.file(seed, ERROR, f"seed trajectory: {exc.reason}", exc.line)
 
 
 def check_utf8(path: Path, sink: FindingSink) -> None:
