@@ -96,6 +96,30 @@ def test_a_fifo_is_refused_by_name_without_opening_it(tmp_path: Path) -> None:
     assert f"{tasks[0] / FIFO_PLACES[0]}: error: is a FIFO" in proc.stdout + proc.stderr
 
 
+def test_a_fifo_or_folder_test_sh_is_reported_as_what_it_is_not_as_missing(tmp_path: Path) -> None:
+    """A shared tests/test.sh (multi-step), a step's own and a single-step task's that is a FIFO
+    or a folder gets one error saying so, never also "neither … test.sh exists"."""
+    from taskgen import StepSpec
+
+    cases = []
+    for kind in ("fifo", "folder"):
+        shared = write_task(tmp_path, f"shared-{kind}", steps=[StepSpec("a", test=None)])
+        own = write_task(tmp_path, f"own-{kind}", steps=[StepSpec("a", test=None)])
+        single = write_task(tmp_path, f"single-{kind}")
+        for task, rel in ((shared, "tests/test.sh"), (own, "steps/a/tests/test.sh"),
+                          (single, "tests/test.sh")):
+            (task / rel).parent.mkdir(parents=True, exist_ok=True)
+            (task / rel).unlink(missing_ok=True)
+            os.mkfifo(task / rel) if kind == "fifo" else (task / rel).mkdir()
+            cases.append((task, rel, kind))
+    for task, rel, kind in cases:
+        found = [(f.path, f.text) for f in check_task(task) if f.is_error]
+        why = ("is a FIFO, not a regular file: a task holds regular files, folders and symlinks "
+               "only (cairn does not open it)" if kind == "fifo" else
+               "is a folder: cairn runs this path as a script, it must be a file")
+        assert found == [(task / rel, why)], (rel, found)
+
+
 def test_tree_hash_does_not_open_a_fifo(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     os.mkfifo(tmp_path / "pipe")

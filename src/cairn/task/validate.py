@@ -157,8 +157,8 @@ def check_utf8(path: Path, sink: FindingSink) -> None:
 
 
 def _missing(path: Path) -> bool:
-    """Nothing at all at ``path`` (not even a FIFO or a dangling link: those are reported as
-    what they are, not as missing)."""
+    """Nothing at all at ``path`` (not even a FIFO, a folder or a dangling link: those are
+    reported as what they are, not as missing)."""
     return not os.path.lexists(path)
 
 
@@ -321,7 +321,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
     seen: dict[str, int] = {}
     valid: list[str] = []
     task_mode = declared_verifier_mode(_table(doc, "verifier"))
-    shared_test = (root / "tests" / "test.sh").is_file()
+    shared_test = not _missing(root / "tests" / "test.sh")
     for i, entry in enumerate(steps):
         if not isinstance(entry, dict):
             continue
@@ -354,7 +354,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
         else:
             check_utf8(step_dir / "instruction.md", sink)
         mode = declared_verifier_mode(_table(entry, "verifier")) or task_mode or "shared"
-        if mode == "shared" and not shared_test and not (step_dir / "tests" / "test.sh").is_file():
+        if mode == "shared" and not shared_test and _missing(step_dir / "tests" / "test.sh"):
             sink.key(where, ERROR, f"step `{name}` has no test: neither "
                      f"`steps/{name}/tests/test.sh` nor `tests/test.sh` exists")
     return valid
@@ -886,8 +886,12 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
         others += [root / "steps" / n / "solution" / "solve.sh",
                    root / "steps" / n / "workdir" / "setup.sh"]
     for script in tests + others:
-        if not script.is_file():
+        if script.is_dir():
+            sink.file(script, ERROR, "is a folder: cairn runs this path as a script, it must "
+                      "be a file")
             continue
+        if not script.is_file():
+            continue  # missing (reported where it is required), a FIFO or a refused link
         if _too_big_to_lint(script, sink):
             continue
         try:
