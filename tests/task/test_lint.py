@@ -444,6 +444,38 @@ def test_artifacts_under_logs_fail(tmp_path):
     assert lint(good) == []
 
 
+def test_the_log_overlap_wording_says_under_or_contains_truly(tmp_path):
+    """`/logs/verifier` is under /logs; `/` is not: it is the whole filesystem, which contains
+    /logs (the task.toml rule and a run's `--artifact` warning say the same)."""
+    from cairn.job.preflight import artifact_warnings
+
+    task = make_task(tmp_path, 'artifacts = ["/logs/verifier", "/", "/logs"]\n' + TOML)
+    texts = [f.text for f in check_task(task) if f.rule == "artifact-log-overlap"]
+    verifier = ("`/logs/verifier` is emptied before artifacts are collected (what the agent left "
+                "there is kept as planted-verifier-logs), and a separate verifier gets the "
+                "artifacts at their paths, over its own logs")
+    root = ("/logs holds cairn's own folders, which it collects its own way (`/logs/artifacts` "
+            "after every step, `/logs/agent` moved to the step's agent/ folder and "
+            "`/logs/verifier` emptied before artifacts are collected): the entry copies "
+            "`/logs/artifacts` a second time, and a separate verifier gets the files over its "
+            "own logs")
+    logs = "/logs holds cairn's agent, verifier and artifact folders"
+    assert texts == [
+        f"artifact `/logs/verifier` is under /logs: {verifier}; write the output somewhere else "
+        "(or to /logs/artifacts without an entry)",
+        f"artifact `/` is the whole filesystem, which contains /logs: {root}; collect the "
+        "folders the output is in instead",
+        f"artifact `/logs` is /logs itself: {logs}; write the output somewhere else (or to "
+        "/logs/artifacts without an entry)"]
+    assert artifact_warnings(["/logs/verifier", "/", "/logs/x", "/app"], []) == [
+        f"--artifact /logs/verifier is under /logs: {verifier}; collect the output from "
+        "somewhere else (artifact-log-overlap)",
+        f"--artifact / is the whole filesystem, which contains /logs: {root}; collect the "
+        "folders the output is in instead (artifact-log-overlap)",
+        f"--artifact /logs/x is under /logs: {logs}; collect the output from somewhere else "
+        "(artifact-log-overlap)"]
+
+
 # -- agent user ------------------------------------------------------------------------------
 
 def test_root_agent_user_against_the_images_user_fails(tmp_path):
