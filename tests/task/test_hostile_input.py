@@ -197,13 +197,23 @@ def test_a_verifier_over_the_cap_still_runs_and_scores(tmp_path: Path) -> None:
 
     if not local_available():
         pytest.skip("local backend not available")
+    import json
+
     data = "# expected output line kept inline by a generated verifier\n" * 40_000
-    task = write_task(tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n",
+                      solve="true\r\n")
     assert (task / "tests" / "test.sh").stat().st_size > 2 * MAX_INPUT_BYTES
     proc = cairn("run", "-p", str(task), "-a", "oracle", "-e", "local", "-o",
                  str(tmp_path / "jobs"), "--job-name", "j")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS reward=1.00" in proc.stdout + proc.stderr
+    # the run keeps the check's warning with the task's other validation warnings (CRLF here)
+    (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
+    warnings = json.loads(result.read_text())["warnings"]
+    assert (f"{task}/tests/test.sh: warning: is 2.3 MiB, over the 1 MiB cairn reads for its "
+            "checks: not checked (it still runs as it is)") in warnings
+    assert (f"{task}/solution/solve.sh: warning: CRLF line endings (cairn normalises them when "
+            "it runs the script; convert the file to LF)") in warnings
 
 
 def test_continued_lines_up_to_the_cap_check_in_bounded_time(tmp_path: Path) -> None:
