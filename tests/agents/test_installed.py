@@ -464,21 +464,35 @@ def test_seed_trajectory_refusals(tmp_path):
 
 
 @pytest.mark.parametrize(("doc", "message"), [
-    ("{not json", "cannot be read as JSON"),
+    ("{not json", "not JSON: Expecting property name"),
     ({"steps": [{"source": "user", "message": "x"}]}, "not an ATIF document"),
-    ({"schema_version": "ATIF-v1.7", "steps": []}, "has no steps"),
+    ({"schema_version": "ATIF-v1.7", "steps": []}, "no steps"),
     ({"schema_version": "ATIF-v1.7", "steps": [{"source": "robot", "message": "x"}]},
-     "step 1 has no source"),
+     "step 1 (`steps[0]`) has no source system/user/agent (`source` is 'robot')"),
     ({"schema_version": "ATIF-v1.7", "steps": [{"source": "agent", "message": "x",
                                                 "tool_calls": [{"function_name": "f"}]}]},
-     "tool_calls need tool_call_id"),
+     "tool_calls need tool_call_id, function_name and arguments (an object): "
+     "`steps[0].tool_calls[0].tool_call_id` is missing or not a string"),
 ])
-def test_a_malformed_seed_is_refused_with_the_file_named(tmp_path, doc, message):
-    from cairn.agents.registry import create_agent
+def test_a_malformed_seed_is_refused_by_the_check_and_the_agents_alike(tmp_path, doc, message):
+    """One rule (cairn.task.seed.read_seed): the task check reports the seed as an error of the
+    task, so every run refuses the task (whatever the agent), and the agents' own loader says
+    the same words."""
+    from cairn.agents.trajectory import load_seed
+    from cairn.errors import TaskFormatError
+    from cairn.task.load import check_task
 
-    task = load_task(_seeded_task(tmp_path, doc))
-    why = create_agent("llm", "openai/m", {}).refusal(task)
-    assert why is not None and message in why and "trajectory.json" in why
+    root = _seeded_task(tmp_path, doc)
+    seed = root / "steps" / "a" / "trajectory.json"
+    (error,) = [f for f in check_task(root) if f.is_error]
+    assert error.path == seed and error.rule == "invalid-task-files"
+    assert error.text.startswith("seed trajectory: ") and message in error.text
+    with pytest.raises(TaskFormatError) as refused:
+        load_task(root)
+    assert str(error) in str(refused.value)
+    with pytest.raises(ValueError, match="trajectory.json") as loaded:
+        load_seed(seed)
+    assert error.text.removeprefix("seed trajectory: ") in str(loaded.value)
 
 
 def test_single_step_seed_lives_at_the_task_root(tmp_path):

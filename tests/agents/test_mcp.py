@@ -94,6 +94,45 @@ def test_self_downloading_servers():
     assert not self_downloading(McpServer("a", "sse", url="http://x/sse"))
 
 
+@pytest.mark.parametrize(("command", "args", "shown"), [
+    ("npx", ("-y", "@x/server"), "npx"),
+    ("/usr/bin/env", ("npx", "-y", "@x/server"), "/usr/bin/env npx"),
+    ("env", ("-u", "HOME", "--", "npx", "@x/server"), "env -u HOME -- npx"),
+    ("/usr/bin/env", ("-S", "uvx mcp-x"), "uvx"),
+    ("timeout", ("60", "/usr/local/bin/uvx", "mcp-x"), "timeout 60 /usr/local/bin/uvx"),
+    ("env", ("pipx", "run", "mcp-x"), "env pipx run"),
+    ("npm", ("exec", "@x/server"), "npm exec"),
+    ("env", ("python3", "/opt/s.py"), None),
+    ("/usr/bin/env", (), None),
+    ("npm", ("start",), None),
+])
+def test_self_download_command_sees_through_wrappers(command, args, shown):
+    from cairn.task.mcp import self_download_command
+
+    server = McpServer("a", "stdio", command, args)
+    assert self_download_command(server) == shown
+    assert self_downloading(server) is (shown is not None)
+
+
+@pytest.mark.parametrize(("url", "host", "loopback"), [
+    ("http://LOCALHOST.:8000/mcp", "localhost", True),
+    ("http://127.0.0.2:1/sse", "127.0.0.2", True),
+    ("http://[::1]:1/mcp", "::1", True),
+    ("http://0.0.0.0:1/mcp", "0.0.0.0", True),
+    ("http://tools:8000/sse", "tools", False),
+    ("https://api.example.com/mcp", "api.example.com", False),
+    ("http://10.0.0.5/mcp", "10.0.0.5", False),
+    ("http://${HOST}:1/sse", None, None),
+])
+def test_remote_host_and_loopback(url, host, loopback):
+    from cairn.task.mcp import is_loopback_host, remote_host
+
+    assert remote_host(McpServer("a", "sse", url=url)) == host
+    if host is not None:
+        assert is_loopback_host(host) is loopback
+    assert remote_host(McpServer("a", "stdio", "python3")) is None
+
+
 def test_agents_without_mcp_refuse_unless_ignore_mcp(tmp_path):
     task = load_task(write_task(tmp_path, "mcp", toml_extra="", files={}))
     mcp_task = write_task(tmp_path, "mcp2")

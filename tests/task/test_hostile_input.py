@@ -96,6 +96,30 @@ def test_a_fifo_is_refused_by_name_without_opening_it(tmp_path: Path) -> None:
     assert f"{tasks[0] / FIFO_PLACES[0]}: error: is a FIFO" in proc.stdout + proc.stderr
 
 
+def test_a_fifo_or_folder_test_sh_is_reported_as_what_it_is_not_as_missing(tmp_path: Path) -> None:
+    """A shared tests/test.sh (multi-step), a step's own and a single-step task's that is a FIFO
+    or a folder gets one error saying so, never also "neither … test.sh exists"."""
+    from taskgen import StepSpec
+
+    cases = []
+    for kind in ("fifo", "folder"):
+        shared = write_task(tmp_path, f"shared-{kind}", steps=[StepSpec("a", test=None)])
+        own = write_task(tmp_path, f"own-{kind}", steps=[StepSpec("a", test=None)])
+        single = write_task(tmp_path, f"single-{kind}")
+        for task, rel in ((shared, "tests/test.sh"), (own, "steps/a/tests/test.sh"),
+                          (single, "tests/test.sh")):
+            (task / rel).parent.mkdir(parents=True, exist_ok=True)
+            (task / rel).unlink(missing_ok=True)
+            os.mkfifo(task / rel) if kind == "fifo" else (task / rel).mkdir()
+            cases.append((task, rel, kind))
+    for task, rel, kind in cases:
+        found = [(f.path, f.text) for f in check_task(task) if f.is_error]
+        why = ("is a FIFO, not a regular file: a task holds regular files, folders and symlinks "
+               "only (cairn does not open it)" if kind == "fifo" else
+               "is a folder: cairn runs this path as a script, it must be a file")
+        assert found == [(task / rel, why)], (rel, found)
+
+
 def test_tree_hash_does_not_open_a_fifo(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     os.mkfifo(tmp_path / "pipe")
@@ -173,13 +197,23 @@ def test_a_verifier_over_the_cap_still_runs_and_scores(tmp_path: Path) -> None:
 
     if not local_available():
         pytest.skip("local backend not available")
+    import json
+
     data = "# expected output line kept inline by a generated verifier\n" * 40_000
-    task = write_task(tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n")
+    task = write_task(tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n",
+                      solve="true\r\n")
     assert (task / "tests" / "test.sh").stat().st_size > 2 * MAX_INPUT_BYTES
     proc = cairn("run", "-p", str(task), "-a", "oracle", "-e", "local", "-o",
                  str(tmp_path / "jobs"), "--job-name", "j")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS reward=1.00" in proc.stdout + proc.stderr
+    # the run keeps the check's warning with the task's other validation warnings (CRLF here)
+    (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
+    warnings = json.loads(result.read_text())["warnings"]
+    assert (f"{task}/tests/test.sh: warning: is 2.3 MiB, over the 1 MiB cairn reads for its "
+            "checks: not checked (it still runs as it is)") in warnings
+    assert (f"{task}/solution/solve.sh: warning: CRLF line endings (cairn normalises them when "
+            "it runs the script; convert the file to LF)") in warnings
 
 
 def test_continued_lines_up_to_the_cap_check_in_bounded_time(tmp_path: Path) -> None:

@@ -362,6 +362,19 @@ def test_verifier_install_under_no_network_fails_with_network_passes(tmp_path):
     assert lint(offline) == []
 
 
+def test_an_install_through_env_by_path_is_an_install(tmp_path):
+    """`/usr/bin/env pip install` and `/usr/bin/sudo apt-get install` are read through their
+    wrapper as `env`/`sudo` are."""
+    task = make_task(tmp_path, files={"tests/test.sh": (
+        "#!/bin/bash\n/usr/bin/env PIP_QUIET=1 pip install pytest==8.3.4\n"
+        "/usr/bin/sudo -u root apt-get install -y jq\n"
+        "/usr/bin/env -S 'uvx ruff==0.6.0 check /app'\n"
+        "/usr/bin/env python3 -c 'print(1)' > /logs/verifier/reward.txt\n")})
+    assert lint(task) == [("verifier-install-no-network", "tests/test.sh", 2),
+                          ("verifier-install-no-network", "tests/test.sh", 3),
+                          ("verifier-install-no-network", "tests/test.sh", 4)]
+
+
 def test_verifier_network_follows_the_phase_and_each_step(tmp_path):
     toml = ('[task]\nname = "test/lint"\n\n[environment]\nnetwork_mode = "public"\n\n'
             '[verifier]\nnetwork_mode = "no-network"\n\n'
@@ -429,6 +442,38 @@ def test_artifacts_under_logs_fail(tmp_path):
     assert [(r, line) for r, _, line in lint(bad)] == [("artifact-log-overlap", 1),
                                                        ("artifact-log-overlap", 1)]
     assert lint(good) == []
+
+
+def test_the_log_overlap_wording_says_under_or_contains_truly(tmp_path):
+    """`/logs/verifier` is under /logs; `/` is not: it is the whole filesystem, which contains
+    /logs (the task.toml rule and a run's `--artifact` warning say the same)."""
+    from cairn.job.preflight import artifact_warnings
+
+    task = make_task(tmp_path, 'artifacts = ["/logs/verifier", "/", "/logs"]\n' + TOML)
+    texts = [f.text for f in check_task(task) if f.rule == "artifact-log-overlap"]
+    verifier = ("`/logs/verifier` is emptied before artifacts are collected (what the agent left "
+                "there is kept as planted-verifier-logs), and a separate verifier gets the "
+                "artifacts at their paths, over its own logs")
+    root = ("/logs holds cairn's own folders, which it collects its own way (`/logs/artifacts` "
+            "after every step, `/logs/agent` moved to the step's agent/ folder and "
+            "`/logs/verifier` emptied before artifacts are collected): the entry copies "
+            "`/logs/artifacts` a second time, and a separate verifier gets the files over its "
+            "own logs")
+    logs = "/logs holds cairn's agent, verifier and artifact folders"
+    assert texts == [
+        f"artifact `/logs/verifier` is under /logs: {verifier}; write the output somewhere else "
+        "(or to /logs/artifacts without an entry)",
+        f"artifact `/` is the whole filesystem, which contains /logs: {root}; collect the "
+        "folders the output is in instead",
+        f"artifact `/logs` is /logs itself: {logs}; write the output somewhere else (or to "
+        "/logs/artifacts without an entry)"]
+    assert artifact_warnings(["/logs/verifier", "/", "/logs/x", "/app"], []) == [
+        f"--artifact /logs/verifier is under /logs: {verifier}; collect the output from "
+        "somewhere else (artifact-log-overlap)",
+        f"--artifact / is the whole filesystem, which contains /logs: {root}; collect the "
+        "folders the output is in instead (artifact-log-overlap)",
+        f"--artifact /logs/x is under /logs: {logs}; collect the output from somewhere else "
+        "(artifact-log-overlap)"]
 
 
 # -- agent user ------------------------------------------------------------------------------

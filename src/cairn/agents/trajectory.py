@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cairn._util.jsonio import write_json_atomic
+from cairn.task.seed import SEED_FILE, read_seed  # noqa: F401 - SEED_FILE re-exported
 
 ATIF_SCHEMA_VERSION = "ATIF-v1.7"
 
@@ -227,14 +228,11 @@ class Trajectory:
         write_json_atomic(path, self.to_dict(), make_parents=True)
 
 
-SEED_FILE = "trajectory.json"
-"""A task's prior agent context: an ATIF trajectory beside the first step's instruction (the
-task root for a single-step task, ``steps/<first>/`` for a multi-step one; Harbor 0.26's
-task-level seeding)."""
-
-
 def load_seed(path: Path) -> list[dict[str, Any]]:
     """Read and check a task's seed trajectory; return its steps.
+
+    The rule is task validation's (:func:`cairn.task.seed.read_seed`): a seed ``cairn tasks
+    check`` accepts is one an agent loads, and the other way round.
 
     Args:
         path: the ``trajectory.json`` file.
@@ -244,41 +242,11 @@ def load_seed(path: Path) -> list[dict[str, Any]]:
         ``agent``) and ``message`` (a string), optionally ``tool_calls`` and ``observation``.
 
     Raises:
-        ValueError: the file cannot be read, is not JSON, or is not an ATIF trajectory (the
-            message names the file and the first problem).
+        ValueError: (a :class:`~cairn.task.seed.SeedError`) the file cannot be read, is not
+            JSON, or is not an ATIF trajectory (the message names the file, the line when
+            known, and the first problem).
     """
-    import json
-
-    try:
-        doc = json.loads(path.read_text("utf-8"))
-    except (OSError, UnicodeError, ValueError) as exc:
-        raise ValueError(f"task trajectory {path} cannot be read as JSON: {exc}") from exc
-    if not isinstance(doc, dict) or not str(doc.get("schema_version", "")).startswith("ATIF-"):
-        raise ValueError(f"task trajectory {path} is not an ATIF document "
-                         "(no schema_version \"ATIF-v…\")")
-    steps = doc.get("steps")
-    if not isinstance(steps, list) or not steps:
-        raise ValueError(f"task trajectory {path} has no steps")
-    for i, step in enumerate(steps, 1):
-        where = f"task trajectory {path}: step {i}"
-        if not isinstance(step, dict) or step.get("source") not in ("system", "user", "agent"):
-            raise ValueError(f"{where} has no source system/user/agent")
-        if not isinstance(step.get("message", ""), str):
-            raise ValueError(f"{where}: message is not a string")
-        calls = step.get("tool_calls") or []
-        if not isinstance(calls, list) or any(
-                not isinstance(c, dict) or not isinstance(c.get("tool_call_id"), str)
-                or not isinstance(c.get("function_name"), str)
-                or not isinstance(c.get("arguments", {}), dict) for c in calls):
-            raise ValueError(f"{where}: tool_calls need tool_call_id, function_name and "
-                             "arguments (an object)")
-        results = (step.get("observation") or {}).get("results") or [] \
-            if isinstance(step.get("observation") or {}, dict) else None
-        if not isinstance(results, list) or any(
-                not isinstance(r, dict) or not isinstance(r.get("content", ""), str)
-                for r in results):
-            raise ValueError(f"{where}: observation.results must be objects with text content")
-    return steps
+    return read_seed(path)
 
 
 def seed_to_chat(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -112,8 +112,9 @@ def _same_place(a: Any, b: Any) -> bool:
 def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]]) -> list[str]:
     """Warnings for a job's ``--artifact`` paths, by the task lint's own artifact rules
     (:func:`cairn.task.lint.artifact_log_overlap`, :func:`~cairn.task.lint.artifact_overlap`):
-    a path under ``/logs``, two paths whose outputs nest, and a path whose output nests in one
-    of a task's own artifact entries, or lands where one is stored (once per task and pair).
+    a path under ``/logs`` or containing it (``/``), two paths whose outputs nest, and a path
+    whose output nests in one of a task's own artifact entries, or lands where one is stored
+    (once per task and pair).
 
     Args:
         artifacts: the job's ``--artifact`` paths (absolute sandbox paths).
@@ -129,9 +130,10 @@ def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]
     extra = [Artifact(source=p) for p in dict.fromkeys(artifacts)]
     out: list[str] = []
     for a in extra:
-        if (why := artifact_log_overlap(a.source)) is not None:
-            out.append(f"--artifact {a.source} is under /logs: {why}; collect the output from "
-                       "somewhere else (artifact-log-overlap)")
+        if (overlap := artifact_log_overlap(a.source)) is not None:
+            out.append(f"--artifact {a.source} {overlap.relation}: {overlap.why}; "
+                       f"{overlap.fix(artifact='collect the output from')} "
+                       "(artifact-log-overlap)")
     for j, b in enumerate(extra):
         for a in extra[:j]:
             if (why := artifact_overlap(a, b)) is not None:

@@ -80,6 +80,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "its checks (it still runs)"),
     Rule("script-set-e", WARNING, "a test.sh using set -e that may exit before its reward"),
     Rule("mcp-download-no-network", WARNING, "an npx/uvx MCP server under a no-network agent"),
+    Rule("mcp-remote-no-network", WARNING, "an sse/streamable-http MCP server outside the "
+         "sandbox under a no-network agent"),
     Rule("judge-no-network", WARNING, "a judge credential under a no-network verifier"),
     Rule("harbor-task-name", WARNING, "a [task].name that Harbor 0.26 refuses"),
     Rule("deprecated-size-key", WARNING, "legacy memory/storage instead of memory_mb/storage_mb"),
@@ -104,7 +106,8 @@ RULES: dict[str, Rule] = {r.id: r for r in (
          "time although its phase has no network"),
     Rule("overlapping-artifacts", WARNING, "artifacts whose destinations nest (one entry's "
          "files land inside another's)"),
-    Rule("artifact-log-overlap", WARNING, "an artifact source under /logs"),
+    Rule("artifact-log-overlap", WARNING, "an artifact source under /logs or containing it "
+         "(/)"),
     Rule("agent-user-root", WARNING, "a root agent user where the task declares a non-root one"),
     Rule("lint-internal-error", WARNING, "the lint itself failed on a task (a cairn bug)"),
     Rule("unpinned-python-dependency", WARNING, "a verifier's Python dependency without an exact "
@@ -983,26 +986,75 @@ def _check_script(lint: _Lint, script: Path, step: Step, offline: bool,
 
 # -- artifacts -------------------------------------------------------------------------------
 
-def artifact_log_overlap(source: str) -> str | None:
+@dataclass(frozen=True)
+class LogOverlap:
+    """How an artifact source of the main container meets ``/logs`` (rule
+    ``artifact-log-overlap``; :func:`artifact_log_overlap`).
+
+    Attributes:
+        relation: what the source is, said truly: ``"is under /logs"``, ``"is /logs itself"``,
+            ``"contains /logs"`` or ``"is the whole filesystem, which contains /logs"``.
+        why: why that is a mistake (one clause, no path of the entry).
+        contains: the source holds ``/logs`` (an ancestor of it, ``/`` included): collecting
+            it copies cairn's folders along with whatever else the entry meant.
+    """
+
+    relation: str
+    why: str
+    contains: bool = False
+
+    def fix(self, *, artifact: str) -> str:
+        """The advice that fits: where the output should be collected from instead.
+
+        Args:
+            artifact: how the caller calls the entry's output (``"write the output"`` for a
+                task.toml entry, ``"collect the output"`` for ``--artifact``).
+        """
+        if self.contains:
+            return "collect the folders the output is in instead"
+        return f"{artifact} somewhere else"
+
+
+def artifact_log_overlap(source: str) -> LogOverlap | None:
     """Why an artifact of the main container at ``source`` is a mistake because it lies under
-    (or over) ``/logs`` (rule ``artifact-log-overlap``), or ``None`` when it does not.
+    ``/logs``, is it, or contains it (rule ``artifact-log-overlap``), or ``None`` when it
+    does none of these.
 
     Used by the task lint for task.toml entries and by a run for ``--artifact`` paths.
+
+    Args:
+        source: an absolute sandbox path.
+
+    Returns:
+        The :class:`LogOverlap`, or ``None``.
     """
     src = posixpath.normpath("/" + source.lstrip("/"))
     if src == ARTIFACTS_DIR or src.startswith(ARTIFACTS_DIR + "/"):
-        return (f"`{ARTIFACTS_DIR}` is collected after every step anyway (the entry copies it "
-                "twice)")
+        return LogOverlap(f"is under {LOGS_DIR}", f"`{ARTIFACTS_DIR}` is collected after every "
+                          "step anyway (the entry copies it twice)")
     if src == AGENT_LOGS_DIR or src.startswith(AGENT_LOGS_DIR + "/"):
-        return (f"`{AGENT_LOGS_DIR}` is moved to the step's agent/ folder before artifacts are "
-                "collected (the entry finds nothing; the logs are kept anyway)")
+        return LogOverlap(f"is under {LOGS_DIR}", f"`{AGENT_LOGS_DIR}` is moved to the step's "
+                          "agent/ folder before artifacts are collected (the entry finds "
+                          "nothing; the logs are kept anyway)")
     if src == VERIFIER_LOGS_DIR or src.startswith(VERIFIER_LOGS_DIR + "/"):
-        return (f"`{VERIFIER_LOGS_DIR}` is emptied before artifacts are collected (what the "
-                "agent left there is kept as planted-verifier-logs), and a separate verifier "
-                "gets the artifacts at their paths, over its own logs")
-    if src == LOGS_DIR or src.startswith(LOGS_DIR + "/") or LOGS_DIR.startswith(
-            src.rstrip("/") + "/") or src == "/":
-        return "/logs holds cairn's agent, verifier and artifact folders"
+        return LogOverlap(f"is under {LOGS_DIR}", f"`{VERIFIER_LOGS_DIR}` is emptied before "
+                          "artifacts are collected (what the agent left there is kept as "
+                          "planted-verifier-logs), and a separate verifier gets the artifacts "
+                          "at their paths, over its own logs")
+    folders = f"{LOGS_DIR} holds cairn's agent, verifier and artifact folders"
+    if src == LOGS_DIR or src.startswith(LOGS_DIR + "/"):
+        return LogOverlap(f"is {LOGS_DIR} itself" if src == LOGS_DIR else f"is under {LOGS_DIR}",
+                          folders)
+    if src == "/" or LOGS_DIR.startswith(src + "/"):
+        relation = (f"is the whole filesystem, which contains {LOGS_DIR}" if src == "/"
+                    else f"contains {LOGS_DIR}")
+        return LogOverlap(relation, f"{LOGS_DIR} holds cairn's own folders, which it collects "
+                          f"its own way (`{ARTIFACTS_DIR}` after every step, `{AGENT_LOGS_DIR}` "
+                          "moved to the step's agent/ folder and "
+                          f"`{VERIFIER_LOGS_DIR}` emptied before artifacts are collected): the "
+                          f"entry copies `{ARTIFACTS_DIR}` a second time, and a separate "
+                          "verifier gets the files over its own logs",
+                          contains=True)
     return None
 
 
@@ -1023,12 +1075,14 @@ def _check_artifacts(lint: _Lint) -> None:
         for path, art in entries:
             if (art.service or "main") != "main" or path in seen_logs:
                 continue
-            why = artifact_log_overlap(art.source)
-            if why:
+            overlap = artifact_log_overlap(art.source)
+            if overlap is not None:
                 seen_logs.add(path)
+                fix = overlap.fix(artifact="write the output")
+                if not overlap.contains:
+                    fix += f" (or to {ARTIFACTS_DIR} without an entry)"
                 lint.key(path, "artifact-log-overlap",
-                         f"artifact `{art.source}` is under /logs: {why}; write the output "
-                         "somewhere else (or to /logs/artifacts without an entry)")
+                         f"artifact `{art.source}` {overlap.relation}: {overlap.why}; {fix}")
         for j, (path_b, b) in enumerate(entries):
             for path_a, a in entries[:j]:
                 if (path_a, path_b) in seen_pairs or (a.service or "main") != (b.service or "main"):
@@ -1183,5 +1237,5 @@ def _check_verifier_environments(lint: _Lint) -> None:
                          f"{problem}; pin a version so that runs are reproducible")
 
 
-__all__ = ["RULES", "Rule", "RuleSelection", "artifact_log_overlap", "artifact_overlap",
-           "image_pin_problem", "interpolate", "lint_task"]
+__all__ = ["RULES", "LogOverlap", "Rule", "RuleSelection", "artifact_log_overlap",
+           "artifact_overlap", "image_pin_problem", "interpolate", "lint_task"]

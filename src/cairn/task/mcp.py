@@ -1,7 +1,8 @@
 """A task's MCP servers, ``[[environment.mcp_servers]]`` (Harbor 0.26's shape; issue 22).
 
 Values only: :class:`McpServer` and :func:`parse_mcp_servers` (used by validation and by the
-agents, :mod:`cairn.agents.mcp`), and :func:`self_downloading` (a ``tasks check`` warning).
+agents, :mod:`cairn.agents.mcp`), :func:`self_downloading` and :func:`remote_host` (``tasks
+check`` warnings).
 """
 
 from __future__ import annotations
@@ -91,11 +92,78 @@ def parse_mcp_servers(entries: Sequence[Mapping[str, Any]]) -> list[McpServer]:
     return out
 
 
-def self_downloading(server: McpServer) -> bool:
-    """Whether a stdio server fetches itself at start (``npx …``, ``uvx …``, ``pipx run …``):
-    under ``no-network`` it cannot start."""
+def self_download_command(server: McpServer) -> str | None:
+    """How a stdio server that fetches itself at start is launched, or ``None``.
+
+    The downloaders are ``npx``, ``uvx``, ``bunx``, ``pipx run`` and ``npm exec``, also behind
+    the wrappers a verifier script's reading sees through (:func:`cairn.task.scan.unwrap_command`:
+    ``/usr/bin/env npx …``, ``env -S "npx -y pkg"``, ``timeout 60 uvx …``).
+
+    Args:
+        server: one declared server.
+
+    Returns:
+        The words as written up to the downloader (``"npx"``, ``"/usr/bin/env npx"``,
+        ``"pipx run"``); ``None`` for a remote server or one that runs what the image has.
+    """
+    from cairn.task.scan import unwrap_command
+
     if server.transport != STDIO or not server.command:
+        return None
+    written = server.argv
+    _, argv = unwrap_command(written)
+    if not argv:
+        return None
+    prog, args = argv[0].rsplit("/", 1)[-1], argv[1:]
+    sub = prog in ("pipx", "npm") and args[:1] == (["run"] if prog == "pipx" else ["exec"])
+    if prog not in ("npx", "uvx", "bunx") and not sub:
+        return None
+    shown = argv[:2] if sub else argv[:1]
+    if written[-len(argv):] == argv:  # the wrappers as written, then the downloader
+        shown = written[:len(written) - len(argv) + len(shown)]
+    return " ".join(shown)
+
+
+def self_downloading(server: McpServer) -> bool:
+    """Whether a stdio server fetches itself at start (:func:`self_download_command`): under
+    ``no-network`` it cannot start."""
+    return self_download_command(server) is not None
+
+
+def remote_host(server: McpServer) -> str | None:
+    """The host an ``sse``/``streamable-http`` server's URL names.
+
+    Args:
+        server: one declared server.
+
+    Returns:
+        The host, lower-case, without a trailing dot or IPv6 brackets (``"127.0.0.1"``,
+        ``"mcp"``, ``"api.example.com"``); ``None`` for a stdio server, a URL without a host,
+        or one whose host is a ``${VAR}`` template.
+    """
+    from urllib.parse import urlsplit
+
+    if server.transport == STDIO or not server.url:
+        return None
+    try:
+        host = urlsplit(server.url).hostname
+    except ValueError:
+        return None
+    if not host or "$" in host or "{" in host:
+        return None
+    return host.lower().rstrip(".")
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether ``host`` (as :func:`remote_host` gives it) is the sandbox itself: ``localhost``,
+    an address of ``127.0.0.0/8``, ``::1``, or the unspecified ``0.0.0.0``/``::`` (which Linux
+    connects to the local host)."""
+    import ipaddress
+
+    if host == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
         return False
-    prog = server.command.rsplit("/", 1)[-1]
-    return prog in ("npx", "uvx", "bunx") or (prog == "pipx" and server.args[:1] == ("run",)) \
-        or (prog == "npm" and server.args[:1] == ("exec",))
+    return ip.is_loopback or ip.is_unspecified

@@ -22,7 +22,7 @@ import posixpath
 import re
 import shlex
 import tomllib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -108,35 +108,68 @@ def _split_words(text: str) -> list[list[str]] | None:
     return [g for g in groups if g]
 
 
-def _unwrap(words: list[str]) -> tuple[dict[str, str], list[str]]:
-    """Drop keywords, assignments and wrappers in front of a command."""
+def _wrapper_name(word: str) -> str:
+    """A wrapper's name as written or by an absolute path: ``/usr/bin/env`` → ``env``."""
+    return posixpath.basename(word) if word.startswith("/") else word
+
+
+def unwrap_command(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
+    """Drop shell keywords, ``NAME=value`` assignments and wrappers in front of a command.
+
+    Wrappers are ``sudo``/``doas``, ``env`` (its options; ``-S``/``--split-string`` is split and
+    read on), ``timeout`` (with its duration), ``nice``, ``nohup``, ``exec``, ``xargs`` … —
+    also when named by path (``/usr/bin/env npx …`` is ``npx …``).
+
+    Args:
+        words: one simple command's words, quotes removed.
+
+    Returns:
+        ``(env, argv)``: the assignments made in front (and through ``env``), and the words
+        from the program on (empty when nothing is left).
+    """
+    words = list(words)
     env: dict[str, str] = {}
     i = 0
     while i < len(words):
         w = words[i]
+        name = _wrapper_name(w)
         if w in _KEYWORDS:
             i += 1
         elif _ASSIGN_RE.match(w):
-            name, _, value = w.partition("=")
-            env[name] = value
+            key, _, value = w.partition("=")
+            env[key] = value
             i += 1
-        elif w in ("sudo", "doas"):
+        elif name in ("sudo", "doas"):
             i += 1
             while i < len(words) and words[i].startswith("-"):
                 i += 2 if words[i] in ("-u", "-g", "-C", "-D", "-h", "-p", "-U") else 1
-        elif w == "env":
+        elif name == "env":
             i += 1
             while i < len(words) and (words[i].startswith("-") or _ASSIGN_RE.match(words[i])):
-                if _ASSIGN_RE.match(words[i]):
-                    name, _, value = words[i].partition("=")
-                    env[name] = value
-                i += 2 if words[i] in ("-u", "-C", "-S") else 1
-        elif w in ("timeout", "nice", "ionice", "stdbuf", "nohup", "command", "exec", "xargs",
-                   "chronic", "retry"):
+                a = words[i]
+                if _ASSIGN_RE.match(a):
+                    key, _, value = a.partition("=")
+                    env[key] = value
+                elif a == "--":
+                    i += 1
+                    break
+                elif a in ("-S", "--split-string") or a.startswith(("-S", "--split-string=")):
+                    inline = a != "-S" and a != "--split-string"
+                    text = (a.partition("=")[2] if a.startswith("--") else a[2:]) if inline \
+                        else (words[i + 1] if i + 1 < len(words) else "")
+                    try:
+                        split = shlex.split(text)
+                    except ValueError:  # an unterminated quote: nothing reliable to read
+                        return env, []
+                    inner_env, argv = unwrap_command(split + words[i + (1 if inline else 2):])
+                    return {**env, **inner_env}, argv
+                i += 2 if a in ("-u", "-C", "--unset", "--chdir") else 1
+        elif name in ("timeout", "nice", "ionice", "stdbuf", "nohup", "command", "exec", "xargs",
+                      "chronic", "retry"):
             i += 1
             while i < len(words) and words[i].startswith("-"):
                 i += 2 if words[i] in ("-n", "-s", "-k", "-c", "-I", "-L", "-P") else 1
-            if w == "timeout" and i < len(words):
+            if name == "timeout" and i < len(words):
                 i += 1  # the duration
         else:
             break
@@ -159,7 +192,7 @@ def shell_commands(text: str, *, _depth: int = 0) -> list[Command]:
     out: list[Command] = []
     for line, logical in shell_lines(text):
         for words in _split_words(logical) or []:
-            env, argv = _unwrap(words)
+            env, argv = unwrap_command(words)
             if not argv:
                 continue
             cmd = Command(line, tuple(argv), env)
@@ -591,4 +624,4 @@ def script_metadata(text: str) -> ScriptMetadata | None:
 
 __all__ = ["Command", "Instruction", "ScriptMetadata", "command_python_requirements",
            "dockerfile_instructions", "external_host", "fetch_of", "requirement_pinned",
-           "script_metadata", "shell_commands", "shell_lines"]
+           "script_metadata", "shell_commands", "shell_lines", "unwrap_command"]

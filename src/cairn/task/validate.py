@@ -108,7 +108,7 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
         _check_environment_table(_table(doc, *path), path, sink)
     for path in _phase_tables(doc, steps):
         _check_network_keys(_table(doc, *path), path, sink)
-    _check_mcp_servers(doc, steps, sink)
+    _check_mcp_servers(root, doc, steps, sink)
     _check_judges(doc, steps, sink)
     _check_harbor_rules(doc, steps, sink)
     _check_compose(root, doc, sink)
@@ -117,6 +117,27 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     if dockerfile.is_file():
         _check_dockerfile(dockerfile, sink)
     _check_scripts(root, valid_names, sink)
+    _check_seed(root, steps, valid_names, sink)
+
+
+def _check_seed(root: Path, steps: list[Any], valid_names: list[str], sink: FindingSink) -> None:
+    """The seed trajectory beside the first instruction (:func:`cairn.task.seed.read_seed`,
+    the rule the agents load it by): an error naming the file, the line and the field."""
+    from cairn.task.seed import SEED_FILE, SeedError, read_seed
+
+    if steps:
+        first = steps[0].get("name") if isinstance(steps[0], dict) else None
+        if first not in valid_names:
+            return  # the first step is refused already; where its seed lives is unknown
+        seed = root / "steps" / str(first) / SEED_FILE
+    else:
+        seed = root / SEED_FILE
+    if not seed.is_file():
+        return  # none (a FIFO or a refused link is reported as what it is)
+    try:
+        read_seed(seed)
+    except SeedError as exc:
+        sink.file(seed, ERROR, f"seed trajectory: {exc.reason}", exc.line)
 
 
 def check_utf8(path: Path, sink: FindingSink) -> None:
@@ -136,8 +157,8 @@ def check_utf8(path: Path, sink: FindingSink) -> None:
 
 
 def _missing(path: Path) -> bool:
-    """Nothing at all at ``path`` (not even a FIFO or a dangling link: those are reported as
-    what they are, not as missing)."""
+    """Nothing at all at ``path`` (not even a FIFO, a folder or a dangling link: those are
+    reported as what they are, not as missing)."""
     return not os.path.lexists(path)
 
 
@@ -300,7 +321,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
     seen: dict[str, int] = {}
     valid: list[str] = []
     task_mode = declared_verifier_mode(_table(doc, "verifier"))
-    shared_test = (root / "tests" / "test.sh").is_file()
+    shared_test = not _missing(root / "tests" / "test.sh")
     for i, entry in enumerate(steps):
         if not isinstance(entry, dict):
             continue
@@ -333,7 +354,7 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
         else:
             check_utf8(step_dir / "instruction.md", sink)
         mode = declared_verifier_mode(_table(entry, "verifier")) or task_mode or "shared"
-        if mode == "shared" and not shared_test and not (step_dir / "tests" / "test.sh").is_file():
+        if mode == "shared" and not shared_test and _missing(step_dir / "tests" / "test.sh"):
             sink.key(where, ERROR, f"step `{name}` has no test: neither "
                      f"`steps/{name}/tests/test.sh` nor `tests/test.sh` exists")
     return valid
@@ -430,10 +451,67 @@ def _mode(*tables: dict[str, Any]) -> str:
     return "public"
 
 
-def _check_mcp_servers(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
-    """Each ``[[environment.mcp_servers]]`` entry readable; a stdio server that downloads
-    itself (``npx``/``uvx``) warned about when an agent phase has no network."""
-    from cairn.task.mcp import parse_mcp_servers, self_downloading
+def _offline_agent_phases(doc: dict[str, Any], steps: list[Any]) -> list[str]:
+    """The agent phases whose network mode is ``no-network``: ``["agent"]`` for a single-step
+    task, the names of the steps for a multi-step one (each step's ``[steps.agent]``, else the
+    task's ``[agent]``, else ``[environment]``)."""
+    env, agent = _table(doc, "environment"), _table(doc, "agent")
+    if not steps:
+        return ["agent"] if _mode(agent, env) == "no-network" else []
+    out: list[str] = []
+    for i, entry in enumerate(steps):
+        if _mode(_table(doc, "steps", i, "agent"), agent, env) == "no-network":
+            name = entry.get("name") if isinstance(entry, dict) else None
+            out.append(f"step `{name}`" if isinstance(name, str) else f"step {i + 1}")
+    return out
+
+
+def compose_hosts(root: Path) -> frozenset[str] | None:
+    """The names the main container reaches the environment's compose services by: every
+    service name and every network alias (``services.X.networks.N.aliases``).
+
+    Under ``no-network`` (and every other mode) a compose project's networks stay, so ``main``
+    reaches these names whatever the agent phase's mode (docs/compose-and-separate.md).
+
+    Args:
+        root: the task folder.
+
+    Returns:
+        The names (lower-case); ``None`` when the task has no readable compose file.
+    """
+    import yaml
+
+    compose = find_compose_file(root / "environment")
+    if compose is None or not compose.is_file():
+        return None
+    try:
+        doc = load_yaml_file(compose)
+    except (InputFileError, yaml.YAMLError):
+        return None  # reported by _check_compose
+    services = doc.get("services") if isinstance(doc, dict) else None
+    if not isinstance(services, dict):
+        return None
+    names = {str(n).lower() for n in services}
+    for svc in services.values():
+        nets = svc.get("networks") if isinstance(svc, dict) else None
+        for net in nets.values() if isinstance(nets, dict) else []:
+            aliases = net.get("aliases") if isinstance(net, dict) else None
+            if isinstance(aliases, list):
+                names |= {a.lower() for a in aliases if isinstance(a, str)}
+    return frozenset(names)
+
+
+def _check_mcp_servers(root: Path, doc: dict[str, Any], steps: list[Any],
+                       sink: FindingSink) -> None:
+    """Each ``[[environment.mcp_servers]]`` entry readable; under a ``no-network`` agent phase,
+    a stdio server that downloads itself (``npx``/``uvx``, also behind ``env``) and a remote
+    one whose URL is neither the sandbox's loopback nor a compose service are warned about."""
+    from cairn.task.mcp import (
+        is_loopback_host,
+        parse_mcp_servers,
+        remote_host,
+        self_download_command,
+    )
 
     entries = _table(doc, "environment").get("mcp_servers")
     if not isinstance(entries, list) or not entries:
@@ -444,17 +522,35 @@ def _check_mcp_servers(doc: dict[str, Any], steps: list[Any], sink: FindingSink)
     except ValueError as exc:
         sink.key(path, ERROR, f"`environment.mcp_servers`: {exc}")
         return
-    env, agent = _table(doc, "environment"), _table(doc, "agent")
-    modes = {_mode(agent, env)} | {_mode(_table(doc, "steps", i, "agent"), agent, env)
-                                   for i in range(len(steps))}
-    if "no-network" not in modes:
+    offline = _offline_agent_phases(doc, steps)
+    if not offline:
         return
+    phase = "the agent phase" if offline == ["agent"] else \
+        f"the agent phase of {', '.join(offline)}"
+    services: frozenset[str] | None = None
     for i, server in enumerate(servers):
-        if self_downloading(server):
+        downloader = self_download_command(server)
+        if downloader is not None:
             sink.key(path + (i,), WARNING,
-                     f"MCP server {server.name!r} runs `{server.command} …`, which downloads "
-                     "the server when it starts, but the agent phase has no network: install "
+                     f"MCP server {server.name!r} runs `{downloader} …`, which downloads "
+                     f"the server when it starts, but {phase} has no network: install "
                      "it in the image instead", rule="mcp-download-no-network")
+        host = remote_host(server)
+        if host is None or is_loopback_host(host):
+            continue
+        if services is None:
+            services = compose_hosts(root) or frozenset()
+        if host in services:
+            continue
+        reach = ("its own loopback and the compose services "
+                 f"({', '.join(sorted(services))})" if services else "its own loopback")
+        sink.key(path + (i,), WARNING,
+                 f"MCP server {server.name!r} ({server.transport}) is at `{server.url}`, "
+                 f"but {phase} has no network (no-network): the agent runs in the sandbox and "
+                 f"reaches only {reach}, not `{host}`; run the server in the sandbox "
+                 "(`localhost`) or as a compose service, or let the agent phase reach it "
+                 f"(`network_mode = \"allowlist\"` with `{host}` in `allowed_hosts`)",
+                 rule="mcp-remote-no-network")
 
 
 def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
@@ -790,8 +886,12 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
         others += [root / "steps" / n / "solution" / "solve.sh",
                    root / "steps" / n / "workdir" / "setup.sh"]
     for script in tests + others:
-        if not script.is_file():
+        if script.is_dir():
+            sink.file(script, ERROR, "is a folder: cairn runs this path as a script, it must "
+                      "be a file")
             continue
+        if not script.is_file():
+            continue  # missing (reported where it is required), a FIFO or a refused link
         if _too_big_to_lint(script, sink):
             continue
         try:
