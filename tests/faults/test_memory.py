@@ -89,13 +89,14 @@ def test_a_sandbox_killed_by_the_out_of_memory_killer(tmp_path):
     assert (s1["source"], s1["error"]["kind"], s1["error"]["category"]) == (
         "candidate_error", "sandbox_unusable", "candidate")
     assert "the sandbox ran out of memory (memory_mb = 64)" in s1["error"]["message"]
-    assert (s1["error"]["detail"]["oom_killed"], s1["error"]["detail"]["sandbox_exit_code"]) \
-        == (True, 137)
+    assert (s1["error"]["detail"]["oom_killed"], s1["error"]["detail"]["sandbox_exit_code"],
+            s1["error"]["detail"]["from_outside"]) == (True, 137, False)  # the agent's own
     assert a["steps"][1]["source"] == "not-run"
     assert (v["outcome"], v["reward"]) == ("errored", None)
     assert (v["error"]["kind"], v["error"]["category"]) == ("reward_missing", "task")
     assert "the sandbox ran out of memory (memory_mb = 64)" in v["error"]["message"]
     assert v["error"]["detail"]["oom_killed"] is True
+    assert v["error"]["detail"]["from_outside"] is False
     assert_clean_leaves_nothing(job, tmp_path)
     again = cairn("resume", str(job), cwd=tmp_path)  # genuine outcomes are never re-run
     assert again.returncode == 1, again.stdout + again.stderr

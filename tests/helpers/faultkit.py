@@ -262,7 +262,8 @@ def block_template(task: Path) -> None:
 
 
 def release_sandboxes(job_dir: Path) -> int:
-    """Create :data:`RELEASE` in every running container of the job (docker); returns how many."""
+    """Create :data:`RELEASE` in every running container of the job (docker); returns how many
+    (a container that stops meanwhile is skipped)."""
     import docker
 
     client = docker.from_env(timeout=60)
@@ -270,9 +271,12 @@ def release_sandboxes(job_dir: Path) -> int:
     try:
         flt = {"label": f"cairn.job_dir={Path(job_dir).absolute()}", "status": "running"}
         for c in client.api.containers(filters=flt):
-            ex = client.api.exec_create(c["Id"], ["touch", RELEASE])
-            client.api.exec_start(ex["Id"])
-            n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
+            try:
+                ex = client.api.exec_create(c["Id"], ["touch", RELEASE])
+                client.api.exec_start(ex["Id"])
+                n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
+            except docker.errors.APIError:  # the container is going away (its trial ended)
+                continue
     finally:
         client.close()
     return n

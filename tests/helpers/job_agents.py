@@ -97,3 +97,23 @@ class RecordingAgent(OracleAgent):
         await sandbox.exec(["sh", "-c", 'printf "%s" "$1" > /app/instruction.txt', "sh",
                             instruction], user=context.user)
         await super().run(instruction, sandbox, context)
+
+
+class BlockOnceAgent(OracleAgent):
+    """The oracle, whose first run of each task named in ``--ak block=NAME[,NAME...]`` (the
+    names without the ``test/`` prefix) blocks: it records the run on the host (a file per
+    task under ``--ak marker_dir=PATH``), writes ``/tmp/fault-blocked`` in its sandbox and
+    sleeps there for up to 300 s before it solves. Every later run solves at once. A test
+    kills or removes the blocked sandbox from outside and watches the retry (issue #12)."""
+
+    name = "block-once"
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Block once per named task (on a fresh host marker), then solve."""
+        task = context.task.name.removeprefix("test/")
+        blocked = str(self.kwargs.get("block", "")).split(",")
+        marker = Path(str(self.kwargs["marker_dir"])) / task
+        if task in blocked and not marker.exists():
+            marker.write_text("blocked once\n")
+            await sandbox.exec("touch /tmp/fault-blocked; sleep 300", timeout_sec=330)
+        await super().run(instruction, sandbox, context)

@@ -3,7 +3,7 @@ stopped by itself named in the error, and the verifier's free-space probe."""
 
 from __future__ import annotations
 
-from cairn.errors import Category, ErrorKind, SandboxError, TrialFailure
+from cairn.errors import Category, ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.sandbox.base import SandboxEnd
 from cairn.trial.classify import error_info, with_end
 from cairn.trial.verify import FULL_KB, parse_free_kb
@@ -20,15 +20,37 @@ def test_with_end_names_the_out_of_memory_kill_and_keeps_kind_and_category():
                         "(memory_mb = 64)")
     info = error_info(exc, after_agent=True)
     assert (info.category, info.detail) == (
-        Category.CANDIDATE, {"sandbox_exit_code": 137, "oom_killed": True})
+        Category.CANDIDATE, {"sandbox_exit_code": 137, "oom_killed": True, "from_outside": False})
 
 
 def test_with_end_on_a_verifier_error_stays_the_task_s():
     exc = with_end(TrialFailure(ErrorKind.REWARD_MISSING, "no reward", detail={"exit_code": 137}),
                    OOM)
     assert not isinstance(exc, SandboxError) and exc.kind is ErrorKind.REWARD_MISSING
-    assert exc.detail == {"exit_code": 137, "sandbox_exit_code": 137, "oom_killed": True}
+    assert exc.detail == {"exit_code": 137, "sandbox_exit_code": 137, "oom_killed": True,
+                          "from_outside": False}
     assert error_info(exc, after_agent=True).category is Category.TASK
+
+
+KILLED = SandboxEnd("its container was killed from outside the sandbox (the engine sent signal "
+                    "9: docker kill, stop or rm -f, not cairn; exit 137)", exit_code=137,
+                    from_outside=True)
+
+
+def test_with_end_of_a_sandbox_killed_from_outside_is_sandbox_lost_infra_whatever_failed():
+    """``docker kill`` from outside during the agent (a failed exec, else candidate) or the
+    verifier (no reward, else the task's): the trial is retried as infra (issue #12)."""
+    for failed in (SandboxError("listing processes failed (exit 126): "),
+                   TrialFailure(ErrorKind.REWARD_MISSING, "no reward", detail={"exit_code": 137})):
+        exc = with_end(failed, KILLED)
+        assert isinstance(exc, SandboxLostError) and exc.kind is ErrorKind.SANDBOX_LOST
+        assert str(exc).endswith("; the sandbox had stopped: its container was killed from "
+                                 "outside the sandbox (the engine sent signal 9: docker kill, "
+                                 "stop or rm -f, not cairn; exit 137)")
+        info = error_info(exc, after_agent=True)
+        assert info.category is Category.INFRA
+        assert {k: info.detail[k] for k in ("sandbox_exit_code", "oom_killed", "from_outside")} \
+            == {"sandbox_exit_code": 137, "oom_killed": False, "from_outside": True}
 
 
 def test_with_end_without_an_end_is_the_same_failure():

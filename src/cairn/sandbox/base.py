@@ -284,22 +284,29 @@ class ServiceExit:
 
 @dataclass(frozen=True)
 class SandboxEnd:
-    """A sandbox that stopped running by itself (its main process died) while in use.
+    """A sandbox that stopped running while in use although cairn did not stop it (its main
+    process died, or it was killed or removed from outside).
 
     Attributes:
         reason: one line a user reads, e.g. "its container exited (exit 137): the sandbox ran
             out of memory (memory_mb = 64)".
         exit_code: the main process's exit status (128+n when killed by signal n), if known.
         oom_killed: the kernel's out-of-memory killer acted inside the sandbox.
+        from_outside: the sandbox did not end by its own doing: the engine killed or removed
+            it on someone else's order (``docker kill``, ``docker stop``, ``docker rm -f`` by
+            an operator or another program). The trial then records an infra error
+            (``sandbox_lost``, retried), never the candidate's (design §6).
     """
 
     reason: str
     exit_code: int | None = None
     oom_killed: bool = False
+    from_outside: bool = False
 
     def detail(self) -> dict[str, object]:
         """The facts for an error's ``detail``."""
-        return {"sandbox_exit_code": self.exit_code, "oom_killed": self.oom_killed}
+        return {"sandbox_exit_code": self.exit_code, "oom_killed": self.oom_killed,
+                "from_outside": self.from_outside}
 
 
 class Sandbox(ABC):
@@ -436,8 +443,9 @@ class Sandbox(ABC):
         return None
 
     async def ended(self) -> SandboxEnd | None:
-        """Whether the sandbox has stopped running by itself, and why (asked after an
-        operation failed, to say so in the error: an out-of-memory kill of its main process).
+        """Whether the sandbox has stopped running although cairn did not stop it, and why
+        (asked after an operation failed, to say so in the error: an out-of-memory kill of its
+        main process; a kill or removal from outside, which makes the failure infra).
 
         Returns:
             ``None`` while it runs, once :meth:`stop` was called, when the engine cannot tell,

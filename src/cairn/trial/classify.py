@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from cairn.errors import Category, ErrorKind, Phase, SandboxError, TrialFailure, category_of
+from cairn.errors import (
+    Category,
+    ErrorKind,
+    Phase,
+    SandboxError,
+    SandboxLostError,
+    TrialFailure,
+    category_of,
+)
 from cairn.results.model import ErrorInfo
 from cairn.sandbox.base import SandboxEnd
 from cairn.task.model import Step
@@ -67,14 +75,23 @@ def as_start_failure(exc: Exception, message: str | None = None,
 
 
 def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:
-    """Say in a failure that the sandbox had stopped by itself, and why (an out-of-memory kill
-    of its main process): same kind and category, the reason appended to the message and the
-    facts (``sandbox_exit_code``, ``oom_killed``) added to the detail. ``end`` ``None``: the
-    failure unchanged."""
+    """Say in a failure that the sandbox had stopped, and why: the reason appended to the
+    message and the facts (``sandbox_exit_code``, ``oom_killed``, ``from_outside``) added to
+    the detail.
+
+    A sandbox that ended by its own doing (an out-of-memory kill of its main process, a
+    process inside that killed it) keeps the failure's kind and category: the limits the
+    task declares are the agent's to keep. One killed or removed from outside
+    (``end.from_outside``: ``docker kill`` by an operator or another program) makes it
+    :class:`~cairn.errors.SandboxLostError` (``sandbox_lost``, infra, retried): whatever
+    failed, the agent or the verifier did not cause it. ``end`` ``None``: the failure
+    unchanged."""
     if end is None:
         return exc
     message = f"{str(exc).rstrip(': ')}; the sandbox had stopped: {end.reason}"
     detail = {**exc.detail, **end.detail()}
+    if end.from_outside:
+        return SandboxLostError(message, detail=detail)
     if isinstance(exc, SandboxError):
         return SandboxError(message, kind=exc.kind, detail=detail)
     return TrialFailure(exc.kind, message, detail=detail)

@@ -9,6 +9,7 @@ Lines of the acceptance list covered by the conformance suite run there too
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import socket
 import threading
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from cairn.errors import BuildError, ErrorKind, UnsupportedError
+from cairn.errors import BuildError, ErrorKind, SandboxError, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
 
 docker = pytest.importorskip("docker")
@@ -386,4 +387,36 @@ def test_ended_waits_for_the_engine_to_record_a_death_it_has_not_seen_yet(tmp_pa
     alive, end, took = asyncio.run(main())
     assert alive is None
     assert end is not None and end.exit_code == 137 and not end.oom_killed, end
+    assert not end.from_outside  # a kill sent from the host, not through the engine: no record
     assert 0.3 <= took < 5.0
+
+
+@pytest.mark.parametrize("how", ["docker kill", "docker rm -f", "kill -9 -1 inside"])
+def test_ended_tells_a_kill_from_outside_from_the_sandbox_s_own_end(tmp_path, how):
+    """Whose end it was (issue #12): ``docker kill`` and ``docker rm -f`` go through the engine
+    (a ``kill`` in its event log, or the container gone) and are ``from_outside``; a process
+    inside killing every other one (``kill -9 -1`` as root takes the keeper, the init's child,
+    and the init then exits with the same 137 a ``docker kill`` leaves) is the sandbox's own."""
+    async def main():
+        async with DockerSandbox(_spec(tmp_path, docker_image=BASE)) as sb:
+            api = _client().api
+            if how == "docker kill":
+                api.kill(sb._cid)
+            elif how == "docker rm -f":
+                api.remove_container(sb._cid, force=True)
+            else:  # the exec dies with its sandbox: 137, or refused once it is gone
+                with contextlib.suppress(SandboxError):
+                    r = await sb.exec("kill -9 -1; sleep 5", user="root", timeout_sec=30)
+                    assert r.exit_code == 137, r
+            return await sb.ended()
+
+    end = asyncio.run(main())
+    assert end is not None
+    if how == "docker rm -f":
+        assert (end.from_outside, end.exit_code) == (True, None), end
+        assert "removed from outside" in end.reason
+    else:
+        assert (end.exit_code, end.oom_killed) == (137, False), end
+        assert end.from_outside is (how == "docker kill"), end
+        if how == "docker kill":
+            assert "killed from outside the sandbox (the engine sent signal 9" in end.reason

@@ -71,6 +71,7 @@ from cairn.sandbox.docker.build import (
     task_fault_reason,
     translate,
 )
+from cairn.sandbox.docker.ends import engine_kills
 from cairn.sandbox.docker.exec_stream import (
     EXEC_ID_VAR,
     KEEPER_MARKER,
@@ -106,7 +107,11 @@ REMOVE_WAIT_SEC = 60.0
 (a busy engine answers a forced removal before the container is gone, or fails it), seconds."""
 ENDED_SETTLE_SEC = 5.0
 """How long :meth:`DockerSandbox.ended` waits for the engine to record the end of a container
-that no longer runs an exec but is still reported running, seconds."""
+that no longer runs an exec but is still reported running, and then for its event log (whether
+it was killed from outside), seconds."""
+
+_GONE: dict[str, Any] = {"Running": False}
+"""What :meth:`DockerSandbox._state` answers for a container the engine no longer knows."""
 
 _SETUP_SCRIPT = """
 set -e
@@ -476,8 +481,11 @@ class DockerSandbox(Sandbox):
         return None
 
     async def ended(self) -> SandboxEnd | None:
-        """:meth:`Sandbox.ended`: the container is no longer running although nobody stopped
-        it (its init died: the out-of-memory killer, a ``kill 1``), from the engine's state."""
+        """:meth:`Sandbox.ended`: the container is no longer running although nobody here
+        stopped it, from the engine's state. Its init died (the out-of-memory killer; a process
+        inside that killed the keeper, e.g. ``kill -9 -1``): the sandbox's own end. The engine
+        killed it on someone else's order (``docker kill``/``stop``/``rm -f``: a ``kill`` in
+        the engine's event log, :mod:`.ends`) or it no longer exists: ``from_outside``."""
         if not (self._client and self._cid) or self._stopped:
             return None
         state = await self._state()
@@ -493,22 +501,38 @@ class DockerSandbox(Sandbox):
             while state is not None and state.get("Running") and loop.time() < deadline:
                 await asyncio.sleep(0.05)
                 state = await self._state()
+        if state is _GONE:
+            return SandboxEnd("its container was removed from outside the sandbox (docker rm, "
+                              "not cairn)", from_outside=True)
         if state is None or state.get("Running"):
             return None
         code = state.get("ExitCode")
         oom = bool(state.get("OOMKilled"))
         reason = f"its container exited (exit {code})"
-        if oom:
+        if oom:  # the sandbox's own: the limit is the task's and the agent's to keep
             reason += ": the sandbox ran out of memory" + (
                 f" (memory_mb = {int(self.spec.memory_mb)})" if self.spec.memory_mb else "")
+            signals: list[int | str] = []
+        else:  # an engine too slow to say counts as no kill (the sandbox's own end)
+            try:
+                signals = await asyncio.wait_for(
+                    in_thread(engine_kills, self._client, self._cid, state), ENDED_SETTLE_SEC)
+            except TimeoutError:
+                signals = []
+        if signals:
+            reason = (f"its container was killed from outside the sandbox (the engine sent "
+                      f"signal {signals[0]}: docker kill, stop or rm -f, not cairn; exit {code})")
         return SandboxEnd(reason, exit_code=code if isinstance(code, int) else None,
-                          oom_killed=oom)
+                          oom_killed=oom, from_outside=bool(signals))
 
     async def _state(self) -> dict[str, Any] | None:
-        """The container's engine ``State`` (``None``: the engine cannot tell)."""
+        """The container's engine ``State``; :data:`_GONE` when the engine no longer knows the
+        container; ``None`` when the engine cannot tell."""
         assert self._client is not None
         try:
             return (await in_thread(self._client.api.inspect_container, self._cid))["State"]
+        except docker.errors.NotFound:
+            return _GONE
         except Exception:  # noqa: BLE001 - the engine cannot tell: say nothing
             return None
 
