@@ -158,15 +158,15 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     (tmp_path / "base.yaml").write_text(
         "paths: [ds/a, ds/b]\nattempts: 2\nagent_kwargs: {x: 1}\ninclude: ['test/*']\n")
     (tmp_path / "over.yaml").write_text(
-        "schema_version: 1\ntasks:\n  - path: ds/c\nagents:\n  - name: oracle\n"
-        "    kwargs: {y: 2}\n")
+        "schema_version: 1\ntasks:\n  - path: ds/c\nagents:\n"
+        "  - import_path: job_agents:CostlyAgent\n    kwargs: {y: 2}\n")
     p = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "--print-config", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     merged = yaml.safe_load(p.stdout)
     assert merged["paths"] == ["ds/c"]  # the later file's list replaces the earlier one
     assert merged["attempts"] == 2  # kept from the earlier file
     # over.yaml's agents list replaces base.yaml's agent as a whole: its kwargs only
-    assert (merged["agent"], merged["agent_kwargs"]) == ("oracle", {"y": 2})
+    assert (merged["agent"], merged["agent_kwargs"]) == ("job_agents:CostlyAgent", {"y": 2})
     assert merged["include"] == ["test/*"]
     plan = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "-k", "3", "-e", "docker",
                  "--dry-run", cwd=tmp_path)
@@ -691,6 +691,42 @@ def test_resume_takes_the_env_file_again(tmp_path):
 
 @pytest.mark.local
 @local
+def test_an_exported_local_job_runs_again_from_its_config_json(tmp_path):
+    """cairn export --format harbor writes the local backend as environment.import_path
+    cairn:local (Harbor has no type for it); cairn run -c reads it back as -e local, and the
+    config.json's own job_name/jobs_dir (the export folder) do not make the run write there."""
+    write_task(tmp_path, "t", solve="touch /app/done\n", test=reward_if("test -f /app/done"))
+    first = cairn("run", "-p", "t", "-e", "local", "-k", "2", "--job-name", "orig",
+                  cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    ex = cairn("export", "jobs/orig", "--format", "harbor", "-o", "exported/orig", cwd=tmp_path)
+    assert ex.returncode == 0, ex.stderr
+    out = tmp_path / "exported" / "orig"
+    assert json.loads((out / "config.json").read_text())["environment"] == {
+        "type": None, "import_path": "cairn:local"}
+    before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
+
+    plan = cairn("run", "-c", "exported/orig/config.json", "--dry-run", cwd=tmp_path)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    assert "backend: local (executor local)" in plan.stdout
+    assert "job: a new folder named at the start time (new)" in plan.stdout
+    names = sorted(trials(tmp_path / "jobs" / "orig"))
+    assert [ln.split()[-2] for ln in plan.stdout.splitlines() if ln.startswith("  test/t")] \
+        == names  # the same trials as the exported job: same task, agent, attempts
+    assert "job_name: ignored: job_name 'orig' and jobs_dir name the Harbor job folder" \
+        in plan.stderr
+
+    again = cairn("run", "-c", "exported/orig/config.json", cwd=tmp_path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    [new_job] = [d for d in (tmp_path / "jobs").iterdir() if d.name != "orig"]
+    assert json.loads((new_job / "job.json").read_text())["backend"] == "local"
+    assert sorted(trials(new_job)) == names
+    assert [r["reward"] for r in trials(new_job).values()] == [1.0, 1.0]
+    assert {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.local
+@local
 def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
     write_task(tmp_path, "t")
     marker, record = tmp_path / "marker", tmp_path / "rec.jsonl"
@@ -739,8 +775,8 @@ def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
 @local
 def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
     write_task(tmp_path, "t")
-    first = cairn("run", "-p", "t", "-e", "local", "--job-name", "j", "--ak", "style=terse",
-                  cwd=tmp_path)
+    first = cairn("run", "-p", "t", "-e", "local", "--job-name", "j", "-a",
+                  "job_agents:CostlyAgent", "--ak", "style=terse", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     job = tmp_path / "jobs" / "j"
     ((old_name, old),) = trials(job).items()
@@ -766,7 +802,8 @@ def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
 
     seen = Collect()
     run_job(JobConfig(paths=(tmp_path / "t",), backend="local", jobs_dir=tmp_path / "jobs",
-                      job_name="j", agent_kwargs={"style": "verbose"}),
+                      job_name="j", agent="job_agents:CostlyAgent",
+                      agent_kwargs={"style": "verbose"}),
             job_dir=job, resume=True, observer=seen)
     ((newer, _),) = trials(job).items()
     assert (f'[test/t] the trial\'s options changed since the last run (the task did not) '

@@ -472,3 +472,146 @@ def test_claim_job_dir_suffixes_on_collision_and_api_names_the_job(tmp_path):
     now = datetime(2026, 12, 1, 8, 0, 0)
     got = [claim_job_dir(tmp_path / "jobs", now).name for _ in range(3)]
     assert got == ["2026-12-01__08-00-00", "2026-12-01__08-00-00-2", "2026-12-01__08-00-00-3"]
+
+
+# ---- -o through a symlink; agent options; --resume with a new --ve key (lowfix2) -------------
+@pytest.mark.local
+def test_jobs_dir_through_a_symlink_to_an_empty_folder_is_that_folder(tmp_path, one_task):
+    from testbed import backend_available
+
+    if not backend_available("local"):
+        pytest.skip("backend local not available")
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to("real")
+    plan = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", "--dry-run",
+                 cwd=tmp_path)
+    assert plan.returncode == 0, plan.stdout + plan.stderr
+    for extra in ((), ("--job-name", "named")):
+        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", *extra,
+                    cwd=tmp_path)
+        assert res.returncode == 0, res.stdout + res.stderr
+    assert (tmp_path / "link").is_symlink()
+    jobs = sorted((tmp_path / "real").iterdir())
+    assert len(jobs) == 2 and "named" in [j.name for j in jobs]
+    for job in jobs:
+        assert results_of(job)["test/one"]["reward"] == 1.0
+
+
+@pytest.mark.parametrize("make,message", [
+    (lambda t: (t / "f").write_text("x") and (t / "out").symlink_to("f"),
+     "the jobs folder out (-o/--jobs-dir) is a symlink to f, a file, not a folder"),
+    (lambda t: (t / "out").symlink_to("nowhere"),
+     "the jobs folder out (-o/--jobs-dir) is a dangling symlink: its target nowhere does not "
+     "exist"),
+    (lambda t: (t / "out").write_text("x"),
+     "the jobs folder out (-o/--jobs-dir) exists and is not a folder"),
+])
+def test_jobs_dir_that_is_not_a_folder_is_refused_before_anything(tmp_path, one_task, make,
+                                                                  message):
+    make(tmp_path)
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    for extra in ((), ("--job-name", "named"), ("--dry-run",), ("--job-name", "n", "--dry-run")):
+        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "out", *extra,
+                    cwd=tmp_path)
+        assert res.returncode == 2, (extra, res.stdout + res.stderr)
+        assert res.stderr.strip() == f"cairn: error: {message}; " + (
+            "create that folder or choose another -o" if "dangling" in message else
+            "point it at a folder or choose another -o" if "symlink" in message else
+            "choose another -o"), extra
+        no_traceback(res)
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing
+    assert not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.parametrize("agent", ["oracle", "nop"])
+def test_oracle_and_nop_refuse_an_option_they_do_not_take(tmp_path, one_task, agent):
+    for extra in ((), ("--dry-run",)):
+        res = cairn("run", "-p", str(one_task), "-a", agent, "-e", "local", "--jobs-dir", "jobs",
+                    "--ak", "ignore_mcp=true", "--ak", "temprature=0", *extra, cwd=tmp_path)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.strip() == (f"cairn: error: agent {agent!r} has no option "
+                                      "'temprature' (--ak); it takes no options")
+    assert not (tmp_path / "jobs").exists()
+    # the same rule, the same words, as an agent that takes options
+    res = cairn("run", "-p", str(one_task), "-a", "claude-code", "-e", "local", "--ak",
+                "temprature=0", cwd=tmp_path)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "cairn: error: agent 'claude-code' has no option 'temprature' (--ak); known: version, "
+        "base_url, platform, prepare")
+
+
+def test_oracle_options_refused_through_the_api_too(tmp_path, one_task):
+    from cairn.agents.registry import create_agent, validate_agent_options
+    from cairn.errors import UsageError
+
+    for call in (lambda: validate_agent_options("nop", None, {"x": "1"}),
+                 lambda: create_agent("oracle", None, {"x": "1"})):
+        with pytest.raises(UsageError, match="has no option 'x' .*it takes no options"):
+            call()
+    # a user's agent built on the oracle takes its own options (FlakySetupAgent: marker)
+    assert create_agent("job_agents:FlakySetupAgent", None, {"marker": "m"}).kwargs == {
+        "marker": "m"}
+
+
+@pytest.mark.local
+def test_resume_with_a_new_verifier_env_key_names_that_key(tmp_path, one_task):
+    from testbed import backend_available
+
+    if not backend_available("local"):
+        pytest.skip("backend local not available")
+    first = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--ve",
+                  "OLD=a", cwd=tmp_path, OLD=None, NEW=None)
+    assert first.returncode == 0, first.stdout + first.stderr
+    job_json = (tmp_path / "jobs" / "j" / "job.json").read_bytes()
+    head = ("cairn: error: --resume continues jobs/j with the config it was started with "
+            "(job.json), and the options given differ from it: ")
+    # NEW differs (the job has no such key), whether or not OLD's value is given again
+    for again, old in (((), None), (("--ve", "OLD=a"), None), ((), "a")):
+        res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
+                    *again, "--ve", "NEW=secret-1", cwd=tmp_path, OLD=old, NEW=None)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.startswith(head + "verifier_env.NEW: the job's none, given ***. "
+                                     "Resume it as it is"), (again, old, res.stderr)
+        assert "secret-1" not in res.stderr and "OLD" not in res.stderr
+    # OLD alone missing: named as before
+    res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
+                cwd=tmp_path, OLD=None, NEW=None)
+    assert res.returncode == 2 and res.stderr.strip() == (
+        "cairn: error: the job's verifier env (--ve) values are not stored; set them in the "
+        "environment to resume: OLD")
+    assert (tmp_path / "jobs" / "j" / "job.json").read_bytes() == job_json
+    res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
+                "--ve", "OLD=b", cwd=tmp_path, OLD=None, NEW=None)
+    assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_a_new_run_never_writes_into_a_folder_that_holds_no_job(tmp_path, one_task):
+    """--job-name naming a folder of something else (a Harbor job folder, an export) is
+    refused, the run's words as the dry run's, and not a file is added (not even the lock)."""
+    other = tmp_path / "jobs" / "h"
+    other.mkdir(parents=True)
+    (other / "result.json").write_text("{}")
+    (other / "job.log").write_text("harbor's\n")
+    for extra in ((), ("--dry-run",)):
+        res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "h", *extra,
+                    cwd=tmp_path)
+        assert res.returncode == 2, res.stdout + res.stderr
+        assert res.stderr.strip() == (f"cairn: error: {other} exists and is not a job "
+                                      "folder; choose another --job-name (or -o)"), extra
+    assert sorted(p.name for p in other.iterdir()) == ["job.log", "result.json"]
+    assert (other / "job.log").read_text() == "harbor's\n"
+
+
+@pytest.mark.local
+def test_a_folder_left_by_a_run_killed_at_its_start_is_still_taken(tmp_path, one_task):
+    from testbed import backend_available
+
+    if not backend_available("local"):
+        pytest.skip("backend local not available")
+    left = tmp_path / "jobs" / "k"
+    left.mkdir(parents=True)
+    for name in ("lock", "job.log", ".job.json.x1y2.tmp"):  # killed before job.json
+        (left / name).write_text("")
+    res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "k", cwd=tmp_path)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert results_of(left)["test/one"]["reward"] == 1.0

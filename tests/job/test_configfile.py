@@ -332,3 +332,45 @@ tasks:
     hosts = read_config_file(write(tmp_path, "agents:\n  - extra_allowed_hosts: "
                                              "[api.openai.com, 10.0.0.1]\n", "h.yaml"))
     assert hosts.data["agent_hosts"] == ["api.openai.com", "10.0.0.1"]
+
+
+@pytest.mark.parametrize("env,backend", [
+    ("{type: null, import_path: 'cairn:local'}", "local"),  # what the export writes for local
+    ("{type: docker, import_path: 'cairn:local'}", "local"),  # Harbor takes import_path first
+    ("{import_path: 'cairn:local', type: docker}", "local"),  # in either order
+    ("{type: docker}", "docker"),
+])
+def test_the_environment_of_cairns_own_export_reads_back_as_its_backend(tmp_path, env,
+                                                                        backend):
+    f = write(tmp_path, f"tasks: [{{path: t}}]\nenvironment: {env}\n")
+    cf = read_config_file(f)
+    assert cf.data["backend"] == backend and cf.notes == []
+    # any other environment class is still refused, with its line
+    f = write(tmp_path, "tasks: [{path: t}]\nenvironment:\n  import_path: 'cairn:kubernetes'\n")
+    with pytest.raises(UsageError, match=r"job.yaml:3: environment.import_path: a custom "
+                                         "environment class"):
+        read_config_file(f)
+
+
+def test_a_job_folders_own_config_json_runs_as_a_new_job(tmp_path, monkeypatch):
+    """A Harbor job folder's config.json names that folder (jobs_dir/job_name): a cairn run of
+    it must not write into it, so the two keys are left out, with a note."""
+    monkeypatch.chdir(tmp_path)
+    folder = tmp_path / "exports" / "nightly"
+    folder.mkdir(parents=True)
+    doc = {"job_name": "nightly", "jobs_dir": str(tmp_path / "exports"), "n_attempts": 2,
+           "tasks": [{"path": "t"}], "environment": {"type": None, "import_path": "cairn:local"},
+           "cairn": {"schema": "cairn.harbor-export/1", "config": {"paths": ["t"]}}}
+    f = write(folder, json.dumps(doc, indent=2), "config.json")
+    cf = read_config_file(f)
+    assert "job_name" not in cf.data and "jobs_dir" not in cf.data
+    assert cf.data["attempts"] == 2 and cf.data["backend"] == "local"
+    assert sorted((n.key, n.line) for n in cf.notes) == [("cairn", 14), ("job_name", 2)]
+    assert "name the Harbor job folder this file is in" in str(next(
+        n for n in cf.notes if n.key == "job_name"))
+    # relative jobs_dir (from the current folder) names it just the same
+    f = write(folder, json.dumps({**doc, "jobs_dir": "exports"}), "config.json")
+    assert "job_name" not in read_config_file(f).data
+    # the same file elsewhere names another folder: kept
+    f = write(tmp_path, json.dumps(doc), "elsewhere.json")
+    assert read_config_file(f).data["job_name"] == "nightly"

@@ -537,6 +537,38 @@ def test_output_folder_rules_lose_nothing(job, exported, tmp_path):
 
 
 @pytest.mark.local
+def test_output_folder_through_a_symlink_is_that_folder(job, exported, tmp_path):
+    """-o LINK to an empty folder writes the export into the folder (the link stays a link,
+    the job is named by the folder); a link to a file, or a dangling one, is refused."""
+    out, _ = exported
+    real = tmp_path / "real"
+    real.mkdir()
+    (tmp_path / "link").symlink_to("real")
+    p = _cairn("export", str(job), "--format", "harbor", "-o", str(tmp_path / "link"))
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "link").is_symlink() and os.readlink(tmp_path / "link") == "real"
+    assert sorted(p.name for p in real.iterdir()) == sorted(p.name for p in out.iterdir())
+    assert _load(real / "config.json")["job_name"] == "real"
+    assert _load(real / "config.json")["jobs_dir"] == str(tmp_path)
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+    # the link again: an earlier export there, replaced with --force (through the link)
+    p = _cairn("export", str(job), "--format", "harbor", "-o", str(tmp_path / "link"), "--force")
+    assert p.returncode == 0 and "replaced the earlier export" in p.stderr, p.stderr
+    assert (tmp_path / "link").is_symlink() and (real / "config.json").is_file()
+    (tmp_path / "file").write_text("keep me")
+    (tmp_path / "to-file").symlink_to("file")
+    (tmp_path / "dangling").symlink_to("nowhere")
+    for name, message in (("to-file", "exists and is not a folder (a symlink to the file "
+                                      "file)"),
+                          ("dangling", "is a dangling symlink (its target nowhere does not "
+                                       "exist); choose another -o")):
+        p = _cairn("export", str(job), "--format", "harbor", "-o", str(tmp_path / name))
+        assert p.returncode == 2, p.stderr
+        assert p.stderr.strip() == f"cairn: error: {tmp_path / name} {message}"
+    assert (tmp_path / "file").read_text() == "keep me" and not (tmp_path / "nowhere").exists()
+
+
+@pytest.mark.local
 def test_running_job_refused_or_exported_partially(job, tmp_path):
     from cairn.lock import JobLock
 

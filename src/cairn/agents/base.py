@@ -6,11 +6,12 @@ Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cairn.errors import UsageError
 from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Step, Task
@@ -82,6 +83,12 @@ class Agent(ABC):
     step's instruction, :attr:`cairn.task.model.Task.seed_trajectory`) into the first step's
     session. A task with one is refused before start for an agent that does not (unless
     :attr:`ignores_instruction`: oracle and nop skip it, as Harbor 0.26 does)."""
+
+    known_options: ClassVar[tuple[str, ...] | None] = None
+    """The ``--ak`` option names this agent takes (``()``: none); any other is refused before
+    any trial runs (:func:`refuse_unknown_options`). ``None`` (not declared) hands every
+    ``--ak`` to the agent, which checks its own (the installed and ``llm`` agents do, with the
+    same rule). Not inherited: a subclass that does not declare it takes any option."""
 
     def __init__(self, model: str | None = None, **kwargs: Any) -> None:
         self.model = model
@@ -174,3 +181,24 @@ class Agent(ABC):
             sandbox: the trial's shared sandbox.
             context: per-step context; the agent may set ``tokens``, ``cost_usd``, ``exit``.
         """
+
+
+def refuse_unknown_options(agent: str, given: Iterable[str], known: Iterable[str]) -> None:
+    """The one rule for ``--ak`` options an agent does not take (every agent that declares its
+    options refuses with these words, before any trial runs).
+
+    Args:
+        agent: the agent's name (the ``-a`` value).
+        given: the ``--ak`` option names given (``ignore_mcp``, which every agent takes, already
+            left out).
+        known: the option names the agent takes (empty: it takes none).
+
+    Raises:
+        UsageError: a given name is not in ``known``; the message names the first such name
+            (sorted) and the agent, and lists what it takes, or says it takes no options.
+    """
+    names = list(known)
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        takes = f"known: {', '.join(names)}" if names else "it takes no options"
+        raise UsageError(f"agent {agent!r} has no option {unknown[0]!r} (--ak); {takes}")

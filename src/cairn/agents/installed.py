@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn.agents.base import Agent, AgentContext
+from cairn.agents.base import Agent, AgentContext, refuse_unknown_options
 from cairn.agents.cli_logs import (
     CliRun,
     read_aider,
@@ -633,10 +633,7 @@ class InstalledAgent(Agent):
 
 
 def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
-    unknown = sorted(set(kwargs) - set(_OPTIONS))
-    if unknown:
-        raise UsageError(f"agent {spec.name!r} has no option {unknown[0]!r} (--ak); known: "
-                         f"{', '.join(_OPTIONS)}")
+    refuse_unknown_options(spec.name, kwargs, _OPTIONS)
     url = kwargs.get("base_url")
     if url is not None and not str(url).startswith(("http://", "https://")):
         raise UsageError(f"agent {spec.name!r}: base_url must be an http:// or https:// URL, "

@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cairn import __version__
-from cairn.agents.base import Agent, AgentContext
+from cairn.agents.base import Agent, AgentContext, refuse_unknown_options
 from cairn.agents.trajectory import (
     Trajectory,
     load_seed,
@@ -124,11 +124,9 @@ class LlmOptions:
             UsageError: an unknown option, or a value of the wrong type or range.
         """
         known = {f.name: f for f in fields(cls)}
+        refuse_unknown_options("llm", kwargs, sorted(known))
         values: dict[str, Any] = {}
         for key, raw in kwargs.items():
-            if key not in known:
-                raise UsageError(f"agent 'llm' has no option {key!r} (--ak); known: "
-                                 f"{', '.join(sorted(known))}")
             kind = str(known[key].type)
             try:
                 if raw is None or kind.startswith("str"):

@@ -13,6 +13,7 @@ class NopAgent(Agent):
     ignores_instruction = True
     version = "1"
     needs_model = False
+    known_options = ()  # an --ak it does not take is refused before start (design §10)
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
         """Return at once, leaving the sandbox as it is."""

@@ -27,6 +27,7 @@ class OracleAgent(Agent):
     ignores_instruction = True
     version = "1"
     needs_model = False
+    known_options = ()  # an --ak it does not take is refused before start (design §10)
 
     def __init__(self, model: str | None = None, **kwargs: object) -> None:
         super().__init__(model, **kwargs)

@@ -14,7 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from cairn.agents.base import Agent
+from cairn.agents.base import Agent, refuse_unknown_options
 from cairn.errors import UsageError
 
 _AGENTS: dict[str, str] = {
@@ -111,6 +111,7 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
 
     options = dict(kwargs)
     pop_ignore_mcp(options)  # every agent takes it; a non-boolean value is refused (#15)
+    _check_known(name, cls, options)
     check = getattr(cls, "validate_options", None)
     if callable(check):
         check(model, options, {**os.environ, **dict(env or {})})
@@ -136,6 +137,16 @@ def create_agent(name: str, model: str | None, kwargs: Mapping[str, Any]) -> Age
     cls = get_agent_class(name)
     options = dict(kwargs)
     ignore = pop_ignore_mcp(options)  # every agent takes --ak ignore_mcp (#22)
+    _check_known(name, cls, options)
     agent = cls(model=model, **options)
     agent.ignore_mcp = ignore  # type: ignore[attr-defined]
     return agent
+
+
+def _check_known(name: str, cls: type[Agent], options: Mapping[str, Any]) -> None:
+    """Refuse ``--ak`` names an agent that declares :attr:`~cairn.agents.base.Agent.
+    known_options` does not take (oracle and nop take none). Only the class's own declaration
+    counts: a subclass (a user's agent built on the oracle) takes what it declares, or any."""
+    known = vars(cls).get("known_options")
+    if known is not None:
+        refuse_unknown_options(name, options, known)

@@ -457,7 +457,10 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
     if job_dir is None and cfg.job_name is None:  # a default name is claimed exclusively
         try:
             job_dir = claim_job_dir(Path(cfg.jobs_dir))
-        except (OSError, UsageError) as exc:
+        except UsageError as exc:  # the jobs folder refused (check_jobs_dir), named in it
+            _err(str(exc))
+            return 2
+        except OSError as exc:
             _err(f"cannot create a job folder in {cfg.jobs_dir}: {exc}")
             return 2
         cfg = cfg.model_copy(update={"job_name": job_dir.name})

@@ -32,6 +32,7 @@ The field names and meanings of Harbor's side are those of Harbor 0.26
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -80,6 +81,12 @@ HARBOR_AGENT_NAMES = {"qwen-coder": "qwen-code"}
 
 HARBOR_ENV_TYPES = {"docker": "docker"}
 """Harbor ``environment.type`` values cairn runs (and its backend for each)."""
+
+CAIRN_ENV_IMPORT_PATHS = {"cairn:local": "local", "cairn:docker": "docker"}
+"""``environment.import_path`` values of cairn's own Harbor export (a backend Harbor has no
+``type`` for, :func:`cairn.results.harbor.job_config_doc`), read back as that backend: the
+``config.json`` of an exported local job runs again with ``cairn run -c``. Harbor itself cannot
+import them (docs/export.md)."""
 
 
 @dataclass(frozen=True)
@@ -375,7 +382,30 @@ class _HarborReader:
                 out[k] = [value] if k in LIST_KEYS and isinstance(value, str) else value
             else:
                 self.ignore((k,), "not a key of Harbor 0.26's JobConfig, nor of cairn's")
+        self._own_folder(out)
         return out
+
+    def _own_folder(self, out: dict[str, Any]) -> None:
+        """A Harbor job folder's own ``config.json`` (Harbor's, or cairn's export) names that
+        folder as ``jobs_dir``/``job_name``: a Harbor job, which a cairn run must not write
+        into. Those two keys are left out (noted), so the run is a new cairn job."""
+        name, parent = out.get("job_name"), out.get("jobs_dir")
+        if not isinstance(name, str) or not isinstance(parent, str):
+            return
+        with contextlib.suppress(OSError, ValueError):
+            if (Path(parent) / name).resolve() == self.path.absolute().parent.resolve():
+                del out["job_name"], out["jobs_dir"]
+                self.ignore(("job_name",), f"job_name {name!r} and jobs_dir name the Harbor "
+                            "job folder this file is in; cairn runs it as a new job (default "
+                            "./jobs; give --job-name/-o)")
+
+    def _k_cairn(self, value: Any, out: dict[str, Any]) -> None:
+        if isinstance(value, dict) and str(value.get("schema", "")).startswith(
+                "cairn.harbor-export/"):
+            self.ignore(("cairn",), "cairn's export record of the job (cairn.config); the run "
+                        "takes the Harbor keys")
+        else:
+            self.ignore(("cairn",), "not a key of Harbor 0.26's JobConfig, nor of cairn's")
 
     # ---- top-level keys with a translation ---------------------------------------------
     def _k_schema_version(self, value: Any, out: dict[str, Any]) -> None:
@@ -433,6 +463,7 @@ class _HarborReader:
     def _k_environment(self, value: Any, out: dict[str, Any]) -> None:
         if not isinstance(value, dict):
             raise self.refuse(("environment",), "expected a mapping")
+        imported: str | None = None  # Harbor's factory takes import_path over type
         for k, v in value.items():
             key = ("environment", str(k))
             if k == "type":
@@ -449,9 +480,12 @@ class _HarborReader:
                 if self.want(key, v, kind, optional=True) is not None:
                     out[k] = v
             elif k == "import_path":
-                if v is not None:
+                if v is None:
+                    continue
+                if v not in CAIRN_ENV_IMPORT_PATHS:
                     raise self.refuse(key, "a custom environment class: cairn's backends are "
                                       "docker and local")
+                imported = CAIRN_ENV_IMPORT_PATHS[v]
             elif k == "delete":
                 if self.want(key, v, "bool") is False:
                     self.ignore(key, "cairn removes every sandbox; --keep-sandbox keeps "
@@ -463,6 +497,8 @@ class _HarborReader:
                 continue  # Harbor's default: nothing lost
             else:
                 self.ignore(key, _ENVIRONMENT_IGNORED.get(str(k), "no cairn meaning"))
+        if imported is not None:
+            out["backend"] = imported
 
     def _k_verifier(self, value: Any, out: dict[str, Any]) -> None:
         if not isinstance(value, dict):

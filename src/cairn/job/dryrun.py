@@ -105,12 +105,19 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
 
     Raises:
         UsageError: bad input, as a run would refuse it before anything starts (no task
-            matched, an unknown backend or executor, a bad dataset source, a job folder that
+            matched, an unknown backend or executor, a bad dataset source, a jobs folder that
+            is not a folder (:func:`cairn.job.folder.check_jobs_dir`), a job folder that
             exists and is not a job, a job folder that holds a job without ``resume``, a
             ``resume`` of a folder that holds none, a resume on another backend).
     """
     from cairn.job.discover import check_templates, discover_inputs
-    from cairn.job.folder import backend_refusal, job_exists_error, scan_folder
+    from cairn.job.folder import (
+        backend_refusal,
+        check_jobs_dir,
+        job_exists_error,
+        not_a_job_error,
+        scan_folder,
+    )
     from cairn.job.planner import FolderState, TrialAction, plan_trials
     from cairn.job.preflight import artifact_warnings, backend_findings, refuse_unsupported
     from cairn.results.store import JobPaths, trial_dir_name
@@ -119,6 +126,8 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
 
     if config.executor not in ("local", "ray"):
         raise UsageError(f"unknown executor {config.executor!r}; use local or ray")
+    if job_dir is None:
+        check_jobs_dir(Path(config.jobs_dir))  # as the run refuses it
     if job_dir is None and config.job_name:
         job_dir = Path(config.jobs_dir) / config.job_name
     root = Path(job_dir) if job_dir is not None else None
@@ -128,7 +137,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
     if resume and not existing:
         raise UsageError(f"{root} is not a job folder (no job.json)")
     if root is not None and root.exists() and not existing and any(root.iterdir()):
-        raise UsageError(f"{root} exists and is not a job folder")
+        raise not_a_job_error(root)
     backend = resolve_backend(config.backend)
     if root is not None and existing and (refusal := backend_refusal(root, backend)):
         raise refusal

@@ -47,6 +47,33 @@ MASKED = "***"
 secrets; ``cairn resume`` takes them again from ``--ae`` or the host environment)."""
 
 
+def check_jobs_dir(jobs_dir: Path) -> None:
+    """Refuse a jobs folder (``-o/--jobs-dir``) that cannot hold job folders, before anything
+    is created: a file, a symlink to a file, or a dangling symlink. A missing path (created
+    later) and a folder — also one reached through a symlink — are accepted.
+
+    Args:
+        jobs_dir: the folder holding job folders.
+
+    Raises:
+        UsageError: ``jobs_dir`` exists and is not a folder, or is a symlink whose target is
+            missing or not a folder (the message names the link's target).
+    """
+    path = Path(jobs_dir)
+    if path.is_dir() or not os.path.lexists(path):
+        return
+    if path.is_symlink():
+        target = os.readlink(path)
+        if path.exists():
+            raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) is a symlink to {target}, "
+                             "a file, not a folder; point it at a folder or choose another -o")
+        raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) is a dangling symlink: its "
+                         f"target {target} does not exist; create that folder or choose "
+                         "another -o")
+    raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) exists and is not a folder; "
+                     "choose another -o")
+
+
 def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, bool]:
     """Take the job's lock (creating the folder); refuse a second process or a name clash.
 
@@ -60,17 +87,21 @@ def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, b
 
     Raises:
         UsageError: locked by another process (:class:`~cairn.errors.JobLockedError`), the
-            folder holds a job and ``resume`` is false, or a resumed job ran on another backend.
+            folder holds a job (or files but no job: :func:`not_a_job_error`) and ``resume``
+            is false, or a resumed job ran on another backend.
     """
     # a missing or empty folder (one claimed by :func:`cairn.job.run.claim_job_dir`) is this
     # run's own: nothing of an earlier run to clean up, removed again if nothing gets written
     created = not paths.root.exists() or not any(paths.root.iterdir())
+    if not resume and not created and _foreign(paths):  # a Harbor job folder, an export:
+        raise not_a_job_error(paths.root)  # never written into (not even a lock file)
     paths.root.mkdir(parents=True, exist_ok=True)
     lock = JobLock(paths.root)
     lock.acquire()  # JobLockedError is a UsageError
     if not resume and paths.job_json.exists():
         lock.release()
         raise job_exists_error(paths.root)
+
     if resume and (refusal := backend_refusal(paths.root, backend)) is not None:
         lock.release()
         raise refusal
@@ -87,6 +118,26 @@ def backend_refusal(root: Path, backend: str) -> UsageError | None:
         return UsageError(f"job {Path(root).name} ran on backend {previous!r}; refusing to "
                           f"resume it on {backend!r} (pass -e {previous})")
     return None
+
+
+def _foreign(paths: JobPaths) -> bool:
+    """Whether an existing folder holds files but no cairn job: no job.json, no trials/, and
+    more than a run killed at its start leaves (the lock, job.log, a job.json temp file)."""
+    if paths.job_json.exists() or paths.trials_dir.is_dir():
+        return False
+    try:
+        names = {p.name for p in paths.root.iterdir()}
+    except OSError:
+        return False
+    return any(n not in ("lock", "job.log") and not (n.startswith(".job.json.")
+                                                     and n.endswith(".tmp")) for n in names)
+
+
+def not_a_job_error(root: Path) -> UsageError:
+    """The refusal of a new run (or its dry run) into a folder that holds files but no cairn
+    job (no job.json, no trials/): a Harbor job folder, an export, anything else."""
+    return UsageError(f"{Path(root).absolute()} exists and is not a job folder; choose "
+                      "another --job-name (or -o)")
 
 
 def job_exists_error(root: Path) -> UsageError:
@@ -278,7 +329,8 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
                   environ: Mapping[str, str] | None = None,
                   overrides: Mapping[str, Any] | None = None,
                   emit: EventSink | None = None,
-                  verifier_env: Mapping[str, str] | None = None) -> JobConfig:
+                  verifier_env: Mapping[str, str] | None = None,
+                  keep_lost_verifier_env: bool = False) -> JobConfig:
     """The config of an existing job, from its job.json, ready to resume.
 
     ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
@@ -295,10 +347,14 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
             environment; keys the job has no ``--ve`` for are left out.
         overrides: config fields to change (e.g. ``n_concurrent``).
         emit: receives the event naming a job.json that could not be read.
+        keep_lost_verifier_env: leave a masked ``--ve`` value that is neither given again nor
+            in the host environment masked (``***``) instead of refusing it; the caller
+            (:func:`resume_with_options`) refuses it after naming the options that differ.
 
     Raises:
         UsageError: not a job folder (no job.json, or an unreadable one and no readable trial
-            config.json to rebuild it from), or a masked ``--ae`` value is not available.
+            config.json to rebuild it from), or a masked ``--ae`` (or, unless
+            ``keep_lost_verifier_env``, ``--ve``) value is not available.
     """
     meta_path = JobPaths(Path(job_dir)).job_json
     if not meta_path.is_file():
@@ -338,10 +394,9 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
     given_ve = {k: v for k, v in (verifier_env or {}).items() if k in ve}
     again = {**{k: environ[k] for k in ve if k in environ}, **given_ve}
     lost = [k for k, v in ve.items() if v == MASKED and k not in again]
-    if lost:
-        raise UsageError("the job's verifier env (--ve) values are not stored; set them in the "
-                         "environment to resume: " + ", ".join(lost))
-    cfg["verifier_env"] = {k: (again[k] if v == MASKED or k in given_ve else v)
+    if lost and not keep_lost_verifier_env:
+        raise _lost_verifier_env(lost)
+    cfg["verifier_env"] = {k: (again.get(k, MASKED) if v == MASKED or k in given_ve else v)
                            for k, v in ve.items()}
     cfg["backend"] = backend or cfg.get("backend", "auto")
     cfg.update(overrides or {})
@@ -349,6 +404,12 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         return JobConfig.model_validate(cfg)
     except ValueError as exc:
         raise UsageError(f"{meta_path}: {exc}") from None
+
+
+def _lost_verifier_env(keys: Sequence[str]) -> UsageError:
+    """The refusal of a resume whose masked ``--ve`` values ``keys`` are not available."""
+    return UsageError("the job's verifier env (--ve) values are not stored; set them in the "
+                      "environment to resume: " + ", ".join(keys))
 
 
 RESUME_OVERRIDES = ("n_concurrent", "max_cost_usd", "executor", "ray_address")
@@ -392,10 +453,12 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
     agent_env = dict(given.pop("agent_env", None) or {})
     ve = dict(given.pop("verifier_env", None) or {})
     stored = resume_config(job_dir, agent_env=agent_env, environ=environ, overrides=overrides,
-                           emit=emit, verifier_env=ve)
+                           emit=emit, verifier_env=ve, keep_lost_verifier_env=True)
     diffs: list[str] = []
-    if new_keys := sorted(set(ve) - set(stored.verifier_env)):
-        diffs.append(f"verifier_env: the job has no {', '.join(new_keys)}")
+    # a --ve key the job has no --ve for differs from it (the values are secrets: masked here
+    # as in job.json); named before the job's own masked values that were not given again
+    for key in sorted(set(ve) - set(stored.verifier_env)):
+        diffs.append(f"verifier_env.{key}: the job's none, given {MASKED}")
     wanted = JobConfig.model_validate({**stored.model_dump(), **given})
     mine, theirs = stored.model_dump(mode="json"), wanted.model_dump(mode="json")
     for k in given:
@@ -424,6 +487,8 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
             f"(job.json), and the options given differ from it: {'; '.join(diffs)}. Resume "
             f"it as it is (`cairn resume {Path(job_dir)}`, or the same command without those "
             "options), or run the new options as a new job (another --job-name)")
+    if lost := [k for k, v in stored.verifier_env.items() if v == MASKED]:
+        raise _lost_verifier_env(lost)
     return stored
 
 

@@ -31,6 +31,7 @@ from cairn.job.discover import check_templates, discover_inputs
 from cairn.job.executors import Executor, get_executor
 from cairn.job.folder import (
     apply_decisions,
+    check_jobs_dir,
     clean_own_leftovers,
     lock_job,
     resume_config,
@@ -112,8 +113,12 @@ def claim_job_dir(jobs_dir: Path, now: datetime | None = None) -> Path:
 
     Returns:
         The new, empty job folder.
+
+    Raises:
+        UsageError: ``jobs_dir`` is refused by :func:`check_jobs_dir`, or no free name is left.
     """
     jobs_dir = Path(jobs_dir)
+    check_jobs_dir(jobs_dir)
     if not jobs_dir.is_dir():
         jobs_dir.mkdir(parents=True, exist_ok=True)
         _CREATED_JOBS_DIRS.add(jobs_dir.absolute())
@@ -133,6 +138,7 @@ def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
         return Path(job_dir)
     if config.job_name is None:
         return claim_job_dir(Path(config.jobs_dir))
+    check_jobs_dir(Path(config.jobs_dir))
     return Path(config.jobs_dir) / config.job_name
 
 

@@ -786,8 +786,13 @@ def _check_out_dir(job_dir: Path, out_dir: Path, force: bool) -> bool:
     if out_abs == job_abs or job_abs in out_abs.parents or out_abs in job_abs.parents:
         raise HarborExportError(f"{out_dir} overlaps the job folder {job_dir}; "
                                 "choose an output folder outside it")
-    if out_dir.is_symlink() or (out_dir.exists() and not out_dir.is_dir()):
-        raise HarborExportError(f"{out_dir} exists and is not a folder")
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise HarborExportError(f"{out_dir} is a dangling symlink (its target "
+                                f"{os.readlink(out_dir)} does not exist); choose another -o")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise HarborExportError(f"{out_dir} exists and is not a folder"
+                                + (f" (a symlink to the file {os.readlink(out_dir)})"
+                                   if out_dir.is_symlink() else ""))
     if not out_dir.exists() or not any(out_dir.iterdir()):
         return False
     if not force:
@@ -807,7 +812,9 @@ def export_harbor(job_dir: Path, out_dir: Path, *, force: bool = False, partial:
     Args:
         job_dir: the cairn job folder (only read).
         out_dir: the Harbor job folder to write; must be missing or empty, or an earlier
-            cairn Harbor export with ``force``. Its name is the exported ``job_name``.
+            cairn Harbor export with ``force``. Its name is the exported ``job_name``. A
+            symlink to such a folder stands for the folder (written there, named by it); a
+            symlink to a file or a dangling one is refused.
         force: replace an earlier cairn Harbor export at ``out_dir`` (after the new one is
             complete; any other non-empty folder is refused even so).
         partial: export the finished trials of a running job (its result.json says the
@@ -831,6 +838,8 @@ def export_harbor(job_dir: Path, out_dir: Path, *, force: bool = False, partial:
         raise HarborExportError(f"job {job_dir.name} is running; export it after it ends, or "
                                 "pass --partial to export its finished trials now")
     replaced = _check_out_dir(job_dir, out_dir, force)
+    if out_dir.is_symlink():  # a link to a folder: the export goes into the folder itself
+        out_dir = out_dir.resolve()  # (written beside it and renamed into its place)
     report = HarborExport(out_dir=out_dir, running=job_running, replaced=replaced)
     meta: JobMeta | None = None
     with contextlib.suppress(OSError, ValueError):
