@@ -97,6 +97,8 @@ NOT_ON_LOCAL_RUN = (
     # third-party modules a local oracle trial does not use
     "docker", "requests", "urllib3", "litellm", "rich", "yaml", "jinja2", "httpx", "starlette",
     "uvicorn", "ray", "mcp", "pyarrow", "dotenv",
+    # standard-library modules only some tasks need (an ADD of an archive)
+    "tarfile",
     # command modules of other commands (cli/_app.py app_for) and areas the run does not reach
     "cairn.cli.tasks", "cairn.cli.clean", "cairn.cli.snapshots", "cairn.cli.datasets",
     "cairn.cli.view", "cairn.cli.export", "cairn.cli.agents", "cairn.sandbox.docker",

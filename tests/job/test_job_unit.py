@@ -148,3 +148,29 @@ def test_config_file_accepts_flag_spellings(tmp_path):
     f.write_text("- a\n- b\n")
     with pytest.raises(UsageError):
         read_config_file(f)
+
+
+def test_summary_written_again_only_when_it_changed(tmp_path):
+    """The job's end rewrites summary.json only when it differs from what this run last wrote
+    (#13: one atomic, fsync'ed write fewer per job); a changed summary, or a file gone meanwhile,
+    is written again."""
+    import os
+
+    from cairn.job.runner import JobRun
+    from cairn.results.store import read_summary
+
+    job_dir = tmp_path / "job"
+    job = JobRun(JobConfig(paths=("x",)), "local", job_dir, resume=False, retry_errors=False,
+                 observer=None)
+    summary_json = JobPaths(job_dir).summary_json
+    job.write_summary()
+    first = os.stat(summary_json).st_ino  # an atomic rewrite replaces the file (a new inode)
+    job.write_summary()
+    assert os.stat(summary_json).st_ino == first
+    job.declared_steps["org/task"] = ["main"]  # the task now appears in the summary
+    job.write_summary()
+    assert os.stat(summary_json).st_ino != first
+    assert [t.name for t in read_summary(job_dir).tasks] == ["org/task"]
+    summary_json.unlink()
+    job.write_summary()
+    assert [t.name for t in read_summary(job_dir).tasks] == ["org/task"]

@@ -5,8 +5,6 @@ Apart from :mod:`cairn.cli` so that the console script can start the engine ping
 is imported (#13).
 """
 
-from __future__ import annotations
-
 import typer
 
 app = typer.Typer(

@@ -1,7 +1,5 @@
 """``cairn clean`` (design §3, §9): a thin command over :func:`cairn.sandbox.cleanup.clean`."""
 
-from __future__ import annotations
-
 import json
 from typing import Annotated
 

@@ -1,8 +1,6 @@
 """``cairn datasets download | list`` and ``cairn cache clean`` (datasets by name, the task
 cache). Thin: parse options, call :mod:`cairn.datasets`, print, exit (2 on a bad source)."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated

@@ -1,8 +1,6 @@
 """``cairn export``: per-step (trajectory, reward) records of a job for training (docs/viewer.md),
 or the whole job in Harbor 0.26's job-folder layout (``--format harbor``, docs/export.md)."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated

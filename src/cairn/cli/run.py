@@ -5,8 +5,6 @@ Exit codes: 0 every trial completed or stopped; 1 some trial errored or cancelle
 job-level errors before anything ran.
 """
 
-from __future__ import annotations
-
 import os
 import sys
 from pathlib import Path

@@ -1,8 +1,6 @@
 """``cairn regrade`` and ``cairn shell`` (docs/snapshots.md): thin commands over
 :func:`cairn.job.regrade.regrade_job` and :func:`cairn.trial.shell.open_shell`."""
 
-from __future__ import annotations
-
 import sys
 from pathlib import Path
 from typing import Annotated

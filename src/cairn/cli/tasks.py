@@ -4,8 +4,6 @@ Thin commands over :mod:`cairn.task.load` and :mod:`cairn.task.init`; both are i
 the commands so that ``cairn --help`` does not pay for pydantic.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import Annotated
 

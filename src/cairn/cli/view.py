@@ -1,7 +1,5 @@
 """``cairn view`` (the web viewer and its static bundle) — docs/viewer.md."""
 
-from __future__ import annotations
-
 import errno
 import sys
 from pathlib import Path

@@ -70,6 +70,7 @@ class JobRun:
         self._engine_known = False
         self._warned: set[str] = set()  # trial warnings already shown (once per job)
         self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
+        self._summary_on_disk: JobSummary | None = None  # what the last write_summary wrote
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
@@ -182,11 +183,19 @@ class JobRun:
         EDQUOT), which stops the job (:mod:`cairn.job.run` turns it into one
         :class:`~cairn.errors.JobStorageFullError`).
 
+        A summary equal to the one this run last wrote, with the file still there, is not
+        written again (the job's end after its last trial): the file holds it, durably.
+
         Raises:
             OSError: ENOSPC/EDQUOT, unless the job already stopped for it.
         """
+        summary = self.summary()
+        if summary == self._summary_on_disk and self.paths.summary_json.is_file():
+            return
+        self._summary_on_disk = None
         try:
-            write_summary(self.job_dir, self.summary())
+            write_summary(self.job_dir, summary)
+            self._summary_on_disk = summary
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
             if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
                 if self.stopped_by == "storage_full":

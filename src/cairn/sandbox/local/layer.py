@@ -19,7 +19,6 @@ import json
 import os
 import posixpath
 import re
-import tarfile
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
@@ -190,6 +189,14 @@ def _assemble(build_dir: Path, staged: Path, rels: list[str]) -> None:
         for child in os.listdir(src):
             remove_tree(target / child)
             os.rename(src / child, target / child)
+
+
+def _is_tar(path: Path) -> bool:
+    """Whether ``path`` is an archive ``ADD`` unpacks (:func:`tarfile.is_tarfile`). ``tarfile``
+    is imported here, not with the module: a local run that adds no file does not load it."""
+    import tarfile
+
+    return tarfile.is_tarfile(path)
 
 
 class _Builder:
@@ -365,7 +372,7 @@ class _Builder:
             owner = resolved[0], resolved[1]
         chmod = int(ins.flags["chmod"], 8) if "chmod" in ins.flags else None
         for src in sources:
-            if ins.keyword == "ADD" and src.is_file() and tarfile.is_tarfile(src):
+            if ins.keyword == "ADD" and src.is_file() and _is_tar(src):
                 self._add_tar(src, dest, owner, chmod)
                 continue
             if src.is_dir() and not src.is_symlink():
@@ -395,6 +402,8 @@ class _Builder:
 
     def _add_tar(self, src: Path, dest: str, owner: tuple[int, int] | None,
                  chmod: int | None) -> None:
+        import tarfile  # only an ADD of an archive needs it (a local run's start-up, #13)
+
         assert self.fs is not None
         with tempfile.TemporaryDirectory(dir=self.dir) as tmp, tarfile.open(src) as tf:
             tf.extractall(tmp, filter="tar")
