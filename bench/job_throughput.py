@@ -43,6 +43,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -160,92 +162,100 @@ def run_floor(task: Path, trials: int, n: int, steps: int) -> Run:
                engine_cpu_sec=engine_cpu() - e0)
 
 
-def compare(args: argparse.Namespace) -> int:
-    """Interleaved rounds of this cairn and the one in ``args.compare``; medians, ratio."""
-    this = Path(__file__).resolve().parents[1] / "src"
-    srcs = {"this": this, "--compare": args.compare.resolve()}
-    walls: dict[str, list[float]] = {k: [] for k in srcs}
-    engine: dict[str, list[float]] = {k: [] for k in srcs}
+@dataclass
+class Rounds:
+    """The runs of :func:`interleaved`, per variant label, and the 1-minute load averages."""
+
+    runs: dict[str, list[Run]]
+    loads: list[float]
+    ok: bool
+
+
+def interleaved(args: argparse.Namespace, variants: dict[str, tuple[list[str], Path | None]],
+                rounds: int, *, alternate: bool,
+                after: Callable[[str, Path], None] | None = None) -> Rounds:
+    """Run the 2-step job once per variant as a warm-up, then ``rounds`` rounds of every
+    variant (label → extra ``cairn run`` options and the ``src`` folder, ``None``: this
+    repository's), in the given order, or reversed every other round with ``alternate``;
+    ``after(label, job_dir)`` reads a run's job folder before it is deleted."""
+    runs: dict[str, list[Run]] = {k: [] for k in variants}
     ok = True
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
         task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
         jobs = root / "jobs"
         base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
-        for label, src in srcs.items():
+        for label, (_, src) in variants.items():
             run_cairn([*base, "--job-name", f"warm-up-{label.strip('-')}"], src=src)
         loads = [os.getloadavg()[0]]
-        for r in range(args.rounds):
-            order = list(srcs.items()) if r % 2 == 0 else list(srcs.items())[::-1]
-            for label, src in order:
+        for r in range(rounds):
+            order = list(variants.items())
+            if alternate and r % 2:
+                order.reverse()
+            for label, (extra, src) in order:
                 name = f"{label.strip('-')}-{r}"
                 run = run_cairn([*base, "--job-name", name, "-k", str(args.trials),
-                                 "-n", str(args.n)], src=src)
+                                 "-n", str(args.n), *extra], src=src)
                 s = summary(jobs / name)
                 ok = ok and run.code == 0 and s["n_passed"] == args.trials
-                walls[label].append(run.wall)
-                engine[label].append(run.engine_cpu_sec)
+                runs[label].append(run)
+                if after is not None:
+                    after(label, jobs / name)
                 loads.append(os.getloadavg()[0])
+    return Rounds(runs, loads, ok)
+
+
+def _walls(runs: list[Run]) -> str:
+    return ", ".join(f"{r.wall:.1f}" for r in runs)
+
+
+def compare(args: argparse.Namespace) -> int:
+    """Interleaved rounds of this cairn and the one in ``args.compare``; medians, ratio."""
+    this = Path(__file__).resolve().parents[1] / "src"
+    srcs = {"this": this, "--compare": args.compare.resolve()}
+    got = interleaved(args, {k: ([], v) for k, v in srcs.items()}, args.rounds, alternate=True)
     med = statistics.median
-    print(f"load average (1 min) during the rounds: {min(loads):.2f} .. {max(loads):.2f}")
+    wall = {k: med(r.wall for r in v) for k, v in got.runs.items()}
+    engine = {k: med(r.engine_cpu_sec for r in v) for k, v in got.runs.items()}
+    print(f"load average (1 min) during the rounds: {min(got.loads):.2f} .. {max(got.loads):.2f}")
     print(f"job: {args.steps}-step task x {args.trials} trials, -n {args.n}, backend {args.e}, "
           f"{args.rounds} interleaved rounds")
     print(f"{'':10s} {'wall':>8s} {'trials/min':>11s} {'engine CPU':>11s}")
     for label, src in srcs.items():
-        w = med(walls[label])
-        print(f"{label:10s} {w:7.1f}s {args.trials / w * 60:11.1f} {med(engine[label]):10.1f}s"
-              f"   (walls {', '.join(f'{x:.1f}' for x in walls[label])}; {src})")
-    print(f"throughput ratio this / --compare: {med(walls['--compare']) / med(walls['this']):.2f}x"
-          f"; engine CPU ratio: {med(engine['this']) / med(engine['--compare']):.2f}x")
-    return 0 if ok else 1
+        print(f"{label:10s} {wall[label]:7.1f}s {args.trials / wall[label] * 60:11.1f} "
+              f"{engine[label]:10.1f}s   (walls {_walls(got.runs[label])}; {src})")
+    print(f"throughput ratio this / --compare: {wall['--compare'] / wall['this']:.2f}x"
+          f"; engine CPU ratio: {engine['this'] / engine['--compare']:.2f}x")
+    return 0 if got.ok else 1
 
 
 def prestart_ab(args: argparse.Namespace) -> int:
     """Interleaved rounds of the cairn job without and with ``--prestart``; medians, ratio."""
-    walls: dict[str, list[float]] = {"off": [], "on": []}
-    cpu: dict[str, list[float]] = {"off": [], "on": []}
-    engine: dict[str, list[float]] = {"off": [], "on": []}
     waits: list[float] = []
-    ok = True
-    with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
-        root = Path(tmp)
-        task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
-        jobs = root / "jobs"
-        base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs),
-                "-k", str(args.trials), "-n", str(args.n)]
-        run_cairn([*base[:-4], "--job-name", "warm-up"])
-        loads = [os.getloadavg()[0]]
-        for r in range(args.prestart_ab):
-            for variant in ("off", "on"):
-                name = f"{variant}-{r}"
-                run = run_cairn([*base, "--job-name", name,
-                                 *(["--prestart"] if variant == "on" else [])])
-                s = summary(jobs / name)
-                ok = ok and run.code == 0 and s["n_passed"] == args.trials
-                walls[variant].append(run.wall)
-                cpu[variant].append(run.cpu_sec)
-                engine[variant].append(run.engine_cpu_sec)
-                if variant == "on":
-                    for f in (jobs / name).rglob("result.json"):
-                        t = json.loads(f.read_text()).get("timings") or {}
-                        if t.get("prestarted"):
-                            waits.append(t.get("environment_sec") or 0.0)
-                loads.append(os.getloadavg()[0])
+
+    def read_waits(label: str, job_dir: Path) -> None:
+        if label == "on":
+            for f in job_dir.rglob("result.json"):
+                t = json.loads(f.read_text()).get("timings") or {}
+                if t.get("prestarted"):
+                    waits.append(t.get("environment_sec") or 0.0)
+
+    got = interleaved(args, {"off": ([], None), "on": (["--prestart"], None)},
+                      args.prestart_ab, alternate=False, after=read_waits)
     med = statistics.median
-    print(f"load average (1 min) during the rounds: {min(loads):.2f} .. {max(loads):.2f}")
+    print(f"load average (1 min) during the rounds: {min(got.loads):.2f} .. {max(got.loads):.2f}")
     print(f"job: {args.steps}-step task x {args.trials} trials, -n {args.n}, backend {args.e}, "
           f"{args.prestart_ab} interleaved rounds")
     print(f"{'':14s} {'wall':>8s} {'trials/min':>11s} {'own CPU':>9s} {'engine CPU':>11s}")
-    for variant in ("off", "on"):
-        w = med(walls[variant])
-        print(f"{'prestart ' + variant:14s} {w:7.1f}s {args.trials / w * 60:11.1f} "
-              f"{med(cpu[variant]):8.1f}s {med(engine[variant]):10.1f}s   "
-              f"(walls {', '.join(f'{x:.1f}' for x in walls[variant])})")
-    n_pre = len(waits)
-    print(f"pre-started sandboxes used: {n_pre} of {args.trials * args.prestart_ab} trials; "
-          f"median wait for one {med(waits) if waits else 0.0:.2f} s")
-    print(f"throughput ratio on / off: {med(walls['off']) / med(walls['on']):.2f}x")
-    return 0 if ok else 1
+    walls = {k: med(r.wall for r in v) for k, v in got.runs.items()}
+    for variant, runs in got.runs.items():
+        print(f"{'prestart ' + variant:14s} {walls[variant]:7.1f}s "
+              f"{args.trials / walls[variant] * 60:11.1f} {med(r.cpu_sec for r in runs):8.1f}s "
+              f"{med(r.engine_cpu_sec for r in runs):10.1f}s   (walls {_walls(runs)})")
+    print(f"pre-started sandboxes used: {len(waits)} of {args.trials * args.prestart_ab} "
+          f"trials; median wait for one {med(waits) if waits else 0.0:.2f} s")
+    print(f"throughput ratio on / off: {walls['off'] / walls['on']:.2f}x")
+    return 0 if got.ok else 1
 
 
 if __name__ == "__main__":

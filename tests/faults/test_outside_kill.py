@@ -24,6 +24,7 @@ from faultkit import (
     assert_clean_leaves_nothing,
     assert_one_result_each,
     block_template,
+    containers_holding,
     job_resources,
     need,
     release_sandboxes,
@@ -41,25 +42,11 @@ IN_SETUP = "killed-in-setup"
 
 def _blocked_containers(job_dir) -> dict[str, str]:
     """Task name → id of the job's running container whose agent is blocked (holds MARKER)."""
-    import docker
-
-    client = docker.from_env(timeout=60)
     out: dict[str, str] = {}
-    try:
-        flt = {"label": f"cairn.job_dir={job_dir.absolute()}", "status": "running"}
-        for c in client.api.containers(filters=flt):
-            try:
-                ex = client.api.exec_create(c["Id"], ["test", "-f", MARKER])
-                client.api.exec_start(ex["Id"])
-                if client.api.exec_inspect(ex["Id"]).get("ExitCode") != 0:
-                    continue
-            except docker.errors.APIError:  # going away (kills-itself): not a blocked one
-                continue
-            for task in (*OUTSIDE, IN_SETUP):
-                if any(task in name for name in c["Names"]):
-                    out[task] = c["Id"]
-    finally:
-        client.close()
+    for c in containers_holding(job_dir, MARKER):
+        for task in (*OUTSIDE, IN_SETUP):
+            if any(task in name for name in c["Names"]):
+                out[task] = c["Id"]
     return out
 
 

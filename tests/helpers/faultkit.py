@@ -192,6 +192,29 @@ def assert_clean_leaves_nothing(job_dir: Path, cwd: Path) -> None:
     assert job_resources(job_dir) == []
 
 
+def containers_holding(job_dir: Path, path: str) -> list[dict]:
+    """The job's running docker containers (the engine's listing entries: ``Id``, ``Names``
+    …) that hold the file ``path``, asked with ``test -f`` (the engine's exec); one going away
+    meanwhile is left out."""
+    import docker
+
+    client = docker.from_env(timeout=60)
+    out: list[dict] = []
+    try:
+        flt = {"label": f"cairn.job_dir={Path(job_dir).absolute()}", "status": "running"}
+        for c in client.api.containers(filters=flt):
+            try:
+                ex = client.api.exec_create(c["Id"], ["test", "-f", path])
+                client.api.exec_start(ex["Id"])
+                if client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0:
+                    out.append(c)
+            except docker.errors.APIError:  # the container is going away
+                continue
+    finally:
+        client.close()
+    return out
+
+
 def sandboxes_holding(job_dir: Path, path: str) -> int:
     """How many live sandboxes of this job hold the file ``path`` (an absolute sandbox path).
 
@@ -200,22 +223,7 @@ def sandboxes_holding(job_dir: Path, path: str) -> int:
     file the sandbox wrote under a fresh folder such as ``/tmp`` lands).
     """
     job_dir = Path(job_dir).absolute()
-    n = 0
-    if backend_available("docker"):
-        import docker
-
-        client = docker.from_env(timeout=60)
-        try:
-            flt = {"label": f"cairn.job_dir={job_dir}", "status": "running"}
-            for c in client.api.containers(filters=flt):
-                try:
-                    ex = client.api.exec_create(c["Id"], ["test", "-f", path])
-                    client.api.exec_start(ex["Id"])
-                    n += client.api.exec_inspect(ex["Id"]).get("ExitCode") == 0
-                except docker.errors.APIError:  # the container is going away
-                    continue
-        finally:
-            client.close()
+    n = len(containers_holding(job_dir, path)) if backend_available("docker") else 0
     try:
         from cairn.sandbox.local.backend import find_local_sandboxes
     except ImportError:

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from cairn.errors import (
     Category,
     ErrorKind,
+    ModelError,
     Phase,
     SandboxError,
     SandboxLostError,
@@ -19,7 +20,7 @@ from cairn.errors import (
     category_of,
 )
 from cairn.results.model import ErrorInfo
-from cairn.sandbox.base import SandboxEnd
+from cairn.sandbox.base import Sandbox, SandboxEnd
 from cairn.task.model import Step
 
 PHASE_OF: dict[ErrorKind, Phase] = {
@@ -72,6 +73,16 @@ def as_start_failure(exc: Exception, message: str | None = None,
     """
     return TrialFailure(ErrorKind.START_FAILED, message if message is not None else str(exc),
                         detail=getattr(exc, "detail", {}) if detail is None else detail)
+
+
+async def with_sandbox_end(exc: TrialFailure, sandbox: Sandbox | None) -> TrialFailure:
+    """:func:`with_end` with what ``sandbox`` says of its end (:meth:`Sandbox.ended`), for any
+    failure that is not already ``sandbox_lost`` or a model error: an OOM-killed sandbox says
+    so (setup.sh exited 137 because …), and one killed from outside makes the failure
+    ``sandbox_lost`` (infra), not the agent's or the task's. ``sandbox`` ``None``: unchanged."""
+    if sandbox is None or isinstance(exc, (SandboxLostError, ModelError)):
+        return exc
+    return with_end(exc, await sandbox.ended())
 
 
 def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:

@@ -17,7 +17,6 @@ from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
     Category,
     ErrorKind,
-    ModelError,
     Phase,
     SandboxError,
     SandboxLostError,
@@ -55,7 +54,7 @@ from cairn.trial.classify import (
     as_start_failure,
     as_transfer_failure,
     error_info,
-    with_end,
+    with_sandbox_end,
 )
 from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
@@ -345,11 +344,8 @@ class _TrialRun:
             cancelled = False
         except TrialFailure as exc:
             cancelled = False
-            if exc.kind is not ErrorKind.START_FAILED and not isinstance(
-                    exc, (SandboxLostError, ModelError)):
-                # e.g. agent setup or the environment healthcheck in a sandbox killed from
-                # outside: sandbox_lost (infra), not the agent's or the task's
-                exc = with_end(exc, await (self.sandbox or sandbox).ended())
+            if exc.kind is not ErrorKind.START_FAILED:  # e.g. agent setup, the healthcheck
+                exc = await with_sandbox_end(exc, self.sandbox or sandbox)
             self._record_failure(exc)
         finally:
             sandbox = self.sandbox or sandbox  # a fresh one if the pre-started one failed
@@ -487,10 +483,7 @@ class _TrialRun:
                 self.after_agent = True
             except TrialFailure as exc:
                 self.after_agent = self.after_agent or env.trial_baseline is not None
-                if not isinstance(exc, (SandboxLostError, ModelError)):
-                    # an OOM-killed sandbox says so (setup.sh exited 137 because …); one
-                    # killed from outside makes any failure of the step sandbox_lost (infra)
-                    exc = with_end(exc, await sandbox.ended())
+                exc = await with_sandbox_end(exc, sandbox)
                 row = self._step_failure(step, exc)
                 row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
             self.current_step = None
