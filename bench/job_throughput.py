@@ -17,8 +17,10 @@ engine's default bridge; per step ``cp`` of the solution, ``exec`` of solve.sh, 
 tests, ``exec`` of test.sh and ``cp`` of the reward out; then ``rm -f``; ``-n`` trials at once
 from a thread pool. It is what the engine allows on this machine with no harness at all (no
 image check, no isolation of trials from each other, no clean ``/tests`` or process checks, no
-results written): a harness cannot be faster, so the floor's trials per minute bound the
-reachable ratio to Harbor.
+results written). Beside it, ``SDK`` is the same least work through the Docker SDK
+(``bench/_sdkfloor.py``: no CLI process per call; the process first imports typer, pydantic,
+asyncio and docker, as cairn must): the faster of the two floors' trials per minute bounds the
+ratio to Harbor that a harness can reach here.
 
 Usage:
     HARBOR=/work/harbor-venv/bin/harbor python3 bench/job_throughput.py [--trials 16] [-n 8]
@@ -92,7 +94,14 @@ def main() -> int:
         print(f"{'minimal':8s} {floor.wall:7.1f}s {args.trials / floor.wall * 60:11.1f} "
               f"{floor.cpu_sec:8.1f}s {floor.engine_cpu_sec:10.1f}s   "
               f"({floor.code} of {args.trials} trials with reward 1; docker CLI script)")
-        print(f"throughput ratio cairn / minimal script: {floor.wall / wall:.2f}x")
+        sdk = run_sdk_floor(task, args.trials, args.n, args.steps)
+        print(f"{'SDK':8s} {sdk.wall:7.1f}s {args.trials / sdk.wall * 60:11.1f} "
+              f"{sdk.cpu_sec:8.1f}s {sdk.engine_cpu_sec:10.1f}s   "
+              f"({sdk.code} of {args.trials} trials with reward 1; bench/_sdkfloor.py: the "
+              "same least work through the Docker SDK)")
+        best = min(floor.wall, sdk.wall)
+        print(f"throughput ratio cairn / minimal script: {floor.wall / wall:.2f}x; "
+              f"cairn / SDK floor: {sdk.wall / wall:.2f}x")
         harbor = os.environ.get("HARBOR")
         if harbor:
             exe = Path(harbor) / "bin" / "harbor" if Path(harbor).is_dir() else Path(harbor)
@@ -115,8 +124,9 @@ def main() -> int:
                 print(p.stdout.decode("utf-8", "replace")[-1500:])
                 print(p.stderr.decode("utf-8", "replace")[-1500:])
             print(f"throughput ratio cairn / Harbor: {h / wall:.2f}x (target >= 10); "
-                  f"minimal script / Harbor: {h / floor.wall:.2f}x (the most any harness "
-                  f"reaches here)")
+                  f"minimal script / Harbor: {h / floor.wall:.2f}x, SDK floor / Harbor: "
+                  f"{h / sdk.wall:.2f}x (the faster floor, {h / best:.2f}x, is the most a "
+                  "harness reaches here)")
         else:
             print("Harbor: skipped (set HARBOR to a Harbor install's `harbor` executable)")
         return 0 if code == 0 and s["n_passed"] == args.trials else 1
@@ -159,6 +169,25 @@ def run_floor(task: Path, trials: int, n: int, steps: int) -> Run:
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=sum(oks),
+               engine_cpu_sec=engine_cpu() - e0)
+
+
+def run_sdk_floor(task: Path, trials: int, n: int, steps: int) -> Run:
+    """The job through ``bench/_sdkfloor.py job`` (a process importing cairn's libraries, then
+    the least work per trial through the Docker SDK, ``n`` trials at once): wall, CPU of that
+    process, engine CPU; ``code`` holds how many trials scored 1 on every step."""
+    image = subprocess.run(["docker", "build", "-q", str(task / "environment")], check=True,
+                           capture_output=True).stdout.decode().strip()
+    script = Path(__file__).resolve().parent / "_sdkfloor.py"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, str(script), "job", str(task), image, str(trials),
+                        str(n), str(steps)], capture_output=True, check=True, env=env)
+    wall = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
+    return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=json.loads(p.stdout)["ok"],
                engine_cpu_sec=engine_cpu() - e0)
 
 

@@ -118,6 +118,9 @@ class EngineCalls:
 
 
 SRC = REPO / "src"
+LOCAL_LIBS = "typer, pydantic, asyncio"
+"""What a local ``cairn run`` cannot run without: the CLI (Typer), the task and result models
+(pydantic), the trial's event loop."""
 
 
 def cairn_env(src: Path = SRC) -> dict[str, str]:
@@ -174,6 +177,26 @@ def floor_minimal(docker: str, task: Path, scratch: Path, name: str) -> float:
     return wall
 
 
+def floor_sdk(task: Path, image: str) -> tuple[float, float]:
+    """``bench/_sdkfloor.py trivial``: a process that imports what ``cairn run`` must (typer,
+    pydantic, asyncio, the Docker SDK) and does the trial's least work through the SDK;
+    (whole-process wall seconds, its import seconds)."""
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "_sdkfloor.py"), "trivial",
+                        str(task), image], capture_output=True, check=True, env=cairn_env())
+    wall = time.perf_counter() - t0
+    got = json.loads(p.stdout)
+    assert got["ok"] == 1, got
+    return wall, got["import_sec"]
+
+
+def floor_imports(modules: str) -> float:
+    """Wall seconds of a process that only imports ``modules`` (comma-separated)."""
+    t0 = time.perf_counter()
+    subprocess.run([sys.executable, "-c", f"import {modules}"], check=True, env=cairn_env())
+    return time.perf_counter() - t0
+
+
 def harbor_command() -> list[str] | None:
     """The Harbor executable named by ``HARBOR``, or None."""
     h = os.environ.get("HARBOR")
@@ -210,6 +233,7 @@ def local_main(n: int, image: str, compare: Path | None) -> int:
     walls: dict[Path, list[float]] = {s: [] for s in srcs}
     cpus: dict[Path, list[float]] = {s: [] for s in srcs}
     trials: dict[Path, list[float]] = {s: [] for s in srcs}
+    libs: list[float] = []
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
         task = write_task(root / "tasks", image)
@@ -222,7 +246,8 @@ def local_main(n: int, image: str, compare: Path | None) -> int:
                 walls[src].append(wall)
                 cpus[src].append(cpu)
                 trials[src].append(res["timings"]["total_sec"])
-    print(f"rounds: {n}{', interleaved' if compare else ''}; load average after: {load()}")
+            libs.append(floor_imports(LOCAL_LIBS))
+    print(f"rounds: {n}, interleaved; load average after: {load()}")
     med = statistics.median
     for src in srcs:
         c, ct = med(walls[src]), med(trials[src])
@@ -231,6 +256,8 @@ def local_main(n: int, image: str, compare: Path | None) -> int:
         print(f"  of which the trial itself        {ms(ct)}")
         print(f"  process start, imports, job      {ms(c - ct)}")
         print(f"  CPU (user + sys, with children)  {ms(med(cpus[src]))}  (min {ms(min(cpus[src])).strip()})")
+    print(f"floor: interpreter + imports only {ms(med(libs))}  (python3 -c 'import {LOCAL_LIBS}':"
+          " what every cairn run pays before its own work)")
     if compare:
         print(f"ratio this / --compare             {med(walls[SRC]) / med(walls[compare]):8.2f}x")
         print(f"CPU ratio this / --compare         {med(cpus[SRC]) / med(cpus[compare]):8.2f}x")
@@ -270,7 +297,12 @@ def main() -> int:
         marker = f"cairn-bench-min-{uuid.uuid4().hex[:8]}"
         with EngineCalls(marker) as floor_calls:
             floor_minimal(docker, task, root, marker)
+        image = subprocess.run([docker, "build", "-q", str(task / "environment")], check=True,
+                               capture_output=True).stdout.decode().strip()
+        floor_sdk(task, image)  # warm-up
         c_wall, c_trial, f_min, h_wall = [], [], [], []
+        s_wall: list[float] = []
+        s_imp: list[float] = []
         o_wall: list[float] = []
         o_trial: list[float] = []
         for i in range(args.n):
@@ -283,6 +315,9 @@ def main() -> int:
                 o_trial.append(res["timings"]["total_sec"])
             f_min.append(floor_minimal(docker, task, root,
                                        f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
+            wall, imp = floor_sdk(task, image)
+            s_wall.append(wall)
+            s_imp.append(imp)
             if harbor:
                 h_wall.append(run_harbor(harbor, h_task, root / "harbor-jobs"))
     med = statistics.median
@@ -303,6 +338,11 @@ def main() -> int:
     print(f"minimal docker CLI script      {ms(fm)}  (build -q, run, 3 exec, 2 cp, rm)")
     ratio = c / fm
     print(f"ratio cairn / minimal script   {ratio:8.2f}x  (target <= {args.limit:.2f})")
+    sm = med(s_wall)
+    print(f"SDK floor (bench/_sdkfloor.py) {ms(sm)}  (ratio to the script {sm / fm:.2f}x): "
+          "the same least work through the Docker SDK,")
+    print(f"  after importing typer, pydantic, asyncio, docker ({ms(med(s_imp)).strip()} of it):"
+          " no harness on cairn's libraries is faster")
     if compare:
         o, ot = med(o_wall), med(o_trial)
         print(f"--compare {compare}:")
