@@ -4,8 +4,12 @@ the Docker SDK, in a process that first imports what ``cairn run`` must import.
 Run as a child process by the two docker benchmarks (its whole-process wall time is the
 figure), never imported by cairn:
 
-    python3 bench/_sdkfloor.py trivial TASK IMAGE          # one single-step trial
-    python3 bench/_sdkfloor.py job TASK IMAGE TRIALS N STEPS  # TRIALS trials, N at once
+    python3 bench/_sdkfloor.py trivial TASK IMAGE API          # one single-step trial
+    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS  # TRIALS trials, N at once
+
+``IMAGE`` is the image's id (built before, by the caller); ``API`` the engine's API version
+(``docker version --format '{{.Server.APIVersion}}'``, read by the caller), so the floor does not
+spend a round trip asking for it.
 
 It imports ``typer``, ``pydantic`` and ``asyncio`` (the CLI and the task/result models every
 ``cairn run`` uses) and the ``docker`` SDK (the engine client of the docker backend), then
@@ -71,24 +75,26 @@ def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
                 reward = _exec(api, cid, ["cat", "/logs/verifier/reward.txt"])
             else:
                 stream, _ = api.get_archive(cid, "/logs/verifier/reward.txt")
-                reward = b"".join(stream).replace(b"\0", b"\n")
-            ok = ok and b"1\n" in reward
+                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                    member = tar.extractfile("reward.txt")
+                    reward = member.read() if member is not None else b""
+            ok = ok and reward.strip() == b"1"
     finally:
         api.remove_container(cid, force=True)
     return ok
 
 
 def main(argv: list[str]) -> int:
-    mode, task, image = argv[0], Path(argv[1]), argv[2]
-    api = docker.APIClient(base_url="unix:///var/run/docker.sock", version="auto")
+    mode, task, image, version = argv[0], Path(argv[1]), argv[2], argv[3]
+    api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version)
     if mode == "trivial":
         ok = int(trial(api, image, [task], "none", "exec"))
     else:
         from concurrent.futures import ThreadPoolExecutor
 
-        trials, n, steps = int(argv[3]), int(argv[4]), int(argv[5])
+        trials, n, steps = int(argv[4]), int(argv[5]), int(argv[6])
         dirs = [task] if steps == 1 else [task / "steps" / f"s{i}" for i in range(1, steps + 1)]
-        api = docker.APIClient(base_url="unix:///var/run/docker.sock", version="auto",
+        api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version,
                                max_pool_size=n)
         with ThreadPoolExecutor(n) as pool:
             ok = sum(pool.map(lambda _: trial(api, image, dirs, "bridge", "archive"),

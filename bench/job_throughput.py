@@ -178,11 +178,13 @@ def run_sdk_floor(task: Path, trials: int, n: int, steps: int) -> Run:
     process, engine CPU; ``code`` holds how many trials scored 1 on every step."""
     image = subprocess.run(["docker", "build", "-q", str(task / "environment")], check=True,
                            capture_output=True).stdout.decode().strip()
+    api = subprocess.run(["docker", "version", "--format", "{{.Server.APIVersion}}"],
+                         check=True, capture_output=True).stdout.decode().strip()
     script = Path(__file__).resolve().parent / "_sdkfloor.py"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(script), "job", str(task), image, str(trials),
+    p = subprocess.run([sys.executable, str(script), "job", str(task), image, api, str(trials),
                         str(n), str(steps)], capture_output=True, check=True, env=env)
     wall = time.perf_counter() - t0
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)

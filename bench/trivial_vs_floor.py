@@ -177,13 +177,19 @@ def floor_minimal(docker: str, task: Path, scratch: Path, name: str) -> float:
     return wall
 
 
-def floor_sdk(task: Path, image: str) -> tuple[float, float]:
+def api_version(docker: str) -> str:
+    """The engine's API version (read once, outside the timed runs)."""
+    return subprocess.run([docker, "version", "--format", "{{.Server.APIVersion}}"],
+                          capture_output=True, check=True).stdout.decode().strip()
+
+
+def floor_sdk(task: Path, image: str, api: str) -> tuple[float, float]:
     """``bench/_sdkfloor.py trivial``: a process that imports what ``cairn run`` must (typer,
     pydantic, asyncio, the Docker SDK) and does the trial's least work through the SDK;
     (whole-process wall seconds, its import seconds)."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, str(REPO / "bench" / "_sdkfloor.py"), "trivial",
-                        str(task), image], capture_output=True, check=True, env=cairn_env())
+                        str(task), image, api], capture_output=True, check=True, env=cairn_env())
     wall = time.perf_counter() - t0
     got = json.loads(p.stdout)
     assert got["ok"] == 1, got
@@ -299,7 +305,8 @@ def main() -> int:
             floor_minimal(docker, task, root, marker)
         image = subprocess.run([docker, "build", "-q", str(task / "environment")], check=True,
                                capture_output=True).stdout.decode().strip()
-        floor_sdk(task, image)  # warm-up
+        api = api_version(docker)
+        floor_sdk(task, image, api)  # warm-up
         c_wall, c_trial, f_min, h_wall = [], [], [], []
         s_wall: list[float] = []
         s_imp: list[float] = []
@@ -315,7 +322,7 @@ def main() -> int:
                 o_trial.append(res["timings"]["total_sec"])
             f_min.append(floor_minimal(docker, task, root,
                                        f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
-            wall, imp = floor_sdk(task, image)
+            wall, imp = floor_sdk(task, image, api)
             s_wall.append(wall)
             s_imp.append(imp)
             if harbor:
