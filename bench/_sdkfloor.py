@@ -1,25 +1,28 @@
-"""The floor of a harness built on cairn's libraries: the least work a trial needs, done through
-the Docker SDK, in a process that first imports what ``cairn run`` must import.
+"""A floor on cairn's libraries: the least work of a trial, done through the Docker SDK, in a
+process that first imports what ``cairn run`` cannot run without.
 
 Run as a child process by the two docker benchmarks (its whole-process wall time is the
 figure), never imported by cairn:
 
-    python3 bench/_sdkfloor.py trivial TASK IMAGE API          # one single-step trial
+    python3 bench/_sdkfloor.py trivial TASK IMAGE API [NAME]   # one single-step trial
     python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS  # TRIALS trials, N at once
 
-``IMAGE`` is the image's id (built before, by the caller); ``API`` the engine's API version
-(``docker version --format '{{.Server.APIVersion}}'``, read by the caller), so the floor does not
-spend a round trip asking for it.
+``IMAGE`` is the image's id (built before, by the caller: no image check here); ``API`` the
+engine's API version (``docker version --format '{{.Server.APIVersion}}'``, read by the
+caller), so the floor spends no round trip asking for it; ``NAME`` names the container (the
+trivial bench counts its engine calls by it).
 
-It imports ``typer``, ``pydantic`` and ``asyncio`` (the CLI and the task/result models every
-``cairn run`` uses) and the ``docker`` SDK (the engine client of the docker backend), then
-does per trial only what scores it: create + start a container of the already-built image
-(``--init``; ``trivial``: ``--network none``, ``job``: the engine's default bridge, as the
-CLI floor), per step one archive upload of the solution, one exec of solve.sh, one archive
-upload of the tests, one exec of test.sh, one read of the reward, and a forced remove. No
-task parsing, image check, isolation of trials from each other, integrity checks, results or
-logs. Engine calls per step: 3 execs + 2 uploads (``trivial`` reads the reward with an exec,
-as the CLI script does; ``job`` with an archive download, as its CLI script does).
+It imports ``typer`` (the CLI), ``pydantic`` with its model machinery (the task and result
+models), ``asyncio`` and the ``docker`` SDK (the docker backend's engine client), then does per
+trial only what scores it: create + start a container of the image (``--init``; ``trivial``:
+``--network none``; ``job``: the engine's default bridge, as the job's CLI script), per step
+one archive upload of the solution, one exec of solve.sh, one archive upload of the tests and
+ONE exec that empties ``/logs/verifier``, runs test.sh, removes the step's folders and prints
+the reward (:data:`VERIFY`), then a forced remove: 2 execs + 2 uploads per step. No task
+parsing or validation, isolation of trials from each other, integrity checks, results or
+logs, and nothing overlapped (a harness could, e.g., start its container while it imports).
+It is the reference for "the same least work on these libraries", not a proof that nothing is
+faster.
 
 Prints one JSON line: ``{"ok": <trials with reward 1 on every step>, "import_sec": ...}``.
 """
@@ -39,6 +42,7 @@ import asyncio  # noqa: E402,F401  (the floor is paying for these imports)
 import docker  # noqa: E402
 import pydantic  # noqa: E402,F401
 import typer  # noqa: E402,F401
+from pydantic import BaseModel  # noqa: E402,F401  (pydantic's model machinery, lazy otherwise)
 
 IMPORT_SEC = time.perf_counter() - T0
 
@@ -56,11 +60,21 @@ def _exec(api: docker.APIClient, cid: str, cmd: list[str]) -> bytes:
     return out if isinstance(out, bytes) else b""
 
 
+MARK = b"\nCAIRN-FLOOR-REWARD:"
+VERIFY = ("rm -rf /logs/verifier; mkdir -p /logs/verifier && bash /tests/test.sh; "
+          "rm -rf /tests /solution; printf '\\nCAIRN-FLOOR-REWARD:'; "
+          "cat /logs/verifier/reward.txt 2>/dev/null")
+"""The verifier's one exec: a fresh ``/logs/verifier`` (nothing the solution planted there is
+read), test.sh, the step's folders removed, then the reward after a marker (the last one in
+the output: test.sh's own output comes before it)."""
+
+
 def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
-          read: str) -> bool:
-    """One trial; True when every step's reward is 1."""
+          name: str | None = None) -> bool:
+    """One trial: per step an upload of the solution, its exec, an upload of the tests, one
+    exec of :data:`VERIFY`; True when every step's reward is 1."""
     host = api.create_host_config(init=True, network_mode=network)
-    cid = api.create_container(image, ["sleep", "infinity"], host_config=host,
+    cid = api.create_container(image, ["sleep", "infinity"], host_config=host, name=name,
                                labels={"cairn.bench": "1"})["Id"]
     ok = True
     try:
@@ -69,15 +83,8 @@ def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
             api.put_archive(cid, "/", _tar(d / "solution", "solution"))
             _exec(api, cid, ["bash", "/solution/solve.sh"])
             api.put_archive(cid, "/", _tar(d / "tests", "tests"))
-            _exec(api, cid, ["bash", "-c", "mkdir -p /logs/verifier && bash /tests/test.sh; "
-                             "rm -rf /tests /solution"])
-            if read == "exec":
-                reward = _exec(api, cid, ["cat", "/logs/verifier/reward.txt"])
-            else:
-                stream, _ = api.get_archive(cid, "/logs/verifier/reward.txt")
-                with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-                    member = tar.extractfile("reward.txt")
-                    reward = member.read() if member is not None else b""
+            out = _exec(api, cid, ["bash", "-c", VERIFY])
+            reward = out.rpartition(MARK)[2] if MARK in out else b""
             ok = ok and reward.strip() == b"1"
     finally:
         api.remove_container(cid, force=True)
@@ -88,7 +95,7 @@ def main(argv: list[str]) -> int:
     mode, task, image, version = argv[0], Path(argv[1]), argv[2], argv[3]
     api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version)
     if mode == "trivial":
-        ok = int(trial(api, image, [task], "none", "exec"))
+        ok = int(trial(api, image, [task], "none", argv[4] if len(argv) > 4 else None))
     else:
         from concurrent.futures import ThreadPoolExecutor
 
@@ -97,7 +104,7 @@ def main(argv: list[str]) -> int:
         api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version,
                                max_pool_size=n)
         with ThreadPoolExecutor(n) as pool:
-            ok = sum(pool.map(lambda _: trial(api, image, dirs, "bridge", "archive"),
+            ok = sum(pool.map(lambda _: trial(api, image, dirs, "bridge"),
                               range(trials)))
     print(json.dumps({"ok": ok, "import_sec": round(IMPORT_SEC, 4)}))
     return 0

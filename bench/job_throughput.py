@@ -23,7 +23,8 @@ asyncio and docker, as cairn must): the faster of the two floors' trials per min
 ratio to Harbor that a harness can reach here.
 
 Usage:
-    HARBOR=/work/harbor-venv/bin/harbor python3 bench/job_throughput.py [--trials 16] [-n 8]
+    HARBOR=/work/harbor-venv/bin/harbor python3 bench/job_throughput.py [--trials 16] [-n 8] \\
+        [--rounds 3]
     python3 bench/job_throughput.py --prestart-ab 3 [--trials 8 -n 1]
     python3 bench/job_throughput.py --compare /path/to/other/src --rounds 5
 
@@ -37,12 +38,14 @@ Exit status 0 when every cairn trial passed, 1 otherwise.
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import resource
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable
@@ -65,46 +68,72 @@ def main() -> int:
                     help="R interleaved rounds of cairn with and without --prestart")
     ap.add_argument("--compare", type=Path, metavar="SRC",
                     help="also run the cairn of this src folder, interleaved (before/after)")
-    ap.add_argument("--rounds", type=int, default=5, help="rounds of --compare (default 5)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="rounds (default 3; --compare: 5)")
     args = ap.parse_args()
     if args.compare:
         return compare(args)
     if args.prestart_ab:
         return prestart_ab(args)
+    rounds = args.rounds or 3
+    med = statistics.median
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
-        # the harness's default network for both (Harbor's docker environment refuses no-network)
+        # the harness's default network for all (Harbor's docker environment refuses no-network)
         task = write_task(root / "tasks", "multi-step", steps=args.steps, network=None)
         jobs = root / "jobs"
         base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
         run_cairn([*base, "--job-name", "warm-up"])  # image build, .pyc files
-        run = run_cairn([*base, "--job-name", "bench", "-k", str(args.trials),
-                         "-n", str(args.n), *(["--prestart"] if args.prestart else [])])
-        wall, rss, code = run.wall, run.rss_mib, run.code
-        s = summary(jobs / "bench")
-        print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+        got: dict[str, list[Run]] = {"cairn": [], "minimal": [], "SDK": []}
+        summaries: list[dict] = []
+        loads = [os.getloadavg()[0]]
+
+        def one(kind: str, r: int) -> None:
+            if kind == "cairn":
+                name = f"bench-{r}"
+                got[kind].append(run_cairn([*base, "--job-name", name, "-k", str(args.trials),
+                                            "-n", str(args.n),
+                                            *(["--prestart"] if args.prestart else [])]))
+                summaries.append(summary(jobs / name))
+            elif kind == "minimal":
+                got[kind].append(run_floor(task, args.trials, args.n, args.steps))
+            else:
+                got[kind].append(run_sdk_floor(task, args.trials, args.n, args.steps))
+            loads.append(os.getloadavg()[0])
+
+        kinds = list(got)
+        for r in range(rounds):  # the order rotated every round
+            for kind in kinds[r % 3:] + kinds[:r % 3]:
+                one(kind, r)
+        print(f"load average (1 min) during the rounds: {min(loads):.2f} .. {max(loads):.2f}")
         print(f"job: {args.steps}-step task x {args.trials} trials, -n {args.n}, "
-              f"backend {args.e}")
-        print(f"cairn outcomes: {', '.join(f'{k} {v}' for k, v in s['outcomes'].items() if v)}"
-              f"; mean reward {s['mean_reward']}")
+              f"backend {args.e}; medians of {rounds} rotated rounds")
+        outcomes: dict[str, int] = {}
+        for sm in summaries:
+            for k, v in sm["outcomes"].items():
+                outcomes[k] = outcomes.get(k, 0) + v
+        print(f"cairn outcomes: {', '.join(f'{k} {v}' for k, v in outcomes.items() if v)}")
         print(f"{'':8s} {'wall':>8s} {'trials/min':>11s} {'own CPU':>9s} {'engine CPU':>11s}")
-        print(f"{'cairn':8s} {wall:7.1f}s {args.trials / wall * 60:11.1f} {run.cpu_sec:8.1f}s "
-              f"{run.engine_cpu_sec:10.1f}s   (peak RSS {rss:.0f} MiB)")
-        floor = run_floor(task, args.trials, args.n, args.steps)
-        print(f"{'minimal':8s} {floor.wall:7.1f}s {args.trials / floor.wall * 60:11.1f} "
-              f"{floor.cpu_sec:8.1f}s {floor.engine_cpu_sec:10.1f}s   "
-              f"({floor.code} of {args.trials} trials with reward 1; docker CLI script)")
-        sdk = run_sdk_floor(task, args.trials, args.n, args.steps)
-        print(f"{'SDK':8s} {sdk.wall:7.1f}s {args.trials / sdk.wall * 60:11.1f} "
-              f"{sdk.cpu_sec:8.1f}s {sdk.engine_cpu_sec:10.1f}s   "
-              f"({sdk.code} of {args.trials} trials with reward 1; bench/_sdkfloor.py: the "
-              "same least work through the Docker SDK)")
-        best = min(floor.wall, sdk.wall)
-        print(f"throughput ratio cairn / minimal script: {floor.wall / wall:.2f}x; "
-              f"cairn / SDK floor: {sdk.wall / wall:.2f}x")
+        walls = {k: med(x.wall for x in v) for k, v in got.items()}
+        notes = {"cairn": f"peak RSS {max(x.rss_mib for x in got['cairn']):.0f} MiB",
+                 "minimal": "docker CLI script", "SDK": "bench/_sdkfloor.py: the least work "
+                 "through the Docker SDK"}
+        for kind, runs in got.items():
+            ok = "" if kind == "cairn" else \
+                f"{min(x.code for x in runs)} of {args.trials} trials with reward 1 (worst); "
+            print(f"{kind:8s} {walls[kind]:7.1f}s {args.trials / walls[kind] * 60:11.1f} "
+                  f"{med(x.cpu_sec for x in runs):8.1f}s {med(x.engine_cpu_sec for x in runs):10.1f}s"
+                  f"   ({ok}{notes[kind]}; walls {_walls(runs)})")
+        wall = walls["cairn"]
+        best = min(walls["minimal"], walls["SDK"])
+        print(f"throughput ratio cairn / minimal script: {walls['minimal'] / wall:.2f}x; "
+              f"cairn / SDK floor: {walls['SDK'] / wall:.2f}x")
         harbor = os.environ.get("HARBOR")
         if harbor:
             exe = Path(harbor) / "bin" / "harbor" if Path(harbor).is_dir() else Path(harbor)
+            subprocess.run([str(exe), "run", "--path", str(task), "--agent", "oracle", "-k", "1",
+                            "-o", str(root / "harbor-warm-up")], capture_output=True,
+                           check=False)  # its image build
             e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
             t0 = time.perf_counter()
             p = subprocess.run([str(exe), "run", "--path", str(task), "--agent", "oracle",
@@ -119,25 +148,32 @@ def main() -> int:
             n_ok = sum(1 for r in rewards if (r.get("rewards") or {}).get("reward") == 1)
             print(f"{'harbor':8s} {h:7.1f}s {args.trials / h * 60:11.1f} {hcpu:8.1f}s "
                   f"{engine_cpu() - e0:10.1f}s   (exit {p.returncode}; {len(rewards)} trial "
-                  f"results, {n_ok} with reward 1)")
+                  f"results, {n_ok} with reward 1; one run, after a 1-trial warm-up)")
             if p.returncode != 0:
                 print(p.stdout.decode("utf-8", "replace")[-1500:])
                 print(p.stderr.decode("utf-8", "replace")[-1500:])
             print(f"throughput ratio cairn / Harbor: {h / wall:.2f}x (target >= 10); "
-                  f"minimal script / Harbor: {h / floor.wall:.2f}x, SDK floor / Harbor: "
-                  f"{h / sdk.wall:.2f}x (the faster floor, {h / best:.2f}x, is the most a "
-                  "harness reaches here)")
+                  f"minimal script / Harbor: {h / walls['minimal']:.2f}x, SDK floor / Harbor: "
+                  f"{h / walls['SDK']:.2f}x (the faster floor: {h / best:.2f}x)")
         else:
             print("Harbor: skipped (set HARBOR to a Harbor install's `harbor` executable)")
-        return 0 if code == 0 and s["n_passed"] == args.trials else 1
+        passed = all(r.code == 0 for r in got["cairn"]) and \
+            all(sm["n_passed"] == args.trials for sm in summaries)
+        return 0 if passed else 1
 
 
 def _floor_trial(task: Path, steps: int, image: str) -> bool:
-    """One trial of the minimal docker CLI script; True when every step's reward is 1."""
+    """One trial of the minimal docker CLI script; True when every step's reward is 1 (a
+    step whose test writes no reward fails the trial)."""
     def docker(*a: str) -> bytes:
-        return subprocess.run(["docker", *a], check=True, capture_output=True).stdout
+        p = subprocess.run(["docker", *a], check=False, capture_output=True)
+        if p.returncode != 0 and a[0] == "cp" and a[-1] == "-":
+            return b""  # no reward file
+        p.check_returncode()
+        return p.stdout
 
-    cid = docker("run", "-d", "--init", image, "sleep", "infinity").decode().strip()
+    cid = docker("run", "-d", "--init", "--label", "cairn.bench=1", image, "sleep",
+                 "infinity").decode().strip()
     ok = True
     try:
         docker("exec", cid, "mkdir", "-p", "/logs/verifier")
@@ -146,9 +182,15 @@ def _floor_trial(task: Path, steps: int, image: str) -> bool:
             docker("cp", str(d / "solution"), f"{cid}:/solution")
             docker("exec", cid, "bash", "-c", "bash /solution/solve.sh && rm -rf /solution")
             docker("cp", str(d / "tests"), f"{cid}:/tests")
-            docker("exec", cid, "bash", "-c", "bash /tests/test.sh; rm -rf /tests")
+            docker("exec", cid, "bash", "-c", "rm -f /logs/verifier/reward.txt; "
+                   "bash /tests/test.sh; rm -rf /tests")  # a stale or planted reward is not read
             out = docker("cp", f"{cid}:/logs/verifier/reward.txt", "-")  # a tar stream
-            ok = ok and b"\n1\n" in out.replace(b"\0", b"\n")
+            if not out:
+                ok = False
+                continue
+            with tarfile.open(fileobj=io.BytesIO(out)) as tar:
+                member = tar.extractfile("reward.txt")
+                ok = ok and member is not None and member.read().strip() == b"1"
     finally:
         docker("rm", "-f", cid)
     return ok
@@ -185,8 +227,11 @@ def run_sdk_floor(task: Path, trials: int, n: int, steps: int) -> Run:
     e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, str(script), "job", str(task), image, api, str(trials),
-                        str(n), str(steps)], capture_output=True, check=True, env=env)
+                        str(n), str(steps)], capture_output=True, check=False, env=env)
     wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench/_sdkfloor.py failed ({p.returncode}):\n"
+                 f"{p.stderr.decode('utf-8', 'replace')[-3000:]}")
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=json.loads(p.stdout)["ok"],
@@ -244,6 +289,7 @@ def compare(args: argparse.Namespace) -> int:
     """Interleaved rounds of this cairn and the one in ``args.compare``; medians, ratio."""
     this = Path(__file__).resolve().parents[1] / "src"
     srcs = {"this": this, "--compare": args.compare.resolve()}
+    args.rounds = args.rounds or 5
     got = interleaved(args, {k: ([], v) for k, v in srcs.items()}, args.rounds, alternate=True)
     med = statistics.median
     wall = {k: med(r.wall for r in v) for k, v in got.runs.items()}
