@@ -84,3 +84,9 @@ def main() -> None:
         app_for(argv)()
     finally:
         end_startup()
+        # The interpreter's exit collects every generation at least once while it tears the
+        # modules down; with everything frozen first those passes walk nothing (~40 ms of a
+        # run's exit on the 2-core machine, #13). Objects are still freed by reference count,
+        # atexit handlers and weakref finalizers still run; only cycles left at exit are not
+        # collected, which the process's end reclaims anyway.
+        gc.freeze()
