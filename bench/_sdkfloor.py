@@ -5,7 +5,8 @@ Run as a child process by the two docker benchmarks (its whole-process wall time
 figure), never imported by cairn:
 
     python3 bench/_sdkfloor.py trivial TASK IMAGE API [NAME]   # one single-step trial
-    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS  # TRIALS trials, N at once
+    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS [bridge|own]
+                                                   # TRIALS trials, N at once
 
 ``IMAGE`` is the image's id (built before, by the caller: no image check here); ``API`` the
 engine's API version (``docker version --format '{{.Server.APIVersion}}'``, read by the
@@ -15,7 +16,9 @@ trivial bench counts its engine calls by it).
 It imports ``typer`` (the CLI), ``pydantic`` with its model machinery (the task and result
 models), ``asyncio`` and the ``docker`` SDK (the docker backend's engine client), then does per
 trial only what scores it: create + start a container of the image (``--init``; ``trivial``:
-``--network none``; ``job``: the engine's default bridge, as the job's CLI script), per step
+``--network none``; ``job``: the engine's default bridge, as the job's CLI script, or with
+``own`` a bridge network created for the trial and removed after it, the isolation cairn's
+and Harbor's ``public`` trials have), per step
 one archive upload of the solution, one exec of solve.sh, one archive upload of the tests and
 ONE exec that empties ``/logs/verifier``, runs test.sh, removes the step's folders and prints
 the reward (:data:`VERIFY`), then a forced remove: 2 execs + 2 uploads per step. No task
@@ -34,6 +37,7 @@ import json
 import sys
 import tarfile
 import time
+import uuid
 from pathlib import Path
 
 T0 = time.perf_counter()
@@ -73,9 +77,18 @@ def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
           name: str | None = None) -> bool:
     """One trial: per step an upload of the solution, its exec, an upload of the tests, one
     exec of :data:`VERIFY`; True when every step's reward is 1."""
-    host = api.create_host_config(init=True, network_mode=network)
-    cid = api.create_container(image, ["sleep", "infinity"], host_config=host, name=name,
-                               labels={"cairn.bench": "1"})["Id"]
+    net = None
+    if network == "own":  # a bridge network of the trial's own, as cairn's public trials
+        net = api.create_network(f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge",
+                                 labels={"cairn.bench": "1"})["Id"]
+    host = api.create_host_config(init=True, network_mode=net or network)
+    try:
+        cid = api.create_container(image, ["sleep", "infinity"], host_config=host, name=name,
+                                   labels={"cairn.bench": "1"})["Id"]
+    except BaseException:
+        if net:
+            api.remove_network(net)
+        raise
     ok = True
     try:
         api.start(cid)
@@ -88,6 +101,8 @@ def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
             ok = ok and reward.strip() == b"1"
     finally:
         api.remove_container(cid, force=True)
+        if net:
+            api.remove_network(net)
     return ok
 
 
@@ -100,11 +115,12 @@ def main(argv: list[str]) -> int:
         from concurrent.futures import ThreadPoolExecutor
 
         trials, n, steps = int(argv[4]), int(argv[5]), int(argv[6])
+        network = argv[7] if len(argv) > 7 else "bridge"
         dirs = [task] if steps == 1 else [task / "steps" / f"s{i}" for i in range(1, steps + 1)]
         api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version,
                                max_pool_size=n)
         with ThreadPoolExecutor(n) as pool:
-            ok = sum(pool.map(lambda _: trial(api, image, dirs, "bridge"),
+            ok = sum(pool.map(lambda _: trial(api, image, dirs, network),
                               range(trials)))
     print(json.dumps({"ok": ok, "import_sec": round(IMPORT_SEC, 4)}))
     return 0
