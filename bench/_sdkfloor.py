@@ -5,7 +5,7 @@ Run as a child process by the two docker benchmarks (its whole-process wall time
 figure), never imported by cairn:
 
     python3 bench/_sdkfloor.py trivial TASK IMAGE API [NAME]   # one single-step trial
-    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS [bridge|own]
+    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS [bridge|own|shared]
                                                    # TRIALS trials, N at once
 
 ``IMAGE`` is the image's id (built before, by the caller: no image check here); ``API`` the
@@ -18,7 +18,8 @@ models), ``asyncio`` and the ``docker`` SDK (the docker backend's engine client)
 trial only what scores it: create + start a container of the image (``--init``; ``trivial``:
 ``--network none``; ``job``: the engine's default bridge, as the job's CLI script, or with
 ``own`` a bridge network created for the trial and removed after it, the isolation cairn's
-and Harbor's ``public`` trials have), per step
+and Harbor's ``public`` trials have, or with ``shared`` one user-defined bridge network for all
+the job's trials), per step
 one archive upload of the solution, one exec of solve.sh, one archive upload of the tests and
 ONE exec that empties ``/logs/verifier``, runs test.sh, removes the step's folders and prints
 the reward (:data:`VERIFY`), then a forced remove: 2 execs + 2 uploads per step. No task
@@ -100,16 +101,18 @@ def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
             reward = out.rpartition(MARK)[2] if MARK in out else b""
             ok = ok and reward.strip() == b"1"
     finally:
-        api.remove_container(cid, force=True)
-        if net:
-            api.remove_network(net)
+        try:
+            api.remove_container(cid, force=True)
+        finally:
+            if net:
+                api.remove_network(net)
     return ok
 
 
 def main(argv: list[str]) -> int:
     mode, task, image, version = argv[0], Path(argv[1]), argv[2], argv[3]
-    api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version)
     if mode == "trivial":
+        api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version)
         ok = int(trial(api, image, [task], "none", argv[4] if len(argv) > 4 else None))
     else:
         from concurrent.futures import ThreadPoolExecutor
@@ -119,9 +122,18 @@ def main(argv: list[str]) -> int:
         dirs = [task] if steps == 1 else [task / "steps" / f"s{i}" for i in range(1, steps + 1)]
         api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version,
                                max_pool_size=n)
-        with ThreadPoolExecutor(n) as pool:
-            ok = sum(pool.map(lambda _: trial(api, image, dirs, network),
-                              range(trials)))
+        shared = None
+        if network == "shared":  # one user-defined bridge network for every trial of the job
+            shared = api.create_network(f"cairn-bench-floor-{uuid.uuid4().hex[:12]}",
+                                        driver="bridge", labels={"cairn.bench": "1"})["Id"]
+            network = shared
+        try:
+            with ThreadPoolExecutor(n) as pool:
+                ok = sum(pool.map(lambda _: trial(api, image, dirs, network),
+                                  range(trials)))
+        finally:
+            if shared:
+                api.remove_network(shared)
     print(json.dumps({"ok": ok, "import_sec": round(IMPORT_SEC, 4)}))
     return 0
 

@@ -20,7 +20,9 @@ image check, no isolation of trials from each other, no clean ``/tests`` or proc
 results written). Beside it, ``SDK`` is the same least work through the Docker SDK
 (``bench/_sdkfloor.py``: no CLI process per call, one exec runs the test and prints the reward;
 the process first imports typer, pydantic, asyncio and docker, as cairn must), and
-``SDK+net`` the same with a bridge network created for each trial and removed after it (the
+``SDK+net`` the same with a bridge network created for each trial and removed after it. The
+CLI script's wall includes its one ``docker build -q`` of the (cached) image; the SDK floors
+are given the image id (the
 isolation of cairn's and Harbor's ``public`` trials: concurrent trials cannot reach each
 other). The floors are references for the least work, not proofs that nothing is faster.
 
@@ -77,7 +79,9 @@ def main() -> int:
         return compare(args)
     if args.prestart_ab:
         return prestart_ab(args)
-    rounds = args.rounds or 3
+    rounds = args.rounds if args.rounds is not None else 3
+    if rounds < 1:
+        ap.error("--rounds must be at least 1")
     med = statistics.median
     with tempfile.TemporaryDirectory(prefix="cairn-bench-") as tmp:
         root = Path(tmp)
@@ -296,7 +300,9 @@ def compare(args: argparse.Namespace) -> int:
     """Interleaved rounds of this cairn and the one in ``args.compare``; medians, ratio."""
     this = Path(__file__).resolve().parents[1] / "src"
     srcs = {"this": this, "--compare": args.compare.resolve()}
-    args.rounds = args.rounds or 5
+    args.rounds = args.rounds if args.rounds is not None else 5
+    if args.rounds < 1:
+        sys.exit("--rounds must be at least 1")
     got = interleaved(args, {k: ([], v) for k, v in srcs.items()}, args.rounds, alternate=True)
     med = statistics.median
     wall = {k: med(r.wall for r in v) for k, v in got.runs.items()}
