@@ -75,20 +75,9 @@ def main() -> None:
     global _gc_paused
     argv = sys.argv[1:]
     _early_engine_check(argv)
-    if argv[:1] and argv[0] in _PAUSE_GC_FOR:
-        import atexit
-
-        # The interpreter's exit collects every generation while it tears the modules down;
-        # with the heap frozen first those passes walk nothing (~35 ms of a run's exit on the
-        # 2-core machine, #13). Registered first, so it runs last of the atexit handlers: after
-        # the non-daemon threads are joined and every other handler (logging's flush and
-        # close among them). What it gives up: an object kept alive by a reference cycle until
-        # the exit is not finalized then, so a file it holds open with unflushed data would
-        # lose that data; cairn closes (and fsyncs) every file it writes explicitly.
-        atexit.register(gc.freeze)
-        if gc.isenabled():
-            gc.disable()
-            _gc_paused = True
+    if argv[:1] and argv[0] in _PAUSE_GC_FOR and gc.isenabled():
+        gc.disable()
+        _gc_paused = True
     try:
         from cairn.cli._app import app_for
 
