@@ -106,3 +106,23 @@ def run_cairn(args: list[str], *, quiet: bool = True, src: Path | None = None) -
 def summary(job_dir: Path) -> dict:
     """The job's summary.json."""
     return json.loads((job_dir / "summary.json").read_text())
+
+
+def api_version(docker: str = "docker") -> str:
+    """The engine's API version, for ``bench/_sdkfloor.py`` (read outside the timed runs)."""
+    return subprocess.run([docker, "version", "--format", "{{.Server.APIVersion}}"],
+                          capture_output=True, check=True).stdout.decode().strip()
+
+
+def sdk_floor(args: list[str]) -> tuple[float, dict]:
+    """Run ``bench/_sdkfloor.py ARGS`` (bytecode cache on, as an installed cairn has it) to its
+    end: (whole-process wall seconds, its JSON line). Exits with its stderr if it fails."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, str(REPO / "bench" / "_sdkfloor.py"), *args],
+                       capture_output=True, check=False, env=env)
+    wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench/_sdkfloor.py failed ({p.returncode}):\n"
+                 f"{p.stderr.decode('utf-8', 'replace')[-3000:]}")
+    return wall, json.loads(p.stdout)

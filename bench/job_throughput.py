@@ -58,7 +58,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _jobbench import Run, engine_cpu, run_cairn, summary, write_task  # noqa: E402
+from _jobbench import (  # noqa: E402
+    Run,
+    api_version,
+    engine_cpu,
+    run_cairn,
+    sdk_floor,
+    summary,
+    write_task,
+)
 
 
 def main() -> int:
@@ -90,6 +98,9 @@ def main() -> int:
         jobs = root / "jobs"
         base = ["run", "-p", str(task), "-a", "oracle", "-e", args.e, "--jobs-dir", str(jobs)]
         run_cairn([*base, "--job-name", "warm-up"])  # image build, .pyc files
+        image = subprocess.run(["docker", "build", "-q", str(task / "environment")], check=True,
+                               capture_output=True).stdout.decode().strip()  # cached: its id
+        api = api_version()
         got: dict[str, list[Run]] = {"cairn": [], "minimal": [], "SDK": [], "SDK+net": []}
         summaries: list[dict] = []
         loads = [os.getloadavg()[0]]
@@ -104,8 +115,8 @@ def main() -> int:
             elif kind == "minimal":
                 got[kind].append(run_floor(task, args.trials, args.n, args.steps))
             else:
-                got[kind].append(run_sdk_floor(task, args.trials, args.n, args.steps,
-                                               "own" if kind == "SDK+net" else "bridge"))
+                got[kind].append(run_sdk_floor(task, args.trials, args.n, args.steps, image,
+                                               api, "own" if kind == "SDK+net" else "bridge"))
             loads.append(os.getloadavg()[0])
 
         kinds = list(got)
@@ -224,28 +235,18 @@ def run_floor(task: Path, trials: int, n: int, steps: int) -> Run:
                engine_cpu_sec=engine_cpu() - e0)
 
 
-def run_sdk_floor(task: Path, trials: int, n: int, steps: int, network: str = "bridge") -> Run:
+def run_sdk_floor(task: Path, trials: int, n: int, steps: int, image: str, api: str,
+                  network: str = "bridge") -> Run:
     """The job through ``bench/_sdkfloor.py job`` (a process importing cairn's libraries, then
-    the least work per trial through the Docker SDK, ``n`` trials at once): wall, CPU of that
-    process, engine CPU; ``code`` holds how many trials scored 1 on every step."""
-    image = subprocess.run(["docker", "build", "-q", str(task / "environment")], check=True,
-                           capture_output=True).stdout.decode().strip()
-    api = subprocess.run(["docker", "version", "--format", "{{.Server.APIVersion}}"],
-                         check=True, capture_output=True).stdout.decode().strip()
-    script = Path(__file__).resolve().parent / "_sdkfloor.py"
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    the least work per trial through the Docker SDK, ``n`` trials at once) with the image id
+    and API version read once by the caller: wall, CPU of that process, engine CPU; ``code``
+    holds how many trials scored 1 on every step."""
     e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(script), "job", str(task), image, api, str(trials),
-                        str(n), str(steps), network], capture_output=True, check=False,
-                       env=env)
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.exit(f"bench/_sdkfloor.py failed ({p.returncode}):\n"
-                 f"{p.stderr.decode('utf-8', 'replace')[-3000:]}")
+    wall, got = sdk_floor(["job", str(task), image, api, str(trials), str(n), str(steps),
+                           network])
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
-    return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=json.loads(p.stdout)["ok"],
+    return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=got["ok"],
                engine_cpu_sec=engine_cpu() - e0)
 
 

@@ -51,6 +51,9 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+from _jobbench import api_version, sdk_floor  # noqa: E402
 
 
 def docker_cli() -> str:
@@ -184,25 +187,11 @@ def floor_minimal(docker: str, task: Path, scratch: Path, name: str) -> float:
     return wall
 
 
-def api_version(docker: str) -> str:
-    """The engine's API version (read once, outside the timed runs)."""
-    return subprocess.run([docker, "version", "--format", "{{.Server.APIVersion}}"],
-                          capture_output=True, check=True).stdout.decode().strip()
-
-
 def floor_sdk(task: Path, image: str, api: str, name: str | None = None) -> tuple[float, float]:
     """``bench/_sdkfloor.py trivial``: a process that imports what ``cairn run`` must (typer,
     pydantic, asyncio, the Docker SDK) and does the trial's least work through the SDK;
-    (whole-process wall seconds, its import seconds). Exits with its stderr if it fails."""
-    t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "_sdkfloor.py"), "trivial",
-                        str(task), image, api, *([name] if name else [])], capture_output=True,
-                       check=False, env=cairn_env())
-    wall = time.perf_counter() - t0
-    if p.returncode != 0:
-        sys.exit(f"bench/_sdkfloor.py failed ({p.returncode}):\n"
-                 f"{p.stderr.decode('utf-8', 'replace')[-3000:]}")
-    got = json.loads(p.stdout)
+    (whole-process wall seconds, its import seconds). Exits if it fails or scores below 1."""
+    wall, got = sdk_floor(["trivial", str(task), image, api, *([name] if name else [])])
     if got["ok"] != 1:
         sys.exit(f"bench/_sdkfloor.py: the trivial trial did not score 1: {got}")
     return wall, got["import_sec"]
