@@ -246,6 +246,7 @@ class WireModels(BackgroundServer):
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            disable_nagle_algorithm = True  # else headers and body wait on delayed ACKs (~40 ms)
 
             def log_message(self, *args: Any) -> None:
                 pass
