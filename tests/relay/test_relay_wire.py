@@ -254,3 +254,28 @@ def test_a_client_leaving_mid_stream_is_recorded_as_aborted():
             assert lease.totals().incomplete_calls == 1
 
     with_server([Say("abc", gated=True)], body)
+
+
+def test_an_unreachable_upstream_is_a_502_in_the_dialects_shape(tmp_path):
+    import socket
+
+    from cairn.relay.server import ModelRelay, RelayConfig, Upstream
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+
+    async def body() -> None:
+        cfg = RelayConfig(upstreams={"*": Upstream(f"http://127.0.0.1:{port}", "k" * 8)})
+        async with ModelRelay(cfg) as relay:
+            lease = relay.open_trial("t")
+            lease.begin_step("s", tmp_path / "missing-dir" / "calls.jsonl")
+            async with client(relay) as c:
+                r = await call(c, "anthropic", lease.token)
+            assert r.status_code == 502 and r.json()["type"] == "error"
+            rec = lease.records[0]
+            assert rec.error == "upstream_unreachable" and rec.usage.input_tokens is None
+            assert lease.totals().usage.input_tokens is None  # unknown, not 0
+            assert lease.write_errors and "missing-dir" in lease.write_errors[0]
+
+    asyncio.run(asyncio.wait_for(body(), 60))

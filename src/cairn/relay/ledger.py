@@ -196,6 +196,8 @@ class TrialLease:
         self.cost_usd = 0.0
         self.tokens = 0
         self.revoked = False
+        self.write_errors: list[str] = []
+        """Records that could not be appended to their step's file (kept in :attr:`records`)."""
         self._step: str | None = None
         self._path: Path | None = None
         self._step_start = 0
@@ -276,8 +278,11 @@ class TrialLease:
             self._check(rec.seq)
         if self._path is not None:
             line = json.dumps(rec.as_dict(), separators=(",", ":"), default=str) + "\n"
-            with open(self._path, "a", encoding="utf-8") as fh:
-                fh.write(line)
+            try:
+                with open(self._path, "a", encoding="utf-8") as fh:
+                    fh.write(line)
+            except OSError as exc:  # the record stays in memory; the call was answered
+                self.write_errors.append(f"{self._path}: {exc}")
 
     def _check(self, seq: int) -> None:
         lim, job = self.limits, self._ledger
