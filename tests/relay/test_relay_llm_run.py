@@ -26,16 +26,22 @@ EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
 KEY = "sk-host-only-key-0123456789abcdef"
 
 
-def _run(tmp_path: Path, server: FakeOpenAI, *ak: str) -> Path:
+def _run_job(tmp_path: Path, server: FakeOpenAI, *ak: str, flags: tuple[str, ...] = (),
+             n_trials: int = 1) -> list[Path]:
     env = {**os.environ, "OPENAI_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     args = [sys.executable, "-m", "cairn", "run", "-p", str(EXAMPLE), "-a", "llm",
             "-m", "openai/gpt-4o-mini", "--ak", f"api_base={server.url}",
             "--ak", "retry_base_delay_sec=0.01", *(x for a in ak for x in ("--ak", a)),
-            "-e", "local", "-o", str(tmp_path), "--job-name", "j", "-r", "0"]
+            "-e", "local", "-o", str(tmp_path), "--job-name", "j", "-r", "0", *flags]
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
-    trials = sorted((tmp_path / "j" / "trials").iterdir())
-    assert len(trials) == 1, p.stdout + p.stderr
-    return trials[0]
+    trials = sorted((tmp_path / "j" / "trials").iterdir(),
+                    key=lambda t: json.loads((t / "result.json").read_text())["started_at"])
+    assert len(trials) == n_trials, p.stdout + p.stderr
+    return trials
+
+
+def _run(tmp_path: Path, server: FakeOpenAI, *ak: str) -> Path:
+    return _run_job(tmp_path, server, *ak)[0]
 
 
 def _calls(trial: Path, step: str) -> list[dict]:
@@ -85,6 +91,37 @@ def test_a_trial_token_limit_stops_at_the_crossing_call(tmp_path):
     assert step["error"]["category"] == "candidate"
     assert step["error"]["detail"]["crossing_call"] == 2
     assert step["reward"] == 0.0 and data["steps"][1]["source"] == "not-run"
+
+
+def test_max_cost_usd_stops_the_trial_at_the_call_that_crosses_it(tmp_path):
+    # gpt-4o-mini in LiteLLM's map: 120 in + 30 out = 3.6e-05 USD a call; call 2 crosses 7e-05
+    with FakeOpenAI(default=bash_call("echo x >> /app/a.txt", usage=(120, 30))) as server:
+        trial = _run_job(tmp_path, server, flags=("--max-cost-usd", "0.00007"))[0]
+        assert len(server.requests) == 2
+    calls = _calls(trial, "01-write")
+    assert [c["status"] for c in calls] == [200, 200, 400]
+    assert calls[1]["cost_usd"] == pytest.approx(3.6e-05)
+    err = json.loads((trial / "result.json").read_text())["steps"][0]["error"]
+    assert err["kind"] == "budget_exceeded" and err["detail"]["limit"] == "job_cost_usd"
+    assert err["detail"]["crossing_call"] == 2
+
+
+def test_a_per_trial_limit_leaves_the_other_trials_scored(tmp_path):
+    # trial 1 (run first, -n 1) takes the script: 4 small calls, well under the limit;
+    # trial 2 gets the default: 150-token calls, stopped at its second
+    script = [bash_call("echo 1 > /app/a.txt", usage=(20, 5)), submit_call(usage=(20, 5)),
+              bash_call("echo 2 > /app/b.txt", usage=(20, 5)), submit_call(usage=(20, 5))]
+    with FakeOpenAI(script, default=bash_call("echo x >> /app/a.txt",
+                                              usage=(120, 30))) as server:
+        first, second = _run_job(tmp_path, server, "max_trial_tokens=300",
+                                 flags=("-k", "2", "-n", "1"), n_trials=2)
+    one = json.loads((first / "result.json").read_text())
+    two = json.loads((second / "result.json").read_text())
+    assert one["outcome"] == "completed" and one["reward"] == 1.0
+    # the server never sent a cached-tokens field: unknown, not 0
+    assert one["tokens"] == {"prompt": 80, "completion": 20, "cached": None}
+    assert two["steps"][0]["error"]["kind"] == "budget_exceeded"
+    assert [c["status"] for c in _calls(second, "01-write")] == [200, 200, 400]
 
 
 @pytest.mark.xfail(strict=True, reason="engine (trial/step.py, run.py): a step whose agent "
