@@ -18,6 +18,7 @@ from cairn.events import EventSink
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
+    from cairn.relay.seam import RelaySeam
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
 
@@ -34,9 +35,8 @@ class Executor:
     def __init__(self, config: JobConfig) -> None:
         self.config = config
         # ---- SEAM (issue 25): the job's model relay; moves into JobServices (docs/relay.md)
-        from cairn.relay.seam import RelaySeam
-
-        self.relay = RelaySeam(config.max_cost_usd)
+        self.relay: RelaySeam | None = None
+        """Created by the first trial whose agent asks for the relay (no import before)."""
 
     def open(self) -> None:
         """Connect to wherever trials run (no-op in process).
@@ -70,11 +70,18 @@ class Executor:
 
         # ---- SEAM (issue 25): a model-driven agent gets the relay and a per-trial token
         agent = make_agent(plan)
-        lease = await self.relay.attach(agent, plan.trial_id)
+        lease = None
+        if callable(getattr(agent, "relay_wanted", None)):
+            if self.relay is None:
+                from cairn.relay.seam import RelaySeam
+
+                self.relay = RelaySeam(self.config.max_cost_usd)
+            lease = await self.relay.attach(agent, plan.trial_id)
         try:
             return await run_trial(plan, agent=agent, on_event=on_event)
         finally:
-            self.relay.detach(lease)  # the trial's token is dead from here on
+            if self.relay is not None:
+                self.relay.detach(lease)  # the trial's token is dead from here on
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
               images: bool = False, snapshots: bool = False) -> CleanReport:
@@ -95,7 +102,8 @@ class Executor:
 
     async def aclose_services(self) -> None:
         """SEAM (issue 25): stop the job's model relay, if a trial started it (idempotent)."""
-        await self.relay.aclose()
+        if self.relay is not None:
+            await self.relay.aclose()
 
 
 _EXECUTORS: dict[str, str] = {
