@@ -20,6 +20,7 @@ Every request is kept in :attr:`WireModels.requests` (path, lower-case headers, 
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 from dataclasses import dataclass, field
@@ -49,6 +50,10 @@ class Say:
     error_status: int | None = None
     gated: bool = False
     """Stream the first event, then wait for :attr:`WireModels.gate` before the rest."""
+    gzip: bool = False
+    """Send a whole (non-streamed) JSON answer gzip-encoded."""
+    fail_mid_stream: bool = False
+    """End the stream with the dialect's in-stream error instead of its normal end."""
 
 
 def _sse(event: str | None, data: Any) -> bytes:
@@ -192,6 +197,18 @@ def _error(path: str, status: int, headers: dict[str, str] | None = None) -> dic
     return {"error": {"message": "busy", "type": "server_error", "code": None}}
 
 
+def _failed(chunks: list[bytes], path: str) -> list[bytes]:
+    """The stream cut after its first events and ended with the dialect's error event."""
+    if "/messages" in path:
+        return [*chunks[:2], _sse("error", {"type": "error", "error": {
+            "type": "overloaded_error", "message": "Overloaded"}})]
+    if "/responses" in path:
+        return [chunks[0], _sse("response.failed", {"type": "response.failed", "response": {
+            "id": "resp_1", "status": "failed",
+            "error": {"code": "server_error", "message": "boom"}, "usage": None}})]
+    return chunks[:1]  # chat and Gemini: the connection just ends
+
+
 @dataclass
 class Seen:
     """One request as the server got it."""
@@ -251,16 +268,21 @@ class WireModels(BackgroundServer):
             def log_message(self, *args: Any) -> None:
                 pass
 
-            def _json(self, status: int, body: Any) -> None:
+            def _json(self, status: int, body: Any, say: Say | None = None) -> None:
                 data = json.dumps(body).encode()
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
+                if say is not None and say.gzip:
+                    data = gzip.compress(data)
+                    self.send_header("Content-Encoding", "gzip")
                 self.send_header("Content-Length", str(len(data)))
                 self.send_header("x-request-id", "req-abc")
                 self.end_headers()
                 self.wfile.write(data)
 
             def _stream(self, chunks: list[bytes], say: Say) -> None:
+                if say.fail_mid_stream:
+                    chunks = _failed(chunks, self.path)
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Transfer-Encoding", "chunked")
@@ -305,21 +327,21 @@ class WireModels(BackgroundServer):
                     if body.get("stream"):
                         self._stream(anthropic(say, model), say)
                     else:
-                        self._json(200, anthropic_body(say, model))
+                        self._json(200, anthropic_body(say, model), say)
                 elif path.endswith("/v1/responses"):
                     self._stream(responses(say, model), say)
                 elif path.endswith("/chat/completions"):
                     if body.get("stream"):
                         self._stream(chat(say, model, body), say)
                     else:
-                        self._json(200, chat_body(say, model, body))
+                        self._json(200, chat_body(say, model, body), say)
                 elif path.endswith(":streamGenerateContent"):
                     if "alt=sse" in self.path:
                         self._stream([_sse(None, c) for c in gemini_chunks(say, model)], say)
                     else:
                         self._json(200, gemini_chunks(say, model))
                 elif path.endswith(":generateContent"):
-                    self._json(200, gemini_body(say, model))
+                    self._json(200, gemini_body(say, model), say)
                 else:
                     self._json(404, _error(path, 404))
 

@@ -279,3 +279,40 @@ def test_an_unreachable_upstream_is_a_502_in_the_dialects_shape(tmp_path):
             assert lease.write_errors and "missing-dir" in lease.write_errors[0]
 
     asyncio.run(asyncio.wait_for(body(), 60))
+
+
+@pytest.mark.parametrize("proto", ["anthropic-whole", "chat-whole", "gemini"])
+def test_a_compressed_upstream_answer_is_decoded_once(proto):
+    async def body(server: WireModels) -> None:
+        async with relay_for(server) as relay:
+            lease = relay.open_trial("t")
+            async with client(relay) as c:
+                r = await call(c, proto, lease.token)
+            assert r.status_code == 200
+            assert "content-encoding" not in r.headers
+            assert int(r.headers["content-length"]) == len(r.content)
+            assert r.json()  # plain JSON
+            assert lease.totals().usage.input_tokens == 33
+
+    with_server([Say(bill=Bill(33, 4), gzip=True)], body)
+
+
+@pytest.mark.parametrize(("proto", "error"), [
+    ("anthropic", "provider: "), ("responses", "provider: "), ("chat", "incomplete_stream"),
+    ("gemini-sse", "incomplete_stream")])
+def test_a_stream_that_fails_is_recorded_incomplete_and_retried_calls_are_linked(proto, error):
+    async def body(server: WireModels) -> None:
+        async with relay_for(server) as relay:
+            lease = relay.open_trial("t")
+            async with client(relay) as c:
+                first = await call(c, proto, lease.token)
+                second = await call(c, proto, lease.token)
+            assert first.status_code == 200 and second.status_code == 200
+            bad, good = lease.records
+            assert bad.complete is False and bad.error.startswith(error)
+            assert good.complete and good.error is None and good.retry_of == 1
+            assert lease.totals().incomplete_calls == 1
+            if proto == "anthropic":  # the input side arrived before the error
+                assert bad.usage.input_tokens == 10 and bad.usage.output_tokens is None
+
+    with_server([Say(fail_mid_stream=True)], body)

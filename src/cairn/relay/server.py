@@ -439,8 +439,6 @@ class ModelRelay:
             tail = splitter.rest()
             if tail:
                 await resp.write(self._masker.mask_bytes(tail))
-            if route.family == GEMINI and tap.error is None:
-                tap.complete = True  # Gemini streams end by ending
         except asyncio.CancelledError:
             rec.error = rec.error or "aborted"
             raise

@@ -285,7 +285,7 @@ class StreamTap:
         rewrite: what the relay changed in the request.
         usage: the usage read so far.
         complete: the dialect's terminal event was seen (``[DONE]``, ``message_stop``,
-            ``response.completed``; Gemini: the stream's normal end, set by the caller).
+            ``response.completed``; Gemini: a candidate's ``finishReason``).
         error: an error the provider sent inside the stream (``event: error``,
             ``response.failed``), as text.
         rollout: the token ids and logprobs, when asked for.
@@ -346,6 +346,10 @@ class StreamTap:
         elif self.family == GEMINI:
             self.usage = self.usage.merged(gemini_usage(obj.get("usageMetadata")))
             self.saw_output = self.saw_output or "usageMetadata" in obj
+            cands = obj.get("candidates")
+            if isinstance(cands, list) and any(isinstance(c, dict) and c.get("finishReason")
+                                               for c in cands):
+                self.complete = True  # Gemini's last content chunk carries finishReason
             if "error" in obj:
                 self.error = json.dumps(obj["error"])
         return ev.raw
