@@ -93,6 +93,8 @@ class CallRecord:
         error: ``budget_exceeded``, ``upstream_unreachable``, ``aborted``, the provider's
             in-stream error, or ``None``.
         rollout: token ids and logprobs (with ``--rollout``), else ``None``.
+        stripped_tools: provider-side tools removed from the request (web search, code
+            execution, remote MCP), when the trial does not allow them; else ``None``.
         request_body / response_body: only with the record-bodies option, secrets masked.
     """
 
@@ -114,6 +116,7 @@ class CallRecord:
     retry_of: int | None = None
     error: str | None = None
     rollout: dict[str, Any] | None = None
+    stripped_tools: list[str] | None = None
     request_body: Any = None
     response_body: Any = None
 
@@ -196,6 +199,10 @@ class TrialLease:
         self.cost_usd = 0.0
         self.tokens = 0
         self.revoked = False
+        self.provider_tools = False
+        """Whether provider-side tools (web search, code execution, remote MCP) may pass: only
+        when the trial's agent phase has a public network (they reach the internet from the
+        provider, past the sandbox's policy). Off by default: they are stripped."""
         self.write_errors: list[str] = []
         """Records that could not be appended to their step's file (kept in :attr:`records`)."""
         self._step: str | None = None

@@ -34,6 +34,7 @@ from cairn.relay.wire import (
     error_body,
     rewrite_request,
     route_of,
+    strip_provider_tools,
     wants_stream,
 )
 from cairn.results.masking import Masker
@@ -310,7 +311,7 @@ class ModelRelay:
                                          {"x-should-retry": "false"})
                 rec.ttfb_sec = time.perf_counter() - t0
                 return resp
-            return await self._forward(request, route, body, raw, stream, rec, t0)
+            return await self._forward(request, lease, route, body, raw, stream, rec, t0)
         except asyncio.CancelledError:
             rec.error = rec.error or "aborted"
             raise
@@ -333,8 +334,9 @@ class ModelRelay:
         return {k: self._masker.mask(v) for k, v in up.headers.items()
                 if k.lower() not in _DROP_RESPONSE}
 
-    async def _forward(self, request: web.Request, route: Route, body: Any, raw: bytes,
-                       stream: bool, rec: CallRecord, t0: float) -> web.StreamResponse:
+    async def _forward(self, request: web.Request, lease: TrialLease, route: Route, body: Any,
+                       raw: bytes, stream: bool, rec: CallRecord,
+                       t0: float) -> web.StreamResponse:
         import aiohttp
 
         upstream = self._upstream(route)
@@ -343,8 +345,17 @@ class ModelRelay:
             rec.error, rec.status = "no_upstream", 502
             return await self._error(request, route.family, 502,
                                      "cairn relay: no upstream for this provider", "no_upstream")
+        stripped: list[str] = []
+        if not lease.provider_tools:
+            body, stripped = strip_provider_tools(route, body)
+            rec.stripped_tools = stripped or None
         rewrite = rewrite_request(route, body, stream=stream, rollout=self.config.rollout)
-        data = raw if rewrite.body is None else json.dumps(rewrite.body).encode()
+        if rewrite.body is not None:
+            data = json.dumps(rewrite.body).encode()
+        elif stripped:
+            data = json.dumps(body).encode()
+        else:
+            data = raw
         query = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=True)
                  if k != "key"]
         url = upstream.url(route.path) + (f"?{urlencode(query)}" if query else "")

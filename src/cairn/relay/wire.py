@@ -422,3 +422,71 @@ def error_body(family: str, status: int, message: str, code: str) -> dict[str, A
         return {"error": {"code": status, "message": message,
                           "status": _GOOGLE_STATUS.get(status, "FAILED_PRECONDITION")}}
     return {"error": {"message": message, "type": code, "param": None, "code": code}}
+
+
+# ---- provider-side tools -----------------------------------------------------------------
+_ANTHROPIC_SERVER_TOOLS = ("web_search_", "web_fetch_", "code_execution_")
+_OPENAI_SERVER_TOOLS = frozenset({"web_search", "web_search_preview", "code_interpreter",
+                                  "file_search", "image_generation", "mcp"})
+_GEMINI_SERVER_TOOLS = frozenset({"googleSearch", "google_search", "googleSearchRetrieval",
+                                  "google_search_retrieval", "codeExecution", "code_execution",
+                                  "urlContext", "url_context"})
+
+
+def strip_provider_tools(route: Route, body: Any) -> tuple[Any, list[str]]:
+    """Remove the tools the provider runs itself (web search and fetch, code execution, remote
+    MCP): they reach the internet from the provider's side, past the sandbox's network policy
+    (Inspect AI's bridge withholds them by default for the same reason).
+
+    Client-executed tools (function tools, Anthropic's ``bash``/``text_editor``) are kept.
+
+    Args:
+        route: the route.
+        body: the parsed request body.
+
+    Returns:
+        ``(body, removed)``: the body without them (the same object when nothing was removed)
+        and the removed tools' names, in order.
+    """
+    if route.kind != "generate" or not isinstance(body, dict):
+        return body, []
+    removed: list[str] = []
+    new = dict(body)
+    tools = body.get("tools")
+    if isinstance(tools, list):
+        kept = []
+        for tool in tools:
+            name = _server_tool(route.family, tool)
+            if name is None:
+                kept.append(tool)
+            else:
+                removed.append(name)
+        if removed:
+            if kept:
+                new["tools"] = kept
+            else:
+                new.pop("tools", None)
+                new.pop("tool_choice", None)
+                new.pop("toolConfig", None)
+    for field_name in ("mcp_servers", "web_search_options"):  # Anthropic MCP connector, chat
+        if field_name in new:
+            removed.append(field_name)
+            new.pop(field_name)
+    return (new, removed) if removed else (body, [])
+
+
+def _server_tool(family: str, tool: Any) -> str | None:
+    if not isinstance(tool, dict):
+        return None
+    kind = str(tool.get("type") or "")
+    if family == ANTHROPIC and kind.startswith(_ANTHROPIC_SERVER_TOOLS):
+        return kind
+    if family in (RESPONSES, CHAT) and (kind in _OPENAI_SERVER_TOOLS
+                                        or kind.startswith("web_search_preview")):
+        return kind
+    if family == GEMINI:
+        hit = [k for k in tool if k in _GEMINI_SERVER_TOOLS]
+        if hit and not tool.get("functionDeclarations") and not tool.get(
+                "function_declarations"):
+            return hit[0]
+    return None
