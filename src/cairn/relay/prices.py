@@ -78,6 +78,11 @@ class PriceBook:
         self._map_path = map_path
         self._map: dict[str, dict[str, object]] | None = None
 
+    def load(self) -> None:
+        """Read the price map now (the relay does it in a worker thread at start, so the first
+        call's accounting does not stall the event loop)."""
+        self._load()
+
     def _load(self) -> dict[str, dict[str, object]]:
         if self._map is None:
             path = self._map_path

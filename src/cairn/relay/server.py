@@ -173,6 +173,7 @@ class ModelRelay:
                               + list(config.mask_secrets))
         self._runner: Any = None
         self._session: ClientSession | None = None
+        self._preload: asyncio.Future[None] | None = None
         self.port = 0
 
     @property
@@ -214,6 +215,7 @@ class ModelRelay:
             raise
         self._runner = runner
         self.port = int(runner.addresses[0][1])
+        self._preload = asyncio.get_running_loop().run_in_executor(None, self._prices.load)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
@@ -230,6 +232,9 @@ class ModelRelay:
         if self._session is not None:
             await self._session.close()
             self._session = None
+        if self._preload is not None:
+            await asyncio.gather(self._preload, return_exceptions=True)
+            self._preload = None
 
     # ---- trials ------------------------------------------------------------------------------
     def open_trial(self, trial_id: str, *, limits: Limits | None = None,
