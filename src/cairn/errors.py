@@ -38,6 +38,9 @@ class ErrorKind(StrEnum):
     REWARD_PARSE_ERROR = "reward_parse_error"
     MODEL_AUTH_FAILED = "model_auth_failed"
     MODEL_UNAVAILABLE = "model_unavailable"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The model relay closed the trial's model: a cost or token limit was reached
+    (docs/relay.md)."""
     CANCELLED = "cancelled"
     ORACLE_REPLAY_FAILED = "oracle_replay_failed"
     """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
@@ -90,6 +93,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
     ErrorKind.SERVICE_EXITED: Category.TASK,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
+    ErrorKind.BUDGET_EXCEEDED: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
     ErrorKind.CANCELLED: Category.JOB,
 }
@@ -206,4 +210,5 @@ class BuildError(TrialFailure):
 
 
 class ModelError(TrialFailure):
-    """A model call failed for good: ``model_auth_failed`` or ``model_unavailable``."""
+    """A model call failed for good: ``model_auth_failed``, ``model_unavailable``, or
+    ``budget_exceeded`` (the model relay refused it, docs/relay.md)."""

@@ -186,7 +186,10 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             async for r in results:
                 yield r
     finally:
-        executor.close()
+        try:
+            await executor.aclose_services()  # SEAM (issue 25): the job's model relay
+        finally:
+            executor.close()
 
 
 async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path | None,

@@ -33,6 +33,7 @@ PHASE_OF: dict[ErrorKind, Phase] = {
     ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
     ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
     ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
+    ErrorKind.BUDGET_EXCEEDED: Phase.AGENT,
 }
 """The phase a kind always belongs to; kinds not listed take the phase that was running."""
 

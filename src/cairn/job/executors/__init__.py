@@ -18,6 +18,7 @@ from cairn.events import EventSink
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
+    from cairn.relay.seam import RelaySeam
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
 
@@ -33,6 +34,9 @@ class Executor:
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
+        # ---- SEAM (issue 25): the job's model relay; moves into JobServices (docs/relay.md)
+        self.relay: RelaySeam | None = None
+        """Created by the first trial whose agent asks for the relay (no import before)."""
 
     def open(self) -> None:
         """Connect to wherever trials run (no-op in process).
@@ -62,9 +66,22 @@ class Executor:
             The trial's result; infra trouble is an ``errored`` result of category ``infra``
             (the run loop retries those), never an exception.
         """
-        from cairn.trial.run import run_trial
+        from cairn.trial.run import make_agent, run_trial
 
-        return await run_trial(plan, on_event=on_event)
+        # ---- SEAM (issue 25): a model-driven agent gets the relay and a per-trial token
+        agent = make_agent(plan)
+        lease = None
+        if callable(getattr(agent, "relay_wanted", None)):
+            if self.relay is None:
+                from cairn.relay.seam import RelaySeam
+
+                self.relay = RelaySeam(self.config.max_cost_usd)
+            lease = await self.relay.attach(agent, plan.trial_id)
+        try:
+            return await run_trial(plan, agent=agent, on_event=on_event)
+        finally:
+            if self.relay is not None:
+                self.relay.detach(lease)  # the trial's token is dead from here on
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
               images: bool = False, snapshots: bool = False) -> CleanReport:
@@ -82,6 +99,11 @@ class Executor:
 
     def close(self) -> None:
         """Release what :meth:`open` took (idempotent)."""
+
+    async def aclose_services(self) -> None:
+        """SEAM (issue 25): stop the job's model relay, if a trial started it (idempotent)."""
+        if self.relay is not None:
+            await self.relay.aclose()
 
 
 _EXECUTORS: dict[str, str] = {
