@@ -42,7 +42,6 @@ from cairn.job.executors.ray_nodes import (
     BACKEND_PREFIX,
     SLOT,
     NodeMap,
-    backend_problem,
     backend_resource,
     placement,
     probe_nodes,
@@ -148,6 +147,7 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
     import ray
 
     from cairn._util.tar import tar_stream
+    from cairn.sandbox import host_problem
     from cairn.task.load import load_task
     from cairn.trial.run import run_trial
 
@@ -156,7 +156,7 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
     if driver_version != __version__:
         return {**where, "refused": f"{who} runs cairn {__version__}, the driver cairn "
                 f"{driver_version}: install the same version on every node"}
-    problem = backend_problem(plan.backend)
+    problem = host_problem(plan.backend)
     if problem is not None:
         return {**where, "lacks": problem}
     try:
@@ -188,6 +188,21 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         return {**where, "result": result.model_dump(mode="json"), "archive": archive}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def probe_node() -> dict[str, Any]:
+    """Ray task body (pinned to one node by the driver, no CPU reserved): this node's
+    sandbox backends (:func:`cairn.sandbox.host_problem`).
+
+    Returns:
+        ``{"node": node id, "host": host name, "backends": {backend name: None when usable,
+        else why not}}``.
+    """
+    import ray
+
+    from cairn.sandbox import BACKEND_NAMES, host_problem
+
+    return {**_where(ray), "backends": {name: host_problem(name) for name in BACKEND_NAMES}}
 
 
 def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
@@ -287,7 +302,7 @@ class RayExecutor(Executor):
                             pinned=frozenset(k.removeprefix(BACKEND_PREFIX) for k in have
                                              if k.startswith(BACKEND_PREFIX)))
             ids = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
-            probe_nodes(self._ray, nodes, ids)
+            probe_nodes(self._ray, probe_node, nodes, ids)
             self._nodes = nodes
         return self._nodes
 

@@ -14,16 +14,14 @@ the cluster advertises it, trials ask for one slot each and only such nodes take
 ``cairn_backend_docker`` / ``cairn_backend_local`` pin a backend's trials to the nodes that
 advertise it (no probing for that backend).
 
-This module never imports :mod:`ray` itself: the functions take the imported module.
+This module never imports :mod:`ray` itself: the functions take the imported module (the probe
+task body is :func:`cairn.job.executors.ray.probe_node`).
 """
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from typing import Any
-
-from cairn import __version__
 
 SLOT = "cairn_trial_slot"
 """Optional custom resource: one unit per trial a node runs at once."""
@@ -41,51 +39,6 @@ def backend_resource(backend: str) -> str:
     """The custom resource a node may advertise when it has ``backend``
     (``cairn_backend_local``)."""
     return BACKEND_PREFIX + backend
-
-
-def backend_problem(name: str) -> str | None:
-    """Why this machine cannot run sandbox backend ``name``, or ``None`` when it can.
-
-    ``docker``: an engine answers (``DOCKER_HOST`` or the default socket); ``local``: the local
-    backend's host probe passes (Linux, ``unshare``, overlayfs, root or user namespaces).
-
-    Args:
-        name: ``docker`` or ``local``.
-
-    Returns:
-        ``None``, or a one-line reason.
-    """
-    from cairn.errors import CairnError
-
-    try:
-        if name == "local":
-            from cairn.sandbox.local.rootfs import probe_host
-
-            probe_host()
-        else:
-            from cairn.sandbox import resolve_backend
-
-            resolve_backend(name)
-    except CairnError as exc:
-        return str(exc)
-    return None
-
-
-def probe_node() -> dict[str, Any]:
-    """Ray task body (pinned to one node by the driver): this node's cairn version and the
-    sandbox backends it can run.
-
-    Returns:
-        ``{"node": node id, "host": host name, "version": cairn version,
-        "backends": {backend name: None when usable, else why not}}``.
-    """
-    import ray
-
-    from cairn.sandbox import BACKEND_NAMES
-
-    return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname(),
-            "version": __version__,
-            "backends": {name: backend_problem(name) for name in BACKEND_NAMES}}
 
 
 @dataclass
@@ -147,14 +100,16 @@ def trial_nodes(ray: Any, uses_slots: bool) -> list[dict[str, Any]]:
     return out
 
 
-def probe_nodes(ray: Any, nodes: NodeMap, node_ids: list[str],
+def probe_nodes(ray: Any, probe: Any, nodes: NodeMap, node_ids: list[str],
                 timeout_sec: float = PROBE_TIMEOUT_SEC) -> None:
-    """Run :func:`probe_node` on each of ``node_ids`` (pinned, no CPU reserved) and record
-    every backend's answer in ``nodes``. A node that does not answer within ``timeout_sec``
-    stays unknown (its first trial checks it).
+    """Run ``probe`` (the Ray task body :func:`cairn.job.executors.ray.probe_node`) on each of
+    ``node_ids`` (pinned, no CPU reserved) and record every backend's answer in ``nodes``.
+    A node that does not answer within ``timeout_sec`` stays unknown (its first trial checks
+    it).
 
     Args:
         ray: the imported :mod:`ray` module (connected).
+        probe: the probe function (returns ``{"node", "host", "backends"}``).
         nodes: the map to fill.
         node_ids: the nodes to probe.
         timeout_sec: bound of the whole probe, in seconds.
@@ -162,7 +117,7 @@ def probe_nodes(ray: Any, nodes: NodeMap, node_ids: list[str],
     if not node_ids:
         return
     affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-    remote = ray.remote(num_cpus=0, max_retries=0)(probe_node)
+    remote = ray.remote(num_cpus=0, max_retries=0)(probe)
     refs = [remote.options(scheduling_strategy=affinity(n, soft=False)).remote()
             for n in node_ids]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_sec)
@@ -205,5 +160,5 @@ def placement(nodes: NodeMap, backend: str, cpus: float, memory_mb: int | None,
     return opts
 
 
-__all__ = ["BACKEND_PREFIX", "NODE_ID_LABEL", "SLOT", "NodeMap", "backend_problem",
-           "backend_resource", "placement", "probe_node", "probe_nodes", "trial_nodes"]
+__all__ = ["BACKEND_PREFIX", "NODE_ID_LABEL", "SLOT", "NodeMap", "backend_resource",
+           "placement", "probe_nodes", "trial_nodes"]
