@@ -128,6 +128,35 @@ def test_node_without_docker_never_gets_a_docker_trial(cluster: RayCluster,
     assert "cannot run backend" not in (jobs / "dock6" / "job.log").read_text()  # probed first
 
 
+@pytest.mark.docker
+def test_a_node_not_probed_is_found_without_docker_by_its_first_trial(cluster: RayCluster,
+                                                                       tmp_path: Path) -> None:
+    """As a node that joins after the probes: the driver skips them, Ray places trials on
+    nodock too, and each there is placed again elsewhere without spending an attempt."""
+    if not _docker_ok():
+        pytest.skip("no docker engine")
+    task = write_task(tmp_path / "tasks", "late",
+                      test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n")
+    jobs = tmp_path / "jobs"
+    code = ("import cairn.job.executors.ray as r\n"
+            "r.probe_nodes = lambda *a, **k: None  # no node answers the probe\n"
+            "from cairn.job import run_job\nfrom cairn.plan import JobConfig\n"
+            f"job = run_job(JobConfig(paths=({str(task)!r},), attempts=6, n_concurrent=6, "
+            f"backend='docker', executor='ray', ray_address={ADDRESS!r}, max_retries=0, "
+            f"jobs_dir={str(jobs)!r}, job_name='late6'))\n"
+            "print(len(job.results))\n")
+    out = cluster.run([sys.executable, "-c", code])
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = _results(jobs / "late6")
+    assert len(results) == 6 and all(r["passed"] for r in results.values())
+    names = _node_names(cluster)
+    assert {names[r["executor"]["node"]] for r in results.values()} <= {"head", "w1"}
+    assert not list((jobs / "late6" / "trials").glob("*/attempts/*"))  # no attempt spent
+    log = (jobs / "late6" / "job.log").read_text()
+    # six trials on six CPUs: Ray put some on nodock before it was known to lack Docker
+    assert "cannot run backend docker (-e docker: no Docker engine answers" in log, log[-3000:]
+
+
 def test_worker_killed_mid_job_its_trials_retried_on_the_others(cluster: RayCluster,
                                                                  tmp_path: Path) -> None:
     """Runs last: it leaves the cluster without ``w1``."""

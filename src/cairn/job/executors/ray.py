@@ -306,10 +306,10 @@ class RayExecutor(Executor):
             self._nodes = nodes
         return self._nodes
 
-    def _can_run(self, nodes: NodeMap, backend: str) -> bool:
-        if backend in nodes.pinned:
-            return True
-        return bool(nodes.able(backend))
+    def _unknown(self, nodes: NodeMap, backend: str, alive: list[str]) -> bool:
+        """One of the ``alive`` nodes is not known to lack ``backend`` (its probe did not
+        answer: its first trial finds out)."""
+        return bool(set(alive) - set(nodes.lacking(backend)))
 
     def resolve_backend(self, name: str) -> str:
         """Resolve ``-e`` against what the cluster's nodes run, before any trial starts:
@@ -330,16 +330,18 @@ class RayExecutor(Executor):
             raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
                              + ", ".join(BACKEND_NAMES))
         nodes = self._node_map()
-        if not trial_nodes(self._ray, nodes.uses_slots):
+        alive = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
+        if not alive:
             need = f"a {SLOT} resource" if nodes.uses_slots else "CPUs"
             raise UsageError(f"--executor ray: no alive node of the cluster has {need} to run "
                              "trials on (docs/scale-out.md)")
         candidates = ("docker", "local") if name == "auto" else (name,)
-        for candidate in candidates:
-            if self._can_run(nodes, candidate):
-                return candidate
-        why = "; ".join(f"{c}: {nodes.why_not(c) or 'no node answered the probe'}"
-                        for c in candidates)
+        for known in (True, False):  # a backend some node was found to run comes first
+            for candidate in candidates:
+                if candidate in nodes.pinned or nodes.able(candidate) or \
+                        (not known and self._unknown(nodes, candidate, alive)):
+                    return candidate
+        why = "; ".join(f"{c}: {nodes.why_not(c)}" for c in candidates)
         raise UsageError(f"-e {name}: no node of the Ray cluster can run "
                          f"{'a sandbox backend' if name == 'auto' else 'it'} ({why})")
 
