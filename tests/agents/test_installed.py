@@ -640,3 +640,23 @@ def test_agents_list_shows_python_agents_with_their_pin_and_cache_state(tmp_path
         CliRunner().invoke(_app(), ["agents", "list", "--json"]).stdout)["agents"]}
     assert (rows["aider"]["kind"], rows["aider"]["cached"][0]["version"]) == \
         ("pypi", AIDER.version)
+
+
+def test_a_failed_cli_is_named_with_its_code_and_the_tail_of_its_stderr():
+    from cairn.agents.installed import ERROR_TAIL_CHARS, exit_message
+
+    assert exit_message("claude", 1, "\n\x1b[31merror:\x1b[0m unknown option '- Write'\n\n") == \
+        "claude exited with code 1: error: unknown option '- Write'"
+    assert exit_message("codex", 126, "") == "codex exited with code 126 (no output)"
+    many = "".join(f"line {i}\n" for i in range(50)) + "x" * 5000
+    msg = exit_message("aider", 2, many)
+    assert "line 44" not in msg and len(msg) <= len("aider exited with code 2: ") + ERROR_TAIL_CHARS
+
+
+def test_opencode_auto_rejections_are_read_from_its_stderr():
+    # opencode 1.18.33 when a permission is not allowed: it goes on and exits 0
+    stderr = ("\x1b[93m\x1b[1m! \x1b[0mpermission requested: external_directory (/proc/*); "
+              "auto-rejecting\nsome other line\n")
+    assert OpenCodeAgent("openai/m")._refusals(stderr) == [
+        "permission requested: external_directory (/proc/*); auto-rejecting"]
+    assert OpenCodeAgent("openai/m")._refusals("all fine\n") == []

@@ -491,6 +491,11 @@ class InstalledAgent(Agent):
         """Read this step's downloaded logs into a :class:`CliRun`."""
         raise NotImplementedError
 
+    def _refusals(self, stderr: str) -> list[str]:
+        """Tool calls the CLI refused on its own permission rules although it exited 0, from
+        its stderr (none is expected with the permissions cairn gives it)."""
+        return []
+
     def _key_names(self, context: AgentContext) -> set[str]:
         names = {n for group in self.required_keys(self.model) for n in group}
         names.update(n for n in context.env if any(w in n.upper() for w in
@@ -572,10 +577,15 @@ class InstalledAgent(Agent):
         finally:
             await asyncio.shield(self._collect(sandbox, log_dir, context))
         code = context.metadata.get("exit_code")
+        stderr = _read_text(context.logs_dir / "stderr.txt")
         if code is not None and context.exit is AgentExit.ERROR:
             context.metadata["agent_error"] = exit_message(
-                self.spec.binary, code, _read_text(context.logs_dir / "stderr.txt")
-                or _read_text(context.logs_dir / "stdout.txt"))
+                self.spec.binary, code, stderr or _read_text(context.logs_dir / "stdout.txt"))
+        elif context.exit is None and (refused := self._refusals(stderr)):
+            context.exit = AgentExit.ERROR
+            context.metadata["agent_error"] = (
+                f"{self.spec.binary} refused {len(refused)} tool call(s) on its permission "
+                f"rules: {' | '.join(refused[:3])[:ERROR_TAIL_CHARS]}")
 
     async def _collect(self, sandbox: Sandbox, log_dir: str, context: AgentContext) -> None:
         """Copy session files, download the step's logs, mask keys, write the trajectory."""
@@ -890,6 +900,14 @@ class OpenCodeAgent(InstalledAgent):
         if resume:
             parts += ["--session", resume]
         return _join(parts)
+
+    def _refusals(self, stderr: str) -> list[str]:
+        # "! permission requested: external_directory (/proc/*); auto-rejecting" (1.18.33)
+        import re
+
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr)
+        return [ln.strip().lstrip("! ").strip() for ln in text.splitlines()
+                if "permission requested:" in ln and "auto-rejecting" in ln]
 
     def _read(self, logs: Path) -> CliRun:
         run = read_opencode(_read_text(logs / "stdout.txt"))
