@@ -307,6 +307,9 @@ class JobConfig(BaseModel):
     ray_address: str | None = None
     """``--ray-address`` of the ``ray`` executor; default ``RAY_ADDRESS``, else a fresh local
     Ray."""
+    ray_trial_cpus: float | None = Field(default=None, gt=0)
+    """CPUs Ray reserves for each trial under ``--executor ray`` (``--ray-trial-cpus``);
+    default the task's ``[environment] cpus``, else 1."""
     snapshot_steps: bool = False
     """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
     start_step: str | None = None

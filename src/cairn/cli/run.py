@@ -255,6 +255,7 @@ def run_cmd(
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
+    ray_trial_cpus: Annotated[float | None, typer.Option("--ray-trial-cpus", help="CPUs Ray reserves per trial under --executor ray (default: the task's [environment] cpus, else 1).")] = None,  # noqa: E501
     snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
     start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
@@ -338,7 +339,7 @@ def run_cmd(
             "registry_path": str(registry_path.absolute()) if registry_path else None,
             "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
             "n_tasks": n_tasks,
-            "executor": executor, "ray_address": ray_address,
+            "executor": executor, "ray_address": ray_address, "ray_trial_cpus": ray_trial_cpus,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,

@@ -333,6 +333,12 @@ class Sandbox(ABC):
         """The version of the engine behind this backend (recorded in job.json), or ``None``
         when there is none or it does not answer. Never raises."""
         return None
+
+    @classmethod
+    def host_problem(cls) -> str | None:
+        """Why this machine cannot run the backend at all (whatever the environment), or
+        ``None``; a cheap probe that never starts a sandbox. Never raises."""
+        return None
     """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
     fails; the suite skips and lists them (design §3.4)."""
 

@@ -394,6 +394,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     clock.end()
     if agent_exit is AgentExit.OK and context.exit is not None:
         agent_exit = context.exit
+    if agent_exit is AgentExit.ERROR and context.metadata.get("agent_error"):
+        warnings.append(f"agent error: {mask(str(context.metadata['agent_error']))}")
     if context.metadata.get("model_retries"):
         warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
 
