@@ -260,6 +260,7 @@ def run_cmd(
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
     allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
     add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
+    strict: Annotated[bool, typer.Option("--strict", help="Task validation warnings are errors (as cairn tasks check --strict): such a task ends config_error, no sandbox.")] = False,  # noqa: E501
     quiet: Annotated[bool, typer.Option("-q", "--quiet", "--silent", help="No per-trial lines or live bar; job notices, warnings and the summary only.")] = False,  # noqa: E501
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan only: resolve datasets and templates, print the tasks, attempts, trial ids, backend and what a resume would keep; build and start nothing (exit 0 ok, 1 problems found, 2 bad input).")] = False,  # noqa: E501
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the merged config (files and flags) as YAML and exit.")] = False,  # noqa: E501
@@ -341,6 +342,7 @@ def run_cmd(
             "executor": executor, "ray_address": ray_address,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
+            "strict": strict or None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         layers.append({k: v for k, v in flags.items() if v is not None})

@@ -89,11 +89,16 @@ def check(
 
         typer.echo(check_report(checked, strict=strict).model_dump_json(indent=2))
     else:
+        from cairn.job.discover import nested_notes
+
         for path, findings in checked:
             for finding in findings:
                 typer.echo(finding.format())
             if not has_errors(findings):
-                typer.echo(f"{path}: ok")
+                n = len(findings)
+                typer.echo(f"{path}: ok" + (f" ({n} warning(s))" if n else ""))
+        for line in nested_notes(paths, "cairn tasks check"):  # named, never skipped silently
+            typer.echo(line)
     raise typer.Exit(0 if all_ok else 1)
 
 

@@ -1,0 +1,145 @@
+"""What a new user meets in the first hour (issue 27 / #32), through the real ``cairn`` entry
+point: ``python3 -m cairn`` subprocesses on task folders written into tmp_path.
+
+Covers: task validation warnings at ``cairn run`` (and ``--strict`` at run time), datasets one
+level down named instead of skipped, the job header naming agent/model/backend, ``-m`` without a
+model-driven agent, the CLI grammar (``-h`` everywhere, "did you mean" for options, one error
+prefix, a jobs folder where a job folder is expected).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TESTS = Path(__file__).resolve().parents[1]
+REPO = TESTS.parent
+SRC = REPO / "src"
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
+           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env.pop("CAIRN_DEBUG", None)
+    env.update(extra)
+    return env
+
+
+def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
+    """``python3 -m cairn ARGS`` to its end; stdout and stderr apart."""
+    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
+                          capture_output=True, text=True, timeout=timeout, check=False)
+
+
+def no_traceback(p: subprocess.CompletedProcess) -> None:
+    assert "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
+
+
+def typo_task(tmp_path: Path) -> Path:
+    """A three-step task from ``cairn tasks init`` with ``min_rewrad`` and ``memroy_mb``."""
+    p = cairn("tasks", "init", "my-task", "--steps", "fetch,fix,report", cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    toml = tmp_path / "my-task" / "task.toml"
+    text = toml.read_text()
+    assert text.count("min_reward = 1.0") == 3 and "memory_mb" in text
+    toml.write_text(text.replace("min_reward", "min_rewrad").replace("memory_mb", "memroy_mb"))
+    return tmp_path / "my-task"
+
+
+def _lineno(path: Path, key: str) -> int:
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1)
+                if line.startswith(key))
+
+
+# ---- 1. task validation warnings at run time -------------------------------------------------
+
+@pytest.mark.docker
+def test_run_prints_task_warnings_with_line_and_suggestion_before_the_first_trial(tmp_path):
+    task = typo_task(tmp_path)
+    p = cairn("run", "-p", "my-task", "-a", "nop", "-e", "docker", "--job-name", "typo",
+              cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = p.stdout.splitlines()
+    line = _lineno(task / "task.toml", "min_rewrad")
+    want = (f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
+            "(did you mean `min_reward`?)")
+    assert want in lines, p.stdout
+    mem = _lineno(task / "task.toml", "memroy_mb")
+    assert any(x.startswith(f"my-task/task.toml:{mem}: warning: unknown key `memroy_mb`")
+               and "`memory_mb`" in x for x in lines), p.stdout
+    first_trial = next(i for i, x in enumerate(lines) if x.startswith("[local/my-task]"))
+    assert lines.index(want) < first_trial
+    assert lines[0].startswith("job typo: started") and lines.index(want) > 0
+    # once per job, with the count and the way out
+    assert p.stdout.count("`min_rewrad` in [steps[0]]") == 1
+    assert "warning: 4 task validation warning(s) in 1 task(s)" in p.stdout
+    assert "--strict" in p.stdout
+
+
+@pytest.mark.docker
+def test_run_strict_makes_task_warnings_errors(tmp_path):
+    typo_task(tmp_path)
+    p = cairn("run", "-p", "my-task", "-a", "nop", "-e", "docker", "--strict",
+              "--job-name", "strict", cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "error: unknown key `min_rewrad` in [steps[0]] (did you mean `min_reward`?)" in p.stdout
+    result = json.loads(next((tmp_path / "jobs" / "strict" / "trials").glob("*/result.json"))
+                        .read_text())
+    assert result["outcome"] == "errored"
+    assert result["error"]["kind"] == "config_error"
+    assert not any(s.get("agent") and s["agent"].get("elapsed_sec") for s in result["steps"])
+    # the job remembers it: a resume keeps --strict
+    meta = json.loads((tmp_path / "jobs" / "strict" / "job.json").read_text())
+    assert meta["config"]["strict"] is True
+
+
+def test_dry_run_and_check_show_the_warnings_and_check_counts_them(tmp_path):
+    typo_task(tmp_path)
+    p = cairn("run", "-p", "my-task", "--dry-run", "-e", "docker", cwd=tmp_path)
+    no_traceback(p)
+    assert "`min_rewrad` in [steps[2]] (did you mean `min_reward`?)" in p.stdout
+    c = cairn("tasks", "check", "my-task", "-e", "none", cwd=tmp_path)
+    assert c.returncode == 0
+    assert "my-task: ok (4 warning(s))" in c.stdout.splitlines()
+
+
+def test_dataset_warnings_are_capped_with_the_command_for_the_rest(tmp_path):
+    ds = tmp_path / "ds"
+    ds.mkdir()
+    for i in range(6):
+        assert cairn("tasks", "init", f"t{i}", "--steps", "a,b,c", "--dir", "ds",
+                     cwd=tmp_path).returncode == 0
+        toml = ds / f"t{i}" / "task.toml"
+        toml.write_text(toml.read_text().replace("min_reward", "min_rewrad"))
+    p = cairn("run", "-p", "ds", "--dry-run", "-e", "docker", cwd=tmp_path)
+    shown = [x for x in p.stdout.splitlines() if "unknown key `min_rewrad`" in x]
+    assert len(shown) == 12  # the cap (MAX_WARNING_LINES), of 18
+    assert ("warning: 6 more validation finding(s) in 2 task(s) not shown; list them: "
+            "cairn tasks check ds/t4 ds/t5") in p.stdout
+    assert "warning: 18 task validation warning(s) in 6 task(s)" in p.stdout
+
+
+# ---- 2. folders holding datasets one level down ----------------------------------------------
+
+def test_datasets_one_level_down_are_named_with_the_command(tmp_path):
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
+    c = cairn("tasks", "check", "examples/", "--strict", "-e", "none", cwd=tmp_path)
+    assert c.returncode == 0, c.stdout + c.stderr
+    assert ("warning: examples/dataset holds 4 task(s) one level down (folders are read one "
+            "level deep), not checked: cairn tasks check examples/dataset") in c.stdout
+    d = cairn("run", "-p", "examples", "--dry-run", "-e", "docker", cwd=tmp_path)
+    assert "examples/dataset holds 4 task(s) one level down" in d.stdout
+    assert "not included: add -p examples/dataset" in d.stdout
+    (tmp_path / "outer").mkdir()
+    shutil.move(str(tmp_path / "examples"), tmp_path / "outer" / "examples")
+    e = cairn("run", "-p", "outer", "--dry-run", "-e", "docker", cwd=tmp_path)
+    assert e.returncode == 2
+    assert "holds datasets one level down, give them: -p" in e.stderr
