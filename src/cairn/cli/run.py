@@ -231,7 +231,7 @@ def run_cmd(
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
     config: Annotated[list[Path] | None, typer.Option("-c", "--config", help="job.yaml (cairn's or a Harbor job config) with the same options; repeatable, later files override earlier ones (lists replace); flags win.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
-    jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Default ./jobs.")] = None,
+    jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Where the job's results are written: the folder holding job folders (default ./jobs; as harbor run -o).")] = None,  # noqa: E501
     resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name with its stored config (as cairn resume); other options must match the job's.")] = False,  # noqa: E501
     max_retries: Annotated[int | None, typer.Option("-r", "--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
     timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
@@ -526,7 +526,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
              "\n\nExamples:\n\n  cairn resume jobs/2026-11-29__12-00-00\n\n"
              "  cairn resume jobs/nightly --retry-errors -n 8")
 def resume_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
+    job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder holding one job is taken; of several, they are named).")],  # noqa: E501
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
@@ -543,10 +543,12 @@ def resume_cmd(
         typer.Exit: code 2 when the folder has no ``job.json``, a masked ``--ae`` value is not
             given again, or an option is malformed; otherwise the job's exit code (design §9).
     """
+    from cairn.cli._jobdir import act_job_dir
     from cairn.errors import CairnError
     from cairn.job import resume_config
 
     try:
+        job_dir = act_job_dir(job_dir, "resume")
         if env_file is not None:
             _load_env_file(env_file)
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
@@ -566,9 +568,9 @@ def resume_cmd(
              "another machine).\n\nExamples:\n\n"
              "  cairn report jobs/nightly\n\n  cairn report jobs/nightly --format markdown")
 def report_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
+    job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder: its latest job, said on stderr).")],  # noqa: E501
     fmt: Annotated[str, typer.Option("--format", help="text, markdown, json or html (a static site, see cairn view --bundle).")] = "text",  # noqa: E501
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Where the report is written: for html the site's folder (default <job>-html); text, markdown and json print on stdout.")] = None,  # noqa: E501
 ) -> None:
     """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
     ``markdown`` or ``json``) on stdout.
@@ -583,9 +585,14 @@ def report_cmd(
     if fmt not in ("text", "markdown", "json", "html"):
         _err("--format is text, markdown, json or html")
         raise typer.Exit(2)
-    if not (job_dir / "job.json").is_file() and not (job_dir / "trials").is_dir():
-        _err(f"{job_dir} is not a job folder")
-        raise typer.Exit(2)
+    from cairn.cli._jobdir import read_job_dir
+    from cairn.errors import UsageError
+
+    try:
+        job_dir = read_job_dir(job_dir, "report")
+    except UsageError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
     if fmt == "html":  # the viewer's static bundle (cairn/viewer/bundle.py)
         try:
             from cairn.viewer.bundle import write_bundle
@@ -593,7 +600,7 @@ def report_cmd(
             print(f"wrote {write_bundle(job_dir, out or Path(f'{job_dir.resolve().name}-html'))}")
         except ModuleNotFoundError as exc:
             _err(f"--format html needs jinja2 ({exc.name} is not installed): "
-                 "pip install 'cairn-eval[view]'")
+                 "reinstall cairn (its base install brings it)")
             raise typer.Exit(2) from None
         except ValueError as exc:
             _err(str(exc))
@@ -610,7 +617,8 @@ def sanity_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Task or dataset folders.")],
     env: Annotated[str, typer.Option("-e", "--env", help="Sandbox backend.")] = "auto",
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
-    jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
+    jobs_dir: Annotated[Path, typer.Option("-o", "--jobs-dir", help="Where the two jobs' results are written (default ./jobs, as cairn run -o).")] = Path("jobs"),  # noqa: E501
+    strict: Annotated[bool, typer.Option("--strict", help="Task validation warnings are errors (such a task fails sanity).")] = False,  # noqa: E501
 ) -> None:
     """``cairn tasks sanity PATHS``: run every task with ``oracle`` and with ``nop`` (two jobs
     under ``--jobs-dir``) and print the tasks that fail either check.
@@ -624,7 +632,7 @@ def sanity_cmd(
 
     try:
         report = run_sanity(paths, backend=env, n_concurrent=n_concurrent, jobs_dir=jobs_dir,
-                            observer=LinePrinter(sys.stderr))
+                            observer=LinePrinter(sys.stderr), strict=strict)
     except UsageError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

@@ -33,10 +33,20 @@ def _stop_text(stop: StopReason) -> str:
 
 
 def _step_pos(result: TrialResult, name: str | None) -> str:
+    """``step k/n NAME``: the step's index in the task over the task's declared steps (under
+    ``--start-step`` too, as the per-step lines number them; issue 27)."""
+    n = len(result.steps) or result.steps_total
     for row in result.steps:
         if row.name == name:
-            return f"step {row.index}/{result.steps_total} {row.name}"
-    return f"step ?/{result.steps_total} {name}" if name else ""
+            return f"step {row.index}/{n} {row.name}"
+    return f"step ?/{n} {name}" if name else ""
+
+
+def _run_of(result: TrialResult) -> str:
+    """``k of n steps run``; under ``--start-step`` n counts the steps from the start step
+    (the earlier ones were replayed, never scored), and the line says so."""
+    start = f" from {result.start_step}" if result.start_step else ""
+    return f"{result.steps_run} of {result.steps_total} steps run{start}"
 
 
 def verdict_line(result: TrialResult) -> str:
@@ -51,7 +61,7 @@ def verdict_line(result: TrialResult) -> str:
         how many steps ran, never a reward.
     """
     took = f" in {result.timings.total_sec:.1f} s" if result.timings.total_sec is not None else ""
-    run_of = f"{result.steps_run} of {result.steps_total} steps run"
+    run_of = _run_of(result)
     if result.outcome in (Outcome.ERRORED, Outcome.CANCELLED):
         label = result.outcome.value.upper()
         err = result.error
