@@ -143,3 +143,99 @@ def test_datasets_one_level_down_are_named_with_the_command(tmp_path):
     e = cairn("run", "-p", "outer", "--dry-run", "-e", "docker", cwd=tmp_path)
     assert e.returncode == 2
     assert "holds datasets one level down, give them: -p" in e.stderr
+
+
+# ---- 4, 5. step numbering under --start-step; regrade's exit code and lines --------------------
+
+def _local_ok() -> bool:
+    sys.path.insert(0, str(TESTS / "helpers"))
+    from testbed import local_available
+
+    return local_available()
+
+
+local = pytest.mark.skipif(not _local_ok(), reason="local backend unavailable")
+
+
+@pytest.mark.local
+@local
+def test_start_step_verdict_numbers_the_step_in_the_task(tmp_path):
+    shutil.copytree(REPO / "examples" / "incident", tmp_path / "incident")
+    p = cairn("run", "-p", "incident", "--start-step", "repair", "-a", "nop", "-e", "local",
+              "--job-name", "ss", cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "step 3/5 repair: reward 0.00" in p.stdout
+    assert ("STOPPED after step 3/5 repair: reward 0.00 < min_reward 1.0 (mean 0.00 over 1 of 3 "
+            "steps run from repair)") in p.stdout
+    assert "/3 repair" not in p.stdout
+
+
+@pytest.mark.local
+@local
+def test_regrade_of_a_job_without_snapshots_exits_1_with_the_command(tmp_path):
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    run = cairn("run", "-p", "two-steps", "-a", "oracle", "-e", "local", "--job-name", "plain",
+                cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    p = cairn("regrade", "jobs/plain", "--job-name", "plain-re", cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "regrade: 0 of 1 trial(s) regraded, 1 not regradable" in p.stderr
+    assert ("1 trial(s) have no step snapshots: the job was run without --snapshot-steps; a "
+            "regradable job is recorded by cairn run -p ") in p.stderr
+    assert "-a oracle --snapshot-steps --job-name plain-snap" in p.stderr
+    assert "cairn: error: nothing in the job could be regraded" in p.stderr
+
+
+@pytest.mark.local
+@local
+def test_partial_regrade_names_the_unreached_steps_and_what_a_full_one_needs(tmp_path):
+    assert cairn("tasks", "init", "gate", "--steps", "write,append", cwd=tmp_path).returncode == 0
+    run = cairn("run", "-p", "gate", "-a", "nop", "-e", "local", "--snapshot-steps",
+                "--job-name", "base", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "STOPPED after step 1/2 write" in run.stdout
+    test_sh = tmp_path / "gate" / "steps" / "write" / "tests" / "test.sh"
+    test_sh.write_text("#!/usr/bin/env bash\nmkdir -p /logs/verifier\n"
+                       "echo 1 > /logs/verifier/reward.txt\n")  # the "fixed" verifier
+    p = cairn("regrade", "jobs/base", "-p", "gate", "--job-name", "fixed", cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "regrade: 0 of 1 trial(s) regraded, 1 partial" in p.stderr
+    line = next(x for x in p.stderr.splitlines() if "partial: step(s)" in x)
+    assert "step(s) append never ran in the recorded trial and have no score" in line
+    assert "--start-step append --from " in line and "jobs/base/trials/" in line
+    assert "-i local/gate" in line and line.rstrip().endswith("-a nop")
+
+
+# ---- 9. a jobs folder where a job folder is expected --------------------------------------------
+
+@pytest.mark.local
+@local
+def test_report_export_take_a_jobs_folder_resume_regrade_name_the_jobs(tmp_path):
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    for name in ("first", "second"):
+        r = cairn("run", "-p", "two-steps", "-a", "oracle", "-e", "local", "--job-name", name,
+                  "--snapshot-steps", cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+    rep = cairn("report", "jobs", cwd=tmp_path)
+    assert rep.returncode == 0, rep.stderr
+    assert ("cairn report: jobs holds 2 jobs; reading the latest, jobs/second (give a job folder "
+            "to pick another)") in rep.stderr
+    assert rep.stdout.startswith("job second")
+    exp = cairn("export", "jobs/", "-o", "s.jsonl", cwd=tmp_path)
+    assert exp.returncode == 0 and "reading the latest, jobs/second" in exp.stderr
+    assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 2
+    res = cairn("resume", "jobs", cwd=tmp_path)
+    assert res.returncode == 2
+    assert ("cairn: error: jobs is a jobs folder, not a job folder: it holds 2 jobs, latest "
+            "first: jobs/second, jobs/first; give one: cairn resume jobs/second") in res.stderr
+    reg = cairn("regrade", "jobs", cwd=tmp_path)
+    assert reg.returncode == 2 and "give one: cairn regrade jobs/second" in reg.stderr
+    sh = cairn("shell", "jobs/first", "--step", "write", "-c", "cat /app/a.txt", cwd=tmp_path)
+    assert sh.returncode == 0, sh.stdout + sh.stderr
+    assert "the one trial of jobs/first" in sh.stderr and sh.stdout.strip() == "1"
+    none = cairn("report", "two-steps", cwd=tmp_path)
+    assert none.returncode == 2
+    assert "two-steps is not a job folder (no job.json) and holds no job folders" in none.stderr
