@@ -239,3 +239,64 @@ def test_report_export_take_a_jobs_folder_resume_regrade_name_the_jobs(tmp_path)
     none = cairn("report", "two-steps", cwd=tmp_path)
     assert none.returncode == 2
     assert "two-steps is not a job folder (no job.json) and holds no job folders" in none.stderr
+
+
+# ---- 8, 9. the default agent; one CLI grammar ---------------------------------------------------
+
+@pytest.mark.local
+@local
+def test_job_header_names_agent_model_and_backend(tmp_path):
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    p = cairn("run", "-p", "two-steps", "-e", "local", "--job-name", "h", "--no-verify",
+              "-a", "nop", cwd=tmp_path)
+    assert p.stdout.splitlines()[0] == "job h: started (cairn 0.1.0, agent nop, backend local)"
+
+
+def test_model_without_agent_suggests_llm(tmp_path):
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    p = cairn("run", "-p", "two-steps", "-m", "openai/gpt-4o", "--dry-run", cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.startswith("cairn: error: -m openai/gpt-4o needs a model-driven agent, and "
+                               "without -a the agent is oracle: add -a llm"), p.stderr
+    assert "remove -m" not in p.stderr
+
+
+@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["tasks", "-h"], ["report", "-h"],
+                                  ["run", "-h"], ["view", "-h"], ["tasks", "check", "-h"],
+                                  ["regrade", "-h"], ["agents", "list", "-h"]])
+def test_h_and_help_on_every_command(tmp_path, argv):
+    p = cairn(*argv, cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.startswith("Usage: cairn"), p.stdout
+
+
+def test_help_of_every_registered_command_takes_h(tmp_path):
+    sys.path.insert(0, str(SRC))
+    from cairn.cli._app import _command_name, _register, app, tasks_app
+
+    _register()
+    names = [[_command_name(c)] for c in app.registered_commands]
+    names += [["tasks", _command_name(c)] for c in tasks_app.registered_commands]
+    names += [[g.name] for g in app.registered_groups if g.name]
+    assert len(names) > 12
+    for argv in names:
+        p = cairn(*argv, "-h", cwd=tmp_path)
+        assert p.returncode == 0 and p.stdout.startswith("Usage: cairn"), (argv, p.stderr)
+
+
+@pytest.mark.parametrize(("argv", "want"), [
+    (["run", "--agnet", "oracle", "-p", "x"],
+     "cairn: error: No such option: --agnet (did you mean --agent?)"),
+    (["tasks", "check", "--strct", "x"], "cairn: error: No such option: --strct (did you mean --strict?)"),
+    (["view", "--prot", "1"], "cairn: error: No such option: --prot (did you mean --port?)"),
+    (["rn"], "cairn: error: No such command 'rn'. Did you mean 'run'?"),
+    (["report"], "cairn: error: Missing argument 'job_dir'."),
+    (["tasks", "check", "x", "--select", "no-such-rule"], "cairn: error: "),
+])
+def test_one_error_prefix_and_did_you_mean_for_options(tmp_path, argv, want):
+    p = cairn(*argv, cwd=tmp_path)
+    assert p.returncode == 2, p.stdout + p.stderr
+    errors = [x for x in p.stderr.splitlines() if "error" in x.lower()]
+    assert errors and all(x.startswith("cairn: error: ") for x in errors), p.stderr
+    assert any(x.startswith(want) for x in errors), p.stderr
+    assert "Error:" not in p.stderr and "Traceback" not in p.stderr

@@ -137,8 +137,9 @@ def _err(msg: str) -> None:
     print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _refuse_extra(args: list[str]) -> None:
-    """Arguments Typer did not take: a Harbor flag cairn refuses (with why), else unknown.
+def _refuse_extra(args: list[str], known: list[str] | None = None) -> None:
+    """Arguments Typer did not take: a Harbor flag cairn refuses (with why), else unknown
+    (with "did you mean" the closest of ``known``, the command's options).
 
     Raises:
         typer.BadParameter: always, when ``args`` is not empty.
@@ -151,7 +152,11 @@ def _refuse_extra(args: list[str]) -> None:
                                      "harbor run flag)")
     first = args[0]
     if first.startswith("-"):
-        raise typer.BadParameter(f"No such option: {first}")
+        import difflib
+
+        close = difflib.get_close_matches(first.split("=", 1)[0], known or [], n=1, cutoff=0.6)
+        raise typer.BadParameter(f"No such option: {first}"
+                                 + (f" (did you mean {close[0]}?)" if close else ""))
     raise typer.BadParameter(f"unexpected argument {first!r}")
 
 
@@ -294,7 +299,8 @@ def run_cmd(
         os.environ["CAIRN_DEBUG"] = "1"
     try:
         if ctx.args:
-            _refuse_extra(list(ctx.args))
+            _refuse_extra(list(ctx.args), [o for p in ctx.command.params
+                                           for o in (*p.opts, *p.secondary_opts)])
         if dry_run and print_config:
             raise typer.BadParameter("give --dry-run or --print-config, not both")
         if env_file is not None:
@@ -363,7 +369,14 @@ def run_cmd(
                   "--registry-path or --registry-url)", file=sys.stderr, flush=True)
         if not print_config:  # the merged config prints before any agent/credential check,
             # as `harbor run --print-config` does (a config for another machine's keys)
-            from cairn.agents.registry import validate_agent_options
+            from cairn.agents.registry import get_agent_class, validate_agent_options
+
+            if cfg.model and "agent" not in data and \
+                    getattr(get_agent_class(cfg.agent), "needs_model", False) is False:
+                raise typer.BadParameter(  # the default agent is not model-driven (issue 27)
+                    f"-m {cfg.model} needs a model-driven agent, and without -a the agent is "
+                    f"{cfg.agent}: add -a llm (cairn's own; needs the llm extra) or an "
+                    "installed CLI agent (-a claude-code, codex, …; cairn agents list)")
 
             validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs),
                                    dict(cfg.agent_env), resume=bool(cfg.resume_agent_session))

@@ -66,7 +66,7 @@ def check(
         if extend_select and not select:  # adds nothing, but an unknown rule is still refused
             RuleSelection.parse(extend_select, None)
     except UsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"cairn: error: {exc}", err=True)
         raise typer.Exit(2) from None
     results = check_paths(paths)
     backend: str | None = None
@@ -152,7 +152,7 @@ def init(
             raise UsageError(f"invalid task folder {target!r}: give the folder to create")
         root = init_task(name or root.name, step_names, root=root)
     except UsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"cairn: error: {exc}", err=True)
         raise typer.Exit(2) from None
     kind = f"{len(step_names)}-step" if step_names else "single-step"
     typer.echo(f"created {kind} task {root}")
