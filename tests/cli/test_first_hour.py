@@ -300,3 +300,26 @@ def test_one_error_prefix_and_did_you_mean_for_options(tmp_path, argv, want):
     assert errors and all(x.startswith("cairn: error: ") for x in errors), p.stderr
     assert any(x.startswith(want) for x in errors), p.stderr
     assert "Error:" not in p.stderr and "Traceback" not in p.stderr
+
+
+# ---- 6. a failed build shows its cause on the terminal -----------------------------------------
+
+@pytest.mark.local
+@local
+def test_failed_build_prints_the_tail_of_its_log(tmp_path):
+    assert cairn("tasks", "init", "bad", cwd=tmp_path).returncode == 0
+    dockerfile = tmp_path / "bad" / "environment" / "Dockerfile"
+    noisy = "".join(f"RUN echo line-{i}\n" for i in range(20))
+    dockerfile.write_text(dockerfile.read_text() + noisy
+                          + "RUN pip-not-here install requests\n")
+    p = cairn("run", "-p", "bad", "-e", "local", "--job-name", "b", cwd=tmp_path)
+    no_traceback(p)
+    assert p.returncode == 1
+    lines = p.stdout.splitlines()
+    at = next(i for i, x in enumerate(lines) if x.startswith("[local/bad] ERRORED: build_failed"))
+    assert lines[at + 1].startswith("  log (last 8 lines):")
+    shown = lines[at + 2:at + 10]
+    assert all(x.startswith("  | ") for x in shown) and len(shown) == 8
+    assert "  | /bin/sh: 1: pip-not-here: not found" in shown
+    assert not lines[at + 10].startswith("  | ")  # bounded
+    assert "line-0" not in p.stdout.split("log (last")[1]
