@@ -323,3 +323,27 @@ def test_failed_build_prints_the_tail_of_its_log(tmp_path):
     assert "  | /bin/sh: 1: pip-not-here: not found" in shown
     assert not lines[at + 10].startswith("  | ")  # bounded
     assert "line-0" not in p.stdout.split("log (last")[1]
+
+
+# ---- 7. per-key means labelled -----------------------------------------------------------------
+
+@pytest.mark.local
+@local
+def test_report_labels_per_key_means_so_they_do_not_read_as_failures(tmp_path):
+    assert cairn("tasks", "init", "keys", "--steps", "fetch,fix,report",
+                 cwd=tmp_path).returncode == 0
+    (tmp_path / "keys" / "steps" / "report" / "tests" / "test.sh").write_text(
+        "#!/usr/bin/env bash\nmkdir -p /logs/verifier\n"
+        "echo '{\"reward\": 1, \"total\": 1, \"bug\": 1}' > /logs/verifier/reward.json\n")
+    run = cairn("run", "-p", "keys", "-e", "local", "-k", "2", "--job-name", "k", cwd=tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    p = cairn("report", "jobs/k", cwd=tmp_path)
+    rows = {x.split("  ", 2)[1].strip(): x.split("  ", 2)[2].strip()
+            for x in p.stdout.splitlines() if x.startswith("  reward")}
+    assert rows["reward (primary)"] == ("reported by 3 of 3 step(s) (fetch, fix, report); mean "
+                                        "over those 1.00; per-trial mean 1.00 (n=2 trials)")
+    assert rows["reward[total]"] == ("reported by 1 of 3 step(s) (report); mean over those 1.00; "
+                                     "per-trial mean 0.33, missing steps as 0 (n=2 trials)")
+    assert "reward[reward]" not in p.stdout
+    md_ = cairn("report", "jobs/k", "--format", "markdown", cwd=tmp_path)
+    assert "| reward[bug] | reported by 1 of 3 step(s) (report); mean over those 1.00;" in md_.stdout
