@@ -347,3 +347,87 @@ def test_report_labels_per_key_means_so_they_do_not_read_as_failures(tmp_path):
     assert "reward[reward]" not in p.stdout
     md_ = cairn("report", "jobs/k", "--format", "markdown", cwd=tmp_path)
     assert "| reward[bug] | reported by 1 of 3 step(s) (report); mean over those 1.00;" in md_.stdout
+
+
+# ---- 3. model failures answer fast and out loud ------------------------------------------------
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again: nothing listens there
+
+
+@pytest.mark.local
+@local
+def test_unreachable_model_host_is_a_fast_job_error_with_a_line_per_retry(tmp_path):
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    port = _free_port()
+    import time
+
+    t0 = time.monotonic()
+    p = cairn("run", "-p", "two-steps", "-a", "llm", "-m", "openai/gpt-4o", "--ak",
+              f"api_base=http://127.0.0.1:{port}/v1", "-e", "local", "-k", "3", "-n", "1",
+              "--job-name", "unreach", cwd=tmp_path, OPENAI_API_KEY="sk-test")
+    took = time.monotonic() - t0
+    no_traceback(p)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert took < 60, took  # not minutes of retried sandboxes
+    retries = [x for x in p.stdout.splitlines() if "model call failed (connection refused)" in x]
+    assert retries == [
+        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 1 of 2 "
+        "in 2.0 s",
+        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 2 of 2 "
+        "in 2.0 s"]
+    assert f"host unreachable (connection refused) at http://127.0.0.1:{port}/v1" in p.stdout
+    assert "job stopping: model_unreachable" in p.stdout
+    assert "retrying in" not in p.stdout  # no trial retry on a fresh sandbox
+    outcomes = sorted(json.loads(f.read_text())["outcome"]
+                      for f in (tmp_path / "jobs" / "unreach" / "trials").glob("*/result.json"))
+    assert outcomes == ["cancelled", "cancelled", "errored"]
+
+
+@pytest.mark.local
+@local
+def test_model_and_trial_retries_each_print_a_line_with_the_cause(tmp_path):
+    from http.server import BaseHTTPRequestHandler
+
+    sys.path.insert(0, str(TESTS / "helpers"))
+    from threadserve import BackgroundServer
+
+    class Down(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = b'{"error": {"message": "upstream overloaded", "type": "server_error"}}'
+            self.rfile.read(int(self.headers.get("content-length") or 0))
+            self.send_response(503)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
+    server = BackgroundServer("127.0.0.1", Down, "down-model").start()
+    try:
+        port = server._server.server_address[1]
+        p = cairn("run", "-p", "two-steps", "-a", "llm", "-m", "openai/gpt-4o", "--ak",
+                  f"api_base=http://127.0.0.1:{port}/v1", "--ak", "model_retries=1", "--ak",
+                  "retry_base_delay_sec=0.1", "-e", "local", "-r", "1", "--job-name", "down",
+                  cwd=tmp_path, OPENAI_API_KEY="sk-test")
+    finally:
+        server.stop()
+    no_traceback(p)
+    lines = p.stdout.splitlines()
+    model = [x for x in lines if "model call failed" in x]
+    assert len(model) == 2, p.stdout  # one per model retry: one in each of the two runs
+    assert all(x.startswith("[cairn/two-steps] step 1/2 write: model call failed "
+                            "(ServiceUnavailableError: ") and "upstream overloaded" in x
+               and x.endswith("; retry 1 of 1 in 0.1 s") for x in model), model
+    trial = [x for x in lines if "retrying in" in x]
+    assert len(trial) == 1, p.stdout
+    assert trial[0].startswith("[cairn/two-steps] infra error model_unavailable (model "
+                               "'openai/gpt-4o' unavailable after 1 retries:")
+    assert "on a fresh sandbox (run 2 of 2)" in trial[0]
