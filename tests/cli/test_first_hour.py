@@ -431,3 +431,36 @@ def test_model_and_trial_retries_each_print_a_line_with_the_cause(tmp_path):
     assert trial[0].startswith("[cairn/two-steps] infra error model_unavailable (model "
                                "'openai/gpt-4o' unavailable after 1 retries:")
     assert "on a fresh sandbox (run 2 of 2)" in trial[0]
+
+
+# ---- 9. cairn report on a running job ------------------------------------------------------------
+
+@pytest.mark.local
+@local
+def test_report_on_a_running_job_shows_what_is_running(tmp_path):
+    import signal
+    import time
+
+    assert cairn("tasks", "init", "slow", cwd=tmp_path).returncode == 0
+    solve = tmp_path / "slow" / "solution" / "solve.sh"
+    solve.write_text("#!/usr/bin/env bash\nsleep 60\n" + solve.read_text())
+    bg = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", "slow", "-e", "local",
+                           "--job-name", "live"], cwd=tmp_path, env=_env(),
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        trials = tmp_path / "jobs" / "live" / "trials"
+        while not (trials.is_dir() and any(trials.iterdir())):
+            assert time.monotonic() < deadline and bg.poll() is None
+            time.sleep(0.2)
+        p = cairn("report", "jobs/live", cwd=tmp_path)
+        assert p.returncode == 0, p.stderr
+        lines = p.stdout.splitlines()
+        assert lines[0].startswith("running: a cairn process holds this job; 0 trial(s) "
+                                   "finished, 1 started and not finished"), p.stdout
+        assert lines[1].startswith("  running local-slow__1__")
+    finally:
+        bg.send_signal(signal.SIGINT)
+        bg.communicate(timeout=60)
+    after = cairn("report", "jobs/live", cwd=tmp_path)
+    assert not after.stdout.startswith("running:")

@@ -619,7 +619,36 @@ def report_cmd(
             _err(str(exc))
             raise typer.Exit(2) from None
         return
-    print(render(read_job(job_dir), fmt))
+    job = read_job(job_dir)
+    if fmt != "json":
+        for line in _running_lines(job_dir, job):
+            print(line)
+    print(render(job, fmt))
+
+
+def _running_lines(job_dir: Path, job: Any) -> list[str]:
+    """``cairn report`` on a job that is running (its lock is held): what is finished and
+    what is running, so "trials 0" does not read as an empty job (issue 27).
+
+    Returns:
+        One line ``running: …``, then the unfinished trial folders (at most 10); empty when
+        no process holds the job.
+    """
+    from cairn.lock import is_locked
+
+    if not is_locked(job_dir):
+        return []
+    trials = job_dir / "trials"
+    names = sorted(p.name for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+    done = {r.trial_name for r in job.results}
+    running = [n for n in names if n not in done]
+    out = [f"running: a cairn process holds this job; {len(done)} trial(s) finished, "
+           f"{len(running)} started and not finished (trials not started yet have no folder; "
+           "the figures below are over the finished ones)"]
+    out += [f"  running {n}" for n in running[:10]]
+    if len(running) > 10:
+        out.append(f"  … and {len(running) - 10} more")
+    return out
 
 
 @tasks_app.command("sanity", help="Run every task with the oracle (each step must pass) and with "
