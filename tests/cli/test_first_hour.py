@@ -464,3 +464,22 @@ def test_report_on_a_running_job_shows_what_is_running(tmp_path):
         bg.communicate(timeout=60)
     after = cairn("report", "jobs/live", cwd=tmp_path)
     assert not after.stdout.startswith("running:")
+
+
+@pytest.mark.local
+@local
+def test_tasks_sanity_prints_the_warnings_and_strict_fails_the_task(tmp_path):
+    typo_task(tmp_path)
+    p = cairn("tasks", "sanity", "my-task", "-e", "local", cwd=tmp_path)
+    no_traceback(p)
+    line = _lineno(tmp_path / "my-task" / "task.toml", "min_rewrad")
+    want = (f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
+            "(did you mean `min_reward`?)")
+    assert want in p.stderr.splitlines(), p.stderr
+    first_trial = next(i for i, x in enumerate(p.stderr.splitlines())
+                       if x.startswith("[local/my-task]"))
+    assert p.stderr.splitlines().index(want) < first_trial
+    s = cairn("tasks", "sanity", "my-task", "-e", "local", "--strict", cwd=tmp_path)
+    assert s.returncode == 1
+    assert "local/my-task: FAIL" in s.stdout
+    assert f"my-task/task.toml:{line}: error: unknown key `min_rewrad`" in s.stderr
