@@ -207,6 +207,11 @@ def test_partial_regrade_names_the_unreached_steps_and_what_a_full_one_needs(tmp
     assert "step(s) append never ran in the recorded trial and have no score" in line
     assert "--start-step append --from " in line and "jobs/base/trials/" in line
     assert "-i local/gate" in line and line.rstrip().endswith("-a nop")
+    table = p.stdout.split("regrade (old → new)")[0]  # the task / step table
+    rows = {x.split()[1]: x for x in table.splitlines() if x.startswith("  ") and
+            x.split()[0] in ("1.", "2.")}
+    assert "stopped here" not in rows["write"]  # the step passes now
+    assert rows["append"].rstrip().endswith("regrade could not reach 1")
 
 
 # ---- 9. a jobs folder where a job folder is expected --------------------------------------------

@@ -139,10 +139,15 @@ def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
 
 
 def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter]:
-    """(task, step) → how many trials stopped / errored at that step."""
+    """(task, step) → how many trials stopped / errored at that step (a partial regrade: the
+    step it could not reach, which never ran in the recorded trial; issue 27)."""
     ends: dict[tuple[str, str], Counter] = {}
     for r in results:
-        if r.outcome is Outcome.STOPPED and r.stopped_after:
+        if r.regrade is not None and r.regrade.status == "regrade_partial" and \
+                r.regrade.unreached_step:  # the old stop is gone: the regrade ran out of steps
+            ends.setdefault((r.task.name, r.regrade.unreached_step),
+                            Counter())["regrade could not reach"] += 1
+        elif r.outcome is Outcome.STOPPED and r.stopped_after:
             ends.setdefault((r.task.name, r.stopped_after), Counter())["stopped"] += 1
         elif r.outcome is Outcome.ERRORED and r.error is not None and r.error.step:
             ends.setdefault((r.task.name, r.error.step), Counter())["errored"] += 1
@@ -163,7 +168,8 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
         if len(t.steps) > 1:
             for st in t.steps:
                 here = ends.get((t.name, st.name), Counter())
-                notes = {f"{k} here": v for k, v in sorted(here.items())}
+                notes = {(k if k.startswith("regrade") else f"{k} here"): v
+                         for k, v in sorted(here.items())}
                 if st.n_replayed:
                     notes["replayed by oracle (not scored)"] = st.n_replayed
                 rows.append([f"  {st.index}. {st.name}", str(st.n_reached), _f(st.mean_reward),
