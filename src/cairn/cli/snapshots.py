@@ -41,9 +41,9 @@ def regrade_cmd(
     from cairn.cli._jobdir import act_job_dir
 
     try:
-        job_dir = act_job_dir(job_dir, "regrade")
-        if max_cost_usd is not None and not max_cost_usd > 0:
+        if max_cost_usd is not None and not max_cost_usd > 0:  # options first, as before
             raise UsageError("--max-cost-usd must be a positive number of USD")
+        job_dir = act_job_dir(job_dir, "regrade")
         result = regrade_job(job_dir, paths=path, job_name=job_name, n_concurrent=n_concurrent,
                              max_cost_usd=max_cost_usd,
                              on_event=lambda line: print(line, file=sys.stderr, flush=True))
