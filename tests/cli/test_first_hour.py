@@ -143,6 +143,11 @@ def test_datasets_one_level_down_are_named_with_the_command(tmp_path):
     e = cairn("run", "-p", "outer", "--dry-run", "-e", "docker", cwd=tmp_path)
     assert e.returncode == 2
     assert "holds datasets one level down, give them: -p" in e.stderr
+    c2 = cairn("tasks", "check", "outer", "-e", "none", cwd=tmp_path)
+    assert c2.returncode == 1
+    assert ("outer: error: not a task (no task.toml or task.md) and holds no task folders; it "
+            "holds datasets one level down, check them: cairn tasks check outer/examples"
+            ) in c2.stdout
 
 
 # ---- 4, 5. step numbering under --start-step; regrade's exit code and lines --------------------

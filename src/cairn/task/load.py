@@ -337,8 +337,11 @@ def check_paths(paths: Sequence[Path], strict: bool = False, *,
     for p in map(Path, paths):
         tasks = find_tasks(p)
         if not tasks:
+            down = nested_datasets(p)
             text = ("does not exist" if not p.exists()
-                    else "not a task (no task.toml or task.md) and holds no task folders")
+                    else "not a task (no task.toml or task.md) and holds no task folders"
+                    + ("; it holds datasets one level down, check them: cairn tasks check "
+                       + " ".join(str(d) for d, _ in down) if down else ""))
             out.append(TaskCheck(p, (Finding(p, None, ERROR, text, INVALID_FILES),)))
         for t in tasks:
             out.append(TaskCheck(t, tuple(check_task(t, strict=strict, lint=lint))))
