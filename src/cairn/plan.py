@@ -347,6 +347,9 @@ class JobConfig(BaseModel):
     build_timeout_multiplier: float | None = Field(default=None, gt=0)
     """Scales image-build timeouts instead of ``timeout_multiplier`` (Harbor's
     ``environment_build_timeout_multiplier``)."""
+    strict: bool = False
+    """Task validation warnings are errors (``--strict``, as ``cairn tasks check --strict``):
+    a task with one ends ``config_error`` without a sandbox."""
 
     @field_validator("job_name")
     @classmethod

@@ -6,7 +6,7 @@ Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -37,6 +37,8 @@ class AgentContext:
         exit: set by the agent to report ``max_turns`` or ``error`` without raising.
         metadata: values the agent reports back to the engine. Only ``model_retries`` (an int:
             model calls retried) is read, and shown as a step warning; nothing else is stored.
+        notify: prints one line on the job's terminal (and trial.log) as a ``retry`` event,
+            tagged with the trial: e.g. each model-call retry with its cause (issue 27).
     """
 
     task: Task
@@ -50,6 +52,7 @@ class AgentContext:
     cost_usd: float | None = None
     exit: AgentExit | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    notify: Callable[[str], None] = field(default=lambda line: None)
 
 
 class Agent(ABC):

@@ -106,6 +106,12 @@ class LlmOptions:
         record_model_bodies: ``on``: the relay records request and response bodies.
         rollout: ``on``: the relay asks an OpenAI-compatible server for token ids and
             logprobs and records them.
+        connect_timeout_sec: bound on connecting to the model host (DNS and TCP/TLS
+            connect) within one call, seconds; a silent host costs this, not
+            ``request_timeout_sec`` (issue 27).
+        unreachable_retries: retries of a call whose host cannot be resolved or refuses the
+            connection (then ``model_unavailable`` with ``detail["unreachable"]``, which ends
+            the job: every trial would meet the same host).
     """
 
     api_base: str | None = None
@@ -123,6 +129,8 @@ class LlmOptions:
     max_trial_tokens: int | None = None
     record_model_bodies: str = "off"
     rollout: str = "off"
+    connect_timeout_sec: float = 10.0
+    unreachable_retries: int = 2
 
     @classmethod
     def parse(cls, kwargs: dict[str, Any]) -> LlmOptions:
@@ -209,6 +217,46 @@ def _classify(exc: Exception, litellm: Any) -> str:
             isinstance(exc, (ConnectionError, TimeoutError)):
         return "transient"
     return "fatal"
+
+
+_UNREACHABLE_TEXT = ("name or service not known", "nodename nor servname", "name resolution",
+                     "connection refused", "no route to host", "network is unreachable",
+                     "getaddrinfo failed", "temporary failure in name resolution")
+
+
+def unreachable_cause(exc: BaseException) -> str | None:
+    """Why a failed model call never reached the model host: it cannot be resolved, refuses
+    the connection or has no route (walking the exception's causes), else ``None``.
+
+    Args:
+        exc: what the model client raised.
+
+    Returns:
+        A short cause (``"connection refused"``, ``"name resolution failed"`` …) or ``None``
+        for a host that answered (a 5xx, a rate limit) or timed out.
+    """
+    import socket
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, socket.gaierror):
+            return "name resolution failed"
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        text = str(cur).lower()
+        for t in _UNREACHABLE_TEXT:
+            if t in text:
+                return "name resolution failed" if "name" in t or "getaddrinfo" in t else t
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """One short line naming a failed call's error (type and first line, bounded)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:200]
 
 
 def _retry_after_sec(exc: Exception) -> float | None:
@@ -588,13 +636,16 @@ class LlmAgent(Agent):
             extra["temperature"] = opts.temperature
         if opts.max_tokens is not None:
             extra["max_tokens"] = opts.max_tokens
+        import httpx  # litellm's own dependency
+
+        timeout = httpx.Timeout(opts.request_timeout_sec, connect=opts.connect_timeout_sec)
         retries = 0
         while True:
             try:
                 response = await litellm.acompletion(
                     model=self.model, messages=self._messages,
                     tools=TOOLS + (self._mcp.specs if self._mcp is not None else []),
-                    num_retries=0, max_retries=0, timeout=opts.request_timeout_sec, **extra)
+                    num_retries=0, max_retries=0, timeout=timeout, **extra)
                 return response, retries
             except asyncio.CancelledError:
                 raise
@@ -616,7 +667,17 @@ class LlmAgent(Agent):
                     raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
                                      f"model {self.model!r} refused the request: {exc}",
                                      detail=detail) from exc
-                if retries >= opts.model_retries:
+                unreachable = unreachable_cause(exc)
+                limit = opts.unreachable_retries if unreachable else opts.model_retries
+                if retries >= limit:
+                    if unreachable:
+                        where = opts.api_base or "the provider's API"
+                        raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
+                                         f"model {self.model!r}: host unreachable "
+                                         f"({unreachable}) at {where} after {retries} "
+                                         f"retries; check --ak api_base, the network and "
+                                         f"--allow-agent-host", detail={
+                                             **detail, "unreachable": unreachable}) from exc
                     raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
                                      f"model {self.model!r} unavailable after {retries} "
                                      f"retries: {exc}", detail=detail) from exc
@@ -628,6 +689,12 @@ class LlmAgent(Agent):
                 hinted = _retry_after_sec(exc)
                 if hinted is not None:
                     delay = max(delay, min(hinted, opts.retry_max_delay_sec))
+                if unreachable:  # a short bounded try: the host is not there
+                    delay = min(delay, 2.0)
+                context.notify(f"step {context.step.index}/{len(context.task.steps)} "
+                               f"{context.step.name}: model call "
+                               f"failed ({unreachable or _cause(exc)}); retry {retries} of "
+                               f"{limit} in {delay:.1f} s")
                 await asyncio.sleep(delay)
 
     def _cost(self, response: Any) -> float | None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
+import shlex
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -79,13 +80,62 @@ class RegradeResult:
     results: list[TrialResult] = field(default_factory=list)
     stopped_by: str | None = None
     judge_cost_usd: float = 0.0
+    rerun_command: str = ""
+    """The ``cairn run`` command that records a regradable job of the same tasks and agent
+    (``--snapshot-steps`` added to the source job's config), for the lines below."""
+    source_args: str = ""
+    """The source job's task sources as ``cairn run`` options (``-p … -d …``)."""
+
+    def _status(self, status: str) -> list[TrialResult]:
+        return [r for r in self.results if r.regrade is not None and r.regrade.status == status]
 
     @property
     def exit_code(self) -> int:
-        """0 when every trial was regraded or copied (errored trials included: they are
-        recorded), 1 when a trial could not be regraded because of an infra failure."""
-        return 1 if any(r.regrade and r.regrade.status == "not_regradable" and
-                        r.regrade.message.startswith("infra:") for r in self.results) else 0
+        """0 when some trial was regraded (errored trials copied unchanged are recorded); 1
+        when a trial could not be regraded because of an infra failure, or when no trial
+        could be regraded at all (e.g. a job run without ``--snapshot-steps``: the derived
+        job would only copy the old scores; issue 27)."""
+        if any(r.regrade and r.regrade.status == "not_regradable" and
+               r.regrade.message.startswith("infra:") for r in self.results):
+            return 1
+        return 1 if self.results and not (self._status("regraded")
+                                           or self._status("regrade_partial")) else 0
+
+    def lines(self) -> list[str]:
+        """What the terminal shows after the report: how many trials were regraded, why the
+        others were not and the command that makes them regradable, and for a partial
+        regrade the steps it could not reach and what a full one needs.
+
+        Returns:
+            Lines without a trailing newline; empty for a job of no trial.
+        """
+        if not self.results:
+            return []
+        done, partial = self._status("regraded"), self._status("regrade_partial")
+        nope = self._status("not_regradable")
+        out = [f"regrade: {len(done)} of {len(self.results)} trial(s) regraded"
+               + (f", {len(partial)} partial" if partial else "")
+               + (f", {len(nope)} not regradable" if nope else "")]
+        no_snap = [r for r in nope if r.regrade and "no snapshot" in r.regrade.message]
+        if no_snap:
+            out.append(f"  {len(no_snap)} trial(s) have no step snapshots: the job was run "
+                       "without --snapshot-steps; a regradable job is recorded by "
+                       + (self.rerun_command or "cairn run ... --snapshot-steps"))
+        for r in nope:
+            if r not in no_snap and r.regrade is not None:
+                out.append(f"  {r.trial_name}: {r.regrade.message}")
+        for r in partial:
+            assert r.regrade is not None
+            unreached = [s.name for s in r.regrade.steps if s.how == "not-run"
+                         and s.index >= next((x.index for x in r.regrade.steps
+                                              if x.name == r.regrade.unreached_step), 0)]
+            out.append(f"  {r.trial_name}: partial: step(s) {', '.join(unreached)} never ran "
+                       "in the recorded trial and have no score; a full regrade needs them "
+                       f"run: cairn run {self.source_args} -i {shlex.quote(r.task.name)} "
+                       f"--start-step {r.regrade.unreached_step} --from "
+                       f"{shlex.quote(str(self.source_dir / 'trials' / r.trial_name))} "
+                       f"-a {shlex.quote(r.agent.name)}")
+        return out
 
 
 def _default_name(src: Path) -> str:
@@ -438,7 +488,8 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         write_summary(dest, summarize_job(results, declared))
         return RegradeResult(job_dir=dest, source_dir=src, results=results,
                              stopped_by=stopped[0] if stopped else None,
-                             judge_cost_usd=spent[0])
+                             judge_cost_usd=spent[0], rerun_command=_rerun_command(meta.config),
+                             source_args=shlex.join(_source_args(meta.config)))
     finally:
         lock.release()
 
@@ -457,6 +508,32 @@ async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: st
         kind = getattr(exc, "kind", None)
         return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
                           if isinstance(exc, SandboxLostError) else f"{exc}")
+
+
+def _rerun_command(config: dict) -> str:
+    """``cairn run`` with the source job's tasks and agent and ``--snapshot-steps`` (a new job
+    name), the way to record a job this command can regrade."""
+    parts = ["cairn", "run", *_source_args(config)]
+    if config.get("agent"):
+        parts += ["-a", str(config["agent"])]
+    if config.get("model"):
+        parts += ["-m", str(config["model"])]
+    if (config.get("attempts") or 1) != 1:
+        parts += ["-k", str(config["attempts"])]
+    parts += ["--snapshot-steps", "--job-name", f"{config.get('job_name') or 'job'}-snap"]
+    return shlex.join(parts)
+
+
+def _source_args(config: dict) -> list[str]:
+    """A job config's task sources as ``cairn run`` options."""
+    parts: list[str] = []
+    for p in config.get("paths") or []:
+        parts += ["-p", str(p)]
+    for d in config.get("datasets") or []:
+        parts += ["-d", str(d)]
+    for r in config.get("repos") or []:
+        parts += ["--repo", str(r)]
+    return parts
 
 
 def _r(x: float | None) -> str:

@@ -27,7 +27,7 @@ from typing import Any
 from cairn import __version__
 from cairn.errors import JobStorageFullError, UsageError
 from cairn.events import EventKind, JobObserver
-from cairn.job.discover import check_templates, discover_inputs
+from cairn.job.discover import check_templates, discover_inputs, task_warning_lines
 from cairn.job.executors import Executor, get_executor
 from cairn.job.folder import (
     apply_decisions,
@@ -249,11 +249,17 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         job.open_log()
         job.write_job_json()  # first: a job killed from here on can be resumed
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                   f"(cairn {__version__}, backend {backend}"
+                   f"(cairn {__version__}, agent {config.agent}"
+                   + (f", model {config.model}" if config.model else "")
+                   + f", backend {backend}"
                    + (f", executor {executor.name})" if executor.name != "local" else ")"))
         for note in inputs.notes:
             job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
         for line in refused:
+            job.notice(line, EventKind.WARNING)
+        # each task's validation warnings, once per job, before the first trial (issue 27)
+        for line in task_warning_lines(d.entry for d in decisions
+                                       if d.action in (TrialAction.RUN, TrialAction.INVALID)):
             job.notice(line, EventKind.WARNING)
         if config.artifacts:  # the task lint's artifact rules, for the job's --artifact paths
             to_run = {d.entry.name: d.entry.task for d in decisions

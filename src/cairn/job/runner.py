@@ -125,12 +125,14 @@ class JobRun:
             result = await self.executor.run_trial(plan, self.emit)
             error = result.error if result.outcome is Outcome.ERRORED else None
             if (error is None or error.category is not Category.INFRA  # not retryable
-                    or runs > self.config.max_retries or self.stopped_by):
+                    or runs > self.config.max_retries or self.stopped_by
+                    or error.detail.get("unreachable")):  # a model host that is not there
                 return result
             if error.kind is ErrorKind.SANDBOX_LOST and self.backend == "docker" \
                     and not await wait_for_engine(self.emit, plan.task.name):
                 return result  # the engine stayed away: the trial keeps its infra error
-            self.notice(f"[{plan.task.name}] infra error {error.kind.value}; retrying in "
+            cause = (error.message.splitlines() or [""])[0][:200]
+            self.notice(f"[{plan.task.name}] infra error {error.kind.value} ({cause}); retrying in "
                       f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
                       f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
             await asyncio.sleep(delay)
@@ -154,6 +156,9 @@ class JobRun:
         before = self.stopped_by
         if result.error is not None and result.error.kind is ErrorKind.MODEL_AUTH_FAILED:
             self.stopped_by = self.stopped_by or "model_auth_failed"
+        if result.error is not None and result.error.kind is ErrorKind.MODEL_UNAVAILABLE and \
+                result.error.detail.get("unreachable"):  # every trial would meet the same host
+            self.stopped_by = self.stopped_by or "model_unreachable"
         if self.config.max_cost_usd is not None and self.spent_usd >= self.config.max_cost_usd:
             self.stopped_by = self.stopped_by or "max_cost"
         if self.stopped_by != before:

@@ -39,12 +39,22 @@ class SanityReport:
 
 
 def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 4,
-               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None
-               ) -> SanityReport:
+               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None,
+               strict: bool = False) -> SanityReport:
     """Run each task with ``oracle`` and with ``nop`` (two jobs) and compare.
 
     A task fails sanity when the oracle trial does not pass every step, or when the nop trial
     passes.
+
+    Args:
+        paths: task or dataset folders.
+        backend: the sandbox backend (``auto``, ``docker``, ``local``).
+        n_concurrent: trials at once, per job.
+        jobs_dir: where the two jobs are written.
+        observer: receives both jobs' events (each job prints its tasks' validation
+            warnings before its first trial).
+        strict: task validation warnings are errors (the task ends ``config_error`` in both
+            jobs, so it fails sanity).
 
     Raises:
         UsageError: no task matched.
@@ -56,7 +66,7 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
 
     async def both():
         base = {"paths": tuple(paths), "backend": backend, "n_concurrent": n_concurrent,
-                "jobs_dir": jobs_dir, "max_retries": 1}
+                "jobs_dir": jobs_dir, "max_retries": 1, "strict": strict}
         oracle = await arun_job(JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base),
                                 observer=observer)
         nop = await arun_job(JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base),

@@ -457,7 +457,8 @@ class _TrialRun:
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
                       separate=self.separate, networks=self.networks,
-                      sandbox_outlives_trial=opts.keep_sandbox, on_phase=self._record_phase)
+                      sandbox_outlives_trial=opts.keep_sandbox, on_phase=self._record_phase,
+                      on_notice=lambda line: self.event(line, EventKind.RETRY))
         self.step_env = env
         if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
             env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,

@@ -133,6 +133,8 @@ class StepEnv:
     resume_session: bool = False
     trial_baseline: Baseline | None = None
     mask: Callable[[str], str] = field(default=lambda s: s)
+    on_notice: Callable[[str], None] = field(default=lambda line: None)
+    """Prints a line on the terminal as a ``retry`` event of the trial (AgentContext.notify)."""
     separate: dict = field(default_factory=dict)
     phase: Phase = Phase.SETUP
     """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
@@ -371,7 +373,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     timeout = step.agent_timeout_sec * (env.agent_timeout_multiplier or env.timeout_multiplier)
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
-                           resume_session=env.resume_session)
+                           resume_session=env.resume_session, notify=env.on_notice)
     before = await take_baseline(sandbox)
     if env.trial_baseline is None:
         env.trial_baseline = before
