@@ -273,6 +273,8 @@ def test_an_unreachable_upstream_is_a_502_in_the_dialects_shape(tmp_path):
             async with client(relay) as c:
                 r = await call(c, "anthropic", lease.token)
             assert r.status_code == 502 and r.json()["type"] == "error"
+            # the cause in the words the llm agent's unreachable check knows (a fast job error)
+            assert "connection refused" in r.json()["error"]["message"]
             rec = lease.records[0]
             assert rec.error == "upstream_unreachable" and rec.usage.input_tokens is None
             assert lease.totals().usage.input_tokens is None  # unknown, not 0

@@ -218,7 +218,7 @@ class ModelRelay:
         self._preload = asyncio.get_running_loop().run_in_executor(None, self._prices.load)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=30,
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
                                           sock_read=self.config.upstream_idle_sec),
             auto_decompress=True)
 
@@ -385,7 +385,7 @@ class ModelRelay:
                 raise  # an answer had started: closing it must not look like success
             rec.error, rec.status = "upstream_unreachable", 502
             return await self._error(request, route.family, 502,
-                                     f"cairn relay: upstream failed: {type(exc).__name__}",
+                                     f"cairn relay: upstream failed: {_connect_cause(exc)}",
                                      "upstream_unreachable")
         finally:
             if rollout is not None:
@@ -505,3 +505,31 @@ class ModelRelay:
             rec.response_body = whole.decode("utf-8", "replace")
         await resp.write_eof()
         return resp
+
+
+def _connect_cause(exc: BaseException) -> str:
+    """A short cause for an upstream call that failed before any answer, naming a host that
+    cannot be resolved or refuses connections in the words the ``llm`` agent's
+    ``unreachable_cause`` knows (``name resolution failed``, ``connection refused``), so a
+    model host that is not there ends the job fast through the relay too (issue 27).
+
+    Args:
+        exc: what aiohttp (or the socket layer) raised.
+
+    Returns:
+        One line, at most 200 characters, with the exception's type.
+    """
+    import socket
+
+    cur: BaseException | None = exc
+    seen: set[int] = set()
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, socket.gaierror):
+            return f"{type(exc).__name__}: name resolution failed"
+        if isinstance(cur, ConnectionRefusedError):
+            return f"{type(exc).__name__}: connection refused"
+        os_error = getattr(cur, "os_error", None)
+        cur = os_error if isinstance(os_error, BaseException) else (cur.__cause__ or cur.__context__)
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:200]
