@@ -264,7 +264,11 @@ def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env
         if svc == MAIN_SERVICE:
             out.update(_limits(conf, spec))
             if gateway_env is not None:
-                names = ",".join(sorted(str(n) for n in (model.get("services") or {})))
+                # main gets a host name known in advance (its own, else "main"), so
+                # NO_PROXY names it with the service names (issue 29)
+                out["hostname"] = str(conf.get("hostname") or MAIN_SERVICE)
+                names = ",".join(sorted({*(str(n) for n in (model.get("services") or {})),
+                                         out["hostname"]}))
                 env = dict(gateway_env)
                 for key in ("NO_PROXY", "no_proxy"):
                     if key in env:
