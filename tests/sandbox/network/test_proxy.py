@@ -214,7 +214,7 @@ def test_l1_nul_under_a_wildcard_reaches_nothing(setup):
 def test_names_that_resolve_to_loopback_are_refused_unless_the_address_is_listed(setup):
     # `localhost` is allowed by name but resolves to loopback: refused; `0x7f000001` is a
     # numeric form glibc reads as 127.0.0.1: no name. With 127.0.0.1 listed, localhost goes.
-    port, up, state = setup["port"], setup["up"], setup["state"]
+    up, state = setup["up"], setup["state"]
     _set(setup, 1, ["localhost", "0x7f000001", "*.wild.test"])
     for host in ("localhost", "0x7f000001"):
         with pytest.raises(urllib.error.HTTPError) as err:
