@@ -331,3 +331,58 @@ def test_a_connection_still_open_at_the_end_is_recorded_with_its_bytes(tmp_path,
     assert "403" in late.stdout  # sealed: the late request is refused
     assert [(x["phase"], x["verdict"]) for x in after] == [("closed", "denied")]
     assert len(_seen(hosts, "allowed.test")[before:]) == 1  # the tunnel only
+
+
+DIRECT = """
+import json, os, socket, sys
+target = sys.argv[1]
+out = {}
+for name, fn in (
+    ("tcp", lambda: socket.create_connection((target, 80), timeout=2).close()),
+    ("udp", lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b"x", (target, 9999))),
+    ("icmp", lambda: socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).sendto(
+        b"\\x08\\x00\\xf7\\xff\\x00\\x00\\x00\\x00", (target, 0))),
+):
+    try:
+        fn()
+        out[name] = "sent"
+    except OSError as exc:
+        out[name] = type(exc).__name__
+out["docker.sock"] = os.path.exists("/var/run/docker.sock")
+print(json.dumps(out))
+"""
+
+
+def test_regression_blocked_attempts_from_a_sandbox(tmp_path, hosts):
+    """The tricks main already blocked stay blocked, seen from the target's side: raw
+    addresses, IPv4-mapped IPv6, userinfo, a suffix trick and an encoded dot through the proxy;
+    direct TCP, UDP and ICMP; no Docker socket. Nothing reaches the denied container."""
+    denied = hosts["denied.test"]
+    spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST,
+                 allowed_hosts=("allowed.test", "*.wild.test"),
+                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    before = len(_seen(hosts, "denied.test"))
+    mapped = f"::ffff:{denied}"
+    proxied = [f"GET http://{denied}/ HTTP/1.1\\r\\n\\r\\n",
+               f"CONNECT {denied}:80 HTTP/1.1\\r\\n\\r\\n",
+               f"GET http://[{mapped}]/ HTTP/1.1\\r\\n\\r\\n",
+               f"GET http://allowed.test@{denied}/ HTTP/1.1\\r\\n\\r\\n",
+               "GET http://allowed.test.evil.test/ HTTP/1.1\\r\\n\\r\\n",
+               "GET http://allowed%2etest/ HTTP/1.1\\r\\n\\r\\n",
+               f"GET http://{int.from_bytes(bytes(map(int, denied.split('.'))), 'big')}/ "
+               "HTTP/1.1\\r\\n\\r\\n"]
+
+    async def go():
+        async with DockerSandbox(spec) as sb:
+            r1 = await _script(sb, tmp_path, RAW, *proxied)
+            r2 = await _script(sb, tmp_path, DIRECT, denied)
+            time.sleep(0.5)
+            return r1, r2, await sb.network_records()
+
+    r1, r2, records = asyncio.run(go())
+    assert r1.exit_code == 0, r1.stderr
+    assert all(("400" in x or "403" in x or "502" in x) for x in r1.stdout.splitlines()), r1.stdout
+    assert '"docker.sock": false' in r2.stdout, r2.stdout
+    assert _seen(hosts, "denied.test")[before:] == []
+    assert len(records) == len(proxied)
+    assert all(x["verdict"] == "denied" and x["address"] is None for x in records), records

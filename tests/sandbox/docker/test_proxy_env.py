@@ -50,7 +50,8 @@ FETCH_JS = r"""
 CURL = r"""
 for u in "$@"; do
   out=$(curl -s -m 8 -w ' code=%{http_code}' "$u" 2>&1); rc=$?
-  python3 -c 'import json,sys; print(json.dumps({"target": sys.argv[1], "ok": sys.argv[2] == "0", "text": sys.argv[3]}))' "$u" "$rc" "$out"
+  python3 -c 'import json,sys; a = sys.argv
+print(json.dumps({"target": a[1], "ok": a[2] == "0", "text": a[3]}))' "$u" "$rc" "$out"
 done
 """
 
