@@ -386,3 +386,37 @@ def test_regression_blocked_attempts_from_a_sandbox(tmp_path, hosts):
     assert _seen(hosts, "denied.test")[before:] == []
     assert len(records) == len(proxied)
     assert all(x["verdict"] == "denied" and x["address"] is None for x in records), records
+
+
+def test_a_trial_records_the_verifiers_tunnel_still_open_at_its_end(tmp_path, hosts):
+    """On main a tunnel the verifier left open (5 KB through it) was in neither
+    network.jsonl nor result.json: records are written when a connection ends, and the
+    gateway was removed first. Now the trial's last record pass cuts and records it."""
+    from net_agents import ProbeAgent
+    from taskgen import write_task
+    from testbed import run_trial_sync
+
+    verifier = textwrap.dedent("""\
+        cat > /tmp/hold.py <<'PY'
+        """) + HOLD + textwrap.dedent("""\
+        PY
+        setsid python3 /tmp/hold.py > /dev/null 2>&1 < /dev/null &
+        for i in $(seq 200); do [ -e /tmp/ready ] && break; sleep 0.05; done
+        echo 1 > /logs/verifier/reward.txt
+        """)
+    task = write_task(tmp_path, "open-tunnel", network="no-network", dockerfile=DOCKERFILE,
+                      files={"environment/probe.py": PROBE}, test=verifier,
+                      toml_extra='[verifier]\nnetwork_mode = "allowlist"\n'
+                                 'allowed_hosts = ["allowed.test"]\n')
+    result = run_trial_sync(task, ProbeAgent([]), "docker", tmp_path / "jobs",
+                            add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    assert result.error is None, result.error
+    trial_dir = next((tmp_path / "jobs" / "job" / "trials").iterdir())
+    lines = (trial_dir / "steps" / "01-main" / "network.jsonl").read_text().splitlines()
+    import json
+
+    records = [json.loads(x) for x in lines]
+    (tunnel,) = [r for r in records if r["method"] == "CONNECT"]
+    assert (tunnel["phase"], tunnel["verdict"], tunnel["cut"]) == ("verifier", "allowed", True)
+    assert tunnel["bytes_out"] >= 5000 and tunnel["address"] == hosts["allowed.test"], tunnel
+    assert result.steps[0].network is not None and result.steps[0].network.allowed == 1
