@@ -234,46 +234,53 @@ def test_l3_a_head_begun_in_the_agent_phase_reaches_nothing_after_the_switch(tmp
     assert rec["cut"] is True and rec["address"] is None and rec["verdict"] == "denied", rec
 
 
+ATTACK = """\
+import ctypes, fcntl, socket, struct, sys
+subnet, mask, via, proxy = sys.argv[1:5]
+# SIOCADDRT: route the internal subnet through the gateway's bridge leg (struct rtentry)
+def sa(ip):
+    return struct.pack("HH4s8x", socket.AF_INET, 0, socket.inet_aton(ip))
+rt = struct.pack("L16s16s16sHhxxxxLPh6xPLLH6x", 0, sa(subnet), sa(via), sa(mask),
+                 0x0003, 0, 0, 0, 0, 0, 0, 0, 0)
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+fcntl.ioctl(s.fileno(), 0x890B, rt)
+try:
+    c = socket.create_connection((proxy, 3128), timeout=5)
+    c.sendall(b"GET http://allowed.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n")
+    c.settimeout(5)
+    print("answer", repr(c.recv(4096)), flush=True)
+except OSError as exc:
+    print("refused", type(exc).__name__, flush=True)
+"""
+
+
+def _attack_from_bridge(gateway_id: str, network: str) -> str:
+    """Run :data:`ATTACK` in a container on the default bridge that routes ``network``'s
+    subnet through the gateway's bridge address; what it printed."""
+    client = docker.from_env()
+    nets = client.api.inspect_container(gateway_id)["NetworkSettings"]["Networks"]
+    via = nets["bridge"]["IPAddress"]
+    internal = nets[network]
+    subnet = ipaddress.ip_network(f"{internal['IPAddress']}/{internal['IPPrefixLen']}",
+                                  strict=False)
+    return client.containers.run(
+        "python:3.12-slim", ["python3", "-c", ATTACK, str(subnet.network_address),
+                             str(subnet.netmask), via, internal["IPAddress"]],
+        remove=True, network="bridge", cap_add=["NET_ADMIN"],
+        labels={"cairn.test-host": "1"}).decode()
+
+
 def test_l5_the_proxy_does_not_answer_from_its_egress_side(tmp_path, hosts):
     """L5: a container on the engine's default bridge, with a route to the trial's internal
     subnet through the gateway's bridge address, used the proxy, and its request was
     recorded as the agent's. Now it is refused (and recorded as a foreign peer)."""
     spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",),
                  add_hosts=(("allowed.test", hosts["allowed.test"]),))
-    client = docker.from_env()
     before = len(_seen(hosts, "allowed.test"))
-    attack = textwrap.dedent("""\
-        import ctypes, fcntl, socket, struct, sys
-        subnet, mask, via, proxy = sys.argv[1:5]
-        # SIOCADDRT: route the internal subnet through the gateway's bridge leg (struct rtentry)
-        def sa(ip):
-            return struct.pack("HH4s8x", socket.AF_INET, 0, socket.inet_aton(ip))
-        rt = struct.pack("L16s16s16sHhxxxxLPh6xPLLH6x", 0, sa(subnet), sa(via), sa(mask),
-                         0x0003, 0, 0, 0, 0, 0, 0, 0, 0)
-        s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-        fcntl.ioctl(s.fileno(), 0x890B, rt)
-        try:
-            c = socket.create_connection((proxy, 3128), timeout=5)
-            c.sendall(b"GET http://allowed.test/ HTTP/1.1\\r\\nHost: allowed.test\\r\\n\\r\\n")
-            c.settimeout(5)
-            print("answer", repr(c.recv(4096)), flush=True)
-        except OSError as exc:
-            print("refused", type(exc).__name__, flush=True)
-        """)
 
     async def go():
         async with DockerSandbox(spec) as sb:
-            info = client.api.inspect_container(sb._net.gateway_id)["NetworkSettings"]
-            nets = info["Networks"]
-            via = nets["bridge"]["IPAddress"]
-            internal = nets[sb._net.internal.name]
-            subnet = ipaddress.ip_network(f"{internal['IPAddress']}/{internal['IPPrefixLen']}",
-                                          strict=False)
-            out = client.containers.run(
-                "python:3.12-slim", ["python3", "-c", attack, str(subnet.network_address),
-                                     str(subnet.netmask), via, internal["IPAddress"]],
-                remove=True, network="bridge", cap_add=["NET_ADMIN"],
-                labels={"cairn.test-host": "1"}).decode()
+            out = _attack_from_bridge(sb._net.gateway_id, sb._net.internal.name)
             return out, await sb.network_records()
 
     out, records = asyncio.run(go())
@@ -420,3 +427,61 @@ def test_a_trial_records_the_verifiers_tunnel_still_open_at_its_end(tmp_path, ho
     assert (tunnel["phase"], tunnel["verdict"], tunnel["cut"]) == ("verifier", "allowed", True)
     assert tunnel["bytes_out"] >= 5000 and tunnel["address"] == hosts["allowed.test"], tunnel
     assert result.steps[0].network is not None and result.steps[0].network.allowed == 1
+
+
+COMPOSE = """\
+services:
+  main:
+    build: .
+"""
+
+
+def test_compose_gateway_holds_l1_l2_l5(tmp_path, hosts):
+    """A compose project behind the gateway (its own networks made internal, the gateway
+    joined to them): the NUL under a wildcard, tagged frames from ``main`` and a bridge
+    container routing to the project's network all reach nothing."""
+    from cairn.agents.base import Agent
+    from taskgen import write_task
+    from testbed import run_trial_sync
+
+    denied = hosts["denied.test"]
+    seen_before = len(_seen(hosts, "denied.test")), len(_seen(hosts, "allowed.test"))
+
+    class Hostile(Agent):
+        name = "hostile"
+
+        def __init__(self) -> None:
+            super().__init__(None)
+            self.out: dict[str, str] = {}
+
+        async def run(self, instruction, sandbox, context) -> None:
+            r = await _script(sandbox, tmp_path, RAW,
+                              f"GET http://{denied}\\x00.wild.test/ HTTP/1.1\\r\\n\\r\\n")
+            self.out["raw"] = r.stdout + r.stderr
+            r = await _script(sandbox, tmp_path, FRAMES, denied)
+            self.out["frames"] = r.stdout + r.stderr
+            gw = sandbox._net.gateway_id
+            nets = docker.from_env().api.inspect_container(gw)["NetworkSettings"]["Networks"]
+            project = next(n for n in nets if n != "bridge")
+            self.out["attack"] = await asyncio.to_thread(_attack_from_bridge, gw, project)
+            self.out["caps"] = str(docker.from_env().api.inspect_container(gw)["HostConfig"]
+                                   ["CapDrop"])
+
+    task = write_task(tmp_path, "composed", network="allowlist", dockerfile=DOCKERFILE,
+                      files={"environment/probe.py": PROBE,
+                             "environment/docker-compose.yaml": COMPOSE})
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text().replace(
+        'network_mode = "allowlist"\n', 'network_mode = "allowlist"\n'
+        'allowed_hosts = ["allowed.test", "*.wild.test"]\n'))
+    agent = Hostile()
+    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
+                            add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    assert result.error is None, result.error
+    assert "400" in agent.out["raw"], agent.out
+    assert agent.out["frames"].startswith("sent"), agent.out
+    assert agent.out["attack"].startswith(("refused", "answer b''")), agent.out
+    assert agent.out["caps"] == "['ALL']"
+    time.sleep(0.5)
+    assert _seen(hosts, "denied.test")[seen_before[0]:] == []
+    assert _seen(hosts, "allowed.test")[seen_before[1]:] == []
