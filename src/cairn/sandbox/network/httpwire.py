@@ -14,6 +14,12 @@ import ipaddress
 import socket
 import time
 from dataclasses import dataclass
+from typing import Any
+
+try:  # inside the gateway the policy module sits next to this file
+    from netpolicy import canonical_host  # type: ignore[import-not-found, unused-ignore]
+except ImportError:  # pragma: no cover - run from the cairn package (tests)
+    from cairn.netpolicy import canonical_host
 
 MAX_HEAD_BYTES = 64 * 1024
 MAX_LINE_BYTES = 8 * 1024
@@ -22,6 +28,19 @@ _TOKEN = frozenset("!#$%&'*+-.^_`|~0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHI
 
 class BadRequest(ValueError):
     """A request the proxy refuses to parse further (answered with ``400``)."""
+
+
+class BadTarget(ValueError):
+    """A request target that is no proxy target (answered with ``400``).
+
+    Attributes:
+        reason: what the record says.
+        text: what the client is told.
+    """
+
+    def __init__(self, reason: str, text: str) -> None:
+        super().__init__(reason)
+        self.reason, self.text = reason, text
 
 
 @dataclass(frozen=True)
@@ -206,6 +225,60 @@ def response_head(raw: bytes) -> bytes:
     keep = [lines[0]] + [x for x in lines[1:] if x.split(b":", 1)[0].strip().lower()
                          not in (b"connection", b"keep-alive", b"proxy-connection")]
     return b"\r\n".join([*keep, b"Connection: close"]) + b"\r\n\r\n"
+
+
+def proxy_target(head: Head, entry: dict[str, Any]) -> tuple[str, int, str]:
+    """(canonical host, port, origin-form path) of a proxy request: ``CONNECT host:port``
+    or an absolute ``http://`` URL; fills ``entry["host"]`` (canonical, else as sent,
+    bounded to 255 characters) and ``entry["port"]``.
+
+    Raises:
+        BadTarget: an origin-form request, userinfo, a host not in canonical form
+            (:func:`netpolicy.canonical_host`), a bad port.
+    """
+    method, target = head.method, head.target
+    if method == "CONNECT":
+        authority, path, default = target, "", None
+    elif target[:7].lower() == "http://":
+        authority, slash, rest = target[7:].partition("/")
+        authority, q, query = authority.partition("?")
+        path = "/" + rest if slash else ("/?" + query if q else "/")
+        default = 80
+    else:
+        raise BadTarget("not a proxy request", "send absolute-form or CONNECT requests")
+    raw_host, port = _split_host_port(authority, default)
+    host = canonical_host(raw_host) if raw_host is not None else None
+    entry["host"] = host if host is not None else (raw_host or authority)[:255]
+    entry["port"] = port
+    if "@" in authority:
+        raise BadTarget("userinfo in the target", "no userinfo in a target")
+    if host is None:
+        raise BadTarget("not a host in canonical form", "the target's host is not a valid host")
+    if port is None:
+        raise BadTarget("bad port", "the target's port is not valid")
+    return host, port, path
+
+
+def _split_host_port(text: str, default: int | None) -> tuple[str | None, int | None]:
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None, None
+        host, rest = text[:end + 1], text[end + 1:]
+        if rest and not rest.startswith(":"):
+            return None, None
+        port_text = rest[1:]
+    elif text.count(":") == 1:
+        host, port_text = text.split(":")
+    else:
+        host, port_text = text, ""
+    if not host:
+        return None, None
+    if not port_text:
+        return host, default
+    if not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) < 65536:
+        return host, None
+    return host, int(port_text)
 
 
 # ---- the gateway's own addresses and routes (Linux /proc) ------------------------------------

@@ -450,65 +450,24 @@ class Proxy:
             self.record(entry)
 
 
+def _target(head: wire.Head, entry: dict[str, Any]) -> tuple[str, int, str]:
+    """(canonical host, port, origin-form path) of a proxy request; fills the entry's
+    ``host`` and ``port`` (:func:`httpwire.proxy_target`).
+
+    Raises:
+        Refused: 400 for an origin-form request, userinfo, a bad host or port.
+    """
+    try:
+        return wire.proxy_target(head, entry)
+    except wire.BadTarget as exc:
+        raise Refused(400, exc.reason, f"cairn gateway: {exc.text}") from None
+
+
 def _address(host: str) -> IpAddress | None:
     try:
         return ipaddress.ip_address(host)
     except ValueError:
         return None
-
-
-def _target(head: wire.Head, entry: dict[str, Any]) -> tuple[str, int, str]:
-    """(canonical host, port, origin-form path) of a proxy request; fills the entry's
-    ``host`` and ``port``.
-
-    Raises:
-        Refused: 400 for an origin-form request, userinfo, a bad host or port.
-    """
-    method, target = head.method, head.target
-    if method == "CONNECT":
-        authority, path, default = target, "", None
-    elif target[:7].lower() == "http://":
-        authority, slash, rest = target[7:].partition("/")
-        authority, q, query = authority.partition("?")
-        path = "/" + rest if slash else ("/?" + query if q else "/")
-        default = 80
-    else:
-        raise Refused(400, "not a proxy request",
-                      "cairn gateway: send absolute-form or CONNECT requests")
-    raw_host, port = _split_host_port(authority, default)
-    host = canonical_host(raw_host) if raw_host is not None else None
-    entry["host"] = host if host is not None else (raw_host or authority)[:255]
-    entry["port"] = port
-    if "@" in authority:
-        raise Refused(400, "userinfo in the target", "cairn gateway: no userinfo in a target")
-    if host is None:
-        raise Refused(400, "not a host in canonical form",
-                      "cairn gateway: the target's host is not a valid host")
-    if port is None:
-        raise Refused(400, "bad port", "cairn gateway: the target's port is not valid")
-    return host, port, path
-
-
-def _split_host_port(text: str, default: int | None) -> tuple[str | None, int | None]:
-    if text.startswith("["):
-        end = text.find("]")
-        if end < 0:
-            return None, None
-        host, rest = text[:end + 1], text[end + 1:]
-        if rest and not rest.startswith(":"):
-            return None, None
-        port_text = rest[1:]
-    elif text.count(":") == 1:
-        host, port_text = text.split(":")
-    else:
-        host, port_text = text, ""
-    if not host:
-        return None, None
-    if not port_text:
-        return host, default
-    if not port_text.isdigit() or len(port_text) > 5 or not 0 < int(port_text) < 65536:
-        return host, None
-    return host, int(port_text)
 
 
 def _stamp(path: str) -> tuple[int, int, int] | None:
