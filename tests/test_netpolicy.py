@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
-
 import ipaddress
+
+import pytest
 
 from cairn.netpolicy import (
     AllowEntry,
