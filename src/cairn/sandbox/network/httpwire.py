@@ -292,8 +292,9 @@ def _hex4(text: str) -> ipaddress.IPv4Address:
 
 def routes(path: str = "/proc/net/route") -> tuple[list[tuple[str, IpNetwork]], set[str],
                                                      set[IpAddress]]:
-    """The IPv4 routing table: ((interface, network) of every on-link route, interfaces
-    that carry a default route, the default routes' next hops). Empty when unreadable."""
+    """The routing table: ((interface, network) of every on-link IPv4 and IPv6 route,
+    interfaces that carry a default IPv4 route, those routes' next hops). Empty when
+    unreadable."""
     nets: list[tuple[str, IpNetwork]] = []
     egress: set[str] = set()
     hops: set[IpAddress] = set()
@@ -313,7 +314,33 @@ def routes(path: str = "/proc/net/route") -> tuple[list[tuple[str, IpNetwork]], 
                 hops.add(gw)
         elif not int(gw):
             nets.append((iface, ipaddress.IPv4Network(f"{dest}/{mask}", strict=False)))
+    nets += _routes6()
     return nets, egress, hops
+
+
+def _routes6(path: str = "/proc/net/ipv6_route") -> list[tuple[str, IpNetwork]]:
+    """(interface, network) of every on-link IPv6 route but the default (``[]`` without
+    IPv6)."""
+    out: list[tuple[str, IpNetwork]] = []
+    try:
+        with open(path, encoding="ascii") as f:
+            rows = f.read().splitlines()
+    except OSError:
+        return out
+    for row in rows:
+        cols = row.split()
+        if len(cols) < 10:
+            continue
+        try:
+            dest = ipaddress.IPv6Address(bytes.fromhex(cols[0]))
+            plen = int(cols[1], 16)
+            hop = ipaddress.IPv6Address(bytes.fromhex(cols[4]))
+        except ValueError:
+            continue
+        if plen == 0 or int(hop) or dest.is_multicast or dest.is_link_local or plen == 128:
+            continue  # fe80::/64 is on every interface: it cannot tell a side
+        out.append((cols[9], ipaddress.IPv6Network(f"{dest}/{plen}", strict=False)))
+    return out
 
 
 def local_addresses() -> set[IpAddress]:
