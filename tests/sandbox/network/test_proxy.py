@@ -366,3 +366,26 @@ def test_regression_blocked_targets(setup, target):
     rec = _records(setup["proc"], 1)[0]
     assert rec["verdict"] == "denied" and rec["address"] is None, rec
     assert _Hello.seen == []
+
+
+def test_a_state_rewritten_in_place_with_the_same_size_and_time_is_seen(setup):
+    # what the backend's archive copy does: the same file, whole-second mtimes; two seals in
+    # one second (generations 2 and 3: same size) looked unchanged by stat, and the switch
+    # timed out
+    state = setup["state"]
+    applied = Path(str(state) + ".applied")
+    mtime = None
+    for gen in (2, 3):
+        data = {"generation": gen, "phase": "closed", "policy": {"mode": "no-network"},
+                "hosts": {}, "peers": ["127.0.0.0/8"]}
+        with open(state, "r+", encoding="utf-8") as f:
+            f.seek(0)
+            f.write(json.dumps(data))
+            f.truncate()
+        if mtime is None:
+            mtime = state.stat().st_mtime_ns
+        os.utime(state, ns=(mtime, mtime))
+        deadline = time.monotonic() + 5
+        while applied.read_text().strip() != str(gen):
+            assert time.monotonic() < deadline, f"generation {gen} not applied"
+            time.sleep(0.02)
