@@ -11,9 +11,10 @@ environment's, each step's agent and verifier phase):
   on the host, so the host's own listeners are out of reach as well); a gateway
   container joins that network (alias :data:`GATEWAY_ALIAS`) and the default bridge and runs
   :mod:`cairn.sandbox.network.proxy`. The sandbox gets ``HTTP_PROXY``/``HTTPS_PROXY``/
-  ``NO_PROXY``. A ``public`` phase in this layout also connects the sandbox to the trial's own
-  bridge network for that phase (real egress, not only through the proxy); leaving the phase
-  disconnects it.
+  ``NO_PROXY``/``NODE_USE_ENV_PROXY`` (:func:`proxy_env`). The gateway routes nothing and
+  holds no capability (:data:`GATEWAY_SYSCTLS`; docs/network.md). A ``public`` phase in
+  this layout also connects the sandbox to the trial's own bridge network for that phase
+  (real egress, not only through the proxy); leaving the phase disconnects it.
 
 The gateway image is built once per content hash of the proxy's two files, ``FROM`` the local
 ``python:3.12-slim`` (never pulled), tagged ``cairn-env:gateway-<hash16>``. The gateway carries
