@@ -96,8 +96,9 @@ def test_behind_the_gateway_main_gets_a_known_host_name_and_no_proxy_names_it():
     env = main["environment"]
     assert env["NODE_USE_ENV_PROXY"] == "1"
     for key in ("NO_PROXY", "no_proxy"):
-        assert set(env[key].split(",")) >= {"localhost", "127.0.0.1", "::1", "[::1]",
-                                            "0.0.0.0", "main", "db", "worker"}
+        assert set(env[key].split(",")) >= {"localhost", "127.0.0.1", "::1", "0.0.0.0",
+                                            "main", "db", "worker"}
+        assert "[" not in env[key]  # httpx fails every request on a bracketed entry
     model["services"]["main"]["hostname"] = "box"
     doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS,
                      gateway_env=proxy_env())

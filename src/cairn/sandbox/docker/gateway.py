@@ -59,9 +59,13 @@ BASE_IMAGE = "python:3.12-slim"
 IMAGE_REPO = "cairn-env"
 READY_TIMEOUT_SEC = 30.0
 SWITCH_TIMEOUT_SEC = 30.0
-NO_PROXY = "localhost,127.0.0.1,::1,[::1],0.0.0.0"
-"""Every local spelling a client may compare literally (Node, Python, curl each match
-``NO_PROXY`` entries as written)."""
+NO_PROXY = "localhost,127.0.0.1,::1,0.0.0.0"
+"""The local spellings clients compare literally (Node, Python, curl each match ``NO_PROXY``
+entries as written). Not ``[::1]``: httpx (≤ 0.28, under the OpenAI SDK, LiteLLM and every
+Python agent here) reads a bracketed entry as a URL with the port ``:1]`` and fails every
+request of its client; Node's ``fetch`` and urllib then send a request for
+``http://[::1]…`` to the gateway (``403``), which the sandbox could not answer anyway (no IPv6 loopback in a
+container of an IPv4 network)."""
 GATEWAY_SYSCTLS = {
     "net.ipv4.ip_forward": "0",
     "net.ipv4.conf.all.forwarding": "0",
