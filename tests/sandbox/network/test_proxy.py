@@ -389,3 +389,13 @@ def test_a_state_rewritten_in_place_with_the_same_size_and_time_is_seen(setup):
         while applied.read_text().strip() != str(gen):
             assert time.monotonic() < deadline, f"generation {gen} not applied"
             time.sleep(0.02)
+
+
+def test_an_allowed_host_that_does_not_answer_is_allowed_with_no_address(setup):
+    # the policy admitted it (not an attempt at something forbidden: `denied` counts those),
+    # and nothing was reached: `address` is null, the reason says why
+    out = _raw(setup["port"], f"GET http://up.test:{_free_port()}/ HTTP/1.1\r\n\r\n".encode())
+    assert out.startswith(b"HTTP/1.1 502")
+    rec = _records(setup["proc"], 1)[0]
+    assert (rec["verdict"], rec["address"]) == ("allowed", None), rec
+    assert rec["reason"].startswith("upstream unreachable")

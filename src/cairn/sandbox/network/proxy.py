@@ -34,7 +34,9 @@ the connection was accepted), ``generation`` and ``phase`` (of the state it was 
 its upstream contacted under), ``conn`` (the connection's number) and ``request`` (1 for the
 first request of a connection, 2… for pipelined ones), ``peer`` (the client's address and
 port), ``method``, ``host``, ``port``, ``address`` (the address actually connected to, or
-``null``), ``verdict`` (``allowed``: an upstream connection was made / ``denied``),
+``null``), ``verdict`` (``allowed``: the policy admitted the host and the address it
+resolved to — ``address`` says where it went, ``null`` when the upstream could not be
+reached / ``denied``: nothing was contacted),
 ``reason`` (refusals, upstream failures, a cut), ``cut`` (``true`` when a phase switch
 closed it), ``bytes_out`` (client → upstream) and ``bytes_in`` (upstream → client). Host
 names are logged in canonical form, else as sent (bounded to 255 characters).
@@ -270,6 +272,7 @@ class Proxy:
         """Serve one client connection's request, then record it (one thread each)."""
         upstream: socket.socket | None = None
         rest = b""
+        started = False  # bytes of an answer went to the client: no error reply after that
         try:
             head_raw, rest = wire.read_head(client, b"", time.monotonic() + HEAD_TIMEOUT_SEC)
             if head_raw is None:
@@ -284,9 +287,9 @@ class Proxy:
             if not state.policy.admits(host):
                 raise Refused(403, f"not allowed ({state.policy.mode.value})",
                               f"cairn gateway: {host} is not allowed in this phase")
-            addrs = self._resolve(host, port, state)
+            addrs = self._resolve(host, port, state, entry)
             upstream = self._connect(cid, addrs, port, entry)
-            entry["verdict"] = "allowed"
+            started = True
             if head.method == "CONNECT":
                 client.sendall(b"HTTP/1.1 200 Connection established\r\n\r\n")
                 if rest:
@@ -300,11 +303,11 @@ class Proxy:
                 self._pipelined(cid, rest, entry)
         except Refused as exc:
             entry["reason"] = entry["reason"] or exc.reason
-            if entry["verdict"] != "allowed":
+            if not started:
                 _reply(client, exc.code, exc.text)
         except wire.BadRequest as exc:
             entry["reason"] = entry["reason"] or f"bad request: {exc}"
-            if entry["verdict"] != "allowed":
+            if not started:
                 _reply(client, 400, f"cairn gateway: {exc}")
         except TimeoutError as exc:
             entry["reason"] = entry["reason"] or f"timed out: {exc}"[:200]
@@ -313,16 +316,20 @@ class Proxy:
         finally:
             self._finish(cid, client, upstream, entry)
 
-    def _resolve(self, host: str, port: int, state: State) -> list[IpAddress]:
-        """The addresses ``host`` may be reached at (see the module docstring).
+    def _resolve(self, host: str, port: int, state: State,
+                 entry: dict[str, Any]) -> list[IpAddress]:
+        """The addresses ``host`` may be reached at (see the module docstring); the entry's
+        verdict becomes ``allowed`` once the policy admits what it resolves to.
 
         Raises:
             Refused: 502 when it does not resolve, 403 when every address is refused.
         """
         literal = _address(host)
         if literal is not None:
+            entry["verdict"] = "allowed"
             return [literal]  # the policy admitted this very address
         if host in state.hosts:
+            entry["verdict"] = "allowed"
             return [state.hosts[host]]  # the operator's --add-host names the address
         try:  # a numeric form the resolver would read as an address (0x7f000001) is no name
             socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
@@ -333,6 +340,7 @@ class Proxy:
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as exc:
+            entry["verdict"] = "allowed"  # admitted; the name just does not resolve
             raise Refused(502, f"does not resolve: {exc}"[:200],
                           f"cairn gateway: cannot resolve {host}") from None
         own = wire.local_addresses() | wire.routes()[2] | state.local
@@ -350,6 +358,7 @@ class Proxy:
         if not good:
             raise Refused(403, f"resolves only to refused addresses: {', '.join(why)}"[:200],
                           f"cairn gateway: {host} resolves to an address not allowed")
+        entry["verdict"] = "allowed"
         return good
 
     def _connect(self, cid: int, addrs: list[IpAddress], port: int,
@@ -373,6 +382,7 @@ class Proxy:
                 gen = self.open.get(cid, (None, []))[0]
                 if gen != self.state.generation or cid in self.cut:
                     sock.close()
+                    entry["verdict"] = "denied"  # nothing was contacted
                     raise Refused(403, "phase ended", "cairn gateway: the phase ended")
                 self.open[cid][1].append(sock)
             sock.settimeout(left)
