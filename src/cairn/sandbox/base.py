@@ -461,8 +461,14 @@ class Sandbox(ABC):
 
     async def network_records(self) -> list[dict[str, object]]:
         """The connection records of the sandbox's egress gateway not returned before: one dict
-        per attempt (``time``, ``phase``, ``method``, ``host``, ``port``, ``verdict``,
-        ``reason``, ``bytes_out``, ``bytes_in``); ``[]`` without a gateway."""
+        per request (``time``, ``phase``, ``conn``, ``request``, ``peer``, ``method``,
+        ``host``, ``port``, ``address``, ``verdict``, ``reason``, ``cut``, ``bytes_out``,
+        ``bytes_in``; docs/network.md "The record"); ``[]`` without a gateway.
+
+        It ends a phase: the gateway first takes a closed policy (``no-network``, phase
+        ``closed``), so every connection still open is cut and recorded with its bytes, and
+        nothing reaches out until the next :meth:`set_network` (the trial calls this after
+        each step, so its last call holds every connection of the trial)."""
         return []
 
     # ---- services -------------------------------------------------------------------

@@ -93,6 +93,7 @@ from cairn.sandbox.docker.gateway import (
     ensure_gateway_image,
     plan_layout,
     proxy_env,
+    sandbox_hostname,
 )
 
 log = logging.getLogger(__name__)
@@ -371,12 +372,12 @@ class DockerSandbox(Sandbox):
         """The gateway's connection records not returned before (see :meth:`Sandbox.network_records`)."""
         if self._net is None or self._net.layout is not Layout.GATEWAY:
             return []
-        return await self._net.records()
+        return await self._net.records(self._cid)
 
-    def _environment(self) -> dict[str, str] | None:
+    def _environment(self, hostname: str | None = None) -> dict[str, str] | None:
         env = dict(self.spec.env)
         if self._net is not None and self._net.layout is Layout.GATEWAY:
-            env = {**proxy_env(), **env}
+            env = {**proxy_env((hostname,) if hostname else ()), **env}
         return env or None
 
     async def _create_and_start(self) -> None:
@@ -400,6 +401,9 @@ class DockerSandbox(Sandbox):
         trial8 = re.sub(r"[^A-Za-z0-9]", "", spec.trial_id)[:8]
         name = f"cairn-{slug}-{trial8}-{uuid.uuid4().hex[:6]}"
         env_hash = spec.env_hash
+        # behind the gateway the host name is set, so NO_PROXY can name it (issue 29)
+        gated = self._net.layout is Layout.GATEWAY
+        hostname = sandbox_hostname(name) if gated else None
         img = self._image
         service = [*img.entrypoint, *img.cmd] if img.entrypoint else []
         if is_keep_alive(service):  # the keeper idles anyway
@@ -414,7 +418,8 @@ class DockerSandbox(Sandbox):
                     img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
                     command=service,
                     labels=container_labels(spec, env_hash), host_config=host_config, name=name,
-                    working_dir=self._workdir, environment=self._environment(), detach=True)
+                    working_dir=self._workdir, environment=self._environment(hostname),
+                    hostname=hostname, detach=True)
                 self._cid = created["Id"]
                 return self._cid
 
