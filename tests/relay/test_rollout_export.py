@@ -40,7 +40,7 @@ def _cairn(*args: str) -> subprocess.CompletedProcess:
 
 
 @needs_run
-@pytest.mark.parametrize("flag", ["--ak"])
+@pytest.mark.parametrize("flag", ["--ak", "--rollout"])
 def test_every_steps_record_holds_its_calls_token_ids_joined_to_its_reward(tmp_path, flag):
     # attempt 1: step 1 right (1.0), step 2 wrong (0.0); attempt 2: both right
     script = [bash_call("echo 1 > /app/a.txt", usage=(120, 30)), submit_call(usage=(160, 10)),
@@ -87,6 +87,28 @@ def test_every_steps_record_holds_its_calls_token_ids_joined_to_its_reward(tmp_p
     # the step's second call saw a longer history than its first: a longer prompt
     assert len(recs[0]["calls"][1]["prompt_token_ids"]) > len(recs[0]["calls"][0]
                                                              ["prompt_token_ids"])
+    _run_the_docs_grpo_example(out, tmp_path)
+
+
+def _run_the_docs_grpo_example(rollouts: Path, tmp_path: Path) -> None:
+    """docs/export.md's worked GRPO example, run on this export as written."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "export.md").read_text()
+    code = doc.split("### Worked example: GRPO")[1].split("```python\n")[1].split("```")[0]
+    ns: dict = {}
+    cwd = os.getcwd()
+    os.chdir(rollouts.parent)
+    try:
+        exec(compile(code, "docs/export.md", "exec"), ns)  # noqa: S102 - our own docs
+    finally:
+        os.chdir(cwd)
+    batch = ns["batch"]
+    # step 1 passed in both attempts: advantage 0; step 2: attempt 1 failed, attempt 2 passed
+    assert sorted({(ex["step"], ex["attempt"], round(ex["advantage"], 3)) for ex in batch}) == [
+        ("append", 1, -1.0), ("append", 2, 1.0), ("write", 1, 0.0), ("write", 2, 0.0)]
+    assert len(batch) == 8  # two trainable calls a step
+    assert ns["grpo_loss"](batch, lambda ex: ex["old_logprobs"]) == pytest.approx(
+        -sum(ex["advantage"] * sum(ex["loss_mask"]) for ex in batch)
+        / sum(sum(ex["loss_mask"]) for ex in batch), abs=1e-6)
 
 
 def _line(**kw) -> dict:
