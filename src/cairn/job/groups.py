@@ -86,11 +86,12 @@ class AttemptGroup:
             member, in attempt order, then step order (token ids present with ``--rollout``).
         """
         from cairn.results.rollouts import trial_rollout_steps
-        from cairn.results.store import TrialPaths
+        from cairn.results.store import JobPaths, TrialPaths
+
+        trials = JobPaths(self.job_dir).trials_dir
         out: list[RolloutStep] = []
         for r in self.results:
-            trial = TrialPaths(self.job_dir / "trials" / r.trial_name)
-            out.extend(trial_rollout_steps(self.job_dir.name, r, trial))
+            out.extend(trial_rollout_steps(self.job_dir.name, r, TrialPaths(trials / r.trial_name)))
         return out
 
 
