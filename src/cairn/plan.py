@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Artifact, Task
@@ -301,6 +301,21 @@ class JobConfig(BaseModel):
     resume_agent_session: bool = False
     max_cost_usd: float | None = None
     """Stop starting new trials once the job has spent this much (USD)."""
+    # ---- the job's model relay (issue 30; docs/relay.md) -----------------------------------
+    relay: bool = True
+    """Model-driven agents call their model through the job's relay (``--no-relay``: direct,
+    spend as the agent itself reports it; result.json's ``spend_source`` says which)."""
+    rollout: bool = False
+    """The relay asks OpenAI-compatible servers for token ids and logprobs and records them
+    (``--rollout``; ``cairn export --format rollouts``)."""
+    record_model_bodies: bool = False
+    """The relay records request and response bodies, secrets masked
+    (``--record-model-bodies``)."""
+    max_trial_cost_usd: float | None = Field(default=None, ge=0)
+    """The relay closes a trial's model past this spend, USD (``--max-trial-cost-usd``)."""
+    max_trial_tokens: int | None = Field(default=None, ge=1)
+    """The relay closes a trial's model past this many tokens, input + output
+    (``--max-trial-tokens``)."""
     executor: str = "local"
     """Where trials run (``--executor``): ``local`` (in this process) or ``ray`` (a Ray
     cluster's worker nodes, docs/scale-out.md)."""
@@ -350,6 +365,18 @@ class JobConfig(BaseModel):
     strict: bool = False
     """Task validation warnings are errors (``--strict``, as ``cairn tasks check --strict``):
     a task with one ends ``config_error`` without a sandbox."""
+
+    @model_validator(mode="after")
+    def _relay_options(self) -> JobConfig:
+        if not self.relay:
+            given = [flag for flag, on in (
+                ("--rollout", self.rollout), ("--record-model-bodies", self.record_model_bodies),
+                ("--max-trial-cost-usd", self.max_trial_cost_usd is not None),
+                ("--max-trial-tokens", self.max_trial_tokens is not None)) if on]
+            if given:
+                raise ValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
+                                 "the model relay; drop --no-relay")
+        return self
 
     @field_validator("job_name")
     @classmethod

@@ -20,6 +20,8 @@ Examples:
 
   cairn export jobs/nightly --format parquet -o steps.parquet   (needs pyarrow)
 
+  cairn export jobs/rl --format rollouts -o rollouts.jsonl   (a --rollout job, docs/export.md)
+
   cairn export jobs/nightly --format harbor -o harbor-jobs/nightly   (Harbor 0.26 job folder)
 """
 
@@ -27,7 +29,7 @@ Examples:
 @app.command("export", help=_HELP)
 def export_cmd(
     job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder: its latest job, said on stderr).")],  # noqa: E501
-    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif, parquet, or harbor (a Harbor 0.26 job folder at -o DIR).")] = "jsonl",  # noqa: E501
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif, parquet, rollouts (token ids, logprobs, rewards per step), or harbor (a Harbor 0.26 job folder at -o DIR).")] = "jsonl",  # noqa: E501
     out: Annotated[Path | None, typer.Option("-o", "--out", help="Where the export is written: the output file (default stdout; required for parquet), or for harbor the job folder to create.")] = None,  # noqa: E501
     passed_only: Annotated[bool, typer.Option("--passed-only", help="Only steps that passed.")] = False,  # noqa: E501
     min_reward: Annotated[float | None, typer.Option("--min-reward", help="Only steps with a primary reward >= X.")] = None,  # noqa: E501

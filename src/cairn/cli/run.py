@@ -258,6 +258,12 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", "--resume-trajectory", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    # issue 30: the job's model relay (docs/relay.md)
+    no_relay: Annotated[bool, typer.Option("--no-relay", help="Agents call their model directly; spend is then the agent's own report.")] = False,  # noqa: E501
+    rollout: Annotated[bool, typer.Option("--rollout", help="Record token ids and logprobs of every model call (OpenAI-compatible servers; cairn export --format rollouts).")] = False,  # noqa: E501
+    record_model_bodies: Annotated[bool, typer.Option("--record-model-bodies", help="Record model request and response bodies (secrets masked).")] = False,  # noqa: E501
+    max_trial_cost_usd: Annotated[float | None, typer.Option("--max-trial-cost-usd", help="Stop a trial's model calls past this spend (USD).")] = None,  # noqa: E501
+    max_trial_tokens: Annotated[int | None, typer.Option("--max-trial-tokens", help="Stop a trial's model calls past this many tokens.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
     ray_trial_cpus: Annotated[float | None, typer.Option("--ray-trial-cpus", help="CPUs Ray reserves per trial under --executor ray (default: the task's [environment] cpus, else 1).")] = None,  # noqa: E501
@@ -342,6 +348,9 @@ def run_cmd(
             "prestart": prestart or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "relay": False if no_relay else None, "rollout": rollout or None,
+            "record_model_bodies": record_model_bodies or None,
+            "max_trial_cost_usd": max_trial_cost_usd, "max_trial_tokens": max_trial_tokens,
             "datasets": dataset or None, "registry_url": registry_url,
             "registry_path": str(registry_path.absolute()) if registry_path else None,
             "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,

@@ -46,15 +46,39 @@ class RelayWanted:
     rollout: bool = False
 
 
+@dataclass(frozen=True)
+class JobRelayOptions:
+    """The job's own relay options (``cairn run`` flags), laid over what each agent asks.
+
+    Attributes:
+        rollout: ``--rollout``: token ids and logprobs, whatever the agent asked.
+        record_bodies: ``--record-model-bodies``.
+        trial_cost_usd: ``--max-trial-cost-usd``; the lower of it and the agent's own wins.
+        trial_tokens: ``--max-trial-tokens``; likewise.
+    """
+
+    rollout: bool = False
+    record_bodies: bool = False
+    trial_cost_usd: float | None = None
+    trial_tokens: int | None = None
+
+
+def _lower(a: float | None, b: float | None) -> Any:
+    return b if a is None else a if b is None else min(a, b)
+
+
 class RelaySeam:
     """The job's relay, started on first use, closed at the job's end.
 
     Args:
         job_max_cost_usd: ``--max-cost-usd``, enforced at the relay across the job's trials.
+        options: the job's relay flags (issue 30), laid over each agent's :class:`RelayWanted`.
     """
 
-    def __init__(self, job_max_cost_usd: float | None) -> None:
+    def __init__(self, job_max_cost_usd: float | None,
+                 options: JobRelayOptions | None = None) -> None:
         self._job_cost = job_max_cost_usd
+        self._options = options or JobRelayOptions()
         self._relay: ModelRelay | None = None
         self._lock = asyncio.Lock()
 
@@ -81,6 +105,13 @@ class RelaySeam:
         wanted = wanted_of() if callable(wanted_of) else None
         if not isinstance(wanted, RelayWanted):
             return None
+        o = self._options
+        wanted = RelayWanted(
+            provider=wanted.provider, upstream=wanted.upstream,
+            limits=Limits(trial_cost_usd=_lower(wanted.limits.trial_cost_usd, o.trial_cost_usd),
+                          trial_tokens=_lower(wanted.limits.trial_tokens, o.trial_tokens)),
+            record_bodies=wanted.record_bodies or o.record_bodies,
+            rollout=wanted.rollout or o.rollout)
         relay = await self._start(wanted)
         lease = relay.open_trial(trial_id, limits=Limits(
             job_cost_usd=self._job_cost, trial_cost_usd=wanted.limits.trial_cost_usd,

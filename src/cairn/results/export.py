@@ -17,6 +17,9 @@ Formats (record schema ``cairn.export.step/1``, documented in docs/viewer.md):
   built from the instruction when the agent wrote none) with the record's metadata under
   ``extra.cairn``.
 - ``parquet``: the jsonl columns, nested values as JSON strings (needs ``pyarrow``).
+- ``rollouts``: per step, its model calls with token ids, logprobs and a loss mask, the step's
+  and the trial's reward and a group id (schema ``cairn.export.rollout/1``,
+  :mod:`cairn.results.rollouts`, docs/export.md).
 
 Reads only what :mod:`cairn.results.store` wrote.
 """
@@ -35,7 +38,7 @@ from cairn.results.model import StepResult, StepSource, TrialResult
 from cairn.results.store import TrialPaths, iter_trial_results, read_json
 
 EXPORT_SCHEMA = "cairn.export.step/1"
-FORMATS = ("jsonl", "sharegpt", "atif", "parquet")
+FORMATS = ("jsonl", "sharegpt", "atif", "parquet", "rollouts")
 
 RECORD_FIELDS = (
     "schema", "job", "task", "trial", "trial_id", "attempt", "step", "step_index", "steps_total",
@@ -267,7 +270,7 @@ def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter())
 
     Args:
         job_dir: the job folder.
-        fmt: ``jsonl``, ``sharegpt``, ``atif`` or ``parquet``.
+        fmt: ``jsonl``, ``sharegpt``, ``atif``, ``parquet`` or ``rollouts``.
         out: a text stream (one JSON document per line) for the line formats; a file path for
             ``parquet``.
         flt: which steps to keep.
@@ -281,6 +284,10 @@ def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter())
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
+    if fmt == "rollouts":
+        from cairn.results.rollouts import export_rollouts
+
+        return export_rollouts(job_dir, out, flt)
     if fmt == "parquet":
         if not isinstance(out, (str, Path)):
             raise ValueError("--format parquet needs -o FILE")

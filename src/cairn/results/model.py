@@ -364,6 +364,11 @@ class TrialResult(_Persisted):
     timings: TrialTimings = Field(default_factory=TrialTimings)
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float | None = None
+    spend_source: Literal["relay", "agent"] | None = None
+    """Where ``tokens`` and ``cost_usd`` came from: ``relay`` (the job's model relay read the
+    provider's own usage of every call), ``agent`` (the agent's own report: ``--no-relay`` or
+    an agent not on the relay), ``null`` (no model-driven agent, or a result older than the
+    field)."""
     judge: JudgeUsage | None = None
     """The LLM judges' spend over the trial's steps (apart from the agent's)."""
     started_at: datetime

@@ -23,6 +23,37 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.sandbox.cleanup import CleanReport
 
 
+def _with_spend_source(plan: TrialPlan, result: TrialResult, source: str | None
+                       ) -> TrialResult:
+    """SEAM (issue 30): say in result.json where the trial's spend came from.
+
+    The trial engine wrote result.json without it; it is read back (its stored, masked text),
+    given ``spend_source`` and written again atomically. To move into the trial's own result
+    once the relay is a job service of the engine.
+
+    Args:
+        plan: the trial.
+        result: what the engine returned.
+        source: ``relay``, ``agent`` or ``None`` (an agent with no model).
+
+    Returns:
+        The result with ``spend_source`` set (unchanged when ``source`` is ``None``).
+    """
+    if source is None or result.spend_source == source:
+        return result
+    from cairn.results.store import TrialPaths, TrialStore, read_result
+
+    updated = result.model_copy(update={"spend_source": source})
+    paths = TrialPaths(plan.trial_dir)
+    try:
+        stored = read_result(paths.result_json)
+        if stored.trial_id == result.trial_id and stored.finished_at == result.finished_at:
+            TrialStore(paths).write_result(stored.model_copy(update={"spend_source": source}))
+    except (OSError, ValueError):
+        pass  # no result.json written (storage full, …): the run loop reports that itself
+    return updated
+
+
 class Executor:
     """Runs trials for a job's run loop. The base class is the in-process ``local`` executor.
 
@@ -71,17 +102,24 @@ class Executor:
         # ---- SEAM (issue 25): a model-driven agent gets the relay and a per-trial token
         agent = make_agent(plan)
         lease = None
-        if callable(getattr(agent, "relay_wanted", None)):
+        model_driven = callable(getattr(agent, "relay_wanted", None))
+        if model_driven and self.config.relay:  # --no-relay: direct calls (issue 30)
             if self.relay is None:
-                from cairn.relay.seam import RelaySeam
+                from cairn.relay.seam import JobRelayOptions, RelaySeam
 
-                self.relay = RelaySeam(self.config.max_cost_usd)
+                c = self.config
+                self.relay = RelaySeam(c.max_cost_usd, JobRelayOptions(
+                    rollout=c.rollout, record_bodies=c.record_model_bodies,
+                    trial_cost_usd=c.max_trial_cost_usd, trial_tokens=c.max_trial_tokens))
             lease = await self.relay.attach(agent, plan.trial_id)
         try:
-            return await run_trial(plan, agent=agent, on_event=on_event)
+            result = await run_trial(plan, agent=agent, on_event=on_event)
         finally:
             if self.relay is not None:
                 self.relay.detach(lease)  # the trial's token is dead from here on
+        source = "relay" if lease is not None else (
+            "agent" if model_driven or plan.model is not None else None)
+        return _with_spend_source(plan, result, source)
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
               images: bool = False, snapshots: bool = False) -> CleanReport:
