@@ -52,9 +52,9 @@ def test_trial_ids_move_with_what_the_job_changes_and_only_then(tmp_path):
 def test_specific_multipliers_replace_the_global_one_in_run_options(tmp_path):
     opts = JobConfig(paths=(tmp_path,), timeout_multiplier=3.0, verifier_timeout_multiplier=0.5,
                      build_timeout_multiplier=4.0).run_options()
-    assert (opts.agent_multiplier, opts.verifier_multiplier, opts.agent_setup_multiplier,
-            opts.build_multiplier) == (3.0, 0.5, 3.0, 4.0)
-    assert RunOptions(timeout_multiplier=2.0).verifier_multiplier == 2.0
+    t = opts.timeouts
+    assert (t.agent, t.verifier, t.agent_setup, t.build) == (3.0, 0.5, 3.0, 4.0)
+    assert RunOptions(timeout_multiplier=2.0).timeouts.verifier == 2.0
 
 
 def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from cairn.errors import Category, Phase, SandboxLostError, TrialFailure, UsageError
-from cairn.plan import JobConfig, check_job_name
+from cairn.plan import JobConfig, Timeouts, check_job_name
 from cairn.results.aggregate import (
     evaluate_gates,
     primary_reward,
@@ -125,17 +125,15 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeout_multiplier: float, emit: EventSink,
-                 verifier_timeout_multiplier: float | None = None,
+                 job_dir: Path, timeouts: Timeouts, emit: EventSink,
                  add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
-        self.job_id, self.job_dir, self.timeout_multiplier = job_id, job_dir, timeout_multiplier
+        self.job_id, self.job_dir, self.timeouts = job_id, job_dir, timeouts
         self.emit = emit
-        self.verifier_multiplier = verifier_timeout_multiplier or timeout_multiplier
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
-                                        job_dir=job_dir, timeout_multiplier=timeout_multiplier)
+                                        job_dir=job_dir, timeout_multiplier=timeouts.build)
         self.spec = dataclasses.replace(self.spec, add_hosts=add_hosts)  # the run's --add-host
         from cairn.task.envvars import resolve_env, secret_values
 
@@ -152,19 +150,20 @@ class _TrialRegrade:
         from cairn.trial.verify import run_verifier
 
         sp = TrialPaths(self.dir).step(step.index, step.name)
-        timeout = step.verifier_timeout_sec * self.verifier_multiplier  # as the job ran it
+        timeout = step.verifier_timeout_sec * self.timeouts.verifier  # as the job ran it
         venv = self.verifier_envs[step.index - 1]
         if step.verifier_mode == "separate":
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
             plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          timeout_multiplier=self.timeout_multiplier,
+                                          timeout_multiplier=self.timeouts.build,
                                           verifier_env=venv)
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
             v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
                                             verifier_dir=sp.verifier, artifacts_dir=sp.artifacts,
-                                            mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
+                                            mask=self.masker.mask,
+                                            timeout_multiplier=self.timeouts.default)
             how: RegradeHow = "artifacts"
         else:
             from cairn.task.judge import judge_hosts
@@ -184,7 +183,8 @@ class _TrialRegrade:
                 if hc is not None:
                     from cairn.trial.healthcheck import run_healthcheck
 
-                    await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
+                    await run_healthcheck(sandbox, hc,
+                                          timeout_multiplier=self.timeouts.default)
                 if switch:
                     await sandbox.set_network(policy, phase="verifier")
                 v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
@@ -363,8 +363,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     dest = src.parent / (job_name or _default_name(src))
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
-    timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
-    verifier_multiplier = meta.config.get("verifier_timeout_multiplier")
+    timeouts = Timeouts.recorded(meta.config)
     add_hosts = tuple(sorted((str(k), str(v)) for k, v in
                              (meta.config.get("add_hosts") or {}).items()))
     copy_job_folder(src, dest)
@@ -414,8 +413,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                                               f"regrade's judge spend was ${spent[0]:.4f}")
                     else:
                         new = await _regrade_one(
-                            task, old, trial_dir, job_id, dest, timeout_multiplier, emit,
-                            add_hosts, float(verifier_multiplier) if verifier_multiplier else None)
+                            task, old, trial_dir, job_id, dest, timeouts, emit, add_hosts)
                         if new.regrade is not None and new.regrade.status != "not_regradable":
                             spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
                                             if r.judge is not None)
@@ -444,15 +442,12 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
 
 
 async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
-                       timeout_multiplier: float, emit: EventSink,
-                       add_hosts: tuple[tuple[str, str], ...],
-                       verifier_timeout_multiplier: float | None = None) -> TrialResult:
+                       timeouts: Timeouts, emit: EventSink,
+                       add_hosts: tuple[tuple[str, str], ...]) -> TrialResult:
     """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
     try:
         return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
-                                   timeout_multiplier=timeout_multiplier, emit=emit,
-                                   add_hosts=add_hosts,
-                                   verifier_timeout_multiplier=verifier_timeout_multiplier).run()
+                                   timeouts=timeouts, emit=emit, add_hosts=add_hosts).run()
     except (TrialFailure, UsageError) as exc:
         kind = getattr(exc, "kind", None)
         return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"

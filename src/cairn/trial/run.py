@@ -128,7 +128,7 @@ def sandbox_spec(task: Task, opts: RunOptions, networks: PhaseNetworks, env: dic
         network_mode=e.effective_network_mode, env=env,
         allowed_hosts=networks.environment.allowed_hosts,
         network_phases=networks.phases, add_hosts=opts.add_hosts,
-        build_timeout_sec=e.build_timeout_sec * opts.build_multiplier,
+        build_timeout_sec=e.build_timeout_sec * opts.timeouts.build,
         force_build=opts.force_build, job_id=job_id, trial_id=trial_id,
         env_hash=task.env_hash, name=task.slug, keep=False, job_dir=job_dir)
 
@@ -371,7 +371,7 @@ class _TrialRun:
         from cairn.trial.separate_verifier import plan_separate_verifier
 
         plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 timeout_multiplier=self.plan.options.build_multiplier,
+                                                 timeout_multiplier=self.plan.options.timeouts.build,
                                                  verifier_env=venv)
                  for s, venv in zip(self.task.steps, verifier_envs, strict=True)
                  if s.verifier_mode == "separate"}
@@ -417,7 +417,7 @@ class _TrialRun:
         hc = self.task.environment.healthcheck
         if hc is not None:
             self.clock.begin("healthcheck")
-            out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
+            out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeouts.default)
             self.clock.end()
             if not out.healthy:
                 await check_services(sandbox, when="and the environment never became healthy")
@@ -430,7 +430,7 @@ class _TrialRun:
         started = time.monotonic()
         first = self.task.steps[0]
         setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
-                             * self.plan.options.agent_setup_multiplier)  # scaled once
+                             * self.plan.options.timeouts.agent_setup)
         ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
                            timeout_sec=setup_timeout_sec,
                            user=first.agent_user, env=dict(self.plan.options.agent_env))
@@ -450,9 +450,7 @@ class _TrialRun:
     async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
         opts = self.plan.options
         steps = self.task.steps
-        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier,
-                      agent_timeout_multiplier=opts.agent_timeout_multiplier,
-                      verifier_timeout_multiplier=opts.verifier_timeout_multiplier,
+        env = StepEnv(verifier_env={}, timeouts=opts.timeouts,
                       verify=opts.verify,
                       hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
                       resume_session=opts.resume_agent_session, mask=self.masker.mask,
@@ -626,14 +624,6 @@ class _TrialRun:
         return [str(w) for w in self.task.warnings]
 
 
-def _multipliers(plan: TrialPlan) -> dict[str, float]:
-    """config.json's ``timeout_multipliers``: the specific multipliers the job gave."""
-    o = plan.options
-    given = {"agent": o.agent_timeout_multiplier, "verifier": o.verifier_timeout_multiplier,
-             "agent_setup": o.agent_setup_timeout_multiplier, "build": o.build_timeout_multiplier}
-    return {k: v for k, v in given.items() if v is not None}
-
-
 async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                     on_event: EventSink | None = None) -> TrialResult:
     """Run one trial to its end and write its results (design §4.1).
@@ -669,7 +659,7 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
                               fork_from=str(plan.options.fork_from) if plan.options.fork_from
                               else None,
                               extra_instructions=list(plan.options.extra_instructions),
-                              timeout_multipliers=_multipliers(plan),
+                              timeout_multipliers=plan.options.given_multipliers,
                               resource_overrides=dict(plan.options.resource_overrides),
                               extra_artifacts=list(plan.options.extra_artifacts))))
     run.store.write_steps(run.rows)

@@ -25,6 +25,7 @@ from cairn.errors import (
     TrialFailure,
 )
 from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR
+from cairn.plan import Timeouts
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
 from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
 from cairn.results.store import write_artifacts_manifest
@@ -108,10 +109,7 @@ class StepEnv:
 
     Attributes:
         verifier_env: resolved merged verifier env.
-        timeout_multiplier: the timeout multiplier (setup.sh, healthchecks, hooks).
-        agent_timeout_multiplier: the factor on the agent phase's timeout
-            (``--agent-timeout-multiplier``, else ``timeout_multiplier``).
-        verifier_timeout_multiplier: the factor on the verifier's timeout.
+        timeouts: the job's timeout multipliers (:class:`cairn.plan.Timeouts`).
         verify: ``False`` under ``--no-verify``.
         hardened: ``--hardened-verify``.
         agent_env: ``--ae`` variables.
@@ -124,9 +122,7 @@ class StepEnv:
     """
 
     verifier_env: dict[str, str]
-    timeout_multiplier: float = 1.0
-    agent_timeout_multiplier: float | None = None
-    verifier_timeout_multiplier: float | None = None
+    timeouts: Timeouts = field(default_factory=Timeouts)
     verify: bool = True
     hardened: bool = False
     agent_env: dict[str, str] = field(default_factory=dict)
@@ -349,7 +345,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         env.artifacts_left = False
     await _copy_workdir(sandbox, step)
     if step.setup_sh is not None:
-        timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
+        timings["setup_sec"] = await _run_setup(sandbox, step, env.timeouts.default)
     clock.end()
 
     # 4. step healthcheck
@@ -357,7 +353,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if step.healthcheck is not None:
         clock.begin("healthcheck")
         hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
-                                   timeout_multiplier=env.timeout_multiplier)
+                                   timeout_multiplier=env.timeouts.default)
         clock.end()
         timings["healthcheck_sec"] = clock.seconds("healthcheck")
         if not hc.healthy:
@@ -368,7 +364,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     # 5. agent phase
     env.phase = Phase.AGENT
-    timeout = step.agent_timeout_sec * (env.agent_timeout_multiplier or env.timeout_multiplier)
+    timeout = step.agent_timeout_sec * env.timeouts.agent
     context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
                            user=step.agent_user, env=dict(env.agent_env),
                            resume_session=env.resume_session)
@@ -419,7 +415,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if step.pre_artifacts_sh is not None:
         clock.begin("pre_artifacts")
         warnings.extend(await run_pre_artifacts(sandbox, step, dirs.agent, mask=mask,
-                                                timeout_multiplier=env.timeout_multiplier))
+                                                timeout_multiplier=env.timeouts.default))
         clock.end()
 
     # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
@@ -432,7 +428,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     env.phase = Phase.ARTIFACTS
     clock.begin("artifacts")
     manifest, hook_warnings = await collect_step_artifacts(
-        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
+        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeouts.default,
         logs_artifacts_written=ARTIFACTS_DIR in report.full if quiet else None,
         sized=dict(zip(sources, report.artifacts, strict=True)) if quiet else None)
     warnings.extend(hook_warnings)
@@ -462,8 +458,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         if killed:
             warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
         await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
-    verifier_timeout = step.verifier_timeout_sec * (env.verifier_timeout_multiplier
-                                                    or env.timeout_multiplier)
+    verifier_timeout = step.verifier_timeout_sec * env.timeouts.verifier
     clock.begin("verifier")
     if step.verifier_mode == "separate":
         from cairn.trial.separate_verifier import run_separate_verifier
@@ -475,7 +470,7 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         v = await run_separate_verifier(plan, step, env=env.verifier_env,
                                         timeout_sec=verifier_timeout,
                                         verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
-                                        mask=mask, timeout_multiplier=env.timeout_multiplier)
+                                        mask=mask, timeout_multiplier=env.timeouts.default)
         env.separate_records = v.network_records
     else:
         v = await run_verifier(sandbox, step, env=env.verifier_env,
