@@ -59,7 +59,7 @@ def test_specific_multipliers_replace_the_global_one_in_run_options(tmp_path):
 
 def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):
     from cairn.agents.oracle import OracleAgent
-    from cairn.trial.run import _TrialRun
+    from cairn.trial.run import resolve_trial
 
     path = write_task(tmp_path, "b", toml_extra="")
     toml = path / "task.toml"
@@ -72,7 +72,7 @@ def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):
     plan = TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
                      backend="docker", attempt=1, trial_id="0" * 64, trial_dir=trial_dir,
                      job_id="j", job_dir=Path(trial_dir).parents[1], options=cfg.run_options())
-    spec, _solution_env, _venvs = _TrialRun(plan, OracleAgent(), None)._resolve()
+    spec = resolve_trial(plan, OracleAgent()).spec
     assert spec.build_timeout_sec == 700.0  # 100 x 7, not x 2
     assert spec.memory_mb == 321
 

@@ -50,7 +50,6 @@ from cairn.results.store import (
     trial_dir_name,
 )
 from cairn.results.summary import summarize_job
-from cairn.sandbox.pools import close_pool, open_pool
 
 log = logging.getLogger("cairn.job")
 
@@ -241,8 +240,6 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         # capabilities, once per task before any trial is queued (config_error at once)
         decisions, refused = refuse_unsupported(decisions, config, backend)
         begun = True
-        if executor.name == "local":  # trials of this process may reuse gateways (pools.py)
-            open_pool(job.job_dir)
         job.open_log()
         job.write_job_json()  # first: a job killed from here on can be resumed
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
@@ -286,7 +283,6 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
                 f"`cairn resume {job.job_dir}`") from None
     finally:
         if begun:
-            close_pool(job.job_dir)  # what it still holds is labelled: settled just below
             await _settle_sandboxes(job)
             job.write_summary()
             with contextlib.suppress(Exception):

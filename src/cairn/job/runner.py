@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import errno
 import logging
 import os
@@ -36,8 +35,7 @@ from cairn.results.store import (
 )
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
-from cairn.trial.deferred import DEFERRED_STOPS, drain
-from cairn.trial.prestart import PRESTARTS, PrestartPool
+from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
@@ -114,15 +112,20 @@ class JobRun:
             self._log = None
 
     # ---- running ------------------------------------------------------------------------------
-    async def run_one(self, plan: TrialPlan) -> TrialResult:
-        """Run one trial with automatic retries of infra errors (design §6), attempts kept."""
+    async def run_one(self, plan: TrialPlan, services: JobServices | None = None) -> TrialResult:
+        """Run one trial with automatic retries of infra errors (design §6), attempts kept.
+
+        Args:
+            plan: the trial.
+            services: the job's services lent to each run of it.
+        """
         tp = TrialPaths(plan.trial_dir)
         delay = self.config.retry_backoff_sec
         runs = 0
         while True:
             runs += 1
             move_attempt_aside(tp)
-            result = await self.executor.run_trial(plan, self.emit)
+            result = await self.executor.run_trial(plan, self.emit, services)
             error = result.error if result.outcome is Outcome.ERRORED else None
             if (error is None or error.category is not Category.INFRA  # not retryable
                     or runs > self.config.max_retries or self.stopped_by):
@@ -246,9 +249,12 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""
     sem = asyncio.Semaphore(job.config.n_concurrent)
     queue: asyncio.Queue[TrialResult | None] = asyncio.Queue()
-    # --prestart: sandboxes started ahead for waiting trials (in this process only)
-    pool = PrestartPool(plans, limit=job.config.n_concurrent) \
-        if job.config.prestart and job.executor.name == "local" else None
+    # the job's services: deferred removals, --prestart's sandboxes started ahead for waiting
+    # trials and the reusable gateways (these two in this process only)
+    services = JobServices.for_job(plans, prestart=job.config.prestart,
+                                   limit=job.config.n_concurrent,
+                                   in_process=job.executor.name == "local")
+    pool = services.prestarts
     if job.config.prestart and pool is None:
         job.notice(f"--prestart applies to the in-process executor only; ignored under "
                    f"--executor {job.executor.name}", EventKind.WARNING)
@@ -265,7 +271,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                     started = True
                     job.observer.trial_started(plan)
                     try:
-                        result = await job.run_one(plan)
+                        result = await job.run_one(plan, services)
                     finally:
                         job.observer.trial_finished(plan)
                 if pool is not None:
@@ -288,11 +294,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
             queue.put_nowait(None)
 
     # sandbox removals run after each trial's result is written; the job's end waits for them
-    removals: set[asyncio.Task[None]] = set()
-    ctx = contextvars.copy_context()
-    ctx.run(DEFERRED_STOPS.set, removals)
-    ctx.run(PRESTARTS.set, pool)
-    producer = asyncio.create_task(all_of_them(), context=ctx)
+    await services.open()
+    producer = asyncio.create_task(all_of_them())
     try:
         while (item := await queue.get()) is not None:
             yield item
@@ -305,11 +308,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer
         finally:
-            try:
-                if pool is not None:  # what no trial took is removed before the job ends
-                    await pool.close()
-            finally:
-                await drain(removals)
+            # what no trial took is removed, every removal awaited, the pools closed
+            await services.aclose()
 
 
 def _record_cancelled(job: JobRun, plan: TrialPlan) -> None:

@@ -15,10 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.sandbox.pools import ResourcePool
 
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
@@ -225,6 +228,9 @@ class SandboxSpec:
             config (workdir, env, user).
         mounts: ``(host_folder, sandbox_path)`` pairs bound read-only into the sandbox (an
             agent's prepared runtime); only on backends with ``read_only_mounts``.
+        pool: the running job's pool of reusable resources (:mod:`cairn.sandbox.pools`), or
+            ``None`` (a trial run alone, a Ray worker): then the backend removes what it
+            made. Not part of the spec's equality (a pre-started sandbox matches without it).
     """
 
     env_dir: Path | None = None
@@ -249,6 +255,7 @@ class SandboxSpec:
     job_dir: Path | None = None
     snapshot: str | None = None
     mounts: tuple[tuple[str, str], ...] = ()
+    pool: ResourcePool[Any] | None = field(default=None, compare=False, repr=False)
 
     @property
     def network_policy(self) -> NetworkPolicy:

@@ -91,18 +91,15 @@ def agent_steps_total(task: Task, start_step: str | None) -> int:
     return len(task.steps) - (start_index(task, start_step) - 1)
 
 
-async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object]]],
-                      sandbox: Sandbox, oracle, step: Step, dirs, env, task: Task) -> StepResult:
+async def replay_step(run: Callable[[], Awaitable[StepResult]], step: Step, *,
+                      verify: bool) -> StepResult:
     """Run one step before ``--start-step`` with the oracle and verify it (design §4.7).
 
     Args:
-        run_step: :func:`cairn.trial.step.run_step` (passed in: this module is imported by it).
-        sandbox: the trial's sandbox.
-        oracle: an :class:`~cairn.agents.oracle.OracleAgent` with its ``solution_env`` set.
+        run: runs the step with the oracle (:func:`cairn.trial.step.run_step` bound to the
+            trial's sandbox, settings and recorder; passed in: this module is imported by it).
         step: the step.
-        dirs: its :class:`~cairn.trial.step.StepDirs`.
-        env: the trial's :class:`~cairn.trial.step.StepEnv`.
-        task: the task.
+        verify: the job verifies (``False`` under ``--no-verify``).
 
     Returns:
         The step's row with source ``oracle`` (its rewards kept for display; it counts in no
@@ -114,7 +111,7 @@ async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object
             failed transfer before any agent phase) are raised as they are, so they retry.
     """
     try:
-        row, _ = await run_step(sandbox, oracle, step, dirs, env, task)
+        row = await run()
     except SandboxLostError:
         raise
     except TrialFailure as exc:
@@ -125,7 +122,7 @@ async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object
                            f"{exc.kind.value}: {exc}",
                            detail={"cause": exc.kind.value, **{k: v for k, v in exc.detail.items()
                                                                if not k.startswith("_")}}) from exc
-    if not env.verify:
+    if not verify:
         return row.model_copy(update={"source": StepSource.ORACLE})
     if row.source is not StepSource.VERIFIER or not row.passed:
         why = (f"reward {row.reward}" if row.source is StepSource.VERIFIER else

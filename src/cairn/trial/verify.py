@@ -19,7 +19,7 @@ from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
 from cairn.sandbox.base import Sandbox, UploadItem
 from cairn.task.model import Step
-from cairn.trial.helper import VERIFIER_CLEANUP_CMD
+from cairn.trial.helper import VERIFIER_CLEANUP_CMD, reset_dirs_cmd
 from cairn.trial.judge import read_judge_usage
 from cairn.trial.rewards import read_reward
 
@@ -56,9 +56,7 @@ class VerifierRun:
 
 async def empty_verifier_logs(sandbox: Sandbox) -> None:
     """Remove everything under ``/logs/verifier`` (as root) and leave it world-writable."""
-    await sandbox.exec(
-        f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-        f"chmod 777 {VERIFIER_LOGS}", user="root")
+    await sandbox.exec(reset_dirs_cmd(VERIFIER_LOGS), user="root")
 
 
 FULL_KB = 64
@@ -141,8 +139,7 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         else:
             if not prepared:  # one exec: empty /logs/verifier, fresh /tests, the space left
                 prep = await sandbox.exec(
-                    f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-                    f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
+                    f"{reset_dirs_cmd(VERIFIER_LOGS)}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
                     user="root")
                 free_kb = parse_free_kb(prep.stdout)
             else:  # the after-agent exec measured it (cairn.trial.helper)

@@ -20,6 +20,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
+    from cairn.trial.context import JobServices
 
 
 class Executor:
@@ -51,12 +52,14 @@ class Executor:
 
         return resolve_backend(name)
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
+                        services: JobServices | None = None) -> TrialResult:
         """Run one trial to its end and store it in ``plan.trial_dir`` (result.json last).
 
         Args:
             plan: the trial.
-            on_event: receives the trial's event lines as they happen.
+            on_event: receives the trial's events as they happen.
+            services: the job's services lent to the trial (this process's pools).
 
         Returns:
             The trial's result; infra trouble is an ``errored`` result of category ``infra``
@@ -64,7 +67,7 @@ class Executor:
         """
         from cairn.trial.run import run_trial
 
-        return await run_trial(plan, on_event=on_event)
+        return await run_trial(plan, services, on_event=on_event)
 
     def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
               images: bool = False, snapshots: bool = False) -> CleanReport:

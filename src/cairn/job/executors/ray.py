@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
+    from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
@@ -343,8 +344,12 @@ class RayExecutor(Executor):
         with contextlib.suppress(Exception):
             self._dispatch(await self._events.take.remote())
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
+                        services: JobServices | None = None) -> TrialResult:
         """Run the trial on a worker node and install its folder here (module docstring).
+
+        ``services`` stay in this process: a worker's trial runs with none (its sandbox
+        removal is awaited on the node; no pool crosses to it).
 
         Returns:
             The result as stored; a lost node or a refusal is an ``infra`` error result.

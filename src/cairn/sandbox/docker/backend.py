@@ -315,15 +315,15 @@ class DockerSandbox(Sandbox):
 
     async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
         """A gateway and internal network an earlier trial of this job left in the job's pool
-        (:mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's policy and
-        host map); or ``None`` (no pool, none idle, a layout that is not reused) to make
-        fresh ones. A pooled gateway that died idle fails this trial's start as
+        (``spec.pool``, :mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's
+        policy and host map); or ``None`` (no pool, none idle, a layout that is not reused) to
+        make fresh ones. A pooled gateway that died idle fails this trial's start as
         ``start_failed`` (infra: retried on a fresh one)."""
-        from cairn.sandbox import pools
-
-        if not fresh.poolable_plan or not pools.pool_open(self.spec.job_dir):
+        pool = self.spec.pool
+        if not fresh.poolable_plan or pool is None or pool.closed:
             return None
-        return await pools.take_or_wait(self.spec.job_dir, POOL_KIND, wait_sec=POOL_WAIT_SEC)
+        item = await pool.take_or_wait(POOL_KIND, wait_sec=POOL_WAIT_SEC)
+        return item if isinstance(item, TrialNetwork) else None
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""
@@ -560,10 +560,9 @@ class DockerSandbox(Sandbox):
             log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
                         self._cid[:12], self._shell)
             return
-        from cairn.sandbox import pools
-
+        pool = self.spec.pool
         reuse = self._ready and self._net is not None and self._net.poolable and \
-            pools.expect(self.spec.job_dir, POOL_KIND)
+            pool is not None and pool.expect(POOL_KIND)
         try:
             if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
@@ -575,12 +574,12 @@ class DockerSandbox(Sandbox):
                 # A gateway is handed on only once this trial's container is gone for sure.
                 kept = reuse and net is not None and self.removal_error is None and \
                     await net.recycle() and \
-                    pools.give(self.spec.job_dir, POOL_KIND, net, limit=POOL_LIMIT)
+                    pool is not None and pool.give(POOL_KIND, net, limit=POOL_LIMIT)
                 if net is not None and not kept:
                     await net.remove()
             finally:
-                if reuse:
-                    pools.settle(self.spec.job_dir, POOL_KIND)
+                if reuse and pool is not None:
+                    pool.settle(POOL_KIND)
             client, self._client = self._client, None
             if client is not None:
                 with contextlib.suppress(Exception):
