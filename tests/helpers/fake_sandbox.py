@@ -37,10 +37,11 @@ from cairn.sandbox.base import (
     UploadItem,
 )
 from cairn.trial.helper import AFTER_AGENT_SCRIPT, CLEAR_EVIDENCE_CMD, PLANTED_PREFIX, VERIFIER_CLEANUP_CMD
+from cairn.trial.step import PYTHON_HOOKS_CMD
 
 Handler = Callable[["FakeSandbox", ExecRequest], "ExecResult | None | Awaitable[ExecResult | None]"]
 
-PASSED_CONFORMANCE = frozenset({"upload_download_roundtrip", "logs_dirs_fresh", "stop_fast"})
+PASSED_CONFORMANCE = frozenset({"logs_dirs_fresh", "stop_removes_everything"})
 """The conformance checks (:mod:`cairn.sandbox.conformance`) this fake passes; the
 test ``tests/trial/test_fake_engine.py`` runs them against it."""
 
@@ -163,6 +164,8 @@ class FakeSandbox(Sandbox):
     def _record(self, op: str, detail: str = "", user: str | int | None = None) -> None:
         if self.world.lost is not None:
             raise self.world.lost
+        if self.stopped and op != "stop":
+            raise SandboxError(f"fake sandbox {self.spec.trial_id}: {op} after stop")
         self.world.calls.append(Call(op, detail, user, self.spec.trial_id))
 
     async def start(self) -> None:
@@ -311,6 +314,8 @@ class FakeSandbox(Sandbox):
             for f in [f for f in w.files if f.startswith(PLANTED_PREFIX)]:
                 del w.files[f]
             return _ok()
+        if text == PYTHON_HOOKS_CMD:  # hardened verify: no Python start-up hooks here
+            return _ok()
         if text == VERIFIER_CLEANUP_CMD:
             w.remove(TESTS_DIR)
             w.remove(VERIFIER_LOGS_DIR, contents_only=True)
@@ -390,7 +395,7 @@ class FakeSandbox(Sandbox):
         if name in ("test", "["):
             args = [a for a in args if a != "]"]
             test = {"-f": lambda p: p in w.files, "-d": lambda p: p in w.dirs,
-                    "-e": w.exists}.get(args[0])
+                    "-e": w.exists, "-w": w.exists}.get(args[0])
             return _ok(exit_code=0 if test is not None and test(args[1]) else 1)
         if name == "grep":
             word, path = paths[0], paths[1]
@@ -403,6 +408,15 @@ class FakeSandbox(Sandbox):
             if sink is not None:
                 sink.append(text)
             return _ok(text if sink is None else "")
+        if name == "ls":
+            folder = paths[0] if paths else self.workdir
+            pre = folder.rstrip("/") + "/"
+            names = sorted({p[len(pre):].split("/")[0] for p in w.listing(folder)})
+            text = "".join(f"{n}\n" for n in names)
+            if sink is not None:
+                sink.append(text)
+                return _ok()
+            return _ok(text)
         if name == "mkdir":
             for p in paths:
                 w.dirs.add(p)
