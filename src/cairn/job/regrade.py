@@ -57,7 +57,8 @@ RegradeHow = Literal["snapshot", "artifacts", "not_regradable", "not-run", "orac
 """How a step was regraded (:class:`~cairn.results.model.RegradeStep`'s ``how``)."""
 RegradeStatus = Literal["regraded", "regrade_partial", "not_regradable"]
 
-EventSink = Callable[[str], None]
+RegradeSink = Callable[[str], None]
+"""Receives the regrade's progress lines (the regrade has no typed events of its own)."""
 
 
 @dataclass
@@ -72,6 +73,8 @@ class RegradeResult:
             trials (the rest were copied unchanged), else ``None``.
         judge_cost_usd: what the new verifications' LLM judges cost (their
             ``judge_usage.json``), USD.
+        infra_failed: trial ids that could not be regraded because of an infra failure
+            (their ``regrade.message`` says ``infra: …``).
     """
 
     job_dir: Path
@@ -79,13 +82,13 @@ class RegradeResult:
     results: list[TrialResult] = field(default_factory=list)
     stopped_by: str | None = None
     judge_cost_usd: float = 0.0
+    infra_failed: list[str] = field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         """0 when every trial was regraded or copied (errored trials included: they are
         recorded), 1 when a trial could not be regraded because of an infra failure."""
-        return 1 if any(r.regrade and r.regrade.status == "not_regradable" and
-                        r.regrade.message.startswith("infra:") for r in self.results) else 0
+        return 1 if self.infra_failed else 0
 
 
 def _default_name(src: Path) -> str:
@@ -106,12 +109,12 @@ def _load_tasks(paths: Sequence[Path] | None) -> dict[str, Task]:
 
 def _recorded_task(trial_dir: Path, cache: dict[str, Task | None]) -> Task | None:
     """The task folder a trial recorded in its config.json, loaded (``None`` when gone)."""
-    from cairn.results.store import CONFIG_JSON, read_json
+    from cairn.results.store import read_config
     from cairn.task.load import load_task
 
     try:
-        path = str(read_json(trial_dir / CONFIG_JSON)["task"]["path"])
-    except (OSError, ValueError, KeyError, TypeError):
+        path = read_config(trial_dir).task.path
+    except (OSError, ValueError):
         return None
     if path not in cache:
         try:
@@ -125,7 +128,7 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeouts: Timeouts, emit: EventSink,
+                 job_dir: Path, timeouts: Timeouts, emit: RegradeSink,
                  add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         from cairn.results.store import Masker
 
@@ -308,7 +311,7 @@ def _unchanged(old: TrialResult, why: str) -> TrialResult:
 async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                        job_name: str | None = None, n_concurrent: int = 4,
                        max_cost_usd: float | None = None,
-                       on_event: EventSink | None = None) -> RegradeResult:
+                       on_event: RegradeSink | None = None) -> RegradeResult:
     """Regrade a finished job into a new derived job folder next to it (async).
 
     Args:
@@ -388,6 +391,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         results: list[TrialResult] = [None] * len(olds)  # type: ignore[list-item]
         spent = [0.0]
         stopped: list[str] = []
+        infra_failed: list[str] = []
 
         async def one(i: int, old: TrialResult) -> None:
             trial_dir = dest / "trials" / old.trial_name
@@ -412,8 +416,10 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                         new = _unchanged(old, f"--max-cost-usd {max_cost_usd:g} reached: the "
                                               f"regrade's judge spend was ${spent[0]:.4f}")
                     else:
-                        new = await _regrade_one(
+                        new, category = await _regrade_one(
                             task, old, trial_dir, job_id, dest, timeouts, emit, add_hosts)
+                        if category is Category.INFRA:
+                            infra_failed.append(old.trial_id)
                         if new.regrade is not None and new.regrade.status != "not_regradable":
                             spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
                                             if r.judge is not None)
@@ -436,29 +442,35 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         write_summary(dest, summarize_job(results, declared))
         return RegradeResult(job_dir=dest, source_dir=src, results=results,
                              stopped_by=stopped[0] if stopped else None,
-                             judge_cost_usd=spent[0])
+                             judge_cost_usd=spent[0], infra_failed=infra_failed)
     finally:
         lock.release()
 
 
 async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
-                       timeouts: Timeouts, emit: EventSink,
-                       add_hosts: tuple[tuple[str, str], ...]) -> TrialResult:
-    """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
+                       timeouts: Timeouts, emit: RegradeSink,
+                       add_hosts: tuple[tuple[str, str], ...]
+                       ) -> tuple[TrialResult, Category | None]:
+    """One trial's regrade; a failure that stops it copies the trial unchanged with why.
+
+    Returns:
+        The trial's new result, and ``Category.INFRA`` when an infra failure (a lost engine)
+        stopped its regrade (else ``None``).
+    """
     try:
         return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
-                                   timeouts=timeouts, emit=emit, add_hosts=add_hosts).run()
+                                   timeouts=timeouts, emit=emit, add_hosts=add_hosts).run(), None
+    except SandboxLostError as exc:
+        return _unchanged(old, f"infra: {exc.kind.value}: {exc}"), Category.INFRA
     except (TrialFailure, UsageError) as exc:
-        kind = getattr(exc, "kind", None)
-        return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
-                          if isinstance(exc, SandboxLostError) else f"{exc}")
+        return _unchanged(old, f"{exc}"), None
 
 
 def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def regrade_job(job_dir: Path, **kwargs) -> RegradeResult:
+def regrade_job(job_dir: Path, **kwargs: Any) -> RegradeResult:
     """Regrade a job (blocking). Arguments as :func:`aregrade_job`.
 
     Returns:

@@ -45,7 +45,7 @@ from cairn.plan import JobConfig
 from cairn.results.model import JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     iter_trial_results,
-    read_json,
+    read_job_json,
     remove_partial_installs,
     trial_dir_name,
 )
@@ -246,7 +246,7 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
                    f"(cairn {__version__}, backend {backend}"
                    + (f", executor {executor.name})" if executor.name != "local" else ")"))
         for note in inputs.notes:
-            job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
+            job.notice(str(note), EventKind.WARNING if note.warning else EventKind.JOB)
         for line in refused:
             job.notice(line, EventKind.WARNING)
         if config.artifacts:  # the task lint's artifact rules, for the job's --artifact paths
@@ -415,9 +415,8 @@ def read_job(job_dir: Path) -> JobResult:
     for r in results:
         declared.setdefault(r.task.name, [s.name for s in r.steps])
     stopped = None
-    meta = job_dir / "job.json"
-    if meta.is_file():
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            stopped = read_json(meta).get("stopped_by")
+    if (job_dir / "job.json").is_file():
+        with contextlib.suppress(OSError, ValueError):
+            stopped = read_job_json(job_dir).stopped_by
     return JobResult(job_dir=job_dir, results=results, summary=summarize_job(results, declared),
                      stopped_by=stopped)

@@ -12,14 +12,13 @@ import contextlib
 import errno
 import logging
 import os
-import re
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from cairn.errors import Category, ErrorKind
-from cairn.events import Event, EventKind, EventSink, JobObserver
+from cairn.events import EngineWait, Event, EventKind, EventSink, JobObserver, Retrying, dedupe_key
 from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
@@ -35,12 +34,10 @@ from cairn.results.store import (
 )
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
+from cairn.sandbox.base import Sandbox
 from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
-
-_TRIAL_WARNING_RE = re.compile(r"^\[[^\]]*\] warning: (.*)$", re.DOTALL)
-
 
 class JobRun:
     """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
@@ -67,21 +64,21 @@ class JobRun:
         self._engine_version: str | None = None
         self._engine_known = False
         self._warned: set[str] = set()  # trial warnings already shown (once per job)
-        self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
+        self.sources: list[dict[str, Any]] = []  # job.json "sources": resolved datasets and repositories
         self._summary_on_disk: JobSummary | None = None  # what the last write_summary wrote
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
         """Append an event's line to job.log and hand the event to the observer.
 
-        A trial's ``warning: …`` event (a limit the backend cannot apply, an ignored
-        ``# syntax=`` line) reaches the observer once per job; later copies go to job.log only
-        (each trial's result.json still records its warnings).
+        A trial's warning (a :class:`~cairn.events.TrialWarning`: a limit the backend cannot
+        apply, an ignored ``# syntax=`` line) reaches the observer once per job, by its key;
+        later copies go to job.log only (each trial's result.json still records its
+        warnings).
         """
         shown = True
         if event.kind is EventKind.WARNING:
-            m = _TRIAL_WARNING_RE.match(event.text)
-            key = m.group(1) if m else event.text
+            key = dedupe_key(event)
             shown = key not in self._warned
             self._warned.add(key)
         if self._log is not None:
@@ -130,12 +127,11 @@ class JobRun:
             if (error is None or error.category is not Category.INFRA  # not retryable
                     or runs > self.config.max_retries or self.stopped_by):
                 return result
-            if error.kind is ErrorKind.SANDBOX_LOST and self.backend == "docker" \
-                    and not await wait_for_engine(self.emit, plan.task.name):
+            if error.kind is ErrorKind.SANDBOX_LOST and not await wait_for_engine(
+                    get_backend(self.backend), self.emit, plan.task.name):
                 return result  # the engine stayed away: the trial keeps its infra error
-            self.notice(f"[{plan.task.name}] infra error {error.kind.value}; retrying in "
-                      f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
-                      f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
+            self.emit(Retrying(tag=plan.task.name, task=plan.task.name, error_kind=error.kind.value,
+                               delay_sec=delay, run=runs + 1, of=self.config.max_retries + 1))
             await asyncio.sleep(delay)
             delay *= 2
 
@@ -212,10 +208,13 @@ retry, seconds (``CAIRN_ENGINE_WAIT_SEC``); past it the trial keeps its ``sandbo
 infra error and ``cairn resume`` re-runs it."""
 
 
-async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = None) -> bool:
-    """Wait, with backoff (1 s doubling to 15 s), until the Docker engine answers a ping.
+async def wait_for_engine(backend: type[Sandbox], emit: EventSink, task: str,
+                          wait_sec: float | None = None) -> bool:
+    """Wait, with backoff (1 s doubling to 15 s), until the backend's engine answers a ping
+    (:meth:`Sandbox.engine_answers`; a backend without an engine answers at once).
 
     Args:
+        backend: the trial's sandbox class.
         emit: receives one event when the wait starts and one when it ends.
         task: the task name the lines are tagged with.
         wait_sec: the bound, seconds (default :data:`ENGINE_WAIT_SEC`).
@@ -223,25 +222,20 @@ async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = N
     Returns:
         True when the engine answers within the bound, else False.
     """
-    from cairn.sandbox.auto import docker_answers
-
     bound = ENGINE_WAIT_SEC if wait_sec is None else wait_sec
     loop = asyncio.get_running_loop()
     deadline = loop.time() + bound
     delay = 1.0
-    if await asyncio.to_thread(docker_answers, 5.0):
+    if await backend.engine_answers(5.0):
         return True
-    emit(Event(EventKind.RETRY, f"[{task}] the Docker engine does not answer; waiting up to "
-               f"{bound:g} s for it", task=task))
+    emit(EngineWait(tag=task, task=task, state="waiting", bound_sec=bound))
     while loop.time() < deadline:
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(delay * 2, 15.0)
-        if await asyncio.to_thread(docker_answers, 5.0):
-            emit(Event(EventKind.RETRY, f"[{task}] the Docker engine answers again", task=task))
+        if await backend.engine_answers(5.0):
+            emit(EngineWait(tag=task, task=task, state="back", bound_sec=bound))
             return True
-    emit(Event(EventKind.WARNING, f"[{task}] engine_unavailable: the Docker engine did not "
-               f"answer within {bound:g} s; the trial keeps its sandbox_lost error (resume "
-               "re-runs it)", task=task))
+    emit(EngineWait(tag=task, task=task, state="gave_up", bound_sec=bound))
     return False
 
 

@@ -430,6 +430,45 @@ class JobMeta(_Persisted):
     """Set on a job made by ``cairn regrade``."""
 
 
+class ArtifactEntry(_Persisted):
+    """One row of a step's ``artifacts/manifest.json``: an artifact entry and what became of it.
+
+    Attributes:
+        source: the path in the sandbox (``/logs/artifacts`` for the agent's own folder).
+        destination: where it landed, relative to the step's ``artifacts/`` (``.``: its root).
+        status: ``copied``, or ``failed`` (``error`` says why; never fatal to the trial).
+        bytes: its size as measured in the sandbox, or ``None`` (not found, not measured).
+        error: why it was not collected, or ``None``.
+        excluded: paths removed from the host copy by the entry's ``exclude`` globs.
+        service: the compose service it came from (``None``: the main container).
+    """
+
+    source: str
+    destination: str
+    status: Literal["copied", "failed"]
+    bytes: int | None = None
+    error: str | None = None
+    excluded: list[str] = Field(default_factory=_new_list)
+    service: str | None = None
+
+
+class TrialStatus(_Persisted):
+    """``status.json``: where a running trial is (advisory; the viewer shows it until
+    result.json exists).
+
+    Attributes:
+        phase: the phase (:class:`cairn.errors.Phase` values).
+        step_index: the running step's 1-based index, ``None`` outside steps.
+        step: its name.
+        at: when the phase began (UTC, ISO 8601 with milliseconds).
+    """
+
+    phase: str
+    step_index: int | None = None
+    step: str | None = None
+    at: str | None = None
+
+
 class ConfigTask(_Persisted):
     """``task`` of config.json: name, content hash, the task folder's path on the host, and
     where a fetched task came from."""

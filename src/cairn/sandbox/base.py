@@ -135,6 +135,40 @@ def host_boot_clock() -> tuple[float, int]:
 
 
 @dataclass(frozen=True)
+class SandboxInfo:
+    """What results record about a running sandbox.
+
+    Attributes:
+        backend: the backend's registry name.
+        image_id: the image (docker) or layer (local) the sandbox runs, if known.
+        engine_version: the engine behind it (Docker's version, ``linux <release>``), if known.
+        extra: backend-specific facts (``container_id``, ``compose_project``, …).
+    """
+
+    backend: str
+    image_id: str | None = None
+    engine_version: str | None = None
+    extra: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxConnection:
+    """How a person (``cairn shell``, the ``--keep-sandbox`` line) gets into a running sandbox.
+
+    Attributes:
+        type: the backend's name.
+        hint: the line to tell a person (``docker exec -it <id12> bash``).
+        argv: a host command line that opens a shell inside (empty when the backend has none).
+        container: the container id, for container backends.
+    """
+
+    type: str
+    hint: str
+    argv: tuple[str, ...] = ()
+    container: str | None = None
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can enforce; checked before any trial is queued (docs/architecture.md, habit 7).
 
@@ -334,14 +368,14 @@ class Sandbox(ABC):
     capabilities: ClassVar[Capabilities]
 
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+    """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
+    fails; the suite skips and lists them (design §3.4)."""
 
     @classmethod
     def engine_version(cls) -> str | None:
         """The version of the engine behind this backend (recorded in job.json), or ``None``
         when there is none or it does not answer. Never raises."""
         return None
-    """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
-    fails; the suite skips and lists them (design §3.4)."""
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -491,6 +525,36 @@ class Sandbox(ABC):
     def info(self) -> dict[str, str | None]:
         """What results record about this sandbox: ``backend``, ``image_id``, ``engine_version``."""
         return {"backend": self.name, "image_id": None, "engine_version": None}
+
+    def sandbox_info(self) -> SandboxInfo:
+        """:attr:`info` as a typed :class:`SandboxInfo`."""
+        raw = dict(self.info)
+        return SandboxInfo(backend=str(raw.pop("backend", None) or self.name),
+                           image_id=raw.pop("image_id", None),
+                           engine_version=raw.pop("engine_version", None), extra=raw)
+
+    def connection(self, *, user: str | int | None = None) -> SandboxConnection:
+        """How a person gets into this running sandbox (the default: :meth:`shell_argv`, when
+        the backend has one, and a hint naming the backend and its :attr:`info`).
+
+        Args:
+            user: user name or uid; ``None`` = the image default.
+        """
+        from cairn.errors import SandboxError, UnsupportedError
+
+        try:
+            argv = tuple(self.shell_argv(user=user))
+        except (UnsupportedError, SandboxError):
+            argv = ()
+        return SandboxConnection(type=self.name, hint=f"{self.name} sandbox {self.info}",
+                                 argv=argv)
+
+    @classmethod
+    async def engine_answers(cls, timeout_sec: float) -> bool:
+        """Whether this backend's engine answers a ping within ``timeout_sec`` seconds (the job
+        asks, with backoff, after a lost sandbox and before its retry). Backends without an
+        engine answer at once. Never raises."""
+        return True
 
     async def exec(
         self,

@@ -8,6 +8,7 @@ exist once. The vocabulary itself (kinds, phases, categories) is :mod:`cairn.err
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from cairn.errors import (
     Category,
@@ -66,7 +67,7 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
 
 
 def as_start_failure(exc: Exception, message: str | None = None,
-                     detail: dict | None = None) -> TrialFailure:
+                     detail: dict[str, Any] | None = None) -> TrialFailure:
     """A sandbox that could not be made usable while starting is ``start_failed`` (infra).
 
     Used for the trial's own sandbox and for a separate verifier's sandbox.

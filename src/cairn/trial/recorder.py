@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from cairn.errors import Phase
-from cairn.events import Event, EventKind, EventSink
+from cairn.events import Event, EventKind, EventSink, TrialLine, TrialWarning, body
 from cairn.results.model import ErrorInfo, ForkRef, StepResult, StepSource, StopReason
 from cairn.results.store import TrialStore
 from cairn.sandbox.base import NetworkPolicy, Sandbox
@@ -203,17 +203,26 @@ class TrialRecorder:
         """Append a line to trial.log."""
         self.store.append_log(line)
 
+    def send(self, event: Event) -> None:
+        """Log a trial event's line in trial.log (without the tag) and emit it."""
+        self.log(body(event))
+        self.emit(event)
+
     def event(self, line: str, kind: EventKind = EventKind.TRIAL) -> None:
-        """Log a line in trial.log and emit it as ``[tag] line``."""
-        self.log(line)
-        self.emit(Event(kind, f"[{self.tag}] {line}", task=self.task.name,
-                        trial_id=self.trial_id))
+        """Log a line in trial.log and emit it as a :class:`TrialLine` (``[tag] line``)."""
+        self.send(TrialLine(tag=self.tag, line=line, line_kind=kind, task=self.task.name,
+                            trial_id=self.trial_id))
+
+    def warning(self, key: str) -> None:
+        """Emit a :class:`TrialWarning` (``[tag] warning: key``), not recorded in the result."""
+        self.send(TrialWarning(tag=self.tag, key=key, task=self.task.name,
+                               trial_id=self.trial_id))
 
     def warn(self, warnings: Sequence[str]) -> None:
-        """Record trial warnings and emit each as a ``warning:`` event."""
+        """Record trial warnings (result.json ``warnings``) and emit each."""
         for warning in warnings:
             self.warnings.append(warning)
-            self.event(f"warning: {warning}", EventKind.WARNING)
+            self.warning(warning)
 
 
 __all__ = ["TrialRecorder"]

@@ -29,7 +29,7 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
-from cairn.events import EventKind, EventSink
+from cairn.events import EnvironmentReady, EventKind, EventSink, StepEnded
 from cairn.plan import RunOptions, TrialPlan
 from cairn.results.aggregate import score_trial, stop_decision, sum_judge
 from cairn.results.model import (
@@ -73,13 +73,8 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
-    """How to look inside a kept sandbox, and how to remove it."""
-    info = sandbox.info
-    if info.get("container_id"):
-        how = f"docker exec -it {str(info['container_id'])[:12]} bash"
-    else:
-        how = f"{sandbox.name} sandbox {info}"
-    return f"{how}  (remove it with `cairn clean`)"
+    """How to look inside a kept sandbox (:meth:`Sandbox.connection`), and how to remove it."""
+    return f"{sandbox.connection().hint}  (remove it with `cairn clean`)"
 
 
 def _now() -> datetime:
@@ -340,11 +335,12 @@ async def _environment(plan: TrialPlan, sandbox: Sandbox, ready: _Ready, rec: Tr
             rec.prestart_sec = pre.start_sec
             rec.prestart_began_at = pre.began_at
         rec.environment_sec = time.monotonic() - started
-    rec.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
-    how = "" if pre is None else \
-        f" (pre-started; its start took {pre.start_sec or 0.0:.1f} s during an earlier trial)"
-    rec.event(f"environment: {plan.backend}, ready in {rec.environment_sec:.1f} s{how}",
-              EventKind.ENVIRONMENT)
+    info = sandbox.sandbox_info()
+    rec.info.update({"image_id": info.image_id, "engine_version": info.engine_version})
+    rec.send(EnvironmentReady(tag=rec.tag, task=plan.task.name, trial_id=plan.trial_id,
+                              backend=plan.backend, seconds=rec.environment_sec,
+                              prestarted=pre is not None,
+                              prestart_sec=pre.start_sec if pre is not None else None))
     return sandbox
 
 
@@ -419,8 +415,7 @@ async def _record_network(sandbox: Sandbox, step: Step, row: StepResult,
     try:
         records = [*(await sandbox.network_records()), *separate]
     except (SandboxError, OSError) as exc:
-        rec.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
-                  EventKind.WARNING)
+        rec.warning(f"the network record of step {step.name!r} is incomplete: {exc}")
         return row
     counts = rec.store.append_network_records(step.index, step.name, records)
     if counts.denied:
@@ -446,7 +441,7 @@ async def _one_step(plan: TrialPlan, agent: Agent, sandbox: Sandbox, step: Step,
         row = _step_failure(rec, s, step, await with_sandbox_end(exc, sandbox))
     row = await _record_network(sandbox, step, row, rec)
     rec.end_step(row)
-    rec.event(render_step_line(step, len(plan.task.steps), row), EventKind.STEP)
+    rec.send(step_ended(rec, row, len(plan.task.steps)))
     if rec.error is not None:
         return False
     if row.error is not None and row.source is StepSource.ERROR:
@@ -498,26 +493,16 @@ async def _steps(plan: TrialPlan, agent: Agent, sandbox: Sandbox, s: TrialSettin
             return
 
 
-def render_step_line(step: Step, n_steps: int, row: StepResult) -> str:
-    """The event line of a finished step: its reward or why it scored 0, with agent and
-    verifier times (design §9)."""
+def step_ended(rec: TrialRecorder, row: StepResult, n_steps: int) -> StepEnded:
+    """The :class:`~cairn.events.StepEnded` event of a finished step's row."""
     t = row.timings
-    if row.source is StepSource.CANDIDATE_ERROR and row.error is not None:
-        what = f"reward 0.00 ({row.error.kind.value}: {row.error.message})"
-    elif row.source is StepSource.VERIFIER:
-        what = f"reward {row.reward:.2f}" if row.reward is not None else \
-            f"rewards {row.rewards}"
-    elif row.error is not None:
-        what = f"error {row.error.kind.value}: {row.error.message}"
-    else:
-        what = "agent only (no verification)"
-    parts = [f"agent {t.agent_sec:.1f} s" if t.agent_sec is not None else None,
-             f"verifier {t.verifier_sec:.1f} s" if t.verifier_sec is not None else None]
-    extra = ", ".join(p for p in parts if p)
-    exit_note = f" [agent {row.agent_exit.value}]" if row.agent_exit and \
-        row.agent_exit.value != "ok" else ""
-    return f"step {step.index}/{n_steps} {step.name}: {what}{exit_note}" + \
-        (f" ({extra})" if extra else "")
+    return StepEnded(tag=rec.tag, task=rec.task.name, trial_id=rec.trial_id, index=row.index,
+                     of=n_steps, name=row.name, source=row.source.value, reward=row.reward,
+                     rewards=row.rewards,
+                     error_kind=row.error.kind.value if row.error is not None else None,
+                     error_message=row.error.message if row.error is not None else None,
+                     agent_exit=row.agent_exit.value if row.agent_exit else None,
+                     agent_sec=t.agent_sec, verifier_sec=t.verifier_sec)
 
 
 def _offer(plan: TrialPlan, ready: _Ready, rec: TrialRecorder,

@@ -15,8 +15,9 @@ Nothing here writes JSON: rows go back to the trial loop, which hands them to th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn.errors import (
     Category,
@@ -32,6 +33,9 @@ from cairn.sandbox.base import SNAPSHOT_LABEL, Sandbox, SandboxSpec
 from cairn.task.model import Step, Task
 
 SnapshotHook = Callable[[Sandbox, Step], Awaitable[tuple[StepSnapshot | None, list[str]]]]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.plan import JobConfig, RunOptions
 
 
 def snapshot_labels(*, job_id: str, trial_id: str, job_dir: Path | None, step: Step
@@ -180,7 +184,7 @@ def read_fork_source(trial_dir: Path, task: Task, start_step: str, backend: str
                                      step=prev.name, snapshot=row.snapshot.ref)
 
 
-def start_spec(spec: SandboxSpec, task: Task, options, backend: str
+def start_spec(spec: SandboxSpec, task: Task, options: RunOptions, backend: str
                ) -> tuple[SandboxSpec, ForkRef | None]:
     """The sandbox spec of a trial: with ``--from``, started from the recorded snapshot.
 
@@ -197,7 +201,8 @@ def start_spec(spec: SandboxSpec, task: Task, options, backend: str
 
 
 def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None,
-                 timeout_multiplier: float = 1.0, environ=None) -> tuple[SandboxSpec, set[str]]:
+                 timeout_multiplier: float = 1.0, environ: Mapping[str, str] | None = None
+                 ) -> tuple[SandboxSpec, set[str]]:
     """The sandbox spec a trial of ``task`` runs with (set ``snapshot`` to start from one),
     for ``cairn regrade`` and ``cairn shell``, and the secret values its env resolved.
 
@@ -220,7 +225,7 @@ def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None
 
 
 # ---- checks before start --------------------------------------------------------------------
-def check_start_options(config, tasks: Iterable[Task | None], backend: str) -> None:
+def check_start_options(config: JobConfig, tasks: Iterable[Task | None], backend: str) -> None:
     """Usage checks of ``--snapshot-steps``, ``--start-step`` and ``--from``, before anything
     starts (design §9 exit 2).
 

@@ -360,8 +360,8 @@ async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
         write_artifacts_manifest(st.paths.artifacts, manifest)
         rec.artifacts_left = not quiet or (report is not None and ARTIFACTS_DIR in report.full)
     for entry in manifest:
-        if entry["status"] != "copied":
-            st.warnings.append(f"artifact {entry['source']} not collected: {entry['error']}")
+        if entry.status != "copied":
+            st.warnings.append(f"artifact {entry.source} not collected: {entry.error}")
 
 
 async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings,

@@ -51,6 +51,7 @@ from cairn.sandbox.base import (
     NetworkPolicy,
     ProcessInfo,
     Sandbox,
+    SandboxConnection,
     SandboxEnd,
     SandboxSpec,
     ServiceExit,
@@ -668,6 +669,26 @@ class DockerSandbox(Sandbox):
         finally:
             with contextlib.suppress(Exception):
                 client.close()
+
+    @classmethod
+    async def engine_answers(cls, timeout_sec: float) -> bool:
+        """Whether the Docker engine answers a ping (:func:`cairn.sandbox.auto.docker_answers`)."""
+        from cairn.sandbox.auto import docker_answers
+
+        return await asyncio.to_thread(docker_answers, timeout_sec)
+
+    def connection(self, *, user: str | int | None = None) -> SandboxConnection:
+        """``docker exec -it <container12> bash`` (the hint), the full :meth:`shell_argv` and
+        the container id."""
+        cid = self._cid
+        if not cid:
+            return super().connection(user=user)
+        try:
+            argv = tuple(self.shell_argv(user=user))
+        except SandboxError:
+            argv = ()
+        return SandboxConnection(type=self.name, hint=f"docker exec -it {cid[:12]} bash",
+                                 argv=argv, container=self._cid)
 
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """``docker exec -it <container> bash`` as ``user`` in the working dir."""
