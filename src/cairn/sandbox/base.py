@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
@@ -289,7 +289,7 @@ class SandboxSpec:
     job_dir: Path | None = None
     snapshot: str | None = None
     mounts: tuple[tuple[str, str], ...] = ()
-    pool: ResourcePool[Any] | None = field(default=None, compare=False, repr=False)
+    pool: ResourcePool[object] | None = field(default=None, compare=False, repr=False)
 
     @property
     def network_policy(self) -> NetworkPolicy:

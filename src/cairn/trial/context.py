@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from cairn.plan import RunOptions, Timeouts
 from cairn.sandbox.base import NetworkPolicy
@@ -168,7 +168,7 @@ class JobServices:
 
     removals: set[asyncio.Task[None]] | None = None
     prestarts: PrestartPool | None = None
-    pool: ResourcePool[Any] | None = None
+    pool: ResourcePool[object] | None = None
     resources: tuple[JobResource, ...] = ()
 
     @classmethod
