@@ -23,7 +23,7 @@ from cairn.job.discover import config_error_result
 from cairn.job.planner import ExistingTrial, FolderState, TrialAction, TrialDecision
 from cairn.lock import JobLock
 from cairn.plan import JobConfig, TrialPlan
-from cairn.results.model import JobMeta, TrialResult
+from cairn.results.model import JobMeta, JobStop, TrialResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.sandbox.cleanup import CleanReport
@@ -310,7 +310,7 @@ def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend:
 
 def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
                    engine_version: str | None, started_at: datetime,
-                   stopped_by: str | None, finished: bool = False,
+                   stopped_by: JobStop | None, finished: bool = False,
                    sources: list[dict[str, Any]] | None = None) -> None:
     """Write job.json (:class:`~cairn.results.model.JobMeta`): the resolved config with
     ``--ae`` values masked, versions, why the job stopped, and the resolved datasets and

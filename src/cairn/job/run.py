@@ -42,7 +42,7 @@ from cairn.job.planner import TrialAction, plan_trials
 from cairn.job.preflight import artifact_warnings, refuse_unsupported
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
-from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     iter_trial_results,
     read_job_json,
@@ -62,14 +62,14 @@ class JobResult:
         job_dir: the job folder.
         results: the latest result of every trial of the job (resumed ones included).
         summary: the job summary (also in summary.json).
-        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` / ``storage_full``
-            when the job stopped early, else None.
+        stopped_by: why the job stopped early (:class:`~cairn.results.model.JobStop`), or
+            ``None``.
     """
 
     job_dir: Path
     results: list[TrialResult]
     summary: JobSummary
-    stopped_by: str | None = None
+    stopped_by: JobStop | None = None
 
     @property
     def exit_code(self) -> int:
@@ -276,7 +276,7 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             full = _storage_full(exc)
             if full is None:
                 raise
-            job.stopped_by = "storage_full"
+            job.stopped_by = JobStop.STORAGE_FULL
             raise JobStorageFullError(
                 f"the filesystem holding {job.job_dir} is full ({full}); the job stopped, "
                 "results already written are kept; free space and run "

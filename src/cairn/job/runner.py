@@ -23,7 +23,7 @@ from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan
-from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     JobPaths,
     TrialPaths,
@@ -57,7 +57,7 @@ class JobRun:
         self.observer = observer or JobObserver()
         self._log: TextIO | None = None
         self.results: dict[str, TrialResult] = {}
-        self.stopped_by: str | None = None
+        self.stopped_by: JobStop | None = None
         self.spent_usd = 0.0
         self.declared_steps: dict[str, list[str]] = {}
         self.started_at = datetime.now(UTC)
@@ -152,9 +152,9 @@ class JobRun:
             self.spent_usd += result.judge.cost_usd or 0.0
         before = self.stopped_by
         if result.error is not None and result.error.kind is ErrorKind.MODEL_AUTH_FAILED:
-            self.stopped_by = self.stopped_by or "model_auth_failed"
+            self.stopped_by = self.stopped_by or JobStop.MODEL_AUTH_FAILED
         if self.config.max_cost_usd is not None and self.spent_usd >= self.config.max_cost_usd:
-            self.stopped_by = self.stopped_by or "max_cost"
+            self.stopped_by = self.stopped_by or JobStop.MAX_COST
         if self.stopped_by != before:
             self.notice(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
                       "trial starts, the remaining ones are recorded cancelled")
@@ -197,7 +197,7 @@ class JobRun:
             self._summary_on_disk = summary
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
             if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-                if self.stopped_by == "storage_full":
+                if self.stopped_by is JobStop.STORAGE_FULL:
                     return  # said once, by the job (resume rebuilds it)
                 raise  # a full disk stops the job (cairn.job.run turns it into one error)
             log.warning("could not write summary.json: %s", exc)
@@ -297,7 +297,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     finally:
         try:
             if not producer.done():
-                job.stopped_by = job.stopped_by or "interrupted"
+                job.stopped_by = job.stopped_by or JobStop.INTERRUPTED
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer

@@ -404,6 +404,20 @@ class DerivedFrom(_Persisted):
     """When the derived job was made."""
 
 
+class JobStop(StrEnum):
+    """Why a job stopped before every trial ran (job.json ``stopped_by``; design §8). The one
+    place these values are documented."""
+
+    MODEL_AUTH_FAILED = "model_auth_failed"
+    """A trial's model refused the credentials: every further trial would too."""
+    MAX_COST = "max_cost"
+    """``--max-cost-usd`` was reached (agents' and LLM judges' spend)."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C, SIGTERM, or a consumer that stopped reading the results."""
+    STORAGE_FULL = "storage_full"
+    """The filesystem holding the job folder is full (ENOSPC, EDQUOT)."""
+
+
 class JobMeta(_Persisted):
     """job.json (design §7): the job's resolved config and versions, rewritten when it stops.
 
@@ -418,8 +432,8 @@ class JobMeta(_Persisted):
     engine_version: str | None = None
     config: dict[str, Any]
     """The :class:`~cairn.plan.JobConfig` as JSON (agent env values masked)."""
-    stopped_by: str | None = None
-    """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
+    stopped_by: JobStop | None = None
+    """Why the job stopped early (:class:`JobStop`), or ``None``."""
     started_at: datetime
     finished_at: datetime | None = None
     sources: list[dict[str, Any]] = Field(default_factory=_new_list)
