@@ -99,3 +99,26 @@ def test_a_torn_job_json_is_rebuilt_with_the_overrides_so_trial_ids_match(tmp_pa
     assert cfg.artifacts == ("/app/a",)
     assert cfg.task_overrides() == {"extra_instructions": ["Be brief."],
                                     "override_memory_mb": 512}
+
+
+def test_a_regrade_builds_with_the_jobs_build_multiplier(tmp_path):
+    """cairn regrade restarts the sandbox as the job ran it: its image build is bounded by the
+    recorded --build-timeout-multiplier (it used --timeout-multiplier before)."""
+    from cairn.job.discover import cancelled_result
+    from cairn.job.regrade import _TrialRegrade
+    from cairn.plan import Timeouts
+
+    path = write_task(tmp_path, "rb", toml_extra="")
+    toml = path / "task.toml"
+    toml.write_text(toml.read_text() + "build_timeout_sec = 100\n")
+    task = load_task(path)
+    trial_dir = tmp_path / "jobs" / "j" / "trials" / "rb"
+    trial_dir.mkdir(parents=True)
+    plan = TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
+                     backend="docker", attempt=1, trial_id="1" * 64, trial_dir=trial_dir,
+                     job_id="j", job_dir=trial_dir.parents[1], options=RunOptions())
+    timeouts = Timeouts.recorded({"timeout_multiplier": 2.0, "build_timeout_multiplier": 7.0})
+    regrade = _TrialRegrade(task, cancelled_result(plan, "test"), trial_dir, job_id="j",
+                            job_dir=trial_dir.parents[1], timeouts=timeouts, emit=print)
+    assert regrade.spec.build_timeout_sec == 700.0  # 100 x 7, not x 2
+    assert (timeouts.default, timeouts.verifier) == (2.0, 2.0)
