@@ -59,7 +59,6 @@ from cairn.sandbox.base import (
     UploadItem,
 )
 from cairn.sandbox.docker.build import (
-    TASK_FAULT,
     ImageInfo,
     engine_version,
     ensure_image,
@@ -429,8 +428,7 @@ class DockerSandbox(Sandbox):
                 if why is None:
                     raise
                 raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED,
-                                   detail={TASK_FAULT: True}) from exc
+                                   kind=ErrorKind.START_FAILED, task_fault=True) from exc
 
     async def _prepare(self) -> None:
         before = time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -445,7 +443,7 @@ class DockerSandbox(Sandbox):
                 raise
             raise SandboxError(f"the task's image cannot start: {why}",
                                kind=ErrorKind.START_FAILED,
-                               detail={"logs": logs, TASK_FAULT: True}) from exc
+                               detail={"logs": logs}, task_fault=True) from exc
         after = time.clock_gettime(time.CLOCK_BOOTTIME)
         if code != 0:
             logs = await self._container_logs()
@@ -453,7 +451,7 @@ class DockerSandbox(Sandbox):
             detail: dict[str, Any] = {"stderr": err[-4000:], "logs": logs}
             if why is not None:  # the task's image: the same on every attempt
                 raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED, detail={**detail, TASK_FAULT: True})
+                                   kind=ErrorKind.START_FAILED, detail=detail, task_fault=True)
             raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
                                f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
         lines = out.split()
