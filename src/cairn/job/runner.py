@@ -40,7 +40,8 @@ from cairn.trial.context import JobServices
 log = logging.getLogger("cairn.job")
 
 class JobRun:
-    """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
+    """One run of a job (fresh or resumed): infra retries, the job's stop rules, summary.json
+    and job.log (planning is :mod:`cairn.job.planner`, the lock :mod:`cairn.job.folder`)."""
 
     def __init__(self, config: JobConfig, backend: str, job_dir: Path, *, resume: bool,
                  retry_errors: bool, observer: JobObserver | None,

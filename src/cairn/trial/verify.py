@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
-from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
+from cairn.layout import REWARD_FILE_CAP_BYTES, REWARD_FILES, TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
 from cairn.sandbox.base import ExecResult, Sandbox, UploadItem
 from cairn.task.model import Step
@@ -25,8 +25,6 @@ from cairn.trial.judge import read_judge_usage
 from cairn.trial.rewards import read_reward
 
 VERIFIER_LOGS = VERIFIER_LOGS_DIR
-REWARD_FILES = ("reward.json", "reward.txt")
-REWARD_CAP_BYTES = 64 * 1024
 
 
 @dataclass
@@ -92,7 +90,7 @@ def _read_capped(path: Path) -> bytes | None:
     if not path.is_file():
         raise TrialFailure(ErrorKind.REWARD_PARSE_ERROR, f"{path.name} is not a regular file")
     with path.open("rb") as fh:
-        return fh.read(REWARD_CAP_BYTES + 1)
+        return fh.read(REWARD_FILE_CAP_BYTES + 1)
 
 
 async def _prepare_tests(sandbox: Sandbox, step: Step, run: VerifierRun, *, prepared: bool,

@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
+from cairn.layout import REWARD_FILES
 from cairn.results.model import (
     ArtifactEntry,
     JobSummary,
@@ -781,7 +782,7 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
                 v.instruction = read_text_preview(sp.instruction)[0]
             v.trajectory, v.trajectory_error = _read_trajectory(sp.agent / "trajectory.json")
             v.agent_files = _listing(job_root, sp.agent, preview=True, skip={"trajectory.json"})
-            reward_names = {"reward.json", "reward.txt"}
+            reward_names = set(REWARD_FILES)
             v.verifier_files = [f for f in _listing(job_root, sp.verifier, preview=True)
                                 if f.name not in reward_names]
             for rn in ((row.reward_file,) if row.reward_file else ()) + tuple(sorted(reward_names)):
