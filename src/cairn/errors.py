@@ -175,12 +175,17 @@ class TrialFailure(CairnError):
     Attributes:
         kind: the :class:`ErrorKind`.
         detail: optional structured detail (exit code, stderr tail, log tail) kept in results.
+        task_fault: the failure is caused by the task's own definition (a start the task's
+            image breaks: a missing ENTRYPOINT program, no ``/bin/sh``), the same on every
+            attempt: classified ``task``, never retried as infra.
     """
 
-    def __init__(self, kind: ErrorKind, message: str, *, detail: dict | None = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str, *, detail: dict | None = None,
+                 task_fault: bool = False) -> None:
         super().__init__(message)
         self.kind = ErrorKind(kind)
         self.detail = dict(detail or {})
+        self.task_fault = task_fault
 
 
 class SandboxError(TrialFailure):
@@ -191,8 +196,8 @@ class SandboxError(TrialFailure):
     """
 
     def __init__(self, message: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE,
-                 detail: dict | None = None) -> None:
-        super().__init__(kind, message, detail=detail)
+                 detail: dict | None = None, task_fault: bool = False) -> None:
+        super().__init__(kind, message, detail=detail, task_fault=task_fault)
 
 
 class SandboxLostError(SandboxError):

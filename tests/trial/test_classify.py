@@ -66,3 +66,19 @@ def test_parse_free_kb_reads_the_available_column_of_df_p():
     assert parse_free_kb("") is None  # no df in the image
     assert parse_free_kb("sh: df: not found\n") is None
     assert parse_free_kb("a b c d-not-a-number e f\n") is None
+
+
+def test_a_task_fault_is_a_typed_flag_that_survives_relabels():
+    """A start the task's own image breaks is the task's error, also after the engine adds
+    what the sandbox said of its end or relabels it; the flag never reaches the detail."""
+    from cairn.trial.classify import as_start_failure
+
+    exc = SandboxError("the task's image cannot start: no /bin/sh", kind=ErrorKind.START_FAILED,
+                       detail={"logs": "x"}, task_fault=True)
+    ended = with_end(exc, SandboxEnd(reason="exited 127", exit_code=127))
+    for e in (exc, ended, as_start_failure(ended)):
+        info = error_info(e)
+        assert (info.kind, info.category) == (ErrorKind.START_FAILED, Category.TASK)
+        assert "task_fault" not in info.detail and "_task_fault" not in info.detail
+    plain = SandboxError("the engine refused", kind=ErrorKind.START_FAILED)
+    assert error_info(plain).category is Category.INFRA

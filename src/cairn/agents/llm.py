@@ -682,7 +682,8 @@ class LlmAgent(Agent):
                                      f"model {self.model!r} unavailable after {retries} "
                                      f"retries: {exc}", detail=detail) from exc
                 retries += 1
-                context.metadata["model_retries"] = context.metadata.get("model_retries", 0) + 1
+                context.model_retries += 1
+                context.metadata["model_retries"] = context.model_retries
                 delay = min(opts.retry_base_delay_sec * 2 ** (retries - 1),
                             opts.retry_max_delay_sec)
                 delay *= 1 + random.random() * 0.25

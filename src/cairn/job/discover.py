@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cairn._util.inputfiles import read_input_text
 from cairn.errors import Category, ErrorKind, Phase, TaskFormatError, UsageError
@@ -31,6 +32,9 @@ from cairn.results.model import (
 )
 from cairn.results.store import trial_dir_name
 from cairn.task.model import Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.datasets.resolve import Note
 
 
 @dataclass
@@ -70,8 +74,8 @@ class JobInputs:
     """
 
     entries: list[TaskEntry]
-    sources: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
@@ -80,16 +84,14 @@ def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(n, g) for g in globs for n in names)
 
 
-def previous_sources(job_dir: Path) -> list[dict] | None:
+def previous_sources(job_dir: Path) -> list[dict[str, Any]] | None:
     """The ``sources`` records of an existing job's job.json (``None`` when it has none)."""
-    from cairn.results.store import read_json
+    from cairn.results.store import read_job_json
 
     try:
-        meta = read_json(Path(job_dir) / "job.json")
+        return list(read_job_json(Path(job_dir)).sources)
     except (OSError, ValueError):
         return None
-    sources = meta.get("sources") if isinstance(meta, dict) else None
-    return sources if isinstance(sources, list) else None
 
 
 def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
@@ -120,8 +122,8 @@ def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
     if config.paths:
         found += [(d, None) for d in _folder_tasks(config.paths)]
     nested = nested_notes(config.paths, "-p")
-    sources: list[dict] = []
-    notes: list[str] = []
+    sources: list[dict[str, Any]] = []
+    notes: list[Note] = []
     if config.datasets or config.repos:
         from cairn.datasets.resolve import resolve_sources
 
@@ -190,7 +192,7 @@ def shown_path(path: Path, base: Path | None = None) -> str:
         return str(path)
 
 
-def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[str]:
+def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[Note]:
     """``warning:`` lines naming the datasets one level down in ``paths`` that a job (or
     ``cairn tasks check``) does not walk, each with how to include it (issue 27).
 
@@ -202,17 +204,18 @@ def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[str]:
     Returns:
         One line per such sub-folder; empty when there is none.
     """
+    from cairn.datasets.resolve import Note
     from cairn.task.load import find_tasks, nested_datasets
 
-    out = []
+    out: list[Note] = []
     for p in paths:
         if not find_tasks(Path(p)):
             continue  # a folder with no task at all is refused with the same hint
         for d, n in nested_datasets(Path(p)):
             hint = (f"not included: add -p {shown_path(d)}" if command == "-p"
                     else f"not checked: {command} {shown_path(d)}")
-            out.append(f"warning: {shown_path(d)} holds {n} task(s) one level down (folders "
-                       f"are read one level deep), {hint}")
+            out.append(Note.warn(f"{shown_path(d)} holds {n} task(s) one level down (folders "
+                                 f"are read one level deep), {hint}"))
     return out
 
 

@@ -31,7 +31,7 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from cairn.results.aggregate import step_reached
 from cairn.results.model import StepResult, StepSource, TrialResult
@@ -265,7 +265,8 @@ def _atif_record(rec: dict[str, Any], traj: dict[str, Any] | None) -> dict[str, 
     return traj
 
 
-def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter()) -> int:
+def export_job(job_dir: Path, fmt: str, out: TextIO | Path | str | None,
+               flt: ExportFilter = ExportFilter()) -> int:
     """Write a job's step records in one format.
 
     Args:
@@ -302,6 +303,8 @@ def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter())
                                if isinstance(v, (dict, list)) else v)
         pq.write_table(pa.table(cols), str(out))
         return len(cols["schema"])
+    if out is None or isinstance(out, (str, Path)):
+        raise ValueError(f"format {fmt!r} writes to a text stream, not a file path")
     n = 0
     for rec, traj in step_records(job_dir, flt):
         if fmt == "jsonl":

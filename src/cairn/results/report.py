@@ -9,16 +9,20 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cairn.results.model import JobSummary, Outcome, TrialResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.job.run import JobResult
 
 
 def _f(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _counts(items: dict) -> str:
+def _counts(items: Mapping[Any, int]) -> str:
     return ", ".join(f"{getattr(k, 'value', k)} {v}" for k, v in items.items() if v)
 
 
@@ -119,7 +123,7 @@ def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     Example value: ``demo@1.0 from https://…/registry.json: git://…/tasks.git @ 7cdbc59f3a0d
     (2 tasks)``.
     """
-    tasks: dict[tuple, set[str]] = {}
+    tasks: dict[tuple[str | None, ...], set[str]] = {}
     for r in results:
         s = r.task.source
         if s is None:
@@ -138,10 +142,10 @@ def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     return rows
 
 
-def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter]:
+def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter[str]]:
     """(task, step) → how many trials stopped / errored at that step (a partial regrade: the
     step it could not reach, which never ran in the recorded trial; issue 27)."""
-    ends: dict[tuple[str, str], Counter] = {}
+    ends: dict[tuple[str, str], Counter[str]] = {}
     for r in results:
         if r.regrade is not None and r.regrade.status == "regrade_partial" and \
                 r.regrade.unreached_step:  # the old stop is gone: the regrade ran out of steps
@@ -225,7 +229,7 @@ def _table(head: list[str], rows: list[list[str]], fmt: str) -> list[str]:
     return out + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def render(job, fmt: str = "text") -> str:
+def render(job: JobResult, fmt: str = "text") -> str:
     """Render a :class:`~cairn.job.JobResult` as ``text``, ``markdown`` or ``json``.
 
     Args:

@@ -21,6 +21,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.relay.seam import RelaySeam
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
+    from cairn.trial.context import JobServices
 
 
 def _with_spend_source(plan: TrialPlan, result: TrialResult, source: str | None
@@ -86,12 +87,14 @@ class Executor:
 
         return resolve_backend(name)
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
+                        services: JobServices | None = None) -> TrialResult:
         """Run one trial to its end and store it in ``plan.trial_dir`` (result.json last).
 
         Args:
             plan: the trial.
-            on_event: receives the trial's event lines as they happen.
+            on_event: receives the trial's events as they happen.
+            services: the job's services lent to the trial (this process's pools).
 
         Returns:
             The trial's result; infra trouble is an ``errored`` result of category ``infra``
@@ -113,7 +116,7 @@ class Executor:
                     trial_cost_usd=c.max_trial_cost_usd, trial_tokens=c.max_trial_tokens))
             lease = await self.relay.attach(agent, plan.trial_id)
         try:
-            result = await run_trial(plan, agent=agent, on_event=on_event)
+            result = await run_trial(plan, services, agent=agent, on_event=on_event)
         finally:
             if self.relay is not None:
                 self.relay.detach(lease)  # the trial's token is dead from here on

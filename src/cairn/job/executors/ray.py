@@ -52,6 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
+    from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
@@ -78,19 +79,20 @@ def _ray() -> Any:
 
 # ---- worker side --------------------------------------------------------------------------------
 class _EventBox:
-    """Ray actor (created by the driver): workers push event rows, the driver takes them."""
+    """Ray actor (created by the driver): workers push event values (the frozen
+    :mod:`cairn.events` dataclasses, pickled as they are), the driver takes them."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str | None, str | None]] = []
+        self.rows: list[Event] = []
 
-    def push(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
+    def push(self, rows: list[Event]) -> None:
         self.rows.extend(rows)
 
     def flush(self) -> None:
         """A no-op a worker awaits: Ray runs one caller's calls in order, so its earlier
         pushes are in when this returns."""
 
-    def take(self) -> list[tuple[str, str, str | None, str | None]]:
+    def take(self) -> list[Event]:
         rows, self.rows = self.rows, []
         return rows
 
@@ -169,7 +171,7 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         return {**where, "refused": f"{who}: the task's content hash changed in transit"}
 
     def push(event: Event) -> None:
-        events.push.remote([(event.kind.value, event.text, event.task, event.trial_id)])
+        events.push.remote([event])
 
     work = Path(tempfile.mkdtemp(prefix="cairn-trial-"))
     try:
@@ -206,7 +208,7 @@ def probe_node() -> dict[str, Any]:
 
 
 def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
-                  snapshots: bool = False) -> tuple[dict, Any]:
+                  snapshots: bool = False) -> tuple[dict[str, str], Any]:
     """Ray task body of ``cairn clean --executor ray``: this node's left-over sandboxes.
 
     Returns:
@@ -391,18 +393,22 @@ class RayExecutor(Executor):
             with contextlib.suppress(Exception):
                 self._dispatch(await self._events.take.remote())
 
-    def _dispatch(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
-        for kind, text, task, trial in rows:
-            sink = self._sinks.get(trial or "", self._default_sink)
+    def _dispatch(self, rows: list[Event]) -> None:
+        for event in rows:
+            sink = self._sinks.get(event.trial_id or "", self._default_sink)
             if sink is not None:
-                sink(Event(EventKind(kind), text, task=task, trial_id=trial))
+                sink(event)
 
     async def _drain(self) -> None:
         with contextlib.suppress(Exception):
             self._dispatch(await self._events.take.remote())
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
+                        services: JobServices | None = None) -> TrialResult:
         """Run the trial on a worker node and install its folder here (module docstring).
+
+        ``services`` stay in this process: a worker's trial runs with none (its sandbox
+        removal is awaited on the node; no pool crosses to it).
 
         Returns:
             The result as stored; a lost node or a refusal is an ``infra`` error result.
