@@ -137,7 +137,7 @@ async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_ref
     """
     from cairn.job.run import _job_dir, iter_trials
     from cairn.results.rollouts import group_id
-    from cairn.results.store import read_json
+    from cairn.results.store import read_job_json
 
     if max_refills < 0:
         raise ValueError(f"max_refills must be >= 0, not {max_refills}")
@@ -173,8 +173,8 @@ async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_ref
         if not short:
             return
         stopped_by: Any = None
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            stopped_by = read_json(target / "job.json").get("stopped_by")
+        with contextlib.suppress(OSError, ValueError):
+            stopped_by = read_job_json(target).stopped_by
         if stopped_by:  # refilling would start trials the job itself refused to start
             raise GroupsIncompleteError(
                 f"the job stopped ({stopped_by}) with {len(short)} group(s) short: "

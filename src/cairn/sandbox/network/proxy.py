@@ -124,7 +124,7 @@ class Proxy:
 
     def __init__(self, state_path: str) -> None:
         self.state_path = state_path
-        self.state = State(_read_json(state_path))
+        self.state = State(_load_state_file(state_path))
         self.lock = threading.Condition()
         self.out_lock = threading.Lock()
         self.reload_lock = threading.Lock()
@@ -496,7 +496,8 @@ def _stamp(path: str) -> bytes | None:
         return None
 
 
-def _read_json(path: str) -> dict[str, Any]:
+def _load_state_file(path: str) -> dict[str, Any]:
+    """The gateway's policy state file (the proxy runs alone in its container: no cairn)."""
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
     if not isinstance(data, dict):
