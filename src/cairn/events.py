@@ -23,6 +23,29 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.results.model import TrialResult
 
 
+class Note(str):
+    """One note to report when the job starts: the line itself (a ``str``), and whether it is
+    a warning (shown as one; the line then starts with ``warning:``), so that no reader
+    parses the line to know.
+
+    Attributes:
+        warning: a warning, not a choice made.
+    """
+
+    warning: bool
+
+    def __new__(cls, text: str, warning: bool = False) -> Note:
+        """The note ``text`` (a warning when ``warning``)."""
+        note = super().__new__(cls, text)
+        note.warning = warning
+        return note
+
+    @classmethod
+    def warn(cls, text: str) -> Note:
+        """A warning note ``warning: text``."""
+        return cls(f"warning: {text}", warning=True)
+
+
 class EventKind(StrEnum):
     """What an event line is about."""
 

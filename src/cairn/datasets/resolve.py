@@ -21,6 +21,7 @@ from cairn.datasets import git
 from cairn.datasets.cache import CachedTask, TaskCache, remove_tree
 from cairn.datasets.registry import Registry, RegistryDataset, load_registry, parse_spec
 from cairn.errors import DatasetError
+from cairn.events import Note
 from cairn.results.model import TaskSource
 
 Notify = Callable[[str], None]
@@ -39,27 +40,6 @@ class ResolvedTask:
     source: TaskSource
 
 
-class Note(str):
-    """One note to report when the job starts: the line itself (a ``str``), and whether it is
-    a warning (shown as one; the line then starts with ``warning:``), so that no reader
-    parses the line to know.
-
-    Attributes:
-        warning: a warning, not a choice made.
-    """
-
-    warning: bool
-
-    def __new__(cls, text: str, warning: bool = False) -> Note:
-        """The note ``text`` (a warning when ``warning``)."""
-        note = super().__new__(cls, text)
-        note.warning = warning
-        return note
-
-    @classmethod
-    def warn(cls, text: str) -> Note:
-        """A warning note ``warning: text``."""
-        return cls(f"warning: {text}", warning=True)
 
 
 @dataclass

@@ -15,10 +15,11 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from cairn._util.inputfiles import read_input_text
 from cairn.errors import Category, ErrorKind, Phase, TaskFormatError, UsageError
+from cairn.events import Note
 from cairn.plan import JobConfig, TrialPlan
 from cairn.results.model import (
     AgentRef,
@@ -32,9 +33,6 @@ from cairn.results.model import (
 )
 from cairn.results.store import trial_dir_name
 from cairn.task.model import Task
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cairn.datasets.resolve import Note
 
 
 @dataclass
@@ -204,7 +202,6 @@ def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[Note]:
     Returns:
         One line per such sub-folder; empty when there is none.
     """
-    from cairn.datasets.resolve import Note
     from cairn.task.load import find_tasks, nested_datasets
 
     out: list[Note] = []
