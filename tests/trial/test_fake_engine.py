@@ -317,6 +317,21 @@ def test_a_model_error_is_classified_as_the_models(tmp_path):
     assert r.result.outcome is Outcome.ERRORED
 
 
+def test_a_step_whose_model_call_fails_keeps_what_its_agent_spent(tmp_path):
+    from cairn.results.model import Tokens
+
+    def spent(context: AgentContext) -> None:
+        context.tokens, context.cost_usd = Tokens(prompt=240, completion=60), 0.25
+
+    agent = Scripted(raise_in={"write": ModelError(ErrorKind.BUDGET_EXCEEDED, "over budget")},
+                     on_run=spent)
+    r = run(tmp_path, two_steps(tmp_path), agent)
+    step = r.result.steps[0]
+    assert step.error is not None and step.error.kind is ErrorKind.BUDGET_EXCEEDED
+    assert (step.tokens.prompt, step.tokens.completion, step.cost_usd) == (240, 60, 0.25)
+    assert r.result.tokens.prompt == 240 and r.result.cost_usd == 0.25
+
+
 def test_an_agent_setup_failure_is_agent_setup_failed(tmp_path):
     r = run(tmp_path, two_steps(tmp_path), Scripted(setup_error=RuntimeError("no npm")))
     err = r.result.error

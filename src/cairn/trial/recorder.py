@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn.errors import Phase
 from cairn.events import Event, EventKind, EventSink, TrialLine, TrialWarning, body
-from cairn.results.model import ErrorInfo, ForkRef, StepResult, StepSource, StopReason
+from cairn.results.model import ErrorInfo, ForkRef, StepResult, StepSource, StopReason, Tokens
 from cairn.results.store import TrialStore
 from cairn.sandbox.base import NetworkPolicy, Sandbox
 from cairn.task.model import Step, Task
@@ -105,6 +105,9 @@ class TrialRecorder:
         self.trial_baseline: Baseline | None = None
         self.artifacts_left = False
         self.network_records: list[Mapping[str, Any]] = []
+        self.step_spend: tuple[Tokens | None, float | None] = (None, None)
+        """The running step's agent spend (tokens, USD) as the agent reported it, kept for the
+        row of a step that fails after its agent ran (a budget stop keeps what it spent)."""
         self.on_last_verifier: Callable[[], None] | None = None
 
     # ---- the phase switch ------------------------------------------------------------------
@@ -186,6 +189,7 @@ class TrialRecorder:
         self.step = step
         self.step_clock = SpanClock()
         self.network_records = []
+        self.step_spend = (None, None)
 
     def end_step(self, row: StepResult) -> None:
         """The running step ended with ``row``: record it and write steps.json."""

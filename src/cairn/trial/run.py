@@ -397,13 +397,14 @@ def _step_failure(rec: TrialRecorder, s: TrialSettings, step: Step,
     if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not rec.after_agent:
         exc = as_transfer_failure(exc)
     info = error_info(exc, step=step, phase=phase, after_agent=rec.after_agent, mask=s.mask)
+    tokens, cost_usd = rec.step_spend  # what the agent spent before it failed (a budget stop)
     if info.category is Category.CANDIDATE:
         return StepResult(index=step.index, name=step.name, source=StepSource.CANDIDATE_ERROR,
                           reward=0.0, rewards={"reward": 0.0}, passed=False, error=info,
-                          timings=timings)
+                          timings=timings, tokens=tokens, cost_usd=cost_usd)
     rec.error = info
     return StepResult(index=step.index, name=step.name, source=StepSource.ERROR, error=info,
-                      timings=timings)
+                      timings=timings, tokens=tokens, cost_usd=cost_usd)
 
 
 async def _record_network(sandbox: Sandbox, step: Step, row: StepResult,

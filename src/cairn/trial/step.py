@@ -305,6 +305,7 @@ async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s:
             except TimeoutError:
                 st.agent_exit = AgentExit.TIMEOUT
             except (ModelError, SandboxError):
+                rec.step_spend = (context.tokens, context.cost_usd)  # kept in the failed row
                 raise
             except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
                 st.agent_exit = AgentExit.ERROR
