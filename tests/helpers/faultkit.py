@@ -24,8 +24,6 @@ import threading
 import time
 from pathlib import Path
 
-import pytest
-
 from taskgen import StepSpec, reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -304,5 +302,7 @@ def backend_available(name: str) -> bool:
 
 
 def need(backend: str) -> None:
-    if not backend_available(backend):
-        pytest.skip(f"backend {backend} not available")
+    """Skip the calling test, naming what is missing, when ``backend`` cannot run here."""
+    from testbed import need_backend
+
+    need_backend(backend)

@@ -54,14 +54,11 @@ def cairn(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedPr
 
 
 def local_ready() -> bool:
-    """Whether the local backend can run here (it needs root or user namespaces)."""
-    try:
-        from cairn.sandbox import get_backend
+    """Whether the local backend can run here (it needs root or user namespaces; testbed's
+    probe, whose ``backend_missing("local")`` says why not)."""
+    from testbed import backend_available
 
-        get_backend("local")
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available"
-        return False
+    return backend_available("local")
 
 
 def model_reply(body: dict):

@@ -94,13 +94,12 @@ class _Box:
 
 @pytest.fixture
 def docker_client():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - no engine: skip
-        pytest.skip(f"no docker engine: {exc}")
-    return client
+    from testbed import need_backend
+
+    need_backend("docker")
+    import docker
+
+    return docker.from_env(timeout=10)
 
 
 @pytest.mark.docker
