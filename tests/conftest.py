@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import re
 import sys
 from pathlib import Path
 
@@ -14,11 +12,14 @@ sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
 from testbed import (  # noqa: E402,F401
+    allowed_skip,
     backend_available,
     backend_missing,
+    ci_strict,
     local_available,
     need_backend,
     run_trial_sync,
+    skip_reason,
     validate_result_files,
 )
 
@@ -50,34 +51,6 @@ def pytest_collection_modifyitems(config, items) -> None:
         if (item.path.is_relative_to(here / "faults")
                 and item.get_closest_marker("faults") is None):
             item.add_marker(pytest.mark.faults)
-
-
-#: The only skips a CI run (``CI=true``) accepts: a pattern on the skip reason and why that
-#: skip is right on CI's machine too. Any other skip fails CI: every component a test needs
-#: (Docker, compose, Chromium, the agent CLIs, Ray, Harbor for parity) is one ``.ci/``
-#: installs, so its absence is a broken set-up, not a reason to go green.
-CI_ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
-    (r"set CAIRN_VIEWER_SCREENSHOTS=", "refreshing the docs' screenshots is a manual step"),
-)
-
-
-def ci_strict() -> bool:
-    """Whether skips that are not in :data:`CI_ALLOWED_SKIPS` fail the run (``CI=true``)."""
-    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
-
-
-def skip_reason(report) -> str:
-    """The reason of a skipped test or collection report (pytest keeps it as the third item
-    of ``longrepr``)."""
-    longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        return str(longrepr[2]).removeprefix("Skipped: ")
-    return str(longrepr)
-
-
-def allowed_skip(reason: str) -> bool:
-    """Whether ``reason`` matches a declared :data:`CI_ALLOWED_SKIPS` pattern."""
-    return any(re.search(pattern, reason) for pattern, _why in CI_ALLOWED_SKIPS)
 
 
 def _what_is_missing() -> str:

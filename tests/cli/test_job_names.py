@@ -79,6 +79,7 @@ def test_a_job_name_in_a_config_file_is_checked_too(tmp_path, one_task):
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "escape").exists()
 
 
+@pytest.mark.local
 def test_dry_run_accepts_a_name_with_percent_space_and_hash(tmp_path, one_task):
     p = _cairn("run", "-p", str(one_task), "-e", "local", "-o", str(tmp_path / "jobs"),
                "--job-name", "a b%2e#1", "--dry-run", cwd=tmp_path)

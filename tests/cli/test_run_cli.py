@@ -107,6 +107,7 @@ def one_task(tmp_path: Path) -> Path:
     (["-e", "kubernetes"], "unknown sandbox backend"),
     (["-n", "0"], "n_concurrent"),
 ])
+@pytest.mark.docker
 def test_usage_errors_exit_2(tmp_path, one_task, args, message):
     p = cairn("run", "-p", str(one_task), "-e", "docker", "--jobs-dir", "jobs", *args,
               cwd=tmp_path)
@@ -116,12 +117,14 @@ def test_usage_errors_exit_2(tmp_path, one_task, args, message):
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
 
 
+@pytest.mark.docker
 def test_missing_path_exit_2(tmp_path):
     p = cairn("run", "-p", "nowhere", "-e", "docker", cwd=tmp_path)
     assert p.returncode == 2 and "no such task or dataset folder" in p.stderr
     no_traceback(p)
 
 
+@pytest.mark.docker
 def test_unresolved_template_exit_2_before_anything_starts(tmp_path):
     ds = tmp_path / "ds"
     write_task(ds, "fine")
@@ -400,12 +403,24 @@ def test_docker_backend_without_engine_is_exit_2(tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
+@pytest.mark.local
 def test_fresh_run_does_not_claim_to_resume(tmp_path):
+    """A fresh job of a broken task fails with that task's own error (exit 1, config_error
+    in its result.json and on the console), never a crash of the command, and does not call
+    itself a resume."""
     broken = write_task(tmp_path / "tasks", "broken")
     (broken / "instruction.md").unlink()
-    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", cwd=tmp_path)
-    assert res.returncode == 1
-    assert "resuming" not in res.stdout + res.stderr
+    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", "--job-name", "fresh",
+                cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "resuming" not in out and "Traceback" not in out
+    missing = f"{broken}: error: missing `instruction.md` (required for a single-step task)"
+    assert f"[test/broken] ERRORED config_error: {missing}" in res.stdout
+    (result,) = results_of(tmp_path / "jobs" / "fresh").values()
+    assert result["outcome"] == "errored"
+    assert result["error"]["kind"] == "config_error" and result["error"]["category"] == "task"
+    assert result["error"]["message"] == missing
 
 
 def test_version_and_help_examples(tmp_path):

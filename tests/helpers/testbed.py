@@ -8,6 +8,7 @@ import asyncio
 import importlib.util
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -93,6 +94,36 @@ def need_backend(name: str) -> None:
     why = backend_missing(name)
     if why is not None:
         pytest.skip(f"backend {name}: {why}")
+
+
+#: The only skips a CI run (``CI=true``) accepts: a pattern on the skip reason and why that
+#: skip is right on CI's machine too. Any other skip fails CI: every component a test needs
+#: (Docker, compose, Chromium, the agent CLIs, Ray, Harbor for parity) is one ``.ci/``
+#: installs, so its absence is a broken set-up, not a reason to go green.
+CI_ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
+    (r"set CAIRN_VIEWER_SCREENSHOTS=", "refreshing the docs' screenshots is a manual step"),
+    (r"known conformance gap", "a backend's gaps are declared in its code "
+                               "(cairn.sandbox.conformance), not missing from the machine"),
+)
+
+
+def ci_strict() -> bool:
+    """Whether skips that are not in :data:`CI_ALLOWED_SKIPS` fail the run (``CI=true``)."""
+    return os.environ.get("CI", "").strip().lower() in ("true", "1", "yes")
+
+
+def skip_reason(report) -> str:
+    """The reason of a skipped test or collection report (pytest keeps it as the third item
+    of ``longrepr``)."""
+    longrepr = report.longrepr
+    if isinstance(longrepr, tuple) and len(longrepr) == 3:
+        return str(longrepr[2]).removeprefix("Skipped: ")
+    return str(longrepr)
+
+
+def allowed_skip(reason: str) -> bool:
+    """Whether ``reason`` matches a declared :data:`CI_ALLOWED_SKIPS` pattern."""
+    return any(re.search(pattern, reason) for pattern, _why in CI_ALLOWED_SKIPS)
 
 
 def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir: Path, *,

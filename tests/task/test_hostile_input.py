@@ -77,6 +77,7 @@ FIFO_PLACES = ["environment/docker-compose.yaml", "task.toml", "tests/test.sh",
                "instruction.md", "tests/data.bin"]
 
 
+@pytest.mark.docker
 def test_a_fifo_is_refused_by_name_without_opening_it(tmp_path: Path) -> None:
     tasks = []
     for k, rel in enumerate(FIFO_PLACES):
