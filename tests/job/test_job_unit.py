@@ -147,7 +147,7 @@ def test_config_file_accepts_flag_spellings(tmp_path):
                                         "verify": False, "backend": "docker",
                                         "include": ["org/*"]}
     f.write_text("- a\n- b\n")
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"job.yaml: expected a mapping of options"):
         read_config_file(f)
 
 

@@ -524,7 +524,7 @@ def test_pass_at_k_matches_brute_force() -> None:
 @pytest.mark.parametrize(("n", "c", "k"), [(0, 0, 1), (3, 4, 1), (3, -1, 1), (3, 1, 0),
                                            (3, 1, 4)])
 def test_pass_at_k_bad_arguments(n, c, k) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"pass_at_k needs n >= 1, 0 <= c <= n, 1 <= k <= n; got n="):
         pass_at_k(n, c, k)
 
 

@@ -74,7 +74,7 @@ def test_job_lock_is_exclusive_and_freed_by_sigkill(tmp_path):
     assert not is_locked(job)
     with JobLock(job) as lock:
         assert lock.held and is_locked(job)
-        with pytest.raises(JobLockedError):
+        with pytest.raises(JobLockedError, match=r"is already running \(pid \d+\)"):
             JobLock(job, wait_sec=0).acquire()
     assert not is_locked(job)
 

@@ -273,5 +273,5 @@ def test_read_reward_out_of_range_values_kept_with_warning(files: dict, n_warnin
 
 def test_reward_read_is_frozen() -> None:
     got = read_reward({"reward.txt": b"1"})
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="cannot assign to field"):
         got.reward_file = "x"  # type: ignore[misc]
