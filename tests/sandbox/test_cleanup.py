@@ -213,7 +213,7 @@ def test_unlabelled_resources_survive_clean_images(tmp_path):
         ctr.start()
         ref = asyncio.run(build())
         assert client.images.get(ref)
-        res = _cli("--images")
+        res = _cli("--images", "--job", f"cleanimg-{tag}")  # only this test's job
         assert res.returncode == 0, res.stderr
         ctr.reload()
         assert ctr.status == "running"

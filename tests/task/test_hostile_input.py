@@ -61,14 +61,21 @@ def test_deeply_nested_compose_is_a_clear_error_everywhere(tmp_path: Path) -> No
         no_traceback(proc)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert f"{compose}:4: error: nested more than 100 levels deep" in proc.stdout
-    proc = cairn("run", "-p", str(task), "--dry-run", "-e", "docker", cwd=tmp_path)
-    no_traceback(proc)
-    assert proc.returncode == 1
-    assert "nested more than 100 levels deep" in proc.stdout + proc.stderr
-    assert str(compose) in proc.stdout + proc.stderr
     # the backend's own check (what a run calls) says the same, without a traceback
     with pytest.raises(UnsupportedError, match="docker-compose.yaml: nested more than 100"):
         check_compose_file(compose)
+
+
+@pytest.mark.docker
+def test_deeply_nested_compose_is_a_clear_error_in_a_dry_run(tmp_path: Path) -> None:
+    """``cairn run --dry-run -e docker`` (its preflight asks the engine) names the file too."""
+    task = write_task(tmp_path, "deep", files={COMPOSE: deep_compose()})
+    compose = task / COMPOSE
+    proc = cairn("run", "-p", str(task), "--dry-run", "-e", "docker", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nested more than 100 levels deep" in proc.stdout + proc.stderr
+    assert str(compose) in proc.stdout + proc.stderr
 
 
 # -- 2. FIFOs, alias bombs, sizes ---------------------------------------------------------------
