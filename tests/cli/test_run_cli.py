@@ -68,6 +68,24 @@ def containers_of(job_dir: Path) -> list:
         client.close()
 
 
+def _running_in_job(job_dir: Path, command: str) -> int:
+    """How many of the job's running containers have a process whose command is ``command``."""
+    import docker
+
+    client = docker.from_env()
+    n = 0
+    try:
+        for c in containers_of(job_dir):
+            try:
+                procs = client.api.top(c["Id"]).get("Processes") or []
+            except docker.errors.APIError:
+                continue  # not running (yet, or any more)
+            n += any(command in " ".join(map(str, row)) for row in procs)
+    finally:
+        client.close()
+    return n
+
+
 def results_of(job_dir: Path) -> dict[str, dict]:
     """task name (plus attempt when > 1) → result.json of every trial folder."""
     out = {}
@@ -351,7 +369,8 @@ def test_sigint_cancels_running_trials(tmp_path):
         wait_for(lambda: (job / "job.log").exists() and
                  (job / "job.log").read_text().count("environment:") == 2,
                  what="two trials started")
-        time.sleep(1.5)  # the oracle is in its `sleep 120`
+        wait_for(lambda: _running_in_job(job, "sleep 120") == 2,
+                 what="both oracles in their `sleep 120`")
         proc.send_signal(signal.SIGINT)
         rc, out, err = finish(proc, timeout=120)
     finally:

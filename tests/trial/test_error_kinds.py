@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from cairn.errors import ErrorKind, category_of
+from cairn.errors import Category, ErrorKind, category_of
 from cairn.job.run import run_job
 from cairn.plan import JobConfig
 from fake_openai import FakeOpenAI, error
@@ -62,6 +62,19 @@ def test_category_of_every_kind_and_condition(kind):
     got = tuple(category_of(ErrorKind(kind), step_index=s, after_agent=a).value
                 for s, a in conditions)
     assert got == TABLE[kind]
+
+
+def test_category_of_defaults_to_step_one_before_the_agent():
+    """Without conditions a kind is judged on step 1, before any agent ran."""
+    assert category_of(ErrorKind.SETUP_FAILED) is Category.TASK
+    assert category_of(ErrorKind.HEALTHCHECK_FAILED) is Category.TASK
+    assert category_of(ErrorKind.TRANSFER_FAILED) is Category.INFRA
+    assert category_of(ErrorKind.TRANSFER_FAILED, step_index=0) is Category.INFRA
+
+
+def test_category_of_takes_its_conditions_by_name_only():
+    with pytest.raises(TypeError, match="positional argument"):
+        category_of(ErrorKind.SETUP_FAILED, 2)  # type: ignore[misc]
 
 
 # -- 2. end to end: a job per kind, result.json read back -----------------------------------
