@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cairncli import run_cairn
 from taskgen import StepSpec, reward_if, write_task
 from testbed import backend_available
 
@@ -39,8 +40,7 @@ def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str | None
             e.pop(k, None)
         else:
             e[k] = v
-    p = subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=e,
-                       capture_output=True, text=True, timeout=timeout, check=False)
+    p = run_cairn(*args, cwd=cwd, env=e, timeout=timeout)
     assert "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
     return p
 

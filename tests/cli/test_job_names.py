@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cairn.plan import JobConfig, check_job_name
+from cairncli import run_cairn
 from taskgen import reward_if, write_task
 from testbed import local_available
 
@@ -28,8 +28,7 @@ SAFE = ["2026-11-29__12-00-00", "nightly:v2", "a b%2e", "50% #3", "run_1.final",
 
 def _cairn(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")])}
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return run_cairn(*args, cwd=cwd, env=env)
 
 
 def _tree(root: Path) -> list[str]:

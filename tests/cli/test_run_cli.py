@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
 from taskgen import reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -38,14 +39,12 @@ def _env(**extra: str | None) -> dict[str, str]:
 def cairn(*args: str, cwd: Path, timeout: float = 600, **env: str | None
           ) -> subprocess.CompletedProcess:
     """Run ``python3 -m cairn ARGS`` to its end; stdout and stderr captured apart."""
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return run_cairn(*args, cwd=cwd, timeout=timeout, env=_env(**env))
 
 
 def cairn_bg(*args: str, cwd: Path, **env: str | None) -> subprocess.Popen:
     """Start ``python3 -m cairn ARGS`` in the background."""
-    return subprocess.Popen([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cairn(*args, cwd=cwd, env=_env(**env))
 
 
 def no_traceback(p: subprocess.CompletedProcess) -> None:

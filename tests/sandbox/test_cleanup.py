@@ -16,6 +16,7 @@ import pytest
 
 from cairn.lock import JobLock, JobLockedError, is_locked, owner_alive, owner_token
 from cairn.sandbox.cleanup import leftover_reason
+from cairncli import run_cairn
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -152,8 +153,7 @@ def _exists(client, cid: str) -> bool:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "cairn", "clean", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return run_cairn("clean", *args, env=env)
 
 
 @pytest.mark.docker

@@ -19,6 +19,7 @@ from cairn._util.inputfiles import MAX_INPUT_BYTES, InputFileError, load_yaml, r
 from cairn.errors import UnsupportedError
 from cairn.sandbox.docker.compose_files import check_compose_file
 from cairn.task.load import check_task
+from cairncli import run_cairn
 from taskgen import write_task
 
 TIMEOUT = 90  # seconds; the longest case takes a few seconds on a loaded 2-core machine
@@ -27,8 +28,7 @@ COMPOSE = "environment/docker-compose.yaml"
 
 
 def cairn(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn", *args], capture_output=True,
-                          text=True, timeout=TIMEOUT, cwd=cwd)
+    return run_cairn(*args, cwd=cwd, timeout=TIMEOUT, env=dict(os.environ))
 
 
 def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
