@@ -171,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help=f"some of: {', '.join(t.name for t in TARGETS)}")
     ap.add_argument("--json", type=Path, help="also write the report here")
     ap.add_argument("--timeout-sec", type=float, default=60.0, help="per mutant's test run")
+    ap.add_argument("--keep", type=Path, help="work in this folder and keep its sessions "
+                    "(default: a temporary folder, removed at the end)")
     args = ap.parse_args(argv)
     chosen = [t for t in TARGETS if not args.modules or t.name in args.modules]
     unknown = set(args.modules) - {t.name for t in TARGETS}
@@ -178,8 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown module(s): {', '.join(sorted(unknown))}")
     reports = []
     with tempfile.TemporaryDirectory(prefix="cairn-mutation-") as tmp:
-        work = Path(tmp)
-        _copy_tree(work)
+        work = args.keep or Path(tmp)
+        if args.keep is None or not (work / "src").is_dir():
+            work.mkdir(parents=True, exist_ok=True)
+            _copy_tree(work)
         for t in chosen:
             r = run_target(t, work, args.timeout_sec)
             reports.append(r)
