@@ -256,7 +256,9 @@ def test_entrypoint_runs_first_and_init_is_pid1(tmp_path):
             await sb.stop()
             return time.monotonic() - t0
 
-    assert asyncio.run(main()) < 0.5
+    # the failure this holds is docker's 10 s stop grace (a pid 1 that ignores SIGTERM); the
+    # 0.5 s target on an idle engine is bench/docker_floor.py's, not a test's on a shared one
+    assert asyncio.run(main()) < 5.0
 
 
 def test_labels_info_reuse_and_force_build(tmp_path):
