@@ -77,6 +77,19 @@ def test_category_of_takes_its_conditions_by_name_only():
         category_of(ErrorKind.SETUP_FAILED, 2)  # type: ignore[misc]
 
 
+def test_sandbox_errors_take_kind_and_detail_by_name_only():
+    """A kind passed by position could silently land in the wrong slot: they are keyword-only."""
+    from cairn.errors import SandboxError, SandboxLostError
+
+    assert SandboxError("m").kind is ErrorKind.SANDBOX_UNUSABLE
+    assert SandboxError("m", kind=ErrorKind.TRANSFER_FAILED, detail={"a": 1}).detail == {"a": 1}
+    assert SandboxLostError("gone").kind is ErrorKind.SANDBOX_LOST
+    with pytest.raises(TypeError, match="positional argument"):
+        SandboxError("m", ErrorKind.TRANSFER_FAILED)  # type: ignore[misc]
+    with pytest.raises(TypeError, match="positional argument"):
+        SandboxLostError("gone", {"a": 1})  # type: ignore[misc]
+
+
 # -- 2. end to end: a job per kind, result.json read back -----------------------------------
 
 RETRIES = 1

@@ -275,3 +275,36 @@ def test_reward_read_is_frozen() -> None:
     got = read_reward({"reward.txt": b"1"})
     with pytest.raises(AttributeError, match="cannot assign to field"):
         got.reward_file = "x"  # type: ignore[misc]
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+def test_the_cap_is_the_documented_64_kib() -> None:
+    """SPEC §7 and docs/task-format.md: reward files are read with a 64 KiB cap."""
+    assert REWARD_FILE_CAP_BYTES == 65536
+    assert parse_reward_txt(b"1" + b" " * 65535) == {"reward": 1.0}
+    assert _kind_of(parse_reward_txt, b"1" + b" " * 65536) is ErrorKind.REWARD_PARSE_ERROR
+
+
+@pytest.mark.parametrize("parse, name", [(parse_reward_txt, "reward.txt"),
+                                         (parse_reward_json, "reward.json")])
+def test_an_empty_file_says_its_name_and_zero_bytes(parse, name) -> None:
+    with pytest.raises(TrialFailure, match=f"^{name} is empty \\(0 bytes\\)$") as info:
+        parse(b"")
+    assert info.value.detail == {"file": name, "size_bytes": 0}
+
+
+@pytest.mark.parametrize("data, said", [
+    (b"[1]", "top level is a JSON array"), (b'"x"', "top level is a JSON string"),
+    (b"null", "top level is a JSON null"), (b"true", "top level is a JSON boolean"),
+    (b"1", "top level is a JSON number"),
+    (b'{"reward": [1]}', "value of key 'reward' is a JSON array"),
+    (b'{"reward": {"x": 1}}', "value of key 'reward' is a JSON object"),
+    (b'{"reward": null}', "value of key 'reward' is a JSON null"),
+    (b'{"reward": true}', "value of key 'reward' is a JSON boolean"),
+    (b'{"reward": "1"}', "value of key 'reward' is a JSON string"),
+])
+def test_a_wrong_json_type_is_named(data: bytes, said: str) -> None:
+    with pytest.raises(TrialFailure, match=f"^reward.json: {said}"):
+        parse_reward_json(data)
