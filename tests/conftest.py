@@ -53,8 +53,9 @@ def pytest_collection_modifyitems(config, items) -> None:
             item.add_marker(pytest.mark.faults)
 
 
-def _what_is_missing() -> str:
-    found = [f"{name}: {why}" for name in ("docker", "local") if (why := backend_missing(name))]
+def _what_is_missing(reason: str = "") -> str:
+    found = [f"{name}: {why}" for name in ("docker", "local")
+             if (why := backend_missing(name)) and why not in reason]
     return ("; probes: " + "; ".join(found)) if found else ""
 
 
@@ -74,7 +75,7 @@ def pytest_runtest_makereport(item, call):
         return
     report.outcome = "failed"
     report.longrepr = (f"CI=true: skipped for a reason CI does not allow (a component .ci/ "
-                       f"installs is missing?): {reason}{_what_is_missing()}")
+                       f"installs is missing?): {reason}{_what_is_missing(reason)}")
 
 
 @pytest.hookimpl(hookwrapper=True)
