@@ -308,3 +308,12 @@ def test_an_empty_file_says_its_name_and_zero_bytes(parse, name) -> None:
 def test_a_wrong_json_type_is_named(data: bytes, said: str) -> None:
     with pytest.raises(TrialFailure, match=f"^reward.json: {said}"):
         parse_reward_json(data)
+
+
+def test_the_quote_is_marked_cut_only_when_it_is() -> None:
+    from cairn.trial.rewards import QUOTE_BYTES, quote_head
+
+    assert QUOTE_BYTES == 80
+    assert quote_head(b"x" * 80) == repr(b"x" * 80)          # all of it: no mark
+    assert quote_head(b"x" * 81) == repr(b"x" * 80) + "…"
+    assert quote_head(b"abc", limit=2) == "b'ab'…"
