@@ -288,3 +288,15 @@ def test_every_kind_is_produced_end_to_end_and_both_transfer_categories():
     transfer = {(c.category) for n, c in (*LOCAL_CASES.items(), *DOCKER_CASES.items())
                 if n.startswith("transfer_failed")}
     assert transfer == {"infra", "candidate"}
+
+
+def test_failures_keep_their_detail_and_findings_by_name():
+    from cairn.errors import TaskFormatError, TrialFailure
+
+    assert TrialFailure(ErrorKind.SETUP_FAILED, "m", detail={"exit_code": 3}).detail == \
+        {"exit_code": 3}
+    assert TrialFailure(ErrorKind.SETUP_FAILED, "m").detail == {}
+    with pytest.raises(TypeError, match="positional argument"):
+        TrialFailure(ErrorKind.SETUP_FAILED, "m", {"exit_code": 3})  # type: ignore[misc]
+    assert TaskFormatError("bad", ["finding"]).findings == ["finding"]
+    assert TaskFormatError("bad").findings == []
