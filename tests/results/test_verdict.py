@@ -116,3 +116,24 @@ def test_many_steps_all_run_read_from_disk():
         passed=True, steps_total=300, steps_run=300, timings=TrialTimings(total_sec=1.0),
         started_at=T0, finished_at=T0, steps=steps)
     assert verdict_line(_from_disk(r)) == "PASS reward=1.00 (mean of 300 steps) in 1.0 s"
+
+
+def test_a_completed_trial_that_ran_fewer_steps_says_how_many():
+    r = _trial(Outcome.COMPLETED, [1.0, 1.0, None, None, None], reward=1.0, passed=True)
+    assert verdict_line(r) == "PASS reward=1.00 (mean of 2 of 5 steps run) in 9.1 s"
+
+
+def test_long_step_names_read_from_disk_are_found():
+    """pydantic caches short strings, so only names past its 64-character cache tell ``==``
+    from ``is``."""
+    long = "diagnose-" + "x" * 80
+    steps = [StepResult(index=1, name="a", source="verifier", reward=1.0, rewards={"reward": 1.0}),
+             StepResult(index=2, name=long, source="verifier", reward=0.0, rewards={"reward": 0.0})]
+    r = TrialResult(
+        trial_id="t-1-0123456789abcdef", trial_name="t__1", task=TaskRef(name="t", content_hash="h"),
+        agent=AgentRef(name="nop"), backend="docker", outcome=Outcome.STOPPED, reward=0.5,
+        steps_total=2, steps_run=2, stopped_after=long,
+        stop_reason=StopReason(kind="min_reward", step=long, key="reward", value=0.0,
+                               threshold=1.0),
+        timings=TrialTimings(total_sec=1.0), started_at=T0, finished_at=T0, steps=steps)
+    assert verdict_line(_from_disk(r)).startswith(f"STOPPED after step 2/2 {long}: reward 0.00")
