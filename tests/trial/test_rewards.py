@@ -281,7 +281,7 @@ def test_reward_read_is_frozen() -> None:
 
 
 def test_the_cap_is_the_documented_64_kib() -> None:
-    """SPEC §7 and docs/task-format.md: reward files are read with a 64 KiB cap."""
+    """docs/task-format.md and docs/design.md: reward files are read with a 64 KiB cap."""
     assert REWARD_FILE_CAP_BYTES == 65536
     assert parse_reward_txt(b"1" + b" " * 65535) == {"reward": 1.0}
     assert _kind_of(parse_reward_txt, b"1" + b" " * 65536) is ErrorKind.REWARD_PARSE_ERROR
