@@ -317,3 +317,4 @@ def test_the_quote_is_marked_cut_only_when_it_is() -> None:
     assert quote_head(b"x" * 80) == repr(b"x" * 80)          # all of it: no mark
     assert quote_head(b"x" * 81) == repr(b"x" * 80) + "…"
     assert quote_head(b"abc", limit=2) == "b'ab'…"
+    assert quote_head(b"1abc\n") == "b'1abc\\n'"                  # shorter: no mark either
