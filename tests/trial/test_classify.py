@@ -3,6 +3,8 @@ stopped by itself named in the error, and the verifier's free-space probe."""
 
 from __future__ import annotations
 
+import pytest
+
 from cairn.errors import Category, ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.sandbox.base import SandboxEnd
 from cairn.trial.classify import error_info, with_end
@@ -102,3 +104,14 @@ def test_with_sandbox_end_without_a_sandbox_is_the_failure_itself():
     assert asyncio.run(with_sandbox_end(exc, None)) is exc
     lost = SandboxLostError("engine gone")
     assert asyncio.run(with_sandbox_end(lost, None)) is lost
+
+
+def test_error_info_masks_string_details_drops_private_ones_and_judges_step_one():
+    exc = TrialFailure(ErrorKind.SETUP_FAILED, "token sk-1 leaked",
+                       detail={"stderr_tail": "sk-1 in log", "exit_code": 3, "_task_fault": False})
+    info = error_info(exc, mask=lambda s: s.replace("sk-1", "***"))
+    assert info.message == "token *** leaked"
+    assert info.detail == {"stderr_tail": "*** in log", "exit_code": 3}
+    assert info.category is Category.TASK  # no step given: before the first step, step 1
+    with pytest.raises(TypeError, match="positional argument"):
+        error_info(exc, None)  # type: ignore[misc]
