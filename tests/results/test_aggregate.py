@@ -627,3 +627,14 @@ def test_gates_pass_exactly_when_value_at_least_threshold(rewards, table) -> Non
     assert [g.key for g in gates] == list(table)
     for g in gates:
         assert g.passed is (g.key in rewards and rewards[g.key] >= table[g.key])
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+@pytest.mark.parametrize("strategy", ["best", "average", "Final", "", "median", "mean "])
+def test_an_unknown_strategy_is_refused_whatever_it_sorts_like(strategy):
+    """Only ``mean`` and ``final`` exist; a name that sorts before ``final`` is not ``final``."""
+    steps = [StepResult(index=1, name="a", source="verifier", reward=1.0, rewards={"reward": 1.0})]
+    with pytest.raises(ValueError, match=f"unknown multi_step_reward_strategy {strategy!r}"):
+        trial_rewards(strategy, steps)  # type: ignore[arg-type]
