@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -108,6 +109,20 @@ def _refuse_constant(name: str):
     raise ValueError(f"non-finite JSON constant {name}")
 
 
+@functools.cache
+def _validator(schema: str):
+    """One checked validator per shipped schema (``jsonschema.validate`` re-checks the schema
+    itself on every call: most of a fast test's time)."""
+    import jsonschema
+
+    from cairn.results.schemas import load_schema
+
+    loaded = load_schema(schema)
+    cls = jsonschema.validators.validator_for(loaded)
+    cls.check_schema(loaded)
+    return cls(loaded)
+
+
 @pytest.fixture(autouse=True)
 def _results_match_schemas(request):
     """Every result.json / steps.json / config.json / summary.json / job.json a test leaves
@@ -119,10 +134,6 @@ def _results_match_schemas(request):
     tmp = request.node.funcargs.get("tmp_path")
     if tmp is None or not Path(tmp).is_dir():
         return
-    import jsonschema
-
-    from cairn.results.schemas import load_schema
-
     names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary",
              "config.json": "config", "job.json": "job"}
     for fname, schema in names.items():
@@ -136,4 +147,4 @@ def _results_match_schemas(request):
                 data = json.loads(p.read_text(), parse_constant=_refuse_constant)
             except (OSError, ValueError):
                 continue  # tests that plant broken files check that themselves
-            jsonschema.validate(data, load_schema(schema))
+            _validator(schema).validate(data)

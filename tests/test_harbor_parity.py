@@ -1,7 +1,8 @@
 """The same fixtures through Harbor 0.26 and through cairn score the same (issue #21).
 
-Needs Harbor 0.26 installed in the reference environment /work/harbor-venv (never a
-dependency of cairn) and Docker; skipped otherwise. Harbor runs with its telemetry off and
+Needs Harbor 0.26 in an environment of its own (never a dependency of cairn), named by
+``$CAIRN_HARBOR`` (``.ci/setup-harbor.sh``; tests/helpers/harbor_env.py: skipped without it,
+failed under CI), and Docker. Harbor runs with its telemetry off and
 LiteLLM's bundled cost map, so nothing leaves this machine. The BuildKit fixture goes to
 Harbor without its ``# syntax=`` line and ``--link`` flag: on this engine (docker 20.10, no
 registry) Harbor would try to pull the frontend image and fail; cairn strips both itself.
@@ -20,9 +21,9 @@ import pytest
 
 from cairn.job.run import run_job
 from cairn.plan import JobConfig
+from harbor_env import require_harbor
 from testbed import backend_available
 
-HARBOR = Path("/work/harbor-venv/bin/harbor")
 FIXTURES = Path(__file__).resolve().parent / "fixtures" / "harbor026"
 PARITY = ["verifier-env-implies-separate", "multistep-step-env-implies-separate",
           "buildkit-dockerfile", "compose-without-main", "legacy-memory-key",
@@ -30,8 +31,6 @@ PARITY = ["verifier-env-implies-separate", "multistep-step-env-implies-separate"
 
 pytestmark = [
     pytest.mark.slow, pytest.mark.docker,
-    pytest.mark.skipif(not HARBOR.is_file(), reason="Harbor 0.26 not installed in "
-                       "/work/harbor-venv"),
     pytest.mark.skipif(not backend_available("docker"), reason="no docker"),
 ]
 
@@ -49,7 +48,7 @@ def _dataset(root: Path) -> Path:
 
 def _harbor_rewards(ds: Path, jobs: Path) -> dict[str, float | None]:
     env = {**os.environ, "HARBOR_TELEMETRY": "0", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    proc = subprocess.run([str(HARBOR), "run", "-p", str(ds), "-a", "oracle", "-o", str(jobs),
+    proc = subprocess.run([str(require_harbor()), "run", "-p", str(ds), "-a", "oracle", "-o", str(jobs),
                            "-n", "2", "-y", "-q"], env=env, capture_output=True, text=True,
                           timeout=1500, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -64,6 +63,7 @@ def _harbor_rewards(ds: Path, jobs: Path) -> dict[str, float | None]:
 
 
 def test_harbor_and_cairn_score_the_fixtures_the_same(tmp_path):
+    require_harbor()
     ds = _dataset(tmp_path)
     harbor = _harbor_rewards(ds, tmp_path / "harbor-jobs")
     cairn_job = run_job(JobConfig(paths=(ds,), agent="oracle", backend="docker",

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+import ipaddress
+
 import pytest
 
-from cairn.netpolicy import AllowEntry, EntryKind, NetworkMode, NetworkPolicy, host_of_url
+from cairn.netpolicy import (
+    AllowEntry,
+    EntryKind,
+    NetworkMode,
+    NetworkPolicy,
+    canonical_host,
+    host_of_url,
+    special_address,
+)
 
 
 @pytest.mark.parametrize("text, kind", [
@@ -69,3 +79,31 @@ def test_host_of_url():
     assert host_of_url("http://[::1]:8080/x") == "::1"
     assert host_of_url("localhost:4000") == "localhost"
     assert host_of_url("") is None
+
+
+@pytest.mark.parametrize("text, want", [
+    ("Up.Test.", "up.test"), ("a.wild.test", "a.wild.test"), ("10.1.2.3", "10.1.2.3"),
+    ("[2001:DB8::1]", "2001:db8::1"), ("2001:db8:0::1", "2001:db8::1"),
+    ("[::ffff:10.1.2.3]", "::ffff:a01:203"),
+    # one canonical form: the rest is no host (issue 34, L1)
+    ("172.17.0.3\x00.wild.test", None), ("a .test", None), ("a\t.test", None),
+    ("a\r\n.test", None), ("\u00e9.test", None), ("[fe80::1%eth0]", None), ("010.1.2.3", None),
+    ("10.1.2", None), ("a..test", None), ("-a.test", None), ("", None), ("x" * 256, None),
+    ("[10.1.2.3]", None), ("1.2.3.4.5", None),
+])
+def test_canonical_host(text, want):
+    assert canonical_host(text) == want
+
+
+def test_special_addresses_and_explicit_entries():
+    for text in ("127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "0.1.2.3",
+                 "224.0.0.1", "255.255.255.255", "::ffff:127.0.0.1", "::"):
+        assert special_address(ipaddress.ip_address(text)) is not None, text
+    for text in ("10.1.2.3", "172.17.0.1", "8.8.8.8", "2001:db8::1"):
+        assert special_address(ipaddress.ip_address(text)) is None, text
+    policy = NetworkPolicy(NetworkMode.ALLOWLIST, ("localhost", "169.254.0.0/16", "127.0.0.1"))
+    assert policy.names_address(ipaddress.ip_address("127.0.0.1"))
+    assert policy.names_address(ipaddress.ip_address("169.254.169.254"))
+    assert not policy.names_address(ipaddress.ip_address("127.0.0.2"))
+    assert not NetworkPolicy(NetworkMode.ALLOWLIST, ("localhost",)).names_address(
+        ipaddress.ip_address("127.0.0.1"))

@@ -52,14 +52,14 @@ def test_trial_ids_move_with_what_the_job_changes_and_only_then(tmp_path):
 def test_specific_multipliers_replace_the_global_one_in_run_options(tmp_path):
     opts = JobConfig(paths=(tmp_path,), timeout_multiplier=3.0, verifier_timeout_multiplier=0.5,
                      build_timeout_multiplier=4.0).run_options()
-    assert (opts.agent_multiplier, opts.verifier_multiplier, opts.agent_setup_multiplier,
-            opts.build_multiplier) == (3.0, 0.5, 3.0, 4.0)
-    assert RunOptions(timeout_multiplier=2.0).verifier_multiplier == 2.0
+    t = opts.timeouts
+    assert (t.agent, t.verifier, t.agent_setup, t.build) == (3.0, 0.5, 3.0, 4.0)
+    assert RunOptions(timeout_multiplier=2.0).timeouts.verifier == 2.0
 
 
 def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):
     from cairn.agents.oracle import OracleAgent
-    from cairn.trial.run import _TrialRun
+    from cairn.trial.run import resolve_trial
 
     path = write_task(tmp_path, "b", toml_extra="")
     toml = path / "task.toml"
@@ -72,7 +72,7 @@ def test_build_multiplier_reaches_the_sandbox_spec(tmp_path):
     plan = TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
                      backend="docker", attempt=1, trial_id="0" * 64, trial_dir=trial_dir,
                      job_id="j", job_dir=Path(trial_dir).parents[1], options=cfg.run_options())
-    spec, _solution_env, _venvs = _TrialRun(plan, OracleAgent(), None)._resolve()
+    spec = resolve_trial(plan, OracleAgent()).spec
     assert spec.build_timeout_sec == 700.0  # 100 x 7, not x 2
     assert spec.memory_mb == 321
 
@@ -99,3 +99,26 @@ def test_a_torn_job_json_is_rebuilt_with_the_overrides_so_trial_ids_match(tmp_pa
     assert cfg.artifacts == ("/app/a",)
     assert cfg.task_overrides() == {"extra_instructions": ["Be brief."],
                                     "override_memory_mb": 512}
+
+
+def test_a_regrade_builds_with_the_jobs_build_multiplier(tmp_path):
+    """cairn regrade restarts the sandbox as the job ran it: its image build is bounded by the
+    recorded --build-timeout-multiplier (it used --timeout-multiplier before)."""
+    from cairn.job.discover import cancelled_result
+    from cairn.job.regrade import _TrialRegrade
+    from cairn.plan import Timeouts
+
+    path = write_task(tmp_path, "rb", toml_extra="")
+    toml = path / "task.toml"
+    toml.write_text(toml.read_text() + "build_timeout_sec = 100\n")
+    task = load_task(path)
+    trial_dir = tmp_path / "jobs" / "j" / "trials" / "rb"
+    trial_dir.mkdir(parents=True)
+    plan = TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
+                     backend="docker", attempt=1, trial_id="1" * 64, trial_dir=trial_dir,
+                     job_id="j", job_dir=trial_dir.parents[1], options=RunOptions())
+    timeouts = Timeouts.recorded({"timeout_multiplier": 2.0, "build_timeout_multiplier": 7.0})
+    regrade = _TrialRegrade(task, cancelled_result(plan, "test"), trial_dir, job_id="j",
+                            job_dir=trial_dir.parents[1], timeouts=timeouts, emit=print)
+    assert regrade.spec.build_timeout_sec == 700.0  # 100 x 7, not x 2
+    assert (timeouts.default, timeouts.verifier) == (2.0, 2.0)

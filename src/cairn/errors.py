@@ -38,6 +38,9 @@ class ErrorKind(StrEnum):
     REWARD_PARSE_ERROR = "reward_parse_error"
     MODEL_AUTH_FAILED = "model_auth_failed"
     MODEL_UNAVAILABLE = "model_unavailable"
+    BUDGET_EXCEEDED = "budget_exceeded"
+    """The model relay closed the trial's model: a cost or token limit was reached
+    (docs/relay.md)."""
     CANCELLED = "cancelled"
     ORACLE_REPLAY_FAILED = "oracle_replay_failed"
     """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
@@ -90,6 +93,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
     ErrorKind.SERVICE_EXITED: Category.TASK,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
+    ErrorKind.BUDGET_EXCEEDED: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
     ErrorKind.CANCELLED: Category.JOB,
 }
@@ -171,12 +175,17 @@ class TrialFailure(CairnError):
     Attributes:
         kind: the :class:`ErrorKind`.
         detail: optional structured detail (exit code, stderr tail, log tail) kept in results.
+        task_fault: the failure is caused by the task's own definition (a start the task's
+            image breaks: a missing ENTRYPOINT program, no ``/bin/sh``), the same on every
+            attempt: classified ``task``, never retried as infra.
     """
 
-    def __init__(self, kind: ErrorKind, message: str, *, detail: dict | None = None) -> None:
+    def __init__(self, kind: ErrorKind, message: str, *, detail: dict | None = None,
+                 task_fault: bool = False) -> None:
         super().__init__(message)
         self.kind = ErrorKind(kind)
         self.detail = dict(detail or {})
+        self.task_fault = task_fault
 
 
 class SandboxError(TrialFailure):
@@ -187,8 +196,8 @@ class SandboxError(TrialFailure):
     """
 
     def __init__(self, message: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE,
-                 detail: dict | None = None) -> None:
-        super().__init__(kind, message, detail=detail)
+                 detail: dict | None = None, task_fault: bool = False) -> None:
+        super().__init__(kind, message, detail=detail, task_fault=task_fault)
 
 
 class SandboxLostError(SandboxError):
@@ -206,4 +215,5 @@ class BuildError(TrialFailure):
 
 
 class ModelError(TrialFailure):
-    """A model call failed for good: ``model_auth_failed`` or ``model_unavailable``."""
+    """A model call failed for good: ``model_auth_failed``, ``model_unavailable``, or
+    ``budget_exceeded`` (the model relay refused it, docs/relay.md)."""

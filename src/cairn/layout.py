@@ -19,6 +19,14 @@ ARTIFACTS_DIR = "/logs/artifacts"
 """Files handed on from the agent's sandbox (collected into ``steps/<nn>-<name>/artifacts/``)."""
 LOG_DIRS = (AGENT_LOGS_DIR, VERIFIER_LOGS_DIR, ARTIFACTS_DIR)
 """The three log folders made fresh at sandbox start."""
+REWARD_JSON = "reward.json"
+"""File name of the keyed reward file in ``/logs/verifier`` (wins when both exist)."""
+REWARD_TXT = "reward.txt"
+"""File name of the single-number reward file."""
+REWARD_FILES = (REWARD_JSON, REWARD_TXT)
+"""The reward file names, in the order they are read (design §5.1)."""
+REWARD_FILE_CAP_BYTES = 64 * 1024
+"""Largest reward file accepted, in bytes; a larger one is a ``reward_parse_error``."""
 TESTS_DIR = "/tests"
 """Where a step's ``tests/`` is uploaded for the verifier (fresh each time)."""
 SOLUTION_DIR = "/solution"

@@ -79,6 +79,59 @@ def _is_host_name(name: str) -> bool:
     return not labels[-1].isdigit()  # "1.2.3.999" is a broken address, not a name
 
 
+def canonical_host(text: str) -> str | None:
+    """The one form of a host a request names, or ``None`` when ``text`` is not a host.
+
+    Strict: no control, space or non-ASCII characters, no IPv6 zone (``%``), no empty or
+    over-long label. A name comes back lower case without its trailing dot; an IPv4 address
+    in dotted decimal (``ipaddress``' form: no octal, hex or short forms, which stay names and
+    are refused by the resolver check of the proxy); an IPv6 address, bracketed or not, in
+    its compressed form without brackets.
+
+    Examples: ``"Up.Test."`` → ``"up.test"``; ``"[::FFFF:1.2.3.4]"`` → ``"::ffff:102:304"``;
+    ``"1.2.3.4\\x00.wild.test"`` → ``None``; ``"a b"`` → ``None``.
+    """
+    if not isinstance(text, str) or not text or len(text) > 255:
+        return None
+    if any(not 0x20 < ord(c) < 0x7F for c in text) or "%" in text:
+        return None
+    h = text.lower()
+    if h.startswith("[") or ":" in h:
+        inner = h[1:-1] if h.startswith("[") and h.endswith("]") else h
+        try:
+            return str(ipaddress.IPv6Address(inner))
+        except ValueError:
+            return None
+    if h.endswith("."):
+        h = h[:-1]
+    try:
+        return str(ipaddress.IPv4Address(h))
+    except ValueError:
+        pass
+    return h if _is_host_name(h) else None
+
+
+def special_address(addr: IpAddress) -> str | None:
+    """Why a name must not lead to ``addr`` unless the list names the address itself
+    (loopback, link-local, unspecified, multicast, broadcast); ``None`` when it may.
+    IPv4-mapped IPv6 addresses are judged as their IPv4 address."""
+    if isinstance(addr, ipaddress.IPv6Address) and addr.ipv4_mapped is not None:
+        addr = addr.ipv4_mapped
+    if addr.is_loopback:
+        return "loopback"
+    if addr.is_link_local:
+        return "link-local"
+    if addr.is_unspecified or (addr.version == 4 and addr in _THIS_NET):
+        return "unspecified"
+    if addr.is_multicast or (addr.version == 4 and addr == _BROADCAST):
+        return "multicast"
+    return None
+
+
+_THIS_NET = ipaddress.IPv4Network("0.0.0.0/8")
+_BROADCAST = ipaddress.IPv4Address("255.255.255.255")
+
+
 @dataclass(frozen=True)
 class AllowEntry:
     """One parsed ``allowed_hosts`` entry.
@@ -202,6 +255,12 @@ class NetworkPolicy:
         if self.mode is NetworkMode.PUBLIC:
             return True
         return any(e.admits(host) for e in self.entries)
+
+    def names_address(self, addr: IpAddress) -> bool:
+        """Whether an address or CIDR entry of this policy names ``addr`` explicitly (what
+        lets a name lead to a loopback, link-local or engine-host address)."""
+        return any(e.kind in (EntryKind.ADDRESS, EntryKind.NETWORK) and e.admits(str(addr))
+                   for e in self.entries)
 
     def with_model_hosts(self, hosts: tuple[str, ...] | list[str]) -> NetworkPolicy:
         """This policy with ``hosts`` admitted as model hosts (duplicates dropped)."""

@@ -9,17 +9,76 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from cairn.netpolicy import AllowEntry, parse_address
 from cairn.task.model import Artifact, Task
 
 if TYPE_CHECKING:  # a value from the results room, carried through (the plan never reads it)
     from cairn.results.model import TaskSource
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """The factors on a trial's timeouts, one value for every phase, resolved once.
+
+    A specific multiplier replaces the default one for its timeout, never multiplies it
+    (Harbor 0.26 ``Trial._resolve_timeout_sec``): ``Timeouts.resolve(2.0, agent=3.0)`` scales
+    agent phases by 3 and every other timeout by 2.
+
+    Attributes:
+        default: the factor on every timeout without its own (``--timeout-multiplier``):
+            ``setup.sh``, healthchecks, artifact hooks, ``pre_artifacts.sh``.
+        agent: the factor on agent-phase timeouts.
+        verifier: the factor on verifier timeouts (shared and separate).
+        agent_setup: the factor on the agent's ``setup()`` bound.
+        build: the factor on image-build timeouts (the task's and a separate verifier's).
+    """
+
+    default: float = 1.0
+    agent: float = 1.0
+    verifier: float = 1.0
+    agent_setup: float = 1.0
+    build: float = 1.0
+
+    @classmethod
+    def resolve(cls, default: float = 1.0, *, agent: float | None = None,
+                verifier: float | None = None, agent_setup: float | None = None,
+                build: float | None = None) -> Timeouts:
+        """The timeouts of a job: each unset (``None``) factor falls back to ``default``.
+
+        Args:
+            default: ``--timeout-multiplier``.
+            agent: ``--agent-timeout-multiplier`` or ``None``.
+            verifier: ``--verifier-timeout-multiplier`` or ``None``.
+            agent_setup: ``--agent-setup-timeout-multiplier`` or ``None``.
+            build: ``--build-timeout-multiplier`` or ``None``.
+        """
+        return cls(default=default, agent=agent or default, verifier=verifier or default,
+                   agent_setup=agent_setup or default, build=build or default)
+
+    @classmethod
+    def recorded(cls, config: Mapping[str, object]) -> Timeouts:
+        """The timeouts a job ran with, from its job.json ``config`` (a dump of
+        :class:`JobConfig`; absent keys, as in older job folders, are unset).
+
+        Args:
+            config: job.json's ``config`` mapping.
+        """
+        def factor(key: str) -> float | None:
+            value = config.get(key)
+            return float(value) if isinstance(value, int | float) and value else None
+
+        return cls.resolve(factor("timeout_multiplier") or 1.0,
+                           agent=factor("agent_timeout_multiplier"),
+                           verifier=factor("verifier_timeout_multiplier"),
+                           agent_setup=factor("agent_setup_timeout_multiplier"),
+                           build=factor("build_timeout_multiplier"))
 
 
 @dataclass(frozen=True)
@@ -60,8 +119,7 @@ class RunOptions:
             task's ``[environment]`` (already applied; recorded in config.json).
         extra_artifacts: ``--artifact`` paths (already added to the steps; recorded).
 
-    A specific multiplier replaces the global one for its timeout, never multiplies it
-    (Harbor 0.26 ``Trial._resolve_timeout_sec``).
+    The multipliers are resolved once, by :attr:`timeouts`.
     """
 
     timeout_multiplier: float = 1.0
@@ -87,24 +145,22 @@ class RunOptions:
     extra_artifacts: tuple[str, ...] = ()
 
     @property
-    def agent_multiplier(self) -> float:
-        """The factor on agent-phase timeouts."""
-        return self.agent_timeout_multiplier or self.timeout_multiplier
+    def timeouts(self) -> Timeouts:
+        """The job's timeout multipliers, each resolved once (:class:`Timeouts`)."""
+        return Timeouts.resolve(self.timeout_multiplier, agent=self.agent_timeout_multiplier,
+                                verifier=self.verifier_timeout_multiplier,
+                                agent_setup=self.agent_setup_timeout_multiplier,
+                                build=self.build_timeout_multiplier)
 
     @property
-    def verifier_multiplier(self) -> float:
-        """The factor on verifier timeouts (shared and separate)."""
-        return self.verifier_timeout_multiplier or self.timeout_multiplier
-
-    @property
-    def agent_setup_multiplier(self) -> float:
-        """The factor on the agent's ``setup()`` bound."""
-        return self.agent_setup_timeout_multiplier or self.timeout_multiplier
-
-    @property
-    def build_multiplier(self) -> float:
-        """The factor on image-build timeouts (the task's and a separate verifier's)."""
-        return self.build_timeout_multiplier or self.timeout_multiplier
+    def given_multipliers(self) -> dict[str, float]:
+        """config.json's ``timeout_multipliers``: the specific multipliers the job gave
+        (``agent``, ``verifier``, ``agent_setup``, ``build``), without the unset ones."""
+        given = {"agent": self.agent_timeout_multiplier,
+                 "verifier": self.verifier_timeout_multiplier,
+                 "agent_setup": self.agent_setup_timeout_multiplier,
+                 "build": self.build_timeout_multiplier}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 @dataclass(frozen=True)
@@ -301,12 +357,30 @@ class JobConfig(BaseModel):
     resume_agent_session: bool = False
     max_cost_usd: float | None = None
     """Stop starting new trials once the job has spent this much (USD)."""
+    # ---- the job's model relay (issue 30; docs/relay.md) -----------------------------------
+    relay: bool = True
+    """Model-driven agents call their model through the job's relay (``--no-relay``: direct,
+    spend as the agent itself reports it; result.json's ``spend_source`` says which)."""
+    rollout: bool = False
+    """The relay asks OpenAI-compatible servers for token ids and logprobs and records them
+    (``--rollout``; ``cairn export --format rollouts``)."""
+    record_model_bodies: bool = False
+    """The relay records request and response bodies, secrets masked
+    (``--record-model-bodies``)."""
+    max_trial_cost_usd: float | None = Field(default=None, ge=0)
+    """The relay closes a trial's model past this spend, USD (``--max-trial-cost-usd``)."""
+    max_trial_tokens: int | None = Field(default=None, ge=1)
+    """The relay closes a trial's model past this many tokens, input + output
+    (``--max-trial-tokens``)."""
     executor: str = "local"
     """Where trials run (``--executor``): ``local`` (in this process) or ``ray`` (a Ray
     cluster's worker nodes, docs/scale-out.md)."""
     ray_address: str | None = None
     """``--ray-address`` of the ``ray`` executor; default ``RAY_ADDRESS``, else a fresh local
     Ray."""
+    ray_trial_cpus: float | None = Field(default=None, gt=0)
+    """CPUs Ray reserves for each trial under ``--executor ray`` (``--ray-trial-cpus``);
+    default the task's ``[environment] cpus``, else 1."""
     snapshot_steps: bool = False
     """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
     start_step: str | None = None
@@ -344,6 +418,21 @@ class JobConfig(BaseModel):
     build_timeout_multiplier: float | None = Field(default=None, gt=0)
     """Scales image-build timeouts instead of ``timeout_multiplier`` (Harbor's
     ``environment_build_timeout_multiplier``)."""
+    strict: bool = False
+    """Task validation warnings are errors (``--strict``, as ``cairn tasks check --strict``):
+    a task with one ends ``config_error`` without a sandbox."""
+
+    @model_validator(mode="after")
+    def _relay_options(self) -> JobConfig:
+        if not self.relay:
+            given = [flag for flag, on in (
+                ("--rollout", self.rollout), ("--record-model-bodies", self.record_model_bodies),
+                ("--max-trial-cost-usd", self.max_trial_cost_usd is not None),
+                ("--max-trial-tokens", self.max_trial_tokens is not None)) if on]
+            if given:
+                raise ValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
+                                 "the model relay; drop --no-relay")
+        return self
 
     @field_validator("job_name")
     @classmethod

@@ -33,17 +33,19 @@ from cairn.errors import ErrorKind, TrialFailure
 from cairn.task.load import load_task
 from taskgen import StepSpec, write_task
 
-INSTR = '"$(cat /tmp/cairn-agent/logs/01-a/instruction.md)"'
+STEP_DIR = "/tmp/cairn-agent/logs/01-a"
 
 
 # ---- command lines and endpoint configuration ---------------------------------------------
 def test_claude_command_model_resume_and_base_url(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-ant-host-key-123456")
     agent = ClaudeCodeAgent("anthropic/claude-sonnet-4-5", base_url="http://10.0.0.1:8080/v1")
-    cmd = agent._command(INSTR, None)
-    assert cmd == ("claude --verbose --output-format stream-json --dangerously-skip-permissions "
-                   f"--model claude-sonnet-4-5 -p {INSTR}")
-    assert "--resume sess-1 -p" in agent._command(INSTR, "sess-1")
+    cmd = agent._command(STEP_DIR, None)
+    # -p is a switch; the instruction comes on stdin (a word starting with "-" is an option)
+    assert cmd == ("claude -p --verbose --output-format stream-json "
+                   "--dangerously-skip-permissions --model claude-sonnet-4-5")
+    assert agent.reads_stdin
+    assert agent._command(STEP_DIR, "sess-1").endswith("--resume sess-1")
     from cairn.agents.base import AgentContext
 
     ctx = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
@@ -68,7 +70,7 @@ def test_codex_config_has_a_responses_provider_without_websockets():
     assert prov["wire_api"] == "responses" and prov["supports_websockets"] is False
     assert prov["env_key"] == "OPENAI_API_KEY"
     assert cfg["features"]["plugins"] is False and cfg["analytics"]["enabled"] is False
-    assert agent._command(INSTR, "th-1").endswith(f"--model scripted resume th-1 -- {INSTR}")
+    assert agent._command(STEP_DIR, "th-1").endswith("--model scripted resume th-1 -")
     # without base_url: the built-in provider, no custom block
     assert "model_providers" not in tomllib.loads(CodexAgent(None)._config_files()[
         ".codex/config.toml"])
@@ -83,9 +85,10 @@ def test_opencode_custom_provider_and_model_flag():
                                "apiKey": "{env:ANTHROPIC_API_KEY}"}
     assert list(prov["models"]) == ["claude-x"]
     assert cfg["permission"]["bash"] == "allow"
-    assert agent._command(INSTR, None) == f"opencode run --format json -m cairn/claude-x {INSTR}"
+    assert cfg["permission"]["external_directory"] == "allow"  # paths outside the working dir
+    assert agent._command(STEP_DIR, None) == "opencode run --format json --auto -m cairn/claude-x"
     plain = OpenCodeAgent("anthropic/claude-x")
-    assert "-m anthropic/claude-x --session s1" in plain._command(INSTR, "s1")
+    assert plain._command(STEP_DIR, "s1").endswith("-m anthropic/claude-x --session s1")
     assert "provider" not in json.loads(plain._cli_env()["OPENCODE_CONFIG_CONTENT"])
 
 
@@ -259,9 +262,10 @@ def test_gemini_command_settings_and_base_url():
     from cairn.agents.installed import GeminiCliAgent
 
     agent = GeminiCliAgent("google/gemini-2.5-flash", base_url="http://10.0.0.1:9/v1beta")
-    assert agent._command(INSTR, None) == ("gemini --yolo --output-format stream-json "
-                                           f"--model gemini-2.5-flash -p {INSTR}")
-    assert "--resume latest -p" in agent._command(INSTR, "any-session")
+    assert agent._command(STEP_DIR, None) == ("gemini --yolo --output-format stream-json "
+                                              "--include-directories / "
+                                              "--model gemini-2.5-flash")
+    assert agent._command(STEP_DIR, "any-session").endswith("--resume latest")
     assert agent._cli_env() == {"GOOGLE_GEMINI_BASE_URL": "http://10.0.0.1:9"}
     settings = json.loads(agent._config_files()[".gemini/settings.json"])
     assert settings["telemetry"]["enabled"] is False
@@ -312,9 +316,8 @@ def test_qwen_command_and_reader_merge_blocks_of_one_call():
 
     agent = QwenCodeAgent("openai/qwen3-coder", base_url="http://10.0.0.1:9")
     assert agent._cli_env() == {"OPENAI_BASE_URL": "http://10.0.0.1:9/v1"}
-    assert agent._command(INSTR, "s1") == (
-        "qwen --yolo -o stream-json --auth-type openai -m qwen3-coder --resume s1 "
-        f"--prompt={INSTR}")
+    assert agent._command(STEP_DIR, "s1") == (
+        "qwen --yolo -o stream-json --auth-type openai -m qwen3-coder --resume s1")
 
     def assistant(mid, content, usage):
         return {"type": "assistant", "message": {"id": mid, "content": content,
@@ -358,7 +361,7 @@ def test_model_variable_from_m_or_passed_through_from_the_host(monkeypatch, agen
     # -m wins, provider prefix dropped, and the CLI's flag says the same
     agent = create_agent(agent_name, "someprov/flag-model-9", {})
     assert agent._env(ctx)[var] == "flag-model-9"
-    assert "flag-model-9" in agent._command(INSTR, None)
+    assert "flag-model-9" in agent._command(STEP_DIR, None)
     # --ae wins over both
     ctx_ae = AgentContext(task=None, step=None, logs_dir=Path("."), timeout_sec=10,  # type: ignore
                           env={var: "ae-model-3"})
@@ -389,17 +392,23 @@ def test_python_agent_commands_keep_histories_out_of_the_working_dir():
 
     aider = create_agent("aider", "anthropic/claude-sonnet-4-5", {"base_url": "http://h:9/v1"})
     aider._log_dir = "/tmp/cairn-agent/logs/01-a"
-    cmd = aider._command(INSTR, None)
+    cmd = aider._command(STEP_DIR, None)
     for flag in ("--llm-history-file", "--chat-history-file", "--input-history-file",
                  "--analytics-log"):
         assert f"{flag} /tmp/cairn-agent/logs/01-a/" in cmd
-    assert "--no-git" in cmd and "--yes-always" in cmd and cmd.endswith(f"--message={INSTR}")
+    assert "--no-git" in cmd and "--yes-always" in cmd
+    assert cmd.endswith(f"--message-file {STEP_DIR}/instruction.md") and not aider.reads_stdin
     assert "--model anthropic/claude-sonnet-4-5" in cmd  # a LiteLLM id, kept whole
     assert aider._cli_env() == {"ANTHROPIC_BASE_URL": "http://h:9"}
     mini = create_agent("mini-swe-agent", "openai/m", {"base_url": "http://h:9"})
     mini._log_dir = "/tmp/cairn-agent/logs/01-a"
-    cmd = mini._command(INSTR, None)
+    cmd = mini._command(STEP_DIR, None)
     assert "-c model.model_kwargs.api_base=http://h:9/v1" in cmd
+    assert f"-c {STEP_DIR}/task.yaml" in cmd and "--task" not in cmd
+    import yaml
+
+    hostile = "- a task $(x) `y` 'q' \"d\"\n{{ not a template }}\n" * 3
+    assert yaml.safe_load(mini._input_files(hostile)["task.yaml"]) == {"run": {"task": hostile}}
     assert "-o /tmp/cairn-agent/logs/01-a/mini.traj.json" in cmd and "-l 0" in cmd
 
 
@@ -631,3 +640,23 @@ def test_agents_list_shows_python_agents_with_their_pin_and_cache_state(tmp_path
         CliRunner().invoke(_app(), ["agents", "list", "--json"]).stdout)["agents"]}
     assert (rows["aider"]["kind"], rows["aider"]["cached"][0]["version"]) == \
         ("pypi", AIDER.version)
+
+
+def test_a_failed_cli_is_named_with_its_code_and_the_tail_of_its_stderr():
+    from cairn.agents.installed import ERROR_TAIL_CHARS, exit_message
+
+    assert exit_message("claude", 1, "\n\x1b[31merror:\x1b[0m unknown option '- Write'\n\n") == \
+        "claude exited with code 1: error: unknown option '- Write'"
+    assert exit_message("codex", 126, "") == "codex exited with code 126 (no output)"
+    many = "".join(f"line {i}\n" for i in range(50)) + "x" * 5000
+    msg = exit_message("aider", 2, many)
+    assert "line 44" not in msg and len(msg) <= len("aider exited with code 2: ") + ERROR_TAIL_CHARS
+
+
+def test_opencode_auto_rejections_are_read_from_its_stderr():
+    # opencode 1.18.33 when a permission is not allowed: it goes on and exits 0
+    stderr = ("\x1b[93m\x1b[1m! \x1b[0mpermission requested: external_directory (/proc/*); "
+              "auto-rejecting\nsome other line\n")
+    assert OpenCodeAgent("openai/m")._refusals(stderr) == [
+        "permission requested: external_directory (/proc/*); auto-rejecting"]
+    assert OpenCodeAgent("openai/m")._refusals("all fine\n") == []

@@ -813,7 +813,6 @@ def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
             f"trial {newer}, the old folder {new_name} is kept under its attempts/") in seen.lines
 
 
-HARBOR_PYTHON = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor")).parent / "python"
 HARBOR_PLAN = """\
 import asyncio, collections, json, sys, uuid
 import yaml
@@ -829,14 +828,15 @@ print(json.dumps({"trials": sorted(collections.Counter(t.task.path.name for t in
 """
 
 
-@pytest.mark.skipif(not HARBOR_PYTHON.is_file(), reason="Harbor 0.26 not installed")
 def test_harbor_itself_plans_the_trials_cairn_runs(tmp_path, ds):
     """The same file through Harbor 0.26's own planner (JobPlan.build_trial_configs, in its
     separate environment): the same tasks, attempts, agent and kwargs as cairn's plan."""
+    from harbor_env import require_harbor_python
+
     record = tmp_path / "record.jsonl"
     cfg = tmp_path / "harbor-job.yaml"
     cfg.write_text(HARBOR_JOB.format(record=record))
-    p = subprocess.run([str(HARBOR_PYTHON), "-c", HARBOR_PLAN, str(cfg)], cwd=tmp_path,
+    p = subprocess.run([str(require_harbor_python()), "-c", HARBOR_PLAN, str(cfg)], cwd=tmp_path,
                        capture_output=True, text=True, timeout=300, check=True)
     harbor = json.loads(p.stdout.splitlines()[-1])
     plan = cairn("run", "-c", str(cfg), "-e", "local", "--dry-run", "--json", cwd=tmp_path)

@@ -1,8 +1,9 @@
 """The table of every ``harbor run`` flag in docs/cli.md holds (issue 19): each flag it says cairn
 takes is an option of ``cairn run``, each it says is refused is refused with its reason, and —
-where Harbor 0.26 is installed in a separate environment (``HARBOR_BIN``, default
-/work/harbor-venv/bin/harbor) — the table lists exactly the flags of ``harbor run --help`` and
-the job-file reader knows every top-level key of Harbor's ``JobConfig``.
+where Harbor 0.26 is installed in a separate environment (``$CAIRN_HARBOR``, set by .ci/run
+from .ci/setup-harbor.sh; tests/helpers/harbor_env.py) — the table lists exactly the flags of
+``harbor run --help`` and the job-file reader knows every top-level key of Harbor's
+``JobConfig``.
 
 No sandbox: the refusals are checked in process with Typer's runner.
 """
@@ -14,13 +15,11 @@ import re
 import subprocess
 from pathlib import Path
 
-import pytest
 from typer.testing import CliRunner
 
+from harbor_env import require_harbor, require_harbor_python
+
 ROOT = Path(__file__).resolve().parents[2]
-HARBOR_BIN = Path(os.environ.get("HARBOR_BIN", "/work/harbor-venv/bin/harbor"))
-needs_harbor = pytest.mark.skipif(not HARBOR_BIN.is_file(),
-                                  reason=f"Harbor 0.26 not installed at {HARBOR_BIN}")
 
 
 def table() -> dict[str, str]:
@@ -82,7 +81,7 @@ def test_every_flag_the_table_says_is_refused_is_refused_with_its_reason(tmp_pat
 def harbor_help_flags() -> set[str]:
     """The flags of ``harbor run --help``: the option names that open each row of its
     option boxes."""
-    p = subprocess.run([str(HARBOR_BIN), "run", "--help"], capture_output=True, text=True,
+    p = subprocess.run([str(require_harbor()), "run", "--help"], capture_output=True, text=True,
                        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}, timeout=120,
                        check=True)
     flags: set[str] = set()
@@ -97,18 +96,16 @@ def harbor_help_flags() -> set[str]:
     return flags
 
 
-@needs_harbor
 def test_the_table_lists_exactly_harbors_flags():
     flags = harbor_help_flags()
     assert len(flags) > 80
     assert flags == set(table())
 
 
-@needs_harbor
 def test_the_job_file_reader_knows_every_top_level_key_of_harbors_job_config():
     from cairn.job import configfile as cf
 
-    python = HARBOR_BIN.parent / "python"
+    python = require_harbor_python()
     code = ("from harbor.models.job.config import JobConfig;"
             "print(' '.join(JobConfig.model_fields))")
     p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,

@@ -119,7 +119,8 @@ def one_task(tmp_path: Path) -> Path:
 @pytest.mark.parametrize("args,message", [
     (["--no-such-flag"], "No such option"),
     (["-i", "nothing-matches-*"], "no task matched"),
-    (["-m", "openai/gpt-4o"], "takes no model"),
+    (["-m", "openai/gpt-4o"], "without -a the agent is oracle: add -a llm"),
+    (["-a", "oracle", "-m", "openai/gpt-4o"], "takes no model"),
     (["-a", "no-such-agent"], "unknown agent"),
     (["-e", "kubernetes"], "unknown sandbox backend"),
     (["-n", "0"], "n_concurrent"),
@@ -156,7 +157,7 @@ def test_unresolved_template_exit_2_before_anything_starts(tmp_path):
 
 def test_report_on_missing_job_exit_2(tmp_path):
     p = cairn("report", str(tmp_path / "nope"), cwd=tmp_path)
-    assert p.returncode == 2 and "not a job folder" in p.stderr
+    assert p.returncode == 2 and f"{tmp_path / 'nope'} does not exist" in p.stderr
 
 
 # ---- the acceptance lines of issue 6 (Docker) ---------------------------------------------

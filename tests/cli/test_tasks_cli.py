@@ -81,7 +81,7 @@ def test_warnings_print_and_strict_turns_them_into_errors(dataset):
     assert result.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: warning: unknown key `memroy_mb` in "
         "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]",
-        f"{task}: ok"]
+        f"{task}: ok (1 warning(s))"]
     strict = run_cli("tasks", "check", "--strict", str(task))
     assert strict.exit_code == 1
     assert strict.stdout.splitlines() == [

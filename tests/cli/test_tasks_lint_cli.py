@@ -55,7 +55,7 @@ def test_lint_warnings_print_with_file_line_and_rule_and_exit_zero(dataset):
     assert [line.rsplit(" ", 1)[1] for line in lines[:3]] == [
         "[compose-privileged]", "[compose-writable-bind-mount]", "[unpinned-image]"]
     assert COMPOSE.splitlines()[3].strip() == "privileged: true"  # line 4 is that key
-    assert lines[3:] == [f"{dataset / 'bad'}: ok", f"{dataset / 'clean'}: ok"]
+    assert lines[3:] == [f"{dataset / 'bad'}: ok (3 warning(s))", f"{dataset / 'clean'}: ok"]
 
 
 def test_strict_makes_lint_warnings_errors(dataset):

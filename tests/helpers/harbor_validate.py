@@ -2,7 +2,7 @@
 
 Run with the Python of a Harbor 0.26 environment (never cairn's)::
 
-    /work/harbor-venv/bin/python tests/helpers/harbor_validate.py OUT_DIR
+    "$(dirname "$CAIRN_HARBOR")/python" tests/helpers/harbor_validate.py OUT_DIR
 
 Validates ``config.json`` (``JobConfig``), ``result.json`` (``JobResult``), every trial's
 ``config.json`` (``TrialConfig``) and ``result.json`` (``TrialResult``) and every

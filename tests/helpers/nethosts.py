@@ -57,16 +57,22 @@ def _tar(files: dict[str, bytes]) -> bytes:
     return buf.getvalue()
 
 
+class HostAddrs(dict):
+    """name → IPv4 address, plus :attr:`ids`: name → container id (to read its output)."""
+
+    ids: dict[str, str]
+
+
 @contextlib.contextmanager
 def host_containers(*names: str, network: str = "bridge",
-                    server: str = SERVER) -> Iterator[dict[str, str]]:
+                    server: str = SERVER) -> Iterator[HostAddrs]:
     """Start one server container per name on ``network``.
 
     ``server`` is the script each runs as ``python3 -u /srv/server.py NAME`` (default
     :data:`SERVER`); it must print ``serving`` once it listens.
 
     Yields:
-        name → IPv4 address of its container on ``network``.
+        name → IPv4 address of its container on ``network`` (:class:`HostAddrs`).
     """
     import docker
 
@@ -90,7 +96,8 @@ def host_containers(*names: str, network: str = "bridge",
                 ids.append(c["Id"])
                 api.put_archive(c["Id"], "/", payload)
                 api.start(c["Id"])
-            addrs = {}
+            addrs = HostAddrs()
+            addrs.ids = dict(zip(names, ids, strict=True))
             for name, cid in zip(names, ids, strict=True):
                 for _ in range(300):
                     if b"serving" in api.logs(cid):

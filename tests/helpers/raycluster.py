@@ -84,12 +84,14 @@ class RayCluster:
         return subprocess.run(self.argv(*cmd), capture_output=True, text=True, cwd=cwd,
                               env=self.env, timeout=timeout, check=False)
 
-    def start_node(self, name: str, *args: str, timeout: float = 120) -> Node:
-        """Start a node and wait (bounded) until it says it is up."""
+    def start_node(self, name: str, *args: str, timeout: float = 120,
+                   env: dict[str, str] | None = None) -> Node:
+        """Start a node (``env``: extra variables of its processes) and wait (bounded) until
+        it says it is up."""
         log = self.root / f"{name}.log"
         proc = self.popen(["ray", "start", "--block", "--disable-usage-stats",
                            "--node-ip-address=127.0.0.1", f"--temp-dir={self.root / name}",
-                           *args], log=log)
+                           *args], log=log, env=env)
         node = Node(name, proc, log)
         self.nodes[name] = node
         deadline = time.monotonic() + timeout
@@ -100,11 +102,12 @@ class RayCluster:
             time.sleep(0.2)
         return node
 
-    def wait_workers(self, n: int, timeout: float = 120) -> None:
-        """Wait (bounded) until ``n`` nodes advertise a trial slot."""
+    def wait_workers(self, n: int, timeout: float = 120, resource: str = "cairn_trial_slot",
+                     ) -> None:
+        """Wait (bounded) until ``n`` alive nodes advertise ``resource``."""
         code = (f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
                 "print(json.dumps(sum(1 for x in ray.nodes() if x['Alive'] and "
-                "'cairn_trial_slot' in x['Resources'])))")
+                f"{resource!r} in x['Resources'])))")
         deadline = time.monotonic() + timeout
         while True:
             out = self.run([sys.executable, "-c", code], timeout=120)
@@ -165,6 +168,15 @@ class RayCluster:
         shutil.rmtree(self.root, ignore_errors=True)
 
 
+def _base_env(env: dict[str, str] | None) -> dict[str, str]:
+    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ADDRESS,
+            # loopback only, inside a namespace of its own: no token (none is written to ~/.ray)
+            "RAY_AUTH_MODE": "disabled",
+            # a dead node is noticed within ~3 s instead of ~30 s
+            "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
+            "RAY_health_check_initial_delay_ms": "1000", **(env or {})}
+
+
 def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None) -> RayCluster:
     """A head (no trial slots) and one worker node per ``workers`` entry.
 
@@ -179,13 +191,7 @@ def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None
     if holder.stdout.readline().strip() != "up":
         holder.kill()
         raise RuntimeError("could not bring lo up in a new network namespace")
-    base = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ADDRESS,
-            # loopback only, inside a namespace of its own: no token (none is written to ~/.ray)
-            "RAY_AUTH_MODE": "disabled",
-            # a dead node is noticed within ~3 s instead of ~30 s
-            "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
-            "RAY_health_check_initial_delay_ms": "1000", **(env or {})}
-    cluster = RayCluster(root, holder, base)
+    cluster = RayCluster(root, holder, _base_env(env))
     try:
         cluster.start_node("head", "--head", f"--port={PORT}", "--include-dashboard=false",
                            "--num-cpus=0")
@@ -196,6 +202,37 @@ def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None
                 args.append(f"--memory={spec['memory']}")
             cluster.start_node(name, *args)
         cluster.wait_workers(len(workers))
+    except BaseException:
+        cluster.stop()
+        raise
+    return cluster
+
+
+def start_plain_cluster(nodes: dict[str, dict[str, str]], *,
+                        env: dict[str, str] | None = None) -> RayCluster:
+    """A cluster started the ordinary way, no custom resources, no CPU counts: the first
+    entry of ``nodes`` is ``ray start --head``, the others ``ray start --address=…``.
+
+    Args:
+        nodes: node name → extra environment of that node's processes (e.g. a
+            ``DOCKER_HOST`` no engine listens on: a node without Docker).
+        env: extra environment for every process (e.g. ``PYTHONPATH``).
+    """
+    root = Path(tempfile.mkdtemp(prefix="crp", dir="/tmp"))
+    holder = subprocess.Popen(["unshare", "-n", "--", sys.executable, "-c", _LO_UP],
+                              stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None
+    if holder.stdout.readline().strip() != "up":
+        holder.kill()
+        raise RuntimeError("could not bring lo up in a new network namespace")
+    cluster = RayCluster(root, holder, _base_env(env))
+    try:
+        for i, (name, node_env) in enumerate(nodes.items()):
+            if i == 0:
+                cluster.start_node(name, "--head", f"--port={PORT}", env=node_env)
+            else:
+                cluster.start_node(name, f"--address={ADDRESS}", env=node_env)
+        cluster.wait_workers(len(nodes), resource="CPU")
     except BaseException:
         cluster.stop()
         raise

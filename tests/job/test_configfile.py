@@ -221,7 +221,6 @@ def test_unreadable_inputs_are_usage_errors(tmp_path):
 
 
 HARBOR_DEFAULTS = Path(__file__).parent / "fixtures" / "harbor026-default-config.json"
-HARBOR_PY = Path("/work/harbor-venv/bin/python")
 
 
 def test_harbors_default_config_plans_the_same_trials_as_the_minimal_file(tmp_path,
@@ -256,14 +255,14 @@ def test_harbors_default_config_plans_the_same_trials_as_the_minimal_file(tmp_pa
     assert plan(got) == plan(want) and [p[:2] for p in plan(got)] == [("test/a", 1)]
 
 
-@pytest.mark.skipif(not HARBOR_PY.exists(), reason="Harbor 0.26 is not installed in "
-                    "/work/harbor-venv")
 def test_the_default_config_fixture_is_what_harbor_writes():
+    from harbor_env import require_harbor_python
+
     code = ("from harbor.models.job.config import JobConfig\n"
             "from harbor.models.trial.config import TaskConfig\n"
             "print(JobConfig(job_name='harbor-defaults', "
             "tasks=[TaskConfig(path='ds/a')]).model_dump_json())")
-    out = subprocess.run([str(HARBOR_PY), "-c", code], capture_output=True, text=True,
+    out = subprocess.run([str(require_harbor_python()), "-c", code], capture_output=True, text=True,
                          check=True, timeout=120).stdout
     assert json.loads(out) == json.loads(HARBOR_DEFAULTS.read_text())
 

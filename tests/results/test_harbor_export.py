@@ -3,8 +3,9 @@ Harbor 0.26 job folder.
 
 Checked two ways: against tests/fixtures/harbor026_fields.json (Harbor 0.26's field names,
 JSON types and required fields, written down from its models; runs everywhere), and, where
-Harbor 0.26 is installed in /work/harbor-venv, by loading every exported file with Harbor's
-own models in a subprocess (tests/helpers/harbor_validate.py) and recomputing its JobStats.
+Harbor 0.26 is set up (``$CAIRN_HARBOR``, tests/helpers/harbor_env.py), by loading every
+exported file with Harbor's own models in a subprocess (tests/helpers/harbor_validate.py) and
+recomputing its JobStats.
 
 The job: ``chain`` (three steps; the second's agent writes invalid UTF-8, NUL bytes, a file
 with an undecodable name and symlinks to /etc/passwd and /), ``gated`` (stopped by
@@ -51,12 +52,12 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
+from harbor_env import require_harbor, require_harbor_python
 from taskgen import StepSpec, reward_if, write_task
 from testbed import local_available
 
 FIELDS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" /
                      "harbor026_fields.json").read_text())
-HARBOR_PY = Path("/work/harbor-venv/bin/python")
 VALIDATE = Path(__file__).resolve().parents[1] / "helpers" / "harbor_validate.py"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -281,16 +282,15 @@ def test_errored_multistep_trial_exports_no_valid_reward():
     assert (ev["n_trials"], ev["n_errors"], ev["metrics"]) == (1, 1, [{"mean": 0.5}])
 
 
-@pytest.mark.skipif(not HARBOR_PY.is_file(), reason="Harbor 0.26 is not installed in "
-                    "/work/harbor-venv")
 def test_harbor_itself_finds_no_valid_reward_on_an_errored_trial(tmp_path):
+    harbor_py = require_harbor_python()
     (tmp_path / "result.json").write_text(json.dumps(_doc(_errored_at_step_2())))
     code = ("import sys, json; from harbor.models.trial.result import TrialResult; "
             "t = TrialResult.model_validate_json(open(sys.argv[1]).read()); "
             "print(json.dumps([t.reward_valid, t.verifier_result, "
             "[s.verifier_result.rewards if s.verifier_result else None "
             "for s in t.step_results]]))")
-    p = subprocess.run([str(HARBOR_PY), "-c", code, str(tmp_path / "result.json")],
+    p = subprocess.run([str(harbor_py), "-c", code, str(tmp_path / "result.json")],
                        capture_output=True, text=True, timeout=120, check=False,
                        env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
                             "HOME": str(tmp_path)})
@@ -596,12 +596,9 @@ def test_running_job_refused_or_exported_partially(job, tmp_path):
 
 
 @pytest.mark.local
-@pytest.mark.skipif(not HARBOR_PY.is_file(),
-                    reason="Harbor 0.26 is not installed in /work/harbor-venv (the field "
-                           "description test covers its field names)")
 def test_harbor_026_models_load_the_export(exported):
     out, _ = exported
-    p = subprocess.run([str(HARBOR_PY), str(VALIDATE), str(out)], capture_output=True,
+    p = subprocess.run([str(require_harbor_python()), str(VALIDATE), str(out)], capture_output=True,
                        text=True, timeout=300, check=False,
                        env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
                             "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(out.parent)})
@@ -635,14 +632,13 @@ def _free_port() -> int:
 
 
 @pytest.mark.local
-@pytest.mark.skipif(not Path("/work/harbor-venv/bin/harbor").is_file(),
-                    reason="Harbor 0.26 is not installed in /work/harbor-venv")
 def test_harbor_viewer_reads_the_export(exported, tmp_path):
     """Harbor's own job browser (``harbor view``, on loopback) lists the exported job, its
     trials with their rewards and errors, and a trial's files."""
     import time
     import urllib.request
 
+    harbor = require_harbor()
     out, _ = exported
     jobs = tmp_path / "jobs"
     jobs.mkdir()
@@ -651,7 +647,7 @@ def test_harbor_viewer_reads_the_export(exported, tmp_path):
     env = {"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(tmp_path)}
     log = tmp_path / "view.log"
-    proc = subprocess.Popen(["/work/harbor-venv/bin/harbor", "view", str(jobs), "--jobs",
+    proc = subprocess.Popen([str(harbor), "view", str(jobs), "--jobs",
                              "--port", str(port), "--no-build"], env=env,
                             stdout=subprocess.DEVNULL, stderr=(logf := log.open("wb")))
 

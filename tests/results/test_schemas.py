@@ -88,8 +88,8 @@ def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
     written = write_schemas(tmp_path)
     assert sorted(p.name for p in written) == ["check.schema.json", "config.schema.json",
                                                "job.schema.json",
-                                               "result.schema.json", "steps.schema.json",
-                                               "summary.schema.json"]
+                                               "result.schema.json", "rollout.schema.json",
+                                               "steps.schema.json", "summary.schema.json"]
     assert stale_schemas(tmp_path) == []
     (tmp_path / "steps.schema.json").write_text("{}")
     assert stale_schemas(tmp_path) == ["steps"]

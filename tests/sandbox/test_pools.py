@@ -1,74 +1,73 @@
-"""The job-level pool registry (cairn.sandbox.pools): take/give, and waiting for a resource an
-earlier trial's removal is handing back (the removal runs beside the next trial, #13)."""
+"""A job's resource pool (cairn.sandbox.pools.ResourcePool): take/give, and waiting for a
+resource an earlier trial's removal is handing back (the removal runs beside the next trial,
+#13)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from cairn.sandbox import pools
+from cairn.sandbox.pools import ResourcePool
 
 
 def test_take_or_wait_gets_the_resource_a_removal_hands_back(tmp_path):
-    job = tmp_path / "job"
-    pools.open_pool(job)
+    pool = ResourcePool()
     try:
-        assert pools.expect(job, "gw")
-        assert pools.pending(job, "gw") == 1
+        assert pool.expect("gw")
+        assert pool.pending("gw") == 1
 
         async def scenario():
             async def removal():
                 await asyncio.sleep(0.05)  # the earlier trial's container is being removed
-                assert pools.give(job, "gw", "gateway-1", limit=4)
-                pools.settle(job, "gw")
+                assert pool.give("gw", "gateway-1", limit=4)
+                pool.settle("gw")
 
             back = asyncio.ensure_future(removal())
-            got = await pools.take_or_wait(job, "gw", wait_sec=10)
+            got = await pool.take_or_wait("gw", wait_sec=10)
             await back
             return got
 
         assert asyncio.run(scenario()) == "gateway-1"
-        assert pools.pending(job, "gw") == 0
+        assert pool.pending("gw") == 0
     finally:
-        pools.close_pool(job)
+        pool.close()
 
 
 def test_take_or_wait_does_not_wait_without_a_pending_return(tmp_path):
-    job = tmp_path / "job"
-    pools.open_pool(job)
+    pool = ResourcePool()
     try:
-        assert asyncio.run(asyncio.wait_for(pools.take_or_wait(job, "gw", wait_sec=3600),
+        assert asyncio.run(asyncio.wait_for(pool.take_or_wait("gw", wait_sec=3600),
                                             timeout=5)) is None
     finally:
-        pools.close_pool(job)
+        pool.close()
 
 
 def test_a_return_that_is_removed_instead_ends_the_wait(tmp_path):
-    job = tmp_path / "job"
-    pools.open_pool(job)
+    pool = ResourcePool()
     try:
-        assert pools.expect(job, "gw")
+        assert pool.expect("gw")
 
         async def scenario():
             async def removal():
                 await asyncio.sleep(0.05)
-                pools.settle(job, "gw")  # recycling failed: removed, not given back
+                pool.settle("gw")  # recycling failed: removed, not given back
 
             back = asyncio.ensure_future(removal())
-            got = await asyncio.wait_for(pools.take_or_wait(job, "gw", wait_sec=3600), timeout=5)
+            got = await asyncio.wait_for(pool.take_or_wait("gw", wait_sec=3600), timeout=5)
             await back
             return got
 
         assert asyncio.run(scenario()) is None
     finally:
-        pools.close_pool(job)
+        pool.close()
 
 
 def test_a_closed_pool_expects_nothing(tmp_path):
-    job = tmp_path / "job"
-    assert not pools.expect(job, "gw")
-    assert pools.pending(job, "gw") == 0
-    pools.open_pool(job)
-    assert pools.expect(job, "gw")
-    pools.close_pool(job)
-    assert pools.pending(job, "gw") == 0
-    assert not pools.give(job, "gw", "x", limit=4)
+    closed = ResourcePool()
+    closed.close()
+    assert not closed.expect("gw")
+    assert closed.pending("gw") == 0
+    pool = ResourcePool()
+    assert pool.expect("gw")
+    pool.close()
+    assert pool.pending("gw") == 0
+    assert not pool.give("gw", "x", limit=4)

@@ -115,3 +115,19 @@ def test_error_info_masks_string_details_drops_private_ones_and_judges_step_one(
     assert info.category is Category.TASK  # no step given: before the first step, step 1
     with pytest.raises(TypeError, match="positional argument"):
         error_info(exc, None)  # type: ignore[misc]
+
+
+def test_a_task_fault_is_a_typed_flag_that_survives_relabels():
+    """A start the task's own image breaks is the task's error, also after the engine adds
+    what the sandbox said of its end or relabels it; the flag never reaches the detail."""
+    from cairn.trial.classify import as_start_failure
+
+    exc = SandboxError("the task's image cannot start: no /bin/sh", kind=ErrorKind.START_FAILED,
+                       detail={"logs": "x"}, task_fault=True)
+    ended = with_end(exc, SandboxEnd(reason="exited 127", exit_code=127))
+    for e in (exc, ended, as_start_failure(ended)):
+        info = error_info(e)
+        assert (info.kind, info.category) == (ErrorKind.START_FAILED, Category.TASK)
+        assert "task_fault" not in info.detail and "_task_fault" not in info.detail
+    plain = SandboxError("the engine refused", kind=ErrorKind.START_FAILED)
+    assert error_info(plain).category is Category.INFRA

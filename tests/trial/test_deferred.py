@@ -14,7 +14,7 @@ import uuid
 
 import pytest
 
-from cairn.trial.deferred import DEFERRED_STOPS, drain, stop_sandbox
+from cairn.trial.deferred import drain, stop_sandbox
 from faultkit import job_resources
 from taskgen import reward_if, write_task
 
@@ -31,7 +31,7 @@ def test_outside_a_job_the_removal_is_awaited_in_place():
     log: list[str] = []
 
     async def trial() -> None:
-        await stop_sandbox(_stopper(log), cancelled=False)
+        await stop_sandbox(_stopper(log), cancelled=False, pending=None)
         log.append("result written")
 
     asyncio.run(trial())
@@ -43,8 +43,7 @@ def test_in_a_job_the_removal_follows_the_result_and_the_job_waits_for_it():
 
     async def job() -> None:
         pending: set[asyncio.Task[None]] = set()
-        DEFERRED_STOPS.set(pending)
-        await stop_sandbox(_stopper(log), cancelled=False)
+        await stop_sandbox(_stopper(log), cancelled=False, pending=pending)
         log.append("result written")
         assert len(pending) == 1
         await drain(pending)
@@ -60,8 +59,7 @@ def test_a_cancelled_trial_awaits_its_removal_even_in_a_job():
 
     async def job() -> None:
         pending: set[asyncio.Task[None]] = set()
-        DEFERRED_STOPS.set(pending)
-        await stop_sandbox(_stopper(log), cancelled=True)
+        await stop_sandbox(_stopper(log), cancelled=True, pending=pending)
         log.append("result written")
         assert pending == set()
 
@@ -75,8 +73,7 @@ def test_drain_outlasts_a_cancellation_then_raises_it():
 
     async def job() -> None:
         pending: set[asyncio.Task[None]] = set()
-        DEFERRED_STOPS.set(pending)
-        await stop_sandbox(_stopper(log, delay=0.3), cancelled=False)
+        await stop_sandbox(_stopper(log, delay=0.3), cancelled=False, pending=pending)
         waiter = asyncio.ensure_future(drain(pending))
         await asyncio.sleep(0.05)
         waiter.cancel()

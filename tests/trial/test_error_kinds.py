@@ -49,6 +49,7 @@ TABLE: dict[str, tuple[str, str, str, str]] = {
     "cancelled": ("job",) * 4,
     "oracle_replay_failed": ("task",) * 4,
     "service_exited": ("task",) * 4,
+    "budget_exceeded": ("candidate",) * 4,
 }
 
 
@@ -282,9 +283,23 @@ def test_each_engine_kind_lands_in_result_json_with_category_and_retry(tmp_path,
     _check(result, trial, name.split("@")[0], case)
 
 
+#: kinds whose end-to-end test lives beside the feature that makes them: kind -> (test file,
+#: test name); that test reads the kind and its category back from result.json
+ELSEWHERE: dict[str, tuple[str, str]] = {
+    "budget_exceeded": ("tests/relay/test_relay_llm_run.py",
+                        "test_a_trial_token_limit_stops_at_the_crossing_call"),
+}
+
+
 def test_every_kind_is_produced_end_to_end_and_both_transfer_categories():
     produced = {name.split("@")[0] for name in (*LOCAL_CASES, *DOCKER_CASES)}
-    assert produced == {k.value for k in ErrorKind}
+    assert produced | set(ELSEWHERE) == {k.value for k in ErrorKind}
+    root = Path(__file__).resolve().parents[2]
+    for kind, (path, test) in ELSEWHERE.items():
+        text = (root / path).read_text()
+        body = text[text.index(f"def {test}("):]
+        body = body[:body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
+        assert "result.json" in body and f'"{kind}"' in body and '"category"' in body, test
     transfer = {(c.category) for n, c in (*LOCAL_CASES.items(), *DOCKER_CASES.items())
                 if n.startswith("transfer_failed")}
     assert transfer == {"infra", "candidate"}

@@ -122,3 +122,50 @@ def test_a_failed_step_healthcheck_keeps_its_bar(timeline_job, browser):
     assert [b["phase"] for b in bars if b["step"] == "only"] == ["setup", "healthcheck"]
     assert [b["sec"] for b in bars if b["phase"] == "healthcheck"] == \
         pytest.approx([row["timings"]["healthcheck_sec"]], abs=1e-6)
+
+
+def _strip_spans(trial: Path) -> dict:
+    """Make a trial folder look like one from before ``timings.spans`` (durations only)."""
+    result = json.loads((trial / "result.json").read_text())
+    result["timings"].pop("spans", None)
+    for row in result["steps"]:
+        row["timings"].pop("spans", None)
+    (trial / "result.json").write_text(json.dumps(result))
+    steps = json.loads((trial / "steps.json").read_text())
+    for row in steps["steps"]:
+        row["timings"].pop("spans", None)
+    (trial / "steps.json").write_text(json.dumps(steps))
+    return result
+
+
+def test_an_older_result_without_spans_still_draws_healthcheck_and_artifacts(timeline_job,
+                                                                             browser, tmp_path):
+    """A job folder written before spans existed: the bars come from the recorded durations,
+    laid end to end, and still include the environment healthcheck (the trial's own
+    ``healthcheck_sec``) and each step's healthcheck and artifacts phases."""
+    import shutil
+
+    from selenium.webdriver.common.by import By
+
+    old = tmp_path / "jobs" / "old"
+    shutil.copytree(timeline_job, old, ignore=shutil.ignore_patterns("lock"))
+    trial = trial_dir(old, "phases")
+    result = _strip_spans(trial)
+    rows = {r["name"]: r for r in result["steps"]}
+    with view_server(old) as base:
+        browser.get("about:blank")
+        console_errors(browser)
+        browser.get(f"{base}jobs/old/trials/{trial.name}/")
+        bars = [{"phase": g.get_attribute("data-phase"), "step": g.get_attribute("data-step"),
+                 "sec": float(g.get_attribute("data-sec"))}
+                for g in browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.seg")]
+        assert [e for e in console_errors(browser) if "favicon" not in e["message"]] == []
+    assert [b["phase"] for b in bars if not b["step"]] == ["environment", "healthcheck",
+                                                           "agent_setup"]
+    by = {(b["step"], b["phase"]): b["sec"] for b in bars}
+    assert by[("", "healthcheck")] == pytest.approx(result["timings"]["healthcheck_sec"])
+    assert by[("", "healthcheck")] >= 0.3
+    second = rows["second"]["timings"]
+    assert by[("second", "healthcheck")] == pytest.approx(second["healthcheck_sec"])
+    assert by[("second", "artifacts")] == pytest.approx(second["artifacts_sec"])
+    assert by[("first", "artifacts")] == pytest.approx(rows["first"]["timings"]["artifacts_sec"])

@@ -6,7 +6,7 @@ Agents know only the :class:`~cairn.sandbox.base.Sandbox` interface, never a bac
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,8 +35,13 @@ class AgentContext:
         tokens: set by the agent: tokens used in this step.
         cost_usd: set by the agent: cost of this step in USD, ``None`` when unknown.
         exit: set by the agent to report ``max_turns`` or ``error`` without raising.
-        metadata: values the agent reports back to the engine. Only ``model_retries`` (an int:
-            model calls retried) is read, and shown as a step warning; nothing else is stored.
+        solution_env: the task's resolved ``[solution.env]``: what the oracle's ``solve.sh``
+            runs with (an agent under evaluation ignores it).
+        model_retries: set by the agent: model calls it retried on transient errors in this
+            step (shown as a step warning).
+        metadata: other values the agent reports (kept in its own logs; nothing is stored).
+        notify: prints one line on the job's terminal (and trial.log) as a ``retry`` event,
+            tagged with the trial: e.g. each model-call retry with its cause (issue 27).
     """
 
     task: Task
@@ -49,7 +54,10 @@ class AgentContext:
     tokens: Tokens | None = None
     cost_usd: float | None = None
     exit: AgentExit | None = None
+    solution_env: dict[str, str] = field(default_factory=dict)
+    model_retries: int = 0
     metadata: dict[str, Any] = field(default_factory=dict)
+    notify: Callable[[str], None] = field(default=lambda line: None)
 
 
 class Agent(ABC):

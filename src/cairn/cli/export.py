@@ -20,15 +20,17 @@ Examples:
 
   cairn export jobs/nightly --format parquet -o steps.parquet   (needs pyarrow)
 
+  cairn export jobs/rl --format rollouts -o rollouts.jsonl   (a --rollout job, docs/export.md)
+
   cairn export jobs/nightly --format harbor -o harbor-jobs/nightly   (Harbor 0.26 job folder)
 """
 
 
 @app.command("export", help=_HELP)
 def export_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
-    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif, parquet, or harbor (a Harbor 0.26 job folder at -o DIR).")] = "jsonl",  # noqa: E501
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="Output file (default stdout; required for parquet).")] = None,  # noqa: E501
+    job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder: its latest job, said on stderr).")],  # noqa: E501
+    fmt: Annotated[str, typer.Option("--format", help="jsonl, sharegpt, atif, parquet, rollouts (token ids, logprobs, rewards per step), or harbor (a Harbor 0.26 job folder at -o DIR).")] = "jsonl",  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Where the export is written: the output file (default stdout; required for parquet), or for harbor the job folder to create.")] = None,  # noqa: E501
     passed_only: Annotated[bool, typer.Option("--passed-only", help="Only steps that passed.")] = False,  # noqa: E501
     min_reward: Annotated[float | None, typer.Option("--min-reward", help="Only steps with a primary reward >= X.")] = None,  # noqa: E501
     steps: Annotated[str | None, typer.Option("--steps", help="Only these step names (comma-separated).")] = None,  # noqa: E501
@@ -42,8 +44,15 @@ def export_cmd(
             ``--min-reward`` not a finite number, ``--steps`` naming no step of the job
             (some unknown ones among known ones only warn).
     """
+    from cairn.cli._jobdir import read_job_dir
+    from cairn.errors import UsageError
     from cairn.results.export import FORMATS, ExportFilter, export_job
 
+    try:
+        job_dir = read_job_dir(job_dir, "export")
+    except UsageError as exc:
+        print(f"cairn: error: {exc}", file=sys.stderr)
+        raise typer.Exit(2) from None
     if fmt == "harbor":
         if passed_only or min_reward is not None or steps:
             print("cairn: error: --format harbor exports whole trials; --passed-only, "

@@ -137,8 +137,9 @@ def _err(msg: str) -> None:
     print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
 
 
-def _refuse_extra(args: list[str]) -> None:
-    """Arguments Typer did not take: a Harbor flag cairn refuses (with why), else unknown.
+def _refuse_extra(args: list[str], known: list[str] | None = None) -> None:
+    """Arguments Typer did not take: a Harbor flag cairn refuses (with why), else unknown
+    (with "did you mean" the closest of ``known``, the command's options).
 
     Raises:
         typer.BadParameter: always, when ``args`` is not empty.
@@ -151,7 +152,11 @@ def _refuse_extra(args: list[str]) -> None:
                                      "harbor run flag)")
     first = args[0]
     if first.startswith("-"):
-        raise typer.BadParameter(f"No such option: {first}")
+        import difflib
+
+        close = difflib.get_close_matches(first.split("=", 1)[0], known or [], n=1, cutoff=0.6)
+        raise typer.BadParameter(f"No such option: {first}"
+                                 + (f" (did you mean {close[0]}?)" if close else ""))
     raise typer.BadParameter(f"unexpected argument {first!r}")
 
 
@@ -231,7 +236,7 @@ def run_cmd(
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default 4).")] = None,  # noqa: E501
     config: Annotated[list[Path] | None, typer.Option("-c", "--config", help="job.yaml (cairn's or a Harbor job config) with the same options; repeatable, later files override earlier ones (lists replace); flags win.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Default: the start time.")] = None,  # noqa: E501
-    jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Default ./jobs.")] = None,
+    jobs_dir: Annotated[Path | None, typer.Option("-o", "--jobs-dir", help="Where the job's results are written: the folder holding job folders (default ./jobs; as harbor run -o).")] = None,  # noqa: E501
     resume: Annotated[bool, typer.Option("--resume", help="Resume the job named by --job-name with its stored config (as cairn resume); other options must match the job's.")] = False,  # noqa: E501
     max_retries: Annotated[int | None, typer.Option("-r", "--max-retries", help="Re-runs of infra errors (default 2).")] = None,  # noqa: E501
     timeout_multiplier: Annotated[float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")] = None,  # noqa: E501
@@ -253,13 +258,21 @@ def run_cmd(
     hardened_verify: Annotated[bool, typer.Option("--hardened-verify", help="Kill agent processes and planted hooks before each verifier.")] = False,  # noqa: E501
     resume_agent_session: Annotated[bool, typer.Option("--resume-agent-session", "--resume-trajectory", help="Carry the agent's conversation into the next step (agents that support it).")] = False,  # noqa: E501
     max_cost_usd: Annotated[float | None, typer.Option("--max-cost-usd", help="Stop starting trials past this spend.")] = None,  # noqa: E501
+    # issue 30: the job's model relay (docs/relay.md)
+    no_relay: Annotated[bool, typer.Option("--no-relay", help="Agents call their model directly; spend is then the agent's own report.")] = False,  # noqa: E501
+    rollout: Annotated[bool, typer.Option("--rollout", help="Record token ids and logprobs of every model call (OpenAI-compatible servers; cairn export --format rollouts).")] = False,  # noqa: E501
+    record_model_bodies: Annotated[bool, typer.Option("--record-model-bodies", help="Record model request and response bodies (secrets masked).")] = False,  # noqa: E501
+    max_trial_cost_usd: Annotated[float | None, typer.Option("--max-trial-cost-usd", help="Stop a trial's model calls past this spend (USD).")] = None,  # noqa: E501
+    max_trial_tokens: Annotated[int | None, typer.Option("--max-trial-tokens", help="Stop a trial's model calls past this many tokens.")] = None,  # noqa: E501
     executor: Annotated[str | None, typer.Option("--executor", help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').")] = None,  # noqa: E501
     ray_address: Annotated[str | None, typer.Option("--ray-address", help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).")] = None,  # noqa: E501
+    ray_trial_cpus: Annotated[float | None, typer.Option("--ray-trial-cpus", help="CPUs Ray reserves per trial under --executor ray (default: the task's [environment] cpus, else 1).")] = None,  # noqa: E501
     snapshot_steps: Annotated[bool, typer.Option("--snapshot-steps", help="Snapshot the sandbox's files after every step's agent phase (for cairn regrade, --from, cairn shell).")] = False,  # noqa: E501
     start_step: Annotated[str | None, typer.Option("--start-step", help="Start the agent at step NAME; earlier steps are replayed by the oracle and verified (not scored).")] = None,  # noqa: E501
     from_trial: Annotated[Path | None, typer.Option("--from", help="With --start-step: start from this recorded trial's snapshot of the step before NAME instead of the oracle replay.")] = None,  # noqa: E501
     allow_agent_host: Annotated[list[str] | None, typer.Option("--allow-agent-host", help="Host an in-sandbox agent may reach in its agent phases (its model API), also under no-network (repeatable).")] = None,  # noqa: E501
     add_host: Annotated[list[str] | None, typer.Option("--add-host", help="NAME=ADDRESS the egress gateway resolves itself (repeatable).")] = None,  # noqa: E501
+    strict: Annotated[bool, typer.Option("--strict", help="Task validation warnings are errors (as cairn tasks check --strict): such a task ends config_error, no sandbox.")] = False,  # noqa: E501
     quiet: Annotated[bool, typer.Option("-q", "--quiet", "--silent", help="No per-trial lines or live bar; job notices, warnings and the summary only.")] = False,  # noqa: E501
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Check and plan only: resolve datasets and templates, print the tasks, attempts, trial ids, backend and what a resume would keep; build and start nothing (exit 0 ok, 1 problems found, 2 bad input).")] = False,  # noqa: E501
     print_config: Annotated[bool, typer.Option("--print-config", help="Print the merged config (files and flags) as YAML and exit.")] = False,  # noqa: E501
@@ -293,7 +306,8 @@ def run_cmd(
         os.environ["CAIRN_DEBUG"] = "1"
     try:
         if ctx.args:
-            _refuse_extra(list(ctx.args))
+            _refuse_extra(list(ctx.args), [o for p in ctx.command.params
+                                           for o in (*p.opts, *p.secondary_opts)])
         if dry_run and print_config:
             raise typer.BadParameter("give --dry-run or --print-config, not both")
         if env_file is not None:
@@ -334,13 +348,17 @@ def run_cmd(
             "prestart": prestart or None,
             "hardened_verify": hardened_verify or None,
             "resume_agent_session": resume_agent_session or None, "max_cost_usd": max_cost_usd,
+            "relay": False if no_relay else None, "rollout": rollout or None,
+            "record_model_bodies": record_model_bodies or None,
+            "max_trial_cost_usd": max_trial_cost_usd, "max_trial_tokens": max_trial_tokens,
             "datasets": dataset or None, "registry_url": registry_url,
             "registry_path": str(registry_path.absolute()) if registry_path else None,
             "repos": [_abs_repo(r) for r in repo] if repo else None, "repo_path": repo_path,
             "n_tasks": n_tasks,
-            "executor": executor, "ray_address": ray_address,
+            "executor": executor, "ray_address": ray_address, "ray_trial_cpus": ray_trial_cpus,
             "snapshot_steps": snapshot_steps or None, "start_step": start_step,
             "from_trial": str(from_trial) if from_trial else None,
+            "strict": strict or None,
             "agent_hosts": allow_agent_host or None, "add_hosts": _kv(add_host, "--add-host") or None,
         }
         layers.append({k: v for k, v in flags.items() if v is not None})
@@ -361,7 +379,14 @@ def run_cmd(
                   "--registry-path or --registry-url)", file=sys.stderr, flush=True)
         if not print_config:  # the merged config prints before any agent/credential check,
             # as `harbor run --print-config` does (a config for another machine's keys)
-            from cairn.agents.registry import validate_agent_options
+            from cairn.agents.registry import get_agent_class, validate_agent_options
+
+            if cfg.model and "agent" not in data and \
+                    getattr(get_agent_class(cfg.agent), "needs_model", False) is False:
+                raise typer.BadParameter(  # the default agent is not model-driven (issue 27)
+                    f"-m {cfg.model} needs a model-driven agent, and without -a the agent is "
+                    f"{cfg.agent}: add -a llm (cairn's own; needs the llm extra) or an "
+                    "installed CLI agent (-a claude-code, codex, …; cairn agents list)")
 
             validate_agent_options(cfg.agent, cfg.model, dict(cfg.agent_kwargs),
                                    dict(cfg.agent_env), resume=bool(cfg.resume_agent_session))
@@ -524,7 +549,7 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
              "\n\nExamples:\n\n  cairn resume jobs/2026-11-29__12-00-00\n\n"
              "  cairn resume jobs/nightly --retry-errors -n 8")
 def resume_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
+    job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder holding one job is taken; of several, they are named).")],  # noqa: E501
     retry_errors: Annotated[bool, typer.Option("--retry-errors", help="Also re-run task errors.")] = False,  # noqa: E501
     n_concurrent: Annotated[int | None, typer.Option("-n", "--n-concurrent", help="Concurrent trials (default: the job's).")] = None,  # noqa: E501
     ae: Annotated[list[str] | None, typer.Option("--ae", help="Agent env KEY=VALUE again (job.json keeps them masked).")] = None,  # noqa: E501
@@ -541,10 +566,12 @@ def resume_cmd(
         typer.Exit: code 2 when the folder has no ``job.json``, a masked ``--ae`` value is not
             given again, or an option is malformed; otherwise the job's exit code (design §9).
     """
+    from cairn.cli._jobdir import act_job_dir
     from cairn.errors import CairnError
     from cairn.job import resume_config
 
     try:
+        job_dir = act_job_dir(job_dir, "resume")
         if env_file is not None:
             _load_env_file(env_file)
         overrides = {k: v for k, v in (("n_concurrent", n_concurrent),
@@ -564,9 +591,9 @@ def resume_cmd(
              "another machine).\n\nExamples:\n\n"
              "  cairn report jobs/nightly\n\n  cairn report jobs/nightly --format markdown")
 def report_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The job folder.")],
+    job_dir: Annotated[Path, typer.Argument(help="The job folder (a jobs folder: its latest job, said on stderr).")],  # noqa: E501
     fmt: Annotated[str, typer.Option("--format", help="text, markdown, json or html (a static site, see cairn view --bundle).")] = "text",  # noqa: E501
-    out: Annotated[Path | None, typer.Option("-o", "--out", help="html: the site's folder (default <job>-html).")] = None,  # noqa: E501
+    out: Annotated[Path | None, typer.Option("-o", "--out", help="Where the report is written: for html the site's folder (default <job>-html); text, markdown and json print on stdout.")] = None,  # noqa: E501
 ) -> None:
     """``cairn report JOB_DIR``: print the job's summary as read from its files (``text``,
     ``markdown`` or ``json``) on stdout.
@@ -581,9 +608,14 @@ def report_cmd(
     if fmt not in ("text", "markdown", "json", "html"):
         _err("--format is text, markdown, json or html")
         raise typer.Exit(2)
-    if not (job_dir / "job.json").is_file() and not (job_dir / "trials").is_dir():
-        _err(f"{job_dir} is not a job folder")
-        raise typer.Exit(2)
+    from cairn.cli._jobdir import read_job_dir
+    from cairn.errors import UsageError
+
+    try:
+        job_dir = read_job_dir(job_dir, "report")
+    except UsageError as exc:
+        _err(str(exc))
+        raise typer.Exit(2) from None
     if fmt == "html":  # the viewer's static bundle (cairn/viewer/bundle.py)
         try:
             from cairn.viewer.bundle import write_bundle
@@ -591,13 +623,42 @@ def report_cmd(
             print(f"wrote {write_bundle(job_dir, out or Path(f'{job_dir.resolve().name}-html'))}")
         except ModuleNotFoundError as exc:
             _err(f"--format html needs jinja2 ({exc.name} is not installed): "
-                 "pip install 'cairn-eval[view]'")
+                 "reinstall cairn (its base install brings it)")
             raise typer.Exit(2) from None
         except ValueError as exc:
             _err(str(exc))
             raise typer.Exit(2) from None
         return
-    print(render(read_job(job_dir), fmt))
+    job = read_job(job_dir)
+    if fmt != "json":
+        for line in _running_lines(job_dir, job):
+            print(line)
+    print(render(job, fmt))
+
+
+def _running_lines(job_dir: Path, job: Any) -> list[str]:
+    """``cairn report`` on a job that is running (its lock is held): what is finished and
+    what is running, so "trials 0" does not read as an empty job (issue 27).
+
+    Returns:
+        One line ``running: …``, then the unfinished trial folders (at most 10); empty when
+        no process holds the job.
+    """
+    from cairn.lock import is_locked
+
+    if not is_locked(job_dir):
+        return []
+    trials = job_dir / "trials"
+    names = sorted(p.name for p in trials.iterdir() if p.is_dir()) if trials.is_dir() else []
+    done = {r.trial_name for r in job.results}
+    running = [n for n in names if n not in done]
+    out = [f"running: a cairn process holds this job; {len(done)} trial(s) finished, "
+           f"{len(running)} started and not finished (trials not started yet have no folder; "
+           "the figures below are over the finished ones)"]
+    out += [f"  running {n}" for n in running[:10]]
+    if len(running) > 10:
+        out.append(f"  … and {len(running) - 10} more")
+    return out
 
 
 @tasks_app.command("sanity", help="Run every task with the oracle (each step must pass) and with "
@@ -608,7 +669,8 @@ def sanity_cmd(
     paths: Annotated[list[Path], typer.Argument(help="Task or dataset folders.")],
     env: Annotated[str, typer.Option("-e", "--env", help="Sandbox backend.")] = "auto",
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Concurrent trials per job.")] = 4,  # noqa: E501
-    jobs_dir: Annotated[Path, typer.Option("--jobs-dir", help="Where the two jobs are kept.")] = Path("jobs"),  # noqa: E501
+    jobs_dir: Annotated[Path, typer.Option("-o", "--jobs-dir", help="Where the two jobs' results are written (default ./jobs, as cairn run -o).")] = Path("jobs"),  # noqa: E501
+    strict: Annotated[bool, typer.Option("--strict", help="Task validation warnings are errors (such a task fails sanity).")] = False,  # noqa: E501
 ) -> None:
     """``cairn tasks sanity PATHS``: run every task with ``oracle`` and with ``nop`` (two jobs
     under ``--jobs-dir``) and print the tasks that fail either check.
@@ -622,7 +684,7 @@ def sanity_cmd(
 
     try:
         report = run_sanity(paths, backend=env, n_concurrent=n_concurrent, jobs_dir=jobs_dir,
-                            observer=LinePrinter(sys.stderr))
+                            observer=LinePrinter(sys.stderr), strict=strict)
     except UsageError as exc:
         _err(str(exc))
         raise typer.Exit(2) from None

@@ -22,7 +22,7 @@ def _err(msg: str) -> None:
     "  cairn regrade jobs/nightly\n\n"
     "  cairn regrade jobs/nightly -p tasks/ --job-name nightly-fixed"))
 def regrade_cmd(
-    job_dir: Annotated[Path, typer.Argument(help="The finished job folder.")],
+    job_dir: Annotated[Path, typer.Argument(help="The finished job folder (a jobs folder holding one job is taken; of several, they are named).")],  # noqa: E501
     path: Annotated[list[Path] | None, typer.Option("-p", "--path", help="Current task or dataset folder (repeatable); default: the task folders the trials recorded.")] = None,  # noqa: E501
     job_name: Annotated[str | None, typer.Option("--job-name", help="Name of the derived job (default <name>__regrade-<time>), created next to the original.")] = None,  # noqa: E501
     n_concurrent: Annotated[int, typer.Option("-n", "--n-concurrent", help="Trials regraded at once.")] = 4,  # noqa: E501
@@ -38,9 +38,12 @@ def regrade_cmd(
     if fmt not in ("text", "markdown", "json"):
         _err("--format is text, markdown or json")
         raise typer.Exit(2)
+    from cairn.cli._jobdir import act_job_dir
+
     try:
-        if max_cost_usd is not None and not max_cost_usd > 0:
+        if max_cost_usd is not None and not max_cost_usd > 0:  # options first, as before
             raise UsageError("--max-cost-usd must be a positive number of USD")
+        job_dir = act_job_dir(job_dir, "regrade")
         result = regrade_job(job_dir, paths=path, job_name=job_name, n_concurrent=n_concurrent,
                              max_cost_usd=max_cost_usd,
                              on_event=lambda line: print(line, file=sys.stderr, flush=True))
@@ -49,6 +52,11 @@ def regrade_cmd(
         raise typer.Exit(2) from None
     print(render(read_job(result.job_dir), fmt))
     print(f"derived job: {result.job_dir} (from {result.source_dir})", file=sys.stderr)
+    for line in result.lines():  # regraded or not, why, and what a full regrade needs
+        print(line, file=sys.stderr)
+    if result.exit_code and not any(r.regrade and r.regrade.message.startswith("infra:")
+                                    for r in result.results):
+        _err("nothing in the job could be regraded (see above)")
     raise typer.Exit(result.exit_code)
 
 
@@ -59,17 +67,19 @@ def regrade_cmd(
     "  cairn shell jobs/nightly/trials/cairn-incident__1__1808ed1c --step repair\n\n"
     "  cairn shell TRIAL_DIR --command 'cat /app/incident/diagnosis.json'"))
 def shell_cmd(
-    trial_dir: Annotated[Path, typer.Argument(help="A recorded trial folder.")],
+    trial_dir: Annotated[Path, typer.Argument(help="A recorded trial folder, or a job folder of one trial.")],  # noqa: E501
     step: Annotated[str | None, typer.Option("--step", help="The step (default: the last one with a snapshot).")] = None,  # noqa: E501
     command: Annotated[str | None, typer.Option("--command", "-c", help="Run this command instead of an interactive shell.")] = None,  # noqa: E501
 ) -> None:
     """``cairn shell``: a shell in a fresh sandbox made from a step's snapshot."""
     import asyncio
 
+    from cairn.cli._jobdir import trial_dir_of
     from cairn.errors import UnsupportedError, UsageError
     from cairn.trial.shell import open_shell
 
     try:
+        trial_dir = trial_dir_of(trial_dir, "shell")
         code = asyncio.run(open_shell(trial_dir, step=step, command=command))
     except (UsageError, UnsupportedError) as exc:
         _err(str(exc))

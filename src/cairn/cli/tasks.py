@@ -66,7 +66,7 @@ def check(
         if extend_select and not select:  # adds nothing, but an unknown rule is still refused
             RuleSelection.parse(extend_select, None)
     except UsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"cairn: error: {exc}", err=True)
         raise typer.Exit(2) from None
     results = check_paths(paths)
     backend: str | None = None
@@ -89,11 +89,16 @@ def check(
 
         typer.echo(check_report(checked, strict=strict).model_dump_json(indent=2))
     else:
+        from cairn.job.discover import nested_notes
+
         for path, findings in checked:
             for finding in findings:
                 typer.echo(finding.format())
             if not has_errors(findings):
-                typer.echo(f"{path}: ok")
+                n = len(findings)
+                typer.echo(f"{path}: ok" + (f" ({n} warning(s))" if n else ""))
+        for line in nested_notes(paths, "cairn tasks check"):  # named, never skipped silently
+            typer.echo(line)
     raise typer.Exit(0 if all_ok else 1)
 
 
@@ -147,7 +152,7 @@ def init(
             raise UsageError(f"invalid task folder {target!r}: give the folder to create")
         root = init_task(name or root.name, step_names, root=root)
     except UsageError as exc:
-        typer.echo(f"error: {exc}", err=True)
+        typer.echo(f"cairn: error: {exc}", err=True)
         raise typer.Exit(2) from None
     kind = f"{len(step_names)}-step" if step_names else "single-step"
     typer.echo(f"created {kind} task {root}")

@@ -23,8 +23,9 @@ Examples:
 
 
 def _missing_extra(exc: ModuleNotFoundError) -> None:
-    print(f"cairn: error: the viewer needs the 'view' extra ({exc.name} is not installed): "
-          "pip install 'cairn-eval[view]'", file=sys.stderr, flush=True)
+    print(f"cairn: error: the viewer's dependencies come with cairn ({exc.name} is not "
+          "installed here): reinstall cairn (pip install cairn-eval, or pip install . in a "
+          "clone)", file=sys.stderr, flush=True)
     raise typer.Exit(2)
 
 

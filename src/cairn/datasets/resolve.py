@@ -39,6 +39,29 @@ class ResolvedTask:
     source: TaskSource
 
 
+class Note(str):
+    """One note to report when the job starts: the line itself (a ``str``), and whether it is
+    a warning (shown as one; the line then starts with ``warning:``), so that no reader
+    parses the line to know.
+
+    Attributes:
+        warning: a warning, not a choice made.
+    """
+
+    warning: bool
+
+    def __new__(cls, text: str, warning: bool = False) -> Note:
+        """The note ``text`` (a warning when ``warning``)."""
+        note = super().__new__(cls, text)
+        note.warning = warning
+        return note
+
+    @classmethod
+    def warn(cls, text: str) -> Note:
+        """A warning note ``warning: text``."""
+        return cls(f"warning: {text}", warning=True)
+
+
 @dataclass
 class Resolution:
     """What :func:`resolve_sources` found.
@@ -53,7 +76,7 @@ class Resolution:
 
     tasks: list[ResolvedTask] = field(default_factory=list)
     records: list[dict[str, Any]] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 @dataclass
@@ -173,7 +196,7 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
 
     ds, note = resolve_dataset(registry, spec)
     if note:
-        res.notes.append(note)
+        res.notes.append(Note(note))
     listed = _registry_task_list(ds, registry)
     if not listed:
         raise DatasetError(f"dataset {ds.spec} in registry {registry.source} lists no task")
@@ -224,11 +247,11 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
             else:
                 commit = git.resolve_ref(url, commit_id)
                 if commit_id is None:
-                    res.notes.append(f"warning: {where} has no git_commit_id pin; using {url} "
-                                     f"HEAD = {commit} (recorded in job.json)")
+                    res.notes.append(Note.warn(f"{where} has no git_commit_id pin; using {url} "
+                                               f"HEAD = {commit} (recorded in job.json)"))
                 elif commit is not None:
-                    res.notes.append(f"warning: {where} names ref {commit_id!r}, not a commit; "
-                                     f"using {commit}")
+                    res.notes.append(Note.warn(f"{where} names ref {commit_id!r}, not a "
+                                               f"commit; using {commit}"))
         wants.append(_Want(url, commit, ref, path, _folder_name(path, name), where))
         records.append({"name": name, "git_url": url, "git_ref": ref, "commit": commit,
                         "path": path})
@@ -267,8 +290,8 @@ def _resolve_repo(spec: str, sub: str, cache: TaskCache, res: Resolution, prev: 
     if prev is not None and git.is_full_commit(prev.get("commit")):
         commit: str | None = prev["commit"]
         if ref is not None and not git.is_full_commit(ref):
-            res.notes.append(f"repository {url}@{ref}: running commit {commit}, resolved when "
-                             "the job started")
+            res.notes.append(Note(f"repository {url}@{ref}: running commit {commit}, "
+                                  "resolved when the job started"))
     else:
         commit = git.resolve_ref(url, ref)
     where = f"repository {url}" + (f"@{ref}" if ref else "")
@@ -361,10 +384,10 @@ def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
             if previous is None or not all(_previous(previous, "dataset", spec=s)
                                            for s in datasets):
                 raise
-            res.notes.append("warning: the registry cannot be read; running the tasks and "
-                             "commits recorded when the job started")
+            res.notes.append(Note.warn("the registry cannot be read; running the tasks and "
+                                       "commits recorded when the job started"))
         if registry is not None:
-            res.notes.extend(f"warning: {w}" for w in registry.warnings)
+            res.notes.extend(Note.warn(w) for w in registry.warnings)
         for spec in datasets:
             prev = _previous(previous, "dataset", spec=spec)
             if registry is None:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cairn._util.inputfiles import read_input_text
 from cairn.errors import Category, ErrorKind, Phase, TaskFormatError, UsageError
@@ -31,6 +32,9 @@ from cairn.results.model import (
 )
 from cairn.results.store import trial_dir_name
 from cairn.task.model import Task
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.datasets.resolve import Note
 
 
 @dataclass
@@ -70,8 +74,8 @@ class JobInputs:
     """
 
     entries: list[TaskEntry]
-    sources: list[dict] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)
 
 
 def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
@@ -80,16 +84,14 @@ def _matches(entry: TaskEntry, globs: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(n, g) for g in globs for n in names)
 
 
-def previous_sources(job_dir: Path) -> list[dict] | None:
+def previous_sources(job_dir: Path) -> list[dict[str, Any]] | None:
     """The ``sources`` records of an existing job's job.json (``None`` when it has none)."""
-    from cairn.results.store import read_json
+    from cairn.results.store import read_job_json
 
     try:
-        meta = read_json(Path(job_dir) / "job.json")
+        return list(read_job_json(Path(job_dir)).sources)
     except (OSError, ValueError):
         return None
-    sources = meta.get("sources") if isinstance(meta, dict) else None
-    return sources if isinstance(sources, list) else None
 
 
 def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
@@ -119,8 +121,9 @@ def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
     found: list[tuple[Path, TaskSource | None]] = []
     if config.paths:
         found += [(d, None) for d in _folder_tasks(config.paths)]
-    sources: list[dict] = []
-    notes: list[str] = []
+    nested = nested_notes(config.paths, "-p")
+    sources: list[dict[str, Any]] = []
+    notes: list[Note] = []
     if config.datasets or config.repos:
         from cairn.datasets.resolve import resolve_sources
 
@@ -131,7 +134,7 @@ def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
                               previous=previous, notify=on_event)
         found += [(t.path, t.source) for t in res.tasks]
         sources, notes = res.records, res.notes
-    return JobInputs(_load_entries(found, config), sources, notes)
+    return JobInputs(_load_entries(found, config), sources, [*nested, *notes])
 
 
 def discover_tasks(config: JobConfig) -> list[TaskEntry]:
@@ -162,7 +165,7 @@ def _folder_tasks(paths: Iterable[Path]) -> list[Path]:
     Raises:
         UsageError: a path does not exist or holds no task.
     """
-    from cairn.task.load import find_tasks
+    from cairn.task.load import find_tasks, nested_datasets
 
     out: list[Path] = []
     for p in paths:
@@ -171,9 +174,48 @@ def _folder_tasks(paths: Iterable[Path]) -> list[Path]:
             raise UsageError(f"no such task or dataset folder: {p}")
         dirs = find_tasks(p)
         if not dirs:
+            down = nested_datasets(p)
+            hint = ("; it holds datasets one level down, give them: "
+                    + " ".join(f"-p {d}" for d, _ in down)) if down else ""
             raise UsageError(f"{p} is not a task folder (no task.toml or task.md) and holds "
-                             "no task folders")
+                             f"no task folders{hint}")
         out += dirs
+    return out
+
+
+def shown_path(path: Path, base: Path | None = None) -> str:
+    """``path`` as a line shows it: relative to ``base`` (default the current directory) when
+    under it, else as given."""
+    try:
+        return str(Path(path).resolve().relative_to((base or Path.cwd()).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[Note]:
+    """``warning:`` lines naming the datasets one level down in ``paths`` that a job (or
+    ``cairn tasks check``) does not walk, each with how to include it (issue 27).
+
+    Args:
+        paths: the folders given (``-p`` or ``tasks check`` arguments).
+        command: ``"-p"`` (a job: "add -p DIR") or a command to run on the folder
+            (``"cairn tasks check"``).
+
+    Returns:
+        One line per such sub-folder; empty when there is none.
+    """
+    from cairn.datasets.resolve import Note
+    from cairn.task.load import find_tasks, nested_datasets
+
+    out: list[Note] = []
+    for p in paths:
+        if not find_tasks(Path(p)):
+            continue  # a folder with no task at all is refused with the same hint
+        for d, n in nested_datasets(Path(p)):
+            hint = (f"not included: add -p {shown_path(d)}" if command == "-p"
+                    else f"not checked: {command} {shown_path(d)}")
+            out.append(Note.warn(f"{shown_path(d)} holds {n} task(s) one level down (folders "
+                                 f"are read one level deep), {hint}"))
     return out
 
 
@@ -204,7 +246,7 @@ def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig
             continue
         seen.add(d)
         try:
-            task = load_task(d)
+            task = load_task(d, strict=config.strict)
         except TaskFormatError as exc:
             lines = [str(f) for f in exc.findings] or [str(exc)]
             name, steps = _fallback_identity(d)
@@ -231,6 +273,82 @@ def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig
                              "them in separate jobs, or rename one ([task].name)")
         names[e.name] = e
     return entries
+
+
+MAX_WARNING_LINES = 12
+"""Task validation warnings a job prints before its first trial, at most (the rest are
+counted, with the ``cairn tasks check`` command that lists them)."""
+
+
+def task_warning_lines(entries: Iterable[TaskEntry], *, cwd: Path | None = None,
+                       limit: int = MAX_WARNING_LINES) -> list[str]:
+    """The validation warnings of a job's tasks, as the lines a job prints before its first
+    trial (issue 27: a typo such as ``min_rewrad`` must not pass a run in silence).
+
+    Each warning prints once per job, grouped by task, as ``path:line: warning: text``
+    (paths relative to ``cwd`` when under it). A dataset with more than ``limit`` warnings
+    shows the first ``limit`` and one line counting the rest, with the command that lists
+    them all.
+
+    Args:
+        entries: the job's tasks (invalid ones have no warnings here: their findings are
+            their ``config_error``).
+        cwd: the folder paths are shown relative to (default the current directory).
+        limit: the most warning lines shown.
+
+    Returns:
+        The lines, each starting ``warning:`` or ``path:line: warning:``; empty when no task
+        has a warning.
+    """
+    base = (cwd or Path.cwd()).resolve()
+
+    def rel(p: Path) -> str:
+        return shown_path(p, base)
+
+    found: list[tuple[TaskEntry, list[str]]] = []
+    seen: set[Path] = set()
+    errors = 0
+    prefix = str(base) + os.sep
+    for e in entries:  # a task of k attempts comes k times
+        if e.path in seen or (e.task is None and not e.error) or (
+                e.task is not None and not e.task.warnings):
+            continue
+        seen.add(e.path)
+        shown = []
+        if e.task is None:  # invalid (under --strict: its promoted warnings)
+            for line in (e.error or "").splitlines():
+                shown.append(line[len(prefix):] if line.startswith(prefix) else line)
+            errors += len(shown)
+        else:
+            for w in e.task.warnings:
+                where = rel(w.path) + (f":{w.line}" if w.line is not None else "")
+                shown.append(f"{where}: warning: {w.text}")
+        found.append((e, list(dict.fromkeys(shown))))
+    if not found:
+        return []
+    total = sum(len(ws) for _, ws in found)
+    lines: list[str] = []
+    hidden: list[TaskEntry] = []
+    for e, ws in found:
+        room = limit - len(lines)
+        if room <= 0:
+            hidden.append(e)
+            continue
+        lines.extend(ws[:room])
+        if len(ws) > room:
+            hidden.append(e)
+    if len(lines) < total:
+        folders = " ".join(dict.fromkeys(rel(e.path) for e in hidden))
+        lines.append(f"warning: {total - len(lines)} more validation finding(s) in "
+                     f"{len(hidden)} task(s) not shown; list them: cairn tasks check {folders}")
+    warned = sum(1 for e, _ in found if e.task is not None)
+    if total - errors:
+        lines.append(f"warning: {total - errors} task validation warning(s) in {warned} "
+                     "task(s); those tasks run as written (--strict makes warnings errors)")
+    if errors:
+        lines.append(f"warning: {len(found) - warned} invalid task(s) end config_error "
+                     "without a sandbox (the findings above)")
+    return lines
 
 
 def _fallback_identity(path: Path) -> tuple[str, list[str]]:

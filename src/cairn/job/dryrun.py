@@ -110,7 +110,7 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
             exists and is not a job, a job folder that holds a job without ``resume``, a
             ``resume`` of a folder that holds none, a resume on another backend).
     """
-    from cairn.job.discover import check_templates, discover_inputs
+    from cairn.job.discover import check_templates, discover_inputs, task_warning_lines
     from cairn.job.folder import (
         backend_refusal,
         check_jobs_dir,
@@ -174,6 +174,9 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
             continue
         for f in backend_findings(config.effective_task(e.task), backend):
             (plan.problems if f.severity == ERROR else plan.notes).append(f"{e.name}: {f.text}")
+    # the task validation warnings the run prints before its first trial (issue 27)
+    plan.notes += list(task_warning_lines(d.entry for d in decisions
+                                                 if d.action is TrialAction.RUN))
     to_run = [d.entry.task for d in decisions
               if d.action is TrialAction.RUN and d.entry.task is not None]
     if config.artifacts:  # as the run warns at its start

@@ -23,7 +23,7 @@ from cairn.job.discover import config_error_result
 from cairn.job.planner import ExistingTrial, FolderState, TrialAction, TrialDecision
 from cairn.lock import JobLock
 from cairn.plan import JobConfig, TrialPlan
-from cairn.results.model import JobMeta, TrialResult
+from cairn.results.model import JobMeta, JobStop, TrialResult
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.sandbox.cleanup import CleanReport
@@ -33,8 +33,8 @@ from cairn.results.store import (
     TrialStore,
     move_attempt_aside,
     move_superseded,
+    read_config,
     read_job_json,
-    read_json,
     read_result,
     trial_dir_group,
     write_job_json,
@@ -112,8 +112,8 @@ def backend_refusal(root: Path, backend: str) -> UsageError | None:
     """The refusal of a resume of the job in ``root`` on another backend than the one it ran
     on, or ``None`` (no job.json, a torn one — rebuilt later — or the same backend)."""
     previous = None
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        previous = read_json(JobPaths(Path(root)).job_json).get("backend")
+    with contextlib.suppress(OSError, ValueError):
+        previous = read_job_json(Path(root)).backend
     if previous and previous != backend:
         return UsageError(f"job {Path(root).name} ran on backend {previous!r}; refusing to "
                           f"resume it on {backend!r} (pass -e {previous})")
@@ -274,16 +274,16 @@ def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend:
     """The trial-id inputs (:func:`cairn.plan.trial_id`) that differ between the old folder's
     config.json and this run, as ``what old → new`` (content hashes to 12 digits)."""
     try:
-        c = read_json(old.config_json)
-        opts = c.get("options") or {}
+        c = read_config(old.config_json)
+        opts = c.options
         was: dict[str, Any] = {
-            "content": str(c["task"]["content_hash"])[:12], "agent": c["agent"]["name"],
-            "agent kwargs": c["agent"].get("kwargs") or {}, "model": c.get("model"),
-            "backend": c.get("backend"), "start step": opts.get("start_step"),
-            "from": Path(opts["fork_from"]).name if opts.get("fork_from") else None,
-            "extra instructions": list(opts.get("extra_instructions") or []),
-            "resource overrides": dict(opts.get("resource_overrides") or {})}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            "content": c.task.content_hash[:12], "agent": c.agent.name,
+            "agent kwargs": dict(c.agent.kwargs or {}), "model": c.model,
+            "backend": c.backend, "start step": opts.start_step,
+            "from": Path(opts.fork_from).name if opts.fork_from else None,
+            "extra instructions": list(opts.extra_instructions),
+            "resource overrides": dict(opts.resource_overrides)}
+    except (OSError, ValueError):
         return (f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
                 f"→ {d.trial_id[:8]}; the old config.json is unreadable)")
     now: dict[str, Any] = {
@@ -310,8 +310,8 @@ def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend:
 
 def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
                    engine_version: str | None, started_at: datetime,
-                   stopped_by: str | None, finished: bool = False,
-                   sources: list[dict] | None = None) -> None:
+                   stopped_by: JobStop | None, finished: bool = False,
+                   sources: list[dict[str, Any]] | None = None) -> None:
     """Write job.json (:class:`~cairn.results.model.JobMeta`): the resolved config with
     ``--ae`` values masked, versions, why the job stopped, and the resolved datasets and
     repositories (``sources``)."""
@@ -500,10 +500,10 @@ def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, 
     """
     rows = []
     for trial in JobPaths(job_dir).trial_dirs():
-        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            c = read_json(trial.config_json)
-            rows.append((str(c["task"]["path"]), c["agent"]["name"], c["agent"].get("kwargs") or {},
-                         c.get("model"), c["backend"], int(c["attempt"]), c.get("options") or {}))
+        with contextlib.suppress(OSError, ValueError):
+            c = read_config(trial.config_json)
+            rows.append((c.task.path, c.agent.name, dict(c.agent.kwargs or {}), c.model,
+                         c.backend, c.attempt, c.options.model_dump(mode="json")))
     if not rows:
         raise UsageError(f"{job_dir / 'job.json'}: unreadable job.json ({why}) and no trial "
                          "config.json to rebuild it from")

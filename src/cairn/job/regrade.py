@@ -22,14 +22,15 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import os
-from collections.abc import Callable, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
 from cairn.errors import Category, Phase, SandboxLostError, TrialFailure, UsageError
-from cairn.plan import JobConfig, check_job_name
+from cairn.plan import JobConfig, Timeouts, check_job_name
 from cairn.results.aggregate import (
     evaluate_gates,
     primary_reward,
@@ -57,7 +58,8 @@ RegradeHow = Literal["snapshot", "artifacts", "not_regradable", "not-run", "orac
 """How a step was regraded (:class:`~cairn.results.model.RegradeStep`'s ``how``)."""
 RegradeStatus = Literal["regraded", "regrade_partial", "not_regradable"]
 
-EventSink = Callable[[str], None]
+RegradeSink = Callable[[str], None]
+"""Receives the regrade's progress lines (the regrade has no typed events of its own)."""
 
 
 @dataclass
@@ -72,6 +74,8 @@ class RegradeResult:
             trials (the rest were copied unchanged), else ``None``.
         judge_cost_usd: what the new verifications' LLM judges cost (their
             ``judge_usage.json``), USD.
+        infra_failed: trial ids that could not be regraded because of an infra failure
+            (their ``regrade.message`` says ``infra: …``).
     """
 
     job_dir: Path
@@ -79,13 +83,63 @@ class RegradeResult:
     results: list[TrialResult] = field(default_factory=list)
     stopped_by: str | None = None
     judge_cost_usd: float = 0.0
+    infra_failed: list[str] = field(default_factory=list)
+    """Trials whose regrade an infra failure (a lost engine) stopped."""
+    rerun_command: str = ""
+    """The ``cairn run`` command that records a regradable job of the same tasks and agent
+    (``--snapshot-steps`` added to the source job's config), for the lines below."""
+    source_args: str = ""
+    """The source job's task sources as ``cairn run`` options (``-p … -d …``)."""
+
+    def _status(self, status: str) -> list[TrialResult]:
+        return [r for r in self.results if r.regrade is not None and r.regrade.status == status]
 
     @property
     def exit_code(self) -> int:
-        """0 when every trial was regraded or copied (errored trials included: they are
-        recorded), 1 when a trial could not be regraded because of an infra failure."""
-        return 1 if any(r.regrade and r.regrade.status == "not_regradable" and
-                        r.regrade.message.startswith("infra:") for r in self.results) else 0
+        """0 when some trial was regraded (errored trials copied unchanged are recorded); 1
+        when a trial could not be regraded because of an infra failure, or when no trial
+        could be regraded at all (e.g. a job run without ``--snapshot-steps``: the derived
+        job would only copy the old scores; issue 27)."""
+        if self.infra_failed:
+            return 1
+        return 1 if self.results and not (self._status("regraded")
+                                           or self._status("regrade_partial")) else 0
+
+    def lines(self) -> list[str]:
+        """What the terminal shows after the report: how many trials were regraded, why the
+        others were not and the command that makes them regradable, and for a partial
+        regrade the steps it could not reach and what a full one needs.
+
+        Returns:
+            Lines without a trailing newline; empty for a job of no trial.
+        """
+        if not self.results:
+            return []
+        done, partial = self._status("regraded"), self._status("regrade_partial")
+        nope = self._status("not_regradable")
+        out = [f"regrade: {len(done)} of {len(self.results)} trial(s) regraded"
+               + (f", {len(partial)} partial" if partial else "")
+               + (f", {len(nope)} not regradable" if nope else "")]
+        no_snap = [r for r in nope if r.regrade and "no snapshot" in r.regrade.message]
+        if no_snap:
+            out.append(f"  {len(no_snap)} trial(s) have no step snapshots: the job was run "
+                       "without --snapshot-steps; a regradable job is recorded by "
+                       + (self.rerun_command or "cairn run ... --snapshot-steps"))
+        for r in nope:
+            if r not in no_snap and r.regrade is not None:
+                out.append(f"  {r.trial_name}: {r.regrade.message}")
+        for r in partial:
+            assert r.regrade is not None
+            unreached = [s.name for s in r.regrade.steps if s.how == "not-run"
+                         and s.index >= next((x.index for x in r.regrade.steps
+                                              if x.name == r.regrade.unreached_step), 0)]
+            out.append(f"  {r.trial_name}: partial: step(s) {', '.join(unreached)} never ran "
+                       "in the recorded trial and have no score; a full regrade needs them "
+                       f"run: cairn run {self.source_args} -i {shlex.quote(r.task.name)} "
+                       f"--start-step {r.regrade.unreached_step} --from "
+                       f"{shlex.quote(str(self.source_dir / 'trials' / r.trial_name))} "
+                       f"-a {shlex.quote(r.agent.name)}")
+        return out
 
 
 def _default_name(src: Path) -> str:
@@ -106,12 +160,12 @@ def _load_tasks(paths: Sequence[Path] | None) -> dict[str, Task]:
 
 def _recorded_task(trial_dir: Path, cache: dict[str, Task | None]) -> Task | None:
     """The task folder a trial recorded in its config.json, loaded (``None`` when gone)."""
-    from cairn.results.store import CONFIG_JSON, read_json
+    from cairn.results.store import read_config
     from cairn.task.load import load_task
 
     try:
-        path = str(read_json(trial_dir / CONFIG_JSON)["task"]["path"])
-    except (OSError, ValueError, KeyError, TypeError):
+        path = read_config(trial_dir).task.path
+    except (OSError, ValueError):
         return None
     if path not in cache:
         try:
@@ -125,17 +179,15 @@ class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
     def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeout_multiplier: float, emit: EventSink,
-                 verifier_timeout_multiplier: float | None = None,
+                 job_dir: Path, timeouts: Timeouts, emit: RegradeSink,
                  add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
-        self.job_id, self.job_dir, self.timeout_multiplier = job_id, job_dir, timeout_multiplier
+        self.job_id, self.job_dir, self.timeouts = job_id, job_dir, timeouts
         self.emit = emit
-        self.verifier_multiplier = verifier_timeout_multiplier or timeout_multiplier
         self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
-                                        job_dir=job_dir, timeout_multiplier=timeout_multiplier)
+                                        job_dir=job_dir, timeout_multiplier=timeouts.build)
         self.spec = dataclasses.replace(self.spec, add_hosts=add_hosts)  # the run's --add-host
         from cairn.task.envvars import resolve_env, secret_values
 
@@ -152,19 +204,20 @@ class _TrialRegrade:
         from cairn.trial.verify import run_verifier
 
         sp = TrialPaths(self.dir).step(step.index, step.name)
-        timeout = step.verifier_timeout_sec * self.verifier_multiplier  # as the job ran it
+        timeout = step.verifier_timeout_sec * self.timeouts.verifier  # as the job ran it
         venv = self.verifier_envs[step.index - 1]
         if step.verifier_mode == "separate":
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
             plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          timeout_multiplier=self.timeout_multiplier,
+                                          timeout_multiplier=self.timeouts.build,
                                           verifier_env=venv)
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
             v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
                                             verifier_dir=sp.verifier, artifacts_dir=sp.artifacts,
-                                            mask=self.masker.mask, timeout_multiplier=self.timeout_multiplier)
+                                            mask=self.masker.mask,
+                                            timeout_multiplier=self.timeouts.default)
             how: RegradeHow = "artifacts"
         else:
             from cairn.task.judge import judge_hosts
@@ -184,7 +237,8 @@ class _TrialRegrade:
                 if hc is not None:
                     from cairn.trial.healthcheck import run_healthcheck
 
-                    await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeout_multiplier)
+                    await run_healthcheck(sandbox, hc,
+                                          timeout_multiplier=self.timeouts.default)
                 if switch:
                     await sandbox.set_network(policy, phase="verifier")
                 v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
@@ -308,7 +362,7 @@ def _unchanged(old: TrialResult, why: str) -> TrialResult:
 async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                        job_name: str | None = None, n_concurrent: int = 4,
                        max_cost_usd: float | None = None,
-                       on_event: EventSink | None = None) -> RegradeResult:
+                       on_event: RegradeSink | None = None) -> RegradeResult:
     """Regrade a finished job into a new derived job folder next to it (async).
 
     Args:
@@ -363,8 +417,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     dest = src.parent / (job_name or _default_name(src))
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
-    timeout_multiplier = float(meta.config.get("timeout_multiplier") or 1.0)
-    verifier_multiplier = meta.config.get("verifier_timeout_multiplier")
+    timeouts = Timeouts.recorded(meta.config)
     add_hosts = tuple(sorted((str(k), str(v)) for k, v in
                              (meta.config.get("add_hosts") or {}).items()))
     copy_job_folder(src, dest)
@@ -389,6 +442,7 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         results: list[TrialResult] = [None] * len(olds)  # type: ignore[list-item]
         spent = [0.0]
         stopped: list[str] = []
+        infra_failed: list[str] = []
 
         async def one(i: int, old: TrialResult) -> None:
             trial_dir = dest / "trials" / old.trial_name
@@ -413,9 +467,10 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                         new = _unchanged(old, f"--max-cost-usd {max_cost_usd:g} reached: the "
                                               f"regrade's judge spend was ${spent[0]:.4f}")
                     else:
-                        new = await _regrade_one(
-                            task, old, trial_dir, job_id, dest, timeout_multiplier, emit,
-                            add_hosts, float(verifier_multiplier) if verifier_multiplier else None)
+                        new, category = await _regrade_one(
+                            task, old, trial_dir, job_id, dest, timeouts, emit, add_hosts)
+                        if category is Category.INFRA:
+                            infra_failed.append(old.trial_id)
                         if new.regrade is not None and new.regrade.status != "not_regradable":
                             spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
                                             if r.judge is not None)
@@ -438,32 +493,63 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         write_summary(dest, summarize_job(results, declared))
         return RegradeResult(job_dir=dest, source_dir=src, results=results,
                              stopped_by=stopped[0] if stopped else None,
-                             judge_cost_usd=spent[0])
+                             judge_cost_usd=spent[0], infra_failed=infra_failed,
+                             rerun_command=_rerun_command(meta.config),
+                             source_args=shlex.join(_source_args(meta.config)))
     finally:
         lock.release()
 
 
 async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
-                       timeout_multiplier: float, emit: EventSink,
-                       add_hosts: tuple[tuple[str, str], ...],
-                       verifier_timeout_multiplier: float | None = None) -> TrialResult:
-    """One trial's regrade; a failure that stops it copies the trial unchanged with why."""
+                       timeouts: Timeouts, emit: RegradeSink,
+                       add_hosts: tuple[tuple[str, str], ...]
+                       ) -> tuple[TrialResult, Category | None]:
+    """One trial's regrade; a failure that stops it copies the trial unchanged with why.
+
+    Returns:
+        The trial's new result, and ``Category.INFRA`` when an infra failure (a lost engine)
+        stopped its regrade (else ``None``).
+    """
     try:
         return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
-                                   timeout_multiplier=timeout_multiplier, emit=emit,
-                                   add_hosts=add_hosts,
-                                   verifier_timeout_multiplier=verifier_timeout_multiplier).run()
+                                   timeouts=timeouts, emit=emit, add_hosts=add_hosts).run(), None
+    except SandboxLostError as exc:
+        return _unchanged(old, f"infra: {exc.kind.value}: {exc}"), Category.INFRA
     except (TrialFailure, UsageError) as exc:
-        kind = getattr(exc, "kind", None)
-        return _unchanged(old, f"infra: {kind.value if kind else 'error'}: {exc}"
-                          if isinstance(exc, SandboxLostError) else f"{exc}")
+        return _unchanged(old, f"{exc}"), None
+
+
+def _rerun_command(config: Mapping[str, Any]) -> str:
+    """``cairn run`` with the source job's tasks and agent and ``--snapshot-steps`` (a new job
+    name), the way to record a job this command can regrade."""
+    parts = ["cairn", "run", *_source_args(config)]
+    if config.get("agent"):
+        parts += ["-a", str(config["agent"])]
+    if config.get("model"):
+        parts += ["-m", str(config["model"])]
+    if (config.get("attempts") or 1) != 1:
+        parts += ["-k", str(config["attempts"])]
+    parts += ["--snapshot-steps", "--job-name", f"{config.get('job_name') or 'job'}-snap"]
+    return shlex.join(parts)
+
+
+def _source_args(config: Mapping[str, Any]) -> list[str]:
+    """A job config's task sources as ``cairn run`` options."""
+    parts: list[str] = []
+    for p in config.get("paths") or []:
+        parts += ["-p", str(p)]
+    for d in config.get("datasets") or []:
+        parts += ["-d", str(d)]
+    for r in config.get("repos") or []:
+        parts += ["--repo", str(r)]
+    return parts
 
 
 def _r(x: float | None) -> str:
     return "-" if x is None else f"{x:.2f}"
 
 
-def regrade_job(job_dir: Path, **kwargs) -> RegradeResult:
+def regrade_job(job_dir: Path, **kwargs: Any) -> RegradeResult:
     """Regrade a job (blocking). Arguments as :func:`aregrade_job`.
 
     Returns:

@@ -27,7 +27,7 @@ from typing import Any
 from cairn import __version__
 from cairn.errors import JobStorageFullError, UsageError
 from cairn.events import EventKind, JobObserver
-from cairn.job.discover import check_templates, discover_inputs
+from cairn.job.discover import check_templates, discover_inputs, task_warning_lines
 from cairn.job.executors import Executor, get_executor
 from cairn.job.folder import (
     apply_decisions,
@@ -42,15 +42,14 @@ from cairn.job.planner import TrialAction, plan_trials
 from cairn.job.preflight import artifact_warnings, refuse_unsupported
 from cairn.job.runner import JobRun, run_all
 from cairn.plan import JobConfig
-from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     iter_trial_results,
-    read_json,
+    read_job_json,
     remove_partial_installs,
     trial_dir_name,
 )
 from cairn.results.summary import summarize_job
-from cairn.sandbox.pools import close_pool, open_pool
 
 log = logging.getLogger("cairn.job")
 
@@ -63,14 +62,14 @@ class JobResult:
         job_dir: the job folder.
         results: the latest result of every trial of the job (resumed ones included).
         summary: the job summary (also in summary.json).
-        stopped_by: ``model_auth_failed`` / ``max_cost`` / ``interrupted`` / ``storage_full``
-            when the job stopped early, else None.
+        stopped_by: why the job stopped early (:class:`~cairn.results.model.JobStop`), or
+            ``None``.
     """
 
     job_dir: Path
     results: list[TrialResult]
     summary: JobSummary
-    stopped_by: str | None = None
+    stopped_by: JobStop | None = None
 
     @property
     def exit_code(self) -> int:
@@ -186,7 +185,10 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             async for r in results:
                 yield r
     finally:
-        executor.close()
+        try:
+            await executor.aclose_services()  # SEAM (issue 25): the job's model relay
+        finally:
+            executor.close()
 
 
 async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path | None,
@@ -241,16 +243,20 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         # capabilities, once per task before any trial is queued (config_error at once)
         decisions, refused = refuse_unsupported(decisions, config, backend)
         begun = True
-        if executor.name == "local":  # trials of this process may reuse gateways (pools.py)
-            open_pool(job.job_dir)
         job.open_log()
         job.write_job_json()  # first: a job killed from here on can be resumed
         job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                   f"(cairn {__version__}, backend {backend}"
+                   f"(cairn {__version__}, agent {config.agent}"
+                   + (f", model {config.model}" if config.model else "")
+                   + f", backend {backend}"
                    + (f", executor {executor.name})" if executor.name != "local" else ")"))
         for note in inputs.notes:
-            job.notice(note, EventKind.WARNING if note.startswith("warning:") else EventKind.JOB)
+            job.notice(str(note), EventKind.WARNING if note.warning else EventKind.JOB)
         for line in refused:
+            job.notice(line, EventKind.WARNING)
+        # each task's validation warnings, once per job, before the first trial (issue 27)
+        for line in task_warning_lines(d.entry for d in decisions
+                                       if d.action in (TrialAction.RUN, TrialAction.INVALID)):
             job.notice(line, EventKind.WARNING)
         if config.artifacts:  # the task lint's artifact rules, for the job's --artifact paths
             to_run = {d.entry.name: d.entry.task for d in decisions
@@ -279,14 +285,13 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             full = _storage_full(exc)
             if full is None:
                 raise
-            job.stopped_by = "storage_full"
+            job.stopped_by = JobStop.STORAGE_FULL
             raise JobStorageFullError(
                 f"the filesystem holding {job.job_dir} is full ({full}); the job stopped, "
                 "results already written are kept; free space and run "
                 f"`cairn resume {job.job_dir}`") from None
     finally:
         if begun:
-            close_pool(job.job_dir)  # what it still holds is labelled: settled just below
             await _settle_sandboxes(job)
             job.write_summary()
             with contextlib.suppress(Exception):
@@ -419,9 +424,8 @@ def read_job(job_dir: Path) -> JobResult:
     for r in results:
         declared.setdefault(r.task.name, [s.name for s in r.steps])
     stopped = None
-    meta = job_dir / "job.json"
-    if meta.is_file():
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            stopped = read_json(meta).get("stopped_by")
+    if (job_dir / "job.json").is_file():
+        with contextlib.suppress(OSError, ValueError):
+            stopped = read_job_json(job_dir).stopped_by
     return JobResult(job_dir=job_dir, results=results, summary=summarize_job(results, declared),
                      stopped_by=stopped)

@@ -9,23 +9,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import errno
 import logging
 import os
-import re
 from collections.abc import AsyncGenerator
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from cairn.errors import Category, ErrorKind
-from cairn.events import Event, EventKind, EventSink, JobObserver
+from cairn.events import EngineWait, Event, EventKind, EventSink, JobObserver, Retrying, dedupe_key
 from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan
-from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     JobPaths,
     TrialPaths,
@@ -36,16 +34,14 @@ from cairn.results.store import (
 )
 from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
-from cairn.trial.deferred import DEFERRED_STOPS, drain
-from cairn.trial.prestart import PRESTARTS, PrestartPool
+from cairn.sandbox.base import Sandbox
+from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
-_TRIAL_WARNING_RE = re.compile(r"^\[[^\]]*\] warning: (.*)$", re.DOTALL)
-
-
 class JobRun:
-    """One run of a job (fresh or resumed): plans, lock, retries, summary, job.log."""
+    """One run of a job (fresh or resumed): infra retries, the job's stop rules, summary.json
+    and job.log (planning is :mod:`cairn.job.planner`, the lock :mod:`cairn.job.folder`)."""
 
     def __init__(self, config: JobConfig, backend: str, job_dir: Path, *, resume: bool,
                  retry_errors: bool, observer: JobObserver | None,
@@ -62,28 +58,28 @@ class JobRun:
         self.observer = observer or JobObserver()
         self._log: TextIO | None = None
         self.results: dict[str, TrialResult] = {}
-        self.stopped_by: str | None = None
+        self.stopped_by: JobStop | None = None
         self.spent_usd = 0.0
         self.declared_steps: dict[str, list[str]] = {}
         self.started_at = datetime.now(UTC)
         self._engine_version: str | None = None
         self._engine_known = False
         self._warned: set[str] = set()  # trial warnings already shown (once per job)
-        self.sources: list[dict] = []  # job.json "sources": resolved datasets and repositories
+        self.sources: list[dict[str, Any]] = []  # job.json "sources": resolved datasets and repositories
         self._summary_on_disk: JobSummary | None = None  # what the last write_summary wrote
 
     # ---- events -------------------------------------------------------------------------------
     def emit(self, event: Event) -> None:
         """Append an event's line to job.log and hand the event to the observer.
 
-        A trial's ``warning: …`` event (a limit the backend cannot apply, an ignored
-        ``# syntax=`` line) reaches the observer once per job; later copies go to job.log only
-        (each trial's result.json still records its warnings).
+        A trial's warning (a :class:`~cairn.events.TrialWarning`: a limit the backend cannot
+        apply, an ignored ``# syntax=`` line) reaches the observer once per job, by its key;
+        later copies go to job.log only (each trial's result.json still records its
+        warnings).
         """
         shown = True
         if event.kind is EventKind.WARNING:
-            m = _TRIAL_WARNING_RE.match(event.text)
-            key = m.group(1) if m else event.text
+            key = dedupe_key(event)
             shown = key not in self._warned
             self._warned.add(key)
         if self._log is not None:
@@ -114,25 +110,32 @@ class JobRun:
             self._log = None
 
     # ---- running ------------------------------------------------------------------------------
-    async def run_one(self, plan: TrialPlan) -> TrialResult:
-        """Run one trial with automatic retries of infra errors (design §6), attempts kept."""
+    async def run_one(self, plan: TrialPlan, services: JobServices | None = None) -> TrialResult:
+        """Run one trial with automatic retries of infra errors (design §6), attempts kept.
+
+        Args:
+            plan: the trial.
+            services: the job's services lent to each run of it.
+        """
         tp = TrialPaths(plan.trial_dir)
         delay = self.config.retry_backoff_sec
         runs = 0
         while True:
             runs += 1
             move_attempt_aside(tp)
-            result = await self.executor.run_trial(plan, self.emit)
+            result = await self.executor.run_trial(plan, self.emit, services)
             error = result.error if result.outcome is Outcome.ERRORED else None
             if (error is None or error.category is not Category.INFRA  # not retryable
-                    or runs > self.config.max_retries or self.stopped_by):
+                    or runs > self.config.max_retries or self.stopped_by
+                    or error.detail.get("unreachable")):  # a model host that is not there
                 return result
-            if error.kind is ErrorKind.SANDBOX_LOST and self.backend == "docker" \
-                    and not await wait_for_engine(self.emit, plan.task.name):
+            if error.kind is ErrorKind.SANDBOX_LOST and not await wait_for_engine(
+                    get_backend(self.backend), self.emit, plan.task.name):
                 return result  # the engine stayed away: the trial keeps its infra error
-            self.notice(f"[{plan.task.name}] infra error {error.kind.value}; retrying in "
-                      f"{delay:g} s on a fresh sandbox (run {runs + 1} of "
-                      f"{self.config.max_retries + 1})", EventKind.RETRY, plan.task.name)
+            cause = (error.message.splitlines() or [""])[0][:200]
+            self.emit(Retrying(tag=plan.task.name, task=plan.task.name, error_kind=error.kind.value,
+                               delay_sec=delay, run=runs + 1, of=self.config.max_retries + 1,
+                               cause=cause))
             await asyncio.sleep(delay)
             delay *= 2
 
@@ -153,9 +156,12 @@ class JobRun:
             self.spent_usd += result.judge.cost_usd or 0.0
         before = self.stopped_by
         if result.error is not None and result.error.kind is ErrorKind.MODEL_AUTH_FAILED:
-            self.stopped_by = self.stopped_by or "model_auth_failed"
+            self.stopped_by = self.stopped_by or JobStop.MODEL_AUTH_FAILED
+        if result.error is not None and result.error.kind is ErrorKind.MODEL_UNAVAILABLE and \
+                result.error.detail.get("unreachable"):  # every trial would meet the same host
+            self.stopped_by = self.stopped_by or JobStop.MODEL_UNREACHABLE
         if self.config.max_cost_usd is not None and self.spent_usd >= self.config.max_cost_usd:
-            self.stopped_by = self.stopped_by or "max_cost"
+            self.stopped_by = self.stopped_by or JobStop.MAX_COST
         if self.stopped_by != before:
             self.notice(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
                       "trial starts, the remaining ones are recorded cancelled")
@@ -198,7 +204,7 @@ class JobRun:
             self._summary_on_disk = summary
         except (OSError, ValueError) as exc:  # the trials' own files are already on disk
             if getattr(exc, "errno", None) in (errno.ENOSPC, errno.EDQUOT):
-                if self.stopped_by == "storage_full":
+                if self.stopped_by is JobStop.STORAGE_FULL:
                     return  # said once, by the job (resume rebuilds it)
                 raise  # a full disk stops the job (cairn.job.run turns it into one error)
             log.warning("could not write summary.json: %s", exc)
@@ -209,10 +215,13 @@ retry, seconds (``CAIRN_ENGINE_WAIT_SEC``); past it the trial keeps its ``sandbo
 infra error and ``cairn resume`` re-runs it."""
 
 
-async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = None) -> bool:
-    """Wait, with backoff (1 s doubling to 15 s), until the Docker engine answers a ping.
+async def wait_for_engine(backend: type[Sandbox], emit: EventSink, task: str,
+                          wait_sec: float | None = None) -> bool:
+    """Wait, with backoff (1 s doubling to 15 s), until the backend's engine answers a ping
+    (:meth:`Sandbox.engine_answers`; a backend without an engine answers at once).
 
     Args:
+        backend: the trial's sandbox class.
         emit: receives one event when the wait starts and one when it ends.
         task: the task name the lines are tagged with.
         wait_sec: the bound, seconds (default :data:`ENGINE_WAIT_SEC`).
@@ -220,25 +229,20 @@ async def wait_for_engine(emit: EventSink, task: str, wait_sec: float | None = N
     Returns:
         True when the engine answers within the bound, else False.
     """
-    from cairn.sandbox.auto import docker_answers
-
     bound = ENGINE_WAIT_SEC if wait_sec is None else wait_sec
     loop = asyncio.get_running_loop()
     deadline = loop.time() + bound
     delay = 1.0
-    if await asyncio.to_thread(docker_answers, 5.0):
+    if await backend.engine_answers(5.0):
         return True
-    emit(Event(EventKind.RETRY, f"[{task}] the Docker engine does not answer; waiting up to "
-               f"{bound:g} s for it", task=task))
+    emit(EngineWait(tag=task, task=task, state="waiting", bound_sec=bound))
     while loop.time() < deadline:
         await asyncio.sleep(min(delay, max(0.0, deadline - loop.time())))
         delay = min(delay * 2, 15.0)
-        if await asyncio.to_thread(docker_answers, 5.0):
-            emit(Event(EventKind.RETRY, f"[{task}] the Docker engine answers again", task=task))
+        if await backend.engine_answers(5.0):
+            emit(EngineWait(tag=task, task=task, state="back", bound_sec=bound))
             return True
-    emit(Event(EventKind.WARNING, f"[{task}] engine_unavailable: the Docker engine did not "
-               f"answer within {bound:g} s; the trial keeps its sandbox_lost error (resume "
-               "re-runs it)", task=task))
+    emit(EngineWait(tag=task, task=task, state="gave_up", bound_sec=bound))
     return False
 
 
@@ -246,9 +250,12 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""
     sem = asyncio.Semaphore(job.config.n_concurrent)
     queue: asyncio.Queue[TrialResult | None] = asyncio.Queue()
-    # --prestart: sandboxes started ahead for waiting trials (in this process only)
-    pool = PrestartPool(plans, limit=job.config.n_concurrent) \
-        if job.config.prestart and job.executor.name == "local" else None
+    # the job's services: deferred removals, --prestart's sandboxes started ahead for waiting
+    # trials and the reusable gateways (these two in this process only)
+    services = JobServices.for_job(plans, prestart=job.config.prestart,
+                                   limit=job.config.n_concurrent,
+                                   in_process=job.executor.name == "local")
+    pool = services.prestarts
     if job.config.prestart and pool is None:
         job.notice(f"--prestart applies to the in-process executor only; ignored under "
                    f"--executor {job.executor.name}", EventKind.WARNING)
@@ -265,7 +272,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                     started = True
                     job.observer.trial_started(plan)
                     try:
-                        result = await job.run_one(plan)
+                        result = await job.run_one(plan, services)
                     finally:
                         job.observer.trial_finished(plan)
                 if pool is not None:
@@ -288,11 +295,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
             queue.put_nowait(None)
 
     # sandbox removals run after each trial's result is written; the job's end waits for them
-    removals: set[asyncio.Task[None]] = set()
-    ctx = contextvars.copy_context()
-    ctx.run(DEFERRED_STOPS.set, removals)
-    ctx.run(PRESTARTS.set, pool)
-    producer = asyncio.create_task(all_of_them(), context=ctx)
+    await services.open()
+    producer = asyncio.create_task(all_of_them())
     try:
         while (item := await queue.get()) is not None:
             yield item
@@ -300,16 +304,13 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     finally:
         try:
             if not producer.done():
-                job.stopped_by = job.stopped_by or "interrupted"
+                job.stopped_by = job.stopped_by or JobStop.INTERRUPTED
                 producer.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await producer
         finally:
-            try:
-                if pool is not None:  # what no trial took is removed before the job ends
-                    await pool.close()
-            finally:
-                await drain(removals)
+            # what no trial took is removed, every removal awaited, the pools closed
+            await services.aclose()
 
 
 def _record_cancelled(job: JobRun, plan: TrialPlan) -> None:

@@ -10,9 +10,13 @@ import asyncio
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from cairn.events import JobObserver
 from cairn.plan import JobConfig
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.job.run import JobResult
 
 
 @dataclass
@@ -39,12 +43,22 @@ class SanityReport:
 
 
 def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 4,
-               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None
-               ) -> SanityReport:
+               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None,
+               strict: bool = False) -> SanityReport:
     """Run each task with ``oracle`` and with ``nop`` (two jobs) and compare.
 
     A task fails sanity when the oracle trial does not pass every step, or when the nop trial
     passes.
+
+    Args:
+        paths: task or dataset folders.
+        backend: the sandbox backend (``auto``, ``docker``, ``local``).
+        n_concurrent: trials at once, per job.
+        jobs_dir: where the two jobs are written.
+        observer: receives both jobs' events (each job prints its tasks' validation
+            warnings before its first trial).
+        strict: task validation warnings are errors (the task ends ``config_error`` in both
+            jobs, so it fails sanity).
 
     Raises:
         UsageError: no task matched.
@@ -54,9 +68,10 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
     stamp = f"{default_job_name()}-{uuid.uuid4().hex[:4]}"
     report = SanityReport()
 
-    async def both():
-        base = {"paths": tuple(paths), "backend": backend, "n_concurrent": n_concurrent,
-                "jobs_dir": jobs_dir, "max_retries": 1}
+    async def both() -> tuple[JobResult, JobResult]:
+        base: dict[str, Any] = {"paths": tuple(paths), "backend": backend,
+                                "n_concurrent": n_concurrent, "jobs_dir": jobs_dir,
+                                "max_retries": 1, "strict": strict}
         oracle = await arun_job(JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base),
                                 observer=observer)
         nop = await arun_job(JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base),
@@ -67,7 +82,7 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
     report.job_dirs = [oracle.job_dir, nop.job_dir]
     for r in oracle.results:
         probs = report.problems.setdefault(r.task.name, [])
-        if r.outcome.value == "errored":
+        if r.outcome.value == "errored" and r.error is not None:
             first = (r.error.message or "").strip().splitlines()[:1]
             probs.append(f"oracle errored ({r.error.kind.value}"
                          + (f": {first[0][:200]}" if first else "") + ")")

@@ -17,6 +17,9 @@ Formats (record schema ``cairn.export.step/1``, documented in docs/viewer.md):
   built from the instruction when the agent wrote none) with the record's metadata under
   ``extra.cairn``.
 - ``parquet``: the jsonl columns, nested values as JSON strings (needs ``pyarrow``).
+- ``rollouts``: per step, its model calls with token ids, logprobs and a loss mask, the step's
+  and the trial's reward and a group id (schema ``cairn.export.rollout/1``,
+  :mod:`cairn.results.rollouts`, docs/export.md).
 
 Reads only what :mod:`cairn.results.store` wrote.
 """
@@ -28,14 +31,14 @@ import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 from cairn.results.aggregate import step_reached
 from cairn.results.model import StepResult, StepSource, TrialResult
 from cairn.results.store import TrialPaths, iter_trial_results, read_json
 
 EXPORT_SCHEMA = "cairn.export.step/1"
-FORMATS = ("jsonl", "sharegpt", "atif", "parquet")
+FORMATS = ("jsonl", "sharegpt", "atif", "parquet", "rollouts")
 
 RECORD_FIELDS = (
     "schema", "job", "task", "trial", "trial_id", "attempt", "step", "step_index", "steps_total",
@@ -262,12 +265,13 @@ def _atif_record(rec: dict[str, Any], traj: dict[str, Any] | None) -> dict[str, 
     return traj
 
 
-def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter()) -> int:
+def export_job(job_dir: Path, fmt: str, out: TextIO | Path | str | None,
+               flt: ExportFilter = ExportFilter()) -> int:
     """Write a job's step records in one format.
 
     Args:
         job_dir: the job folder.
-        fmt: ``jsonl``, ``sharegpt``, ``atif`` or ``parquet``.
+        fmt: ``jsonl``, ``sharegpt``, ``atif``, ``parquet`` or ``rollouts``.
         out: a text stream (one JSON document per line) for the line formats; a file path for
             ``parquet``.
         flt: which steps to keep.
@@ -281,6 +285,10 @@ def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter())
     """
     if fmt not in FORMATS:
         raise ValueError(f"unknown export format {fmt!r} (one of {', '.join(FORMATS)})")
+    if fmt == "rollouts":
+        from cairn.results.rollouts import export_rollouts
+
+        return export_rollouts(job_dir, out, flt)
     if fmt == "parquet":
         if not isinstance(out, (str, Path)):
             raise ValueError("--format parquet needs -o FILE")
@@ -295,6 +303,8 @@ def export_job(job_dir: Path, fmt: str, out, flt: ExportFilter = ExportFilter())
                                if isinstance(v, (dict, list)) else v)
         pq.write_table(pa.table(cols), str(out))
         return len(cols["schema"])
+    if out is None or isinstance(out, (str, Path)):
+        raise ValueError(f"format {fmt!r} writes to a text stream, not a file path")
     n = 0
     for rec, traj in step_records(job_dir, flt):
         if fmt == "jsonl":

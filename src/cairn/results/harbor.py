@@ -46,6 +46,7 @@ from cairn._util.jsonio import dumps_strict
 from cairn.errors import ErrorKind
 from cairn.results.model import (
     AgentExit,
+    ArtifactEntry,
     ErrorInfo,
     JobMeta,
     Outcome,
@@ -266,7 +267,8 @@ def _single_step(r: TrialResult) -> bool:
     return r.steps_total == 1 and len(r.steps) == 1 and r.steps[0].name == "main"
 
 
-def _task_config(r: TrialResult, cfg: TrialConfigFile | None) -> tuple[dict, dict]:
+def _task_config(r: TrialResult, cfg: TrialConfigFile | None
+                 ) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TaskConfig, task_id) dicts for a trial."""
     src = r.task.source
     path = cfg.task.path if cfg is not None else r.task.name
@@ -279,9 +281,14 @@ def _task_config(r: TrialResult, cfg: TrialConfigFile | None) -> tuple[dict, dic
     return {"path": path, "source": source_name}, {"path": path}
 
 
+HARBOR_ENVIRONMENT_TYPES = {"docker": "docker"}
+"""cairn backend → the Harbor environment type of the same name (the others export as an
+``import_path``)."""
+
+
 def _environment(backend: str) -> dict[str, Any]:
-    if backend == "docker":
-        return {"type": "docker"}
+    if backend in HARBOR_ENVIRONMENT_TYPES:
+        return {"type": HARBOR_ENVIRONMENT_TYPES[backend]}
     return {"type": None, "import_path": f"cairn:{backend}"}
 
 
@@ -745,19 +752,19 @@ def _oracle_log(agent_dir: Path) -> None:
                 shutil.copyfileobj(fin, out, 1 << 20)
 
 
-def _harbor_manifest(rows: list[dict[str, Any]], artifacts_dir: Path) -> list[dict[str, Any]]:
+def _harbor_manifest(rows: list[ArtifactEntry], artifacts_dir: Path) -> list[dict[str, Any]]:
     out = []
     for row in rows:
-        dest = str(row.get("destination") or ".")
+        dest = row.destination or "."
         target = artifacts_dir if dest in ("", ".") else artifacts_dir / dest
-        status = {"copied": "ok", "failed": "failed"}.get(str(row.get("status")), "failed")
-        out.append({"source": str(row.get("source", "")),
+        status = {"copied": "ok", "failed": "failed"}.get(row.status, "failed")
+        out.append({"source": row.source,
                     "destination": "artifacts" if dest in ("", ".") else f"artifacts/{dest}",
                     "type": "directory" if target.is_dir() and not target.is_symlink()
                     else "file",
-                    "status": status, "service": row.get("service"),
-                    "exclude": list(row.get("excluded") or []),
-                    "bytes": row.get("bytes"), "error": row.get("error")})
+                    "status": status, "service": row.service,
+                    "exclude": list(row.excluded),
+                    "bytes": row.bytes, "error": row.error})
     return out
 
 

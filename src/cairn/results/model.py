@@ -364,6 +364,11 @@ class TrialResult(_Persisted):
     timings: TrialTimings = Field(default_factory=TrialTimings)
     tokens: Tokens = Field(default_factory=Tokens)
     cost_usd: float | None = None
+    spend_source: Literal["relay", "agent"] | None = None
+    """Where ``tokens`` and ``cost_usd`` came from: ``relay`` (the job's model relay read the
+    provider's own usage of every call), ``agent`` (the agent's own report: ``--no-relay`` or
+    an agent not on the relay), ``null`` (no model-driven agent, or a result older than the
+    field)."""
     judge: JudgeUsage | None = None
     """The LLM judges' spend over the trial's steps (apart from the agent's)."""
     started_at: datetime
@@ -404,6 +409,23 @@ class DerivedFrom(_Persisted):
     """When the derived job was made."""
 
 
+class JobStop(StrEnum):
+    """Why a job stopped before every trial ran (job.json ``stopped_by``; design §8). The one
+    place these values are documented."""
+
+    MODEL_AUTH_FAILED = "model_auth_failed"
+    """A trial's model refused the credentials: every further trial would too."""
+    MODEL_UNREACHABLE = "model_unreachable"
+    """A trial's model host cannot be resolved or refuses connections (after a short bounded
+    try): every further trial would meet the same host."""
+    MAX_COST = "max_cost"
+    """``--max-cost-usd`` was reached (agents' and LLM judges' spend)."""
+    INTERRUPTED = "interrupted"
+    """Ctrl-C, SIGTERM, or a consumer that stopped reading the results."""
+    STORAGE_FULL = "storage_full"
+    """The filesystem holding the job folder is full (ENOSPC, EDQUOT)."""
+
+
 class JobMeta(_Persisted):
     """job.json (design §7): the job's resolved config and versions, rewritten when it stops.
 
@@ -418,8 +440,8 @@ class JobMeta(_Persisted):
     engine_version: str | None = None
     config: dict[str, Any]
     """The :class:`~cairn.plan.JobConfig` as JSON (agent env values masked)."""
-    stopped_by: str | None = None
-    """``model_auth_failed`` / ``max_cost`` / ``interrupted`` when the job stopped early."""
+    stopped_by: JobStop | None = None
+    """Why the job stopped early (:class:`JobStop`), or ``None``."""
     started_at: datetime
     finished_at: datetime | None = None
     sources: list[dict[str, Any]] = Field(default_factory=_new_list)
@@ -428,6 +450,45 @@ class JobMeta(_Persisted):
     (:mod:`cairn.datasets.resolve`); a resume reuses these commits."""
     derived_from: DerivedFrom | None = None
     """Set on a job made by ``cairn regrade``."""
+
+
+class ArtifactEntry(_Persisted):
+    """One row of a step's ``artifacts/manifest.json``: an artifact entry and what became of it.
+
+    Attributes:
+        source: the path in the sandbox (``/logs/artifacts`` for the agent's own folder).
+        destination: where it landed, relative to the step's ``artifacts/`` (``.``: its root).
+        status: ``copied``, or ``failed`` (``error`` says why; never fatal to the trial).
+        bytes: its size as measured in the sandbox, or ``None`` (not found, not measured).
+        error: why it was not collected, or ``None``.
+        excluded: paths removed from the host copy by the entry's ``exclude`` globs.
+        service: the compose service it came from (``None``: the main container).
+    """
+
+    source: str
+    destination: str
+    status: Literal["copied", "failed"]
+    bytes: int | None = None
+    error: str | None = None
+    excluded: list[str] = Field(default_factory=_new_list)
+    service: str | None = None
+
+
+class TrialStatus(_Persisted):
+    """``status.json``: where a running trial is (advisory; the viewer shows it until
+    result.json exists).
+
+    Attributes:
+        phase: the phase (:class:`cairn.errors.Phase` values).
+        step_index: the running step's 1-based index, ``None`` outside steps.
+        step: its name.
+        at: when the phase began (UTC, ISO 8601 with milliseconds).
+    """
+
+    phase: str
+    step_index: int | None = None
+    step: str | None = None
+    at: str | None = None
 
 
 class ConfigTask(_Persisted):

@@ -9,25 +9,77 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from cairn.results.model import JobSummary, Outcome, TrialResult
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.job.run import JobResult
 
 
 def _f(x: float | None, digits: int = 2) -> str:
     return "-" if x is None else f"{x:.{digits}f}"
 
 
-def _counts(items: dict) -> str:
+def _counts(items: Mapping[Any, int]) -> str:
     return ", ".join(f"{getattr(k, 'value', k)} {v}" for k, v in items.items() if v)
 
 
-def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tuple[str, str]]:
+def key_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[tuple[str, str]]:
+    """Per reward key, a row that cannot be read as a pass rate (issue 27): which steps report
+    the key, the mean over those steps' values, and the per-trial mean with the steps that do
+    not report it counted as 0 (what summary.json's ``rewards[key]`` holds), each named.
+
+    The ``reward`` key is labelled the primary reward. Without ``results`` (a summary read
+    alone) only the named per-trial mean is shown.
+
+    Args:
+        summary: the job summary.
+        results: the job's trials (their step rows tell which steps report a key).
+
+    Returns:
+        ``(label, value)`` pairs, one per key, in the summary's order.
+    """
+    from cairn.results.model import StepSource
+
+    rows = []
+    for key, stat in summary.rewards.items():
+        steps: dict[str, None] = {}
+        declared: dict[str, None] = {}
+        values: list[float] = []
+        for r in results:
+            if r.rewards is None or key not in r.rewards:
+                continue  # not one of the trials the per-trial mean counts
+            for row in r.steps:
+                if row.source in (StepSource.ORACLE, StepSource.NOT_RUN):
+                    continue  # replayed (never scored) or never reached
+                declared[row.name] = None
+                v = (row.rewards or {}).get(key)
+                if v is not None:
+                    steps[row.name] = None
+                    values.append(v)
+        label = "reward (primary)" if key == "reward" else f"reward[{key}]"
+        trial_mean = (f"per-trial mean {_f(stat.mean)}, missing steps as 0 (n={stat.n} trials)"
+                      if len(steps) < len(declared) or not results
+                      else f"per-trial mean {_f(stat.mean)} (n={stat.n} trials)")
+        if not results or not values:
+            rows.append((label, trial_mean))
+            continue
+        which = ", ".join(steps) if len(steps) <= 4 else f"{', '.join(list(steps)[:4])}, …"
+        rows.append((label, f"reported by {len(steps)} of {len(declared)} step(s) ({which}); "
+                            f"mean over those {_f(sum(values) / len(values))}; {trial_mean}"))
+    return rows
+
+
+def summary_rows(summary: JobSummary, stopped_by: str | None = None,
+                 results: Sequence[TrialResult] = ()) -> list[tuple[str, str]]:
     """The headline figures as (label, value) pairs.
 
     Args:
         summary: the job summary.
         stopped_by: why the job stopped early, if it did.
+        results: the job's trials, for the per-key rows (:func:`key_rows`).
     """
     s = summary
     rows = [
@@ -44,8 +96,7 @@ def summary_rows(summary: JobSummary, stopped_by: str | None = None) -> list[tup
         rows.append(("errors", _counts(s.errors)))
     if s.error_categories:
         rows.append(("error categories", _counts(s.error_categories)))
-    for key, stat in s.rewards.items():
-        rows.append((f"reward[{key}]", f"{_f(stat.mean)} (n={stat.n})"))
+    rows += key_rows(s, results)
     if s.tokens.prompt or s.tokens.completion:
         rows.append(("tokens", f"prompt {s.tokens.prompt}, completion {s.tokens.completion}, "
                                "cached " + ("not reported" if s.tokens.cached is None
@@ -72,7 +123,7 @@ def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     Example value: ``demo@1.0 from https://…/registry.json: git://…/tasks.git @ 7cdbc59f3a0d
     (2 tasks)``.
     """
-    tasks: dict[tuple, set[str]] = {}
+    tasks: dict[tuple[str | None, ...], set[str]] = {}
     for r in results:
         s = r.task.source
         if s is None:
@@ -91,11 +142,16 @@ def source_rows(results: Sequence[TrialResult]) -> list[tuple[str, str]]:
     return rows
 
 
-def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter]:
-    """(task, step) → how many trials stopped / errored at that step."""
-    ends: dict[tuple[str, str], Counter] = {}
+def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Counter[str]]:
+    """(task, step) → how many trials stopped / errored at that step (a partial regrade: the
+    step it could not reach, which never ran in the recorded trial; issue 27)."""
+    ends: dict[tuple[str, str], Counter[str]] = {}
     for r in results:
-        if r.outcome is Outcome.STOPPED and r.stopped_after:
+        if r.regrade is not None and r.regrade.status == "regrade_partial" and \
+                r.regrade.unreached_step:  # the old stop is gone: the regrade ran out of steps
+            ends.setdefault((r.task.name, r.regrade.unreached_step),
+                            Counter())["regrade could not reach"] += 1
+        elif r.outcome is Outcome.STOPPED and r.stopped_after:
             ends.setdefault((r.task.name, r.stopped_after), Counter())["stopped"] += 1
         elif r.outcome is Outcome.ERRORED and r.error is not None and r.error.step:
             ends.setdefault((r.task.name, r.error.step), Counter())["errored"] += 1
@@ -116,7 +172,8 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
         if len(t.steps) > 1:
             for st in t.steps:
                 here = ends.get((t.name, st.name), Counter())
-                notes = {f"{k} here": v for k, v in sorted(here.items())}
+                notes = {(k if k.startswith("regrade") else f"{k} here"): v
+                         for k, v in sorted(here.items())}
                 if st.n_replayed:
                     notes["replayed by oracle (not scored)"] = st.n_replayed
                 rows.append([f"  {st.index}. {st.name}", str(st.n_reached), _f(st.mean_reward),
@@ -172,7 +229,7 @@ def _table(head: list[str], rows: list[list[str]], fmt: str) -> list[str]:
     return out + ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
 
 
-def render(job, fmt: str = "text") -> str:
+def render(job: JobResult, fmt: str = "text") -> str:
     """Render a :class:`~cairn.job.JobResult` as ``text``, ``markdown`` or ``json``.
 
     Args:
@@ -190,7 +247,7 @@ def render(job, fmt: str = "text") -> str:
     results = getattr(job, "results", ())
     rows = task_rows(summary, results)
     net = network_rows(results)
-    head = summary_rows(summary, stopped_by) + source_rows(results)
+    head = summary_rows(summary, stopped_by, results) + source_rows(results)
     if net:
         head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
                                        f"in {sum(1 for r in net if r[2] != '0')} steps"))

@@ -32,12 +32,15 @@ from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_js
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
+    ArtifactEntry,
     JobMeta,
     JobSummary,
     NetworkCounts,
     StepResult,
     StepsFile,
+    TrialConfigFile,
     TrialResult,
+    TrialStatus,
 )
 from cairn.task.model import step_folder_name, task_slug
 
@@ -62,6 +65,7 @@ __all__ = [
     "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
     "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
     "read_result", "read_job_json", "read_status", "read_steps", "read_summary", "move_superseded",
+    "read_config", "read_artifacts_manifest", "read_trajectory", "write_artifacts_manifest",
     "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
@@ -418,8 +422,9 @@ class TrialStore:
         """
         from datetime import UTC, datetime
 
-        status = {"phase": str(phase), "step_index": step_index, "step": step_name,
-                  "at": datetime.now(UTC).isoformat(timespec="milliseconds")}
+        status = TrialStatus(phase=str(phase), step_index=step_index, step=step_name,
+                             at=datetime.now(UTC).isoformat(timespec="milliseconds")
+                             ).model_dump(mode="json")
         target = self.paths.status_json
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:  # atomic for readers (rename), but no fsync: the file is advisory and frequent
@@ -583,20 +588,43 @@ def read_result(path: Path) -> TrialResult:
     return TrialResult.model_validate(read_json(path))
 
 
-def read_status(trial: TrialPaths) -> dict | None:
+def read_status(trial: TrialPaths) -> TrialStatus | None:
     """A running trial's ``status.json`` (see :meth:`TrialStore.write_status`).
 
     Returns:
-        ``{phase, step_index, step, at}``, or ``None`` when the trial is finished, has no status
-        file or the file is unreadable.
+        The :class:`TrialStatus`, or ``None`` when the trial is finished, has no status file
+        or the file is unreadable.
     """
     if trial.finished:
         return None
     try:
-        data = read_json(trial.status_json)
+        return TrialStatus.model_validate(read_json(trial.status_json))
     except (OSError, ValueError):
         return None
-    return data if isinstance(data, dict) else None
+
+
+def read_config(path: Path) -> TrialConfigFile:
+    """Read and validate a trial's ``config.json`` (a trial folder, or the file itself).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: not strict JSON, or not a valid config.json.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / CONFIG_JSON
+    return TrialConfigFile.model_validate(read_json(path))
+
+
+def read_trajectory(path: Path) -> Any:
+    """An agent's ``trajectory.json`` as parsed JSON (ATIF, written by the agent: hostile
+    input the caller checks; cairn keeps no model of it).
+
+    Raises:
+        FileNotFoundError: the file does not exist.
+        ValueError: not strict JSON.
+    """
+    return read_json(path)
 
 
 def read_steps(path: Path) -> StepsFile:
@@ -613,24 +641,32 @@ def read_steps(path: Path) -> StepsFile:
 # Job folder
 
 
-def write_artifacts_manifest(artifacts_dir: Path, rows: list[dict]) -> Path:
-    """Write a step's ``artifacts/manifest.json`` (one row per artifact entry), atomically.
+def write_artifacts_manifest(artifacts_dir: Path, rows: Sequence[ArtifactEntry]) -> Path:
+    """Write a step's ``artifacts/manifest.json`` (one row per artifact entry), atomically;
+    a main-container row carries no ``service`` key.
 
     Returns:
         The manifest's path.
     """
     path = Path(artifacts_dir) / ARTIFACTS_MANIFEST
-    write_json_atomic(path, rows)
+    write_json_atomic(path, [r.model_dump(mode="json", exclude={"service"} if r.service is None
+                                          else set()) for r in rows])
     return path
 
 
-def read_artifacts_manifest(artifacts_dir: Path) -> list[dict]:
-    """The rows of a step's ``artifacts/manifest.json``; ``[]`` when absent or unreadable."""
+def read_artifacts_manifest(artifacts_dir: Path) -> list[ArtifactEntry]:
+    """The rows of a step's ``artifacts/manifest.json``; ``[]`` when absent or unreadable (a
+    row that is not a valid :class:`ArtifactEntry` is left out: the manifest is advisory, the
+    collected files are on disk)."""
     try:
         rows = read_json(Path(artifacts_dir) / ARTIFACTS_MANIFEST)
     except (OSError, ValueError):
         return []
-    return [r for r in rows if isinstance(r, dict)] if isinstance(rows, list) else []
+    out: list[ArtifactEntry] = []
+    for row in rows if isinstance(rows, list) else []:
+        with contextlib.suppress(ValueError):
+            out.append(ArtifactEntry.model_validate(row))
+    return out
 
 
 def read_job_json(job_dir: Path) -> JobMeta:

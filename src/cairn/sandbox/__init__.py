@@ -87,6 +87,32 @@ def resolve_backend(name: str) -> str:
     return name
 
 
+def host_problem(name: str) -> str | None:
+    """Why this machine cannot run backend ``name`` now, or ``None`` when it can (the probe a
+    Ray worker node answers for the ``ray`` executor, docs/scale-out.md).
+
+    ``docker``: an engine answers within 5 s (``DOCKER_HOST`` or the default socket);
+    ``local``: its host probe passes (Linux, util-linux ``unshare``, overlayfs, root or user
+    namespaces).
+
+    Args:
+        name: ``docker`` or ``local``.
+
+    Returns:
+        ``None``, or a one-line reason.
+
+    Raises:
+        UsageError: an unknown backend name.
+    """
+    try:
+        resolve_backend(name)  # docker: an engine answers
+    except UsageError as exc:
+        if name not in BACKEND_NAMES:
+            raise
+        return str(exc)
+    return get_backend(name).host_problem()
+
+
 __all__ = [
     "BACKEND_NAMES",
     "Capabilities",
@@ -96,5 +122,6 @@ __all__ = [
     "Sandbox",
     "SandboxSpec",
     "get_backend",
+    "host_problem",
     "resolve_backend",
 ]

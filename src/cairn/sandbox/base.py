@@ -15,10 +15,13 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.sandbox.pools import ResourcePool
 
 DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 """Default tail kept per output stream of one exec: 10 MiB."""
@@ -132,6 +135,40 @@ def host_boot_clock() -> tuple[float, int]:
 
 
 @dataclass(frozen=True)
+class SandboxInfo:
+    """What results record about a running sandbox.
+
+    Attributes:
+        backend: the backend's registry name.
+        image_id: the image (docker) or layer (local) the sandbox runs, if known.
+        engine_version: the engine behind it (Docker's version, ``linux <release>``), if known.
+        extra: backend-specific facts (``container_id``, ``compose_project``, …).
+    """
+
+    backend: str
+    image_id: str | None = None
+    engine_version: str | None = None
+    extra: Mapping[str, str | None] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SandboxConnection:
+    """How a person (``cairn shell``, the ``--keep-sandbox`` line) gets into a running sandbox.
+
+    Attributes:
+        type: the backend's name.
+        hint: the line to tell a person (``docker exec -it <id12> bash``).
+        argv: a host command line that opens a shell inside (empty when the backend has none).
+        container: the container id, for container backends.
+    """
+
+    type: str
+    hint: str
+    argv: tuple[str, ...] = ()
+    container: str | None = None
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can enforce; checked before any trial is queued (docs/architecture.md, habit 7).
 
@@ -225,6 +262,9 @@ class SandboxSpec:
             config (workdir, env, user).
         mounts: ``(host_folder, sandbox_path)`` pairs bound read-only into the sandbox (an
             agent's prepared runtime); only on backends with ``read_only_mounts``.
+        pool: the running job's pool of reusable resources (:mod:`cairn.sandbox.pools`), or
+            ``None`` (a trial run alone, a Ray worker): then the backend removes what it
+            made. Not part of the spec's equality (a pre-started sandbox matches without it).
     """
 
     env_dir: Path | None = None
@@ -249,6 +289,7 @@ class SandboxSpec:
     job_dir: Path | None = None
     snapshot: str | None = None
     mounts: tuple[tuple[str, str], ...] = ()
+    pool: ResourcePool[object] | None = field(default=None, compare=False, repr=False)
 
     @property
     def network_policy(self) -> NetworkPolicy:
@@ -327,14 +368,20 @@ class Sandbox(ABC):
     capabilities: ClassVar[Capabilities]
 
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
+    """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
+    fails; the suite skips and lists them (design §3.4)."""
 
     @classmethod
     def engine_version(cls) -> str | None:
         """The version of the engine behind this backend (recorded in job.json), or ``None``
         when there is none or it does not answer. Never raises."""
         return None
-    """Names of conformance checks (:mod:`cairn.sandbox.conformance`) this backend knowingly
-    fails; the suite skips and lists them (design §3.4)."""
+
+    @classmethod
+    def host_problem(cls) -> str | None:
+        """Why this machine cannot run the backend at all (whatever the environment), or
+        ``None``; a cheap probe that never starts a sandbox. Never raises."""
+        return None
 
     def __init__(self, spec: SandboxSpec) -> None:
         self.spec = spec
@@ -455,8 +502,14 @@ class Sandbox(ABC):
 
     async def network_records(self) -> list[dict[str, object]]:
         """The connection records of the sandbox's egress gateway not returned before: one dict
-        per attempt (``time``, ``phase``, ``method``, ``host``, ``port``, ``verdict``,
-        ``reason``, ``bytes_out``, ``bytes_in``); ``[]`` without a gateway."""
+        per request (``time``, ``phase``, ``conn``, ``request``, ``peer``, ``method``,
+        ``host``, ``port``, ``address``, ``verdict``, ``reason``, ``cut``, ``bytes_out``,
+        ``bytes_in``; docs/network.md "The record"); ``[]`` without a gateway.
+
+        It ends a phase: the gateway first takes a closed policy (``no-network``, phase
+        ``closed``), so every connection still open is cut and recorded with its bytes, and
+        nothing reaches out until the next :meth:`set_network` (the trial calls this after
+        each step, so its last call holds every connection of the trial)."""
         return []
 
     # ---- services -------------------------------------------------------------------
@@ -484,6 +537,36 @@ class Sandbox(ABC):
     def info(self) -> dict[str, str | None]:
         """What results record about this sandbox: ``backend``, ``image_id``, ``engine_version``."""
         return {"backend": self.name, "image_id": None, "engine_version": None}
+
+    def sandbox_info(self) -> SandboxInfo:
+        """:attr:`info` as a typed :class:`SandboxInfo`."""
+        raw = dict(self.info)
+        return SandboxInfo(backend=str(raw.pop("backend", None) or self.name),
+                           image_id=raw.pop("image_id", None),
+                           engine_version=raw.pop("engine_version", None), extra=raw)
+
+    def connection(self, *, user: str | int | None = None) -> SandboxConnection:
+        """How a person gets into this running sandbox (the default: :meth:`shell_argv`, when
+        the backend has one, and a hint naming the backend and its :attr:`info`).
+
+        Args:
+            user: user name or uid; ``None`` = the image default.
+        """
+        from cairn.errors import SandboxError, UnsupportedError
+
+        try:
+            argv = tuple(self.shell_argv(user=user))
+        except (UnsupportedError, SandboxError):
+            argv = ()
+        return SandboxConnection(type=self.name, hint=f"{self.name} sandbox {self.info}",
+                                 argv=argv)
+
+    @classmethod
+    async def engine_answers(cls, timeout_sec: float) -> bool:
+        """Whether this backend's engine answers a ping within ``timeout_sec`` seconds (the job
+        asks, with backoff, after a lost sandbox and before its retry). Backends without an
+        engine answer at once. Never raises."""
+        return True
 
     async def exec(
         self,

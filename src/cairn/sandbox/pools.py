@@ -1,151 +1,154 @@
-"""Job-level pools of reusable sandbox resources (docs/network.md, "Gateway reuse").
+"""A job's pool of reusable sandbox resources (docs/network.md, "Gateway reuse").
 
 A backend may hand a resource it made for one trial (the docker backend: an internal network
 with its egress gateway) to a later trial of the same job instead of removing it, when it can
 make the resource safe for reuse (policy replaced, every connection of the earlier trial
-closed). The job opens a pool for its folder before its first trial and closes it after its
-last; only then is reuse on, and only in the process that runs the job (the in-process
-``local`` executor), so a trial run alone, or on a Ray worker, never finds a pool and
-removes what it made as before. Closing a pool hands back what it still held; the job's
+closed). The job's run loop owns one :class:`ResourcePool` for its lifetime (a job-lifetime
+resource of :class:`cairn.trial.context.JobServices`) and hands it to its trials in
+:attr:`cairn.sandbox.base.SandboxSpec.pool`; a trial run alone, or on a Ray worker, has no pool
+and removes what it made as before. Closing the pool hands back what it still held; the job's
 settle step (:func:`cairn.sandbox.cleanup.settle_job`) removes every resource labelled with
 the job folder anyway, and ``cairn clean`` finds what a killed process left (the resources
 keep their ownership labels).
 
-This module holds only the registry (thread-safe; no engine calls), so the job layer can open
-and close pools without naming a backend.
+This module holds no engine calls and no module-level state, so the job layer can make a
+pool without naming a backend.
 """
 
 from __future__ import annotations
 
 import asyncio
 import threading
-import time
-from pathlib import Path
-from typing import Any
+from typing import Generic, TypeVar
 
-_LOCK = threading.Lock()
-_POOLS: dict[str, dict[str, list[Any]]] = {}
-_PENDING: dict[str, dict[str, int]] = {}
-"""Per job and kind: resources on their way back (their trial's removal is running, #13's
-deferred removal overlaps it with the next trial), which :func:`take_or_wait` may wait for."""
-_POLL_SEC = 0.02
+T = TypeVar("T")
 
 
-def _key(job_dir: Path | str) -> str:
-    return str(Path(job_dir).absolute())
+class ResourcePool(Generic[T]):
+    """Idle resources of one job, by kind, and the ones on their way back.
 
-
-def open_pool(job_dir: Path | str) -> None:
-    """Turn resource reuse on for the trials of the job in ``job_dir`` (idempotent)."""
-    with _LOCK:
-        _POOLS.setdefault(_key(job_dir), {})
-
-
-def close_pool(job_dir: Path | str) -> list[Any]:
-    """Turn reuse off for the job and return the idle resources the pool still held (the
-    caller removes them, or lets the job's settle step do it). Idempotent."""
-    with _LOCK:
-        kinds = _POOLS.pop(_key(job_dir), {})
-        _PENDING.pop(_key(job_dir), None)
-    return [item for items in kinds.values() for item in items]
-
-
-def pool_open(job_dir: Path | str | None) -> bool:
-    """Whether the job in ``job_dir`` has an open pool."""
-    if job_dir is None:
-        return False
-    with _LOCK:
-        return _key(job_dir) in _POOLS
-
-
-def take(job_dir: Path | str | None, kind: str) -> Any | None:
-    """An idle resource of ``kind`` from the job's pool (most recently returned first), or
-    ``None`` when the pool is closed or empty."""
-    if job_dir is None:
-        return None
-    with _LOCK:
-        items = _POOLS.get(_key(job_dir), {}).get(kind)
-        return items.pop() if items else None
-
-
-def give(job_dir: Path | str | None, kind: str, item: Any, *, limit: int) -> bool:
-    """Return ``item`` to the job's pool for a later trial.
-
-    Args:
-        job_dir: the job folder.
-        kind: the resource kind (a backend's own name for it).
-        item: the resource, already made safe for another trial.
-        limit: the most idle resources of this kind the pool keeps.
-
-    Returns:
-        ``True`` when the pool took it; ``False`` when it is closed or full (the caller then
-        removes the resource).
+    Thread-safe (the counts and lists sit behind a lock); :meth:`take_or_wait` wakes as soon
+    as a returning resource is given back or removed instead (no polling).
     """
-    if job_dir is None:
-        return False
-    with _LOCK:
-        kinds = _POOLS.get(_key(job_dir))
-        if kinds is None:
-            return False
-        items = kinds.setdefault(kind, [])
-        if len(items) >= limit:
-            return False
-        items.append(item)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: dict[str, list[T]] = {}
+        self._pending: dict[str, int] = {}
+        """Per kind: resources on their way back (their trial's removal is running, #13's
+        deferred removal overlaps it with the next trial), which :meth:`take_or_wait` may
+        wait for."""
+        self._changed: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
+        self.closed = False
+
+    def _notify(self) -> None:
+        with self._lock:
+            waiters = list(self._changed)
+        for loop, event in waiters:
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # the waiter's loop closed meanwhile
+                continue
+
+    def close(self) -> list[T]:
+        """Turn reuse off and return the idle resources the pool still held (the caller
+        removes them, or lets the job's settle step do it). Idempotent."""
+        with self._lock:
+            self.closed = True
+            items = [item for kind in self._idle.values() for item in kind]
+            self._idle.clear()
+            self._pending.clear()
+        self._notify()
+        return items
+
+    def take(self, kind: str) -> T | None:
+        """An idle resource of ``kind`` (most recently returned first), or ``None`` when the
+        pool is closed or empty."""
+        with self._lock:
+            items = self._idle.get(kind)
+            return items.pop() if items else None
+
+    def give(self, kind: str, item: T, *, limit: int) -> bool:
+        """Return ``item`` to the pool for a later trial.
+
+        Args:
+            kind: the resource kind (a backend's own name for it).
+            item: the resource, already made safe for another trial.
+            limit: the most idle resources of this kind the pool keeps.
+
+        Returns:
+            ``True`` when the pool took it; ``False`` when it is closed or full (the caller then
+            removes the resource).
+        """
+        with self._lock:
+            if self.closed:
+                return False
+            items = self._idle.setdefault(kind, [])
+            if len(items) >= limit:
+                return False
+            items.append(item)
+        self._notify()
         return True
 
+    def expect(self, kind: str) -> bool:
+        """Note that a resource of ``kind`` is on its way back (its trial's removal has begun);
+        pair every ``True`` with one :meth:`settle`.
 
-def expect(job_dir: Path | str | None, kind: str) -> bool:
-    """Note that a resource of ``kind`` is on its way back to the job's pool (its trial's
-    removal has begun); pair every ``True`` with one :func:`settle`.
+        Returns:
+            ``True`` when noted; ``False`` when the pool is closed (nothing to settle).
+        """
+        with self._lock:
+            if self.closed:
+                return False
+            self._pending[kind] = self._pending.get(kind, 0) + 1
+            return True
 
-    Returns:
-        ``True`` when noted; ``False`` when the pool is closed (nothing to settle).
-    """
-    if job_dir is None:
-        return False
-    with _LOCK:
-        if _key(job_dir) not in _POOLS:
-            return False
-        counts = _PENDING.setdefault(_key(job_dir), {})
-        counts[kind] = counts.get(kind, 0) + 1
-        return True
+    def settle(self, kind: str) -> None:
+        """The resource an :meth:`expect` announced was given back or removed."""
+        with self._lock:
+            if self._pending.get(kind, 0) > 0:
+                self._pending[kind] -= 1
+        self._notify()
+
+    def pending(self, kind: str) -> int:
+        """How many resources of ``kind`` are on their way back."""
+        with self._lock:
+            return self._pending.get(kind, 0)
+
+    async def take_or_wait(self, kind: str, *, wait_sec: float) -> T | None:
+        """Like :meth:`take`, but when the pool is empty while resources are on their way back
+        (:meth:`expect`), wait up to ``wait_sec`` seconds for one of them.
+
+        A job's next trial usually starts while the previous trial's container is still being
+        removed (removal is off the critical path); waiting for that removal to hand its
+        resource on is cheaper than making a fresh one.
+
+        Returns:
+            The resource, or ``None`` when none came back in time (the caller makes a fresh
+            one).
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_sec
+        event = asyncio.Event()
+        entry = (loop, event)
+        with self._lock:
+            self._changed.append(entry)
+        try:
+            while True:
+                event.clear()
+                item = self.take(kind)
+                left = deadline - loop.time()
+                if item is not None or self.pending(kind) == 0 or left <= 0:
+                    return item
+                try:
+                    await asyncio.wait_for(event.wait(), timeout=left)
+                except TimeoutError:
+                    continue
+        finally:
+            with self._lock:
+                self._changed.remove(entry)
 
 
-def settle(job_dir: Path | str | None, kind: str) -> None:
-    """The resource an :func:`expect` announced was given back or removed."""
-    if job_dir is None:
-        return
-    with _LOCK:
-        counts = _PENDING.get(_key(job_dir))
-        if counts and counts.get(kind, 0) > 0:
-            counts[kind] -= 1
-
-
-def pending(job_dir: Path | str | None, kind: str) -> int:
-    """How many resources of ``kind`` are on their way back to the job's pool."""
-    if job_dir is None:
-        return 0
-    with _LOCK:
-        return _PENDING.get(_key(job_dir), {}).get(kind, 0)
-
-
-async def take_or_wait(job_dir: Path | str | None, kind: str, *,
-                       wait_sec: float) -> Any | None:
-    """Like :func:`take`, but when the pool is empty while resources are on their way back
-    (:func:`expect`), wait up to ``wait_sec`` seconds for one of them.
-
-    A job's next trial usually starts while the previous trial's container is still being
-    removed (removal is off the critical path); waiting for that removal to hand its resource
-    on is cheaper than making a fresh one. Returns ``None`` when none came back in time (the
-    caller makes a fresh one).
-    """
-    deadline = time.monotonic() + wait_sec
-    while True:
-        item = take(job_dir, kind)
-        if item is not None or pending(job_dir, kind) == 0 or time.monotonic() >= deadline:
-            return item
-        await asyncio.sleep(_POLL_SEC)
-
-
-__all__ = ["close_pool", "expect", "give", "open_pool", "pending", "pool_open", "settle", "take",
-           "take_or_wait"]
+__all__ = ["ResourcePool"]

@@ -100,6 +100,28 @@ def task_dirs(path: Path) -> list[Path]:
                   key=lambda c: c.name)
 
 
+def nested_datasets(path: Path) -> list[tuple[Path, int]]:
+    """The sub-folders of a folder that are not tasks but hold tasks: datasets one level
+    down, which :func:`find_tasks` does not walk (issue 27: they are named, never skipped in
+    silence).
+
+    Args:
+        path: a folder given as ``-p`` or to ``cairn tasks check``.
+
+    Returns:
+        ``(sub-folder, number of tasks in it)`` sorted by name; ``[]`` for a task folder or a
+        path that is not a folder.
+    """
+    path = Path(path)
+    if is_task_dir(path) or not path.is_dir():
+        return []
+    out = []
+    for c in sorted(path.iterdir(), key=lambda c: c.name):
+        if c.is_dir() and not is_task_dir(c) and (n := len(task_dirs(c))):
+            out.append((c, n))
+    return out
+
+
 def load_dataset(path: Path) -> list[Path]:
     """The task folders of a dataset folder (or the task itself when ``path`` is a task).
 
@@ -315,8 +337,11 @@ def check_paths(paths: Sequence[Path], strict: bool = False, *,
     for p in map(Path, paths):
         tasks = find_tasks(p)
         if not tasks:
+            down = nested_datasets(p)
             text = ("does not exist" if not p.exists()
-                    else "not a task (no task.toml or task.md) and holds no task folders")
+                    else "not a task (no task.toml or task.md) and holds no task folders"
+                    + ("; it holds datasets one level down, check them: cairn tasks check "
+                       + " ".join(str(d) for d, _ in down) if down else ""))
             out.append(TaskCheck(p, (Finding(p, None, ERROR, text, INVALID_FILES),)))
         for t in tasks:
             out.append(TaskCheck(t, tuple(check_task(t, strict=strict, lint=lint))))

@@ -12,9 +12,11 @@ import os
 import shlex
 import shutil
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 from cairn.errors import SandboxLostError
 from cairn.layout import ARTIFACTS_DIR
+from cairn.results.model import ArtifactEntry
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import MAIN_SERVICE, Artifact, CollectHook
 
@@ -59,11 +61,21 @@ async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
         return None
 
 
+async def _logs_artifacts_hold_files(sandbox: Sandbox, known: bool | None) -> bool:
+    """Whether ``/logs/artifacts`` holds anything (``known`` when the caller already knows;
+    else one probe)."""
+    if known is not None:
+        return known
+    r = await sandbox.exec(f"find {LOGS_ARTIFACTS} -mindepth 1 | head -n 1", user="root")
+    return bool(r.stdout.strip())
+
+
 async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
                             cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
                             logs_artifacts_written: bool | None = None,
                             include_logs: bool = True,
-                            sized: dict[str, tuple[int | None, str]] | None = None) -> list[dict]:
+                            sized: dict[str, tuple[int | None, str]] | None = None
+                            ) -> list[ArtifactEntry]:
     """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
 
     Args:
@@ -84,25 +96,20 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
     Raises:
         SandboxLostError: the engine is gone (every other failure is recorded per entry).
     """
-    rows: list[dict] = []
+    rows: list[dict[str, Any]] = []
     all_entries = [*entries] + ([Artifact(source=LOGS_ARTIFACTS, destination=".")]
                                 if include_logs else [])
     for entry in all_entries:
         dest_rel = entry.effective_destination
-        row: dict = {"source": entry.source, "destination": dest_rel, "status": "failed",
+        row: dict[str, Any] = {"source": entry.source, "destination": dest_rel, "status": "failed",
                      "bytes": None, "error": None, "excluded": []}
         rows.append(row)
         target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
         try:
-            if entry.source == LOGS_ARTIFACTS:
-                written = logs_artifacts_written
-                if written is None:
-                    r = await sandbox.exec(f"find {LOGS_ARTIFACTS} -mindepth 1 | head -n 1",
-                                           user="root")
-                    written = bool(r.stdout.strip())
-                if not written:
-                    rows.pop()
-                    continue
+            if entry.source == LOGS_ARTIFACTS and \
+                    not await _logs_artifacts_hold_files(sandbox, logs_artifacts_written):
+                rows.pop()
+                continue
             known = (sized or {}).get(entry.source)
             size = known[0] if known is not None else await _size_bytes(sandbox, entry.source)
             if size is None:
@@ -138,7 +145,7 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         row["destination"] = str(PurePosixPath(row["destination"]))
     # the sandbox's /logs/artifacts is world-writable; its host copy must not be
     dest_dir.chmod(0o755)
-    return rows
+    return [ArtifactEntry.model_validate(row) for row in rows]
 
 
 def _service_of(entry: Artifact | CollectHook) -> str:
@@ -188,7 +195,7 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
                                  timeout_multiplier: float = 1.0,
                                  logs_artifacts_written: bool | None = None,
                                  sized: dict[str, tuple[int | None, str]] | None = None
-                                 ) -> tuple[list[dict], list[str]]:
+                                 ) -> tuple[list[ArtifactEntry], list[str]]:
     """A step's collection pass, as Harbor 0.26 orders it: hooks on ``main``, ``main``'s
     artifacts (and ``/logs/artifacts``), then hooks on the other services, then their
     artifacts (each entry's ``service``).
@@ -224,10 +231,10 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
         except SandboxLostError:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded per entry
-            rows += [{"source": e.source, "destination": e.effective_destination,
-                      "service": svc, "status": "failed", "bytes": None,
-                      "error": f"service {svc}: {exc}", "excluded": []} for e in svc_entries]
+            rows += [ArtifactEntry(source=e.source, destination=e.effective_destination,
+                                   service=svc, status="failed",
+                                   error=f"service {svc}: {exc}") for e in svc_entries]
             continue
         svc_rows = await collect_artifacts(target, svc_entries, dest_dir, include_logs=False)
-        rows += [{**row, "service": svc} for row in svc_rows]
+        rows += [row.model_copy(update={"service": svc}) for row in svc_rows]
     return rows, warnings

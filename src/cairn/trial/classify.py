@@ -8,6 +8,7 @@ exist once. The vocabulary itself (kinds, phases, categories) is :mod:`cairn.err
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from cairn.errors import (
     Category,
@@ -33,6 +34,7 @@ PHASE_OF: dict[ErrorKind, Phase] = {
     ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
     ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
     ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
+    ErrorKind.BUDGET_EXCEEDED: Phase.AGENT,
 }
 """The phase a kind always belongs to; kinds not listed take the phase that was running."""
 
@@ -50,15 +52,16 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
 
     Returns:
         The :class:`~cairn.results.model.ErrorInfo` (kind, category, phase, step, message,
-        detail without ``_``-prefixed private keys). A ``_task_fault`` detail (a start that
-        the task's own definition breaks: a missing ENTRYPOINT program, no ``/bin/sh``) makes
-        the category ``task``, so it is not retried as infra.
+        detail without ``_``-prefixed private keys). A failure marked
+        :attr:`~cairn.errors.TrialFailure.task_fault` (a start that the task's own definition
+        breaks: a missing ENTRYPOINT program, no ``/bin/sh``) has the category ``task``, so it
+        is not retried as infra.
     """
     step_index = step.index if step is not None else 1
     detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
               if not k.startswith("_")}
     category = category_of(exc.kind, step_index=step_index, after_agent=after_agent)
-    if exc.detail.get("_task_fault"):  # a start the task's own definition breaks: not infra
+    if exc.task_fault:  # a start the task's own definition breaks: not infra
         category = Category.TASK
     return ErrorInfo(kind=exc.kind, category=category,
                      phase=phase or PHASE_OF.get(exc.kind), step=step.name if step else None,
@@ -66,13 +69,15 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
 
 
 def as_start_failure(exc: Exception, message: str | None = None,
-                     detail: dict | None = None) -> TrialFailure:
+                     detail: dict[str, Any] | None = None) -> TrialFailure:
     """A sandbox that could not be made usable while starting is ``start_failed`` (infra).
 
     Used for the trial's own sandbox and for a separate verifier's sandbox.
     """
+    known = exc if isinstance(exc, TrialFailure) else None
     return TrialFailure(ErrorKind.START_FAILED, message if message is not None else str(exc),
-                        detail=getattr(exc, "detail", {}) if detail is None else detail)
+                        detail=(known.detail if known else {}) if detail is None else detail,
+                        task_fault=known.task_fault if known else False)
 
 
 async def with_sandbox_end(exc: TrialFailure, sandbox: Sandbox | None) -> TrialFailure:
@@ -104,10 +109,11 @@ def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:
     if end.from_outside:
         return SandboxLostError(message, detail=detail)
     if isinstance(exc, SandboxError):
-        return SandboxError(message, kind=exc.kind, detail=detail)
-    return TrialFailure(exc.kind, message, detail=detail)
+        return SandboxError(message, kind=exc.kind, detail=detail, task_fault=exc.task_fault)
+    return TrialFailure(exc.kind, message, detail=detail, task_fault=exc.task_fault)
 
 
 def as_transfer_failure(exc: TrialFailure) -> TrialFailure:
     """A sandbox that broke before the agent ran is a failed transfer (infra), not a candidate fault."""
-    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail)
+    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail,
+                        task_fault=exc.task_fault)

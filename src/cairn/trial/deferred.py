@@ -1,32 +1,29 @@
 """Sandbox removal off a job's critical path (#13): after a trial's result is written.
 
-A job runner sets :data:`DEFERRED_STOPS` to a set for the trials it starts; a trial that ends
-normally then hands its sandbox's ``stop()`` to that set as a task instead of awaiting it, so its
-result is written and its concurrency slot freed while the engine removes the container. The
-runner awaits every such task before the job ends (:func:`drain`), so nothing is left behind. A
-cancelled trial, and any trial run outside a job (no set), awaits its removal itself, as before.
+A job runner lends its trials a set of pending removals
+(:attr:`cairn.trial.context.JobServices.removals`); a trial that ends normally then hands its
+sandbox's ``stop()`` to that set as a task instead of awaiting it, so its result is written and
+its concurrency slot freed while the engine removes the container. The runner awaits every such
+task before the job ends (:func:`drain`), so nothing is left behind. A cancelled trial, and any
+trial run outside a job (no set), awaits its removal itself, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextvars
 from collections.abc import Awaitable, Callable
 
-DEFERRED_STOPS: contextvars.ContextVar[set[asyncio.Task[None]] | None] = contextvars.ContextVar(
-    "cairn_deferred_stops", default=None)
-"""The running job's pending sandbox removals (``None`` outside a job runner)."""
 
-
-async def stop_sandbox(stop: Callable[[], Awaitable[None]], *, cancelled: bool) -> None:
+async def stop_sandbox(stop: Callable[[], Awaitable[None]], *, cancelled: bool,
+                       pending: set[asyncio.Task[None]] | None) -> None:
     """Remove a trial's sandbox: now (shielded from cancellation) when the trial was cancelled
     or no job collects removals; else as a task the job awaits before it ends.
 
     Args:
         stop: the sandbox's ``stop`` method.
         cancelled: the trial is being cancelled.
+        pending: the job's pending removals, or ``None`` outside a job.
     """
-    pending = DEFERRED_STOPS.get()
     if pending is None or cancelled:
         await asyncio.shield(stop())
         return

@@ -121,6 +121,20 @@ def parse_after_agent(stdout: str, n_artifacts: int) -> AfterAgent:
     return out
 
 
+def reset_dirs_cmd(*dirs: str) -> str:
+    """The shell fragment that leaves each of ``dirs`` an empty, world-writable folder (made
+    when missing): the one spelling of "empty and open a folder" the engine runs as root.
+
+    Args:
+        dirs: absolute sandbox paths (engine constants, never agent input).
+
+    Returns:
+        ``mkdir -p D && find D -mindepth 1 -delete; chmod 777 D`` for each, joined by ``; ``.
+    """
+    return "; ".join(f"mkdir -p {d} && find {d} -mindepth 1 -delete; chmod 777 {d}"
+                     for d in dirs)
+
+
 CLEAR_EVIDENCE_CMD = (
     f"find {AGENT_LOGS_DIR} -mindepth 1 -delete; rm -rf {PLANTED_PREFIX}*; "
     f"chmod 777 {AGENT_LOGS_DIR}")

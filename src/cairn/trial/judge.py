@@ -25,7 +25,7 @@ _CAP_BYTES = 64 * 1024
 _MAX_MODEL_CHARS = 200
 
 
-def _count(item: dict, *names: str) -> int:
+def _count(item: dict[str, Any], *names: str) -> int:
     for name in names:
         v = item.get(name)
         if v is None:

@@ -1,6 +1,7 @@
 """Warm start (``--prestart``, #13): the next trial's sandbox started while an earlier one verifies.
 
-A job runner sets :data:`PRESTARTS` to a :class:`PrestartPool` over its plans. A trial that
+A job runner lends its trials a :class:`PrestartPool` over its plans
+(:attr:`cairn.trial.context.JobServices.prestarts`). A trial that
 reaches its last step's verifier (or its teardown, when it ends earlier) *offers* its sandbox
 spec: the pool then creates and starts a sandbox for the first trial of the same task that has
 not begun yet, with that trial's own id in the spec (so the backend labels and names it for
@@ -14,14 +15,14 @@ waiting trial. Whatever a trial did not take (it never began, it failed before i
 job stopped or was interrupted) is removed by :meth:`PrestartPool.release` or, at the latest, by
 :meth:`PrestartPool.close`, which the runner awaits before the job ends.
 
-Only the in-process executor pre-starts (a context variable does not cross to Ray workers).
+Only the in-process executor pre-starts (a pool of live sandboxes does not cross to Ray
+workers).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import contextvars
 import dataclasses
 import logging
 import time
@@ -33,11 +34,6 @@ from cairn.plan import TrialPlan
 from cairn.sandbox.base import Sandbox, SandboxSpec
 
 log = logging.getLogger("cairn.trial.prestart")
-
-PRESTARTS: contextvars.ContextVar[PrestartPool | None] = contextvars.ContextVar(
-    "cairn_prestarts", default=None)
-"""The running job's warm-start pool (``None`` without ``--prestart`` or outside a job)."""
-
 
 def _task_key(plan: TrialPlan) -> tuple[str, str, str]:
     """Trials whose sandboxes may be alike: same task (folder and content), same backend."""

@@ -18,14 +18,7 @@ import re
 from dataclasses import dataclass, field
 
 from cairn.errors import ErrorKind, TrialFailure
-
-REWARD_JSON = "reward.json"
-"""File name of the keyed reward file (wins when both exist)."""
-REWARD_TXT = "reward.txt"
-"""File name of the single-number reward file."""
-
-REWARD_FILE_CAP_BYTES = 64 * 1024
-"""Largest reward file accepted, in bytes; a larger one is a ``reward_parse_error``."""
+from cairn.layout import REWARD_FILE_CAP_BYTES, REWARD_JSON, REWARD_TXT
 
 QUOTE_BYTES = 80
 """How many leading bytes of a bad reward file an error message quotes."""

@@ -1,6 +1,10 @@
 """Run one trial: sandbox, agent setup, the steps in order, stop rules, outcome (design §4–§6).
 
-``trial.py`` never writes JSON itself: it hands values to :mod:`cairn.results.store`.
+:func:`run_trial` names everything a trial depends on: its plan, the job's
+:class:`~cairn.trial.context.JobServices`, the agent and the event sink. Its settings are
+resolved once into a frozen :class:`~cairn.trial.context.TrialSettings`; what changes while it
+runs lives in one :class:`~cairn.trial.recorder.TrialRecorder`. The trial never writes JSON
+itself: it hands values to :mod:`cairn.results.store`.
 """
 
 from __future__ import annotations
@@ -9,9 +13,11 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -23,7 +29,7 @@ from cairn.errors import (
     TrialFailure,
     UnsupportedError,
 )
-from cairn.events import Event, EventKind, EventSink
+from cairn.events import EnvironmentReady, EventKind, EventSink, StepEnded
 from cairn.plan import RunOptions, TrialPlan
 from cairn.results.aggregate import score_trial, stop_decision, sum_judge
 from cairn.results.model import (
@@ -32,10 +38,8 @@ from cairn.results.model import (
     ConfigOptions,
     ConfigTask,
     ErrorInfo,
-    ForkRef,
     StepResult,
     StepSource,
-    StopReason,
     TaskRef,
     Tokens,
     TrialConfigFile,
@@ -56,22 +60,21 @@ from cairn.trial.classify import (
     error_info,
     with_sandbox_end,
 )
+from cairn.trial.context import JobServices, PhaseNetworks, TrialSettings
 from cairn.trial.deferred import stop_sandbox
 from cairn.trial.healthcheck import run_healthcheck
-from cairn.trial.prestart import PRESTARTS, Prestarted
+from cairn.trial.prestart import Prestarted
+from cairn.trial.recorder import TrialRecorder
 from cairn.trial.services import check_services
-from cairn.trial.spans import SpanClock
-from cairn.trial.step import PhaseNetworks, StepDirs, StepEnv, run_step, strip_canary
+from cairn.trial.step import run_step, strip_canary
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.trial.separate_verifier import SeparatePlan
 
 
 def _enter_hint(sandbox: Sandbox) -> str:
-    """How to look inside a kept sandbox, and how to remove it."""
-    info = sandbox.info
-    if info.get("container_id"):
-        how = f"docker exec -it {str(info['container_id'])[:12]} bash"
-    else:
-        how = f"{sandbox.name} sandbox {info}"
-    return f"{how}  (remove it with `cairn clean`)"
+    """How to look inside a kept sandbox (:meth:`Sandbox.connection`), and how to remove it."""
+    return f"{sandbox.connection().hint}  (remove it with `cairn clean`)"
 
 
 def _now() -> datetime:
@@ -128,7 +131,7 @@ def sandbox_spec(task: Task, opts: RunOptions, networks: PhaseNetworks, env: dic
         network_mode=e.effective_network_mode, env=env,
         allowed_hosts=networks.environment.allowed_hosts,
         network_phases=networks.phases, add_hosts=opts.add_hosts,
-        build_timeout_sec=e.build_timeout_sec * opts.build_multiplier,
+        build_timeout_sec=e.build_timeout_sec * opts.timeouts.build,
         force_build=opts.force_build, job_id=job_id, trial_id=trial_id,
         env_hash=task.env_hash, name=task.slug, keep=False, job_dir=job_dir)
 
@@ -167,235 +170,159 @@ def preflight_refusal(task: Task, agent: Agent, opts: RunOptions, backend: str,
     return None
 
 
-class _TrialRun:
-    """The mutable state of one running trial; :func:`run_trial` is its only user."""
+@dataclass(frozen=True)
+class Resolved:
+    """A trial's inputs once its templates are resolved (design §4.1 step 1).
 
-    def __init__(self, plan: TrialPlan, agent: Agent, on_event: EventSink | None) -> None:
-        self.plan = plan
-        self.task = plan.task
-        self.agent = agent
-        self.emit: EventSink = on_event or (lambda event: None)
-        self.store = TrialStore(TrialPaths(plan.trial_dir))
-        self.rows: list[StepResult] = [
-            StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in self.task.steps]
-        self.error: ErrorInfo | None = None
-        self.stop_reason: StopReason | None = None
-        self.phase = Phase.ENVIRONMENT
-        self.after_agent = False
-        self.steps_run = 0
-        self.masker = Masker(())
-        self.warnings: list[str] = []
-        self.info: dict[str, str | None] = {"image_id": None, "engine_version": None}
-        self.timings: dict[str, float | None] = {"environment_sec": None, "agent_setup_sec": None}
-        self.clock = SpanClock()  # timings.spans of the trial's own phases (viewer timeline)
-        self.separate: dict = {}
-        self.host_prepare_sec = 0.0
-        self.step_env: StepEnv | None = None
-        self.current_step: Step | None = None
-        self.forked_from: ForkRef | None = None
-        self.solution_env: dict[str, str] = {}
-        self.networks: PhaseNetworks | None = None
-        self.sandbox: Sandbox | None = None
-        self._offer_args: tuple[type[Sandbox], SandboxSpec] | None = None
-        self._offered = False  # --prestart: this trial offered its spec (once)
-        self.prestart_sec: float | None = None
-        self.prestart_began_at: datetime | None = None
+    Attributes:
+        spec: the sandbox spec.
+        solution_env: the resolved ``[solution.env]``.
+        verifier_envs: each step's resolved verifier env (``--ve`` applied), in step order.
+        masker: the trial's secret masker (every resolved secret).
+        networks: the phases' network policies.
+    """
 
-    # ---- live status for `cairn view` (status.json; advisory) --------------------------------
-    @property
-    def phase(self) -> Phase:
-        """The trial's current phase; each change is recorded in status.json."""
-        return self._phase
+    spec: SandboxSpec
+    solution_env: dict[str, str]
+    verifier_envs: list[dict[str, str]]
+    masker: Masker
+    networks: PhaseNetworks
 
-    @phase.setter
-    def phase(self, value: Phase) -> None:
-        self._phase = value
-        self._record_phase(value)
 
-    def _record_phase(self, value: Phase) -> None:
-        step = getattr(self, "current_step", None)
-        where = (value, step.index if step else None)
-        if where != getattr(self, "_status_at", None):  # a repeated phase is not rewritten
-            self._status_at = where
-            self.store.write_status(value, step.index if step else None,
-                                    step.name if step else None)
-        if value is Phase.VERIFIER and step is not None and step.index == len(self.task.steps):
-            self._offer()  # --prestart: the last verifier runs; the next trial's sandbox starts
+def resolve_trial(plan: TrialPlan, agent: Agent,
+                  environ: Mapping[str, str] | None = None) -> Resolved:
+    """Resolve a trial's env templates and build its sandbox spec.
 
-    def _offer(self) -> None:
-        """``--prestart``: hand this trial's sandbox spec to the job's pool (once), which starts
-        a sandbox for the next trial of the task (:mod:`cairn.trial.prestart`)."""
-        pool = PRESTARTS.get()
-        if pool is None or self._offered or self._offer_args is None:
-            return
-        self._offered = True
-        cls, spec = self._offer_args
-        for_trial = pool.offer(self.plan, cls, spec)
-        if for_trial is not None:
-            self.log(f"pre-starting a sandbox for trial {for_trial}")
-    # ---- end live status ---------------------------------------------------------------------
+    Args:
+        plan: the trial plan.
+        agent: the trial's agent (its model hosts open the agent phases).
+        environ: where templates resolve (default ``os.environ``).
 
-    def log(self, line: str) -> None:
-        self.store.append_log(line)
+    Raises:
+        TrialFailure: ``config_error`` for a template without its variable.
+    """
+    task, opts = plan.task, plan.options
+    env_of = os.environ if environ is None else environ
+    env_t = task.environment.env
+    env = resolve_env(env_t, env_of)
+    sol_t = task.config.solution.env
+    solution_env = resolve_env(sol_t, env_of)
+    ve = opts.verifier_env  # --ve: wins over the task's verifier env (Harbor's flag)
+    verifier_envs = [{**resolve_env({k: v for k, v in s.verifier_env.items() if k not in ve},
+                                    env_of), **ve} for s in task.steps]
+    secrets = set(secret_values(env_t, env)) | set(secret_values(sol_t, solution_env))
+    secrets |= {v for v in ve.values() if len(v) >= MIN_SECRET_LEN}
+    for s, resolved in zip(task.steps, verifier_envs, strict=True):
+        secrets |= set(secret_values(s.verifier_env, resolved))
+    networks = plan_networks(task, agent, opts, verifier_envs)
+    spec = sandbox_spec(task, opts, networks, env, job_id=plan.job_id, trial_id=plan.trial_id,
+                        job_dir=plan.job_dir)
+    return Resolved(spec=spec, solution_env=solution_env, verifier_envs=verifier_envs,
+                    masker=Masker(secrets), networks=networks)
 
-    def event(self, line: str, kind: EventKind = EventKind.TRIAL) -> None:
-        """Log a line in trial.log and emit it as ``[task] line`` (``[task #n]`` after attempt 1)."""
-        self.log(line)
-        tag = self.task.name if self.plan.attempt == 1 else f"{self.task.name} #{self.plan.attempt}"
-        self.emit(Event(kind, f"[{tag}] {line}", task=self.task.name, trial_id=self.plan.trial_id))
 
-    # ---- set-up ------------------------------------------------------------------------------
-    def _resolve(self) -> tuple[SandboxSpec, dict[str, str], list[dict[str, str]]]:
-        """Resolve env templates (design §4.1 step 1) and build the sandbox spec."""
-        task, opts = self.task, self.plan.options
-        environ = os.environ
-        env_t = task.environment.env
-        env = resolve_env(env_t, environ)
-        sol_t = task.config.solution.env
-        solution_env = resolve_env(sol_t, environ)
-        ve = opts.verifier_env  # --ve: wins over the task's verifier env (Harbor's flag)
-        verifier_envs = [{**resolve_env({k: v for k, v in s.verifier_env.items() if k not in ve},
-                                        environ), **ve} for s in task.steps]
-        secrets = set(secret_values(env_t, env)) | set(secret_values(sol_t, solution_env))
-        secrets |= {v for v in ve.values() if len(v) >= MIN_SECRET_LEN}
-        for s, resolved in zip(task.steps, verifier_envs, strict=True):
-            secrets |= set(secret_values(s.verifier_env, resolved))
-        self.masker = Masker(secrets)
-        self.store.masker = self.masker
-        self.networks = plan_networks(task, self.agent, opts, verifier_envs)
-        spec = sandbox_spec(task, opts, self.networks, env, job_id=self.plan.job_id,
-                            trial_id=self.plan.trial_id, job_dir=self.plan.job_dir)
-        return spec, solution_env, verifier_envs
+def _plan_separate(plan: TrialPlan, spec: SandboxSpec, verifier_envs: list[dict[str, str]]
+                   ) -> dict[int, SeparatePlan]:
+    """Plan every separate verifier (design §4.6) before anything starts."""
+    task, opts = plan.task, plan.options
+    if not opts.verify or all(s.verifier_mode != "separate" for s in task.steps):
+        return {}
+    from cairn.trial.separate_verifier import plan_separate_verifier
 
-    async def _record_network(self, sandbox: Sandbox, step: Step, row: StepResult) -> StepResult:
-        """Hand the gateway's records of this step to the store; the row gets the counts."""
-        separate = self.step_env.separate_records if self.step_env is not None else []
-        if self.step_env is not None:
-            self.step_env.separate_records = []
-        if (self.networks is None or not self.networks.filtered) and not separate:
-            return row
-        try:
-            records = [*(await sandbox.network_records()), *separate]
-        except (SandboxError, OSError) as exc:
-            self.event(f"warning: the network record of step {step.name!r} is incomplete: {exc}",
-                       EventKind.WARNING)
-            return row
-        counts = self.store.append_network_records(step.index, step.name, records)
-        if counts.denied:
-            self.event(f"step {step.index} {step.name}: {counts.denied} connection attempt(s) "
-                       f"denied ({', '.join(counts.denied_hosts)})")
-        return row.model_copy(update={"network": counts})
+    return {s.index: plan_separate_verifier(task, s, spec, plan.backend,
+                                            timeout_multiplier=opts.timeouts.build,
+                                            verifier_env=venv)
+            for s, venv in zip(task.steps, verifier_envs, strict=True)
+            if s.verifier_mode == "separate"}
 
-    # ---- the body ----------------------------------------------------------------------------
-    async def body(self) -> None:
-        try:
-            spec, solution_env, verifier_envs = self._resolve()
-            # --start-step/--from: start from the recorded snapshot (cairn.trial.snapshot)
-            spec, self.forked_from = snapshots.start_spec(spec, self.task, self.plan.options,
-                                                          self.plan.backend)
-        except TrialFailure as exc:
-            self.error = error_info(exc, phase=Phase.ENVIRONMENT)
-            return
-        self.solution_env = solution_env
-        refusal = self.agent.refusal(self.task)  # skills/MCP servers the agent cannot take
-        if refusal is not None:
-            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
-                                    phase=Phase.ENVIRONMENT)
-            return
-        cls = get_backend(self.plan.backend, compose=self.task.compose_file is not None)
-        try:
-            for warning in cls.check(spec):  # e.g. a limit the backend cannot apply
-                self.warnings.append(warning)
-                self.event(f"warning: {warning}", EventKind.WARNING)
-            self.separate = self._plan_separate(spec, verifier_envs)
-        except UnsupportedError as exc:
-            self.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
-                                    phase=Phase.ENVIRONMENT)
-            return
-        except TrialFailure as exc:
-            self.error = error_info(exc, phase=Phase.ENVIRONMENT)
-            return
-        if hasattr(self.agent, "solution_env"):
-            self.agent.solution_env = solution_env
-        # agent host preparation (issue 15): a cached runtime, bound read-only when possible
-        self.phase = Phase.AGENT_SETUP
-        started = time.monotonic()
-        try:
-            prepare = getattr(self.agent, "prepare_host", None)
-            mounts = await prepare(self.task, can_mount=cls.capabilities.read_only_mounts) \
-                if prepare is not None else ()
-        except TrialFailure as exc:
-            self.error = error_info(exc, phase=Phase.AGENT_SETUP)
-            return
-        self.host_prepare_sec = time.monotonic() - started
-        self.phase = Phase.ENVIRONMENT
-        if mounts:
-            spec = dataclasses.replace(spec, mounts=tuple(mounts))
-        keep = self.plan.options.keep_sandbox
-        spec = dataclasses.replace(spec, keep=keep)
-        self._offer_args = (cls, spec)
-        pool = PRESTARTS.get()
-        pre = pool.take(self.plan, spec) if pool is not None else None
-        sandbox = self.sandbox = pre.sandbox if pre is not None else cls(spec)
-        cancelled = True
-        try:
-            sandbox = await self._start(sandbox, pre)
-            await self._steps(sandbox, verifier_envs)
-            cancelled = False
-        except TrialFailure as exc:
-            cancelled = False
-            if exc.kind is not ErrorKind.START_FAILED:  # e.g. agent setup, the healthcheck
-                exc = await with_sandbox_end(exc, self.sandbox or sandbox)
-            self._record_failure(exc)
-        finally:
-            sandbox = self.sandbox or sandbox  # a fresh one if the pre-started one failed
-            # --keep-sandbox keeps the sandbox of a trial that did not pass (never on Ctrl-C).
-            verified = self.plan.options.verify
-            failed = self.error is not None or self.stop_reason is not None or (
-                verified and not all(r.passed for r in self.rows))
-            if keep and failed and not cancelled:
-                self.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
-            else:
-                sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
-            if not cancelled:
-                self._offer()  # --prestart: a trial that ended before its last verifier
-            # in a job, removal runs after the result is written (cairn.trial.deferred)
-            await stop_sandbox(sandbox.stop, cancelled=cancelled)
 
-    def _plan_separate(self, spec: SandboxSpec, verifier_envs: list[dict[str, str]]) -> dict:
-        """Plan every separate verifier (design §4.6) before anything starts; adds their secrets
-        to the masker."""
-        if not self.plan.options.verify or all(s.verifier_mode != "separate"
-                                               for s in self.task.steps):
-            return {}
-        from cairn.trial.separate_verifier import plan_separate_verifier
+@dataclass(frozen=True)
+class _Ready:
+    """What a trial starts its sandbox with, once every check before it passed."""
 
-        plans = {s.index: plan_separate_verifier(self.task, s, spec, self.plan.backend,
-                                                 timeout_multiplier=self.plan.options.build_multiplier,
-                                                 verifier_env=venv)
-                 for s, venv in zip(self.task.steps, verifier_envs, strict=True)
-                 if s.verifier_mode == "separate"}
-        extra = set().union(*(p.secrets for p in plans.values())) if plans else set()
-        if extra:
-            self.masker = Masker(set(self.masker.secrets) | extra)
-            self.store.masker = self.masker
-        return plans
+    cls: type[Sandbox]
+    spec: SandboxSpec
+    settings: TrialSettings
 
-    async def _start(self, sandbox: Sandbox, pre: Prestarted | None = None) -> Sandbox:
-        """Start the sandbox (or wait for the pre-started one), healthcheck, agent setup.
 
-        Returns:
-            The sandbox the trial runs in: ``sandbox``, or a fresh one when a pre-started
-            sandbox failed to come up (also set as :attr:`sandbox`).
-        """
-        started = time.monotonic()
-        self.phase = Phase.ENVIRONMENT
-        self.clock.begin("environment")
+def _prepare(plan: TrialPlan, agent: Agent, rec: TrialRecorder, services: JobServices,
+             backend: type[Sandbox] | None) -> _Ready | None:
+    """Resolve, refuse early, check capabilities, plan separate verifiers and settle the
+    trial's settings; ``None`` with :attr:`TrialRecorder.error` set when the trial cannot run
+    (a ``config_error`` in the environment phase)."""
+    task, opts = plan.task, plan.options
+    try:
+        r = resolve_trial(plan, agent)
+        # --start-step/--from: start from the recorded snapshot (cairn.trial.snapshot)
+        spec, rec.forked_from = snapshots.start_spec(r.spec, task, opts, plan.backend)
+    except TrialFailure as exc:
+        rec.error = error_info(exc, phase=Phase.ENVIRONMENT)
+        return None
+    rec.store.masker = r.masker
+    rec.networks = r.networks
+    refusal = agent.refusal(task)  # skills/MCP servers the agent cannot take
+    if refusal is not None:
+        rec.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, refusal),
+                               phase=Phase.ENVIRONMENT)
+        return None
+    cls = backend or get_backend(plan.backend, compose=task.compose_file is not None)
+    try:
+        rec.warn(cls.check(spec))  # e.g. a limit the backend cannot apply
+        separate = _plan_separate(plan, spec, r.verifier_envs)
+    except UnsupportedError as exc:
+        rec.error = error_info(TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)),
+                               phase=Phase.ENVIRONMENT)
+        return None
+    except TrialFailure as exc:
+        rec.error = error_info(exc, phase=Phase.ENVIRONMENT)
+        return None
+    masker = r.masker
+    extra = set().union(*(p.secrets for p in separate.values())) if separate else set()
+    if extra:
+        masker = Masker(set(masker.secrets) | extra)
+        rec.store.masker = masker
+    snapshot = snapshots.snapshot_taker(job_id=plan.job_id, trial_id=plan.trial_id,
+                                        job_dir=plan.job_dir) if opts.snapshot_steps else None
+    settings = TrialSettings.of(opts, networks=r.networks, verifier_envs=r.verifier_envs,
+                                mask=masker.mask, separate=separate, snapshot=snapshot,
+                                solution_env=r.solution_env)
+    spec = dataclasses.replace(spec, keep=opts.keep_sandbox, pool=services.pool)
+    return _Ready(cls=cls, spec=spec, settings=settings)
+
+
+async def _prepare_host(plan: TrialPlan, agent: Agent, ready: _Ready,
+                        rec: TrialRecorder) -> _Ready | None:
+    """Agent host preparation (issue 15): a cached runtime, bound read-only when possible;
+    ``None`` with the trial's error set when it failed."""
+    started = time.monotonic()
+    try:
+        async with rec.phase(Phase.AGENT_SETUP, timed=False):
+            mounts = await agent.prepare_host(plan.task,
+                                              can_mount=ready.cls.capabilities.read_only_mounts)
+    except TrialFailure as exc:
+        rec.error = error_info(exc, phase=Phase.AGENT_SETUP)
+        return None
+    rec.host_prepare_sec = time.monotonic() - started
+    rec.enter(Phase.ENVIRONMENT)
+    if not mounts:
+        return ready
+    return dataclasses.replace(ready, spec=dataclasses.replace(ready.spec, mounts=tuple(mounts)))
+
+
+async def _environment(plan: TrialPlan, sandbox: Sandbox, ready: _Ready, rec: TrialRecorder,
+                       pre: Prestarted | None) -> Sandbox:
+    """The environment phase: start the sandbox, or wait for the pre-started one (a fresh
+    one when that failed to come up).
+
+    Returns:
+        The sandbox the trial runs in (also :attr:`TrialRecorder.sandbox`).
+    """
+    started = time.monotonic()
+    async with rec.phase(Phase.ENVIRONMENT):
         if pre is not None and (failure := await pre.ready()) is not None:
-            self.log(f"the pre-started sandbox did not come up ({type(failure).__name__}: "
-                     f"{failure}); starting a fresh one")
-            assert self._offer_args is not None
-            sandbox = self.sandbox = self._offer_args[0](self._offer_args[1])
+            rec.log(f"the pre-started sandbox did not come up ({type(failure).__name__}: "
+                    f"{failure}); starting a fresh one")
+            sandbox = rec.sandbox = ready.cls(ready.spec)
             pre = None
         if pre is None:
             try:
@@ -405,242 +332,319 @@ class _TrialRun:
                     raise as_start_failure(exc) from exc
                 raise
         else:
-            self.prestart_sec = pre.start_sec
-            self.prestart_began_at = pre.began_at
-        self.timings["environment_sec"] = time.monotonic() - started
-        self.clock.end()
-        self.info.update({k: v for k, v in sandbox.info.items() if k != "backend"})
-        how = "" if pre is None else \
-            f" (pre-started; its start took {pre.start_sec or 0.0:.1f} s during an earlier trial)"
-        self.event(f"environment: {self.plan.backend}, ready in "
-                   f"{self.timings['environment_sec']:.1f} s{how}", EventKind.ENVIRONMENT)
-        hc = self.task.environment.healthcheck
-        if hc is not None:
-            self.clock.begin("healthcheck")
-            out = await run_healthcheck(sandbox, hc, timeout_multiplier=self.plan.options.timeout_multiplier)
-            self.clock.end()
-            if not out.healthy:
-                await check_services(sandbox, when="and the environment never became healthy")
-                raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
-                                   f"environment healthcheck failed after {out.probes} probes",
-                                   detail={"exit_code": out.last_exit_code,
-                                           "output_tail": out.last_output})
-        self.phase = Phase.AGENT_SETUP
-        self.clock.begin("agent_setup")
-        started = time.monotonic()
-        first = self.task.steps[0]
-        setup_timeout_sec = (self.plan.options.agent_setup_timeout_sec
-                             * self.plan.options.agent_setup_multiplier)  # scaled once
-        ctx = AgentContext(task=self.task, step=first, logs_dir=self.store.paths.root,
-                           timeout_sec=setup_timeout_sec,
-                           user=first.agent_user, env=dict(self.plan.options.agent_env))
+            rec.prestart_sec = pre.start_sec
+            rec.prestart_began_at = pre.began_at
+        rec.environment_sec = time.monotonic() - started
+    info = sandbox.sandbox_info()
+    rec.info.update({"image_id": info.image_id, "engine_version": info.engine_version})
+    rec.send(EnvironmentReady(tag=rec.tag, task=plan.task.name, trial_id=plan.trial_id,
+                              backend=plan.backend, seconds=rec.environment_sec,
+                              prestarted=pre is not None,
+                              prestart_sec=pre.start_sec if pre is not None else None))
+    return sandbox
+
+
+async def _start(plan: TrialPlan, agent: Agent, sandbox: Sandbox, ready: _Ready,
+                 rec: TrialRecorder, pre: Prestarted | None = None) -> Sandbox:
+    """Start the sandbox, the environment healthcheck, agent setup.
+
+    Returns:
+        The sandbox the trial runs in: ``sandbox``, or a fresh one when a pre-started
+        sandbox failed to come up.
+    """
+    sandbox = await _environment(plan, sandbox, ready, rec, pre)
+    hc = plan.task.environment.healthcheck
+    if hc is not None:
+        async with rec.phase(Phase.ENVIRONMENT, span="healthcheck"):
+            out = await run_healthcheck(sandbox, hc,
+                                        timeout_multiplier=ready.settings.timeouts.default)
+        if not out.healthy:
+            await check_services(sandbox, when="and the environment never became healthy")
+            raise TrialFailure(ErrorKind.ENV_HEALTHCHECK_FAILED,
+                               f"environment healthcheck failed after {out.probes} probes",
+                               detail={"exit_code": out.last_exit_code,
+                                       "output_tail": out.last_output})
+    started = time.monotonic()
+    first = plan.task.steps[0]
+    s = ready.settings
+    setup_timeout_sec = plan.options.agent_setup_timeout_sec * s.timeouts.agent_setup
+    ctx = AgentContext(task=plan.task, step=first, logs_dir=rec.store.paths.root,
+                       timeout_sec=setup_timeout_sec, user=first.agent_user,
+                       env=dict(s.agent_env), solution_env=dict(s.solution_env))
+    async with rec.phase(Phase.AGENT_SETUP):
         try:
             async with asyncio.timeout(setup_timeout_sec):
-                await self.agent.setup(sandbox, ctx)
+                await agent.setup(sandbox, ctx)
         except (TrialFailure, asyncio.CancelledError):
             raise
         except Exception as exc:  # noqa: BLE001 - any setup failure is agent_setup_failed (infra)
             raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED,
                                f"agent setup failed: {type(exc).__name__}: {exc}") from exc
-        self.timings["agent_setup_sec"] = time.monotonic() - started + self.host_prepare_sec
-        self.clock.end()
-        await check_services(sandbox)  # a start-up service that died fails the trial (#22)
-        return sandbox
+    rec.agent_setup_sec = time.monotonic() - started + rec.host_prepare_sec
+    await check_services(sandbox)  # a start-up service that died fails the trial (#22)
+    return sandbox
 
-    async def _steps(self, sandbox: Sandbox, verifier_envs: list[dict[str, str]]) -> None:
-        opts = self.plan.options
-        steps = self.task.steps
-        env = StepEnv(verifier_env={}, timeout_multiplier=opts.timeout_multiplier,
-                      agent_timeout_multiplier=opts.agent_timeout_multiplier,
-                      verifier_timeout_multiplier=opts.verifier_timeout_multiplier,
-                      verify=opts.verify,
-                      hardened=opts.hardened_verify, agent_env=dict(opts.agent_env),
-                      resume_session=opts.resume_agent_session, mask=self.masker.mask,
-                      separate=self.separate, networks=self.networks,
-                      sandbox_outlives_trial=opts.keep_sandbox, on_phase=self._record_phase)
-        self.step_env = env
-        if opts.snapshot_steps:  # --snapshot-steps (cairn.trial.snapshot)
-            env.snapshot = snapshots.snapshot_taker(job_id=self.plan.job_id,
-                                                    trial_id=self.plan.trial_id,
-                                                    job_dir=self.plan.job_dir)
-        first = snapshots.start_index(self.task, opts.start_step)
-        env.artifacts_left = first > 1  # a replayed or forked start may have left some
-        for step, venv in zip(steps, verifier_envs, strict=True):
-            env.verifier_env = venv
-            if step.index < first:  # --start-step: replay by the oracle, or forked files
-                if opts.fork_from is None and not await self._replay(sandbox, step, env):
-                    return
-                continue
-            self.steps_run += 1
-            self.current_step = step
-            self._phase = Phase.SETUP
-            env.phase = Phase.SETUP  # on_phase records it in status.json
-            sp = self.store.step_dirs(step.index, step.name)
-            self.store.write_instruction(step.index, step.name, strip_canary(step.instruction))
-            dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
-            try:
-                row, _ = await run_step(sandbox, self.agent, step, dirs, env, self.task)
-                self.after_agent = True
-            except TrialFailure as exc:
-                self.after_agent = self.after_agent or env.trial_baseline is not None
-                exc = await with_sandbox_end(exc, sandbox)
-                row = self._step_failure(step, exc)
-                row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
-            self.current_step = None
-            row = await self._record_network(sandbox, step, row)
-            self.rows[step.index - 1] = row
-            self.store.write_steps(self.rows)
-            self._step_event(step, row)
-            if self.error is not None:
+
+def _step_failure(rec: TrialRecorder, s: TrialSettings, step: Step,
+                  exc: TrialFailure) -> StepResult:
+    """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
+    phase = PHASE_OF.get(exc.kind) or rec.phase_now
+    timings = rec.step_clock.failed_step_timings()
+    if isinstance(exc, SandboxLostError):
+        rec.error = error_info(exc, step=step, phase=phase, mask=s.mask)
+        return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
+                          error=rec.error, timings=timings)
+    if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not rec.after_agent:
+        exc = as_transfer_failure(exc)
+    info = error_info(exc, step=step, phase=phase, after_agent=rec.after_agent, mask=s.mask)
+    if info.category is Category.CANDIDATE:
+        return StepResult(index=step.index, name=step.name, source=StepSource.CANDIDATE_ERROR,
+                          reward=0.0, rewards={"reward": 0.0}, passed=False, error=info,
+                          timings=timings)
+    rec.error = info
+    return StepResult(index=step.index, name=step.name, source=StepSource.ERROR, error=info,
+                      timings=timings)
+
+
+async def _record_network(sandbox: Sandbox, step: Step, row: StepResult,
+                          rec: TrialRecorder) -> StepResult:
+    """Hand the gateway's records of this step to the store; the row gets the counts."""
+    separate = rec.take_network_records()
+    if (rec.networks is None or not rec.networks.filtered) and not separate:
+        return row
+    try:
+        records = [*(await sandbox.network_records()), *separate]
+    except (SandboxError, OSError) as exc:
+        rec.warning(f"the network record of step {step.name!r} is incomplete: {exc}")
+        return row
+    counts = rec.store.append_network_records(step.index, step.name, records)
+    if counts.denied:
+        rec.event(f"step {step.index} {step.name}: {counts.denied} connection attempt(s) "
+                  f"denied ({', '.join(counts.denied_hosts)})")
+    return row.model_copy(update={"network": counts})
+
+
+async def _one_step(plan: TrialPlan, agent: Agent, sandbox: Sandbox, step: Step,
+                    s: TrialSettings, rec: TrialRecorder) -> bool:
+    """Run one step the agent is to run; False when the trial ends after it (an error, a
+    stop rule)."""
+    rec.steps_run += 1
+    rec.begin_step(step)
+    rec.enter(Phase.SETUP, step)
+    paths = rec.store.step_dirs(step.index, step.name)
+    rec.store.write_instruction(step.index, step.name, strip_canary(step.instruction))
+    try:
+        row = await run_step(sandbox, agent, step, paths, s, rec, plan.task)
+        rec.after_agent = True
+    except TrialFailure as exc:
+        rec.after_agent = rec.after_agent or rec.trial_baseline is not None
+        row = _step_failure(rec, s, step, await with_sandbox_end(exc, sandbox))
+    row = await _record_network(sandbox, step, row, rec)
+    rec.end_step(row)
+    rec.send(step_ended(rec, row, len(plan.task.steps)))
+    if rec.error is not None:
+        return False
+    if row.error is not None and row.source is StepSource.ERROR:
+        rec.error = row.error
+        return False
+    stop = stop_decision(row, step.min_reward, is_last=step.index == len(plan.task.steps),
+                         verify=s.verify)
+    if stop is not None:
+        rec.stop_reason = stop
+        return False
+    return True
+
+
+async def _replay(plan: TrialPlan, sandbox: Sandbox, step: Step, s: TrialSettings,
+                  rec: TrialRecorder) -> bool:
+    """``--start-step``: one earlier step run by the oracle and verified (source
+    ``oracle``); False when it failed (the trial's error is then set)."""
+    from cairn.agents.oracle import OracleAgent
+
+    rec.begin_step(step)
+    paths = rec.store.step_dirs(step.index, step.name)
+    try:
+        row = await snapshots.replay_step(
+            lambda: run_step(sandbox, OracleAgent(), step, paths, s, rec, plan.task),
+            step, verify=s.verify)
+    except TrialFailure as exc:
+        row = _step_failure(rec, s, step, exc)
+    rec.trial_baseline = None  # hardened mode: the agent's baseline is its first step
+    rec.end_step(row)
+    rec.event(f"step {step.index}/{len(plan.task.steps)} {step.name}: replayed by the "
+              f"oracle" + (f", error {row.error.kind.value}: {row.error.message}"
+                           if row.error else " (passed; not scored)"))
+    if rec.error is None and row.error is not None and row.source is StepSource.ERROR:
+        rec.error = row.error
+    return rec.error is None
+
+
+async def _steps(plan: TrialPlan, agent: Agent, sandbox: Sandbox, s: TrialSettings,
+                 rec: TrialRecorder) -> None:
+    """The steps in order, with the stop rules (design §4.3)."""
+    first = snapshots.start_index(plan.task, plan.options.start_step)
+    rec.artifacts_left = first > 1  # a replayed or forked start may have left some
+    for step in plan.task.steps:
+        if step.index < first:  # --start-step: replay by the oracle, or forked files
+            if plan.options.fork_from is None and not await _replay(plan, sandbox, step, s, rec):
                 return
-            if row.error is not None and row.source is StepSource.ERROR:
-                self.error = row.error
-                return
-            stop = stop_decision(row, step.min_reward, is_last=step.index == len(steps),
-                                 verify=opts.verify)
-            if stop is not None:
-                self.stop_reason = stop
-                return
-
-    async def _replay(self, sandbox: Sandbox, step: Step, env: StepEnv) -> bool:
-        """``--start-step``: one earlier step run by the oracle and verified (source
-        ``oracle``); False when it failed (the trial's error is then set)."""
-        from cairn.agents.oracle import OracleAgent
-
-        oracle = OracleAgent()
-        oracle.solution_env = self.solution_env
-        self.current_step = step
-        sp = self.store.step_dirs(step.index, step.name)
-        dirs = StepDirs(agent=sp.agent, verifier=sp.verifier, artifacts=sp.artifacts)
-        try:
-            row = await snapshots.replay_step(run_step, sandbox, oracle, step, dirs, env,
-                                              self.task)
-        except TrialFailure as exc:
-            row = self._step_failure(step, exc)
-            row = row.model_copy(update={"timings": env.clock.failed_step_timings()})
-        env.trial_baseline = None  # hardened mode: the agent's baseline is its first step
-        self.current_step = None
-        self.rows[step.index - 1] = row
-        self.store.write_steps(self.rows)
-        self.event(f"step {step.index}/{len(self.task.steps)} {step.name}: replayed by the "
-                   f"oracle" + (f", error {row.error.kind.value}: {row.error.message}"
-                                if row.error else " (passed; not scored)"))
-        if self.error is None and row.error is not None and row.source is StepSource.ERROR:
-            self.error = row.error
-        return self.error is None
-
-    def _step_failure(self, step: Step, exc: TrialFailure) -> StepResult:
-        """Turn a failure raised inside a step into its row (and maybe the trial's error)."""
-        phase = PHASE_OF.get(exc.kind) or (self.step_env.phase if self.step_env else None)
-        if isinstance(exc, SandboxLostError):
-            self.error = error_info(exc, step=step, phase=phase, mask=self.masker.mask)
-            return StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
-                              error=self.error)
-        if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not self.after_agent:
-            exc = as_transfer_failure(exc)
-        info = error_info(exc, step=step, phase=phase, after_agent=self.after_agent,
-                          mask=self.masker.mask)
-        if info.category is Category.CANDIDATE:
-            return StepResult(index=step.index, name=step.name, source=StepSource.CANDIDATE_ERROR,
-                              reward=0.0, rewards={"reward": 0.0}, passed=False, error=info)
-        self.error = info
-        return StepResult(index=step.index, name=step.name, source=StepSource.ERROR, error=info)
-
-    def _record_failure(self, exc: TrialFailure) -> None:
-        if self.error is None:
-            self.error = error_info(exc, phase=self.phase if exc.kind not in PHASE_OF else None,
-                                    after_agent=self.after_agent, mask=self.masker.mask)
-
-    def _step_event(self, step: Step, row: StepResult) -> None:
-        n = len(self.task.steps)
-        t = row.timings
-        if row.source is StepSource.CANDIDATE_ERROR and row.error is not None:
-            what = f"reward 0.00 ({row.error.kind.value}: {row.error.message})"
-        elif row.source is StepSource.VERIFIER:
-            what = f"reward {row.reward:.2f}" if row.reward is not None else \
-                f"rewards {row.rewards}"
-        elif row.error is not None:
-            what = f"error {row.error.kind.value}: {row.error.message}"
-        else:
-            what = "agent only (no verification)"
-        parts = [f"agent {t.agent_sec:.1f} s" if t.agent_sec is not None else None,
-                 f"verifier {t.verifier_sec:.1f} s" if t.verifier_sec is not None else None]
-        extra = ", ".join(p for p in parts if p)
-        exit_note = f" [agent {row.agent_exit.value}]" if row.agent_exit and \
-            row.agent_exit.value != "ok" else ""
-        self.event(f"step {step.index}/{n} {step.name}: {what}{exit_note}"
-                   + (f" ({extra})" if extra else ""), EventKind.STEP)
-
-    # ---- result ------------------------------------------------------------------------------
-    def _timings(self, total_sec: float) -> TrialTimings:
-        self.clock.end()  # a phase that raised still shows where the trial stopped
-        return TrialTimings(total_sec=total_sec, environment_sec=self.timings["environment_sec"],
-                            agent_setup_sec=self.timings["agent_setup_sec"],
-                            healthcheck_sec=self.clock.seconds("healthcheck"),
-                            spans=list(self.clock.spans),
-                            prestarted=self.prestart_sec is not None,
-                            prestart_sec=self.prestart_sec,
-                            prestart_began_at=self.prestart_began_at)
-
-    def result(self, started_at: datetime, total_sec: float, cancelled: bool) -> TrialResult:
-        task = self.task
-        strategy = task.config.multi_step_reward_strategy
-        error = self.error
-        if cancelled and error is None:
-            running = self.current_step
-            phase = self.step_env.phase if running is not None and self.step_env else self.phase
-            error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=phase,
-                              step=running.name if running else None,
-                              message="the trial was cancelled"
-                              + (f" during step {running.name!r}" if running else ""))
-        steps_total = snapshots.agent_steps_total(task, self.plan.options.start_step)
-        n_replayed = sum(r.source is StepSource.ORACLE for r in self.rows)
-        score = score_trial(strategy, self.rows, steps_total=steps_total + n_replayed,
-                            stop_reason=self.stop_reason, error=error, cancelled=cancelled)
-        verify = self.plan.options.verify
-        toks = [r.tokens for r in self.rows if r.tokens is not None]
-        costs = [r.cost_usd for r in self.rows if r.cost_usd is not None]
-        return TrialResult(
-            trial_id=self.plan.trial_id, trial_name=self.plan.trial_name,
-            attempt=self.plan.attempt,
-            task=TaskRef(name=task.name, content_hash=task.content_hash,
-                         source=self.plan.source),
-            agent=AgentRef(name=self.plan.agent_name, version=self.agent.version,
-                           kwargs=dict(self.plan.agent_kwargs)),
-            model=self.plan.model, backend=self.plan.backend, outcome=score.outcome,
-            error=score.error, reward=score.reward if verify else None,
-            rewards=score.rewards if verify else None,
-            reward_all_steps=score.reward_all_steps if verify else None,
-            passed=score.passed and verify, strategy=strategy, steps_total=steps_total,
-            steps_run=self.steps_run, stopped_after=score.stopped_after,
-            stop_reason=score.stop_reason,
-            timings=self._timings(total_sec),
-            tokens=Tokens.total(toks),
-            cost_usd=sum(costs) if costs else None, judge=sum_judge(r.judge for r in self.rows),
-            started_at=started_at, finished_at=_now(),
-            image_id=self.info.get("image_id"), engine_version=self.info.get("engine_version"),
-            warnings=[*self.task_warnings(), *self.warnings], steps=self.rows,
-            start_step=self.plan.options.start_step, forked_from=self.forked_from)
-
-    def task_warnings(self) -> list[str]:
-        return [str(w) for w in self.task.warnings]
+            continue
+        if not await _one_step(plan, agent, sandbox, step, s, rec):
+            return
 
 
-def _multipliers(plan: TrialPlan) -> dict[str, float]:
-    """config.json's ``timeout_multipliers``: the specific multipliers the job gave."""
+def step_ended(rec: TrialRecorder, row: StepResult, n_steps: int) -> StepEnded:
+    """The :class:`~cairn.events.StepEnded` event of a finished step's row."""
+    t = row.timings
+    return StepEnded(tag=rec.tag, task=rec.task.name, trial_id=rec.trial_id, index=row.index,
+                     of=n_steps, name=row.name, source=row.source.value, reward=row.reward,
+                     rewards=row.rewards,
+                     error_kind=row.error.kind.value if row.error is not None else None,
+                     error_message=row.error.message if row.error is not None else None,
+                     agent_exit=row.agent_exit.value if row.agent_exit else None,
+                     agent_sec=t.agent_sec, verifier_sec=t.verifier_sec)
+
+
+def _offer(plan: TrialPlan, ready: _Ready, rec: TrialRecorder,
+           services: JobServices) -> Callable[[], None] | None:
+    """``--prestart``: the hook that hands this trial's sandbox spec to the job's pool
+    (once), which starts a sandbox for the next trial of the task (:mod:`cairn.trial.prestart`)."""
+    pool = services.prestarts
+    if pool is None:
+        return None
+
+    def offer() -> None:
+        for_trial = pool.offer(plan, ready.cls, ready.spec)
+        if for_trial is not None:
+            rec.log(f"pre-starting a sandbox for trial {for_trial}")
+
+    return offer
+
+
+async def _body(plan: TrialPlan, agent: Agent, services: JobServices, rec: TrialRecorder,
+                backend: type[Sandbox] | None) -> None:
+    """The trial from its checks to its sandbox's removal (design §4.1)."""
+    ready = _prepare(plan, agent, rec, services, backend)
+    if ready is None:
+        return
+    ready = await _prepare_host(plan, agent, ready, rec)
+    if ready is None:
+        return
+    rec.on_last_verifier = _offer(plan, ready, rec, services)
+    pre = services.prestarts.take(plan, ready.spec) if services.prestarts is not None else None
+    sandbox = rec.sandbox = pre.sandbox if pre is not None else ready.cls(ready.spec)
+    cancelled = True
+    try:
+        sandbox = await _start(plan, agent, sandbox, ready, rec, pre)
+        await _steps(plan, agent, sandbox, ready.settings, rec)
+        cancelled = False
+    except TrialFailure as exc:
+        cancelled = False
+        if exc.kind is not ErrorKind.START_FAILED:  # e.g. agent setup, the healthcheck
+            exc = await with_sandbox_end(exc, rec.sandbox or sandbox)
+        if rec.error is None:
+            rec.error = error_info(exc, phase=rec.phase_now if exc.kind not in PHASE_OF
+                                   else None, after_agent=rec.after_agent,
+                                   mask=ready.settings.mask)
+    finally:
+        await _teardown(plan, rec.sandbox or sandbox, rec, services, cancelled=cancelled)
+
+
+async def _teardown(plan: TrialPlan, sandbox: Sandbox, rec: TrialRecorder,
+                    services: JobServices, *, cancelled: bool) -> None:
+    """Keep (``--keep-sandbox``, a trial that did not pass, never on Ctrl-C) or remove the
+    sandbox; in a job the removal runs after the result is written (cairn.trial.deferred)."""
+    keep = plan.options.keep_sandbox
+    failed = rec.error is not None or rec.stop_reason is not None or (
+        plan.options.verify and not all(r.passed for r in rec.rows))
+    if keep and failed and not cancelled:
+        rec.event(f"sandbox kept for inspection: {_enter_hint(sandbox)}")
+    else:
+        sandbox.spec = dataclasses.replace(sandbox.spec, keep=False)
+    if not cancelled and rec.on_last_verifier is not None:
+        offer, rec.on_last_verifier = rec.on_last_verifier, None
+        offer()  # --prestart: a trial that ended before its last verifier
+    await stop_sandbox(sandbox.stop, cancelled=cancelled, pending=services.removals)
+
+
+def _result(plan: TrialPlan, agent: Agent, rec: TrialRecorder, started_at: datetime,
+            total_sec: float, cancelled: bool) -> TrialResult:
+    """The trial's result from what the recorder holds."""
+    task = plan.task
+    strategy = task.config.multi_step_reward_strategy
+    error = rec.error
+    if cancelled and error is None:
+        running = rec.step
+        error = ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB, phase=rec.phase_now,
+                          step=running.name if running else None,
+                          message="the trial was cancelled"
+                          + (f" during step {running.name!r}" if running else ""))
+    steps_total = snapshots.agent_steps_total(task, plan.options.start_step)
+    n_replayed = sum(r.source is StepSource.ORACLE for r in rec.rows)
+    score = score_trial(strategy, rec.rows, steps_total=steps_total + n_replayed,
+                        stop_reason=rec.stop_reason, error=error, cancelled=cancelled)
+    verify = plan.options.verify
+    toks = [r.tokens for r in rec.rows if r.tokens is not None]
+    costs = [r.cost_usd for r in rec.rows if r.cost_usd is not None]
+    clock = rec.trial_clock
+    return TrialResult(
+        trial_id=plan.trial_id, trial_name=plan.trial_name, attempt=plan.attempt,
+        task=TaskRef(name=task.name, content_hash=task.content_hash, source=plan.source),
+        agent=AgentRef(name=plan.agent_name, version=agent.version,
+                       kwargs=dict(plan.agent_kwargs)),
+        model=plan.model, backend=plan.backend, outcome=score.outcome,
+        error=score.error, reward=score.reward if verify else None,
+        rewards=score.rewards if verify else None,
+        reward_all_steps=score.reward_all_steps if verify else None,
+        passed=score.passed and verify, strategy=strategy, steps_total=steps_total,
+        steps_run=rec.steps_run, stopped_after=score.stopped_after,
+        stop_reason=score.stop_reason,
+        timings=TrialTimings(total_sec=total_sec, environment_sec=rec.environment_sec,
+                             agent_setup_sec=rec.agent_setup_sec,
+                             healthcheck_sec=clock.seconds("healthcheck"),
+                             spans=list(clock.spans), prestarted=rec.prestart_sec is not None,
+                             prestart_sec=rec.prestart_sec,
+                             prestart_began_at=rec.prestart_began_at),
+        tokens=Tokens.total(toks),
+        cost_usd=sum(costs) if costs else None, judge=sum_judge(r.judge for r in rec.rows),
+        started_at=started_at, finished_at=_now(),
+        image_id=rec.info.get("image_id"), engine_version=rec.info.get("engine_version"),
+        warnings=[*(str(w) for w in task.warnings), *rec.warnings], steps=rec.rows,
+        start_step=plan.options.start_step, forked_from=rec.forked_from)
+
+
+def _config_file(plan: TrialPlan, agent: Agent) -> TrialConfigFile:
+    """config.json: the trial's resolved inputs (design §8)."""
     o = plan.options
-    given = {"agent": o.agent_timeout_multiplier, "verifier": o.verifier_timeout_multiplier,
-             "agent_setup": o.agent_setup_timeout_multiplier, "build": o.build_timeout_multiplier}
-    return {k: v for k, v in given.items() if v is not None}
+    return TrialConfigFile(
+        task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
+                        path=str(plan.task.path), source=plan.source),
+        agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs, version=agent.version),
+        model=plan.model, backend=plan.backend, attempt=plan.attempt,
+        trial_id=plan.trial_id, job_id=plan.job_id,
+        options=ConfigOptions(timeout_multiplier=o.timeout_multiplier, verify=o.verify,
+                              hardened_verify=o.hardened_verify,
+                              snapshot_steps=o.snapshot_steps, start_step=o.start_step,
+                              fork_from=str(o.fork_from) if o.fork_from else None,
+                              extra_instructions=list(o.extra_instructions),
+                              timeout_multipliers=o.given_multipliers,
+                              resource_overrides=dict(o.resource_overrides),
+                              extra_artifacts=list(o.extra_artifacts)))
 
 
-async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
+async def run_trial(plan: TrialPlan, services: JobServices | None = None, *,
+                    agent: Agent | None = None, backend: type[Sandbox] | None = None,
                     on_event: EventSink | None = None) -> TrialResult:
     """Run one trial to its end and write its results (design §4.1).
 
     Args:
         plan: the trial plan (task, agent, backend, attempt, ids, folders, options).
+        services: what the job running the trial lends it (sandbox removals, the warm-start
+            pool, reusable sandbox resources); ``None``: a trial run alone
+            (:meth:`JobServices.standalone`).
         agent: an agent instance to use instead of creating one from ``plan.agent_name``.
+        backend: a sandbox class to use instead of the registered ``plan.backend`` (a test's
+            in-memory sandbox).
         on_event: receives each :class:`~cairn.events.Event` (design §9's per-step lines,
             the verdict, warnings).
 
@@ -650,32 +654,20 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
     Raises:
         asyncio.CancelledError: after recording the trial as ``cancelled`` (sandbox removed).
     """
+    services = services or JobServices.standalone()
     started_at = _now()
     t0 = time.monotonic()
-    run = _TrialRun(plan, agent or make_agent(plan), on_event)
-    run.store.create()
-    run.store.write_config(TrialConfigFile(
-        task=ConfigTask(name=plan.task.name, content_hash=plan.task.content_hash,
-                        path=str(plan.task.path), source=plan.source),
-        agent=ConfigAgent(name=plan.agent_name, kwargs=plan.agent_kwargs,
-                          version=run.agent.version),
-        model=plan.model, backend=plan.backend, attempt=plan.attempt,
-        trial_id=plan.trial_id, job_id=plan.job_id,
-        options=ConfigOptions(timeout_multiplier=plan.options.timeout_multiplier,
-                              verify=plan.options.verify,
-                              hardened_verify=plan.options.hardened_verify,
-                              snapshot_steps=plan.options.snapshot_steps,
-                              start_step=plan.options.start_step,
-                              fork_from=str(plan.options.fork_from) if plan.options.fork_from
-                              else None,
-                              extra_instructions=list(plan.options.extra_instructions),
-                              timeout_multipliers=_multipliers(plan),
-                              resource_overrides=dict(plan.options.resource_overrides),
-                              extra_artifacts=list(plan.options.extra_artifacts))))
-    run.store.write_steps(run.rows)
+    agent = agent or make_agent(plan)
+    store = TrialStore(TrialPaths(plan.trial_dir))
+    tag = plan.task.name if plan.attempt == 1 else f"{plan.task.name} #{plan.attempt}"
+    rec = TrialRecorder(plan.task, store, on_event, tag=tag, trial_id=plan.trial_id)
+    store.create()
+    store.write_config(_config_file(plan, agent))
+    rec.enter(Phase.ENVIRONMENT)
+    store.write_steps(rec.rows)
     cancelled = crashed = False
     try:
-        await run.body()
+        await _body(plan, agent, services, rec, backend)
     except asyncio.CancelledError:
         cancelled = True
         raise
@@ -686,11 +678,11 @@ async def run_trial(plan: TrialPlan, *, agent: Agent | None = None,
         raise
     finally:
         if not crashed:
-            run.warnings.extend(run.store.mask_files())
-            result = run.result(started_at, time.monotonic() - t0, cancelled)
-            run.store.write_result(result)
+            rec.warnings.extend(store.mask_files())
+            result = _result(plan, agent, rec, started_at, time.monotonic() - t0, cancelled)
+            store.write_result(result)
             if not cancelled:
                 from cairn.results.verdict import verdict_line
 
-                run.event(verdict_line(result), EventKind.VERDICT)
+                rec.event(verdict_line(result), EventKind.VERDICT)
     return result

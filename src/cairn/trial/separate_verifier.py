@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -43,6 +43,7 @@ from cairn.errors import (
 )
 from cairn.layout import ARTIFACTS_DIR, COMPOSE_FILE_NAMES, find_compose_file
 from cairn.netpolicy import NetworkPolicy
+from cairn.results.model import ArtifactEntry
 from cairn.results.store import ARTIFACTS_MANIFEST, read_artifacts_manifest
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
@@ -154,7 +155,7 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
                         warnings=(*fallback_note, *warnings), verifier_policy=policy)
 
 
-def _declared_rows(artifacts_dir: Path) -> list[dict]:
+def _declared_rows(artifacts_dir: Path) -> list[ArtifactEntry]:
     """The manifest rows of the step's artifacts folder (empty when there is none)."""
     return read_artifacts_manifest(artifacts_dir)
 
@@ -192,13 +193,12 @@ async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path,
     rows = _declared_rows(artifacts_dir)
     taken: set[str] = {ARTIFACTS_MANIFEST}
     for row in rows:
-        dest = str(row.get("destination") or "")
-        if row.get("source") != LOGS_ARTIFACTS and dest not in ("", "."):
+        dest = row.destination
+        if row.source != LOGS_ARTIFACTS and dest not in ("", "."):
             taken.add(PurePosixPath(dest).parts[0])
     for row in rows:
-        source, dest = row.get("source"), str(row.get("destination") or "")
-        if row.get("status") != "copied" or not isinstance(source, str) or \
-                not source.startswith("/"):
+        source, dest = row.source, row.destination
+        if row.status != "copied" or not source.startswith("/"):
             continue
         if source == LOGS_ARTIFACTS:
             for entry in sorted(artifacts_dir.iterdir()):
@@ -232,7 +232,8 @@ async def _give_to(sandbox: Sandbox, paths: list[str], owner: str | int) -> None
 
 async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
                                 timeout_sec: float, verifier_dir: Path, artifacts_dir: Path,
-                                mask=lambda s: s, timeout_multiplier: float = 1.0) -> VerifierRun:
+                                mask: Callable[[str], str] = str, timeout_multiplier: float = 1.0
+                                ) -> VerifierRun:
     """Verify ``step`` in a fresh sandbox holding only its declared artifacts.
 
     Args:

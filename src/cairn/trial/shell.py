@@ -45,13 +45,13 @@ def pick_step(result: TrialResult, step: str | None) -> StepResult:
 
 
 def _load(trial_dir: Path) -> tuple[TrialResult, Task]:
-    from cairn.results.store import CONFIG_JSON, RESULT_JSON, read_json, read_result
+    from cairn.results.store import RESULT_JSON, read_config, read_result
     from cairn.task.load import load_task
 
     try:
         result = read_result(trial_dir / RESULT_JSON)
-        task_path = Path(str(read_json(trial_dir / CONFIG_JSON)["task"]["path"]))
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        task_path = Path(read_config(trial_dir).task.path)
+    except (OSError, ValueError) as exc:
         raise UsageError(f"{trial_dir} is not a finished trial folder ({exc})") from None
     try:
         task = load_task(task_path)

@@ -15,8 +15,9 @@ Nothing here writes JSON: rows go back to the trial loop, which hands them to th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cairn.errors import (
     Category,
@@ -32,6 +33,9 @@ from cairn.sandbox.base import SNAPSHOT_LABEL, Sandbox, SandboxSpec
 from cairn.task.model import Step, Task
 
 SnapshotHook = Callable[[Sandbox, Step], Awaitable[tuple[StepSnapshot | None, list[str]]]]
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.plan import JobConfig, RunOptions
 
 
 def snapshot_labels(*, job_id: str, trial_id: str, job_dir: Path | None, step: Step
@@ -91,18 +95,15 @@ def agent_steps_total(task: Task, start_step: str | None) -> int:
     return len(task.steps) - (start_index(task, start_step) - 1)
 
 
-async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object]]],
-                      sandbox: Sandbox, oracle, step: Step, dirs, env, task: Task) -> StepResult:
+async def replay_step(run: Callable[[], Awaitable[StepResult]], step: Step, *,
+                      verify: bool) -> StepResult:
     """Run one step before ``--start-step`` with the oracle and verify it (design §4.7).
 
     Args:
-        run_step: :func:`cairn.trial.step.run_step` (passed in: this module is imported by it).
-        sandbox: the trial's sandbox.
-        oracle: an :class:`~cairn.agents.oracle.OracleAgent` with its ``solution_env`` set.
+        run: runs the step with the oracle (:func:`cairn.trial.step.run_step` bound to the
+            trial's sandbox, settings and recorder; passed in: this module is imported by it).
         step: the step.
-        dirs: its :class:`~cairn.trial.step.StepDirs`.
-        env: the trial's :class:`~cairn.trial.step.StepEnv`.
-        task: the task.
+        verify: the job verifies (``False`` under ``--no-verify``).
 
     Returns:
         The step's row with source ``oracle`` (its rewards kept for display; it counts in no
@@ -114,7 +115,7 @@ async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object
             failed transfer before any agent phase) are raised as they are, so they retry.
     """
     try:
-        row, _ = await run_step(sandbox, oracle, step, dirs, env, task)
+        row = await run()
     except SandboxLostError:
         raise
     except TrialFailure as exc:
@@ -125,7 +126,7 @@ async def replay_step(run_step: Callable[..., Awaitable[tuple[StepResult, object
                            f"{exc.kind.value}: {exc}",
                            detail={"cause": exc.kind.value, **{k: v for k, v in exc.detail.items()
                                                                if not k.startswith("_")}}) from exc
-    if not env.verify:
+    if not verify:
         return row.model_copy(update={"source": StepSource.ORACLE})
     if row.source is not StepSource.VERIFIER or not row.passed:
         why = (f"reward {row.reward}" if row.source is StepSource.VERIFIER else
@@ -183,7 +184,7 @@ def read_fork_source(trial_dir: Path, task: Task, start_step: str, backend: str
                                      step=prev.name, snapshot=row.snapshot.ref)
 
 
-def start_spec(spec: SandboxSpec, task: Task, options, backend: str
+def start_spec(spec: SandboxSpec, task: Task, options: RunOptions, backend: str
                ) -> tuple[SandboxSpec, ForkRef | None]:
     """The sandbox spec of a trial: with ``--from``, started from the recorded snapshot.
 
@@ -200,7 +201,8 @@ def start_spec(spec: SandboxSpec, task: Task, options, backend: str
 
 
 def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None,
-                 timeout_multiplier: float = 1.0, environ=None) -> tuple[SandboxSpec, set[str]]:
+                 timeout_multiplier: float = 1.0, environ: Mapping[str, str] | None = None
+                 ) -> tuple[SandboxSpec, set[str]]:
     """The sandbox spec a trial of ``task`` runs with (set ``snapshot`` to start from one),
     for ``cairn regrade`` and ``cairn shell``, and the secret values its env resolved.
 
@@ -223,7 +225,7 @@ def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None
 
 
 # ---- checks before start --------------------------------------------------------------------
-def check_start_options(config, tasks: Iterable[Task | None], backend: str) -> None:
+def check_start_options(config: JobConfig, tasks: Iterable[Task | None], backend: str) -> None:
     """Usage checks of ``--snapshot-steps``, ``--start-step`` and ``--from``, before anything
     starts (design §9 exit 2).
 

@@ -11,10 +11,8 @@ import asyncio
 import re
 import time
 import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -24,28 +22,29 @@ from cairn.errors import (
     SandboxError,
     TrialFailure,
 )
+from cairn.events import EventKind
 from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
-from cairn.results.model import AgentExit, StepResult, StepSource, StepTimings
-from cairn.results.store import write_artifacts_manifest
-from cairn.sandbox.base import NetworkPolicy, ProcessInfo, Sandbox, host_boot_clock
-from cairn.task.model import MAIN_SERVICE, Step
+from cairn.results.model import AgentExit, StepResult, StepSnapshot, StepSource, StepTimings
+from cairn.results.store import StepPaths, write_artifacts_manifest
+from cairn.sandbox.base import ProcessInfo, Sandbox, host_boot_clock
+from cairn.task.model import MAIN_SERVICE, Step, Task
 from cairn.trial.artifacts import collect_step_artifacts
 from cairn.trial.classify import error_info, with_end
+from cairn.trial.context import PhaseNetworks, TrialSettings
 from cairn.trial.healthcheck import run_healthcheck
 from cairn.trial.helper import (
     CLEAR_EVIDENCE_CMD,
     AfterAgent,
     after_agent_argv,
     parse_after_agent,
+    reset_dirs_cmd,
 )
 from cairn.trial.pre_artifacts import run_pre_artifacts
+from cairn.trial.recorder import TrialRecorder
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
-from cairn.trial.verify import run_verifier
-
-if TYPE_CHECKING:  # pragma: no cover
-    from cairn.trial.snapshot import SnapshotHook
+from cairn.trial.verify import VerifierRun, run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
@@ -63,112 +62,6 @@ PYTHON_HOOKS_CMD = (
 def strip_canary(text: str) -> str:
     """Remove every line that carries a canary GUID (also inside ``<!-- -->``), design §4.2."""
     return _CANARY_LINE.sub("", text)
-
-
-@dataclass(frozen=True)
-class PhaseNetworks:
-    """The network policy of every phase of a trial (docs/network.md).
-
-    Attributes:
-        environment: the environment's policy (start, agent setup, ``setup.sh``, healthchecks).
-        agent: step index → the agent phase's policy (model hosts of an in-sandbox agent in).
-        verifier: step index → the verifier phase's policy (shared verifier mode only).
-    """
-
-    environment: NetworkPolicy
-    agent: dict[int, NetworkPolicy] = field(default_factory=dict)
-    verifier: dict[int, NetworkPolicy] = field(default_factory=dict)
-
-    @property
-    def phases(self) -> tuple[NetworkPolicy, ...]:
-        """Every distinct phase policy other than the environment's, reduced."""
-        out: list[NetworkPolicy] = []
-        for p in (*self.agent.values(), *self.verifier.values()):
-            if p.effective() != self.environment.effective() and p.effective() not in out:
-                out.append(p.effective())
-        return tuple(out)
-
-    @property
-    def filtered(self) -> bool:
-        """Whether some phase goes through a filtering gateway (an allowlist, a model host,
-        or phases that differ): then the trial records every connection attempt."""
-        return bool(self.phases) or self.environment.needs_gateway
-
-
-async def _switch(sandbox: Sandbox, env: StepEnv, policy: NetworkPolicy | None, phase: str
-                  ) -> None:
-    """Put the sandbox's network into ``policy`` for ``phase`` (no-op without a plan)."""
-    if env.networks is not None and policy is not None and env.networks.filtered:
-        await sandbox.set_network(policy, phase=phase)
-
-
-@dataclass
-class StepEnv:
-    """Per-step inputs the trial resolved once.
-
-    Attributes:
-        verifier_env: resolved merged verifier env.
-        timeout_multiplier: the timeout multiplier (setup.sh, healthchecks, hooks).
-        agent_timeout_multiplier: the factor on the agent phase's timeout
-            (``--agent-timeout-multiplier``, else ``timeout_multiplier``).
-        verifier_timeout_multiplier: the factor on the verifier's timeout.
-        verify: ``False`` under ``--no-verify``.
-        hardened: ``--hardened-verify``.
-        agent_env: ``--ae`` variables.
-        resume_session: ``--resume-agent-session``.
-        trial_baseline: processes that existed before the first agent phase (hardened mode).
-        mask: secret masker for text written to the host.
-        separate: step index → :class:`cairn.trial.separate_verifier.SeparatePlan` for steps verified in a
-            separate sandbox (design §4.6).
-        phase: the phase the running step is in (kept up to date by :func:`run_step`).
-    """
-
-    verifier_env: dict[str, str]
-    timeout_multiplier: float = 1.0
-    agent_timeout_multiplier: float | None = None
-    verifier_timeout_multiplier: float | None = None
-    verify: bool = True
-    hardened: bool = False
-    agent_env: dict[str, str] = field(default_factory=dict)
-    resume_session: bool = False
-    trial_baseline: Baseline | None = None
-    mask: Callable[[str], str] = field(default=lambda s: s)
-    separate: dict = field(default_factory=dict)
-    phase: Phase = Phase.SETUP
-    """Where the running step is (set by :func:`run_step`), for errors and cancellation."""
-    snapshot: SnapshotHook | None = None
-    """``--snapshot-steps``: the hook of :func:`cairn.trial.snapshot.snapshot_taker`, called
-    after the agent phase has ended and before artifacts; ``None`` takes no snapshot."""
-    networks: PhaseNetworks | None = None
-    """The phases' network policies; the step switches the sandbox between them."""
-    separate_records: list[dict] = field(default_factory=list)
-    """Connection records of the step's separate verifier sandbox, for the trial's record."""
-    sandbox_outlives_trial: bool = False
-    """``--keep-sandbox``: the sandbox may be kept after the trial, so the last verifier cleans
-    up after itself too (otherwise the sandbox's removal does, design §4.6)."""
-    on_phase: Callable[[Phase], None] | None = None
-    """Called with each new :attr:`phase` (the trial records it in status.json for the viewer)."""
-    clock: SpanClock = field(default_factory=SpanClock)
-    """The running step's phase spans (a new clock per step, set by :func:`run_step`)."""
-    artifacts_left: bool = False
-    """``/logs/artifacts`` may hold files an earlier step's agent, ``pre_artifacts.sh`` or
-    hooks left there (collected into that step's artifacts): the next step empties it first, so
-    each step's artifacts are its own, as in Harbor, which moves the folder's contents into the
-    step's output after every step. ``True`` at the start of a trial begun from a later step."""
-
-    def __setattr__(self, name: str, value: object) -> None:
-        super().__setattr__(name, value)
-        if name == "phase" and getattr(self, "on_phase", None) is not None:
-            self.on_phase(value)  # type: ignore[misc,arg-type]
-
-
-@dataclass
-class StepDirs:
-    """The step's host folders."""
-
-    agent: Path
-    verifier: Path
-    artifacts: Path
 
 
 @dataclass(frozen=True)
@@ -319,184 +212,277 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
     return warnings, report, sources
 
 
-async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, env: StepEnv,
-                   task) -> tuple[StepResult, AgentContext | None]:
+@dataclass
+class _Step:
+    """What one step's phases hand each other (a value of :func:`run_step` alone)."""
+
+    step: Step
+    paths: StepPaths
+    warnings: list[str] = field(default_factory=list)
+    setup_sec: float | None = None
+    agent_sec: float | None = None
+    agent_exit: AgentExit = AgentExit.OK
+    context: AgentContext | None = None
+    before: Baseline | None = None
+    quiet: bool = False
+    """Nothing runs in the sandbox between the after-agent exec and the artifacts (no
+    pre_artifacts.sh, no snapshot, no collect hook): that exec sizes them too."""
+    prepared: bool = False
+    """Nor before the shared verifier: the after-agent exec prepared /tests and
+    /logs/verifier too."""
+    report: AfterAgent | None = None
+    sources: list[str] = field(default_factory=list)
+    snapshot: StepSnapshot | None = None
+
+    def timings(self, clock: SpanClock, verifier_sec: float | None = None) -> StepTimings:
+        return StepTimings(setup_sec=self.setup_sec, agent_sec=self.agent_sec,
+                           verifier_sec=verifier_sec,
+                           healthcheck_sec=clock.seconds("healthcheck"),
+                           artifacts_sec=clock.seconds("pre_artifacts", "artifacts"),
+                           spans=list(clock.spans))
+
+
+async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                       rec: TrialRecorder) -> None:
+    """2–3. The workdir copy and ``setup.sh``, in the environment's network (step 1 starts in
+    it, later steps switch back to it)."""
+    step = st.step
+    network = s.networks.environment if step.index > 1 and s.networks is not None else None
+    async with rec.phase(Phase.SETUP, step, network=network, network_as="setup"):
+        if step.index > 1 and rec.artifacts_left:  # each step's artifacts are its own (§4.5)
+            await sandbox.exec(["/bin/sh", "-c", reset_dirs_cmd(ARTIFACTS_DIR)], user="root")
+            rec.artifacts_left = False
+        await _copy_workdir(sandbox, step)
+        if step.setup_sh is not None:
+            st.setup_sec = await _run_setup(sandbox, step, s.timeouts.default)
+
+
+async def _healthcheck_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                             rec: TrialRecorder) -> None:
+    """4. The step's healthcheck (no phase when the step declares none).
+
+    Raises:
+        TrialFailure: ``healthcheck_failed``.
+    """
+    step = st.step
+    if step.healthcheck is None:
+        return
+    async with rec.phase(Phase.HEALTHCHECK, step):
+        hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
+                                   timeout_multiplier=s.timeouts.default)
+    if not hc.healthy:
+        raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
+                           f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
+                           detail={"exit_code": hc.last_exit_code,
+                                   "output_tail": hc.last_output})
+
+
+async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s: TrialSettings,
+                       rec: TrialRecorder) -> None:
+    """5. The agent phase, under its own network policy; the span times the agent's run.
+
+    Raises:
+        ModelError, SandboxError: as the agent raised them (classified by the trial).
+    """
+    step = st.step
+    timeout = step.agent_timeout_sec * s.timeouts.agent
+    context = st.context = AgentContext(
+        task=task, step=step, logs_dir=st.paths.agent, timeout_sec=timeout,
+        user=step.agent_user, env=dict(s.agent_env), resume_session=s.resume_session,
+        solution_env=dict(s.solution_env),
+        notify=lambda line: rec.event(line, EventKind.RETRY))  # model retries (issue 27)
+    async with rec.phase(Phase.AGENT, step, timed=False):
+        st.before = await take_baseline(sandbox)
+        if rec.trial_baseline is None:
+            rec.trial_baseline = st.before
+        if s.networks is not None:
+            await rec.switch(s.networks.agent.get(step.index), "agent")
+        started = time.monotonic()
+        with rec.span("agent", step):
+            try:
+                async with asyncio.timeout(timeout):
+                    await agent.run(strip_canary(step.instruction), sandbox, context)
+            except TimeoutError:
+                st.agent_exit = AgentExit.TIMEOUT
+            except (ModelError, SandboxError):
+                raise
+            except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
+                st.agent_exit = AgentExit.ERROR
+                (st.paths.agent / "agent-error.txt").write_text(
+                    s.mask(traceback.format_exc()), encoding="utf-8")
+        st.agent_sec = time.monotonic() - started
+    if st.agent_exit is AgentExit.OK and context.exit is not None:
+        st.agent_exit = context.exit
+    if st.agent_exit is AgentExit.ERROR and context.metadata.get("agent_error"):
+        st.warnings.append(f"agent error: {s.mask(str(context.metadata['agent_error']))}")
+    if context.model_retries:
+        st.warnings.append(f"model calls retried {context.model_retries} time(s)")
+
+
+async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                           rec: TrialRecorder) -> None:
+    """6. End the agent phase (§4.4): close its network openings, kill what a timed-out or
+    crashed agent started, bring the evidence out (one exec), ``pre_artifacts.sh`` (6a) and
+    the ``--snapshot-steps`` snapshot (6b)."""
+    step = st.step
+    if s.networks is not None:
+        await rec.switch(s.networks.after_agent(step.index),
+                         "verifier" if s.verify else "after-agent")
+    if st.agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR) and st.before is not None:
+        killed = await _kill_new(sandbox, st.before)
+        if killed:
+            st.warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
+    st.quiet = step.pre_artifacts_sh is None and s.snapshot is None and not step.collect
+    st.prepared = st.quiet and s.verify and step.verifier_mode != "separate" and \
+        step.test_sh is not None and not s.hardened
+    evidence_warnings, st.report, st.sources = await _evidence(
+        sandbox, step, st.paths.agent, prepare_tests=st.prepared, size_artifacts=st.quiet)
+    st.warnings.extend(evidence_warnings)
+    if step.pre_artifacts_sh is not None:  # 6a. Evolve (#22): never fatal
+        with rec.span("pre_artifacts", step):
+            st.warnings.extend(await run_pre_artifacts(
+                sandbox, step, st.paths.agent, mask=s.mask,
+                timeout_multiplier=s.timeouts.default))
+    if s.snapshot is not None:  # 6b. the end-of-agent files (design §4.7)
+        st.snapshot, snapshot_warnings = await s.snapshot(sandbox, step)
+        st.warnings.extend(snapshot_warnings)
+
+
+async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                           rec: TrialRecorder) -> None:
+    """7. Collect the step's artifacts and write their manifest."""
+    step, report = st.step, st.report
+    quiet = st.quiet and report is not None
+    async with rec.phase(Phase.ARTIFACTS, step):
+        manifest, hook_warnings = await collect_step_artifacts(
+            sandbox, step.artifacts, step.collect, st.paths.artifacts,
+            timeout_multiplier=s.timeouts.default,
+            logs_artifacts_written=ARTIFACTS_DIR in report.full if quiet and report else None,
+            sized=dict(zip(st.sources, report.artifacts, strict=True))
+            if quiet and report else None)
+        st.warnings.extend(hook_warnings)
+        write_artifacts_manifest(st.paths.artifacts, manifest)
+        rec.artifacts_left = not quiet or (report is not None and ARTIFACTS_DIR in report.full)
+    for entry in manifest:
+        if entry.status != "copied":
+            st.warnings.append(f"artifact {entry.source} not collected: {entry.error}")
+
+
+async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                          rec: TrialRecorder) -> None:
+    """What runs between the end of the agent's work and the verifier phase (the seam for
+    checks of the agent's leftovers): under ``--hardened-verify``, kill every process the
+    agent phases started and remove planted Python start-up hooks (design §4.4)."""
+    if not s.hardened:
+        return
+    baseline = rec.trial_baseline or st.before
+    if baseline is not None:
+        killed = await _kill_new(sandbox, baseline)
+        if killed:
+            st.warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
+    await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
+
+
+async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
+                          rec: TrialRecorder) -> VerifierRun:
+    """8. The verifier, shared or separate (design §4.6).
+
+    Raises:
+        TrialFailure: ``config_error`` when a separate verifier was not planned.
+    """
+    step = st.step
+    timeout = step.verifier_timeout_sec * s.timeouts.verifier
+    venv = s.verifier_env(step.index)
+    rec.enter(Phase.VERIFIER, step)
+    await before_verifier(sandbox, st, s, rec)
+    async with rec.phase(Phase.VERIFIER, step):
+        if step.verifier_mode == "separate":
+            from cairn.trial.separate_verifier import run_separate_verifier
+
+            plan = s.separate.get(step.index)
+            if plan is None:
+                raise TrialFailure(ErrorKind.CONFIG_ERROR,
+                                   f"step {step.name!r}: separate verifier was not planned")
+            v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
+                                            verifier_dir=st.paths.verifier,
+                                            artifacts_dir=st.paths.artifacts, mask=s.mask,
+                                            timeout_multiplier=s.timeouts.default)
+            rec.network_records = list(v.network_records)
+            return v
+        last = step.index == s.n_steps
+        report = st.report
+        v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
+                               verifier_dir=st.paths.verifier, mask=s.mask,
+                               prepared=st.prepared,
+                               prepared_free_kb=report.free_kb if report else None,
+                               cleanup=not last or s.sandbox_outlives_trial)
+        if v.error is not None:  # a verifier that killed its sandbox (out of memory) says so
+            v.error = with_end(v.error, await sandbox.ended())
+        return v
+
+
+def _verified_row(st: _Step, v: VerifierRun, rec: TrialRecorder) -> StepResult:
+    """The row of a step whose verifier ran."""
+    step, ctx = st.step, st.context
+    st.warnings.extend(v.warnings)
+    row = StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
+                     agent_exit=st.agent_exit, warnings=st.warnings,
+                     tokens=ctx.tokens if ctx else None, cost_usd=ctx.cost_usd if ctx else None,
+                     snapshot=st.snapshot,
+                     judge=v.judge,  # an LLM judge's spend, apart from the agent's (#22)
+                     verifier_exit_code=v.exit_code, reward_file=v.reward_file,
+                     timings=st.timings(rec.step_clock, v.elapsed_sec))
+    if v.error is not None:
+        return row.model_copy(update={"error": error_info(v.error, step=step,
+                                                           phase=Phase.VERIFIER)})
+    gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
+    return row.model_copy(update={
+        "source": StepSource.VERIFIER, "reward": primary_reward(v.rewards),
+        "rewards": v.rewards, "passed": step_passed(step.min_reward, v.rewards, True),
+        "gates": gates})
+
+
+async def run_step(sandbox: Sandbox, agent: Agent, step: Step, paths: StepPaths,
+                   s: TrialSettings, rec: TrialRecorder, task: Task) -> StepResult:
     """Run one step (design §4.2 items 2–8) and return its row.
 
     Failures of design §6's vocabulary raised by the phases are left to the caller (the trial),
     which classifies them; the returned row covers the normal path including verifier errors,
     which are recorded in ``error`` with ``source = error``.
 
+    Args:
+        sandbox: the trial's sandbox.
+        agent: the agent (the oracle, for a replayed step).
+        step: the step.
+        paths: its host folders.
+        s: the trial's settings.
+        rec: the trial's recorder (phases, spans, network switch, status.json).
+        task: the task.
+
     Raises:
         TrialFailure: ``setup_failed``, ``healthcheck_failed``, a model error, or a sandbox
             error (the trial turns it into the step's row, :func:`cairn.trial.classify.error_info`).
         SandboxLostError: the engine is gone.
     """
-    timings: dict[str, Any] = {"setup_sec": None, "agent_sec": None, "verifier_sec": None}
-    warnings: list[str] = []
-    mask = env.mask
-    clock = env.clock = SpanClock()  # timings.spans: the viewer's timeline bars
-    timings["spans"] = clock.spans
-
-    # 2-3. workdir and setup.sh (the environment's network; step 1 starts in it)
-    env.phase = Phase.SETUP
-    if step.index > 1 and env.networks is not None:
-        await _switch(sandbox, env, env.networks.environment, "setup")
-    clock.begin("setup")
-    if step.index > 1 and env.artifacts_left:  # each step's artifacts are its own (§4.5)
-        await sandbox.exec(["/bin/sh", "-c", f"find {ARTIFACTS_DIR} -mindepth 1 -delete; "
-                            f"mkdir -p {ARTIFACTS_DIR} && chmod 777 {ARTIFACTS_DIR}"], user="root")
-        env.artifacts_left = False
-    await _copy_workdir(sandbox, step)
-    if step.setup_sh is not None:
-        timings["setup_sec"] = await _run_setup(sandbox, step, env.timeout_multiplier)
-    clock.end()
-
-    # 4. step healthcheck
-    env.phase = Phase.HEALTHCHECK
-    if step.healthcheck is not None:
-        clock.begin("healthcheck")
-        hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
-                                   timeout_multiplier=env.timeout_multiplier)
-        clock.end()
-        timings["healthcheck_sec"] = clock.seconds("healthcheck")
-        if not hc.healthy:
-            raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
-                               f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
-                               detail={"exit_code": hc.last_exit_code,
-                                       "output_tail": hc.last_output})
-
-    # 5. agent phase
-    env.phase = Phase.AGENT
-    timeout = step.agent_timeout_sec * (env.agent_timeout_multiplier or env.timeout_multiplier)
-    context = AgentContext(task=task, step=step, logs_dir=dirs.agent, timeout_sec=timeout,
-                           user=step.agent_user, env=dict(env.agent_env),
-                           resume_session=env.resume_session)
-    before = await take_baseline(sandbox)
-    if env.trial_baseline is None:
-        env.trial_baseline = before
-    if env.networks is not None:
-        await _switch(sandbox, env, env.networks.agent.get(step.index), "agent")
-    agent_exit = AgentExit.OK
-    clock.begin("agent")
-    started = time.monotonic()
-    try:
-        async with asyncio.timeout(timeout):
-            await agent.run(strip_canary(step.instruction), sandbox, context)
-    except TimeoutError:
-        agent_exit = AgentExit.TIMEOUT
-    except (ModelError, SandboxError):
-        raise
-    except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
-        agent_exit = AgentExit.ERROR
-        (dirs.agent / "agent-error.txt").write_text(mask(traceback.format_exc()), encoding="utf-8")
-    timings["agent_sec"] = time.monotonic() - started
-    clock.end()
-    if agent_exit is AgentExit.OK and context.exit is not None:
-        agent_exit = context.exit
-    if context.metadata.get("model_retries"):
-        warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
-
-    # 6. end the agent phase (§4.4): close its network openings, kill what a timed-out or
-    # crashed agent started
-    if env.networks is not None:
-        after = env.networks.verifier.get(step.index, env.networks.environment)
-        await _switch(sandbox, env, after, "verifier" if env.verify else "after-agent")
-    if agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR):
-        killed = await _kill_new(sandbox, before)
-        if killed:
-            warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
-    # Nothing runs in the sandbox between this exec and the artifacts (no pre_artifacts.sh, no
-    # snapshot, no collect hook): it sizes them too; nor before the shared verifier (hardened
-    # mode kills the agent's processes first): it prepares /tests and /logs/verifier too.
-    quiet = step.pre_artifacts_sh is None and env.snapshot is None and not step.collect
-    prepared = quiet and env.verify and step.verifier_mode != "separate" and \
-        step.test_sh is not None and not env.hardened
-    evidence_warnings, report, sources = await _evidence(
-        sandbox, step, dirs.agent, prepare_tests=prepared, size_artifacts=quiet)
-    warnings.extend(evidence_warnings)
-    # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
-    if step.pre_artifacts_sh is not None:
-        clock.begin("pre_artifacts")
-        warnings.extend(await run_pre_artifacts(sandbox, step, dirs.agent, mask=mask,
-                                                timeout_multiplier=env.timeout_multiplier))
-        clock.end()
-
-    # 6b. --snapshot-steps: the end-of-agent files, before artifacts and verifier (design §4.7)
-    snapshot = None
-    if env.snapshot is not None:
-        snapshot, snapshot_warnings = await env.snapshot(sandbox, step)
-        warnings.extend(snapshot_warnings)
-
-    # 7. artifacts
-    env.phase = Phase.ARTIFACTS
-    clock.begin("artifacts")
-    manifest, hook_warnings = await collect_step_artifacts(
-        sandbox, step.artifacts, step.collect, dirs.artifacts, timeout_multiplier=env.timeout_multiplier,
-        logs_artifacts_written=ARTIFACTS_DIR in report.full if quiet else None,
-        sized=dict(zip(sources, report.artifacts, strict=True)) if quiet else None)
-    warnings.extend(hook_warnings)
-    write_artifacts_manifest(dirs.artifacts, manifest)
-    env.artifacts_left = not quiet or ARTIFACTS_DIR in report.full
-    clock.end()
-    timings["artifacts_sec"] = clock.seconds("pre_artifacts", "artifacts")
-    for row in manifest:
-        if row["status"] != "copied":
-            warnings.append(f"artifact {row['source']} not collected: {row['error']}")
-
+    rec.begin_step(step)
+    st = _Step(step=step, paths=paths)
+    await _setup_phase(sandbox, st, s, rec)
+    await _healthcheck_phase(sandbox, st, s, rec)
+    await _agent_phase(sandbox, agent, task, st, s, rec)
+    await _end_agent_phase(sandbox, st, s, rec)
+    await _artifacts_phase(sandbox, st, s, rec)
     # 7a. a start-up service that died while the agent worked fails the trial as the task's
     # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
     await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
+    if not s.verify:
+        ctx = st.context
+        return StepResult(index=step.index, name=step.name, source=StepSource.NOT_RUN,
+                          agent_exit=st.agent_exit, warnings=st.warnings,
+                          tokens=ctx.tokens if ctx else None,
+                          cost_usd=ctx.cost_usd if ctx else None, snapshot=st.snapshot,
+                          timings=st.timings(rec.step_clock))
+    v = await _verifier_phase(sandbox, st, s, rec)
+    return _verified_row(st, v, rec)
 
-    row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
-               tokens=context.tokens, cost_usd=context.cost_usd,
-               snapshot=snapshot)
-    if not env.verify:
-        return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 
-    # 8. verifier
-    env.phase = Phase.VERIFIER
-    last = task is not None and step.index == len(task.steps)
-    if env.hardened:
-        killed = await _kill_new(sandbox, env.trial_baseline or before)
-        if killed:
-            warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
-        await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
-    verifier_timeout = step.verifier_timeout_sec * (env.verifier_timeout_multiplier
-                                                    or env.timeout_multiplier)
-    clock.begin("verifier")
-    if step.verifier_mode == "separate":
-        from cairn.trial.separate_verifier import run_separate_verifier
-
-        plan = env.separate.get(step.index)
-        if plan is None:
-            raise TrialFailure(ErrorKind.CONFIG_ERROR,
-                               f"step {step.name!r}: separate verifier was not planned")
-        v = await run_separate_verifier(plan, step, env=env.verifier_env,
-                                        timeout_sec=verifier_timeout,
-                                        verifier_dir=dirs.verifier, artifacts_dir=dirs.artifacts,
-                                        mask=mask, timeout_multiplier=env.timeout_multiplier)
-        env.separate_records = v.network_records
-    else:
-        v = await run_verifier(sandbox, step, env=env.verifier_env,
-                               timeout_sec=verifier_timeout,
-                               verifier_dir=dirs.verifier, mask=mask,
-                               prepared=prepared, prepared_free_kb=report.free_kb,
-                               cleanup=not last or env.sandbox_outlives_trial)
-        if v.error is not None:  # a verifier that killed its sandbox (out of memory) says so
-            v.error = with_end(v.error, await sandbox.ended())
-    clock.end()
-    timings["verifier_sec"] = v.elapsed_sec
-    warnings.extend(v.warnings)
-    row["judge"] = v.judge  # an LLM judge's spend, apart from the agent's (#22)
-    if v.error is not None:
-
-        err = error_info(v.error, step=step, phase=Phase.VERIFIER)
-        return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
-                          reward_file=v.reward_file, timings=StepTimings(**timings),
-                          **row), context
-    gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
-    return StepResult(
-        source=StepSource.VERIFIER, reward=primary_reward(v.rewards), rewards=v.rewards,
-        passed=step_passed(step.min_reward, v.rewards, True), verifier_exit_code=v.exit_code,
-        reward_file=v.reward_file, timings=StepTimings(**timings), gates=gates, **row), context
+__all__ = ["Baseline", "PhaseNetworks", "run_step", "strip_canary", "take_baseline"]

@@ -11,21 +11,20 @@ from __future__ import annotations
 import asyncio
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
-from cairn.layout import TESTS_DIR, VERIFIER_LOGS_DIR
+from cairn.layout import REWARD_FILE_CAP_BYTES, REWARD_FILES, TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
-from cairn.sandbox.base import Sandbox, UploadItem
+from cairn.sandbox.base import ExecResult, Sandbox, UploadItem
 from cairn.task.model import Step
-from cairn.trial.helper import VERIFIER_CLEANUP_CMD
+from cairn.trial.helper import VERIFIER_CLEANUP_CMD, reset_dirs_cmd
 from cairn.trial.judge import read_judge_usage
 from cairn.trial.rewards import read_reward
 
 VERIFIER_LOGS = VERIFIER_LOGS_DIR
-REWARD_FILES = ("reward.json", "reward.txt")
-REWARD_CAP_BYTES = 64 * 1024
 
 
 @dataclass
@@ -51,14 +50,12 @@ class VerifierRun:
     warnings: list[str] = field(default_factory=list)
     error: TrialFailure | None = None
     judge: JudgeUsage | None = None
-    network_records: list[dict] = field(default_factory=list)
+    network_records: list[dict[str, object]] = field(default_factory=list)
 
 
 async def empty_verifier_logs(sandbox: Sandbox) -> None:
     """Remove everything under ``/logs/verifier`` (as root) and leave it world-writable."""
-    await sandbox.exec(
-        f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-        f"chmod 777 {VERIFIER_LOGS}", user="root")
+    await sandbox.exec(reset_dirs_cmd(VERIFIER_LOGS), user="root")
 
 
 FULL_KB = 64
@@ -79,6 +76,10 @@ def parse_free_kb(out: str) -> int | None:
         return None
 
 
+def _same(text: str) -> str:
+    return text
+
+
 def _read_capped(path: Path) -> bytes | None:
     """Read a downloaded reward file without following links; ``None`` when absent."""
     if path.is_symlink():
@@ -89,11 +90,99 @@ def _read_capped(path: Path) -> bytes | None:
     if not path.is_file():
         raise TrialFailure(ErrorKind.REWARD_PARSE_ERROR, f"{path.name} is not a regular file")
     with path.open("rb") as fh:
-        return fh.read(REWARD_CAP_BYTES + 1)
+        return fh.read(REWARD_FILE_CAP_BYTES + 1)
+
+
+async def _prepare_tests(sandbox: Sandbox, step: Step, run: VerifierRun, *, prepared: bool,
+                         prepared_free_kb: int | None) -> int | None:
+    """Give the verifier an empty ``/logs/verifier`` and a fresh ``/tests`` (the step's
+    tests folders, or the image's own ``/tests/test.sh``); sets ``run.error`` to
+    ``test_missing`` when there is no test.sh at all.
+
+    Returns:
+        The kB free on ``/logs/verifier`` (``None``: unknown).
+    """
+    if step.test_sh is None:
+        await empty_verifier_logs(sandbox)
+        if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
+            run.error = TrialFailure(ErrorKind.TEST_MISSING,
+                                     f"step {step.name!r} has no test.sh, nor has the "
+                                     f"verifier's image a {TESTS_DIR}/test.sh")
+            return None
+        await sandbox.exec(f"chmod -R a+rwX {TESTS_DIR}", user="root")
+        return None
+    free_kb = prepared_free_kb  # the after-agent exec measured it (cairn.trial.helper)
+    if not prepared:  # one exec: empty /logs/verifier, fresh /tests, the space left
+        prep = await sandbox.exec(
+            f"{reset_dirs_cmd(VERIFIER_LOGS)}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
+            user="root")
+        free_kb = parse_free_kb(prep.stdout)
+    crlf: tuple[str, ...] = ()
+    if b"\r\n" in step.test_sh.read_bytes():
+        run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
+        crlf = ("test.sh",)
+    # one archive: every tests folder (later ones over earlier), a+rwX, test.sh LF
+    await sandbox.upload_many([UploadItem(d, TESTS_DIR, world_writable=True, crlf=crlf)
+                               for d in step.tests_dirs])
+    return free_kb
+
+
+async def _run_test_sh(sandbox: Sandbox, step: Step, run: VerifierRun, *,
+                       env: dict[str, str], timeout_sec: float) -> ExecResult:
+    """Run ``/tests/test.sh`` as the verifier user; its exit code and time go to ``run``.
+
+    Raises:
+        SandboxError: bash itself no longer runs (the sandbox is broken, not the verifier).
+    """
+    started = time.monotonic()
+    result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,
+                                cwd=TESTS_DIR, env=env, timeout_sec=timeout_sec)
+    run.elapsed_sec = time.monotonic() - started
+    run.exit_code = result.exit_code
+    if result.exit_code in (126, 127) and not (
+            await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
+        # bash itself no longer runs: whatever ran before broke the sandbox (design §6
+        # sandbox_unusable), not the task's verifier
+        raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
+                           f"{result.stderr.strip()[-300:]}",
+                           detail={"exit_code": result.exit_code})
+    return result
+
+
+def _read_rewards(run: VerifierRun, result: ExecResult, verifier_dir: Path, *,
+                  free_kb: int | None, mask: Callable[[str], str]) -> None:
+    """Read the downloaded reward file into ``run`` (or its failure into ``run.error``).
+
+    Raises:
+        SandboxError: no reward and the disk was full when the verifier started (the agent's
+            doing: ``sandbox_unusable``).
+    """
+    present = [n for n in REWARD_FILES if os.path.lexists(verifier_dir / n)]
+    run.reward_file = present[0] if present else None
+    try:
+        files = {name: _read_capped(verifier_dir / name) for name in REWARD_FILES}
+        read = read_reward(files)
+    except TrialFailure as exc:
+        detail = dict(exc.detail)
+        detail.update(exit_code=result.exit_code, stdout_tail=mask(result.stdout[-2000:]),
+                      stderr_tail=mask(result.stderr[-2000:]))
+        if free_kb is not None and free_kb < FULL_KB:
+            # the agent left no room for the verifier's reward: the agent's fault (design
+            # §6 sandbox_unusable, scored 0), not the task's
+            raise SandboxError(
+                f"the sandbox's disk was full when the verifier started ({free_kb} kB free "
+                f"on {VERIFIER_LOGS}), so the verifier could not leave a reward "
+                f"({exc.kind.value}: {mask(str(exc))})",
+                detail={**detail, "free_kb": free_kb}) from exc
+        run.error = TrialFailure(exc.kind, mask(str(exc)), detail=detail)
+        return
+    run.rewards = dict(read.rewards)
+    run.reward_file = read.reward_file
+    run.warnings.extend(read.warnings)
 
 
 async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
-                       verifier_dir: Path, mask=lambda s: s,
+                       verifier_dir: Path, mask: Callable[[str], str] = _same,
                        image_tests: bool = False, prepared: bool = False,
                        prepared_free_kb: int | None = None,
                        cleanup: bool = True) -> VerifierRun:
@@ -126,51 +215,15 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         SandboxLostError: the engine is gone.
     """
     run = VerifierRun()
-    free_kb: int | None = None
     if step.test_sh is None and not image_tests:
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
     try:
-        if step.test_sh is None:
-            await empty_verifier_logs(sandbox)
-            if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
-                run.error = TrialFailure(ErrorKind.TEST_MISSING,
-                                         f"step {step.name!r} has no test.sh, nor has the "
-                                         f"verifier's image a {TESTS_DIR}/test.sh")
-                return run
-        else:
-            if not prepared:  # one exec: empty /logs/verifier, fresh /tests, the space left
-                prep = await sandbox.exec(
-                    f"mkdir -p {VERIFIER_LOGS} && find {VERIFIER_LOGS} -mindepth 1 -delete; "
-                    f"chmod 777 {VERIFIER_LOGS}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
-                    user="root")
-                free_kb = parse_free_kb(prep.stdout)
-            else:  # the after-agent exec measured it (cairn.trial.helper)
-                free_kb = prepared_free_kb
-            crlf: tuple[str, ...] = ()
-            if b"\r\n" in step.test_sh.read_bytes():
-                run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded "
-                                    "copy")
-                crlf = ("test.sh",)
-            # one archive: every tests folder (later ones over earlier), a+rwX, test.sh LF
-            await sandbox.upload_many([UploadItem(d, TESTS_DIR, world_writable=True, crlf=crlf)
-                                       for d in step.tests_dirs])
-        if step.test_sh is None:
-            await sandbox.exec(f"chmod -R a+rwX {TESTS_DIR}", user="root")
-
-        started = time.monotonic()
-        result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,
-                                    cwd=TESTS_DIR, env=env, timeout_sec=timeout_sec)
-        run.elapsed_sec = time.monotonic() - started
-        run.exit_code = result.exit_code
-        if result.exit_code in (126, 127) and not (
-                await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
-            # bash itself no longer runs: whatever ran before broke the sandbox (design §6
-            # sandbox_unusable), not the task's verifier
-            raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
-                               f"{result.stderr.strip()[-300:]}",
-                               detail={"exit_code": result.exit_code})
-
+        free_kb = await _prepare_tests(sandbox, step, run, prepared=prepared,
+                                       prepared_free_kb=prepared_free_kb)
+        if run.error is not None:
+            return run
+        result = await _run_test_sh(sandbox, step, run, env=env, timeout_sec=timeout_sec)
         await sandbox.download(VERIFIER_LOGS, verifier_dir)
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout), encoding="utf-8")
         (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr), encoding="utf-8")
@@ -182,28 +235,7 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
                 f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
                 detail={"timeout_sec": timeout_sec})
             return run
-        present = [n for n in REWARD_FILES if os.path.lexists(verifier_dir / n)]
-        run.reward_file = present[0] if present else None
-        try:
-            files = {name: _read_capped(verifier_dir / name) for name in REWARD_FILES}
-            read = read_reward(files)
-        except TrialFailure as exc:
-            detail = dict(exc.detail)
-            detail.update(exit_code=result.exit_code, stdout_tail=mask(result.stdout[-2000:]),
-                          stderr_tail=mask(result.stderr[-2000:]))
-            if free_kb is not None and free_kb < FULL_KB:
-                # the agent left no room for the verifier's reward: the agent's fault (design
-                # §6 sandbox_unusable, scored 0), not the task's
-                raise SandboxError(
-                    f"the sandbox's disk was full when the verifier started ({free_kb} kB free "
-                    f"on {VERIFIER_LOGS}), so the verifier could not leave a reward "
-                    f"({exc.kind.value}: {mask(str(exc))})",
-                    detail={**detail, "free_kb": free_kb}) from exc
-            run.error = TrialFailure(exc.kind, mask(str(exc)), detail=detail)
-            return run
-        run.rewards = dict(read.rewards)
-        run.reward_file = read.reward_file
-        run.warnings.extend(read.warnings)
+        _read_rewards(run, result, verifier_dir, free_kb=free_kb, mask=mask)
         return run
     finally:
         try:

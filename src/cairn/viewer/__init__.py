@@ -5,7 +5,8 @@ index per job, one trial in full, safe file paths), :mod:`~cairn.viewer.pages` (
 :mod:`~cairn.viewer.render` (Jinja2, autoescape on; URL builders), :mod:`~cairn.viewer.app` (the
 Starlette app), :mod:`~cairn.viewer.bundle` (the static site) and :func:`serve`.
 
-Needs the optional extra ``cairn-eval[view]`` (starlette, uvicorn, jinja2); the bundle needs
+Needs starlette, uvicorn and jinja2, part of cairn's base install (issue 27; ``[view]`` is
+kept as an empty extra); the bundle needs
 only jinja2. See docs/viewer.md.
 """
 

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from cairn.results.model import JobSummary, Outcome, StepResult, TrialResult
+from cairn.layout import REWARD_FILES
+from cairn.results.model import (
+    ArtifactEntry,
+    JobSummary,
+    Outcome,
+    StepResult,
+    TrialResult,
+)
 from cairn.results.store import (
     ATTEMPTS,
     JOB_JSON,
@@ -34,11 +41,13 @@ from cairn.results.store import (
     JobPaths,
     TrialPaths,
     read_artifacts_manifest,
-    read_json,
+    read_config,
+    read_job_json,
     read_result,
     read_status,
     read_steps,
     read_summary,
+    read_trajectory,
 )
 
 TEXT_PREVIEW_BYTES = 256 * 1024
@@ -207,10 +216,9 @@ def _running_row(trial: TrialPaths, earlier: int) -> TrialRow:
     task, attempt = _task_of_dir(trial.root.name)
     total = 0
     try:
-        cfg = read_json(trial.config_json)
-        task = cfg.get("task", {}).get("name", task)
-        attempt = int(cfg.get("attempt", attempt))
-    except (OSError, ValueError, AttributeError):
+        cfg = read_config(trial.config_json)
+        task, attempt = cfg.task.name, cfg.attempt
+    except (OSError, ValueError):
         pass
     steps_run = 0
     try:
@@ -219,12 +227,13 @@ def _running_row(trial: TrialPaths, earlier: int) -> TrialRow:
         steps_run = sum(r.source.value != "not-run" for r in rows)
     except (OSError, ValueError):
         pass
-    status = read_status(trial) or {}
+    status = read_status(trial)
     step = None
-    if status.get("step"):
-        step = f"{status.get('step_index')}/{total or '?'} {status['step']}"
+    if status is not None and status.step:
+        step = f"{status.step_index}/{total or '?'} {status.step}"
     return TrialRow(name=trial.root.name, task=task, attempt=attempt, outcome=RUNNING,
-                    steps_run=steps_run, steps_total=total, phase=status.get("phase"),
+                    steps_run=steps_run, steps_total=total,
+                    phase=status.phase if status is not None else None,
                     step=step, earlier_attempts=earlier)
 
 
@@ -405,9 +414,7 @@ class JobIndex:
                 else:
                     earlier = _count_attempts(Path(e.path))
                     try:
-                        data = read_json(Path(res))
-                        if not isinstance(data, dict):
-                            raise ValueError("result.json is not an object")
+                        data = read_result(Path(res)).model_dump(mode="json")
                         row = _row_from_result(e.name, data, earlier)
                     except (OSError, ValueError, TypeError) as exc:
                         task, attempt = _task_of_dir(e.name)
@@ -510,12 +517,11 @@ class JobIndex:
         return summary
 
     def meta(self) -> dict[str, Any]:
-        """job.json's content (``{}`` when absent or unreadable)."""
+        """job.json's content (``{}`` when absent, unreadable or not a valid job.json)."""
         try:
-            data = read_json(self.paths.job_json)
+            return read_job_json(self.paths.root).model_dump(mode="json")
         except (OSError, ValueError):
             return {}
-        return data if isinstance(data, dict) else {}
 
 
 # ------------------------------------------------------------------------------------------
@@ -657,7 +663,7 @@ class StepView:
     verifier_files: list[FileEntry] = field(default_factory=list)
     reward_file: FileEntry | None = None
     artifacts: list[FileEntry] = field(default_factory=list)
-    manifest: list[dict] = field(default_factory=list)
+    manifest: list[ArtifactEntry] = field(default_factory=list)
     running_phase: str | None = None
 
 
@@ -681,6 +687,7 @@ class TrialView:
     steps: list[StepView]
     config: dict[str, Any]
     status: dict[str, Any] | None
+    """status.json of a running trial (:class:`~cairn.results.model.TrialStatus` as JSON)."""
     attempts: list[AttemptView]
     trial_log: FileEntry | None
     load_error: str | None = None
@@ -723,7 +730,7 @@ def _read_trajectory(path: Path) -> tuple[dict | None, str | None]:
     if not path.is_file() or path.is_symlink():
         return None, None
     try:
-        data = read_json(path)
+        data = read_trajectory(path)
     except (OSError, ValueError) as exc:
         return None, f"trajectory.json unreadable: {exc}"
     if not isinstance(data, dict) or not isinstance(data.get("steps"), list):
@@ -775,7 +782,7 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
                 v.instruction = read_text_preview(sp.instruction)[0]
             v.trajectory, v.trajectory_error = _read_trajectory(sp.agent / "trajectory.json")
             v.agent_files = _listing(job_root, sp.agent, preview=True, skip={"trajectory.json"})
-            reward_names = {"reward.json", "reward.txt"}
+            reward_names = set(REWARD_FILES)
             v.verifier_files = [f for f in _listing(job_root, sp.verifier, preview=True)
                                 if f.name not in reward_names]
             for rn in ((row.reward_file,) if row.reward_file else ()) + tuple(sorted(reward_names)):
@@ -788,12 +795,11 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
                                    if isinstance(s, dict) and s.get("source") == "user"), None)
                 if first_user and isinstance(first_user.get("message"), str):
                     v.instruction = first_user["message"]
-        if status and status.get("step_index") == row.index:
-            v.running_phase = status.get("phase")
+        if status is not None and status.step_index == row.index:
+            v.running_phase = status.phase
         steps.append(v)
     try:
-        config = read_json(trial.config_json)
-        config = config if isinstance(config, dict) else {}
+        config: dict[str, Any] = read_config(trial.config_json).model_dump(mode="json")
     except (OSError, ValueError):
         config = {}
     attempts: list[AttemptView] = []
@@ -803,10 +809,11 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
             a = TrialPaths(p)
             outcome, error, arows = None, None, []
             try:
-                d = read_json(a.result_json)
-                outcome, error = d.get("outcome"), d.get("error")
-                arows = list(read_result(a.result_json).steps)
-            except (OSError, ValueError, AttributeError):
+                prior = read_result(a.result_json)
+                outcome = prior.outcome.value
+                error = prior.error.model_dump(mode="json") if prior.error else None
+                arows = list(prior.steps)
+            except (OSError, ValueError):
                 try:
                     arows = list(read_steps(a.steps_json).steps)
                 except (OSError, ValueError):
@@ -814,7 +821,8 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
             attempts.append(AttemptView(number=int(p.name), outcome=outcome, error=error,
                                         steps=arows))
     return TrialView(job=job.name, name=name, result=result, steps=steps, config=config,
-                     status=status, attempts=attempts, load_error=load_error,
+                     status=status.model_dump(mode="json") if status is not None else None,
+                     attempts=attempts, load_error=load_error,
                      trial_log=_file(job_root, trial.trial_log))
 
 

@@ -124,6 +124,7 @@ def _laid_end_to_end(t: TrialView) -> list[dict[str, Any]]:
     if t.result is not None:
         tt = t.result.timings
         for phase, sec, label in (("environment", tt.environment_sec, "environment"),
+                                  ("healthcheck", tt.healthcheck_sec, "environment healthcheck"),
                                   ("agent_setup", tt.agent_setup_sec, "agent setup")):
             if sec:
                 segs.append({"phase": phase, "step": None, "label": label, "short": "",

@@ -80,6 +80,32 @@ def test_no_network_makes_every_project_network_internal_without_a_host_address(
         assert net["internal"] is True and net["driver_opts"] == {INHIBIT_IPV4: "true"}
 
 
+def test_behind_the_gateway_main_gets_a_known_host_name_and_no_proxy_names_it():
+    """Issue 29: ``NO_PROXY`` names every local spelling, every service and ``main``'s own
+    host name (set in advance: its ``hostname:``, else ``main``); Node gets
+    ``NODE_USE_ENV_PROXY``."""
+    from cairn.sandbox.docker.gateway import proxy_env
+
+    model = _model()
+    del model["networks"]["ext"]
+    spec = SandboxSpec(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",))
+    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS,
+                     gateway_env=proxy_env())
+    main = doc["services"]["main"]
+    assert main["hostname"] == "main"
+    env = main["environment"]
+    assert env["NODE_USE_ENV_PROXY"] == "1"
+    for key in ("NO_PROXY", "no_proxy"):
+        assert set(env[key].split(",")) >= {"localhost", "127.0.0.1", "::1", "0.0.0.0",
+                                            "main", "db", "worker"}
+        assert "[" not in env[key]  # httpx fails every request on a bracketed entry
+    model["services"]["main"]["hostname"] = "box"
+    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS,
+                     gateway_env=proxy_env())
+    assert doc["services"]["main"]["hostname"] == "box"
+    assert "box" in doc["services"]["main"]["environment"]["NO_PROXY"].split(",")
+
+
 @pytest.mark.parametrize("change, needle", [
     (lambda m: None, "external"),
     (lambda m: (m["networks"].pop("ext"), m["services"]["db"].update(network_mode="host")),

@@ -22,7 +22,7 @@ import pytest
 
 from cairn.netpolicy import NetworkMode, NetworkPolicy
 from cairn.sandbox.base import SandboxSpec
-from cairn.sandbox.pools import close_pool, open_pool
+from cairn.sandbox.pools import ResourcePool
 
 docker = pytest.importorskip("docker")
 from cairn.sandbox.cleanup import clean, settle_job  # noqa: E402
@@ -53,9 +53,25 @@ def _job_resources(job: str) -> tuple[list[str], list[str]]:
             [n["Name"] for n in api.networks(filters=flt)])
 
 
+_POOLS: dict[Path, ResourcePool] = {}
+"""Each test job's resource pool (what the job's run loop owns and lends its trials)."""
+
+
+def _pool(job_dir: Path) -> ResourcePool:
+    return _POOLS.setdefault(job_dir, ResourcePool())
+
+
+def open_pool(job_dir: Path) -> None:
+    _pool(job_dir)
+
+
+def close_pool(job_dir: Path) -> None:
+    _POOLS.pop(job_dir, ResourcePool()).close()
+
+
 def _spec(env: Path, job: str, job_dir: Path, **kw) -> SandboxSpec:
     return SandboxSpec(env_dir=env, job_id=job, trial_id=uuid.uuid4().hex[:12],
-                       job_dir=job_dir, name="pool", **kw)
+                       job_dir=job_dir, name="pool", pool=_pool(job_dir), **kw)
 
 
 def _env(tmp_path: Path) -> Path:
@@ -188,13 +204,13 @@ from pathlib import Path
 from cairn.netpolicy import NetworkMode
 from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.docker.backend import DockerSandbox
-from cairn.sandbox.pools import open_pool
+from cairn.sandbox.pools import ResourcePool
 env, job, job_dir = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
+pool = ResourcePool()
 def spec():
     return SandboxSpec(env_dir=env, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",),
-                       job_id=job, trial_id=uuid.uuid4().hex[:12], job_dir=job_dir)
+                       job_id=job, trial_id=uuid.uuid4().hex[:12], job_dir=job_dir, pool=pool)
 async def main():
-    open_pool(job_dir)
     async with DockerSandbox(spec()):
         pass
     sb = DockerSandbox(spec())  # takes the pooled gateway

@@ -13,8 +13,10 @@ The driver (``cairn run --executor ray``) stays the only writer of the job folde
 
 A node that dies mid-trial (or a worker process that crashes) makes the trial an ``infra``
 error (``sandbox_lost``), which the job's run loop retries under ``--max-retries``; Ray itself
-never re-runs a trial (``max_retries=0``). Nodes advertise what they run with custom resources:
-``cairn_trial_slot`` (trials at once) and ``cairn_backend_<name>`` per backend present.
+never re-runs a trial (``max_retries=0``). A plain cluster is enough: trials are placed by CPUs
+(the task's ``[environment] cpus``, default 1, or ``--ray-trial-cpus``) and each node's sandbox
+backends are found by probing it (:mod:`cairn.job.executors.ray_nodes`); the custom resources
+``cairn_trial_slot`` and ``cairn_backend_<name>`` stay an option for mixed clusters.
 
 This is the only module that imports :mod:`ray` (the optional extra ``cairn-eval[ray]``).
 """
@@ -36,21 +38,26 @@ from cairn import __version__
 from cairn.errors import Category, ErrorKind, Phase, UsageError
 from cairn.events import Event, EventKind, EventSink
 from cairn.job.executors import Executor
+from cairn.job.executors.ray_nodes import (
+    BACKEND_PREFIX,
+    SLOT,
+    NodeMap,
+    backend_resource,
+    placement,
+    probe_nodes,
+    trial_nodes,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
+    from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
 INSTALL_HINT = "pip install 'cairn-eval[ray]'"
 """The command that installs the optional extra."""
-SLOT = "cairn_trial_slot"
-"""Custom resource: one unit per trial a node runs at once."""
-BACKEND_PREFIX = "cairn_backend_"
-"""Custom resource prefix: ``cairn_backend_local`` / ``cairn_backend_docker`` on a node that has
-that sandbox backend."""
 POLL_SEC = 0.1
 """How often the driver collects event lines from the workers."""
 CANCEL_WAIT_SEC = 60.0
@@ -70,26 +77,22 @@ def _ray() -> Any:
     return ray
 
 
-def backend_resource(backend: str) -> str:
-    """The custom resource a node advertises when it has ``backend`` (``cairn_backend_local``)."""
-    return BACKEND_PREFIX + backend
-
-
 # ---- worker side --------------------------------------------------------------------------------
 class _EventBox:
-    """Ray actor (created by the driver): workers push event rows, the driver takes them."""
+    """Ray actor (created by the driver): workers push event values (the frozen
+    :mod:`cairn.events` dataclasses, pickled as they are), the driver takes them."""
 
     def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str | None, str | None]] = []
+        self.rows: list[Event] = []
 
-    def push(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
+    def push(self, rows: list[Event]) -> None:
         self.rows.extend(rows)
 
     def flush(self) -> None:
         """A no-op a worker awaits: Ray runs one caller's calls in order, so its earlier
         pushes are in when this returns."""
 
-    def take(self) -> list[tuple[str, str, str | None, str | None]]:
+    def take(self) -> list[Event]:
         rows, self.rows = self.rows, []
         return rows
 
@@ -139,13 +142,14 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         events: the driver's event actor.
 
     Returns:
-        ``{"node", "host"}`` plus either ``{"refused": why}`` (nothing was started) or
+        ``{"node", "host"}`` plus either ``{"refused": why}`` (nothing was started),
+        ``{"lacks": why}`` (this node cannot run the trial's backend; nothing was started) or
         ``{"result": result JSON, "archive": tar bytes of the trial folder}``.
     """
     import ray
 
     from cairn._util.tar import tar_stream
-    from cairn.sandbox import resolve_backend
+    from cairn.sandbox import host_problem
     from cairn.task.load import load_task
     from cairn.trial.run import run_trial
 
@@ -154,10 +158,9 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
     if driver_version != __version__:
         return {**where, "refused": f"{who} runs cairn {__version__}, the driver cairn "
                 f"{driver_version}: install the same version on every node"}
-    try:
-        resolve_backend(plan.backend)
-    except UsageError as exc:
-        return {**where, "refused": f"{who} cannot run backend {plan.backend}: {exc}"}
+    problem = host_problem(plan.backend)
+    if problem is not None:
+        return {**where, "lacks": problem}
     try:
         task_dir = _cached_task(ray, plan.task.content_hash, plan.task.path.name, task_ref[0],
                                 where["node"])
@@ -168,7 +171,7 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         return {**where, "refused": f"{who}: the task's content hash changed in transit"}
 
     def push(event: Event) -> None:
-        events.push.remote([(event.kind.value, event.text, event.task, event.trial_id)])
+        events.push.remote([event])
 
     work = Path(tempfile.mkdtemp(prefix="cairn-trial-"))
     try:
@@ -189,8 +192,23 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
         shutil.rmtree(work, ignore_errors=True)
 
 
+def probe_node() -> dict[str, Any]:
+    """Ray task body (pinned to one node by the driver, no CPU reserved): this node's
+    sandbox backends (:func:`cairn.sandbox.host_problem`).
+
+    Returns:
+        ``{"node": node id, "host": host name, "backends": {backend name: None when usable,
+        else why not}}``.
+    """
+    import ray
+
+    from cairn.sandbox import BACKEND_NAMES, host_problem
+
+    return {**_where(ray), "backends": {name: host_problem(name) for name in BACKEND_NAMES}}
+
+
 def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
-                  snapshots: bool = False) -> tuple[dict, Any]:
+                  snapshots: bool = False) -> tuple[dict[str, str], Any]:
     """Ray task body of ``cairn clean --executor ray``: this node's left-over sandboxes.
 
     Returns:
@@ -232,6 +250,7 @@ class RayExecutor(Executor):
         self._sinks: dict[str, EventSink] = {}
         self._default_sink: EventSink | None = None
         self._task_refs: dict[str, Any] = {}
+        self._nodes: NodeMap | None = None
 
     def open(self) -> None:
         """Connect to the cluster (``--ray-address``, else ``RAY_ADDRESS``, else a fresh local
@@ -277,35 +296,56 @@ class RayExecutor(Executor):
             res[backend_resource("docker")] = n
         return res
 
+    def _node_map(self) -> NodeMap:
+        """What the cluster advertises (slots, pinned backends), its nodes probed once."""
+        if self._nodes is None:
+            have = self._ray.cluster_resources()
+            nodes = NodeMap(uses_slots=SLOT in have,
+                            pinned=frozenset(k.removeprefix(BACKEND_PREFIX) for k in have
+                                             if k.startswith(BACKEND_PREFIX)))
+            ids = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
+            probe_nodes(self._ray, probe_node, nodes, ids)
+            self._nodes = nodes
+        return self._nodes
+
+    def _unknown(self, nodes: NodeMap, backend: str, alive: list[str]) -> bool:
+        """One of the ``alive`` nodes is not known to lack ``backend`` (its probe did not
+        answer: its first trial finds out)."""
+        return bool(set(alive) - set(nodes.lacking(backend)))
+
     def resolve_backend(self, name: str) -> str:
-        """Resolve ``-e`` against what the cluster's nodes advertise: ``auto`` is ``docker``
-        when some node has it, else ``local``.
+        """Resolve ``-e`` against what the cluster's nodes run, before any trial starts:
+        ``auto`` is ``docker`` when some node has it, else ``local``.
+
+        A node's backends are what it advertises (``cairn_backend_<name>``), else what a probe
+        pinned to it found (module :mod:`cairn.job.executors.ray_nodes`).
 
         Raises:
-            UsageError: an unknown backend, or no node advertises it (or any trial slot).
+            UsageError: an unknown backend, no node that can take trials (CPUs, or
+                ``cairn_trial_slot`` when some node advertises it), or no node that runs the
+                backend (each node's reason given).
         """
         from cairn.sandbox import BACKEND_NAMES
 
         self.open()
-        have = self._ray.cluster_resources()
-        if SLOT not in have:
-            raise UsageError(f"--executor ray: no node of the cluster advertises {SLOT}; start "
-                             "workers with ray start --resources "
-                             f"'{{\"{SLOT}\": 4, \"{backend_resource('local')}\": 4}}' "
-                             "(docs/scale-out.md)")
-        if name == "auto":
-            for candidate in ("docker", "local"):
-                if backend_resource(candidate) in have:
-                    return candidate
-            raise UsageError("--executor ray: no node advertises a sandbox backend "
-                             f"({backend_resource('docker')} / {backend_resource('local')})")
-        if name not in BACKEND_NAMES:
+        if name != "auto" and name not in BACKEND_NAMES:
             raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
                              + ", ".join(BACKEND_NAMES))
-        if backend_resource(name) not in have:
-            raise UsageError(f"-e {name}: no node of the Ray cluster advertises "
-                             f"{backend_resource(name)}")
-        return name
+        nodes = self._node_map()
+        alive = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
+        if not alive:
+            need = f"a {SLOT} resource" if nodes.uses_slots else "CPUs"
+            raise UsageError(f"--executor ray: no alive node of the cluster has {need} to run "
+                             "trials on (docs/scale-out.md)")
+        candidates = ("docker", "local") if name == "auto" else (name,)
+        for known in (True, False):  # a backend some node was found to run comes first
+            for candidate in candidates:
+                if candidate in nodes.pinned or nodes.able(candidate) or \
+                        (not known and self._unknown(nodes, candidate, alive)):
+                    return candidate
+        why = "; ".join(f"{c}: {nodes.why_not(c)}" for c in candidates)
+        raise UsageError(f"-e {name}: no node of the Ray cluster can run "
+                         f"{'a sandbox backend' if name == 'auto' else 'it'} ({why})")
 
     def _task_ref(self, plan: TrialPlan) -> Any:
         """The task folder's tar bytes in the object store, put once per content hash."""
@@ -317,15 +357,35 @@ class RayExecutor(Executor):
             self._task_refs[h] = self._ray.put(data)
         return self._task_refs[h]
 
+    def _trial_cpus(self, plan: TrialPlan) -> float:
+        """CPUs Ray reserves for the trial: ``--ray-trial-cpus``, else the task's
+        ``[environment] cpus``, else 1."""
+        if self.config.ray_trial_cpus is not None:
+            return float(self.config.ray_trial_cpus)
+        cpus = plan.task.config.environment.cpus
+        return float(cpus) if cpus else 1.0
+
     def _options(self, plan: TrialPlan) -> dict[str, Any]:
-        env = plan.task.config.environment
-        opts: dict[str, Any] = {
-            "num_cpus": float(env.cpus) if env.cpus else 1.0,
-            "resources": {SLOT: 1.0, backend_resource(plan.backend): 0.001},
-        }
-        if env.memory_mb:
-            opts["memory"] = int(env.memory_mb) * 1024 * 1024
-        return opts
+        return placement(self._node_map(), plan.backend, self._trial_cpus(plan),
+                         plan.task.config.environment.memory_mb)
+
+    def _unplaceable(self, plan: TrialPlan) -> str | None:
+        """Why no alive node can take the trial (backend, CPUs), or ``None``."""
+        nodes = self._node_map()
+        alive = trial_nodes(self._ray, nodes.uses_slots)
+        if plan.backend not in nodes.pinned:
+            lacking = set(nodes.lacking(plan.backend))
+            alive = [n for n in alive if n["NodeID"] not in lacking]
+            if not alive:
+                return (f"no alive node of the Ray cluster can run backend {plan.backend} "
+                        f"({nodes.why_not(plan.backend)})")
+        cpus = self._trial_cpus(plan)
+        most = max((float((n.get("Resources") or {}).get("CPU", 0)) for n in alive),
+                   default=0.0)
+        if cpus > most:
+            return (f"the trial asks Ray for {cpus:g} CPUs and no node that runs backend "
+                    f"{plan.backend} has more than {most:g} (--ray-trial-cpus lowers it)")
+        return None
 
     async def _poll(self) -> None:
         while True:
@@ -333,18 +393,22 @@ class RayExecutor(Executor):
             with contextlib.suppress(Exception):
                 self._dispatch(await self._events.take.remote())
 
-    def _dispatch(self, rows: list[tuple[str, str, str | None, str | None]]) -> None:
-        for kind, text, task, trial in rows:
-            sink = self._sinks.get(trial or "", self._default_sink)
+    def _dispatch(self, rows: list[Event]) -> None:
+        for event in rows:
+            sink = self._sinks.get(event.trial_id or "", self._default_sink)
             if sink is not None:
-                sink(Event(EventKind(kind), text, task=task, trial_id=trial))
+                sink(event)
 
     async def _drain(self) -> None:
         with contextlib.suppress(Exception):
             self._dispatch(await self._events.take.remote())
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink) -> TrialResult:
+    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
+                        services: JobServices | None = None) -> TrialResult:
         """Run the trial on a worker node and install its folder here (module docstring).
+
+        ``services`` stay in this process: a worker's trial runs with none (its sandbox
+        removal is awaited on the node; no pool crosses to it).
 
         Returns:
             The result as stored; a lost node or a refusal is an ``infra`` error result.
@@ -359,15 +423,40 @@ class RayExecutor(Executor):
         if self._poller is None:
             self._poller = asyncio.create_task(self._poll())
         tp = TrialPaths(plan.trial_dir)
-        ref = self._remote.options(**self._options(plan)).remote(
-            __version__, plan, [self._task_ref(plan)], self._events)
+        ref: Any = None
         try:
             try:
-                out = await ref
+                while True:  # a node found without the backend: placed again without it
+                    why = self._unplaceable(plan)
+                    if why is not None:
+                        result = _errored(plan, ErrorKind.START_FAILED, f"ray: {why}")
+                        TrialStore(tp).create().write_result(result)
+                        return result
+                    ref = self._remote.options(**self._options(plan)).remote(
+                        __version__, plan, [self._task_ref(plan)], self._events)
+                    known = set(self._node_map().lacking(plan.backend))
+                    out = await ref
+                    if "lacks" not in out:
+                        break
+                    if str(out["node"]) in known:  # the label selector was not honoured
+                        result = _errored(plan, ErrorKind.START_FAILED,
+                                          f"ray: placed again on node {out['host']}, which "
+                                          f"cannot run backend {plan.backend}: {out['lacks']}")
+                        TrialStore(tp).create().write_result(result)
+                        return result
+                    self._node_map().record(str(out["node"]), str(out["host"]), plan.backend,
+                                            str(out["lacks"]))
+                    on_event(Event(EventKind.WARNING,
+                                   f"[{plan.task.name}] node {out['host']} "
+                                   f"({str(out['node'])[:12]}) cannot run backend "
+                                   f"{plan.backend} ({out['lacks']}): placed elsewhere",
+                                   plan.task.name, plan.trial_id))
             except asyncio.CancelledError:
-                ray.cancel(ref)  # KeyboardInterrupt in the worker: run_trial removes its sandbox
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(asyncio.wrap_future(ref.future()), CANCEL_WAIT_SEC)
+                if ref is not None:  # KeyboardInterrupt in the worker: it removes its sandbox
+                    ray.cancel(ref)
+                    with contextlib.suppress(BaseException):
+                        await asyncio.wait_for(asyncio.wrap_future(ref.future()),
+                                               CANCEL_WAIT_SEC)
                 from cairn.job.discover import cancelled_result
 
                 with contextlib.suppress(OSError):
@@ -451,4 +540,5 @@ class RayExecutor(Executor):
             with contextlib.suppress(Exception):
                 self._ray.shutdown()
         self._ray = None
+        self._nodes = None
         self._task_refs.clear()

@@ -2,7 +2,8 @@
 
 ``result.schema.json`` (result.json), ``steps.schema.json`` (steps.json) and
 ``summary.schema.json`` (summary.json), ``job.schema.json`` (job.json) and
-``config.schema.json`` (a trial's config.json) are generated from the pydantic models in
+``config.schema.json`` (a trial's config.json) and ``rollout.schema.json`` (one line of
+``cairn export --format rollouts``) are generated from the pydantic models in
 :mod:`cairn.results`, ``check.schema.json`` (``cairn tasks check --json``) from
 :mod:`cairn.task.report`; regenerate them after changing a model with::
 
@@ -22,6 +23,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from cairn.results.model import JobMeta, JobSummary, StepsFile, TrialConfigFile, TrialResult
+from cairn.results.rollouts import RolloutStep
 from cairn.task.report import CheckReport
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -33,6 +35,7 @@ SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     "job": JobMeta,
     "config": TrialConfigFile,
     "check": CheckReport,
+    "rollout": RolloutStep,
 }
 """Schema name → the model it is generated from; the file is ``<name>.schema.json``."""
 

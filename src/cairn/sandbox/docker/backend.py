@@ -51,6 +51,7 @@ from cairn.sandbox.base import (
     NetworkPolicy,
     ProcessInfo,
     Sandbox,
+    SandboxConnection,
     SandboxEnd,
     SandboxSpec,
     ServiceExit,
@@ -58,7 +59,6 @@ from cairn.sandbox.base import (
     UploadItem,
 )
 from cairn.sandbox.docker.build import (
-    TASK_FAULT,
     ImageInfo,
     engine_version,
     ensure_image,
@@ -93,6 +93,7 @@ from cairn.sandbox.docker.gateway import (
     ensure_gateway_image,
     plan_layout,
     proxy_env,
+    sandbox_hostname,
 )
 
 log = logging.getLogger(__name__)
@@ -315,15 +316,15 @@ class DockerSandbox(Sandbox):
 
     async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
         """A gateway and internal network an earlier trial of this job left in the job's pool
-        (:mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's policy and
-        host map); or ``None`` (no pool, none idle, a layout that is not reused) to make
-        fresh ones. A pooled gateway that died idle fails this trial's start as
+        (``spec.pool``, :mod:`cairn.sandbox.pools`; :meth:`start` switches it to this trial's
+        policy and host map); or ``None`` (no pool, none idle, a layout that is not reused) to
+        make fresh ones. A pooled gateway that died idle fails this trial's start as
         ``start_failed`` (infra: retried on a fresh one)."""
-        from cairn.sandbox import pools
-
-        if not fresh.poolable_plan or not pools.pool_open(self.spec.job_dir):
+        pool = self.spec.pool
+        if not fresh.poolable_plan or pool is None or pool.closed:
             return None
-        return await pools.take_or_wait(self.spec.job_dir, POOL_KIND, wait_sec=POOL_WAIT_SEC)
+        item = await pool.take_or_wait(POOL_KIND, wait_sec=POOL_WAIT_SEC)
+        return item if isinstance(item, TrialNetwork) else None
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""
@@ -371,12 +372,12 @@ class DockerSandbox(Sandbox):
         """The gateway's connection records not returned before (see :meth:`Sandbox.network_records`)."""
         if self._net is None or self._net.layout is not Layout.GATEWAY:
             return []
-        return await self._net.records()
+        return await self._net.records(self._cid)
 
-    def _environment(self) -> dict[str, str] | None:
+    def _environment(self, hostname: str | None = None) -> dict[str, str] | None:
         env = dict(self.spec.env)
         if self._net is not None and self._net.layout is Layout.GATEWAY:
-            env = {**proxy_env(), **env}
+            env = {**proxy_env((hostname,) if hostname else ()), **env}
         return env or None
 
     async def _create_and_start(self) -> None:
@@ -400,6 +401,9 @@ class DockerSandbox(Sandbox):
         trial8 = re.sub(r"[^A-Za-z0-9]", "", spec.trial_id)[:8]
         name = f"cairn-{slug}-{trial8}-{uuid.uuid4().hex[:6]}"
         env_hash = spec.env_hash
+        # behind the gateway the host name is set, so NO_PROXY can name it (issue 29)
+        gated = self._net.layout is Layout.GATEWAY
+        hostname = sandbox_hostname(name) if gated else None
         img = self._image
         service = [*img.entrypoint, *img.cmd] if img.entrypoint else []
         if is_keep_alive(service):  # the keeper idles anyway
@@ -414,7 +418,8 @@ class DockerSandbox(Sandbox):
                     img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
                     command=service,
                     labels=container_labels(spec, env_hash), host_config=host_config, name=name,
-                    working_dir=self._workdir, environment=self._environment(), detach=True)
+                    working_dir=self._workdir, environment=self._environment(hostname),
+                    hostname=hostname, detach=True)
                 self._cid = created["Id"]
                 return self._cid
 
@@ -428,8 +433,7 @@ class DockerSandbox(Sandbox):
                 if why is None:
                     raise
                 raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED,
-                                   detail={TASK_FAULT: True}) from exc
+                                   kind=ErrorKind.START_FAILED, task_fault=True) from exc
 
     async def _prepare(self) -> None:
         before = time.clock_gettime(time.CLOCK_BOOTTIME)
@@ -444,7 +448,7 @@ class DockerSandbox(Sandbox):
                 raise
             raise SandboxError(f"the task's image cannot start: {why}",
                                kind=ErrorKind.START_FAILED,
-                               detail={"logs": logs, TASK_FAULT: True}) from exc
+                               detail={"logs": logs}, task_fault=True) from exc
         after = time.clock_gettime(time.CLOCK_BOOTTIME)
         if code != 0:
             logs = await self._container_logs()
@@ -452,7 +456,7 @@ class DockerSandbox(Sandbox):
             detail: dict[str, Any] = {"stderr": err[-4000:], "logs": logs}
             if why is not None:  # the task's image: the same on every attempt
                 raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED, detail={**detail, TASK_FAULT: True})
+                                   kind=ErrorKind.START_FAILED, detail=detail, task_fault=True)
             raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
                                f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
         lines = out.split()
@@ -560,10 +564,9 @@ class DockerSandbox(Sandbox):
             log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
                         self._cid[:12], self._shell)
             return
-        from cairn.sandbox import pools
-
+        pool = self.spec.pool
         reuse = self._ready and self._net is not None and self._net.poolable and \
-            pools.expect(self.spec.job_dir, POOL_KIND)
+            pool is not None and pool.expect(POOL_KIND)
         try:
             if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
@@ -575,12 +578,12 @@ class DockerSandbox(Sandbox):
                 # A gateway is handed on only once this trial's container is gone for sure.
                 kept = reuse and net is not None and self.removal_error is None and \
                     await net.recycle() and \
-                    pools.give(self.spec.job_dir, POOL_KIND, net, limit=POOL_LIMIT)
+                    pool is not None and pool.give(POOL_KIND, net, limit=POOL_LIMIT)
                 if net is not None and not kept:
                     await net.remove()
             finally:
-                if reuse:
-                    pools.settle(self.spec.job_dir, POOL_KIND)
+                if reuse and pool is not None:
+                    pool.settle(POOL_KIND)
             client, self._client = self._client, None
             if client is not None:
                 with contextlib.suppress(Exception):
@@ -669,6 +672,26 @@ class DockerSandbox(Sandbox):
         finally:
             with contextlib.suppress(Exception):
                 client.close()
+
+    @classmethod
+    async def engine_answers(cls, timeout_sec: float) -> bool:
+        """Whether the Docker engine answers a ping (:func:`cairn.sandbox.auto.docker_answers`)."""
+        from cairn.sandbox.auto import docker_answers
+
+        return await asyncio.to_thread(docker_answers, timeout_sec)
+
+    def connection(self, *, user: str | int | None = None) -> SandboxConnection:
+        """``docker exec -it <container12> bash`` (the hint), the full :meth:`shell_argv` and
+        the container id."""
+        cid = self._cid
+        if not cid:
+            return super().connection(user=user)
+        try:
+            argv = tuple(self.shell_argv(user=user))
+        except SandboxError:
+            argv = ()
+        return SandboxConnection(type=self.name, hint=f"docker exec -it {cid[:12]} bash",
+                                 argv=argv, container=self._cid)
 
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """``docker exec -it <container> bash`` as ``user`` in the working dir."""

@@ -111,9 +111,6 @@ _OCI_RE = re.compile(r"OCI runtime (create|exec|start) failed|starting container
 
 _EXEC_RE = re.compile(r'exec: "[^"\n]*"[^\n]*?(?=: unknown|$)', re.MULTILINE)
 
-TASK_FAULT = "_task_fault"
-"""Detail key (never persisted: it starts with ``_``) marking a start failure caused by the
-task's own definition, so the trial records a ``task`` error instead of retrying it as infra."""
 
 
 def task_fault_reason(text: str) -> str | None:

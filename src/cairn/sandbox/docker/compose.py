@@ -53,7 +53,6 @@ from cairn.layout import find_compose_file
 from cairn.sandbox.base import LOG_DIRS, Capabilities, NetworkMode, SandboxSpec, ServiceExit
 from cairn.sandbox.docker.backend import DockerSandbox, _gather, container_labels
 from cairn.sandbox.docker.build import (
-    TASK_FAULT,
     ImageInfo,
     _build_lock,
     engine_version,
@@ -416,9 +415,9 @@ class ComposeSandbox(DockerSandbox):
         if fault is None and code is not None:
             fault = await self._exited_by_itself()
         if fault is not None:  # the task's own definition: the same on every attempt
-            detail[TASK_FAULT] = True
             raise SandboxError(f"docker compose up failed: the task's services cannot start: "
-                               f"{fault}", kind=ErrorKind.START_FAILED, detail=detail)
+                               f"{fault}", kind=ErrorKind.START_FAILED, detail=detail,
+                               task_fault=True)
         raise SandboxError(f"docker compose up failed ({why}): {msg}",
                            kind=ErrorKind.START_FAILED, detail=detail)
 

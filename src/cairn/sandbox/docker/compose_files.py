@@ -264,7 +264,13 @@ def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env
         if svc == MAIN_SERVICE:
             out.update(_limits(conf, spec))
             if gateway_env is not None:
-                names = ",".join(sorted(str(n) for n in (model.get("services") or {})))
+                # main gets a host name known in advance (its own, else "main"), so
+                # NO_PROXY names it with the service names (issue 29)
+                own = {str(n) for n in (model.get("services") or {})}
+                if not conf.get("network_mode"):  # a shared namespace takes no host name
+                    out["hostname"] = str(conf.get("hostname") or MAIN_SERVICE)
+                    own.add(out["hostname"])
+                names = ",".join(sorted(own))
                 env = dict(gateway_env)
                 for key in ("NO_PROXY", "no_proxy"):
                     if key in env:

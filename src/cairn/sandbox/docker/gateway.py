@@ -11,9 +11,10 @@ environment's, each step's agent and verifier phase):
   on the host, so the host's own listeners are out of reach as well); a gateway
   container joins that network (alias :data:`GATEWAY_ALIAS`) and the default bridge and runs
   :mod:`cairn.sandbox.network.proxy`. The sandbox gets ``HTTP_PROXY``/``HTTPS_PROXY``/
-  ``NO_PROXY``. A ``public`` phase in this layout also connects the sandbox to the trial's own
-  bridge network for that phase (real egress, not only through the proxy); leaving the phase
-  disconnects it.
+  ``NO_PROXY``/``NODE_USE_ENV_PROXY`` (:func:`proxy_env`). The gateway routes nothing and
+  holds no capability (:data:`GATEWAY_SYSCTLS`; docs/network.md). A ``public`` phase in
+  this layout also connects the sandbox to the trial's own bridge network for that phase
+  (real egress, not only through the proxy); leaving the phase disconnects it.
 
 The gateway image is built once per content hash of the proxy's two files, ``FROM`` the local
 ``python:3.12-slim`` (never pulled), tagged ``cairn-env:gateway-<hash16>``. The gateway carries
@@ -29,6 +30,7 @@ import io
 import json
 import logging
 import posixpath
+import re
 import tarfile
 import tempfile
 import time
@@ -41,11 +43,13 @@ from typing import Any
 import docker.errors
 
 from cairn.errors import ErrorKind, SandboxError
-from cairn.netpolicy import NetworkMode, NetworkPolicy
+from cairn.netpolicy import NetworkMode, NetworkPolicy, parse_address
 from cairn.sandbox.docker.build import _build_lock, in_thread, start_thread, translate
 
 log = logging.getLogger(__name__)
 
+SEALED_PHASE = "closed"
+"""The phase name of the closed policy a record pass leaves the gateway in."""
 GATEWAY_ALIAS = "cairn-gateway"
 """The gateway's name on the sandbox's internal network (what ``HTTP_PROXY`` points at)."""
 PROXY_PORT = 3128
@@ -55,7 +59,30 @@ BASE_IMAGE = "python:3.12-slim"
 IMAGE_REPO = "cairn-env"
 READY_TIMEOUT_SEC = 30.0
 SWITCH_TIMEOUT_SEC = 30.0
-NO_PROXY = "localhost,127.0.0.1,::1"
+NO_PROXY = "localhost,127.0.0.1,::1,0.0.0.0"
+"""The local spellings clients compare literally (Node, Python, curl each match ``NO_PROXY``
+entries as written). Not ``[::1]``: httpx (≤ 0.28, under the OpenAI SDK, LiteLLM and every
+Python agent here) reads a bracketed entry as a URL with the port ``:1]`` and fails every
+request of its client; Node's ``fetch`` and urllib then send a request for
+``http://[::1]…`` to the gateway (``403``), which the sandbox could not answer anyway (no IPv6 loopback in a
+container of an IPv4 network)."""
+GATEWAY_SYSCTLS = {
+    "net.ipv4.ip_forward": "0",
+    "net.ipv4.conf.all.forwarding": "0",
+    "net.ipv4.conf.default.forwarding": "0",
+    "net.ipv6.conf.all.forwarding": "0",
+    "net.ipv6.conf.default.forwarding": "0",
+    "net.ipv4.conf.all.rp_filter": "1",
+    "net.ipv4.conf.default.rp_filter": "1",
+    "net.ipv4.conf.all.accept_source_route": "0",
+    "net.ipv4.conf.default.accept_source_route": "0",
+    "net.ipv4.conf.all.accept_redirects": "0",
+    "net.ipv4.conf.default.accept_redirects": "0",
+}
+"""The gateway routes nothing (a frame sent to its MAC, tagged or crafted, is not forwarded
+at the IP layer: ``ip_forward`` off on every interface, also those joined later, which take
+the ``default`` values) and answers only on the side a packet belongs to (strict reverse-path
+filter: a packet claiming an internal source that arrives on the egress leg is dropped)."""
 INHIBIT_IPV4 = "com.docker.network.bridge.inhibit_ipv4"
 MAX_USES = 50
 """How many trials one gateway serves before it is removed (bounds its log)."""
@@ -91,11 +118,53 @@ def plan_layout(policies: tuple[NetworkPolicy, ...] | list[NetworkPolicy]) -> La
 
 
 def proxy_env(extra_no_proxy: tuple[str, ...] = ()) -> dict[str, str]:
-    """The variables that send the sandbox's HTTP(S) clients through the gateway."""
+    """The variables that send the sandbox's HTTP(S) clients through the gateway.
+
+    ``HTTP_PROXY``/``HTTPS_PROXY`` in both cases (curl reads only the lower-case
+    ``http_proxy``), ``NODE_USE_ENV_PROXY=1`` (Node ≥ 22.21 / 24.5: without it the built-in
+    ``fetch`` and ``http`` ignore the proxy variables), and ``NO_PROXY``/``no_proxy`` with
+    every local spelling (:data:`NO_PROXY`) and ``extra_no_proxy`` (the sandbox's host name,
+    compose service names), so a local request never goes to the gateway.
+    """
     url = f"http://{GATEWAY_ALIAS}:{PROXY_PORT}"
-    no_proxy = ",".join([NO_PROXY, *extra_no_proxy])
+    no_proxy = ",".join(dict.fromkeys([NO_PROXY, *(h for h in extra_no_proxy if h)]))
     return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-            "NO_PROXY": no_proxy, "no_proxy": no_proxy}
+            "NO_PROXY": no_proxy, "no_proxy": no_proxy, "NODE_USE_ENV_PROXY": "1"}
+
+
+def sandbox_hostname(container_name: str) -> str:
+    """The host name a sandbox behind the gateway gets (known before it is created, so
+    ``NO_PROXY`` can name it): its container name as one DNS label, at most 63 characters."""
+    label = re.sub(r"[^a-z0-9-]+", "-", container_name.lower()).strip("-")[:63].strip("-")
+    return label or "sandbox"
+
+
+_ENGINE_ADDRS: dict[str, list[str]] = {}
+
+
+def engine_addresses(client: Any) -> list[str]:
+    """The engine host's own addresses a container may reach (each Docker network's gateway
+    address and, for a local engine, this machine's addresses): targets a name must not
+    resolve to unless the list names them (docs/network.md). Cached per engine; never raises
+    (what cannot be read is left out; the proxy adds its own addresses and next hops)."""
+    key = str(getattr(client.api, "base_url", ""))
+    if key in _ENGINE_ADDRS:
+        return _ENGINE_ADDRS[key]
+    from cairn.sandbox.network import httpwire
+
+    found: set[str] = set()
+    with contextlib.suppress(Exception):
+        for net in client.api.networks():
+            for cfg in ((net.get("IPAM") or {}).get("Config") or []):
+                gw = str(cfg.get("Gateway") or "")
+                if gw and parse_address(gw) is not None:
+                    found.add(gw)
+    if key.startswith(("http+unix://", "unix://", "http+docker://")):
+        found |= {str(a) for a in httpwire.local_addresses()
+                  if not a.is_loopback and not a.is_link_local}
+    out = sorted(found)
+    _ENGINE_ADDRS[key] = out
+    return out
 
 
 def _tar_file(name: str, data: bytes) -> bytes:
@@ -124,12 +193,14 @@ def _untar_one(archive: bytes) -> bytes:
 def _gateway_files() -> dict[str, bytes]:
     here = Path(__file__).resolve().parents[1]
     proxy = (here / "network" / "proxy.py").read_bytes()
+    wire = (here / "network" / "httpwire.py").read_bytes()
     policy = (here.parent / "netpolicy.py").read_bytes()
     dockerfile = (f"FROM {BASE_IMAGE}\n"
-                  "COPY proxy.py netpolicy.py /opt/cairn-gateway/\n"
+                  "COPY proxy.py httpwire.py netpolicy.py /opt/cairn-gateway/\n"
                   "RUN python3 -m compileall -q /opt/cairn-gateway\n"
                   'ENTRYPOINT ["python3", "-u", "-S", "/opt/cairn-gateway/proxy.py"]\n').encode()
-    return {"Dockerfile": dockerfile, "proxy.py": proxy, "netpolicy.py": policy}
+    return {"Dockerfile": dockerfile, "proxy.py": proxy, "httpwire.py": wire,
+            "netpolicy.py": policy}
 
 
 def gateway_image_tag() -> tuple[str, str]:
@@ -223,6 +294,7 @@ class TrialNetwork:
         self.needs_public = needs_public
         self.own_internal = own_internal
         self.hosts = dict(hosts or {})
+        self.local_addresses: list[str] = []
         self.internal: _Net | None = None
         self.public: _Net | None = None
         self.gateway_id: str | None = None
@@ -292,7 +364,8 @@ class TrialNetwork:
     # ---- the gateway ------------------------------------------------------------------------
     def _state(self, policy: NetworkPolicy, phase: str) -> str:
         return json.dumps({"generation": self.generation, "phase": phase,
-                           "policy": policy.to_json(), "hosts": self.hosts},
+                           "policy": policy.to_json(), "hosts": self.hosts,
+                           "local_addresses": self.local_addresses},
                           separators=(",", ":"))
 
     async def start_gateway(self, image: str, policy: NetworkPolicy, phase: str) -> None:
@@ -304,16 +377,20 @@ class TrialNetwork:
         """
         api = self.client.api
         self.policy, self.phase = policy, phase
-        state = self._state(policy, phase)
         name = f"{self.stem}-gw"
 
         def create() -> None:
+            self.local_addresses = engine_addresses(self.client)
+            state = self._state(policy, phase)
             internal = self.internal
             netcfg = api.create_networking_config({
                 internal.name: api.create_endpoint_config(aliases=[GATEWAY_ALIAS])}) \
                 if internal is not None else None
+            # It uses no capability (port 3128, its own files): all dropped, NET_RAW too,
+            # and it routes nothing (GATEWAY_SYSCTLS).
             host = api.create_host_config(
-                network_mode=internal.name if internal is not None else "bridge", init=True)
+                network_mode=internal.name if internal is not None else "bridge", init=True,
+                cap_drop=["ALL"], security_opt=["no-new-privileges"], sysctls=GATEWAY_SYSCTLS)
             created = api.create_container(
                 image, command=["serve", STATE_PATH, str(PROXY_PORT), state,
                                 "primary" if internal is not None else "any"], name=name,
@@ -453,11 +530,22 @@ class TrialNetwork:
                                 self.public.name, force=True)
                 self._public_attached.discard(container_id)
 
-    async def records(self) -> list[dict[str, Any]]:
+    async def records(self, sandbox_id: str | None = None, *, seal: bool = True
+                      ) -> list[dict[str, Any]]:
         """The gateway's connection records not returned before (each a dict of the proxy's
-        JSON line; lines that are not records are skipped)."""
+        JSON line; lines that are not records are skipped).
+
+        With ``seal`` (what a trial's record pass after a step gets) the gateway first takes
+        a closed policy (``no-network``, phase :data:`SEALED_PHASE`): every connection still
+        open — an agent's tunnel, a verifier's request — is cut and its record (with its
+        bytes) written before this reads, and nothing new reaches out until the next
+        :meth:`apply`. So the last read of a trial holds every connection, and nothing can be
+        contacted between it and the gateway's removal or recycling.
+        """
         if self.gateway_id is None:
             return []
+        if seal and self.layout is Layout.GATEWAY:
+            await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), SEALED_PHASE, sandbox_id)
         with translate("reading the gateway's records"):
             raw = await in_thread(self.client.api.logs, self.gateway_id, stdout=True,
                                   stderr=False)
@@ -513,7 +601,7 @@ class TrialNetwork:
         try:
             self.hosts = {}
             await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), "idle", None)
-            await self.records()  # the trial's own lines are behind us now
+            await self.records(seal=False)  # the trial's own lines are behind us now
             info = await in_thread(self.client.api.inspect_network, self.internal.ident)
         except Exception as exc:  # noqa: BLE001 - not reusable: removed instead
             log.info("gateway %s not reused: %s", (self.gateway_id or "")[:12], exc)

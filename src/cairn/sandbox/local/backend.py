@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import ClassVar
 
-from cairn.errors import BuildError, ErrorKind, SandboxError
+from cairn.errors import BuildError, ErrorKind, SandboxError, UnsupportedError
 from cairn.layout import SOLUTION_DIR
 from cairn.sandbox.base import (
     LOG_DIRS,
@@ -113,6 +113,15 @@ class LocalSandbox(Sandbox):
         self._last_snapshot: Path | None = None
 
     # ---- capability check -------------------------------------------------------------
+    @classmethod
+    def host_problem(cls) -> str | None:
+        """Why this host cannot run local sandboxes (:func:`probe_host`), or ``None``."""
+        try:
+            probe_host()
+        except UnsupportedError as exc:
+            return str(exc)
+        return None
+
     @classmethod
     def check(cls, spec: SandboxSpec) -> list[str]:
         """Check, before anything runs, that this host and this environment suit ``local``.
