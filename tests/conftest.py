@@ -12,17 +12,97 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent / "helpers"))
 
-from testbed import backend_available, local_available, run_trial_sync, validate_result_files  # noqa: E402,F401
+from testbed import (  # noqa: E402,F401
+    allowed_skip,
+    backend_available,
+    backend_missing,
+    ci_strict,
+    local_available,
+    need_backend,
+    run_trial_sync,
+    skip_reason,
+    validate_result_files,
+)
+
+#: the marker a test parametrised over a sandbox backend carries for each backend value
+BACKEND_MARKS = {"docker": "docker", "local": "local"}
 
 
-@pytest.fixture(params=["docker", "local"])
+@pytest.fixture(params=[pytest.param("docker", marks=pytest.mark.docker),
+                        pytest.param("local", marks=pytest.mark.local)])
 def backend(request) -> str:
-    """Each trial-engine test runs on every backend that exists in this checkout."""
-    name = request.param
-    if not backend_available(name):
-        pytest.skip(f"backend {name} not available")
-    request.node.add_marker(pytest.mark.docker if name == "docker" else pytest.mark.local)
-    return name
+    """Each trial-engine test runs on every backend; the ``[docker]`` case carries the
+    ``docker`` marker and ``[local]`` the ``local`` marker from collection on, so
+    ``-m "not docker"`` deselects it before it starts."""
+    need_backend(request.param)
+    return request.param
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """Mark every test parametrised with ``backend=docker|local`` (by the fixture above or
+    by a test's own ``parametrize("backend", ...)``) with that backend's marker, at
+    collection, before ``-m`` selects; tests under tests/faults/ carry ``faults``."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        value = callspec.params.get("backend") if callspec is not None else None
+        if (isinstance(value, str) and value in BACKEND_MARKS
+                and item.get_closest_marker(BACKEND_MARKS[value]) is None):
+            item.add_marker(BACKEND_MARKS[value])
+        here = Path(__file__).parent
+        if (item.path.is_relative_to(here / "faults")
+                and item.get_closest_marker("faults") is None):
+            item.add_marker(pytest.mark.faults)
+
+
+def _what_is_missing(reason: str = "") -> str:
+    found = [f"{name}: {why}" for name in ("docker", "local")
+             if (why := backend_missing(name)) and why not in reason]
+    return ("; probes: " + "; ".join(found)) if found else ""
+
+
+_UNALLOWED_COLLECTION_SKIPS: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    """Under ``CI=true`` a test skipped for a reason not in :data:`CI_ALLOWED_SKIPS` fails,
+    naming the reason (and what the backend probes found missing)."""
+    outcome = yield
+    report = outcome.get_result()
+    if not ci_strict() or not report.skipped or hasattr(report, "wasxfail"):
+        return
+    reason = skip_reason(report)
+    if allowed_skip(reason):
+        return
+    report.outcome = "failed"
+    report.longrepr = (f"CI=true: skipped for a reason CI does not allow (a component .ci/ "
+                       f"installs is missing?): {reason}{_what_is_missing(reason)}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    """Under ``CI=true`` a module skipped at collection for a reason not allowed is recorded;
+    :func:`pytest_sessionfinish` then fails the run and the summary names it."""
+    outcome = yield
+    report = outcome.get_result()
+    if ci_strict() and report.skipped:
+        reason = skip_reason(report)
+        if not allowed_skip(reason):
+            _UNALLOWED_COLLECTION_SKIPS.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_sessionfinish(session, exitstatus) -> None:
+    """Fail a CI run whose collection skipped a module for a reason not allowed."""
+    if _UNALLOWED_COLLECTION_SKIPS and session.exitstatus in (0, pytest.ExitCode.NO_TESTS_COLLECTED):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Name every module that CI's strict-skip rule found skipped at collection."""
+    if _UNALLOWED_COLLECTION_SKIPS:
+        terminalreporter.section("CI=true: modules skipped for a reason CI does not allow")
+        for line in _UNALLOWED_COLLECTION_SKIPS:
+            terminalreporter.line(line + _what_is_missing())
 
 
 def _refuse_constant(name: str):

@@ -31,6 +31,7 @@ def test_every_example_task_passes_strict_check() -> None:
     assert all(r.ok for r in results)
 
 
+@pytest.mark.local
 def test_cli_tasks_check_strict_exits_0() -> None:
     proc = subprocess.run([sys.executable, "-c", "from cairn.cli import main; main()", "tasks",
                            "check", "--strict", *map(str, EXAMPLE_PATHS)],

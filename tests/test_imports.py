@@ -14,6 +14,9 @@ import pytest
 
 import cairn
 
+#: packages that only group modules (no code of their own to describe)
+DOCSTRING_EXEMPT = {"cairn._util"}
+
 MODULES = sorted(m.name for m in pkgutil.walk_packages(cairn.__path__, "cairn.")
                  if not m.name.endswith(".__main__"))  # __main__ runs the CLI on import
 
@@ -25,9 +28,18 @@ def test_the_walk_finds_the_backend_modules() -> None:
 
 
 @pytest.mark.parametrize("name", MODULES)
-def test_module_imports(name: str) -> None:
+def test_module_imports_and_keeps_its_promises(name: str) -> None:
+    """The module imports, says what it is (a docstring; packages that only group modules
+    are exempt), and every name its ``__all__`` promises exists."""
     module = importlib.import_module(name)
-    assert module.__name__ == name
+    if name not in DOCSTRING_EXEMPT:
+        assert (module.__doc__ or "").strip(), f"{name} has no module docstring"
+    missing = [n for n in getattr(module, "__all__", ()) if not hasattr(module, n)]
+    assert missing == [], f"{name}.__all__ names what it does not define: {missing}"
+
+
+def test_the_public_api_is_what_the_package_exports() -> None:
+    assert set(cairn.__all__) >= {"load_task", "run_job", "resume_job", "read_job"}
 
 
 def test_compose_sandbox_finds_the_compose_file_rule() -> None:

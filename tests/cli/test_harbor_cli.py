@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from cairncli import run_cairn
 from taskgen import StepSpec, reward_if, write_task
 from testbed import backend_available
 
@@ -39,8 +40,7 @@ def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str | None
             e.pop(k, None)
         else:
             e[k] = v
-    p = subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=e,
-                       capture_output=True, text=True, timeout=timeout, check=False)
+    p = run_cairn(*args, cwd=cwd, env=e, timeout=timeout)
     assert "Traceback" not in p.stdout + p.stderr, p.stdout + p.stderr
     return p
 
@@ -154,6 +154,7 @@ def test_harbor_job_yaml_refuses_what_it_cannot_honour(tmp_path, ds):
 
 
 # ---- -c twice, --print-config ---------------------------------------------------------------
+@pytest.mark.docker
 def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     (tmp_path / "base.yaml").write_text(
         "paths: [ds/a, ds/b]\nattempts: 2\nagent_kwargs: {x: 1}\ninclude: ['test/*']\n")
@@ -649,6 +650,7 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     assert p.returncode == 2 and "nosuch" in p.stderr
 
 
+@pytest.mark.local
 def test_dry_run_reports_what_the_capability_check_refuses(tmp_path):
     """A task the chosen backend cannot sandbox for the agent (claude-code under no-network on
     the local backend: the model host needs the egress gateway) is a problem in the plan, exit

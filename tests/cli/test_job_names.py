@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cairn.plan import JobConfig, check_job_name
+from cairncli import run_cairn
 from taskgen import reward_if, write_task
 from testbed import local_available
 
@@ -28,8 +28,7 @@ SAFE = ["2026-11-29__12-00-00", "nightly:v2", "a b%2e", "50% #3", "run_1.final",
 
 def _cairn(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")])}
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    return run_cairn(*args, cwd=cwd, env=env)
 
 
 def _tree(root: Path) -> list[str]:
@@ -79,6 +78,7 @@ def test_a_job_name_in_a_config_file_is_checked_too(tmp_path, one_task):
     assert not (tmp_path / "jobs").exists() and not (tmp_path / "escape").exists()
 
 
+@pytest.mark.local
 def test_dry_run_accepts_a_name_with_percent_space_and_hash(tmp_path, one_task):
     p = _cairn("run", "-p", str(one_task), "-e", "local", "-o", str(tmp_path / "jobs"),
                "--job-name", "a b%2e#1", "--dry-run", cwd=tmp_path)

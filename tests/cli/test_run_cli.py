@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
 from taskgen import reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -38,14 +39,12 @@ def _env(**extra: str | None) -> dict[str, str]:
 def cairn(*args: str, cwd: Path, timeout: float = 600, **env: str | None
           ) -> subprocess.CompletedProcess:
     """Run ``python3 -m cairn ARGS`` to its end; stdout and stderr captured apart."""
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return run_cairn(*args, cwd=cwd, timeout=timeout, env=_env(**env))
 
 
 def cairn_bg(*args: str, cwd: Path, **env: str | None) -> subprocess.Popen:
     """Start ``python3 -m cairn ARGS`` in the background."""
-    return subprocess.Popen([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return start_cairn(*args, cwd=cwd, env=_env(**env))
 
 
 def no_traceback(p: subprocess.CompletedProcess) -> None:
@@ -66,6 +65,24 @@ def containers_of(job_dir: Path) -> list:
             all=True, filters={"label": f"cairn.job_dir={job_dir.absolute()}"})
     finally:
         client.close()
+
+
+def _running_in_job(job_dir: Path, command: str) -> int:
+    """How many of the job's running containers have a process whose command is ``command``."""
+    import docker
+
+    client = docker.from_env()
+    n = 0
+    try:
+        for c in containers_of(job_dir):
+            try:
+                procs = client.api.top(c["Id"]).get("Processes") or []
+            except docker.errors.APIError:
+                continue  # not running (yet, or any more)
+            n += any(command in " ".join(map(str, row)) for row in procs)
+    finally:
+        client.close()
+    return n
 
 
 def results_of(job_dir: Path) -> dict[str, dict]:
@@ -108,6 +125,7 @@ def one_task(tmp_path: Path) -> Path:
     (["-e", "kubernetes"], "unknown sandbox backend"),
     (["-n", "0"], "n_concurrent"),
 ])
+@pytest.mark.docker
 def test_usage_errors_exit_2(tmp_path, one_task, args, message):
     p = cairn("run", "-p", str(one_task), "-e", "docker", "--jobs-dir", "jobs", *args,
               cwd=tmp_path)
@@ -117,12 +135,14 @@ def test_usage_errors_exit_2(tmp_path, one_task, args, message):
     assert not (tmp_path / "jobs").exists() or not any((tmp_path / "jobs").iterdir())
 
 
+@pytest.mark.docker
 def test_missing_path_exit_2(tmp_path):
     p = cairn("run", "-p", "nowhere", "-e", "docker", cwd=tmp_path)
     assert p.returncode == 2 and "no such task or dataset folder" in p.stderr
     no_traceback(p)
 
 
+@pytest.mark.docker
 def test_unresolved_template_exit_2_before_anything_starts(tmp_path):
     ds = tmp_path / "ds"
     write_task(ds, "fine")
@@ -349,7 +369,8 @@ def test_sigint_cancels_running_trials(tmp_path):
         wait_for(lambda: (job / "job.log").exists() and
                  (job / "job.log").read_text().count("environment:") == 2,
                  what="two trials started")
-        time.sleep(1.5)  # the oracle is in its `sleep 120`
+        wait_for(lambda: _running_in_job(job, "sleep 120") == 2,
+                 what="both oracles in their `sleep 120`")
         proc.send_signal(signal.SIGINT)
         rc, out, err = finish(proc, timeout=120)
     finally:
@@ -401,12 +422,24 @@ def test_docker_backend_without_engine_is_exit_2(tmp_path):
     assert not (tmp_path / "jobs").exists()
 
 
+@pytest.mark.local
 def test_fresh_run_does_not_claim_to_resume(tmp_path):
+    """A fresh job of a broken task fails with that task's own error (exit 1, config_error
+    in its result.json and on the console), never a crash of the command, and does not call
+    itself a resume."""
     broken = write_task(tmp_path / "tasks", "broken")
     (broken / "instruction.md").unlink()
-    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", cwd=tmp_path)
-    assert res.returncode == 1
-    assert "resuming" not in res.stdout + res.stderr
+    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", "--job-name", "fresh",
+                cwd=tmp_path)
+    assert res.returncode == 1, res.stdout + res.stderr
+    out = res.stdout + res.stderr
+    assert "resuming" not in out and "Traceback" not in out
+    missing = f"{broken}: error: missing `instruction.md` (required for a single-step task)"
+    assert f"[test/broken] ERRORED config_error: {missing}" in res.stdout
+    (result,) = results_of(tmp_path / "jobs" / "fresh").values()
+    assert result["outcome"] == "errored"
+    assert result["error"]["kind"] == "config_error" and result["error"]["category"] == "task"
+    assert result["error"]["message"] == missing
 
 
 def test_version_and_help_examples(tmp_path):

@@ -40,6 +40,7 @@ def dataset(tmp_path: Path) -> Path:
     return root
 
 
+@pytest.mark.local
 def test_dataset_with_one_broken_task(dataset):
     result = run_cli("tasks", "check", str(dataset))
     assert result.exit_code == 1
@@ -53,6 +54,7 @@ def test_dataset_with_one_broken_task(dataset):
     assert len(lines) == 3
 
 
+@pytest.mark.local
 def test_clean_tasks_exit_zero_and_print_ok(dataset):
     result = run_cli("tasks", "check", str(dataset / "a-good"), str(dataset / "c-good"))
     assert result.exit_code == 0
@@ -68,6 +70,7 @@ def test_relative_paths_are_printed_as_given(dataset):
     assert line.split(":")[1].isdigit()
 
 
+@pytest.mark.local
 def test_warnings_print_and_strict_turns_them_into_errors(dataset):
     task = dataset / "a-good"
     with (task / "task.toml").open("a") as fh:
@@ -95,6 +98,7 @@ def test_a_path_that_is_no_task(tmp_path):
         "[invalid-task-files]"]
 
 
+@pytest.mark.local
 def test_init_writes_skeletons_that_pass_strict_check(tmp_path):
     single = run_cli("tasks", "init", "hello", "--dir", str(tmp_path))
     assert single.exit_code == 0 and "single-step" in single.stdout
@@ -116,6 +120,7 @@ def test_init_defaults_to_the_current_folder_and_refuses_bad_names(tmp_path):
     assert bad.exit_code == 2 and not (tmp_path / "x").exists()
 
 
+@pytest.mark.local
 def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
     from cairn.task.load import load_task
 
@@ -135,6 +140,7 @@ def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
     assert not (tmp_path / "path" / "to" / "bad name").exists()
 
 
+@pytest.mark.local
 def test_check_through_the_console_entry_point(dataset):
     proc = subprocess.run([sys.executable, "-m", "cairn", "tasks", "check", str(dataset)],
                           capture_output=True, text=True, timeout=60)

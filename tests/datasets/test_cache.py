@@ -84,3 +84,49 @@ def test_concurrent_writers_end_with_one_whole_entry(tmp_path):
     hit = cache.lookup(URL, C1, "t/hello")
     assert hit is not None and task_content_hash(hit.path) == task_content_hash(src)
     assert os.listdir(tmp_path / "c" / "tmp") == []  # every staging folder was removed
+
+
+def _store_as_current_user(work: Path) -> None:
+    src = write_task(work / "src", "hello")
+    cache = TaskCache(work / "cache")
+    got = cache.store(URL, C1, "tasks/hello", src, "hello")
+    assert stat.S_IMODE(got.path.stat().st_mode) == 0o555
+    again = cache.store(URL, "2" * 40, "tasks/hello", src, "hello")  # the same bytes again
+    assert again.path == got.path
+
+
+def test_a_user_who_is_not_root_can_store_tasks(tmp_path):
+    """A read-only folder moves to another parent only as root (rename updates its ``..``):
+    the store renames the staged task while it is still writable (bug: every store by a
+    non-root user failed with EACCES). As root the check runs in a child that drops to
+    ``nobody``."""
+    import shutil
+    import tempfile
+
+    if os.geteuid() != 0:
+        _store_as_current_user(tmp_path)
+        return
+    import pwd
+
+    nobody = pwd.getpwnam("nobody")
+    work = Path(tempfile.mkdtemp(prefix="cairn-cache-nonroot-"))
+    try:
+        os.chown(work, nobody.pw_uid, nobody.pw_gid)
+        pid = os.fork()
+        if pid == 0:  # the child: drop to nobody, store, report by exit code
+            code = 1
+            try:
+                os.setgroups([])
+                os.setgid(nobody.pw_gid)
+                os.setuid(nobody.pw_uid)
+                _store_as_current_user(work)
+                code = 0
+            except BaseException as exc:  # noqa: BLE001 - reported through the exit code
+                (work / "error.txt").write_text(repr(exc))
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        err = (work / "error.txt").read_text() if (work / "error.txt").exists() else ""
+        assert os.waitstatus_to_exitcode(status) == 0, err
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # root ignores the read-only bits

@@ -7,7 +7,6 @@ answers.
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import uuid
 from collections.abc import AsyncIterator
@@ -20,26 +19,18 @@ from cairn.agents.base import AgentContext
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox, SandboxSpec
 from cairn.task.model import Task
+from testbed import backend_missing
 
 BACKEND = os.environ.get("CAIRN_TEST_AGENT_BACKEND", "docker")
 
 
 def backend_ready() -> bool:
-    """Whether the test backend can start sandboxes here."""
-    try:
-        if BACKEND == "docker":
-            import docker
-
-            docker.from_env(timeout=3).ping()
-            return importlib.util.find_spec("cairn.sandbox.docker") is not None
-        get_backend(BACKEND)
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available"
-        return False
+    """Whether the test backend can start sandboxes here (testbed's probe; it says why not)."""
+    return backend_missing(BACKEND) is None
 
 
 needs_sandbox = pytest.mark.skipif(not backend_ready(),
-                                   reason=f"sandbox backend {BACKEND!r} not available")
+                                   reason=f"sandbox backend {BACKEND!r}: {backend_missing(BACKEND)}")
 
 
 @asynccontextmanager

@@ -19,13 +19,11 @@ import queue
 import re
 import signal
 import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
-import pytest
-
+from cairncli import run_cairn, start_cairn
 from taskgen import StepSpec, reward_if, write_task
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -47,8 +45,7 @@ def env(**extra: str | None) -> dict[str, str]:
 def cairn(*args: str, cwd: Path, timeout: float = 300, **extra: str | None
           ) -> subprocess.CompletedProcess:
     """Run ``python -m cairn ARGS`` to its end (stdout and stderr captured)."""
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=env(**extra),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return run_cairn(*args, cwd=cwd, timeout=timeout, env=env(**extra))
 
 
 class Proc:
@@ -60,9 +57,7 @@ class Proc:
     """
 
     def __init__(self, *args: str, cwd: Path, **extra: str | None) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-m", "cairn", *args], cwd=cwd,
-                                     env=env(**extra), stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, bufsize=1)
+        self.proc = start_cairn(*args, cwd=cwd, env=env(**extra), merge_stderr=True)
         self.lines: list[str] = []
         self._q: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -304,5 +299,7 @@ def backend_available(name: str) -> bool:
 
 
 def need(backend: str) -> None:
-    if not backend_available(backend):
-        pytest.skip(f"backend {backend} not available")
+    """Skip the calling test, naming what is missing, when ``backend`` cannot run here."""
+    from testbed import need_backend
+
+    need_backend(backend)

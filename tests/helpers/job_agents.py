@@ -117,3 +117,24 @@ class BlockOnceAgent(OracleAgent):
             marker.write_text("blocked once\n")
             await sandbox.exec("touch /tmp/fault-blocked; sleep 300", timeout_sec=330)
         await super().run(instruction, sandbox, context)
+
+
+class KilledFromOutsideAgent(OracleAgent):
+    """The oracle, whose docker sandbox is ``docker kill``ed through the engine (as an operator
+    would) the first time it runs: once per ``--ak marker=PATH`` host file. The engine sees a
+    sandbox killed from outside (``sandbox_lost``, infra); the retry runs normally."""
+
+    name = "killed-from-outside"
+
+    async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
+        """Kill the sandbox from the host once, then solve."""
+        import subprocess
+
+        marker = Path(str(self.kwargs["marker"]))
+        if not marker.exists():
+            marker.write_text("killed once\n")
+            cid = getattr(sandbox, "container_id", None)
+            assert cid, "KilledFromOutsideAgent runs on the docker backend"
+            subprocess.run(["docker", "kill", cid], check=True, capture_output=True, timeout=60)
+            await sandbox.exec(["sleep", "30"])
+        await super().run(instruction, sandbox, context)

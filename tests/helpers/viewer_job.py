@@ -26,6 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
 sys.path.insert(0, str(TESTS / "helpers"))
 
+from cairncli import run_cairn  # noqa: E402
 from fake_openai import bash_call, submit_call  # noqa: E402
 from taskgen import StepSpec, constant_reward, reward_if, write_task  # noqa: E402
 
@@ -49,19 +50,15 @@ def env(**extra: str) -> dict[str, str]:
 
 def cairn(*args: str, cwd: Path, timeout: float = 300) -> subprocess.CompletedProcess:
     """Run ``python3 -m cairn ARGS`` to its end."""
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return run_cairn(*args, cwd=cwd, timeout=timeout, env=env())
 
 
 def local_ready() -> bool:
-    """Whether the local backend can run here (it needs root or user namespaces)."""
-    try:
-        from cairn.sandbox import get_backend
+    """Whether the local backend can run here (it needs root or user namespaces; testbed's
+    probe, whose ``backend_missing("local")`` says why not)."""
+    from testbed import backend_available
 
-        get_backend("local")
-        return True
-    except Exception:  # noqa: BLE001 - any failure means "not available"
-        return False
+    return backend_available("local")
 
 
 def model_reply(body: dict):

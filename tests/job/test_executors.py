@@ -111,7 +111,7 @@ def test_install_trial_keeps_attempts_writes_result_last_and_refuses_escapes(tmp
 
 def test_install_trial_rejects_a_corrupt_archive_and_leaves_no_result(tmp_path) -> None:
     tp = TrialPaths(tmp_path / "trials" / "t__1__bbbbbbbb")
-    with pytest.raises(tarfile.TarError):
+    with pytest.raises(tarfile.TarError, match="invalid header"):
         install_trial(tp, b"not a tar archive at all" * 40, _result(tp.root.name, 1.0))
     assert not tp.result_json.exists()
     assert [p.name for p in tp.root.parent.iterdir() if p.name.startswith(".incoming")] == []

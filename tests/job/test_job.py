@@ -162,10 +162,11 @@ def test_genuine_scores_never_rerun_and_job_name_clash_refused(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
     first = run_job(config(tmp_path, task))
     path = first.job_dir / "trials" / first.results[0].trial_name / "result.json"
-    before = path.read_bytes()
-    time.sleep(0.01)
+    before, st = path.read_bytes(), path.stat()
     resume_job(first.job_dir, retry_errors=True)
     assert path.read_bytes() == before
+    # never rewritten: an atomic rewrite (temp file + os.replace) would be a new inode
+    assert (path.stat().st_ino, path.stat().st_mtime_ns) == (st.st_ino, st.st_mtime_ns)
     with pytest.raises(UsageError, match="exists"):
         run_job(config(tmp_path, task))  # same job name, no resume
 

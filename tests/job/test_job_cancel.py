@@ -32,11 +32,15 @@ def test_cancel_during_container_create_leaves_no_container(monkeypatch):
     from cairn.sandbox.docker.backend import DockerSandbox
 
     creating = threading.Event()
+    created = threading.Event()
     real_create = APIClient.create_container
 
     def create_and_signal(self, *args, **kwargs):
         creating.set()  # the cancellation below arrives while the engine creates it
-        return real_create(self, *args, **kwargs)
+        try:
+            return real_create(self, *args, **kwargs)
+        finally:
+            created.set()
 
     monkeypatch.setattr(APIClient, "create_container", create_and_signal)
     tid = uuid.uuid4().hex[:12]
@@ -52,7 +56,8 @@ def test_cancel_during_container_create_leaves_no_container(monkeypatch):
         with pytest.raises(asyncio.CancelledError):
             await start
         await sb.stop()  # what the trial engine does after a cancellation
-        await asyncio.sleep(0.5)  # let the worker thread's create finish
+        # the worker thread's create, which the cancel could not stop, has returned
+        assert await asyncio.to_thread(created.wait, 60)
 
     asyncio.run(scenario())
     client = docker.from_env()

@@ -84,6 +84,7 @@ def test_check_templates_names_task_and_variable(tmp_path):
     check_templates([task], environ={"NEED_A": "1", "NEED_C": "2"})
 
 
+@pytest.mark.docker
 def test_locked_job_refused_before_anything(dataset, tmp_path):
     job_dir = tmp_path / "jobs" / "busy"
     cfg = JobConfig(paths=(dataset,), backend="docker", job_name="busy",
@@ -146,7 +147,7 @@ def test_config_file_accepts_flag_spellings(tmp_path):
                                         "verify": False, "backend": "docker",
                                         "include": ["org/*"]}
     f.write_text("- a\n- b\n")
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"job.yaml: expected a mapping of options"):
         read_config_file(f)
 
 

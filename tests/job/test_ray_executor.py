@@ -9,6 +9,7 @@ import os
 import signal
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -232,18 +233,19 @@ def test_docker_two_trials_on_two_nodes_share_the_engine(cluster: RayCluster,
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nmemory_mb = 1024\n"))
     jobs = tmp_path / "jobs"
+    name = f"dock2-{uuid.uuid4().hex[:8]}"  # this test's own label on the shared engine
     out = cluster.run(_cairn("run", "-p", str(task), "-k", "2", "-e", "docker", "--executor",
                              "ray", "--ray-address", ADDRESS, "-n", "2", "--jobs-dir", str(jobs),
-                             "--job-name", "dock2", "--json"))
+                             "--job-name", name, "--json"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    results = _results(jobs / "dock2")
+    results = _results(jobs / name)
     assert len(results) == 2
     assert all(r["passed"] and r["backend"] == "docker" for r in results.values())
     names = _node_names(cluster)
     assert {names[r["executor"]["node"]] for r in results.values()} == {"w1", "w2"}
     client = docker.from_env()
     try:
-        left = client.containers.list(all=True, filters={"label": "cairn.job=dock2"})
+        left = client.containers.list(all=True, filters={"label": f"cairn.job={name}"})
         assert [c.name for c in left] == []
     finally:
         client.close()

@@ -524,7 +524,7 @@ def test_pass_at_k_matches_brute_force() -> None:
 @pytest.mark.parametrize(("n", "c", "k"), [(0, 0, 1), (3, 4, 1), (3, -1, 1), (3, 1, 0),
                                            (3, 1, 4)])
 def test_pass_at_k_bad_arguments(n, c, k) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"pass_at_k needs n >= 1, 0 <= c <= n, 1 <= k <= n; got n="):
         pass_at_k(n, c, k)
 
 
@@ -627,3 +627,29 @@ def test_gates_pass_exactly_when_value_at_least_threshold(rewards, table) -> Non
     assert [g.key for g in gates] == list(table)
     for g in gates:
         assert g.passed is (g.key in rewards and rewards[g.key] >= table[g.key])
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+@pytest.mark.parametrize("strategy", ["best", "average", "Final", "", "median", "mean "])
+def test_an_unknown_strategy_is_refused_whatever_it_sorts_like(strategy):
+    """Only ``mean`` and ``final`` exist; a name that sorts before ``final`` is not ``final``."""
+    steps = [StepResult(index=1, name="a", source="verifier", reward=1.0, rewards={"reward": 1.0})]
+    with pytest.raises(ValueError, match=f"unknown multi_step_reward_strategy {strategy!r}"):
+        trial_rewards(strategy, steps)  # type: ignore[arg-type]
+
+
+def test_judge_usages_sum_skipping_none_and_an_empty_list_is_none():
+    from cairn.results.aggregate import sum_judge
+    from cairn.results.model import JudgeUsage, Tokens
+
+    a = JudgeUsage(tokens=Tokens(prompt=10, completion=2, cached=0), cost_usd=0.5,
+                   models=["m1"], calls=1)
+    b = JudgeUsage(tokens=Tokens(prompt=5, completion=1, cached=0), cost_usd=None,
+                   models=["m1", "m2"], calls=2)
+    total = sum_judge([a, None, b])
+    assert total is not None
+    assert (total.tokens.prompt, total.tokens.completion, total.cost_usd, total.models,
+            total.calls) == (15, 3, 0.5, ["m1", "m2"], 3)
+    assert sum_judge([]) is None and sum_judge([None]) is None

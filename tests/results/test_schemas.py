@@ -96,7 +96,7 @@ def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
 
 
 def test_unknown_schema_name() -> None:
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match="unknown schema 'nope'"):
         load_schema("nope")
 
 
@@ -153,7 +153,7 @@ def test_missing_required_fields_are_rejected() -> None:
     doc = json.loads(full_result().model_dump_json())
     for key in ("outcome", "steps", "task", "trial_id", "steps_total"):
         broken = {k: v for k, v in doc.items() if k != key}
-        with pytest.raises(jsonschema.ValidationError):
+        with pytest.raises(jsonschema.ValidationError, match=f"'{key}' is a required property"):
             validate("result", broken)
     with pytest.raises(jsonschema.ValidationError):
         validate("steps", doc["steps"])          # steps.json is an object with schema_version

@@ -78,20 +78,20 @@ def test_write_json_atomic_models_nested_and_mode(tmp_path: Path) -> None:
 def test_write_json_atomic_refuses_non_finite_and_keeps_old_content(tmp_path: Path, bad) -> None:
     path = tmp_path / "x.json"
     write_json_atomic(path, {"reward": 1.0})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"{bad}$"):
         write_json_atomic(path, {"reward": bad})
     assert read_json(path) == {"reward": 1.0}
     assert [p.name for p in tmp_path.iterdir()] == ["x.json"]
 
 
 def test_write_json_atomic_refuses_unserializable(tmp_path: Path) -> None:
-    with pytest.raises(TypeError):
+    with pytest.raises(TypeError, match="type object"):
         write_json_atomic(tmp_path / "x.json", {"a": object()})
     assert list(tmp_path.iterdir()) == []
 
 
 def test_models_refuse_nan_before_anything_is_written() -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="rewards.reward"):
         StepResult(index=1, name="a", source="verifier", rewards={"reward": float("nan")})
 
 
@@ -145,9 +145,9 @@ def test_task_slug(name: str, slug: str) -> None:
 def test_trial_dir_name() -> None:
     assert trial_dir_name("two-steps", 1, TRIAL_ID) == "two-steps__1__3fa85f64"
     assert trial_dir_name("org/two steps", 12, "deadbeefcafe") == "org-two-steps__12__deadbeef"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="attempt is 1-based, got 0"):
         trial_dir_name("t", 0, TRIAL_ID)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="fewer than 8 hex digits"):
         trial_dir_name("t", 1, "abc-123")
 
 
@@ -248,9 +248,9 @@ def test_trial_store_masks_text_logs_and_json(tmp_path: Path) -> None:
 
 def test_trial_store_refuses_paths_outside_the_trial(tmp_path: Path) -> None:
     store = TrialStore(TrialPaths(tmp_path / "t")).create()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is outside the trial folder"):
         store.write_text("../escape.txt", "x")
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is outside the trial folder"):
         store.write_text(tmp_path / "elsewhere.txt", "x")
     assert not (tmp_path / "escape.txt").exists()
 

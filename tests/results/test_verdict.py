@@ -69,3 +69,71 @@ def test_pass_and_fail():
         "PASS reward=1.00 (mean of 5 steps) in 9.1 s"
     assert verdict_line(_trial(Outcome.COMPLETED, [1.0, 1, 1, 1, 0.0], reward=0.8)) == \
         "FAIL reward=0.80 (mean of 5 steps) in 9.1 s"
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+def _from_disk(r: TrialResult) -> TrialResult:
+    """The result as a report reads it: parsed from result.json (strings not interned)."""
+    return TrialResult.model_validate_json(r.model_dump_json())
+
+
+def test_stopped_by_a_step_error_names_its_kind():
+    r = _trial(Outcome.STOPPED, [1.0, 0.0, None, None, None], reward=0.5,
+               stop=StopReason(kind="step_error", step="diagnose",
+                               error_kind=ErrorKind.SETUP_FAILED))
+    want = ("STOPPED after step 2/5 diagnose: step error setup_failed "
+            "(mean 0.50 over 2 of 5 steps run) in 9.1 s")
+    assert verdict_line(r) == want and verdict_line(_from_disk(r)) == want
+    r = _trial(Outcome.STOPPED, [1.0, 0.0, None, None, None], reward=0.5,
+               stop=StopReason(kind="step_error", step="diagnose"))
+    assert ": step error error (" in verdict_line(r)
+
+
+def test_a_result_read_from_disk_gives_the_same_verdict():
+    gate = _trial(Outcome.STOPPED, [1.0, 0.0, None, None, None], reward=0.5,
+                  stopped_after="diagnose",
+                  stop=StopReason(kind="min_reward", step="diagnose", key="reward", value=0.0,
+                                  threshold=1.0))
+    assert verdict_line(_from_disk(gate)) == verdict_line(gate)
+    assert "step 2/5 diagnose: reward 0.00 < min_reward 1.0" in verdict_line(_from_disk(gate))
+
+
+def test_an_error_at_a_step_the_result_does_not_list_and_a_long_message():
+    err = ErrorInfo(kind=ErrorKind.SANDBOX_LOST, category=category_of(ErrorKind.SANDBOX_LOST),
+                    step="gone", message="x" * 400 + "\nsecond line")
+    line = verdict_line(_trial(Outcome.ERRORED, [1.0, None, None, None, None], error=err))
+    assert line == f"ERRORED at step ?/5 gone: sandbox_lost: {'x' * 300} (1 of 5 steps run) in 9.1 s"
+
+
+def test_many_steps_all_run_read_from_disk():
+    steps = [StepResult(index=i, name=f"s{i}", source="verifier", reward=1.0,
+                        rewards={"reward": 1.0}) for i in range(1, 301)]
+    r = TrialResult(
+        trial_id="t-1-0123456789abcdef", trial_name="t__1", task=TaskRef(name="t", content_hash="h"),
+        agent=AgentRef(name="nop"), backend="docker", outcome=Outcome.COMPLETED, reward=1.0,
+        passed=True, steps_total=300, steps_run=300, timings=TrialTimings(total_sec=1.0),
+        started_at=T0, finished_at=T0, steps=steps)
+    assert verdict_line(_from_disk(r)) == "PASS reward=1.00 (mean of 300 steps) in 1.0 s"
+
+
+def test_a_completed_trial_that_ran_fewer_steps_says_how_many():
+    r = _trial(Outcome.COMPLETED, [1.0, 1.0, None, None, None], reward=1.0, passed=True)
+    assert verdict_line(r) == "PASS reward=1.00 (mean of 2 of 5 steps run) in 9.1 s"
+
+
+def test_long_step_names_read_from_disk_are_found():
+    """pydantic caches short strings, so only names past its 64-character cache tell ``==``
+    from ``is``."""
+    long = "diagnose-" + "x" * 80
+    steps = [StepResult(index=1, name="a", source="verifier", reward=1.0, rewards={"reward": 1.0}),
+             StepResult(index=2, name=long, source="verifier", reward=0.0, rewards={"reward": 0.0})]
+    r = TrialResult(
+        trial_id="t-1-0123456789abcdef", trial_name="t__1", task=TaskRef(name="t", content_hash="h"),
+        agent=AgentRef(name="nop"), backend="docker", outcome=Outcome.STOPPED, reward=0.5,
+        steps_total=2, steps_run=2, stopped_after=long,
+        stop_reason=StopReason(kind="min_reward", step=long, key="reward", value=0.0,
+                               threshold=1.0),
+        timings=TrialTimings(total_sec=1.0), started_at=T0, finished_at=T0, steps=steps)
+    assert verdict_line(_from_disk(r)).startswith(f"STOPPED after step 2/2 {long}: reward 0.00")

@@ -16,6 +16,7 @@ import pytest
 
 from cairn.lock import JobLock, JobLockedError, is_locked, owner_alive, owner_token
 from cairn.sandbox.cleanup import leftover_reason
+from cairncli import run_cairn
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
@@ -74,7 +75,7 @@ def test_job_lock_is_exclusive_and_freed_by_sigkill(tmp_path):
     assert not is_locked(job)
     with JobLock(job) as lock:
         assert lock.held and is_locked(job)
-        with pytest.raises(JobLockedError):
+        with pytest.raises(JobLockedError, match=r"is already running \(pid \d+\)"):
             JobLock(job, wait_sec=0).acquire()
     assert not is_locked(job)
 
@@ -152,8 +153,7 @@ def _exists(client, cid: str) -> bool:
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.run([sys.executable, "-m", "cairn", "clean", *args], capture_output=True,
-                          text=True, env=env, timeout=300)
+    return run_cairn("clean", *args, env=env)
 
 
 @pytest.mark.docker
@@ -213,7 +213,7 @@ def test_unlabelled_resources_survive_clean_images(tmp_path):
         ctr.start()
         ref = asyncio.run(build())
         assert client.images.get(ref)
-        res = _cli("--images")
+        res = _cli("--images", "--job", f"cleanimg-{tag}")  # only this test's job
         assert res.returncode == 0, res.stderr
         ctr.reload()
         assert ctr.status == "running"

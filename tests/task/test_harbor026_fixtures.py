@@ -50,7 +50,7 @@ def test_shared_mode_with_verifier_environment_is_an_error():
     assert len(errors) == 1
     assert errors[0].line == 5
     assert 'environment_mode = "shared"` conflicts with [verifier.environment]' in errors[0].text
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"invalid task .*shared-mode-with-verifier-env.*: 1 error"):
         load_task(FIXTURES / "shared-mode-with-verifier-environment")
 
 

@@ -19,6 +19,7 @@ from cairn._util.inputfiles import MAX_INPUT_BYTES, InputFileError, load_yaml, r
 from cairn.errors import UnsupportedError
 from cairn.sandbox.docker.compose_files import check_compose_file
 from cairn.task.load import check_task
+from cairncli import run_cairn
 from taskgen import write_task
 
 TIMEOUT = 90  # seconds; the longest case takes a few seconds on a loaded 2-core machine
@@ -27,8 +28,7 @@ COMPOSE = "environment/docker-compose.yaml"
 
 
 def cairn(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "cairn", *args], capture_output=True,
-                          text=True, timeout=TIMEOUT, cwd=cwd)
+    return run_cairn(*args, cwd=cwd, timeout=TIMEOUT, env=dict(os.environ))
 
 
 def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
@@ -61,14 +61,21 @@ def test_deeply_nested_compose_is_a_clear_error_everywhere(tmp_path: Path) -> No
         no_traceback(proc)
         assert proc.returncode == 1, proc.stdout + proc.stderr
         assert f"{compose}:4: error: nested more than 100 levels deep" in proc.stdout
-    proc = cairn("run", "-p", str(task), "--dry-run", "-e", "docker", cwd=tmp_path)
-    no_traceback(proc)
-    assert proc.returncode == 1
-    assert "nested more than 100 levels deep" in proc.stdout + proc.stderr
-    assert str(compose) in proc.stdout + proc.stderr
     # the backend's own check (what a run calls) says the same, without a traceback
     with pytest.raises(UnsupportedError, match="docker-compose.yaml: nested more than 100"):
         check_compose_file(compose)
+
+
+@pytest.mark.docker
+def test_deeply_nested_compose_is_a_clear_error_in_a_dry_run(tmp_path: Path) -> None:
+    """``cairn run --dry-run -e docker`` (its preflight asks the engine) names the file too."""
+    task = write_task(tmp_path, "deep", files={COMPOSE: deep_compose()})
+    compose = task / COMPOSE
+    proc = cairn("run", "-p", str(task), "--dry-run", "-e", "docker", cwd=tmp_path)
+    no_traceback(proc)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "nested more than 100 levels deep" in proc.stdout + proc.stderr
+    assert str(compose) in proc.stdout + proc.stderr
 
 
 # -- 2. FIFOs, alias bombs, sizes ---------------------------------------------------------------
@@ -77,6 +84,7 @@ FIFO_PLACES = ["environment/docker-compose.yaml", "task.toml", "tests/test.sh",
                "instruction.md", "tests/data.bin"]
 
 
+@pytest.mark.docker
 def test_a_fifo_is_refused_by_name_without_opening_it(tmp_path: Path) -> None:
     tasks = []
     for k, rel in enumerate(FIFO_PLACES):

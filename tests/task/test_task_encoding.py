@@ -25,7 +25,7 @@ def test_latin1_instruction_is_an_error_with_offset_and_line(tmp_path):
     (root / "instruction.md").write_bytes(b"Fix the bug.\nPrix: 10 \xe9uros\n")
     assert _errors(root) == [f"{root / 'instruction.md'}:2: error: not valid UTF-8: byte 22 "
                              "(line 2) is 0xe9; save the file as UTF-8"]
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"invalid task .*latin: 1 error"):
         load_task(root)
 
 

@@ -41,14 +41,14 @@ def test_multi_step_skeleton_passes_strict_check(tmp_path):
     ("bad name", []), ("../x", []), ("ok", ["a", "a"]), ("ok", ["a/b"]), ("ok", [".."]),
 ])
 def test_invalid_names_are_usage_errors(tmp_path, name, steps):
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match=r"invalid (task|step) name|duplicate step name"):
         init_task(name, steps, tmp_path)
 
 
 def test_refuses_a_non_empty_target(tmp_path):
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "keep.txt").write_text("mine")
-    with pytest.raises(UsageError):
+    with pytest.raises(UsageError, match="already exists and is not empty"):
         init_task("t", [], tmp_path)
     assert (tmp_path / "t" / "keep.txt").read_text() == "mine"
 
@@ -94,13 +94,12 @@ class _Box:
 
 @pytest.fixture
 def docker_client():
-    docker = pytest.importorskip("docker")
-    try:
-        client = docker.from_env(timeout=10)
-        client.ping()
-    except Exception as exc:  # noqa: BLE001 - no engine: skip
-        pytest.skip(f"no docker engine: {exc}")
-    return client
+    from testbed import need_backend
+
+    need_backend("docker")
+    import docker
+
+    return docker.from_env(timeout=10)
 
 
 @pytest.mark.docker

@@ -86,7 +86,7 @@ def test_undeclared_step_folder_warns_and_strict_makes_it_an_error(two_step):
     assert load_task(task_dir).warnings == (w,)
     strict = check_task(task_dir, strict=True)
     assert [f.severity for f in strict] == ["error"] and "steps/extra" in strict[0].text
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"invalid task .*two-steps: 1 error"):
         load_task(task_dir, strict=True)
 
 
@@ -97,7 +97,7 @@ def test_unsafe_step_name_is_an_error(two_step, bad):
     found = errors(check_task(task_dir))
     assert len(found) == 1
     assert found[0].line == len(toml.splitlines())  # the `name = ...` line
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"invalid task .*two-steps: 1 error"):
         load_task(task_dir)
 
 
@@ -285,7 +285,7 @@ def test_load_task_of_a_folder_without_task_toml_raises(tmp_path):
     with pytest.raises(TaskFormatError) as exc:
         load_task(tmp_path / "empty")
     assert "task.toml" in str(exc.value)
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"invalid task .*missing: 1 error"):
         load_task(tmp_path / "missing")
 
 
@@ -339,7 +339,7 @@ def test_find_tasks_tells_a_task_from_a_dataset(tmp_path, single_step):
     assert task_dirs(tmp_path) == [b, a]
     assert load_dataset(tmp_path) == [b, a]
     assert find_tasks(tmp_path / "not-a-task") == []
-    with pytest.raises(TaskFormatError):
+    with pytest.raises(TaskFormatError, match=r"not-a-task: not a task \(no task.toml or task.md\)"):
         load_dataset(tmp_path / "not-a-task")
 
 

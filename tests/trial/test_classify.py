@@ -3,6 +3,8 @@ stopped by itself named in the error, and the verifier's free-space probe."""
 
 from __future__ import annotations
 
+import pytest
+
 from cairn.errors import Category, ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.sandbox.base import SandboxEnd
 from cairn.trial.classify import error_info, with_end
@@ -66,6 +68,53 @@ def test_parse_free_kb_reads_the_available_column_of_df_p():
     assert parse_free_kb("") is None  # no df in the image
     assert parse_free_kb("sh: df: not found\n") is None
     assert parse_free_kb("a b c d-not-a-number e f\n") is None
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+def test_error_info_defaults_to_before_the_agent_and_the_kinds_phase():
+    from cairn.errors import Phase
+
+    info = error_info(TrialFailure(ErrorKind.TRANSFER_FAILED, "copy failed"))
+    assert (info.category, info.phase, info.step) == (Category.INFRA, None, None)  # no fixed phase
+    info = error_info(TrialFailure(ErrorKind.TEST_MISSING, "no test.sh"))
+    assert (info.category, info.phase) == (Category.TASK, Phase.VERIFIER)
+    info = error_info(TrialFailure(ErrorKind.TEST_MISSING, "x"), phase=Phase.SETUP)
+    assert info.phase is Phase.SETUP
+
+
+def test_as_start_failure_keeps_the_detail_it_is_given_or_the_exceptions():
+    from cairn.trial.classify import as_start_failure
+
+    exc = SandboxError("no room", detail={"free_kb": 3})
+    assert as_start_failure(exc).detail == {"free_kb": 3}
+    assert as_start_failure(exc, detail={"other": 1}).detail == {"other": 1}
+    assert as_start_failure(OSError("boom")).detail == {}
+    got = as_start_failure(exc, "could not start")
+    assert (got.kind, str(got)) == (ErrorKind.START_FAILED, "could not start")
+
+
+def test_with_sandbox_end_without_a_sandbox_is_the_failure_itself():
+    import asyncio
+
+    from cairn.trial.classify import with_sandbox_end
+
+    exc = TrialFailure(ErrorKind.SETUP_FAILED, "setup.sh exited 3")
+    assert asyncio.run(with_sandbox_end(exc, None)) is exc
+    lost = SandboxLostError("engine gone")
+    assert asyncio.run(with_sandbox_end(lost, None)) is lost
+
+
+def test_error_info_masks_string_details_drops_private_ones_and_judges_step_one():
+    exc = TrialFailure(ErrorKind.SETUP_FAILED, "token sk-1 leaked",
+                       detail={"stderr_tail": "sk-1 in log", "exit_code": 3, "_task_fault": False})
+    info = error_info(exc, mask=lambda s: s.replace("sk-1", "***"))
+    assert info.message == "token *** leaked"
+    assert info.detail == {"stderr_tail": "*** in log", "exit_code": 3}
+    assert info.category is Category.TASK  # no step given: before the first step, step 1
+    with pytest.raises(TypeError, match="positional argument"):
+        error_info(exc, None)  # type: ignore[misc]
 
 
 def test_a_task_fault_is_a_typed_flag_that_survives_relabels():

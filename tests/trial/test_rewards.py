@@ -273,5 +273,48 @@ def test_read_reward_out_of_range_values_kept_with_warning(files: dict, n_warnin
 
 def test_reward_read_is_frozen() -> None:
     got = read_reward({"reward.txt": b"1"})
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match="cannot assign to field"):
         got.reward_file = "x"  # type: ignore[misc]
+
+
+# ------------------------------------------- held by mutation testing (bench/mutation.py)
+
+
+def test_the_cap_is_the_documented_64_kib() -> None:
+    """docs/task-format.md and docs/design.md: reward files are read with a 64 KiB cap."""
+    assert REWARD_FILE_CAP_BYTES == 65536
+    assert parse_reward_txt(b"1" + b" " * 65535) == {"reward": 1.0}
+    assert _kind_of(parse_reward_txt, b"1" + b" " * 65536) is ErrorKind.REWARD_PARSE_ERROR
+
+
+@pytest.mark.parametrize("parse, name", [(parse_reward_txt, "reward.txt"),
+                                         (parse_reward_json, "reward.json")])
+def test_an_empty_file_says_its_name_and_zero_bytes(parse, name) -> None:
+    with pytest.raises(TrialFailure, match=f"^{name} is empty \\(0 bytes\\)$") as info:
+        parse(b"")
+    assert info.value.detail == {"file": name, "size_bytes": 0}
+
+
+@pytest.mark.parametrize("data, said", [
+    (b"[1]", "top level is a JSON array"), (b'"x"', "top level is a JSON string"),
+    (b"null", "top level is a JSON null"), (b"true", "top level is a JSON boolean"),
+    (b"1", "top level is a JSON number"),
+    (b'{"reward": [1]}', "value of key 'reward' is a JSON array"),
+    (b'{"reward": {"x": 1}}', "value of key 'reward' is a JSON object"),
+    (b'{"reward": null}', "value of key 'reward' is a JSON null"),
+    (b'{"reward": true}', "value of key 'reward' is a JSON boolean"),
+    (b'{"reward": "1"}', "value of key 'reward' is a JSON string"),
+])
+def test_a_wrong_json_type_is_named(data: bytes, said: str) -> None:
+    with pytest.raises(TrialFailure, match=f"^reward.json: {said}"):
+        parse_reward_json(data)
+
+
+def test_the_quote_is_marked_cut_only_when_it_is() -> None:
+    from cairn.trial.rewards import QUOTE_BYTES, quote_head
+
+    assert QUOTE_BYTES == 80
+    assert quote_head(b"x" * 80) == repr(b"x" * 80)          # all of it: no mark
+    assert quote_head(b"x" * 81) == repr(b"x" * 80) + "…"
+    assert quote_head(b"abc", limit=2) == "b'ab'…"
+    assert quote_head(b"1abc\n") == "b'1abc\\n'"                  # shorter: no mark either

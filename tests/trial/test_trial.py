@@ -480,14 +480,22 @@ def test_cancel_during_agent_records_step_and_phase(tmp_path, backend):
                      job_id="cancel-" + tid[:8], job_dir=tmp_path / "jobs" / "job",
                      options=RunOptions())
 
+    from cairn.agents.oracle import OracleAgent
+
+    class _Announcing(OracleAgent):
+        """The oracle, saying when its run (the agent phase) has begun."""
+
+        started: asyncio.Event
+
+        async def run(self, instruction, sandbox, context):
+            self.started.set()
+            await super().run(instruction, sandbox, context)
+
     async def go():
-        t = asyncio.create_task(run_trial(plan))
-        for _ in range(300):
-            await asyncio.sleep(0.1)
-            log = trial_dir / "trial.log"
-            if log.exists() and "environment:" in log.read_text():
-                break
-        await asyncio.sleep(1.0)
+        agent = _Announcing()
+        agent.started = asyncio.Event()
+        t = asyncio.create_task(run_trial(plan, agent=agent))
+        await asyncio.wait_for(agent.started.wait(), 300)  # in the agent phase: cancel now
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t

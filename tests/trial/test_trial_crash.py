@@ -16,6 +16,7 @@ class _BrokenHost(OracleAgent):
         raise RuntimeError("a bug in the agent's host preparation")
 
 
+@pytest.mark.local
 def test_a_crash_writes_no_result(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
     with pytest.raises(RuntimeError, match="a bug"):

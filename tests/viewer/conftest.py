@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "helpers"))
 
 from fake_openai import FakeOpenAI  # noqa: E402
+from testbed import backend_missing  # noqa: E402
 from viewer_job import (  # noqa: E402
     CHROMEDRIVER,
     CHROMIUM,
@@ -27,7 +28,7 @@ from viewer_job import (  # noqa: E402
 def example_job(tmp_path_factory) -> Path:
     """A real job folder (see the module docstring), built once per session."""
     if not local_ready():
-        pytest.skip("local backend not available")
+        pytest.skip(f"local backend: {backend_missing('local')}")
     root = tmp_path_factory.mktemp("viewer-example")
     tasks = write_example_tasks(root)
     with FakeOpenAI(default=model_reply) as server:

@@ -182,7 +182,7 @@ def test_bundle_pages_have_no_script_and_a_matching_style_hash(tmp_path):
     assert f"style-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp
     trial = next((tmp_path / "site" / "jobs" / "job" / "trials").iterdir())
     assert "do main" in (trial / "index.html").read_text()
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="must not be inside"):
         write_bundle(path, path / "site")
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from taskgen import StepSpec, reward_if, write_task
+from testbed import backend_missing
 from viewer_job import cairn, env, local_ready
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
@@ -28,7 +29,7 @@ def _export(job: Path, *args: str) -> list[dict]:
 @pytest.fixture(scope="module")
 def start_step_job(tmp_path_factory) -> Path:
     if not local_ready():
-        pytest.skip("local backend not available")
+        pytest.skip(f"local backend: {backend_missing('local')}")
     root = tmp_path_factory.mktemp("startstep")
     task = write_task(root / "tasks", "relay", steps=[
         StepSpec("lay", instruction="Write /app/a.\n", solve="echo a > /app/a\n",

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from taskgen import StepSpec, constant_reward, write_task
+from testbed import backend_missing
 from viewer_job import cairn, console_errors, local_ready, trial_dir, view_server
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
@@ -29,7 +30,7 @@ def _secs(span: dict) -> float:
 @pytest.fixture(scope="module")
 def timeline_job(tmp_path_factory) -> Path:
     if not local_ready():
-        pytest.skip("local backend not available")
+        pytest.skip(f"local backend: {backend_missing('local')}")
     root = tmp_path_factory.mktemp("timeline")
     tasks = root / "tasks"
     env_hc = '[environment.healthcheck]\ncommand = "sleep 0.3; true"\ninterval_sec = 0.1\n'

@@ -170,6 +170,24 @@ def check_yaml_shape(text: str, source: Path | str) -> None:
     """
     import yaml
 
+    loader = _loader()
+    try:
+        _check_events(yaml.parse(text, Loader=loader), source)
+    except yaml.YAMLError:
+        if loader is yaml.SafeLoader:
+            raise
+        # libyaml 0.2.6 (in PyYAML 6.0.4's wheels) stops flow nesting past 1,000 levels in its
+        # scanner, before it emits the first event, with its own message; 0.2.5 does not. Walk
+        # the text again with the pure-Python parser (a state machine, no limit of its own) so
+        # that every version gives cairn's own message, and the original error otherwise.
+        _check_events(yaml.parse(text, Loader=yaml.SafeLoader), source)
+        raise
+
+
+def _check_events(events: Any, source: Path | str) -> None:
+    """The streaming pass of :func:`check_yaml_shape` over one parser's events."""
+    import yaml
+
     sizes: dict[str, int] = {}
     # one frame per open collection: [anchor, expanded node count so far]
     stack: list[list[Any]] = []
@@ -196,7 +214,7 @@ def check_yaml_shape(text: str, source: Path | str) -> None:
                                  "nodes (an alias bomb?); cairn refuses the file",
                                  line_of(event))
 
-    for event in yaml.parse(text, Loader=_loader()):
+    for event in events:
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if len(stack) >= MAX_YAML_DEPTH:
                 raise InputFileError(source, f"nested more than {MAX_YAML_DEPTH} levels deep; "

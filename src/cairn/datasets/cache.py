@@ -179,14 +179,19 @@ class TaskCache:
                             ignore=shutil.ignore_patterns(".git"))
             content_hash = tree_hash(staged)
             make_read_only(staged)
+            # a folder moves to another parent only while writable (rename updates its '..'):
+            # root may move a 0555 folder, any other user may not; it goes read-only after
+            os.chmod(staged, 0o755)
             final = self.objects / content_hash / name
             final.parent.mkdir(parents=True, exist_ok=True)
             try:
                 os.rename(staged, final)
+                os.chmod(final, 0o555)
             except OSError:
                 if not (final.is_dir() and tree_hash(final) == content_hash):
                     remove_tree(final)
                     os.rename(staged, final)
+                    os.chmod(final, 0o555)
         finally:
             remove_tree(stage)
         record = {"git_url": git_url, "commit": commit, "path": _norm(repo_path),

@@ -82,7 +82,12 @@ def test_cancelled_exec_kills_its_tree(tmp_path):
     async def main():
         async with DockerSandbox(_spec(tmp_path, docker_image=BASE)) as sb:
             task = asyncio.ensure_future(sb.exec("setsid sleep 7781 & (sleep 7782 &); sleep 7783"))
-            await asyncio.sleep(1.0)
+            for _ in range(600):  # the whole tree runs: then the cancel lands
+                if len(_sleepers(await sb.processes(), [7781, 7782, 7783])) == 3:
+                    break
+                await asyncio.sleep(0.05)
+            else:
+                raise AssertionError("the exec's three sleeps never all ran")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
@@ -251,7 +256,9 @@ def test_entrypoint_runs_first_and_init_is_pid1(tmp_path):
             await sb.stop()
             return time.monotonic() - t0
 
-    assert asyncio.run(main()) < 0.5
+    # the failure this holds is docker's 10 s stop grace (a pid 1 that ignores SIGTERM); the
+    # 0.5 s target on an idle engine is bench/docker_floor.py's, not a test's on a shared one
+    assert asyncio.run(main()) < 5.0
 
 
 def test_labels_info_reuse_and_force_build(tmp_path):

@@ -286,7 +286,12 @@ def test_cancelled_start_leaves_nothing(tmp_path):
     async def go():
         sb = DockerSandbox(spec)
         task = asyncio.ensure_future(sb.__aenter__())
-        await asyncio.sleep(0.4)  # somewhere inside start (networks, containers)
+        for _ in range(600):  # inside start: its first network exists, start not done
+            nets = (await asyncio.to_thread(_labelled, spec.trial_id))[1]
+            if nets or task.done():
+                break
+            await asyncio.sleep(0.02)
+        assert not task.done(), "start finished before the cancel could land inside it"
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -41,7 +41,7 @@ def test_words_quotes_and_variables() -> None:
     assert key_values('K=v K2="two words" K3=$A', env) == [("K", "v"), ("K2", "two words"),
                                                            ("K3", "x y")]
     assert key_values("LEGACY value with spaces", env) == [("LEGACY", "value with spaces")]
-    with pytest.raises(DockerfileError):
+    with pytest.raises(DockerfileError, match="unterminated quote"):
         split_words("'unterminated", env)
 
 

@@ -79,9 +79,9 @@ def test_whiteouts_are_kept_and_a_restored_sandbox_keeps_its_base(state):
 
 def test_remove_refuses_folders_outside_the_snapshots_folder(state, tmp_path):
     folder, _ = snap.make_snapshot(state, RELS, {})
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="is not a local snapshot folder"):
         snap.remove_local_snapshot(tmp_path)
     snap.remove_local_snapshot(folder)
     assert not folder.exists()
-    with pytest.raises(FileNotFoundError):
+    with pytest.raises(FileNotFoundError, match=r"local snapshot .* not found"):
         snap.snapshot_root(str(folder))

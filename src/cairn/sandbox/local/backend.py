@@ -368,8 +368,9 @@ class LocalSandbox(Sandbox):
             raise FileNotFoundError(f"no such host path: {host_path}")
         try:
             await asyncio.to_thread(fs.upload, Path(host_path), sandbox_path)
-        except OSError as exc:
-            raise SandboxError(f"upload to {sandbox_path} failed: {exc}") from exc
+        except OSError as exc:  # the docker backend's kind for the same failure
+            raise SandboxError(f"upload to {sandbox_path} failed: {exc}",
+                               kind=ErrorKind.TRANSFER_FAILED) from exc
 
     async def download(self, sandbox_path: str, host_path: Path) -> None:
         """Copy a sandbox file or folder to the host (see ``Sandbox.download``).
@@ -383,7 +384,8 @@ class LocalSandbox(Sandbox):
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(f"no such path in the sandbox: {sandbox_path}") from None
         except OSError as exc:
-            raise SandboxError(f"download of {sandbox_path} failed: {exc}") from exc
+            raise SandboxError(f"download of {sandbox_path} failed: {exc}",
+                               kind=ErrorKind.TRANSFER_FAILED) from exc
 
     async def processes(self) -> list[ProcessInfo]:
         """The sandbox's processes as its pid namespace sees them (see ``Sandbox``).
