@@ -43,6 +43,9 @@ class ErrorKind(StrEnum):
     """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
     SERVICE_EXITED = "service_exited"
     """A start-up service (the image ENTRYPOINT) exited non-zero before the agent started."""
+    INTERNAL = "internal"
+    """An exception no stage turned into an outcome (a bug, the store failing, an executor
+    error): recorded as that trial's error, the job goes on (issue #29)."""
 
 
 class Phase(StrEnum):
@@ -89,6 +92,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.VERIFIER_TIMEOUT: Category.TASK,
     ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
     ErrorKind.SERVICE_EXITED: Category.TASK,
+    ErrorKind.INTERNAL: Category.INFRA,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
     ErrorKind.CANCELLED: Category.JOB,
@@ -207,3 +211,36 @@ class BuildError(TrialFailure):
 
 class ModelError(TrialFailure):
     """A model call failed for good: ``model_auth_failed`` or ``model_unavailable``."""
+
+
+def cause_line(exc: BaseException, limit: int = 300) -> str:
+    """One line naming what really failed: ``Type: message``, exception groups unwrapped.
+
+    An ``ExceptionGroup`` (a ``TaskGroup``'s "unhandled errors") is replaced by its first
+    leaf exception, with ``(+N more)`` when it held several, so no top-level message is a bare
+    ``ExceptionGroup`` (issue #29).
+
+    Args:
+        exc: the exception.
+        limit: the longest line returned, characters (longer ones end with ``…``).
+
+    Returns:
+        e.g. ``OSError: [Errno 36] File name too long: '…'``.
+    """
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    first = leaves[0] if leaves else exc
+    text = str(first).strip()
+    line = f"{type(first).__name__}: {text}" if text else type(first).__name__
+    line = " ".join(line.split())  # one line: newlines and runs of blanks folded
+    if len(leaves) > 1:
+        line += f" (+{len(leaves) - 1} more)"
+    return line if len(line) <= limit else line[:limit - 1] + "\u2026"

@@ -21,6 +21,7 @@ from typing import TextIO
 
 from cairn.errors import Category, ErrorKind
 from cairn.events import Event, EventKind, EventSink, JobObserver
+from cairn.job.contain import contain_trial
 from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
@@ -264,8 +265,8 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                 else:
                     started = True
                     job.observer.trial_started(plan)
-                    try:
-                        result = await job.run_one(plan)
+                    try:  # issue #29: an exception escaping the trial is its own error
+                        result = await contain_trial(plan, job.run_one, job.emit)
                     finally:
                         job.observer.trial_finished(plan)
                 if pool is not None:
