@@ -195,6 +195,22 @@ class SandboxError(TrialFailure):
         super().__init__(kind, message, detail=detail)
 
 
+class HostPathsSkippedError(SandboxError):
+    """A download wrote everything but some paths the host cannot hold (a name over 255 bytes
+    or a path over PATH_MAX there): those were skipped (issue #29). Artifacts record them in
+    the manifest and go on; other callers treat it as the transfer failure it is.
+
+    Attributes:
+        paths: the skipped member names (at most 100).
+        count: how many were skipped in all.
+    """
+
+    def __init__(self, message: str, *, paths: list[str], count: int) -> None:
+        super().__init__(message, kind=ErrorKind.TRANSFER_FAILED,
+                         detail={"too_long": paths[:100], "too_long_count": count})
+        self.paths, self.count = paths[:100], count
+
+
 class SandboxLostError(SandboxError):
     """The sandbox engine (Docker daemon, the local init process) is gone: ``sandbox_lost``."""
 

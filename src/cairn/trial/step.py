@@ -443,6 +443,9 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     for row in manifest:
         if row["status"] != "copied":
             warnings.append(f"artifact {row['source']} not collected: {row['error']}")
+        elif row.get("skipped_too_long_count"):  # issue #29 (manifest.json lists them)
+            warnings.append(f"artifact {row['source']}: {row['skipped_too_long_count']} "
+                            "path(s) too long for the host skipped (listed in manifest.json)")
 
     # 7a. a start-up service that died while the agent worked fails the trial as the task's
     # error (service_exited, its exit code and log tail), never scored as the agent's (#22)

@@ -38,7 +38,7 @@ import docker
 import docker.errors
 
 from cairn._util.tar import extract_tar_stream, tar_stream, tar_stream_many
-from cairn.errors import ErrorKind, SandboxError
+from cairn.errors import ErrorKind, HostPathsSkippedError, SandboxError
 from cairn.layout import COMPOSE_FILE_NAMES, SOLUTION_DIR
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
@@ -875,6 +875,11 @@ class DockerSandbox(Sandbox):
                 f"download of {src}: refused {len(report.refused)} unsafe member(s): "
                 f"{'; '.join(report.refused[:5])}", kind=ErrorKind.TRANSFER_FAILED,
                 detail={"refused": report.refused[:100]})
+        if report.too_long_count:  # issue #29: written but for paths the host cannot hold
+            raise HostPathsSkippedError(
+                f"download of {src}: {report.too_long_count} path(s) too long for the host "
+                f"skipped: {'; '.join(report.too_long[:3])[:600]}", paths=report.too_long,
+                count=report.too_long_count)
 
 
 ENGINE_GONE_SEC = 10.0
