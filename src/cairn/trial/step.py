@@ -42,6 +42,7 @@ from cairn.trial.helper import (
 from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
+from cairn.trial.survivors import list_survivors, verifier_wider
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -228,6 +229,26 @@ async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
     return killed
 
 
+async def _settle_survivors(sandbox: Sandbox, step: Step, env: StepEnv, before: Baseline,
+                            warnings: list[str]) -> tuple[list, int, str | None]:
+    """Issue #29 / #34 L4 (:mod:`cairn.trial.survivors`): list what the agent phase left
+    running; before a verifier whose openings or secrets go beyond the agent's, kill the
+    agent's processes (all its phases so far) as ``--hardened-verify`` does.
+
+    Returns:
+        ``(survivors, how many, why they were killed or None)``.
+    """
+    listed, total = await list_survivors(sandbox, before)
+    wider = verifier_wider(step, env)
+    if wider is None:
+        return listed, total, "hardened_verify" if env.hardened and env.verify else None
+    killed = await _kill_new(sandbox, env.trial_baseline or before)
+    if killed:
+        warnings.append(f"killed {len(killed)} agent process(es) before the verifier: its "
+                        f"access goes beyond the agent's ({wider})")
+    return listed, total, "hardened_verify" if env.hardened else f"verifier_wider: {wider}"
+
+
 async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
     """Copy ``steps/<name>/workdir/`` (except setup.sh) into the working dir, owned by the agent user."""
     if step.workdir_dir is None:
@@ -397,15 +418,18 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     if context.metadata.get("model_retries"):
         warnings.append(f"model calls retried {context.metadata['model_retries']} time(s)")
 
-    # 6. end the agent phase (§4.4): close its network openings, kill what a timed-out or
-    # crashed agent started
-    if env.networks is not None:
-        after = env.networks.verifier.get(step.index, env.networks.environment)
-        await _switch(sandbox, env, after, "verifier" if env.verify else "after-agent")
+    # 6. end the agent phase (§4.4): kill what a timed-out or crashed agent started, record
+    # what still runs, kill it before a verifier with wider openings (issue #29, #34 L4:
+    # cairn.trial.survivors), then close the agent's network openings
     if agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR):
         killed = await _kill_new(sandbox, before)
         if killed:
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
+    survivors, survivors_total, survivors_killed = await _settle_survivors(
+        sandbox, step, env, before, warnings)
+    if env.networks is not None:
+        after = env.networks.verifier.get(step.index, env.networks.environment)
+        await _switch(sandbox, env, after, "verifier" if env.verify else "after-agent")
     # Nothing runs in the sandbox between this exec and the artifacts (no pre_artifacts.sh, no
     # snapshot, no collect hook): it sizes them too; nor before the shared verifier (hardened
     # mode kills the agent's processes first): it prepares /tests and /logs/verifier too.
@@ -453,7 +477,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
 
     row = dict(index=step.index, name=step.name, agent_exit=agent_exit, warnings=warnings,
                tokens=context.tokens, cost_usd=context.cost_usd,
-               snapshot=snapshot)
+               snapshot=snapshot, survivors=survivors, survivors_total=survivors_total,
+               survivors_killed=survivors_killed)
     if not env.verify:
         return StepResult(source=StepSource.NOT_RUN, timings=StepTimings(**timings), **row), context
 
