@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from cairn._util.text import printable
 from cairn.netpolicy import NetworkMode, NetworkPolicy
 from cairn.trial.survivors import clean_cmdline, env_wider, network_wider
@@ -111,3 +113,68 @@ def test_what_counts_as_wider_access():
     assert env_wider({"A": "1"}, {"A": "1"}) is None
     assert env_wider({}, {"KEY": "secret"}) == "verifier-only env KEY"
     assert "secret" not in env_wider({"KEY": "x"}, {"KEY": "secret"})
+
+
+REACH = r'''
+import os, re, time, urllib.request
+def proxies():
+    found = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                k, _, v = kv.decode(errors="replace").partition("=")
+                if k.lower() == "http_proxy" and v:
+                    found["http"] = v
+    return found
+while True:  # the verifier's proxy, taken from its processes' environment once it runs
+    via = proxies()
+    if via:
+        try:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(via))
+            body = opener.open("http://allowed.test/", timeout=2).read().decode()
+            open("/tmp/reached", "a").write(body)
+        except Exception:
+            pass
+    time.sleep(0.1)
+'''
+
+VERIFY_REACH = (
+    "python3 - <<'EOF' > /logs/verifier/verifier-reach.txt 2>&1\n"
+    "import urllib.request\n"
+    "print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())\n"
+    "EOF\n"
+    "sleep 2\n"
+    "if [ -s /tmp/reached ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n")
+
+
+@pytest.mark.docker
+def test_a_left_over_process_cannot_reach_the_verifier_only_host(tmp_path):
+    """#34 L4 on docker: the verifier's allowlist opens a host (a container this test starts)
+    the no-network agent phase does not; the agent's left-over process, which looks for the
+    proxy in every process's environment, reaches nothing: it is killed before the switch."""
+    from nethosts import host_containers
+    from testbed import backend_available, run_trial_sync
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    task = write_task(tmp_path / "tasks", "reach",
+                      solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n",
+                      files={"environment/reach.py": REACH}, test=VERIFY_REACH,
+                      dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\n"
+                                 "COPY reach.py /opt/reach.py\n",
+                      toml_extra='[verifier]\nnetwork_mode = "allowlist"\n'
+                                 'allowed_hosts = ["allowed.test"]\n')
+    with host_containers("allowed.test") as addrs:
+        r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs",
+                           add_hosts=tuple(addrs.items()))
+    step = r.steps[0]
+    trial = tmp_path / "jobs" / "job" / "trials" / r.trial_name
+    reach = (trial / "steps" / "01-main" / "verifier" / "verifier-reach.txt").read_text()
+    assert "host=allowed.test" in reach, reach  # the verifier itself reaches the host
+    assert r.reward == 1.0, (step.warnings, step.survivors_killed)  # the survivor did not
+    assert step.survivors_killed and "allowed.test" in step.survivors_killed
+    assert any("reach.py" in s.cmdline for s in step.survivors)
