@@ -42,7 +42,7 @@ from cairn.trial.helper import (
 from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
-from cairn.trial.survivors import list_survivors, verifier_wider
+from cairn.trial.survivors import list_survivors, survivors_from, verifier_wider
 from cairn.trial.verify import run_verifier
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -229,19 +229,17 @@ async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
     return killed
 
 
-async def _settle_survivors(sandbox: Sandbox, step: Step, env: StepEnv, before: Baseline,
-                            warnings: list[str]) -> tuple[list, int, str | None]:
-    """Issue #29 / #34 L4 (:mod:`cairn.trial.survivors`): list what the agent phase left
-    running; before a verifier whose openings or secrets go beyond the agent's, kill the
-    agent's processes (all its phases so far) as ``--hardened-verify`` does.
+async def _kill_for_wider(sandbox: Sandbox, env: StepEnv, before: Baseline, wider: str,
+                          warnings: list[str]) -> tuple[list, int, str]:
+    """Issue #34 L4 (:mod:`cairn.trial.survivors`): the verifier's openings or secrets go
+    beyond the agent's, so record what the agent phase left running and kill every process
+    the trial's agent phases started, as ``--hardened-verify`` does, before the network
+    switches to the verifier's policy.
 
     Returns:
-        ``(survivors, how many, why they were killed or None)``.
+        ``(survivors, how many, why they were killed)``.
     """
     listed, total = await list_survivors(sandbox, before)
-    wider = verifier_wider(step, env)
-    if wider is None:
-        return listed, total, "hardened_verify" if env.hardened and env.verify else None
     killed = await _kill_new(sandbox, env.trial_baseline or before)
     if killed:
         warnings.append(f"killed {len(killed)} agent process(es) before the verifier: its "
@@ -294,7 +292,8 @@ async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) ->
 
 
 async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_tests: bool,
-                    size_artifacts: bool) -> tuple[list[str], AfterAgent, list[str]]:
+                    size_artifacts: bool, list_processes: bool = False
+                    ) -> tuple[list[str], AfterAgent, list[str]]:
     """End-of-agent-phase evidence (§11), with one exec in the common case
     (:mod:`cairn.trial.helper`): remove ``/solution``, find which log folders hold files, move
     planted verifier files aside, maybe prepare the shared verifier's folders and size the
@@ -310,6 +309,8 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
             removed, ``/logs/verifier`` fresh now).
         size_artifacts: size the step's main-service artifact entries and ``/logs/artifacts``
             (nothing runs in the sandbox between this exec and their collection).
+        list_processes: also list the sandbox's processes and users (the survivors of the
+            agent phase, issue #29), in the same exec.
 
     Returns:
         (warnings, the report, the artifact sources it sized, in order).
@@ -320,7 +321,8 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
     warnings: list[str] = []
     sources = [*(a.source for a in step.artifacts if (a.service or MAIN_SERVICE).strip()
                  in (MAIN_SERVICE, "")), ARTIFACTS_DIR] if size_artifacts else []
-    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests), user="root")
+    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests,
+                                            list_processes=list_processes), user="root")
     if not r.ok:
         raise SandboxError(f"the after-agent exec failed (exit {r.exit_code}): "
                            f"{r.stderr.strip()[-300:]}")
@@ -425,8 +427,9 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
         killed = await _kill_new(sandbox, before)
         if killed:
             warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
-    survivors, survivors_total, survivors_killed = await _settle_survivors(
-        sandbox, step, env, before, warnings)
+    wider = verifier_wider(step, env)  # issue #29 / #34 L4 (cairn.trial.survivors)
+    early = await _kill_for_wider(sandbox, env, before, wider, warnings) \
+        if wider is not None else None
     if env.networks is not None:
         after = env.networks.verifier.get(step.index, env.networks.environment)
         await _switch(sandbox, env, after, "verifier" if env.verify else "after-agent")
@@ -437,8 +440,12 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, dirs: StepDirs, e
     prepared = quiet and env.verify and step.verifier_mode != "separate" and \
         step.test_sh is not None and not env.hardened
     evidence_warnings, report, sources = await _evidence(
-        sandbox, step, dirs.agent, prepare_tests=prepared, size_artifacts=quiet)
+        sandbox, step, dirs.agent, prepare_tests=prepared, size_artifacts=quiet,
+        list_processes=early is None)
     warnings.extend(evidence_warnings)
+    survivors, survivors_total, survivors_killed = early if early is not None else (
+        *survivors_from(report.processes or [], report.users, before),
+        "hardened_verify" if env.hardened and env.verify else None)
     # 6a. pre_artifacts.sh (Evolve, #22): hands work on under /logs/artifacts; never fatal
     if step.pre_artifacts_sh is not None:
         clock.begin("pre_artifacts")

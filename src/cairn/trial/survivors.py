@@ -114,8 +114,28 @@ async def _user_names(sandbox: Sandbox, uids: set[int]) -> dict[int, str]:
     for line in r.stdout.splitlines():
         parts = line.split(":")
         if len(parts) > 2 and parts[2].isdigit() and int(parts[2]) in uids:
-            names.setdefault(int(parts[2]), clean_cmdline(parts[0], 64))
+            names.setdefault(int(parts[2]), parts[0])
     return names
+
+
+def survivors_from(procs: Sequence[ProcessInfo], users: Mapping[int, str], before: Baseline
+                   ) -> tuple[list[Survivor], int]:
+    """The processes of ``procs`` started since ``before`` (never pid 1), as records.
+
+    Args:
+        procs: a listing of the sandbox's processes.
+        users: uid → user name (the sandbox's ``/etc/passwd``).
+        before: the agent phase's baseline.
+
+    Returns:
+        ``(the first MAX_LISTED survivors by pid, how many there are)``.
+    """
+    new = sorted((p for p in procs if before.is_new(p) and p.pid != 1), key=lambda p: p.pid)
+    def user(uid: int | None) -> str | None:
+        return clean_cmdline(users[uid], 64) if uid is not None and uid in users else None
+
+    return [Survivor(pid=p.pid, uid=p.uid, user=user(p.uid), cmdline=clean_cmdline(p.cmdline))
+            for p in new[:MAX_LISTED]], len(new)
 
 
 async def list_survivors(sandbox: Sandbox, before: Baseline) -> tuple[list[Survivor], int]:
@@ -138,8 +158,6 @@ async def list_survivors(sandbox: Sandbox, before: Baseline) -> tuple[list[Survi
         raise
     except (SandboxError, OSError):
         return [], 0
-    new = sorted((p for p in procs if before.is_new(p) and p.pid != 1), key=lambda p: p.pid)
-    names = await _user_names(sandbox, {p.uid for p in new[:MAX_LISTED] if p.uid is not None})
-    listed = [Survivor(pid=p.pid, uid=p.uid, user=names.get(p.uid) if p.uid is not None
-                       else None, cmdline=clean_cmdline(p.cmdline)) for p in new[:MAX_LISTED]]
-    return listed, len(new)
+    new = [p for p in procs if before.is_new(p) and p.pid != 1]
+    names = await _user_names(sandbox, {p.uid for p in new if p.uid is not None})
+    return survivors_from(new, names, before)

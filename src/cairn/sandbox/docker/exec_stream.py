@@ -83,14 +83,16 @@ PS_SCRIPT = r"""
 printf '%s' "$$"
 for d in /proc/[0-9]*; do
   read -r s 2>/dev/null < "$d/stat" || continue
+  s=${s##*) }
   u=""
   while read -r k v _; do [ "$k" = Uid: ] && { u=$v; break; }; done 2>/dev/null < "$d/status"
-  c=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline")
-  printf '\036%s\035%s\037%s' "$u" "$s" "$c"
+  c=$(tr '\0\035\036\037' '    ' 2>/dev/null < "$d/cmdline")
+  printf '\036%s\035%s) %s\037%s' "$u" "${d#/proc/}" "$s" "$c"
 done
 """
-"""Prints its own pid, then one record per process: ``\x1e<uid>\x1d<stat line>\x1f<cmdline>``
-(the uid first: digits only, so a process name holding a separator cannot shift it)."""
+"""Prints its own pid, then one record per process: ``\x1e<uid>\x1d<pid>) <stat after the
+name>\x1f<cmdline>`` (the process name, which a process sets itself, left out; separators in
+the command line blanked: no process can forge a record)."""
 
 KILL_KEYS_SCRIPT = r"""
 f22() { shift 19; st=$1; }
@@ -118,8 +120,9 @@ def parse_processes(out: str) -> list[ProcessInfo]:
         uid_text, _, rec = rec.partition("\x1d")
         stat, _, cmd = rec.partition("\x1f")
         try:
-            pid = int(stat.split(" ", 1)[0])
-            fields = stat[stat.rindex(")") + 2:].split()
+            pid_text, _, rest = stat.partition(") ")
+            pid = int(pid_text)
+            fields = rest.split()
             ppid, start = int(fields[1]), int(fields[19])
         except (ValueError, IndexError):
             continue
