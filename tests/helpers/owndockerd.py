@@ -123,6 +123,24 @@ class OwnDockerd:
                         break
                     time.sleep(0.1)
 
+    def _kill_own_shims(self) -> None:
+        """SIGKILL the container shims of this engine's containerd namespace and what they
+        run (a daemon that never came back leaves them; never another engine's: matched by
+        the namespace argument, which is this engine's own)."""
+        mine: list[int] = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            with contextlib.suppress(OSError):
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                if b"-namespace" in argv and argv.index(b"-namespace") + 1 < len(argv) and \
+                        argv[argv.index(b"-namespace") + 1] == self.namespace.encode():
+                    mine.append(int(entry.name))
+        for shim in mine:
+            for pid in [*_descendants(shim), shim]:
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
     def load_images(self, images: tuple[str, ...] = IMAGES) -> None:
         """Copy ``images`` from the machine's engine into this one.
 
@@ -156,11 +174,30 @@ class OwnDockerd:
                                    capture_output=True, timeout=120, check=False)
             self.stop(signal.SIGTERM)
         self._kill_own_containerd()
+        self._kill_own_shims()
         for m in reversed(Path("/proc/self/mounts").read_text().splitlines()):
             parts = m.split()
             if len(parts) > 1 and parts[1].startswith(str(self.root)):
                 subprocess.run(["umount", "-l", parts[1]], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _descendants(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (children first found, deepest last)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                stat = (entry / "stat").read_text()
+                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+                children.setdefault(ppid, []).append(int(entry.name))
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
 
 
 def make_root() -> Path:
