@@ -1,8 +1,10 @@
 """A real engine restart mid-job, under load (issue #29).
 
 The machine's shared engine is never touched: the test starts a ``dockerd`` of its own
-(tests/helpers/owndockerd.py: its own socket, data root, exec root, pid file and address pool,
-no iptables rules), copies the base image into it, points cairn at it with ``DOCKER_HOST`` and
+(tests/helpers/owndockerd.py: its own socket, data root, exec root, pid file, address pool and
+network namespace, no iptables rules: a second dockerd in the host's namespace deletes the
+host's docker0 when it starts again),
+copies the base image into it, points cairn at it with ``DOCKER_HOST`` and
 kills that daemon while trials run, beside CPU-heavy processes, then starts it again. Running
 trials lose their sandbox (``sandbox_lost``, infra), wait for the engine, are retried, and every
 trial ends scored exactly once with nothing of the job left on the engine.

@@ -1,5 +1,5 @@
 """A Docker engine of the test's own: a real ``dockerd`` on its own socket, data root, exec
-root, pid file and address pool, with no iptables rules and no default bridge, so it can be
+root, pid file, address pool and network namespace, with no iptables rules, so it can be
 killed and started again mid-job without touching the machine's shared engine (issue #29).
 
 Needs root and the ``dockerd`` binary (CI's engine package ships it); the base image is copied
@@ -33,6 +33,8 @@ def available() -> str | None:
         return "no dockerd binary"
     if shutil.which("docker") is None:
         return "no docker CLI (it copies the base image in)"
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "no ip or nsenter command (the engine gets a network namespace of its own)"
     return None
 
 
@@ -52,6 +54,10 @@ class OwnDockerd:
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
         self.namespace = "cairntest" + re.sub(r"[^a-z0-9]", "", root.name.lower())
+        self.netns = "cft" + re.sub(r"[^a-z0-9]", "", root.name.lower())[-10:]
+        """A network namespace of its own: a second dockerd in the host's namespace deletes
+        the host's ``docker0`` (the shared engine's bridge) when it starts again; in its own
+        namespace its bridges and rules touch nothing of the host's."""
         """containerd namespaces of its own (a shared containerd never mixes them up)."""
 
     def start(self, timeout: float = 90, attempts: int = 3) -> None:
@@ -71,13 +77,22 @@ class OwnDockerd:
                     raise
                 self.stop(signal.SIGKILL)
 
+    def _own_netns(self) -> None:
+        """Create this engine's network namespace unless it exists."""
+        if not Path(f"/run/netns/{self.netns}").exists():
+            subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
+            subprocess.run(["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
+                           check=True, capture_output=True)
+
     def _start_once(self, timeout: float) -> None:
+        self._own_netns()
         self.starts += 1
         log = open(self.root / f"dockerd-{self.starts}.log", "wb")  # noqa: SIM115 - the daemon's
         self.proc = subprocess.Popen(
-            ["dockerd", "--host", self.host, "--data-root", str(self.root / "data"),
+            ["nsenter", f"--net=/run/netns/{self.netns}",  # not `ip netns exec`: it remounts /sys
+             "dockerd", "--host", self.host, "--data-root", str(self.root / "data"),
              "--exec-root", str(self.root / "exec"), "--pidfile", str(self.pidfile),
-             "--bridge", "none", "--iptables=false", "--ip-masq=false", "--ip-forward=false",
+             "--iptables=false", "--ip-masq=false", "--ip-forward=false",
              "--default-address-pool", ADDRESS_POOL, "--userland-proxy=false",
              "--containerd-namespace", self.namespace,
              "--containerd-plugins-namespace", f"{self.namespace}-plugins"],
@@ -180,6 +195,8 @@ class OwnDockerd:
             if len(parts) > 1 and parts[1].startswith(str(self.root)):
                 subprocess.run(["umount", "-l", parts[1]], capture_output=True, check=False)
         shutil.rmtree(self.root, ignore_errors=True)
+        if Path(f"/run/netns/{self.netns}").exists():
+            subprocess.run(["ip", "netns", "del", self.netns], capture_output=True, check=False)
 
 
 def _descendants(pid: int) -> list[int]:
