@@ -46,6 +46,9 @@ class ErrorKind(StrEnum):
     """``--start-step``: an earlier step's oracle solution did not pass its verifier."""
     SERVICE_EXITED = "service_exited"
     """A start-up service (the image ENTRYPOINT) exited non-zero before the agent started."""
+    INTERNAL = "internal"
+    """An exception no stage turned into an outcome (a bug, the store failing, an executor
+    error): recorded as that trial's error, the job goes on (issue #29)."""
 
 
 class Phase(StrEnum):
@@ -92,6 +95,7 @@ _FIXED_CATEGORY: dict[ErrorKind, Category] = {
     ErrorKind.VERIFIER_TIMEOUT: Category.TASK,
     ErrorKind.ORACLE_REPLAY_FAILED: Category.TASK,
     ErrorKind.SERVICE_EXITED: Category.TASK,
+    ErrorKind.INTERNAL: Category.INFRA,
     ErrorKind.SANDBOX_UNUSABLE: Category.CANDIDATE,
     ErrorKind.BUDGET_EXCEEDED: Category.CANDIDATE,
     ErrorKind.MODEL_AUTH_FAILED: Category.JOB,
@@ -200,6 +204,22 @@ class SandboxError(TrialFailure):
         super().__init__(kind, message, detail=detail, task_fault=task_fault)
 
 
+class HostPathsSkippedError(SandboxError):
+    """A download wrote everything but some paths the host cannot hold (a name over 255 bytes
+    or a path over PATH_MAX there): those were skipped (issue #29). Artifacts record them in
+    the manifest and go on; other callers treat it as the transfer failure it is.
+
+    Attributes:
+        paths: the skipped member names (at most 100).
+        count: how many were skipped in all.
+    """
+
+    def __init__(self, message: str, *, paths: list[str], count: int) -> None:
+        super().__init__(message, kind=ErrorKind.TRANSFER_FAILED,
+                         detail={"too_long": paths[:100], "too_long_count": count})
+        self.paths, self.count = paths[:100], count
+
+
 class SandboxLostError(SandboxError):
     """The sandbox engine (Docker daemon, the local init process) is gone: ``sandbox_lost``."""
 
@@ -217,3 +237,36 @@ class BuildError(TrialFailure):
 class ModelError(TrialFailure):
     """A model call failed for good: ``model_auth_failed``, ``model_unavailable``, or
     ``budget_exceeded`` (the model relay refused it, docs/relay.md)."""
+
+
+def cause_line(exc: BaseException, limit: int = 300) -> str:
+    """One line naming what really failed: ``Type: message``, exception groups unwrapped.
+
+    An ``ExceptionGroup`` (a ``TaskGroup``'s "unhandled errors") is replaced by its first
+    leaf exception, with ``(+N more)`` when it held several, so no top-level message is a bare
+    ``ExceptionGroup`` (issue #29).
+
+    Args:
+        exc: the exception.
+        limit: the longest line returned, characters (longer ones end with ``…``).
+
+    Returns:
+        e.g. ``OSError: [Errno 36] File name too long: '…'``.
+    """
+    leaves: list[BaseException] = []
+
+    def walk(e: BaseException) -> None:
+        if isinstance(e, BaseExceptionGroup):
+            for inner in e.exceptions:
+                walk(inner)
+        else:
+            leaves.append(e)
+
+    walk(exc)
+    first = leaves[0] if leaves else exc
+    text = str(first).strip()
+    line = f"{type(first).__name__}: {text}" if text else type(first).__name__
+    line = " ".join(line.split())  # one line: newlines and runs of blanks folded
+    if len(leaves) > 1:
+        line += f" (+{len(leaves) - 1} more)"
+    return line if len(line) <= limit else line[:limit - 1] + "\u2026"

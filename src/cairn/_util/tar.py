@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import os
 import shutil
@@ -232,14 +233,25 @@ class ExtractReport:
         refused: member names not written because they were unsafe (absolute, ``..``, through
             a symlink, onto a folder), each with the reason.
         skipped: special files (devices, fifos) not written.
+        too_long: member names the host cannot hold (a name over 255 bytes or a path over
+            PATH_MAX there: ``ENAMETOOLONG``), not written; the rest of the archive still is
+            (issue #29). At most :data:`TOO_LONG_KEPT` are listed; :attr:`too_long_count`
+            counts them all.
+        too_long_count: how many members were too long for the host.
         files: regular files written.
         bytes: bytes of file content written.
     """
 
     refused: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    too_long: list[str] = field(default_factory=list)
+    too_long_count: int = 0
     files: int = 0
     bytes: int = 0
+
+
+TOO_LONG_KEPT = 100
+"""How many too-long member names an :class:`ExtractReport` lists."""
 
 
 def _rel_parts(name: str, root_name: str | None) -> tuple[str, ...] | None:
@@ -338,46 +350,64 @@ def extract_tar_stream(chunks: Iterable[bytes], target: Path, *,
             if parts is None:
                 report.refused.append(f"{m.name}: outside the target")
                 continue
-            if m.isdir():
-                dest = target.joinpath(*parts)
-                parent = _safe_parent(target, parts) if parts else target.parent
-                if parent is None or not _clear_for(dest, want_dir=True):
-                    report.refused.append(f"{m.name}: path passes through a link or file")
-                    continue
-                if not os.path.isdir(dest) or os.path.islink(dest):
-                    os.mkdir(dest, 0o755)
-                dir_modes.append((dest, m.mode & 0o777, int(m.mtime)))
-                continue
-            if not parts:  # the root itself is a file or link: it lands at `target`
-                dest = target
-                ok = _clear_for(dest, want_dir=False)
-            else:
-                dest = target.joinpath(*parts)
-                parent = _safe_parent(target, parts)
-                ok = parent is not None and _clear_for(dest, want_dir=False)
-            if not ok:
-                report.refused.append(f"{m.name}: path passes through a link or onto a folder")
-                continue
-            if m.issym():
-                os.symlink(m.linkname, dest)
-                os.utime(dest, (m.mtime, m.mtime), follow_symlinks=False)
-            elif m.islnk():
-                src_parts = _rel_parts(m.linkname, root_name)
-                src = target.joinpath(*src_parts) if src_parts else None
-                if src is None or not _plain_path(target, src_parts or ()):
-                    report.refused.append(f"{m.name}: hard link to {m.linkname!r} outside")
-                    continue
-                shutil.copyfile(src, dest, follow_symlinks=False)
-                os.chmod(dest, m.mode & 0o777)
-                report.files += 1
-            elif m.isreg():
-                _write_member(tf, m, dest, report)
-            else:
-                report.skipped.append(m.name)
+            try:
+                _extract_member(tf, m, parts, target, report, dir_modes, root_name)
+            except OSError as exc:  # a path the host cannot hold is skipped, not fatal (#29)
+                if exc.errno != errno.ENAMETOOLONG:
+                    raise
+                report.too_long_count += 1
+                if len(report.too_long) < TOO_LONG_KEPT:
+                    report.too_long.append(m.name)
     for dest, mode, mtime in reversed(dir_modes):
         os.chmod(dest, mode)
         os.utime(dest, (mtime, mtime))
     return report
+
+
+def _extract_member(tf: tarfile.TarFile, m: tarfile.TarInfo, parts: tuple[str, ...],
+                    target: Path, report: ExtractReport, dir_modes: list[tuple[Path, int, int]],
+                    root_name: str | None) -> None:
+    """Write one member of :func:`extract_tar_stream` (refusals go into ``report``).
+
+    Raises:
+        OSError: writing on the host failed (``ENAMETOOLONG`` for a path it cannot hold).
+    """
+    if m.isdir():
+        dest = target.joinpath(*parts)
+        parent = _safe_parent(target, parts) if parts else target.parent
+        if parent is None or not _clear_for(dest, want_dir=True):
+            report.refused.append(f"{m.name}: path passes through a link or file")
+            return
+        if not os.path.isdir(dest) or os.path.islink(dest):
+            os.mkdir(dest, 0o755)
+        dir_modes.append((dest, m.mode & 0o777, int(m.mtime)))
+        return
+    if not parts:  # the root itself is a file or link: it lands at `target`
+        dest = target
+        ok = _clear_for(dest, want_dir=False)
+    else:
+        dest = target.joinpath(*parts)
+        parent = _safe_parent(target, parts)
+        ok = parent is not None and _clear_for(dest, want_dir=False)
+    if not ok:
+        report.refused.append(f"{m.name}: path passes through a link or onto a folder")
+        return
+    if m.issym():
+        os.symlink(m.linkname, dest)
+        os.utime(dest, (m.mtime, m.mtime), follow_symlinks=False)
+    elif m.islnk():
+        src_parts = _rel_parts(m.linkname, root_name)
+        src = target.joinpath(*src_parts) if src_parts else None
+        if src is None or not _plain_path(target, src_parts or ()):
+            report.refused.append(f"{m.name}: hard link to {m.linkname!r} outside")
+            return
+        shutil.copyfile(src, dest, follow_symlinks=False)
+        os.chmod(dest, m.mode & 0o777)
+        report.files += 1
+    elif m.isreg():
+        _write_member(tf, m, dest, report)
+    else:
+        report.skipped.append(m.name)
 
 
 def _write_member(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path,

@@ -7,6 +7,8 @@ accepted and dropped; CRLF line ends are accepted (callers that hand text on nor
 
 from __future__ import annotations
 
+import re
+
 BOM = "\ufeff"
 
 
@@ -42,3 +44,26 @@ def decode_utf8(data: bytes) -> str:
         raise NotUtf8Error(exc.start, data.count(b"\n", 0, exc.start) + 1,
                            data[exc.start:exc.start + 1]) from None
     return text[1:] if text.startswith(BOM) else text
+
+
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str, limit: int = 512) -> str:
+    """Text safe to show on a terminal or a page: control characters (terminal escapes,
+    newlines, bidirectional overrides) written as ``\\xNN``/``\\uNNNN``, at most ``limit``
+    characters (a longer text ends with ``…``). For agent output such as a command line.
+
+    Args:
+        text: the raw text (hostile).
+        limit: the bound, characters.
+
+    Returns:
+        The escaped, bounded text.
+    """
+    def esc(m: re.Match[str]) -> str:
+        c = ord(m.group(0))
+        return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
+    out = _UNPRINTABLE.sub(esc, text)
+    return out if len(out) <= limit else out[:limit - 1] + "\u2026"

@@ -535,7 +535,9 @@ def _run(cfg, *, job_dir: Path | None, resume: bool, retry_errors: bool = False,
         return 1
     except Exception as exc:  # noqa: BLE001 - one readable line, not a traceback
         progress.close()
-        _err(f"{type(exc).__name__}: {exc}")
+        from cairn.errors import cause_line  # never a bare ExceptionGroup (issue #29)
+
+        _err(cause_line(exc, limit=2000))
         if os.environ.get("CAIRN_DEBUG"):
             raise
         return 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from dataclasses import dataclass
@@ -358,9 +359,22 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
     target = _job_dir(config, job_dir)
     if config.job_name is None:
         config = config.model_copy(update={"job_name": target.name})
-    async for _result in iter_trials(config, job_dir=target, **kwargs):
-        pass
-    return read_job(target)
+    seen: list[TrialResult] = []
+    async for result in iter_trials(config, job_dir=target, **kwargs):
+        seen.append(result)
+    job = read_job(target)
+    # a trial whose folder could not be written at all (issue #29) still counts: its
+    # internal error reaches the exit code and the summary, not only job.log
+    on_disk = {r.trial_id for r in job.results}
+    lost = [r for r in seen if r.trial_id not in on_disk]
+    if lost:
+        results = [*job.results, *lost]
+        declared: dict[str, list[str]] = {}
+        for r in results:
+            declared.setdefault(r.task.name, [s.name for s in r.steps])
+        job = dataclasses.replace(job, results=results,
+                                  summary=summarize_job(results, declared))
+    return job
 
 
 def run_job(config: JobConfig, **kwargs: Any) -> JobResult:

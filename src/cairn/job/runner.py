@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 from cairn.errors import Category, ErrorKind
 from cairn.events import EngineWait, Event, EventKind, EventSink, JobObserver, Retrying, dedupe_key
+from cairn.job.contain import contain_trial
 from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
@@ -271,8 +272,9 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                 else:
                     started = True
                     job.observer.trial_started(plan)
-                    try:
-                        result = await job.run_one(plan, services)
+                    try:  # issue #29: an exception escaping the trial is its own error
+                        result = await contain_trial(
+                            plan, lambda p: job.run_one(p, services), job.emit)
                     finally:
                         job.observer.trial_finished(plan)
                 if pool is not None:

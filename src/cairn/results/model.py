@@ -188,6 +188,22 @@ class NetworkCounts(_Persisted):
     """The first ten distinct hosts refused, control characters replaced (agent output)."""
 
 
+class Survivor(_Persisted):
+    """A process the agent phase started that was still running when it ended (issue #29).
+
+    Its command line is the agent's output: bounded and with control characters escaped
+    before it is recorded (:mod:`cairn.trial.survivors`)."""
+
+    pid: int
+    """The pid inside the sandbox."""
+    uid: int | None = None
+    """Its user id inside the sandbox (``None`` when the backend could not read it)."""
+    user: str | None = None
+    """The user name of ``uid`` in the sandbox's ``/etc/passwd`` (``None`` when unknown)."""
+    cmdline: str = ""
+    """The command line, at most 512 characters, control characters as ``\\xNN``."""
+
+
 class StepResult(_Persisted):
     """One row of ``steps`` in result.json / steps.json — one per *declared* step."""
 
@@ -217,6 +233,15 @@ class StepResult(_Persisted):
     """The snapshot taken after this step's agent phase (``--snapshot-steps``), or ``None``."""
     network: NetworkCounts | None = None
     """Connection attempts through the egress gateway (``None`` when the sandbox has none)."""
+    survivors: list[Survivor] = Field(default_factory=_new_list)
+    """Processes the agent phase started that were still running when it ended (at most 50;
+    docs/guarantees.md says what they mean for the reward)."""
+    survivors_total: int = 0
+    """How many there were (``survivors`` lists at most 50)."""
+    survivors_killed: str | None = None
+    """Why the agent's processes were killed before this step's verifier (``hardened_verify``,
+    or ``verifier_wider: …`` when the verifier's openings or secrets go beyond the agent's),
+    or ``None`` when they were left running into it."""
 
     @property
     def has_result(self) -> bool:
@@ -463,6 +488,9 @@ class ArtifactEntry(_Persisted):
         error: why it was not collected, or ``None``.
         excluded: paths removed from the host copy by the entry's ``exclude`` globs.
         service: the compose service it came from (``None``: the main container).
+        skipped_too_long: member paths of a copied entry that the host cannot hold (a name
+            over 255 bytes or a path over PATH_MAX there), skipped; at most 100 (issue 24).
+        skipped_too_long_count: how many such paths were skipped in all.
     """
 
     source: str
@@ -472,6 +500,8 @@ class ArtifactEntry(_Persisted):
     error: str | None = None
     excluded: list[str] = Field(default_factory=_new_list)
     service: str | None = None
+    skipped_too_long: list[str] = Field(default_factory=_new_list)
+    skipped_too_long_count: int = 0
 
 
 class TrialStatus(_Persisted):

@@ -12,6 +12,7 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from cairn._util.text import printable
 from cairn.results.model import JobSummary, Outcome, TrialResult
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -201,6 +202,27 @@ def network_rows(results: Sequence[TrialResult]) -> list[list[str]]:
     rows.sort(key=lambda item: -item[0])
     return [row for _, row in rows]
 
+SURVIVOR_HEAD = ["trial", "step", "pid", "user", "before the verifier", "command"]
+
+
+def survivor_rows(results: Sequence[TrialResult]) -> list[list[str]]:
+    """Per process an agent phase left running (``steps[].survivors``, issue #29): the trial,
+    the step, pid, user, whether it was killed before the verifier or ran into it, and its
+    command line (escaped again here: result.json may come from elsewhere)."""
+    rows: list[list[str]] = []
+    for r in sorted(results, key=lambda r: r.trial_name):
+        for st in r.steps:
+            fate = "killed" if st.survivors_killed else "ran into it"
+            for sv in st.survivors:
+                user = sv.user or (str(sv.uid) if sv.uid is not None else "?")
+                rows.append([r.trial_name, f"{st.index}. {st.name}", str(sv.pid),
+                             printable(user, 64), fate, printable(sv.cmdline, 120)])
+            if st.survivors_total > len(st.survivors):
+                rows.append([r.trial_name, f"{st.index}. {st.name}", "", "", fate,
+                             f"(+{st.survivors_total - len(st.survivors)} more)"])
+    return rows
+
+
 REGRADE_HEAD = ["trial / step", "old reward", "new reward", "how"]
 
 
@@ -259,6 +281,10 @@ def render(job: JobResult, fmt: str = "text") -> str:
         if net:
             out += ["", "| " + " | ".join(NET_HEAD) + " |", "|" + "---|" * len(NET_HEAD)]
             out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in net]
+        survivors = survivor_rows(results)
+        if survivors:
+            out += ["", "## processes left running by agent phases", ""]
+            out += _table(SURVIVOR_HEAD, survivors, "markdown")
         regrade = regrade_rows(getattr(job, "results", ()))
         if regrade:
             out += ["", "## regrade", ""] + _table(REGRADE_HEAD, regrade, "markdown")
@@ -278,6 +304,10 @@ def render(job: JobResult, fmt: str = "text") -> str:
         out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
                 for r in net]
+    survivors = survivor_rows(results)
+    if survivors:
+        out += ["", "processes left running by agent phases (docs/guarantees.md)"]
+        out += _table(SURVIVOR_HEAD, survivors, "text")
     regrade = regrade_rows(getattr(job, "results", ()))
     if regrade:
         out += ["", "regrade (old → new)"] + _table(REGRADE_HEAD, regrade, "text")

@@ -29,6 +29,7 @@ from typing import Any
 
 from cairn._util.atomic import FILE_MODE, write_bytes_atomic
 from cairn._util.jsonio import dumps_strict, loads_strict, to_jsonable, write_json_atomic
+from cairn._util.names import bounded_part
 from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
@@ -67,6 +68,7 @@ __all__ = [
     "read_result", "read_job_json", "read_status", "read_steps", "read_summary", "move_superseded",
     "read_config", "read_artifacts_manifest", "read_trajectory", "write_artifacts_manifest",
     "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
+    "TRIAL_SLUG_MAX_BYTES",
     "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
 ]
 
@@ -124,7 +126,14 @@ def trial_dir_name(task_slug_: str, attempt: int, trial_id: str) -> str:
     hex_digits = re.sub(r"[^0-9a-f]", "", trial_id.lower())
     if len(hex_digits) < 8:
         raise ValueError(f"trial id {trial_id!r} has fewer than 8 hex digits")
-    return f"{task_slug(task_slug_)}__{attempt}__{hex_digits[:8]}"
+    slug = bounded_part(task_slug(task_slug_), TRIAL_SLUG_MAX_BYTES, key=task_slug_)
+    return f"{slug}__{attempt}__{hex_digits[:8]}"
+
+
+TRIAL_SLUG_MAX_BYTES = 120
+"""The longest task-slug part of a trial folder name, bytes: the whole name stays near 140
+bytes (the filesystem's limit is 255 a name) and a trial folder's deepest paths well inside
+PATH_MAX (issue #29)."""
 
 
 def step_dir_name(index: int, name: str) -> str:
@@ -137,7 +146,7 @@ def step_dir_name(index: int, name: str) -> str:
         name: the step name.
 
     Returns:
-        e.g. ``01-main``.
+        e.g. ``01-main``; a long name is shortened (:func:`cairn.task.model.step_folder_name`).
     """
     return step_folder_name(index, name)
 

@@ -92,12 +92,15 @@ class ProcessInfo:
         ppid: the parent's pid inside the sandbox.
         start_ticks: field 22 of ``/proc/<pid>/stat`` (clock ticks since boot).
         cmdline: the command line, arguments joined by spaces ("" for kernel threads).
+        uid: the process's user id (docker: the real uid from ``/proc/<pid>/status``; local:
+            the owner of ``/proc/<pid>``, its effective uid), or ``None`` when unreadable.
     """
 
     pid: int
     ppid: int
     start_ticks: int
     cmdline: str
+    uid: int | None = None
 
     @property
     def key(self) -> tuple[int, int]:

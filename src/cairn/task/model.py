@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from cairn._util.names import bounded_part
 from cairn.layout import COMPOSE_FILE_NAMES, find_compose_file  # noqa: F401 - re-exported
 from cairn.netpolicy import NetworkMode, NetworkPolicy
 
@@ -52,11 +53,21 @@ def step_folder_name(index: int, name: str) -> str:
     Args:
         index: 1-based step index.
         name: the step name.
+
+    Returns:
+        The folder name, at most :data:`STEP_DIR_MAX_BYTES` bytes.
     """
     m = _NUMBERED_RE.match(name)
     if m and int(m.group(1)) == index:
-        return f"{index:02d}{m.group(2)}{m.group(3)}"
-    return f"{index:02d}-{name}"
+        folder = f"{index:02d}{m.group(2)}{m.group(3)}"
+    else:
+        folder = f"{index:02d}-{name}"
+    return bounded_part(folder, STEP_DIR_MAX_BYTES, key=name)
+
+
+STEP_DIR_MAX_BYTES = 100
+"""The longest step folder name, bytes; a longer one is shortened readably with a digest of
+the step name (:func:`cairn._util.names.bounded_part`, issue #29)."""
 
 
 DEFAULT_AGENT_TIMEOUT_SEC = 3600.0

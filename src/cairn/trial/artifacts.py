@@ -14,7 +14,7 @@ import shutil
 from pathlib import Path, PurePosixPath
 from typing import Any
 
-from cairn.errors import SandboxLostError
+from cairn.errors import HostPathsSkippedError, SandboxLostError
 from cairn.layout import ARTIFACTS_DIR
 from cairn.results.model import ArtifactEntry
 from cairn.sandbox.base import Sandbox
@@ -91,7 +91,9 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
 
     Returns:
         The manifest rows: ``{source, destination, status: "copied"|"failed", bytes, error,
-        excluded}``; ``/logs/artifacts`` contents land at the folder's root.
+        excluded}``, plus ``skipped_too_long`` (member paths, at most 100) and
+        ``skipped_too_long_count`` when some paths of a copied entry could not exist on the
+        host (issue #29); ``/logs/artifacts`` contents land at the folder's root.
 
     Raises:
         SandboxLostError: the engine is gone (every other failure is recorded per entry).
@@ -134,11 +136,17 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
             if not is_dir and target.resolve(strict=False).parent != target.parent.resolve():
                 row["error"] = "destination escapes the artifacts folder"
                 continue
-            await sandbox.download(entry.source, target)
+            try:
+                await sandbox.download(entry.source, target)
+            except HostPathsSkippedError as exc:  # issue #29: the rest is copied; say what not
+                row["skipped_too_long"] = exc.paths
+                row["skipped_too_long_count"] = exc.count
             row["excluded"] = _remove_excluded(target, tuple(entry.exclude))
             row["status"] = "copied"
         except SandboxLostError:
             raise
+        except OSError as exc:  # a destination the host cannot hold (ENAMETOOLONG, ...)
+            row["error"] = f"not collected: the host refused its path ({exc.strerror or exc})"
         except Exception as exc:  # noqa: BLE001 - best effort by spec: recorded, never fatal
             row["error"] = f"{type(exc).__name__}: {exc}"
     for row in rows:

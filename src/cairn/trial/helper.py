@@ -23,13 +23,14 @@ import uuid
 from dataclasses import dataclass, field
 
 from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, SOLUTION_DIR, TESTS_DIR, VERIFIER_LOGS_DIR
+from cairn.sandbox.base import ProcessInfo
 
 PLANTED_PREFIX = "/logs/.cairn-planted-"
 """Where files the agent wrote into ``/logs/verifier`` are moved (a random suffix per step);
 downloaded as evidence, then removed (:data:`CLEAR_EVIDENCE_CMD`)."""
 
 AFTER_AGENT_SCRIPT = rf"""
-planted="$1"; prep="$2"; shift 2
+planted="$1"; prep="$2"; ps="$3"; shift 3
 rm -rf {SOLUTION_DIR} {PLANTED_PREFIX}*
 for d in {AGENT_LOGS_DIR} {ARTIFACTS_DIR}; do
   if [ -L "$d" ] || [ ! -d "$d" ]; then rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; echo "odd $d"
@@ -52,9 +53,26 @@ for a in "$@"; do
   printf 'art %s %s %s\n' "$i" "${{s:--}}" "$k"
   i=$((i+1))
 done
+if [ "$ps" = 1 ]; then
+  printf '\036PS%s' "$$"
+  for d in /proc/[0-9]*; do
+    read -r s 2>/dev/null < "$d/stat" || continue
+    s=${{s##*) }}
+    u=""
+    while read -r k v _; do [ "$k" = Uid: ] && {{ u=$v; break; }}; done 2>/dev/null < "$d/status"
+    c=$(tr '\0\035\036\037' '    ' 2>/dev/null < "$d/cmdline")
+    printf '\036%s\035%s) %s\037%s' "$u" "${{d#/proc/}}" "$s" "$c"
+  done
+  printf '\036PW'; head -c 65536 /etc/passwd 2>/dev/null
+fi
 true
 """
-"""Run as root: ``sh -c AFTER_AGENT_SCRIPT cairn-after-agent PLANTED PREP [artifact…]``.
+"""Run as root: ``sh -c AFTER_AGENT_SCRIPT cairn-after-agent PLANTED PREP PS [artifact…]``.
+``PS=1`` also lists the sandbox's processes and its ``/etc/passwd`` after the report (issue
+#29: what the agent phase left running, without an exec of its own): ``\x1ePS<own pid>``,
+one ``\x1e<uid>\x1d<pid>) <stat after the name>\x1f<cmdline>`` record per process (the
+process name, which a process sets itself, is left out and separators in the command line are
+blanked, so no process can forge a record), ``\x1ePW<passwd>``.
 ``PREP=1`` also removes ``/tests`` (a shared verifier follows) and prints ``free <kB>``, the
 space left on ``/logs/verifier`` (``df -Pk``; no line without ``df``). Prints ``full <dir>``,
 ``odd <dir>`` (a log folder the agent replaced by a link or file: recreated empty),
@@ -74,6 +92,9 @@ class AfterAgent:
         artifacts: per artifact argument, ``(bytes or None when absent, kind)`` with kind
             ``d`` folder, ``f`` file, ``l`` link, ``-`` absent.
         free_kb: kB free on ``/logs/verifier`` when ``/tests`` was prepared, else ``None``.
+        processes: the sandbox's processes (the exec's own left out) when they were listed
+            (``PS=1``), else ``None``.
+        users: uid → user name from the sandbox's ``/etc/passwd`` (``PS=1``).
     """
 
     full: set[str] = field(default_factory=set)
@@ -81,18 +102,55 @@ class AfterAgent:
     planted: str | None = None
     artifacts: list[tuple[int | None, str]] = field(default_factory=list)
     free_kb: int | None = None
+    processes: list[ProcessInfo] | None = None
+    users: dict[int, str] = field(default_factory=dict)
 
 
-def after_agent_argv(artifact_sources: list[str], *, prepare_tests: bool) -> list[str]:
+def after_agent_argv(artifact_sources: list[str], *, prepare_tests: bool,
+                     list_processes: bool = False) -> list[str]:
     """The exec's argv (run it as root).
 
     Args:
         artifact_sources: artifact entry sources to size, in order (``/logs/artifacts`` too).
         prepare_tests: remove ``/tests`` for the shared verifier that follows.
+        list_processes: also list the sandbox's processes and users (``PS=1``).
     """
     planted = f"{PLANTED_PREFIX}{uuid.uuid4().hex[:12]}"
     return ["/bin/sh", "-c", AFTER_AGENT_SCRIPT, "cairn-after-agent", planted,
-            "1" if prepare_tests else "0", *artifact_sources]
+            "1" if prepare_tests else "0", "1" if list_processes else "0", *artifact_sources]
+
+
+def _parse_processes(text: str) -> list[ProcessInfo]:
+    """The ``PS`` part: ``<own pid>`` then ``\x1e``-separated records; the listing's own
+    processes (its shell and that shell's children) are left out."""
+    head, *records = text.split("\x1e")
+    own = int(head) if head.isdigit() else -1
+    procs: list[ProcessInfo] = []
+    for rec in records:
+        uid_text, _, rec = rec.partition("\x1d")
+        stat, _, cmd = rec.partition("\x1f")
+        try:
+            pid_text, _, rest = stat.partition(") ")
+            pid = int(pid_text)
+            fields = rest.split()
+            ppid, start = int(fields[1]), int(fields[19])
+        except (ValueError, IndexError):
+            continue
+        if pid == own or ppid == own or fields[0] in ("Z", "X"):
+            continue
+        procs.append(ProcessInfo(pid=pid, ppid=ppid, start_ticks=start,
+                                 cmdline=cmd.replace("\n", " ").strip(),
+                                 uid=int(uid_text) if uid_text.isdigit() else None))
+    return procs
+
+
+def _parse_passwd(text: str) -> dict[int, str]:
+    users: dict[int, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":")
+        if len(parts) > 2 and parts[2].isdigit():
+            users.setdefault(int(parts[2]), parts[0])
+    return users
 
 
 def parse_after_agent(stdout: str, n_artifacts: int) -> AfterAgent:
@@ -104,6 +162,11 @@ def parse_after_agent(stdout: str, n_artifacts: int) -> AfterAgent:
         n_artifacts: how many artifact arguments were passed.
     """
     out = AfterAgent(artifacts=[(None, "-")] * n_artifacts)
+    stdout, ps_mark, listing = stdout.partition("\x1ePS")
+    if ps_mark:
+        table, _, passwd = listing.partition("\x1ePW")
+        out.processes = _parse_processes(table)
+        out.users = _parse_passwd(passwd)
     for line in stdout.splitlines():
         parts = line.split(" ")
         if len(parts) == 2 and parts[0] in ("full", "odd") and parts[1] in (AGENT_LOGS_DIR,

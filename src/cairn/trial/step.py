@@ -13,6 +13,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -25,7 +26,14 @@ from cairn.errors import (
 from cairn.events import EventKind
 from cairn.layout import AGENT_LOGS_DIR, ARTIFACTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.aggregate import evaluate_gates, primary_reward, step_passed
-from cairn.results.model import AgentExit, StepResult, StepSnapshot, StepSource, StepTimings
+from cairn.results.model import (
+    AgentExit,
+    StepResult,
+    StepSnapshot,
+    StepSource,
+    StepTimings,
+    Survivor,
+)
 from cairn.results.store import StepPaths, write_artifacts_manifest
 from cairn.sandbox.base import ProcessInfo, Sandbox, host_boot_clock
 from cairn.task.model import MAIN_SERVICE, Step, Task
@@ -44,6 +52,7 @@ from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.recorder import TrialRecorder
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
+from cairn.trial.survivors import list_survivors, survivors_from, verifier_wider
 from cairn.trial.verify import VerifierRun, run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -121,6 +130,25 @@ async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
     return killed
 
 
+async def _kill_for_wider(sandbox: Sandbox, s: TrialSettings, rec: TrialRecorder,
+                          before: Baseline, wider: str, warnings: list[str]
+                          ) -> tuple[list[Survivor], int, str]:
+    """Issue #34 L4 (:mod:`cairn.trial.survivors`): the verifier's openings or secrets go
+    beyond the agent's, so record what the agent phase left running and kill every process
+    the trial's agent phases started, as ``--hardened-verify`` does, before the network
+    switches to the verifier's policy.
+
+    Returns:
+        ``(survivors, how many, why they were killed)``.
+    """
+    listed, total = await list_survivors(sandbox, before)
+    killed = await _kill_new(sandbox, rec.trial_baseline or before)
+    if killed:
+        warnings.append(f"killed {len(killed)} agent process(es) before the verifier: its "
+                        f"access goes beyond the agent's ({wider})")
+    return listed, total, "hardened_verify" if s.hardened else f"verifier_wider: {wider}"
+
+
 async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
     """Copy ``steps/<name>/workdir/`` (except setup.sh) into the working dir, owned by the agent user."""
     if step.workdir_dir is None:
@@ -166,7 +194,8 @@ async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) ->
 
 
 async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_tests: bool,
-                    size_artifacts: bool) -> tuple[list[str], AfterAgent, list[str]]:
+                    size_artifacts: bool, list_processes: bool = False
+                    ) -> tuple[list[str], AfterAgent, list[str]]:
     """End-of-agent-phase evidence (§11), with one exec in the common case
     (:mod:`cairn.trial.helper`): remove ``/solution``, find which log folders hold files, move
     planted verifier files aside, maybe prepare the shared verifier's folders and size the
@@ -182,6 +211,8 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
             removed, ``/logs/verifier`` fresh now).
         size_artifacts: size the step's main-service artifact entries and ``/logs/artifacts``
             (nothing runs in the sandbox between this exec and their collection).
+        list_processes: also list the sandbox's processes and users (the survivors of the
+            agent phase, issue #29), in the same exec.
 
     Returns:
         (warnings, the report, the artifact sources it sized, in order).
@@ -192,7 +223,8 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
     warnings: list[str] = []
     sources = [*(a.source for a in step.artifacts if (a.service or MAIN_SERVICE).strip()
                  in (MAIN_SERVICE, "")), ARTIFACTS_DIR] if size_artifacts else []
-    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests), user="root")
+    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests,
+                                            list_processes=list_processes), user="root")
     if not r.ok:
         raise SandboxError(f"the after-agent exec failed (exit {r.exit_code}): "
                            f"{r.stderr.strip()[-300:]}")
@@ -233,6 +265,20 @@ class _Step:
     report: AfterAgent | None = None
     sources: list[str] = field(default_factory=list)
     snapshot: StepSnapshot | None = None
+    survivors: list[Survivor] = field(default_factory=list)
+    """What the agent phase left running (issue 24, :mod:`cairn.trial.survivors`)."""
+    survivors_total: int = 0
+    survivors_killed: str | None = None
+    """Why the survivors were killed before the verifier (``None``: they were not)."""
+
+    def row_fields(self) -> dict[str, Any]:
+        """The row fields every step that ran its agent carries (the agent's side)."""
+        ctx = self.context
+        return {"agent_exit": self.agent_exit, "warnings": self.warnings,
+                "tokens": ctx.tokens if ctx else None, "cost_usd": ctx.cost_usd if ctx else None,
+                "snapshot": self.snapshot, "survivors": self.survivors,
+                "survivors_total": self.survivors_total,
+                "survivors_killed": self.survivors_killed}
 
     def timings(self, clock: SpanClock, verifier_sec: float | None = None) -> StepTimings:
         return StepTimings(setup_sec=self.setup_sec, agent_sec=self.agent_sec,
@@ -326,19 +372,31 @@ async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
     crashed agent started, bring the evidence out (one exec), ``pre_artifacts.sh`` (6a) and
     the ``--snapshot-steps`` snapshot (6b)."""
     step = st.step
-    if s.networks is not None:
-        await rec.switch(s.networks.after_agent(step.index),
-                         "verifier" if s.verify else "after-agent")
     if st.agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR) and st.before is not None:
         killed = await _kill_new(sandbox, st.before)
         if killed:
             st.warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
+    # what still runs is recorded, and killed before a verifier whose openings or secrets go
+    # beyond the agent's, before the network switches to it (issue 24, #34 L4)
+    wider = verifier_wider(step, s)
+    early = await _kill_for_wider(sandbox, s, rec, st.before, wider, st.warnings) \
+        if wider is not None and st.before is not None else None
+    if s.networks is not None:
+        await rec.switch(s.networks.after_agent(step.index),
+                         "verifier" if s.verify else "after-agent")
     st.quiet = step.pre_artifacts_sh is None and s.snapshot is None and not step.collect
     st.prepared = st.quiet and s.verify and step.verifier_mode != "separate" and \
         step.test_sh is not None and not s.hardened
     evidence_warnings, st.report, st.sources = await _evidence(
-        sandbox, step, st.paths.agent, prepare_tests=st.prepared, size_artifacts=st.quiet)
+        sandbox, step, st.paths.agent, prepare_tests=st.prepared, size_artifacts=st.quiet,
+        list_processes=early is None)
     st.warnings.extend(evidence_warnings)
+    if early is not None:
+        st.survivors, st.survivors_total, st.survivors_killed = early
+    elif st.before is not None:
+        st.survivors, st.survivors_total = survivors_from(
+            st.report.processes or [], st.report.users, st.before)
+        st.survivors_killed = "hardened_verify" if s.hardened and s.verify else None
     if step.pre_artifacts_sh is not None:  # 6a. Evolve (#22): never fatal
         with rec.span("pre_artifacts", step):
             st.warnings.extend(await run_pre_artifacts(
@@ -367,6 +425,9 @@ async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
     for entry in manifest:
         if entry.status != "copied":
             st.warnings.append(f"artifact {entry.source} not collected: {entry.error}")
+        elif entry.skipped_too_long_count:  # issue 24 (manifest.json lists them)
+            st.warnings.append(f"artifact {entry.source}: {entry.skipped_too_long_count} "
+                               "path(s) too long for the host skipped (listed in manifest.json)")
 
 
 async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings,
@@ -424,12 +485,10 @@ async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
 
 def _verified_row(st: _Step, v: VerifierRun, rec: TrialRecorder) -> StepResult:
     """The row of a step whose verifier ran."""
-    step, ctx = st.step, st.context
+    step = st.step
     st.warnings.extend(v.warnings)
     row = StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
-                     agent_exit=st.agent_exit, warnings=st.warnings,
-                     tokens=ctx.tokens if ctx else None, cost_usd=ctx.cost_usd if ctx else None,
-                     snapshot=st.snapshot,
+                     **st.row_fields(),
                      judge=v.judge,  # an LLM judge's spend, apart from the agent's (#22)
                      verifier_exit_code=v.exit_code, reward_file=v.reward_file,
                      timings=st.timings(rec.step_clock, v.elapsed_sec))
@@ -476,12 +535,8 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, paths: StepPaths,
     # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
     await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
     if not s.verify:
-        ctx = st.context
         return StepResult(index=step.index, name=step.name, source=StepSource.NOT_RUN,
-                          agent_exit=st.agent_exit, warnings=st.warnings,
-                          tokens=ctx.tokens if ctx else None,
-                          cost_usd=ctx.cost_usd if ctx else None, snapshot=st.snapshot,
-                          timings=st.timings(rec.step_clock))
+                          **st.row_fields(), timings=st.timings(rec.step_clock))
     v = await _verifier_phase(sandbox, st, s, rec)
     return _verified_row(st, v, rec)
 

@@ -31,6 +31,7 @@ import re
 import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -38,7 +39,7 @@ import docker
 import docker.errors
 
 from cairn._util.tar import extract_tar_stream, tar_stream, tar_stream_many
-from cairn.errors import ErrorKind, SandboxError
+from cairn.errors import ErrorKind, HostPathsSkippedError, SandboxError
 from cairn.layout import COMPOSE_FILE_NAMES, SOLUTION_DIR
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
@@ -66,12 +67,13 @@ from cairn.sandbox.docker.build import (
     is_engine_gone,
     make_client,
     no_shell_reason,
+    silent_near,
     snapshot_image_info,
     start_thread,
     task_fault_reason,
     translate,
 )
-from cairn.sandbox.docker.ends import engine_kills
+from cairn.sandbox.docker.ends import api_time, engine_kills
 from cairn.sandbox.docker.exec_stream import (
     EXEC_ID_VAR,
     KEEPER_MARKER,
@@ -112,6 +114,18 @@ that no longer runs an exec but is still reported running, and then for its even
 it was killed from outside), seconds."""
 
 _GONE: dict[str, Any] = {"Running": False}
+_UNANSWERED: dict[str, Any] = {"Running": False}
+""":meth:`DockerSandbox._state` when the engine does not answer at all (issue #29)."""
+
+
+def _silence_at_end(state: dict[str, Any]) -> str | None:
+    """``HH:MM:SS`` of a moment this process found the engine silent around the container's
+    ``FinishedAt`` (:func:`~cairn.sandbox.docker.build.silent_near`), or ``None``."""
+    stamp = api_time(str(state.get("FinishedAt") or ""))
+    if stamp is None:
+        return None
+    t = silent_near(float(stamp))
+    return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
 """What :meth:`DockerSandbox._state` answers for a container the engine no longer knows."""
 
 _SETUP_SCRIPT = """
@@ -282,8 +296,10 @@ class DockerSandbox(Sandbox):
         else:
             image = ensure_image(self._client, self.spec)
         # Independent engine round trips at once: version, image, gateway image, networks.
-        self._engine_version, self._image, gw_image, _ = await _gather(
-            in_thread(engine_version, self._client), image, gateway_image, networks)
+        # An SDK error none of them translated is still the engine's (issue #29).
+        with translate("starting the sandbox", kind=ErrorKind.START_FAILED):
+            self._engine_version, self._image, gw_image, _ = await _gather(
+                in_thread(engine_version, self._client), image, gateway_image, networks)
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
@@ -508,6 +524,8 @@ class DockerSandbox(Sandbox):
         if state is _GONE:
             return SandboxEnd("its container was removed from outside the sandbox (docker rm, "
                               "not cairn)", from_outside=True)
+        if state is _UNANSWERED:  # issue #29: the engine itself went away (a restart)
+            return SandboxEnd("the Docker engine stopped answering", from_outside=True)
         if state is None or state.get("Running"):
             return None
         code = state.get("ExitCode")
@@ -526,6 +544,12 @@ class DockerSandbox(Sandbox):
         if signals:
             reason = (f"its container was killed from outside the sandbox (the engine sent "
                       f"signal {signals[0]}: docker kill, stop or rm -f, not cairn; exit {code})")
+        elif not oom and (silence := _silence_at_end(state)) is not None:
+            # issue #29: stopped with the engine (a restart); the event log went with it
+            return SandboxEnd(f"its container was stopped with the Docker engine (exit {code}; "
+                              f"the engine did not answer at {silence} UTC: a restart)",
+                              exit_code=code if isinstance(code, int) else None,
+                              from_outside=True)
         return SandboxEnd(reason, exit_code=code if isinstance(code, int) else None,
                           oom_killed=oom, from_outside=bool(signals))
 
@@ -537,8 +561,8 @@ class DockerSandbox(Sandbox):
             return (await in_thread(self._client.api.inspect_container, self._cid))["State"]
         except docker.errors.NotFound:
             return _GONE
-        except Exception:  # noqa: BLE001 - the engine cannot tell: say nothing
-            return None
+        except Exception as exc:  # noqa: BLE001 - the engine cannot tell: say nothing
+            return _UNANSWERED if is_engine_gone(exc) else None
 
     async def _answers(self) -> bool:
         """Whether the container still runs a trivial exec (``true``)."""
@@ -898,6 +922,11 @@ class DockerSandbox(Sandbox):
                 f"download of {src}: refused {len(report.refused)} unsafe member(s): "
                 f"{'; '.join(report.refused[:5])}", kind=ErrorKind.TRANSFER_FAILED,
                 detail={"refused": report.refused[:100]})
+        if report.too_long_count:  # issue #29: written but for paths the host cannot hold
+            raise HostPathsSkippedError(
+                f"download of {src}: {report.too_long_count} path(s) too long for the host "
+                f"skipped: {'; '.join(report.too_long[:3])[:600]}", paths=report.too_long,
+                count=report.too_long_count)
 
 
 ENGINE_GONE_SEC = 10.0

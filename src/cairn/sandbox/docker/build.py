@@ -72,13 +72,42 @@ def start_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
     return asyncio.get_running_loop().run_in_executor(_IO_POOL, fn)
 
 
+ENGINE_SILENCES: list[float] = []
+"""Wall-clock times (``time.time()``) at which this process found the engine not answering,
+the last :data:`SILENCES_KEPT` (issue #29): a container that stopped around one of them was
+stopped with the engine (a restart), not by the sandbox itself."""
+
+SILENCES_KEPT = 64
+
+
 def is_engine_gone(exc: BaseException) -> bool:
-    """Whether ``exc`` means the Docker engine does not answer (not a refused request)."""
-    if isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout):
-        return True
-    if isinstance(exc, docker.errors.APIError):
-        return False
-    return isinstance(exc, docker.errors.DockerException)
+    """Whether ``exc`` means the Docker engine does not answer (not a refused request); a
+    True answer is noted in :data:`ENGINE_SILENCES`."""
+    gone = isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout) \
+        or (not isinstance(exc, docker.errors.APIError)
+            and isinstance(exc, docker.errors.DockerException))
+    if gone:
+        ENGINE_SILENCES.append(time.time())
+        del ENGINE_SILENCES[:-SILENCES_KEPT]
+    return gone
+
+
+def silent_near(when: float, *, stop_lead_sec: float = 30.0,
+                downtime_sec: float = 600.0) -> float | None:
+    """A time this process found the engine silent around ``when``, or ``None``: up to
+    ``stop_lead_sec`` after it (a graceful engine stop ends its containers first, then stops
+    answering) or up to ``downtime_sec`` before it (a killed engine's containers are ended
+    when it starts again).
+
+    Args:
+        when: a wall-clock time (a container's ``FinishedAt``), seconds since the epoch.
+        stop_lead_sec: how long after ``when`` a silence still counts, seconds.
+        downtime_sec: how long before ``when`` a silence still counts, seconds.
+    """
+    for t in reversed(ENGINE_SILENCES):
+        if when - downtime_sec <= t <= when + stop_lead_sec:
+            return t
+    return None
 
 
 @contextlib.contextmanager
@@ -208,12 +237,21 @@ def snapshot_image_info(client: docker.DockerClient, image_id: str) -> ImageInfo
 
 
 def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
-    try:
-        return _image_info(client, ref)
-    except docker.errors.ImageNotFound:
-        return None
-    except docker.errors.NotFound:
-        return None
+    """The image ``ref``'s info, or ``None`` when the engine has no such image.
+
+    Raises:
+        SandboxLostError: the engine does not answer (issue #29: under load a trial starting
+            while the engine restarted reached here and the SDK's ``ConnectionError`` ended the
+            whole job).
+        SandboxError: the engine refused the request (``start_failed``).
+    """
+    with translate(f"looking up image {ref}", kind=ErrorKind.START_FAILED):
+        try:
+            return _image_info(client, ref)
+        except docker.errors.ImageNotFound:
+            return None
+        except docker.errors.NotFound:
+            return None
 
 
 _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (

@@ -83,11 +83,16 @@ PS_SCRIPT = r"""
 printf '%s' "$$"
 for d in /proc/[0-9]*; do
   read -r s 2>/dev/null < "$d/stat" || continue
-  c=$(tr '\0' ' ' 2>/dev/null < "$d/cmdline")
-  printf '\036%s\037%s' "$s" "$c"
+  s=${s##*) }
+  u=""
+  while read -r k v _; do [ "$k" = Uid: ] && { u=$v; break; }; done 2>/dev/null < "$d/status"
+  c=$(tr '\0\035\036\037' '    ' 2>/dev/null < "$d/cmdline")
+  printf '\036%s\035%s) %s\037%s' "$u" "${d#/proc/}" "$s" "$c"
 done
 """
-"""Prints its own pid, then one record per process: ``\x1e<stat line>\x1f<cmdline>``."""
+"""Prints its own pid, then one record per process: ``\x1e<uid>\x1d<pid>) <stat after the
+name>\x1f<cmdline>`` (the process name, which a process sets itself, left out; separators in
+the command line blanked: no process can forge a record)."""
 
 KILL_KEYS_SCRIPT = r"""
 f22() { shift 19; st=$1; }
@@ -112,17 +117,20 @@ def parse_processes(out: str) -> list[ProcessInfo]:
     own = int(head.strip()) if head.strip().isdigit() else -1
     procs: list[ProcessInfo] = []
     for rec in records:
+        uid_text, _, rec = rec.partition("\x1d")
         stat, _, cmd = rec.partition("\x1f")
         try:
-            pid = int(stat.split(" ", 1)[0])
-            fields = stat[stat.rindex(")") + 2:].split()
+            pid_text, _, rest = stat.partition(") ")
+            pid = int(pid_text)
+            fields = rest.split()
             ppid, start = int(fields[1]), int(fields[19])
         except (ValueError, IndexError):
             continue
         if pid == own or ppid == own:
             continue
         procs.append(ProcessInfo(pid=pid, ppid=ppid, start_ticks=start,
-                                 cmdline=cmd.replace("\n", " ").strip()))
+                                 cmdline=cmd.replace("\n", " ").strip(),
+                                 uid=int(uid_text) if uid_text.isdigit() else None))
     return procs
 
 

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from cairn.errors import HostPathsSkippedError
+
 MAX_SYMLINKS = 40
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _CHUNK = 1 << 20
@@ -364,12 +366,18 @@ class SandboxFS:
             host_path = Path(os.path.abspath(host_path))
             host_path.parent.mkdir(parents=True, exist_ok=True)
             hparent = os.open(host_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            skipped: list[str] = []
             try:
-                _download_entry(parent, name or ".", st, hparent, host_path.name)
+                _download_entry(parent, name or ".", st, hparent, host_path.name,
+                                host_len=len(os.fsencode(host_path)), rel="", skipped=skipped)
             finally:
                 os.close(hparent)
         finally:
             os.close(parent)
+        if skipped:  # issue #29: everything else was copied; say what the host cannot hold
+            raise HostPathsSkippedError(
+                f"download of {sandbox_path}: {len(skipped)} path(s) too long for the host "
+                f"skipped: {'; '.join(skipped[:3])[:600]}", paths=skipped, count=len(skipped))
 
 
 def resolve_user(fs: SandboxFS, user: str | int | None,
@@ -489,8 +497,19 @@ def _walk_entry(dir_fd: int, name: str,
 
 
 # ---- sandbox → host helpers ---------------------------------------------------------------
+HOST_PATH_MAX = 4096
+"""Linux's PATH_MAX, bytes with the final NUL: a copied path longer than this could be made
+through folder descriptors but no ordinary tool could open it; it is skipped (issue #29)."""
+
+
 def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
-                    dst_name: str) -> None:
+                    dst_name: str, *, host_len: int, rel: str, skipped: list[str]) -> None:
+    """Copy one entry; ``host_len`` is its host path's length in bytes, ``rel`` its path
+    below the download's root; entries whose host path would pass :data:`HOST_PATH_MAX` are
+    appended to ``skipped`` instead."""
+    if host_len >= HOST_PATH_MAX:
+        skipped.append(rel or name)
+        return
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
         target = os.readlink(name, dir_fd=src_dir)
@@ -503,7 +522,9 @@ def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
             try:
                 for child in os.listdir(sfd):
                     cst = os.stat(child, dir_fd=sfd, follow_symlinks=False)
-                    _download_entry(sfd, child, cst, dfd, child)
+                    _download_entry(sfd, child, cst, dfd, child,
+                                    host_len=host_len + 1 + len(os.fsencode(child)),
+                                    rel=f"{rel}/{child}" if rel else child, skipped=skipped)
                 os.fchmod(dfd, mode | 0o700)
             finally:
                 os.close(dfd)

@@ -43,6 +43,7 @@ def _read_process(pfd: int, name: str) -> ProcessInfo | None:
     try:
         stat = _read_at(pfd, f"{name}/stat")
         cmdline = _read_at(pfd, f"{name}/cmdline")
+        uid: int | None = os.stat(name, dir_fd=pfd).st_uid  # /proc/<pid> is owned by its euid
     except OSError:
         return None
     rest = stat[stat.rindex(b")") + 2:].split()
@@ -50,7 +51,7 @@ def _read_process(pfd: int, name: str) -> ProcessInfo | None:
         return None
     return ProcessInfo(pid=int(name), ppid=int(rest[1]), start_ticks=int(rest[19]),
                        cmdline=cmdline.rstrip(b"\0").replace(b"\0", b" ").decode(
-                           "utf-8", "replace"))
+                           "utf-8", "replace"), uid=uid)
 
 
 def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:

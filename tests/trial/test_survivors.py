@@ -1,0 +1,180 @@
+"""What an agent phase leaves running (issue #29 "survivors on the record"; issue #34 L4).
+
+Default mode keeps the agent's processes alive into the verifier (a server the task asked for
+must still answer); they are listed on the step's row in result.json, shown by ``cairn report``
+and the viewer. Before a verifier with access beyond the agent's (here: a verifier-only secret)
+they are killed, so a left-over process cannot read it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from cairn._util.text import printable
+from cairn.netpolicy import NetworkMode, NetworkPolicy
+from cairn.trial.survivors import clean_cmdline, env_wider, network_wider
+from faultkit import cairn
+from taskgen import write_task
+
+LOOP = "while sleep 0.5; do echo 1 > /logs/verifier/reward.txt; done"
+
+
+def _run(tmp_path: Path, task: Path, backend: str, *extra: str) -> dict:
+    res = cairn("run", "-p", str(task), "-a", "oracle", "-e", backend, "--jobs-dir", "jobs",
+                "--job-name", "j", *extra, cwd=tmp_path)
+    assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
+    (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
+    return json.loads(result.read_text())
+
+
+def test_a_process_the_agent_left_running_is_on_the_record(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "survivor",
+                      solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+                      test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n")
+    r = _run(tmp_path, task, backend)
+    step = r["steps"][0]
+    loops = [s for s in step["survivors"] if LOOP in s["cmdline"]]
+    assert loops, step["survivors"]
+    assert loops[0]["pid"] > 1 and loops[0]["uid"] == 0 and loops[0]["user"] == "root"
+    assert step["survivors_total"] >= 1 and step["survivors_killed"] is None
+    # the default mode's hazard, now visible: the survivor overwrote the verifier's 0
+    assert r["reward"] == 1.0
+    rep = cairn("report", str(tmp_path / "jobs" / "j"), cwd=tmp_path)
+    assert rep.returncode == 0 and "processes left running by agent phases" in rep.stdout
+    assert LOOP in rep.stdout and "ran into it" in rep.stdout
+
+
+def test_hardened_verify_says_the_survivors_were_killed(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "hardened",
+                      solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+                      test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n")
+    r = _run(tmp_path, task, backend, "--hardened-verify")
+    step = r["steps"][0]
+    assert any(LOOP in s["cmdline"] for s in step["survivors"])
+    assert step["survivors_killed"] == "hardened_verify" and r["reward"] == 0.0
+
+
+LEAK = ("nohup bash -c 'while true; do for e in /proc/[0-9]*/environ; do "
+        "tr \"\\0\" \"\\n\" < $e 2>/dev/null | grep \"^VSECRET=\" >> /tmp/leak; done; "
+        "sleep 0.05; done' >/dev/null 2>&1 &\n")
+
+
+def test_a_left_over_process_cannot_read_the_verifiers_secret(tmp_path, backend):
+    """#34 L4: the verifier has an env value the agent did not (``--ve``); the agent's
+    processes are killed before it starts, so the one scanning /proc for it finds nothing."""
+    task = write_task(tmp_path / "tasks", "leak", solve=LEAK,
+                      test="sleep 2; if grep -q VSECRET= /tmp/leak 2>/dev/null; then echo 0; "
+                           "else echo 1; fi > /logs/verifier/reward.txt\n")
+    r = _run(tmp_path, task, backend, "--ve", "VSECRET=verifier-only-value-4242")
+    step = r["steps"][0]
+    assert r["reward"] == 1.0, step  # 0 when the survivor read the verifier's environment
+    assert step["survivors_killed"].startswith("verifier_wider: verifier-only env VSECRET")
+    assert "verifier-only-value-4242" not in json.dumps(r)
+    assert any("/proc/" in s["cmdline"] for s in step["survivors"])
+
+
+def test_a_verifier_with_no_wider_access_keeps_the_agents_server(tmp_path, backend):
+    """A server the task asked the agent to leave running still answers the verifier."""
+    task = write_task(tmp_path / "tasks", "server",
+                      solve="nohup bash -c 'while true; do date > /tmp/alive; sleep 0.2; done' "
+                            ">/dev/null 2>&1 &\n",
+                      test="a=$(cat /tmp/alive); sleep 1; "
+                           "if [ \"$(cat /tmp/alive)\" != \"$a\" ]; then echo 1; else echo 0; fi "
+                           "> /logs/verifier/reward.txt\n")
+    r = _run(tmp_path, task, backend)
+    assert r["reward"] == 1.0 and r["steps"][0]["survivors_killed"] is None
+
+
+def test_command_lines_are_bounded_and_escaped():
+    hostile = "\x1b]0;pwned\x07\x1b[2J" + "x\ny\r" + "\u202e" + "z" * 2000
+    out = clean_cmdline(hostile)
+    assert len(out) == 512 and out.endswith("\u2026")
+    assert "\x1b" not in out and "\n" not in out and "\u202e" not in out
+    assert out.startswith("\\x1b]0;pwned\\x07\\x1b[2J") and "x\\x0ay\\x0d\\u202e" in out
+    assert printable("plain text") == "plain text"
+
+
+def test_what_counts_as_wider_access():
+    none = NetworkPolicy(NetworkMode.NO_NETWORK)
+    allow = NetworkPolicy(NetworkMode.ALLOWLIST, ("a.test",))
+    assert network_wider(none, none) is None
+    assert network_wider(allow, allow) is None
+    assert network_wider(allow, none) is None  # narrower
+    assert "b.test" in network_wider(allow, NetworkPolicy(NetworkMode.ALLOWLIST,
+                                                          ("a.test", "b.test")))
+    assert network_wider(none, NetworkPolicy(NetworkMode.PUBLIC)) is not None
+    assert network_wider(NetworkPolicy(NetworkMode.PUBLIC), NetworkPolicy(NetworkMode.PUBLIC)) \
+        is None
+    judge = none.with_model_hosts(["judge.test"])
+    assert "judge.test" in network_wider(none, judge)
+    assert env_wider({"A": "1"}, {"A": "1"}) is None
+    assert env_wider({}, {"KEY": "secret"}) == "verifier-only env KEY"
+    assert "secret" not in env_wider({"KEY": "x"}, {"KEY": "secret"})
+
+
+REACH = r'''
+import os, re, time, urllib.request
+def proxies():
+    found = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
+            except OSError:
+                continue
+            for kv in env:
+                k, _, v = kv.decode(errors="replace").partition("=")
+                if k.lower() == "http_proxy" and v:
+                    found["http"] = v
+    return found
+while True:  # the verifier's proxy, taken from its processes' environment once it runs
+    via = proxies()
+    if via:
+        try:
+            opener = urllib.request.build_opener(urllib.request.ProxyHandler(via))
+            body = opener.open("http://allowed.test/", timeout=2).read().decode()
+            open("/tmp/reached", "a").write(body)
+        except Exception:
+            pass
+    time.sleep(0.1)
+'''
+
+VERIFY_REACH = (
+    "python3 - <<'EOF' > /logs/verifier/verifier-reach.txt 2>&1\n"
+    "import urllib.request\n"
+    "print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())\n"
+    "EOF\n"
+    "sleep 2\n"
+    "if [ -s /tmp/reached ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n")
+
+
+@pytest.mark.docker
+def test_a_left_over_process_cannot_reach_the_verifier_only_host(tmp_path):
+    """#34 L4 on docker: the verifier's allowlist opens a host (a container this test starts)
+    the no-network agent phase does not; the agent's left-over process, which looks for the
+    proxy in every process's environment, reaches nothing: it is killed before the switch."""
+    from nethosts import host_containers
+    from testbed import backend_available, run_trial_sync
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    task = write_task(tmp_path / "tasks", "reach",
+                      solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n",
+                      files={"environment/reach.py": REACH}, test=VERIFY_REACH,
+                      dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\n"
+                                 "COPY reach.py /opt/reach.py\n",
+                      toml_extra='[verifier]\nnetwork_mode = "allowlist"\n'
+                                 'allowed_hosts = ["allowed.test"]\n')
+    with host_containers("allowed.test") as addrs:
+        r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs",
+                           add_hosts=tuple(addrs.items()))
+    step = r.steps[0]
+    trial = tmp_path / "jobs" / "job" / "trials" / r.trial_name
+    reach = (trial / "steps" / "01-main" / "verifier" / "verifier-reach.txt").read_text()
+    assert "host=allowed.test" in reach, reach  # the verifier itself reaches the host
+    assert r.reward == 1.0, (step.warnings, step.survivors_killed)  # the survivor did not
+    assert step.survivors_killed and "allowed.test" in step.survivors_killed
+    assert any("reach.py" in s.cmdline for s in step.survivors)
