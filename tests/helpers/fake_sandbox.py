@@ -267,7 +267,7 @@ class FakeSandbox(Sandbox):
 
     async def _run_argv(self, argv: list[str], req: ExecRequest) -> ExecResult:
         if argv[:3] == ["/bin/sh", "-c", AFTER_AGENT_SCRIPT]:
-            return self._after_agent(argv[4], argv[5] == "1", argv[6:])
+            return self._after_agent(argv[4], argv[5] == "1", argv[7:], argv[6] == "1")
         if len(argv) >= 3 and argv[1] == "-c" and argv[0].endswith(("sh", "bash")):
             return await self._script(argv[2], req)
         if len(argv) == 2 and argv[0].endswith(("sh", "bash")):
@@ -277,8 +277,10 @@ class FakeSandbox(Sandbox):
             return await self._script(self.world.text(path), req)
         return await self._command(argv, req)
 
-    def _after_agent(self, planted: str, prep: bool, artifacts: list[str]) -> ExecResult:
-        """The emulated :data:`cairn.trial.helper.AFTER_AGENT_SCRIPT`."""
+    def _after_agent(self, planted: str, prep: bool, artifacts: list[str],
+                     list_processes: bool = False) -> ExecResult:
+        """The emulated :data:`cairn.trial.helper.AFTER_AGENT_SCRIPT` (``PS=1``: the world's
+        processes as ``/proc`` records, then a one-user ``/etc/passwd``)."""
         w = self.world
         w.remove(SOLUTION_DIR)
         out: list[str] = []
@@ -304,7 +306,16 @@ class FakeSandbox(Sandbox):
                 out.append(f"art {i} {size} d")
             else:
                 out.append(f"art {i} - -")
-        return _ok("\n".join(out) + "\n")
+        text = "\n".join(out) + "\n"
+        if list_processes:
+            procs = [ProcessInfo(pid=1, ppid=0, start_ticks=1, cmdline="init", uid=0),
+                     *w.processes]
+            stat = "S {ppid} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 {start}"
+            text += "\x1ePS999" + "".join(
+                f"\x1e{p.uid if p.uid is not None else 0}\x1d{p.pid}) "
+                f"{stat.format(ppid=p.ppid, start=p.start_ticks)}\x1f{p.cmdline}"
+                for p in procs) + "\x1ePWroot:x:0:0:root:/root:/bin/sh\n"
+        return _ok(text)
 
     async def _script(self, text: str, req: ExecRequest) -> ExecResult:
         """Run a script: the engine's own fragments by name, anything else line by line."""

@@ -93,11 +93,11 @@ def _inject(monkeypatch) -> None:
 
     real_run = Executor.run_trial
 
-    async def run_trial(self, plan, on_event):
+    async def run_trial(self, plan, on_event, services=None):
         if named("executor", plan.task.name):
             raise ExceptionGroup("unhandled errors in a TaskGroup",
                                  [ConnectionError("injected: the executor lost its worker")])
-        return await real_run(self, plan, on_event)
+        return await real_run(self, plan, on_event, services)
 
     monkeypatch.setattr(Executor, "run_trial", run_trial)
 
