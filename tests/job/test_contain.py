@@ -125,6 +125,7 @@ def test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score(tm
         trial_dir = tmp_path / "jobs" / "job" / "trials" / r.trial_name
         on_disk = json.loads((trial_dir / "result.json").read_text())
         assert on_disk["error"]["kind"] == "internal", stage
+        assert on_disk["error"]["category"] == "infra", stage
         log = (trial_dir / "trial.log").read_text()
         assert "Traceback" in log and text in log, stage
     assert result.exit_code == 1

@@ -50,6 +50,7 @@ TABLE: dict[str, tuple[str, str, str, str]] = {
     "oracle_replay_failed": ("task",) * 4,
     "service_exited": ("task",) * 4,
     "budget_exceeded": ("candidate",) * 4,
+    "internal": ("infra",) * 4,
 }
 
 
@@ -288,6 +289,8 @@ def test_each_engine_kind_lands_in_result_json_with_category_and_retry(tmp_path,
 ELSEWHERE: dict[str, tuple[str, str]] = {
     "budget_exceeded": ("tests/relay/test_relay_llm_run.py",
                         "test_a_trial_token_limit_stops_at_the_crossing_call"),
+    "internal": ("tests/job/test_contain.py",
+                 "test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score"),
 }
 
 
