@@ -14,8 +14,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def write_task(root: Path, name: str, steps: int, image: str = "debian:bookworm-slim",
-               network: str | None = "no-network") -> Path:
+def write_task(
+    root: Path, name: str, steps: int, image: str = "debian:bookworm-slim", network: str | None = "no-network"
+) -> Path:
     """A task of ``steps`` steps (1 = single-step), each solved by touching a file and checked
     by a test that also re-checks the earlier steps' files; ``network=None`` leaves the
     network mode to the harness's default (Harbor's docker environment refuses
@@ -28,8 +29,7 @@ def write_task(root: Path, name: str, steps: int, image: str = "debian:bookworm-
         toml.append(f'[environment]\nnetwork_mode = "{network}"\n')
     if steps == 1:
         (task / "instruction.md").write_text("Create /app/s1.\n")
-        for sub, body in (("solution/solve.sh", "touch /app/s1\n"),
-                          ("tests/test.sh", _test(1))):
+        for sub, body in (("solution/solve.sh", "touch /app/s1\n"), ("tests/test.sh", _test(1))):
             (task / sub).parent.mkdir(parents=True, exist_ok=True)
             (task / sub).write_text("#!/bin/bash\n" + body)
     for i in range(1, steps + 1 if steps > 1 else 1):
@@ -46,8 +46,9 @@ def write_task(root: Path, name: str, steps: int, image: str = "debian:bookworm-
 
 def _test(i: int) -> str:
     files = " && ".join(f"test -f /app/s{j}" for j in range(1, i + 1))
-    return (f"if {files}; then echo 1 > /logs/verifier/reward.txt; "
-            "else echo 0 > /logs/verifier/reward.txt; fi\n")
+    return (
+        f"if {files}; then echo 1 > /logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
 
 
 @dataclass
@@ -74,9 +75,9 @@ def engine_cpu() -> float:
             stat = (d / "stat").read_text()
         except OSError:
             continue
-        name = stat[stat.index("(") + 1:stat.rindex(")")]
+        name = stat[stat.index("(") + 1 : stat.rindex(")")]
         if name.startswith(("dockerd", "containerd", "runc", "docker-init", "docker-proxy")):
-            f = stat[stat.rindex(")") + 2:].split()
+            f = stat[stat.rindex(")") + 2 :].split()
             total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
     return total / tick
 
@@ -84,13 +85,16 @@ def engine_cpu() -> float:
 def run_cairn(args: list[str], *, quiet: bool = True, src: Path | None = None) -> Run:
     """Run ``python3 -m cairn ARGS`` to its end and measure it (the cairn of ``src``, a
     checkout's ``src`` folder, default this repository's)."""
-    env = {**os.environ, "PYTHONPATH": str(src or REPO / "src") + os.pathsep +
-           os.environ.get("PYTHONPATH", "")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(src or REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    }
     out = subprocess.DEVNULL if quiet else None
     e0 = engine_cpu()
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "cairn", *args], env=env, stdout=out,
-                            stderr=subprocess.PIPE if quiet else None)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", *args], env=env, stdout=out, stderr=subprocess.PIPE if quiet else None
+    )
     err = proc.stderr.read() if quiet and proc.stderr else b""
     _, status, usage = os.wait4(proc.pid, 0)
     wall = time.perf_counter() - t0
@@ -98,9 +102,13 @@ def run_cairn(args: list[str], *, quiet: bool = True, src: Path | None = None) -
     proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode not in (0, 1):
         sys.stderr.write(err.decode("utf-8", "replace")[-3000:])
-    return Run(wall=wall, rss_mib=usage.ru_maxrss / 1024.0,
-               cpu_sec=usage.ru_utime + usage.ru_stime, code=proc.returncode,
-               engine_cpu_sec=engine)
+    return Run(
+        wall=wall,
+        rss_mib=usage.ru_maxrss / 1024.0,
+        cpu_sec=usage.ru_utime + usage.ru_stime,
+        code=proc.returncode,
+        engine_cpu_sec=engine,
+    )
 
 
 def summary(job_dir: Path) -> dict:
@@ -110,8 +118,13 @@ def summary(job_dir: Path) -> dict:
 
 def api_version(docker: str = "docker") -> str:
     """The engine's API version, for ``bench/_sdkfloor.py`` (read outside the timed runs)."""
-    return subprocess.run([docker, "version", "--format", "{{.Server.APIVersion}}"],
-                          capture_output=True, check=True).stdout.decode().strip()
+    return (
+        subprocess.run(
+            [docker, "version", "--format", "{{.Server.APIVersion}}"], capture_output=True, check=True
+        )
+        .stdout.decode()
+        .strip()
+    )
 
 
 def sdk_floor(args: list[str]) -> tuple[float, dict]:
@@ -119,10 +132,15 @@ def sdk_floor(args: list[str]) -> tuple[float, dict]:
     end: (whole-process wall seconds, its JSON line). Exits with its stderr if it fails."""
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     t0 = time.perf_counter()
-    p = subprocess.run([sys.executable, str(REPO / "bench" / "_sdkfloor.py"), *args],
-                       capture_output=True, check=False, env=env)
+    p = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "_sdkfloor.py"), *args],
+        capture_output=True,
+        check=False,
+        env=env,
+    )
     wall = time.perf_counter() - t0
     if p.returncode != 0:
-        sys.exit(f"bench/_sdkfloor.py failed ({p.returncode}):\n"
-                 f"{p.stderr.decode('utf-8', 'replace')[-3000:]}")
+        sys.exit(
+            f"bench/_sdkfloor.py failed ({p.returncode}):\n{p.stderr.decode('utf-8', 'replace')[-3000:]}"
+        )
     return wall, json.loads(p.stdout)

@@ -66,26 +66,29 @@ def _exec(api: docker.APIClient, cid: str, cmd: list[str]) -> bytes:
 
 
 MARK = b"\nCAIRN-FLOOR-REWARD:"
-VERIFY = ("rm -rf /logs/verifier; mkdir -p /logs/verifier && bash /tests/test.sh; "
-          "rm -rf /tests /solution; printf '\\nCAIRN-FLOOR-REWARD:'; "
-          "cat /logs/verifier/reward.txt 2>/dev/null")
+VERIFY = (
+    "rm -rf /logs/verifier; mkdir -p /logs/verifier && bash /tests/test.sh; "
+    "rm -rf /tests /solution; printf '\\nCAIRN-FLOOR-REWARD:'; "
+    "cat /logs/verifier/reward.txt 2>/dev/null"
+)
 """The verifier's one exec: a fresh ``/logs/verifier`` (nothing the solution planted there is
 read), test.sh, the step's folders removed, then the reward after a marker (the last one in
 the output: test.sh's own output comes before it)."""
 
 
-def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str,
-          name: str | None = None) -> bool:
+def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str, name: str | None = None) -> bool:
     """One trial: per step an upload of the solution, its exec, an upload of the tests, one
     exec of :data:`VERIFY`; True when every step's reward is 1."""
     net = None
     if network == "own":  # a bridge network of the trial's own, as cairn's public trials
-        net = api.create_network(f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge",
-                                 labels={"cairn.bench": "1"})["Id"]
+        net = api.create_network(
+            f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge", labels={"cairn.bench": "1"}
+        )["Id"]
     host = api.create_host_config(init=True, network_mode=net or network)
     try:
-        cid = api.create_container(image, ["sleep", "infinity"], host_config=host, name=name,
-                                   labels={"cairn.bench": "1"})["Id"]
+        cid = api.create_container(
+            image, ["sleep", "infinity"], host_config=host, name=name, labels={"cairn.bench": "1"}
+        )["Id"]
     except BaseException:
         if net:
             api.remove_network(net)
@@ -120,17 +123,16 @@ def main(argv: list[str]) -> int:
         trials, n, steps = int(argv[4]), int(argv[5]), int(argv[6])
         network = argv[7] if len(argv) > 7 else "bridge"
         dirs = [task] if steps == 1 else [task / "steps" / f"s{i}" for i in range(1, steps + 1)]
-        api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version,
-                               max_pool_size=n)
+        api = docker.APIClient(base_url="unix:///var/run/docker.sock", version=version, max_pool_size=n)
         shared = None
         if network == "shared":  # one user-defined bridge network for every trial of the job
-            shared = api.create_network(f"cairn-bench-floor-{uuid.uuid4().hex[:12]}",
-                                        driver="bridge", labels={"cairn.bench": "1"})["Id"]
+            shared = api.create_network(
+                f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge", labels={"cairn.bench": "1"}
+            )["Id"]
             network = shared
         try:
             with ThreadPoolExecutor(n) as pool:
-                ok = sum(pool.map(lambda _: trial(api, image, dirs, network),
-                                  range(trials)))
+                ok = sum(pool.map(lambda _: trial(api, image, dirs, network), range(trials)))
         finally:
             if shared:
                 api.remove_network(shared)

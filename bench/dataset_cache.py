@@ -49,8 +49,12 @@ def main() -> None:
     try:
         work = init_repo(tmp / "work")
         for i in range(args.tasks):
-            write_task(work / "tasks", f"t{i:03d}", solve=f"echo {i} > /app/out\n",
-                       test=reward_if(f"grep -qx {i} /app/out"))
+            write_task(
+                work / "tasks",
+                f"t{i:03d}",
+                solve=f"echo {i} > /app/out\n",
+                test=reward_if(f"grep -qx {i} /app/out"),
+            )
         commit = commit_all(work)
         (tmp / "srv").mkdir()
         bare_clone(work, tmp / "srv" / "tasks.git")
@@ -58,36 +62,92 @@ def main() -> None:
         cairn = [sys.executable, "-m", "cairn"]
         with GitDaemon(tmp / "srv") as d:
             reg = tmp / "registry.json"
-            reg.write_text(json.dumps([{"name": "bench", "version": "1", "description": "",
-                                        "tasks": [{"name": f"t{i:03d}",
-                                                   "git_url": d.url("tasks.git"),
-                                                   "git_commit_id": commit,
-                                                   "path": f"tasks/t{i:03d}"}
-                                                  for i in range(args.tasks)]}]))
+            reg.write_text(
+                json.dumps(
+                    [
+                        {
+                            "name": "bench",
+                            "version": "1",
+                            "description": "",
+                            "tasks": [
+                                {
+                                    "name": f"t{i:03d}",
+                                    "git_url": d.url("tasks.git"),
+                                    "git_commit_id": commit,
+                                    "path": f"tasks/t{i:03d}",
+                                }
+                                for i in range(args.tasks)
+                            ],
+                        }
+                    ]
+                )
+            )
             cold, clone = [], []
             for k in range(args.n):
                 cenv = {**env, "CAIRN_CACHE_DIR": str(tmp / f"cache-{k}")}
-                cold.append(wall([*cairn, "datasets", "download", "bench@1",
-                                  "--registry-path", str(reg)], cenv, tmp))
+                cold.append(
+                    wall([*cairn, "datasets", "download", "bench@1", "--registry-path", str(reg)], cenv, tmp)
+                )
                 dest = tmp / f"clone-{k}"
-                clone.append(wall(["git", "clone", "-q", "--depth", "1", d.url("tasks.git"),
-                                   str(dest)], env, tmp))
+                clone.append(
+                    wall(["git", "clone", "-q", "--depth", "1", d.url("tasks.git"), str(dest)], env, tmp)
+                )
         # the daemon is stopped: warm runs have no network
         wenv = {**env, "CAIRN_CACHE_DIR": str(tmp / "cache-0")}
         warm, plain = [], []
         for k in range(args.n):
-            warm.append(wall([*cairn, "run", "-d", "bench@1", "--registry-path", str(reg),
-                              "-a", "oracle", "-e", "local", "--jobs-dir", str(tmp / "jobs"),
-                              "--job-name", f"warm-{k}"], wenv, tmp))
-            plain.append(wall([*cairn, "run", "-p", str(work / "tasks"), "-a", "oracle",
-                               "-e", "local", "--jobs-dir", str(tmp / "jobs"),
-                               "--job-name", f"plain-{k}"], env, tmp))
+            warm.append(
+                wall(
+                    [
+                        *cairn,
+                        "run",
+                        "-d",
+                        "bench@1",
+                        "--registry-path",
+                        str(reg),
+                        "-a",
+                        "oracle",
+                        "-e",
+                        "local",
+                        "--jobs-dir",
+                        str(tmp / "jobs"),
+                        "--job-name",
+                        f"warm-{k}",
+                    ],
+                    wenv,
+                    tmp,
+                )
+            )
+            plain.append(
+                wall(
+                    [
+                        *cairn,
+                        "run",
+                        "-p",
+                        str(work / "tasks"),
+                        "-a",
+                        "oracle",
+                        "-e",
+                        "local",
+                        "--jobs-dir",
+                        str(tmp / "jobs"),
+                        "--job-name",
+                        f"plain-{k}",
+                    ],
+                    env,
+                    tmp,
+                )
+            )
         m = statistics.median
         print(f"{args.tasks} tasks, median of {args.n}")
-        print(f"cold: cairn datasets download {m(cold):.2f} s   git clone --depth 1 "
-              f"{m(clone):.2f} s   ratio {m(cold) / m(clone):.2f}")
-        print(f"warm: cairn run -d (cache) {m(warm):.2f} s   cairn run -p {m(plain):.2f} s   "
-              f"ratio {m(warm) / m(plain):.2f}")
+        print(
+            f"cold: cairn datasets download {m(cold):.2f} s   git clone --depth 1 "
+            f"{m(clone):.2f} s   ratio {m(cold) / m(clone):.2f}"
+        )
+        print(
+            f"warm: cairn run -d (cache) {m(warm):.2f} s   cairn run -p {m(plain):.2f} s   "
+            f"ratio {m(warm) / m(plain):.2f}"
+        )
     finally:
         for p in tmp.rglob("*"):
             if p.is_dir() and not p.is_symlink():

@@ -51,8 +51,19 @@ def cli_round(docker: str, image: str) -> float:
     t0 = time.perf_counter()
     name = f"cairn-bench-cli-{uuid.uuid4().hex[:8]}"
     run = lambda *a: subprocess.run([docker, *a], check=True, capture_output=True)  # noqa: E731
-    run("create", "--init", "--network", "none", "--label", "cairn.bench=1", "--name", name,
-        image, "sleep", "infinity")
+    run(
+        "create",
+        "--init",
+        "--network",
+        "none",
+        "--label",
+        "cairn.bench=1",
+        "--name",
+        name,
+        image,
+        "sleep",
+        "infinity",
+    )
     run("start", name)
     for argv in EXECS:
         run("exec", name, *argv)
@@ -61,8 +72,13 @@ def cli_round(docker: str, image: str) -> float:
 
 
 def _spec(image: str) -> SandboxSpec:
-    return SandboxSpec(docker_image=image, network_mode=NetworkMode.NO_NETWORK,
-                       job_id="bench", trial_id=uuid.uuid4().hex[:12], name="bench")
+    return SandboxSpec(
+        docker_image=image,
+        network_mode=NetworkMode.NO_NETWORK,
+        job_id="bench",
+        trial_id=uuid.uuid4().hex[:12],
+        name="bench",
+    )
 
 
 async def cairn_round(image: str) -> tuple[float, float]:
@@ -102,12 +118,11 @@ def main() -> int:
     stop_med = statistics.median(stop_t)
     cli_med, cairn_med = statistics.median(cli_t), statistics.median(cairn_t)
     ratio = cairn_med / cli_med
-    print(f"stop via cairn:           median {stop_med * 1000:7.1f} ms  (limit "
-          f"{args.stop_limit * 1000:.0f} ms)")
-    print(f"docker CLI floor:         median {cli_med * 1000:7.1f} ms  "
-          "(create+start+3 exec+rm -f)")
-    print(f"cairn DockerSandbox:      median {cairn_med * 1000:7.1f} ms  "
-          "(start+3 exec+stop)")
+    print(
+        f"stop via cairn:           median {stop_med * 1000:7.1f} ms  (limit {args.stop_limit * 1000:.0f} ms)"
+    )
+    print(f"docker CLI floor:         median {cli_med * 1000:7.1f} ms  (create+start+3 exec+rm -f)")
+    print(f"cairn DockerSandbox:      median {cairn_med * 1000:7.1f} ms  (start+3 exec+stop)")
     print(f"ratio cairn / CLI floor:  {ratio:.2f}  (limit {args.ratio_limit:.2f})")
     return 0 if stop_med < args.stop_limit and ratio <= args.ratio_limit else 1
 

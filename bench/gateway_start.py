@@ -48,8 +48,9 @@ TARGET_SEC = 0.3
 
 
 def _spec(env: Path, **kw) -> SandboxSpec:
-    return SandboxSpec(env_dir=env, job_id="bench-gateway", trial_id=uuid.uuid4().hex[:12],
-                       name="bench-gateway", **kw)
+    return SandboxSpec(
+        env_dir=env, job_id="bench-gateway", trial_id=uuid.uuid4().hex[:12], name="bench-gateway", **kw
+    )
 
 
 JOBBED = ("allowlist in a job", "no-net+model in a job")
@@ -88,14 +89,22 @@ async def main() -> int:
     job_dir = Path(tempfile.mkdtemp(prefix="cairn-bench-gw-job-"))
     kinds = {
         "no-network": lambda: (_spec(env, network_mode=NetworkMode.NO_NETWORK), None),
-        "allowlist": lambda: (_spec(env, network_mode=NetworkMode.ALLOWLIST,
-                                    allowed_hosts=("allowed.test",)), None),
-        "no-network+model": lambda: (_spec(env, network_mode=NetworkMode.NO_NETWORK,
-                                           network_phases=(model,)), model),
-        JOBBED[0]: lambda: (_spec(env, network_mode=NetworkMode.ALLOWLIST,
-                                  allowed_hosts=("allowed.test",), job_dir=job_dir), None),
-        JOBBED[1]: lambda: (_spec(env, network_mode=NetworkMode.NO_NETWORK,
-                                  network_phases=(model,), job_dir=job_dir), model),
+        "allowlist": lambda: (
+            _spec(env, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",)),
+            None,
+        ),
+        "no-network+model": lambda: (
+            _spec(env, network_mode=NetworkMode.NO_NETWORK, network_phases=(model,)),
+            model,
+        ),
+        JOBBED[0]: lambda: (
+            _spec(env, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",), job_dir=job_dir),
+            None,
+        ),
+        JOBBED[1]: lambda: (
+            _spec(env, network_mode=NetworkMode.NO_NETWORK, network_phases=(model,), job_dir=job_dir),
+            model,
+        ),
     }
     open_pool(job_dir)
     try:
@@ -115,22 +124,25 @@ async def main() -> int:
         return statistics.median(float(r[key]) for r in runs[name] if key in r)
 
     base = med("no-network", "start")
-    print(f"{'policy':<22} {'layout':<8} {'start s':>8} {'added s':>8} {'ratio':>6} "
-          f"{'stop s':>7} {'switch s':>8}")
+    print(
+        f"{'policy':<22} {'layout':<8} {'start s':>8} {'added s':>8} {'ratio':>6} "
+        f"{'stop s':>7} {'switch s':>8}"
+    )
     ok = not left
     for name in kinds:
         layout = str(runs[name][0]["layout"])
         added = med(name, "start") - base
         sw = f"{med(name, 'switch'):.3f}" if any("switch" in r for r in runs[name]) else "-"
-        print(f"{name:<22} {layout:<8} {med(name, 'start'):>8.3f} {added:>8.3f} "
-              f"{med(name, 'start') / base:>6.2f} {med(name, 'stop'):>7.3f} {sw:>8}")
+        print(
+            f"{name:<22} {layout:<8} {med(name, 'start'):>8.3f} {added:>8.3f} "
+            f"{med(name, 'start') / base:>6.2f} {med(name, 'stop'):>7.3f} {sw:>8}"
+        )
         if name in JOBBED and added > TARGET_SEC:
             ok = False
     if {str(r["layout"]) for r in runs["no-network"]} != {"none"}:
         print("FAIL: a no-network sandbox without model hosts got a gateway")
         ok = False
-    print(f"target: in a job the gateway adds <= {TARGET_SEC} s (median): "
-          f"{'OK' if ok else 'MISSED'}")
+    print(f"target: in a job the gateway adds <= {TARGET_SEC} s (median): {'OK' if ok else 'MISSED'}")
     client.close()
     return 0 if ok else 1
 

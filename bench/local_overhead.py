@@ -64,8 +64,9 @@ async def _median_ms(fn: Callable[[], Awaitable[object]], rounds: int) -> float:
     return statistics.median(times) * 1000
 
 
-async def _paired_ms(fn: Callable[[], Awaitable[object]], floor: Callable[[], Awaitable[object]],
-                     rounds: int) -> tuple[float, float]:
+async def _paired_ms(
+    fn: Callable[[], Awaitable[object]], floor: Callable[[], Awaitable[object]], rounds: int
+) -> tuple[float, float]:
     """Medians of ``fn`` and ``floor`` measured alternately (load drift hits both alike)."""
     a, b = [], []
     for _ in range(rounds):
@@ -78,8 +79,9 @@ async def _paired_ms(fn: Callable[[], Awaitable[object]], floor: Callable[[], Aw
 
 async def host_run(argv: list[str]) -> None:
     """Run a command on the host (the floor an exec is compared with)."""
-    p = await asyncio.create_subprocess_exec(*argv, stdout=asyncio.subprocess.PIPE,
-                                             stderr=asyncio.subprocess.PIPE)
+    p = await asyncio.create_subprocess_exec(
+        *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+    )
     await p.communicate()
 
 
@@ -93,8 +95,7 @@ async def one_step(sb: LocalSandbox, work: Path, tests: Path, out: Path) -> None
     before = await sb.processes()
     await sb.exec(c[3])
     after = await sb.processes()
-    await sb.kill_processes([p for p in after if p.key not in {q.key for q in before}
-                             and p.pid != 1])
+    await sb.kill_processes([p for p in after if p.key not in {q.key for q in before} and p.pid != 1])
     for argv in c[4:9]:
         await sb.exec(argv, user="root")
     await sb.upload(tests, "/tests")
@@ -107,8 +108,10 @@ async def one_step(sb: LocalSandbox, work: Path, tests: Path, out: Path) -> None
 async def host_step(work: Path, tests: Path, scratch: Path) -> None:
     """The floor of :func:`one_step`: the same commands run on the host."""
     for argv in STEP_COMMANDS:
-        argv = [a.replace("/tests", str(tests)).replace("/app", str(scratch))
-                .replace("/logs", str(scratch)) for a in argv]
+        argv = [
+            a.replace("/tests", str(tests)).replace("/app", str(scratch)).replace("/logs", str(scratch))
+            for a in argv
+        ]
         if argv[0] == "chown" or argv[:2] in (["rm", "-rf"], ["mkdir", "-p"]):
             argv = ["true"]
         await host_run(argv)
@@ -126,8 +129,9 @@ async def main(rounds: int) -> int:
 async def _measure(rounds: int, tmp: Path) -> int:
     env = tmp / "env"
     env.mkdir()
-    (env / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n"
-                                    "RUN echo bench > /app/bench.txt\n")
+    (env / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\nWORKDIR /app\nRUN echo bench > /app/bench.txt\n"
+    )
     work, tests, out = tmp / "work", tmp / "tests", tmp / "out"
     for d in (work, tests, out):
         d.mkdir()
@@ -135,20 +139,28 @@ async def _measure(rounds: int, tmp: Path) -> int:
     (tests / "test.sh").write_text("echo 1 > /logs/verifier/reward.txt\n")
 
     def spec() -> SandboxSpec:
-        return SandboxSpec(env_dir=env, env_hash=tree_hash(env), trial_id="bench-local",
-                           job_id="bench", network_mode=NetworkMode.NO_NETWORK)
+        return SandboxSpec(
+            env_dir=env,
+            env_hash=tree_hash(env),
+            trial_id="bench-local",
+            job_id="bench",
+            network_mode=NetworkMode.NO_NETWORK,
+        )
 
     async with LocalSandbox(spec()) as sb:  # builds the layer once
         for _ in range(5):
             await sb.exec(["true"])
-        exec_argv, floor_argv = await _paired_ms(lambda: sb.exec(["true"]),
-                                                 lambda: host_run(["true"]), rounds)
-        exec_shell, floor_shell = await _paired_ms(lambda: sb.exec("true"),
-                                                   lambda: host_run(["bash", "-c", "true"]),
-                                                   rounds)
-        step, floor_step = await _paired_ms(lambda: one_step(sb, work, tests, out),
-                                            lambda: host_step(work, tests, tmp / "scratch"),
-                                            max(10, rounds // 4))
+        exec_argv, floor_argv = await _paired_ms(
+            lambda: sb.exec(["true"]), lambda: host_run(["true"]), rounds
+        )
+        exec_shell, floor_shell = await _paired_ms(
+            lambda: sb.exec("true"), lambda: host_run(["bash", "-c", "true"]), rounds
+        )
+        step, floor_step = await _paired_ms(
+            lambda: one_step(sb, work, tests, out),
+            lambda: host_step(work, tests, tmp / "scratch"),
+            max(10, rounds // 4),
+        )
 
     async def start_stop() -> None:
         async with LocalSandbox(spec()):
@@ -160,15 +172,23 @@ async def _measure(rounds: int, tmp: Path) -> int:
     over_step = step - floor_step
     n_execs = len(STEP_COMMANDS)
     load = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    print(f"local backend overhead (medians, {rounds} rounds; {os.cpu_count()} CPUs, load "
-          f"average {load}; Linux {os.uname().release})")
-    print(f"  exec argv  ['true']  : {exec_argv:7.2f} ms  host floor {floor_argv:6.2f} ms  "
-          f"overhead {over_argv:6.2f} ms  (target < {EXEC_TARGET_MS:.0f} ms)")
-    print(f"  exec shell 'true'    : {exec_shell:7.2f} ms  host floor {floor_shell:6.2f} ms  "
-          f"overhead {over_shell:6.2f} ms  (target < {EXEC_TARGET_MS:.0f} ms)")
-    print(f"  one step ({n_execs} execs, 2 uploads, 1 download, 2 process lists): "
-          f"{step:7.2f} ms  host floor {floor_step:6.2f} ms  overhead {over_step:6.2f} ms  "
-          f"(target < {STEP_TARGET_MS:.0f} ms)")
+    print(
+        f"local backend overhead (medians, {rounds} rounds; {os.cpu_count()} CPUs, load "
+        f"average {load}; Linux {os.uname().release})"
+    )
+    print(
+        f"  exec argv  ['true']  : {exec_argv:7.2f} ms  host floor {floor_argv:6.2f} ms  "
+        f"overhead {over_argv:6.2f} ms  (target < {EXEC_TARGET_MS:.0f} ms)"
+    )
+    print(
+        f"  exec shell 'true'    : {exec_shell:7.2f} ms  host floor {floor_shell:6.2f} ms  "
+        f"overhead {over_shell:6.2f} ms  (target < {EXEC_TARGET_MS:.0f} ms)"
+    )
+    print(
+        f"  one step ({n_execs} execs, 2 uploads, 1 download, 2 process lists): "
+        f"{step:7.2f} ms  host floor {floor_step:6.2f} ms  overhead {over_step:6.2f} ms  "
+        f"(target < {STEP_TARGET_MS:.0f} ms)"
+    )
     print(f"  start+stop (cached layer): {cycle:7.2f} ms")
     ok = max(over_argv, over_shell) < EXEC_TARGET_MS and over_step < STEP_TARGET_MS
     print("  targets met" if ok else "  TARGET MISSED")

@@ -34,21 +34,24 @@ def main() -> int:
         root = Path(tmp)
         task = write_task(root / "tasks", "nop-target", steps=1)
         jobs = root / "jobs"
-        base = ["run", "-p", str(task), "-a", "nop", "-e", args.e, "--jobs-dir", str(jobs),
-                "-n", str(args.n)]
+        base = ["run", "-p", str(task), "-a", "nop", "-e", args.e, "--jobs-dir", str(jobs), "-n", str(args.n)]
         rows = []
         for n in (args.small, args.trials):
             run = run_cairn([*base, "--job-name", f"mem-{n}", "-k", str(n)])
             s = summary(jobs / f"mem-{n}")
             rows.append((n, run))
-            print(f"{n:5d} trials: peak RSS {run.rss_mib:7.1f} MiB, wall {run.wall:7.1f} s "
-                  f"({n / run.wall:.2f} trials/s), cairn CPU {run.cpu_sec:.1f} s, "
-                  f"outcomes {', '.join(f'{k} {v}' for k, v in s['outcomes'].items() if v)}",
-                  flush=True)
+            print(
+                f"{n:5d} trials: peak RSS {run.rss_mib:7.1f} MiB, wall {run.wall:7.1f} s "
+                f"({n / run.wall:.2f} trials/s), cairn CPU {run.cpu_sec:.1f} s, "
+                f"outcomes {', '.join(f'{k} {v}' for k, v in s['outcomes'].items() if v)}",
+                flush=True,
+            )
     (n0, r0), (n1, r1) = rows
     slope = (r1.rss_mib - r0.rss_mib) / max(1, n1 - n0) * 1024
-    print(f"growth: {slope:.1f} KiB per trial; peak at {n1} trials {r1.rss_mib:.1f} MiB "
-          f"(limit {args.limit:.0f} MiB): {'PASS' if r1.rss_mib < args.limit else 'FAIL'}")
+    print(
+        f"growth: {slope:.1f} KiB per trial; peak at {n1} trials {r1.rss_mib:.1f} MiB "
+        f"(limit {args.limit:.0f} MiB): {'PASS' if r1.rss_mib < args.limit else 'FAIL'}"
+    )
     return 0 if r1.rss_mib < args.limit else 1
 
 

@@ -50,18 +50,31 @@ class Target:
 
 
 TARGETS: tuple[Target, ...] = (
-    Target("rewards", "src/cairn/trial/rewards.py", ("tests/trial/test_rewards.py",),
-           "reward.txt / reward.json parsing"),
-    Target("aggregate", "src/cairn/results/aggregate.py",
-           ("tests/results/test_aggregate.py",),
-           "gates and stop rules, mean/final, all-steps, replayed steps, pass@k"),
-    Target("errors", "src/cairn/errors.py",
-           ("tests/trial/test_error_kinds.py -k 'not each_kind and not each_engine_kind'",),
-           "error classification (category_of)"),
-    Target("classify", "src/cairn/trial/classify.py", ("tests/trial/test_classify.py",),
-           "error classification at the catch site"),
-    Target("verdict", "src/cairn/results/verdict.py", ("tests/results/test_verdict.py",),
-           "the verdict line"),
+    Target(
+        "rewards",
+        "src/cairn/trial/rewards.py",
+        ("tests/trial/test_rewards.py",),
+        "reward.txt / reward.json parsing",
+    ),
+    Target(
+        "aggregate",
+        "src/cairn/results/aggregate.py",
+        ("tests/results/test_aggregate.py",),
+        "gates and stop rules, mean/final, all-steps, replayed steps, pass@k",
+    ),
+    Target(
+        "errors",
+        "src/cairn/errors.py",
+        ("tests/trial/test_error_kinds.py -k 'not each_kind and not each_engine_kind'",),
+        "error classification (category_of)",
+    ),
+    Target(
+        "classify",
+        "src/cairn/trial/classify.py",
+        ("tests/trial/test_classify.py",),
+        "error classification at the catch site",
+    ),
+    Target("verdict", "src/cairn/results/verdict.py", ("tests/results/test_verdict.py",), "the verdict line"),
 )
 
 
@@ -101,12 +114,14 @@ def load_equivalents() -> list[dict]:
 
 
 def _matches(eq: dict, m: dict) -> bool:
-    return (fnmatch.fnmatch(m["module"], eq["module"])
-            and fnmatch.fnmatch(m["operator"], eq["operator"])
-            and ("line" not in eq or int(eq["line"]) == m["line"])
-            and ("occurrence" not in eq or int(eq["occurrence"]) == m["occurrence"])
-            and ("diff" not in eq or re.search(eq["diff"], m["diff"] or "") is not None)
-            and ("source" not in eq or re.search(eq["source"], m["source"]) is not None))
+    return (
+        fnmatch.fnmatch(m["module"], eq["module"])
+        and fnmatch.fnmatch(m["operator"], eq["operator"])
+        and ("line" not in eq or int(eq["line"]) == m["line"])
+        and ("occurrence" not in eq or int(eq["occurrence"]) == m["occurrence"])
+        and ("diff" not in eq or re.search(eq["diff"], m["diff"] or "") is not None)
+        and ("source" not in eq or re.search(eq["source"], m["source"]) is not None)
+    )
 
 
 def _copy_tree(dest: Path) -> None:
@@ -140,23 +155,46 @@ def _recheck(target: Target, work: Path, db: Path, tests: str) -> None:
             (mutation,) = item.mutations
             original = module.read_bytes()
             try:
-                subprocess.run([sys.executable, "-m", "cosmic_ray.cli", "apply", str(module),
-                                mutation.operator_name, str(mutation.occurrence)],
-                               cwd=work, env=_env(work), check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        sys.executable,
+                        "-m",
+                        "cosmic_ray.cli",
+                        "apply",
+                        str(module),
+                        mutation.operator_name,
+                        str(mutation.occurrence),
+                    ],
+                    cwd=work,
+                    env=_env(work),
+                    check=True,
+                    capture_output=True,
+                )
                 out = subprocess.run(
-                    f"{sys.executable} -m pytest -x -q -p no:cacheprovider {tests}", shell=True,
-                    cwd=work, env=_env(work), capture_output=True, text=True, timeout=600,
-                    check=False)
+                    f"{sys.executable} -m pytest -x -q -p no:cacheprovider {tests}",
+                    shell=True,
+                    cwd=work,
+                    env=_env(work),
+                    capture_output=True,
+                    text=True,
+                    timeout=600,
+                    check=False,
+                )
             finally:
                 module.write_bytes(original)
             if out.returncode != 0:
-                wdb.set_result(item.job_id, WorkResult(
-                    worker_outcome=result.worker_outcome, output=out.stdout[-2000:],
-                    test_outcome=TestOutcome.KILLED, diff=result.diff))
+                wdb.set_result(
+                    item.job_id,
+                    WorkResult(
+                        worker_outcome=result.worker_outcome,
+                        output=out.stdout[-2000:],
+                        test_outcome=TestOutcome.KILLED,
+                        diff=result.diff,
+                    ),
+                )
 
 
-def run_target(target: Target, work: Path, timeout_sec: float,
-               recheck: bool = False) -> ModuleReport:
+def run_target(target: Target, work: Path, timeout_sec: float, recheck: bool = False) -> ModuleReport:
     """Init and exec one cosmic-ray session in ``work`` (a copy of the tree); read it back."""
     from cosmic_ray.work_db import WorkDB, use_db
     from cosmic_ray.work_item import TestOutcome
@@ -171,7 +209,9 @@ def run_target(target: Target, work: Path, timeout_sec: float,
         "excluded-modules = []\n"
         f'test-command = "{sys.executable} -m pytest -x -q -p no:cacheprovider '
         f'{tests}"\n'
-        '[cosmic-ray.distributor]\nname = "local"\n', encoding="utf-8")
+        '[cosmic-ray.distributor]\nname = "local"\n',
+        encoding="utf-8",
+    )
     db = work / f"cr-{target.name}.sqlite"
     env = _env(work)
     steps = [["init", str(cfg), str(db)], ["baseline", str(cfg)], ["exec", str(cfg), str(db)]]
@@ -179,11 +219,18 @@ def run_target(target: Target, work: Path, timeout_sec: float,
         _recheck(target, work, db, tests)
         steps = []
     for step in steps:
-        out = subprocess.run([sys.executable, "-m", "cosmic_ray.cli", *step], cwd=work, env=env,
-                             capture_output=True, text=True, check=False)
+        out = subprocess.run(
+            [sys.executable, "-m", "cosmic_ray.cli", *step],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         if out.returncode != 0:
-            raise SystemExit(f"cosmic-ray {step[0]} failed for {target.name}:\n"
-                             f"{out.stdout[-3000:]}{out.stderr[-3000:]}")
+            raise SystemExit(
+                f"cosmic-ray {step[0]} failed for {target.name}:\n{out.stdout[-3000:]}{out.stderr[-3000:]}"
+            )
     report = ModuleReport(target.name, target.module)
     equivalents = load_equivalents()
     lines = (ROOT / target.module).read_text(encoding="utf-8").splitlines()
@@ -191,9 +238,14 @@ def run_target(target: Target, work: Path, timeout_sec: float,
         for item, result in wdb.completed_work_items:
             report.total += 1
             (mutation,) = item.mutations
-            m = {"module": target.module, "operator": mutation.operator_name,
-                 "line": mutation.start_pos[0], "occurrence": mutation.occurrence,
-                 "source": lines[mutation.start_pos[0] - 1], "diff": result.diff}
+            m = {
+                "module": target.module,
+                "operator": mutation.operator_name,
+                "line": mutation.start_pos[0],
+                "occurrence": mutation.occurrence,
+                "source": lines[mutation.start_pos[0] - 1],
+                "diff": result.diff,
+            }
             if result.test_outcome == TestOutcome.KILLED:
                 report.killed += 1
             elif result.test_outcome == TestOutcome.INCOMPETENT:
@@ -212,11 +264,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("modules", nargs="*", help=f"some of: {', '.join(t.name for t in TARGETS)}")
     ap.add_argument("--json", type=Path, help="also write the report here")
     ap.add_argument("--timeout-sec", type=float, default=60.0, help="per mutant's test run")
-    ap.add_argument("--recheck", action="store_true",
-                    help="with --keep: rerun only the kept sessions' survivors against "
-                         "today's tests (after adding tests that kill them)")
-    ap.add_argument("--keep", type=Path, help="work in this folder and keep its sessions "
-                    "(default: a temporary folder, removed at the end)")
+    ap.add_argument(
+        "--recheck",
+        action="store_true",
+        help="with --keep: rerun only the kept sessions' survivors against "
+        "today's tests (after adding tests that kill them)",
+    )
+    ap.add_argument(
+        "--keep",
+        type=Path,
+        help="work in this folder and keep its sessions (default: a temporary folder, removed at the end)",
+    )
     args = ap.parse_args(argv)
     chosen = [t for t in TARGETS if not args.modules or t.name in args.modules]
     unknown = set(args.modules) - {t.name for t in TARGETS}
@@ -231,17 +289,20 @@ def main(argv: list[str] | None = None) -> int:
         for t in chosen:
             r = run_target(t, work, args.timeout_sec, recheck=args.recheck)
             reports.append(r)
-            print(f"{r.name:10} {r.module:36} mutants {r.total:4}  killed {r.killed:4}  "
-                  f"equivalent {len(r.equivalent):3}  incompetent {r.incompetent:3}  "
-                  f"survived {len(r.survivors):3}  score {r.score:6.1%}  ({r.elapsed_sec:.0f} s)",
-                  flush=True)
+            print(
+                f"{r.name:10} {r.module:36} mutants {r.total:4}  killed {r.killed:4}  "
+                f"equivalent {len(r.equivalent):3}  incompetent {r.incompetent:3}  "
+                f"survived {len(r.survivors):3}  score {r.score:6.1%}  ({r.elapsed_sec:.0f} s)",
+                flush=True,
+            )
             for s in r.survivors:
-                print(f"  SURVIVED {s['module']}:{s['line']} {s['operator']} "
-                      f"#{s['occurrence']}\n" + "".join(f"    {x}\n" for x in
-                                                       (s["diff"] or "").splitlines()[2:]))
+                print(
+                    f"  SURVIVED {s['module']}:{s['line']} {s['operator']} "
+                    f"#{s['occurrence']}\n"
+                    + "".join(f"    {x}\n" for x in (s["diff"] or "").splitlines()[2:])
+                )
     if args.json:
-        args.json.write_text(json.dumps([{**r.__dict__, "score": r.score} for r in reports],
-                                        indent=2) + "\n")
+        args.json.write_text(json.dumps([{**r.__dict__, "score": r.score} for r in reports], indent=2) + "\n")
     return 1 if any(r.survivors for r in reports) else 0
 
 

@@ -48,12 +48,18 @@ class _Timer(JobObserver):
         self.ms.append((time.perf_counter() - self.start[plan.trial_id]) * 1000)
 
 
-def _run(task: Path, jobs: Path, executor: str, trials: int, address: str | None,
-         name: str) -> list[float]:
+def _run(task: Path, jobs: Path, executor: str, trials: int, address: str | None, name: str) -> list[float]:
     timer = _Timer()
-    cfg = JobConfig(paths=(task,), attempts=trials, backend="local", n_concurrent=1,
-                    jobs_dir=jobs, job_name=name, executor=executor,
-                    ray_address=address)
+    cfg = JobConfig(
+        paths=(task,),
+        attempts=trials,
+        backend="local",
+        n_concurrent=1,
+        jobs_dir=jobs,
+        job_name=name,
+        executor=executor,
+        ray_address=address,
+    )
     result = asyncio.run(arun_job(cfg, observer=timer))
     bad = [r.trial_name for r in result.results if not r.passed]
     if bad:
@@ -75,8 +81,12 @@ def main() -> None:
     if args.ray_address:
         ray.init(address=args.ray_address, logging_level="WARNING")
     else:  # one fresh local Ray for every round (its start-up is not timed)
-        ray.init(address="local", include_dashboard=False, logging_level="WARNING",
-                 resources={SLOT: 2, backend_resource("local"): 2})
+        ray.init(
+            address="local",
+            include_dashboard=False,
+            logging_level="WARNING",
+            resources={SLOT: 2, backend_resource("local"): 2},
+        )
     local: list[float] = []
     remote: list[float] = []
     try:
@@ -90,14 +100,18 @@ def main() -> None:
         ray.shutdown()
     ray_ms = remote
     lm, rm = statistics.median(local), statistics.median(ray_ms)
-    print(f"trials timed per executor: {len(local)} ({args.rounds} rounds); load average "
-          f"{os.getloadavg()[0]:.2f}")
+    print(
+        f"trials timed per executor: {len(local)} ({args.rounds} rounds); load average "
+        f"{os.getloadavg()[0]:.2f}"
+    )
     print(f"{'executor':<10}{'median ms/trial':>18}{'min':>10}{'max':>10}")
     for name, ms in (("local", local), ("ray", ray_ms)):
         print(f"{name:<10}{statistics.median(ms):>18.1f}{min(ms):>10.1f}{max(ms):>10.1f}")
     over = rm - lm
-    print(f"ray overhead per trial: {over:.1f} ms (ratio {rm / lm:.2f}x; target < "
-          f"{TARGET_MS:.0f} ms: {'met' if over < TARGET_MS else 'NOT met'})")
+    print(
+        f"ray overhead per trial: {over:.1f} ms (ratio {rm / lm:.2f}x; target < "
+        f"{TARGET_MS:.0f} ms: {'met' if over < TARGET_MS else 'NOT met'})"
+    )
 
 
 if __name__ == "__main__":

@@ -52,23 +52,36 @@ def serve_relay(upstream: str) -> None:
         cfg = RelayConfig(upstreams={"*": Upstream(upstream, KEY)})
         async with ModelRelay(cfg) as relay:
             lease = relay.open_trial("bench")
-            print(json.dumps({"url": relay.url, "token": lease.token,
-                              "start_sec": time.perf_counter() - t0}), flush=True)
+            print(
+                json.dumps({"url": relay.url, "token": lease.token, "start_sec": time.perf_counter() - t0}),
+                flush=True,
+            )
             await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
     asyncio.run(main())
 
 
 CASES = {
-    "chat": ("/v1/chat/completions", "bearer",
-             {"model": "m", "messages": [{"role": "user", "content": "hi"}]}),
-    "chat-sse": ("/v1/chat/completions", "bearer",
-                 {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]}),
-    "messages-sse": ("/v1/messages", "x-api-key",
-                     {"model": "m", "max_tokens": 16, "stream": True,
-                      "messages": [{"role": "user", "content": "hi"}]}),
-    "gemini": ("/v1beta/models/m:generateContent", "x-goog-api-key",
-               {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]}),
+    "chat": (
+        "/v1/chat/completions",
+        "bearer",
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "chat-sse": (
+        "/v1/chat/completions",
+        "bearer",
+        {"model": "m", "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "messages-sse": (
+        "/v1/messages",
+        "x-api-key",
+        {"model": "m", "max_tokens": 16, "stream": True, "messages": [{"role": "user", "content": "hi"}]},
+    ),
+    "gemini": (
+        "/v1beta/models/m:generateContent",
+        "x-goog-api-key",
+        {"contents": [{"role": "user", "parts": [{"text": "hi"}]}]},
+    ),
 }
 
 
@@ -100,26 +113,42 @@ def main() -> int:
     import httpx
 
     env = {**os.environ, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    up = subprocess.Popen([sys.executable, __file__, "--serve-upstream"], stdin=subprocess.PIPE,
-                          stdout=subprocess.PIPE, text=True, env=env)
+    up = subprocess.Popen(
+        [sys.executable, __file__, "--serve-upstream"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     relay = None
     try:
         assert up.stdout is not None
         upstream = up.stdout.readline().strip()
-        relay = subprocess.Popen([sys.executable, __file__, "--serve-relay", upstream],
-                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                 env=env)
+        relay = subprocess.Popen(
+            [sys.executable, __file__, "--serve-relay", upstream],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert relay.stdout is not None
         info = json.loads(relay.stdout.readline())
         direct = httpx.Client(base_url=upstream, timeout=30)
         relayed = httpx.Client(base_url=info["url"], timeout=30)
-        print(f"{'protocol':<14}{'p50 direct':>12}{'p50 relay':>11}{'overhead':>10}{'ratio':>7}"
-              f"{'ttfb direct':>13}{'ttfb relay':>12}{'overhead':>10}{'ratio':>7}")
+        print(
+            f"{'protocol':<14}{'p50 direct':>12}{'p50 relay':>11}{'overhead':>10}{'ratio':>7}"
+            f"{'ttfb direct':>13}{'ttfb relay':>12}{'overhead':>10}{'ratio':>7}"
+        )
         worst = 0.0
         for name, (path, auth, body) in CASES.items():
+
             def headers(token: str, auth: str = auth) -> dict[str, str]:
-                return ({"Authorization": f"Bearer {token}"} if auth == "bearer"
-                        else {auth: token, "anthropic-version": "2023-06-01"})
+                return (
+                    {"Authorization": f"Bearer {token}"}
+                    if auth == "bearer"
+                    else {auth: token, "anthropic-version": "2023-06-01"}
+                )
+
             for _ in range(20):  # warm both connections
                 one(direct, path, headers(KEY), body)
                 one(relayed, path, headers(info["token"]), body)
@@ -127,18 +156,24 @@ def main() -> int:
             r: list[tuple[float, float]] = []
             for i in range(args.calls):
                 pair = [(direct, KEY, d), (relayed, info["token"], r)]
-                for client, token, out in (pair if i % 2 else pair[::-1]):
+                for client, token, out in pair if i % 2 else pair[::-1]:
                     out.append(one(client, path, headers(token), body))
             dl, rl = (statistics.median(x[0] for x in s) * 1e3 for s in (d, r))
             dt, rt = (statistics.median(x[1] for x in s) * 1e3 for s in (d, r))
             worst = max(worst, rl - dl, rt - dt)
-            print(f"{name:<14}{dl:>10.2f}ms{rl:>9.2f}ms{rl - dl:>8.2f}ms{rl / dl:>7.2f}"
-                  f"{dt:>11.2f}ms{rt:>10.2f}ms{rt - dt:>8.2f}ms{rt / dt:>7.2f}")
+            print(
+                f"{name:<14}{dl:>10.2f}ms{rl:>9.2f}ms{rl - dl:>8.2f}ms{rl / dl:>7.2f}"
+                f"{dt:>11.2f}ms{rt:>10.2f}ms{rt - dt:>8.2f}ms{rt / dt:>7.2f}"
+            )
         load = os.getloadavg()[0]
-        print(f"relay start (import aiohttp, bind, client session): {info['start_sec'] * 1e3:.0f} ms,"
-              " paid once per job and only by jobs whose agent uses the relay")
-        print(f"worst p50 overhead {worst:.2f} ms (target <= {TARGET_MS:.0f} ms); "
-              f"{args.calls} calls per protocol and target; load average {load:.2f}")
+        print(
+            f"relay start (import aiohttp, bind, client session): {info['start_sec'] * 1e3:.0f} ms,"
+            " paid once per job and only by jobs whose agent uses the relay"
+        )
+        print(
+            f"worst p50 overhead {worst:.2f} ms (target <= {TARGET_MS:.0f} ms); "
+            f"{args.calls} calls per protocol and target; load average {load:.2f}"
+        )
         return 0 if worst <= TARGET_MS else 1
     finally:
         for proc in (relay, up):

@@ -39,30 +39,50 @@ def write_task(root: Path, name: str, nbytes: int) -> Path:
     """The bench task: step 1 writes ``nbytes`` random bytes, step 2 one small file."""
     t = root / name
     for step, solve, check in (
-            ("write", f"head -c {nbytes} /dev/urandom > /app/data.bin\n",
-             f"test $(stat -c %s /app/data.bin) -eq {nbytes}"),
-            ("add", "echo two > /app/two.txt\n", "test -f /app/two.txt")):
+        (
+            "write",
+            f"head -c {nbytes} /dev/urandom > /app/data.bin\n",
+            f"test $(stat -c %s /app/data.bin) -eq {nbytes}",
+        ),
+        ("add", "echo two > /app/two.txt\n", "test -f /app/two.txt"),
+    ):
         d = t / "steps" / step
         (d / "tests").mkdir(parents=True)
         (d / "solution").mkdir()
         (d / "instruction.md").write_text(f"Step {step}.\n")
         (d / "solution" / "solve.sh").write_text("#!/bin/bash\n" + solve)
         (d / "tests" / "test.sh").write_text(
-            f"#!/bin/bash\nif {check}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n")
+            f"#!/bin/bash\nif {check}; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n"
+        )
     (t / "environment").mkdir()
     (t / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
-    (t / "task.toml").write_text(f'[task]\nname = "bench/{name}"\n\n[environment]\n'
-                                 'network_mode = "no-network"\n\n[[steps]]\nname = "write"\n\n'
-                                 '[[steps]]\nname = "add"\n')
+    (t / "task.toml").write_text(
+        f'[task]\nname = "bench/{name}"\n\n[environment]\n'
+        'network_mode = "no-network"\n\n[[steps]]\nname = "write"\n\n'
+        '[[steps]]\nname = "add"\n'
+    )
     return t
 
 
-def run(src: Path, task: Path, jobs: Path, name: str, backend: str, snapshots: bool
-        ) -> tuple[float, dict]:
+def run(src: Path, task: Path, jobs: Path, name: str, backend: str, snapshots: bool) -> tuple[float, dict]:
     """One ``cairn run`` process; returns (wall seconds, result.json)."""
     env = {**os.environ, "PYTHONPATH": str(src)}
-    argv = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "oracle", "-e", backend,
-            "--jobs-dir", str(jobs), "--job-name", name]
+    argv = [
+        sys.executable,
+        "-m",
+        "cairn",
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        "oracle",
+        "-e",
+        backend,
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        name,
+    ]
     if snapshots:
         argv.append("--snapshot-steps")
     t0 = time.perf_counter()
@@ -85,8 +105,10 @@ def main() -> None:
     before = Path(os.environ.get("CAIRN_BEFORE_SRC", "/work/main/src"))
     have_before = (before / "cairn").is_dir() and before.resolve() != SRC.resolve()
     tmp = Path(tempfile.mkdtemp(prefix="cairn-bench-snap-"))
-    print(f"load average {os.getloadavg()[0]:.2f}; rounds {args.rounds}; before = "
-          f"{before if have_before else '(none)'}")
+    print(
+        f"load average {os.getloadavg()[0]:.2f}; rounds {args.rounds}; before = "
+        f"{before if have_before else '(none)'}"
+    )
     jobs_made: list[Path] = []
     try:
         for backend in args.backends.split(","):
@@ -105,8 +127,7 @@ def main() -> None:
                         walls[label].append(wall)
                         for s in result["steps"]:
                             t = s["timings"]
-                            own = sum(t[k] or 0.0 for k in ("setup_sec", "agent_sec",
-                                                            "verifier_sec"))
+                            own = sum(t[k] or 0.0 for k in ("setup_sec", "agent_sec", "verifier_sec"))
                             d = steps.setdefault(s["name"], {"step": [], "snap": [], "mb": []})
                             if label == "on":
                                 d["step"].append(own)
@@ -119,17 +140,21 @@ def main() -> None:
                     line += f"; off/before {med['off'] / med['before']:.2f}x"
                 line += f"; on/off {med['on'] / med['off']:.2f}x"
                 print(line)
-                print(f"  {'step':<8} {'step time':>10} {'snapshot':>10} {'disk added':>11} "
-                      f"{'snap/step':>9}")
+                print(f"  {'step':<8} {'step time':>10} {'snapshot':>10} {'disk added':>11} {'snap/step':>9}")
                 for name, d in steps.items():
                     st, sn, mb = (statistics.median(d[k]) for k in ("step", "snap", "mb"))
-                    print(f"  {name:<8} {st:>8.3f} s {sn:>8.3f} s {mb:>8.3f} MB "
-                          f"{sn / st if st else float('nan'):>8.2f}x")
+                    print(
+                        f"  {name:<8} {st:>8.3f} s {sn:>8.3f} s {mb:>8.3f} MB "
+                        f"{sn / st if st else float('nan'):>8.2f}x"
+                    )
     finally:
         env = {**os.environ, "PYTHONPATH": str(SRC)}
         for job in jobs_made:
-            subprocess.run([sys.executable, "-m", "cairn", "clean", "--snapshots", "--job",
-                            job.name], env=env, capture_output=True)
+            subprocess.run(
+                [sys.executable, "-m", "cairn", "clean", "--snapshots", "--job", job.name],
+                env=env,
+                capture_output=True,
+            )
         shutil.rmtree(tmp, ignore_errors=True)
 
 

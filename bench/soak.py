@@ -59,8 +59,7 @@ def _sandboxes(backend: str, job_dir: Path, client) -> int:
     sys.path.insert(0, str(REPO / "src"))
     from cairn.sandbox.local.backend import find_local_sandboxes
 
-    return sum(1 for _, m in find_local_sandboxes()
-               if str(m.get("job_dir") or "") == str(job_dir.absolute()))
+    return sum(1 for _, m in find_local_sandboxes() if str(m.get("job_dir") or "") == str(job_dir.absolute()))
 
 
 def _growth(samples: list[tuple[int, float]], total: int) -> float | None:
@@ -72,26 +71,43 @@ def _growth(samples: list[tuple[int, float]], total: int) -> float | None:
     da, db = statistics.median(d for d, _ in a), statistics.median(d for d, _ in b)
     if db <= da:
         return None
-    return (statistics.median(v for _, v in b) - statistics.median(v for _, v in a)) \
-        / (db - da) * 100
+    return (statistics.median(v for _, v in b) - statistics.median(v for _, v in a)) / (db - da) * 100
 
 
 def soak(backend: str, trials: int, n: int, root: Path) -> dict:
     """Run one soak job on ``backend``; return its figures."""
     task = write_task(root / "tasks", f"soak-{backend}", steps=3)
     job = root / "jobs" / f"soak-{backend}"
-    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep
-           + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     client = None
     if backend == "docker":
         import docker
 
         client = docker.from_env(timeout=60)
     t0 = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", str(task), "-e", backend,
-                             "-k", str(trials), "-n", str(n), "--jobs-dir", str(root / "jobs"),
-                             "--job-name", job.name], env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(task),
+            "-e",
+            backend,
+            "-k",
+            str(trials),
+            "-n",
+            str(n),
+            "--jobs-dir",
+            str(root / "jobs"),
+            "--job-name",
+            job.name,
+        ],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     rss: list[tuple[int, float]] = []
     fds: list[tuple[int, float]] = []
     boxes: list[int] = []
@@ -117,15 +133,20 @@ def soak(backend: str, trials: int, n: int, root: Path) -> dict:
         client.close()
     attempts = [k[1] for k in keys]
     return {
-        "backend": backend, "exit": proc.returncode, "wall_sec": wall, "trials": trials,
-        "results": len(keys), "lost": trials - len(set(attempts)),
+        "backend": backend,
+        "exit": proc.returncode,
+        "wall_sec": wall,
+        "trials": trials,
+        "results": len(keys),
+        "lost": trials - len(set(attempts)),
         "duplicated": len(attempts) - len(set(attempts)),
         "completed": sum(1 for k in keys if k[2] == "completed"),
         "peak_rss_mib": max((v for _, v in rss), default=None),
         "rss_growth_mib_per_100": _growth(rss, trials),
         "peak_fds": max((v for _, v in fds), default=None),
         "fd_growth_per_100": _growth(fds, trials),
-        "peak_sandboxes": max(boxes, default=None), "sandboxes_left": left,
+        "peak_sandboxes": max(boxes, default=None),
+        "sandboxes_left": left,
         "stderr_tail": err[-1500:] if proc.returncode not in (0,) else "",
     }
 
@@ -145,16 +166,28 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="cairn-soak-") as tmp:
         for backend in args.e or ["docker", "local"]:
             fig = soak(backend, args.trials, args.n, Path(tmp))
-            print(f"soak {backend}: {fig['trials']} trials of a 3-step task at -n {args.n}, "
-                  f"{fig['wall_sec']:.0f} s, exit {fig['exit']}")
-            for key in ("results", "completed", "lost", "duplicated", "peak_rss_mib",
-                        "rss_growth_mib_per_100", "peak_fds", "fd_growth_per_100",
-                        "peak_sandboxes", "sandboxes_left"):
+            print(
+                f"soak {backend}: {fig['trials']} trials of a 3-step task at -n {args.n}, "
+                f"{fig['wall_sec']:.0f} s, exit {fig['exit']}"
+            )
+            for key in (
+                "results",
+                "completed",
+                "lost",
+                "duplicated",
+                "peak_rss_mib",
+                "rss_growth_mib_per_100",
+                "peak_fds",
+                "fd_growth_per_100",
+                "peak_sandboxes",
+                "sandboxes_left",
+            ):
                 print(f"  {key:24} {_fmt(fig[key])}")
             if fig["stderr_tail"]:
                 print("  stderr: " + fig["stderr_tail"].replace("\n", "\n          "))
             checks = {
-                "exit 0": fig["exit"] == 0, "none lost": fig["lost"] == 0,
+                "exit 0": fig["exit"] == 0,
+                "none lost": fig["lost"] == 0,
                 "none duplicated": fig["duplicated"] == 0,
                 f"peak RSS < {args.rss_limit:g} MiB": (fig["peak_rss_mib"] or 0) < args.rss_limit,
                 "fd growth < 1 per 100 trials": (fig["fd_growth_per_100"] or 0.0) < 1.0,

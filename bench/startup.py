@@ -107,10 +107,28 @@ def main() -> int:
         for i in range(args.n + 1):  # the first run builds the image and warms .pyc files
             relay.reset()
             t0 = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a",
-                            "oracle", "-e", "docker", "--jobs-dir", str(root / "jobs"),
-                            "--job-name", f"s{i}"], env=env, cwd=REPO,
-                           capture_output=True, check=True)
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "cairn",
+                    "run",
+                    "-p",
+                    str(task),
+                    "-a",
+                    "oracle",
+                    "-e",
+                    "docker",
+                    "--jobs-dir",
+                    str(root / "jobs"),
+                    "--job-name",
+                    f"s{i}",
+                ],
+                env=env,
+                cwd=REPO,
+                capture_output=True,
+                check=True,
+            )
             if i and relay.first is not None:
                 firsts.append(relay.first - t0)
             if i and relay.first_work is not None:
@@ -121,13 +139,16 @@ def main() -> int:
         relay.close()
     med = statistics.median(firsts)
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; runs: {len(firsts)}")
-    print(f"cairn run: process start -> first engine call  {med * 1000:7.1f} ms (median; "
-          f"min {min(firsts) * 1000:.1f}, max {max(firsts) * 1000:.1f})")
+    print(
+        f"cairn run: process start -> first engine call  {med * 1000:7.1f} ms (median; "
+        f"min {min(firsts) * 1000:.1f}, max {max(firsts) * 1000:.1f})"
+    )
     if works:
-        print(f"cairn run: process start -> first image/container call "
-              f"{statistics.median(works) * 1000:7.1f} ms (median)")
-    print(f"bare python3 -c pass (for scale)               "
-          f"{statistics.median(bare) * 1000:7.1f} ms")
+        print(
+            f"cairn run: process start -> first image/container call "
+            f"{statistics.median(works) * 1000:7.1f} ms (median)"
+        )
+    print(f"bare python3 -c pass (for scale)               {statistics.median(bare) * 1000:7.1f} ms")
     print(f"target <= {args.limit * 1000:.0f} ms: {'met' if med <= args.limit else 'NOT met'}")
     return 0 if med <= args.limit else 1
 

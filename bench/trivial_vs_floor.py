@@ -81,7 +81,8 @@ def write_task(root: Path, image: str, *, network: str | None = "no-network") ->
     (task / "solution" / "solve.sh").write_text("#!/bin/bash\ntouch /app/done\n")
     (task / "tests" / "test.sh").write_text(
         "#!/bin/bash\nmkdir -p /logs/verifier\nif test -f /app/done; then echo 1 > "
-        "/logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n")
+        "/logs/verifier/reward.txt; else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
     return task
 
 
@@ -98,13 +99,11 @@ class EngineCalls:
 
         self._client = docker.from_env()
         self._done = threading.Event()
-        self._stream = self._client.events(decode=True, since=time.time() - 1,
-                                           filters={"type": "container"})
+        self._stream = self._client.events(decode=True, since=time.time() - 1, filters={"type": "container"})
 
         def listen() -> None:
             for e in self._stream:
-                if self.marker not in (e.get("Actor", {}).get("Attributes", {}).get("name")
-                                       or ""):
+                if self.marker not in (e.get("Actor", {}).get("Attributes", {}).get("name") or ""):
                     continue
                 a = e.get("Action", "")
                 if a.startswith("exec_create: "):
@@ -140,30 +139,49 @@ def cairn_env(src: Path = SRC) -> dict[str, str]:
     return env
 
 
-def run_cairn(task: Path, jobs: Path, name: str, backend: str = "docker",
-              src: Path = SRC) -> tuple[float, dict]:
+def run_cairn(
+    task: Path, jobs: Path, name: str, backend: str = "docker", src: Path = SRC
+) -> tuple[float, dict]:
     """One whole ``cairn run`` process of the cairn in ``src``; (wall seconds, result.json)."""
     wall, _cpu, result = run_cairn_cpu(task, jobs, name, backend, src)
     return wall, result
 
 
-def run_cairn_cpu(task: Path, jobs: Path, name: str, backend: str = "docker",
-                  src: Path = SRC) -> tuple[float, float, dict]:
+def run_cairn_cpu(
+    task: Path, jobs: Path, name: str, backend: str = "docker", src: Path = SRC
+) -> tuple[float, float, dict]:
     """:func:`run_cairn`, also with the CPU seconds (user + sys) of the cairn process and its
     children (the sandbox's init and the task's scripts), from ``wait4``: (wall, cpu, result)."""
     t0 = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        p = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "oracle",
-                              "-e", backend, "--jobs-dir", str(jobs), "--job-name", name],
-                             stdout=out, stderr=err, env=cairn_env(src))
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "cairn",
+                "run",
+                "-p",
+                str(task),
+                "-a",
+                "oracle",
+                "-e",
+                backend,
+                "--jobs-dir",
+                str(jobs),
+                "--job-name",
+                name,
+            ],
+            stdout=out,
+            stderr=err,
+            env=cairn_env(src),
+        )
         _, status, usage = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         wall = time.perf_counter() - t0
         if p.returncode != 0:
             out.seek(0)
             err.seek(0)
-            sys.exit(f"cairn run failed ({p.returncode}):\n{out.read().decode()}\n"
-                     f"{err.read().decode()}")
+            sys.exit(f"cairn run failed ({p.returncode}):\n{out.read().decode()}\n{err.read().decode()}")
     (result,) = [json.loads(f.read_text()) for f in (jobs / name).glob("trials/*/result.json")]
     return wall, usage.ru_utime + usage.ru_stime, result
 
@@ -174,8 +192,20 @@ def floor_minimal(docker: str, task: Path, scratch: Path, name: str) -> float:
     t0 = time.perf_counter()
     ok = lambda *a: subprocess.run([docker, *a], capture_output=True, check=True)  # noqa: E731
     image = ok("build", "-q", str(task / "environment")).stdout.decode().strip()
-    ok("run", "-d", "--init", "--network", "none", "--label", "cairn.bench=1", "--name", name,
-       image, "sleep", "infinity")
+    ok(
+        "run",
+        "-d",
+        "--init",
+        "--network",
+        "none",
+        "--label",
+        "cairn.bench=1",
+        "--name",
+        name,
+        image,
+        "sleep",
+        "infinity",
+    )
     ok("cp", str(task / "solution"), f"{name}:/solution")
     ok("exec", name, "bash", "/solution/solve.sh")
     ok("cp", str(task / "tests"), f"{name}:/tests")
@@ -218,9 +248,22 @@ def harbor_command() -> list[str] | None:
 
 def run_harbor(cmd: list[str], task: Path, jobs: Path) -> float:
     t0 = time.perf_counter()
-    subprocess.run([*cmd, "run", "--path", str(task), "--agent", "oracle", "--job-name",
-                    f"h-{uuid.uuid4().hex[:8]}", "-o", str(jobs)], capture_output=True,
-                   check=True)
+    subprocess.run(
+        [
+            *cmd,
+            "run",
+            "--path",
+            str(task),
+            "--agent",
+            "oracle",
+            "--job-name",
+            f"h-{uuid.uuid4().hex[:8]}",
+            "-o",
+            str(jobs),
+        ],
+        capture_output=True,
+        check=True,
+    )
     return time.perf_counter() - t0
 
 
@@ -263,8 +306,10 @@ def local_main(n: int, image: str, compare: Path | None) -> int:
         print(f"  of which the trial itself        {ms(ct)}")
         print(f"  process start, imports, job      {ms(c - ct)}")
         print(f"  CPU (user + sys, with children)  {ms(med(cpus[src]))}  (min {ms(min(cpus[src])).strip()})")
-    print(f"floor: interpreter + imports only {ms(med(libs))}  (python3 -c 'import {LOCAL_LIBS}':"
-          " paid before any work)")
+    print(
+        f"floor: interpreter + imports only {ms(med(libs))}  (python3 -c 'import {LOCAL_LIBS}':"
+        " paid before any work)"
+    )
     if compare:
         print(f"ratio this / --compare             {med(walls[SRC]) / med(walls[compare]):8.2f}x")
         print(f"CPU ratio this / --compare         {med(cpus[SRC]) / med(cpus[compare]):8.2f}x")
@@ -276,10 +321,18 @@ def main() -> int:
     ap.add_argument("-n", type=int, default=7, help="rounds (medians taken; default 7)")
     ap.add_argument("--image", default="debian:bookworm-slim", help="base image (local)")
     ap.add_argument("--limit", type=float, default=1.15, help="target cairn / floor ratio")
-    ap.add_argument("-e", default="docker", choices=("docker", "local"),
-                    help="backend; local: cairn's whole process alone (target <= 0.25 s)")
-    ap.add_argument("--compare", type=Path, metavar="SRC",
-                    help="also run the cairn of this src folder, interleaved (before/after)")
+    ap.add_argument(
+        "-e",
+        default="docker",
+        choices=("docker", "local"),
+        help="backend; local: cairn's whole process alone (target <= 0.25 s)",
+    )
+    ap.add_argument(
+        "--compare",
+        type=Path,
+        metavar="SRC",
+        help="also run the cairn of this src folder, interleaved (before/after)",
+    )
     args = ap.parse_args()
     compare = args.compare.resolve() if args.compare else None
     if args.e == "local":
@@ -298,8 +351,13 @@ def main() -> int:
         if compare:
             run_cairn(task, jobs, "warm-up-compare", src=compare)
         floor_minimal(docker, task, root, f"cairn-bench-min-{uuid.uuid4().hex[:8]}")
-        image = subprocess.run([docker, "build", "-q", str(task / "environment")], check=True,
-                               capture_output=True).stdout.decode().strip()
+        image = (
+            subprocess.run(
+                [docker, "build", "-q", str(task / "environment")], check=True, capture_output=True
+            )
+            .stdout.decode()
+            .strip()
+        )
         api = api_version(docker)
         floor_sdk(task, image, api)  # warm-up
         # engine calls of one trial each, from the engine's events
@@ -327,8 +385,7 @@ def main() -> int:
                 o_wall.append(wall)
                 o_trial.append(res["timings"]["total_sec"])
             elif kind == "minimal":
-                f_min.append(floor_minimal(docker, task, root,
-                                           f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
+                f_min.append(floor_minimal(docker, task, root, f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
             elif kind == "sdk":
                 wall, imp = floor_sdk(task, image, api)
                 s_wall.append(wall)
@@ -336,18 +393,25 @@ def main() -> int:
             else:
                 h_wall.append(run_harbor(harbor, h_task, root / "harbor-jobs"))
 
-        kinds = ["cairn", *(["compare"] if compare else []), "minimal", "sdk",
-                 *(["harbor"] if harbor else [])]
+        kinds = [
+            "cairn",
+            *(["compare"] if compare else []),
+            "minimal",
+            "sdk",
+            *(["harbor"] if harbor else []),
+        ]
         for i in range(args.n):  # rotated every round: no variant always follows another
-            for kind in kinds[i % len(kinds):] + kinds[:i % len(kinds)]:
+            for kind in kinds[i % len(kinds) :] + kinds[: i % len(kinds)]:
                 one(kind, i)
     med = statistics.median
     c, ct, fm = med(c_wall), med(c_trial), med(f_min)
 
     def calls(ec: EngineCalls) -> str:
-        return (f"{len(ec.calls):2d} ({ec.calls.count('exec')} exec, "
-                f"{ec.calls.count('put-archive')} put-archive, "
-                f"{ec.calls.count('get-archive')} get-archive)")
+        return (
+            f"{len(ec.calls):2d} ({ec.calls.count('exec')} exec, "
+            f"{ec.calls.count('put-archive')} put-archive, "
+            f"{ec.calls.count('get-archive')} get-archive)"
+        )
 
     print(f"rounds: {args.n}, interleaved; load average after: {load()}")
     print("engine calls per step (exec + archive, from engine events; 1 step):")
@@ -361,8 +425,10 @@ def main() -> int:
     ratio = c / fm
     print(f"ratio cairn / minimal script   {ratio:8.2f}x  (target <= {args.limit:.2f})")
     sm = med(s_wall)
-    print(f"SDK floor (bench/_sdkfloor.py) {ms(sm)}  (ratio to the script {sm / fm:.2f}x): "
-          "the least work through the Docker SDK")
+    print(
+        f"SDK floor (bench/_sdkfloor.py) {ms(sm)}  (ratio to the script {sm / fm:.2f}x): "
+        "the least work through the Docker SDK"
+    )
     print(f"  after importing typer, pydantic, asyncio, docker ({ms(med(s_imp)).strip()} of it)")
     if compare:
         o, ot = med(o_wall), med(o_trial)

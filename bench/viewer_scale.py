@@ -61,44 +61,82 @@ def _trial(i: int) -> TrialResult:
     for idx, name in enumerate(STEPS, start=1):
         timings = StepTimings(setup_sec=0.1, agent_sec=2.0 + idx, verifier_sec=0.5)
         if kind == 9 and idx == 2:  # errored at step 2
-            error = ErrorInfo(kind=ErrorKind.REWARD_MISSING, category=Category.TASK,
-                              phase=Phase.VERIFIER, step=name, message="no reward written")
-            rows.append(StepResult(index=idx, name=name, source=StepSource.ERROR, error=error,
-                                   timings=timings))
+            error = ErrorInfo(
+                kind=ErrorKind.REWARD_MISSING,
+                category=Category.TASK,
+                phase=Phase.VERIFIER,
+                step=name,
+                message="no reward written",
+            )
+            rows.append(
+                StepResult(index=idx, name=name, source=StepSource.ERROR, error=error, timings=timings)
+            )
             outcome = Outcome.ERRORED
             break
         reward = 0.0 if (kind in (7, 8) and idx == 1) else 1.0
-        rows.append(StepResult(index=idx, name=name, source=StepSource.VERIFIER, reward=reward,
-                               rewards={"reward": reward}, passed=reward >= 1.0,
-                               agent_exit="ok", timings=timings, verifier_exit_code=0,
-                               reward_file="reward.txt",
-                               tokens=Tokens(prompt=900, completion=120), cost_usd=0.001))
+        rows.append(
+            StepResult(
+                index=idx,
+                name=name,
+                source=StepSource.VERIFIER,
+                reward=reward,
+                rewards={"reward": reward},
+                passed=reward >= 1.0,
+                agent_exit="ok",
+                timings=timings,
+                verifier_exit_code=0,
+                reward_file="reward.txt",
+                tokens=Tokens(prompt=900, completion=120),
+                cost_usd=0.001,
+            )
+        )
         if reward < 1.0 and idx < len(STEPS):
-            stop = StopReason(kind="min_reward", step=name, key="reward", value=reward,
-                              threshold=1.0)
+            stop = StopReason(kind="min_reward", step=name, key="reward", value=reward, threshold=1.0)
             outcome = Outcome.STOPPED
             break
     steps_run = len(rows)
-    rows += [StepResult(index=j, name=STEPS[j - 1], source=StepSource.NOT_RUN)
-             for j in range(len(rows) + 1, len(STEPS) + 1)]
+    rows += [
+        StepResult(index=j, name=STEPS[j - 1], source=StepSource.NOT_RUN)
+        for j in range(len(rows) + 1, len(STEPS) + 1)
+    ]
     counted = [r.reward for r in rows if r.reward is not None]
     reward = sum(counted) / len(counted) if counted else None
     return TrialResult(
-        trial_id=f"{i:08x}" + "0" * 56, trial_name="", attempt=1 + (i // len(TASKS)) % 3,
-        task=TaskRef(name=task, content_hash="0" * 64), agent=AgentRef(name="oracle"),
-        backend="local", outcome=outcome, error=error, reward=reward,
+        trial_id=f"{i:08x}" + "0" * 56,
+        trial_name="",
+        attempt=1 + (i // len(TASKS)) % 3,
+        task=TaskRef(name=task, content_hash="0" * 64),
+        agent=AgentRef(name="oracle"),
+        backend="local",
+        outcome=outcome,
+        error=error,
+        reward=reward,
         rewards={"reward": reward} if reward is not None else None,
-        passed=outcome is Outcome.COMPLETED and reward == 1.0, steps_total=len(STEPS),
-        steps_run=steps_run, stopped_after=stop.step if stop else None, stop_reason=stop,
+        passed=outcome is Outcome.COMPLETED and reward == 1.0,
+        steps_total=len(STEPS),
+        steps_run=steps_run,
+        stopped_after=stop.step if stop else None,
+        stop_reason=stop,
         tokens=Tokens(prompt=900 * steps_run, completion=120 * steps_run),
-        cost_usd=0.001 * steps_run, started_at=now, finished_at=now, steps=rows)
+        cost_usd=0.001 * steps_run,
+        started_at=now,
+        finished_at=now,
+        steps=rows,
+    )
 
 
 def generate(job: Path, n: int) -> None:
     """Write an N-trial job folder through the store."""
-    write_job_json(job, JobMeta(job_name=job.name, cairn_version="bench", backend="local",
-                                config={"agent": "oracle", "model": None, "backend": "local"},
-                                started_at=datetime(2026, 12, 1, tzinfo=UTC)))
+    write_job_json(
+        job,
+        JobMeta(
+            job_name=job.name,
+            cairn_version="bench",
+            backend="local",
+            config={"agent": "oracle", "model": None, "backend": "local"},
+            started_at=datetime(2026, 12, 1, tzinfo=UTC),
+        ),
+    )
     results = []
     for i in range(n):
         r = _trial(i)
@@ -166,17 +204,26 @@ def main() -> int:
         print(f"  took {time.perf_counter() - t:.0f} s", file=sys.stderr)
     env = {**os.environ, "PYTHONPATH": str(SRC)}
 
-    base = subprocess.run([sys.executable, "-c", BASELINE, str(job)], capture_output=True,
-                          text=True, env=env, check=True).stdout.split()
+    base = subprocess.run(
+        [sys.executable, "-c", BASELINE, str(job)], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
     base_n, base_sec, base_kb = int(base[0]), float(base[1]), int(base[2])
-    idle = subprocess.run([sys.executable, "-c", "import resource;"
-                           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
-                          capture_output=True, text=True, check=True)
+    idle = subprocess.run(
+        [sys.executable, "-c", "import resource;print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     interp_kb = int(idle.stdout)
 
     t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "cairn", "view", str(job), "--port", "0"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "view", str(job), "--port", "0"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         m = re.search(r":(\d+)/", line)
@@ -188,8 +235,10 @@ def main() -> int:
         jp = f"/jobs/{job.name}/"
         first = _get(port, jp)
         reps = [_get(port, jp)[0] for _ in range(a.n)]
-        filt = [_get(port, jp + "?outcome=stopped&sort=reward&desc=1&task=bench%2Ftask-007")[0]
-                for _ in range(a.n)]
+        filt = [
+            _get(port, jp + "?outcome=stopped&sort=reward&desc=1&task=bench%2Ftask-007")[0]
+            for _ in range(a.n)
+        ]
         deep = [_get(port, jp + "?page=100")[0] for _ in range(a.n)]
         trial = sorted(p.name for p in (job / "trials").iterdir())[4321]
         tri = [_get(port, f"/jobs/{job.name}/trials/{trial}/")[0] for _ in range(a.n)]
@@ -201,18 +250,23 @@ def main() -> int:
     med = statistics.median
     print(f"job folder: {base_n} trials ({job})")
     print(f"{'':38} {'wall':>9} {'memory':>24}")
-    print(f"{'baseline: parse every result.json':38} {base_sec:8.3f}s {base_kb / 1024:8.1f} MB peak RSS"
-          f"  (bare interpreter {interp_kb / 1024:.1f} MB)")
+    print(
+        f"{'baseline: parse every result.json':38} {base_sec:8.3f}s {base_kb / 1024:8.1f} MB peak RSS"
+        f"  (bare interpreter {interp_kb / 1024:.1f} MB)"
+    )
     print(f"{'cairn view: start + index (ready)':38} {ready:8.3f}s")
     print(f"{'cairn view: job page, first request':38} {first[0]:8.3f}s  ({first[2] // 1024} KiB)")
     print(f"{'cairn view: job page, median':38} {med(reps):8.3f}s")
     print(f"{'cairn view: filtered + sorted page':38} {med(filt):8.3f}s")
     print(f"{'cairn view: page 100':38} {med(deep):8.3f}s")
     print(f"{'cairn view: a trial page':38} {med(tri):8.3f}s")
-    print(f"{'cairn view: server RSS after requests':38} {'':9} {rss / 1024:8.1f} MB "
-          f"(peak {hwm / 1024:.1f} MB)")
-    print(f"ratios: job page / baseline parse = {med(reps) / base_sec:.2f}; "
-          f"server peak RSS / baseline peak RSS = {hwm / base_kb:.2f}")
+    print(
+        f"{'cairn view: server RSS after requests':38} {'':9} {rss / 1024:8.1f} MB (peak {hwm / 1024:.1f} MB)"
+    )
+    print(
+        f"ratios: job page / baseline parse = {med(reps) / base_sec:.2f}; "
+        f"server peak RSS / baseline peak RSS = {hwm / base_kb:.2f}"
+    )
     print(f"target: job page < 1 s -> {'OK' if max(first[0], med(reps)) < 1.0 else 'MISSED'}")
     return 0
 

@@ -28,8 +28,9 @@ from testbed import (  # noqa: E402,F401
 BACKEND_MARKS = {"docker": "docker", "local": "local"}
 
 
-@pytest.fixture(params=[pytest.param("docker", marks=pytest.mark.docker),
-                        pytest.param("local", marks=pytest.mark.local)])
+@pytest.fixture(
+    params=[pytest.param("docker", marks=pytest.mark.docker), pytest.param("local", marks=pytest.mark.local)]
+)
 def backend(request) -> str:
     """Each trial-engine test runs on every backend; the ``[docker]`` case carries the
     ``docker`` marker and ``[local]`` the ``local`` marker from collection on, so
@@ -45,18 +46,23 @@ def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         callspec = getattr(item, "callspec", None)
         value = callspec.params.get("backend") if callspec is not None else None
-        if (isinstance(value, str) and value in BACKEND_MARKS
-                and item.get_closest_marker(BACKEND_MARKS[value]) is None):
+        if (
+            isinstance(value, str)
+            and value in BACKEND_MARKS
+            and item.get_closest_marker(BACKEND_MARKS[value]) is None
+        ):
             item.add_marker(BACKEND_MARKS[value])
         here = Path(__file__).parent
-        if (item.path.is_relative_to(here / "faults")
-                and item.get_closest_marker("faults") is None):
+        if item.path.is_relative_to(here / "faults") and item.get_closest_marker("faults") is None:
             item.add_marker(pytest.mark.faults)
 
 
 def _what_is_missing(reason: str = "") -> str:
-    found = [f"{name}: {why}" for name in ("docker", "local")
-             if (why := backend_missing(name)) and why not in reason]
+    found = [
+        f"{name}: {why}"
+        for name in ("docker", "local")
+        if (why := backend_missing(name)) and why not in reason
+    ]
     return ("; probes: " + "; ".join(found)) if found else ""
 
 
@@ -75,8 +81,10 @@ def pytest_runtest_makereport(item, call):
     if allowed_skip(reason):
         return
     report.outcome = "failed"
-    report.longrepr = (f"CI=true: skipped for a reason CI does not allow (a component .ci/ "
-                       f"installs is missing?): {reason}{_what_is_missing(reason)}")
+    report.longrepr = (
+        f"CI=true: skipped for a reason CI does not allow (a component .ci/ "
+        f"installs is missing?): {reason}{_what_is_missing(reason)}"
+    )
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -134,8 +142,13 @@ def _results_match_schemas(request):
     tmp = request.node.funcargs.get("tmp_path")
     if tmp is None or not Path(tmp).is_dir():
         return
-    names = {"result.json": "result", "steps.json": "steps", "summary.json": "summary",
-             "config.json": "config", "job.json": "job"}
+    names = {
+        "result.json": "result",
+        "steps.json": "steps",
+        "summary.json": "summary",
+        "config.json": "config",
+        "job.json": "job",
+    }
     for fname, schema in names.items():
         for p in Path(tmp).rglob(fname):
             if fname in ("summary.json", "job.json"):

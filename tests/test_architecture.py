@@ -31,8 +31,7 @@ LAYERS: dict[str, set[str]] = {
     "cairn.sandbox.docker": {"cairn.sandbox", "cairn.lock"},
     "cairn.sandbox.local": {"cairn.sandbox", "cairn.lock"},
     "cairn.sandbox.conformance": {"cairn.sandbox"},
-    "cairn.sandbox.cleanup": {"cairn.sandbox", "cairn.sandbox.docker", "cairn.sandbox.local",
-                              "cairn.lock"},
+    "cairn.sandbox.cleanup": {"cairn.sandbox", "cairn.sandbox.docker", "cairn.sandbox.local", "cairn.lock"},
     "cairn.task": {"cairn.sandbox"},
     "cairn.plan": {"cairn.task", "cairn.sandbox"},
     "cairn.results": {"cairn.task", "cairn.plan"},
@@ -40,13 +39,32 @@ LAYERS: dict[str, set[str]] = {
     "cairn.agents": {"cairn.results", "cairn.task", "cairn.plan", "cairn.sandbox", "cairn.relay"},
     "cairn.trial": {"cairn.agents", "cairn.results", "cairn.task", "cairn.plan", "cairn.sandbox"},
     "cairn.datasets": {"cairn.results", "cairn.task", "cairn.lock"},
-    "cairn.job": {"cairn.trial", "cairn.agents", "cairn.results", "cairn.task", "cairn.plan",
-                  "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock", "cairn.datasets",
-                  "cairn.relay"},
+    "cairn.job": {
+        "cairn.trial",
+        "cairn.agents",
+        "cairn.results",
+        "cairn.task",
+        "cairn.plan",
+        "cairn.sandbox",
+        "cairn.sandbox.cleanup",
+        "cairn.lock",
+        "cairn.datasets",
+        "cairn.relay",
+    },
     "cairn.viewer": {"cairn.job", "cairn.results", "cairn.task", "cairn.plan"},
-    "cairn.cli": {"cairn.job", "cairn.trial", "cairn.agents", "cairn.results", "cairn.task",
-                  "cairn.plan", "cairn.sandbox", "cairn.sandbox.cleanup", "cairn.lock",
-                  "cairn.datasets", "cairn.viewer"},
+    "cairn.cli": {
+        "cairn.job",
+        "cairn.trial",
+        "cairn.agents",
+        "cairn.results",
+        "cairn.task",
+        "cairn.plan",
+        "cairn.sandbox",
+        "cairn.sandbox.cleanup",
+        "cairn.lock",
+        "cairn.datasets",
+        "cairn.viewer",
+    },
     "cairn.__main__": {"cairn.cli"},
     "cairn": set(),
 }
@@ -110,8 +128,10 @@ def _imports(path: Path) -> set[str]:
 IMPORTS = {m: _imports(p) for m, p in MODULE_FILES.items()}
 
 BACKEND_PACKAGES = sorted(
-    f"cairn.sandbox.{p.name}" for p in (SRC / "sandbox").iterdir()
-    if (p / "__init__.py").is_file() and p.name != "conformance")
+    f"cairn.sandbox.{p.name}"
+    for p in (SRC / "sandbox").iterdir()
+    if (p / "__init__.py").is_file() and p.name != "conformance"
+)
 """The backend packages, derived from the tree (``cairn.sandbox.docker``, ``…local``)."""
 
 
@@ -191,10 +211,14 @@ def test_docker_sdk_only_under_sandbox():
     for m, p in MODULE_FILES.items():
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Import)
-                    and any(a.name.split(".")[0] == "docker" for a in node.names)) or (
-                    isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                    and node.module.split(".")[0] == "docker"):
+            if (
+                isinstance(node, ast.Import) and any(a.name.split(".")[0] == "docker" for a in node.names)
+            ) or (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module
+                and node.module.split(".")[0] == "docker"
+            ):
                 users.add(m)
     assert users and {m for m in users if not m.startswith("cairn.sandbox.")} == set()
 
@@ -205,26 +229,35 @@ def test_ray_only_in_the_ray_executor():
     for m, p in MODULE_FILES.items():
         tree = ast.parse(p.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if (isinstance(node, ast.Import)
-                    and any(a.name.split(".")[0] == "ray" for a in node.names)) or (
-                    isinstance(node, ast.ImportFrom) and node.level == 0 and node.module
-                    and node.module.split(".")[0] == "ray"):
+            if (isinstance(node, ast.Import) and any(a.name.split(".")[0] == "ray" for a in node.names)) or (
+                isinstance(node, ast.ImportFrom)
+                and node.level == 0
+                and node.module
+                and node.module.split(".")[0] == "ray"
+            ):
                 users.add(m)
     assert users == {"cairn.job.executors.ray"}
 
 
 def test_nothing_imports_the_cli():
-    offenders = {m for m, imps in IMPORTS.items() if any(i.startswith("cairn.cli") for i in imps)
-                 and not m.startswith("cairn.cli") and m != "cairn.__main__"}
+    offenders = {
+        m
+        for m, imps in IMPORTS.items()
+        if any(i.startswith("cairn.cli") for i in imps)
+        and not m.startswith("cairn.cli")
+        and m != "cairn.__main__"
+    }
     assert offenders == set()
 
 
 @pytest.mark.parametrize("room", ["cairn.agents", "cairn.trial", "cairn.job"])
 def test_the_engine_reaches_backends_only_through_the_registry(room):
     assert BACKEND_PACKAGES  # derived from the tree, so a new backend is covered too
-    leaks = {m: sorted(i for i in imps if any(i == b or i.startswith(b + ".")
-                                               for b in BACKEND_PACKAGES))
-             for m, imps in IMPORTS.items() if _room(m) == room}
+    leaks = {
+        m: sorted(i for i in imps if any(i == b or i.startswith(b + ".") for b in BACKEND_PACKAGES))
+        for m, imps in IMPORTS.items()
+        if _room(m) == room
+    }
     assert {m: v for m, v in leaks.items() if v} == {}
 
 
@@ -242,7 +275,11 @@ def test_tests_take_shared_helpers_from_tests_helpers_not_conftest():
     for path in tests.rglob("*.py"):
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.module == "conftest" or \
-                    isinstance(node, ast.Import) and any(a.name == "conftest" for a in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module == "conftest"
+                or isinstance(node, ast.Import)
+                and any(a.name == "conftest" for a in node.names)
+            ):
                 offenders.append(f"{path.relative_to(tests)}:{node.lineno}")
     assert offenders == []

@@ -25,8 +25,11 @@ def _headings() -> set[str]:
 def _files() -> list[Path]:
     out = [ROOT / "README.md"]
     for tree in TREES:
-        out += [p for p in (ROOT / tree).rglob("*") if p.is_file()
-                and p.suffix in (".py", ".md", ".toml", ".sh", ".json", ".html", ".txt")]
+        out += [
+            p
+            for p in (ROOT / tree).rglob("*")
+            if p.is_file() and p.suffix in (".py", ".md", ".toml", ".sh", ".json", ".html", ".txt")
+        ]
     return out
 
 
@@ -41,7 +44,7 @@ def test_every_design_reference_resolves():
     for path in _files():
         text = path.read_text(encoding="utf-8", errors="replace")
         for m in REF.finditer(text):
-            for num in NUM.findall(m.group(0)[len("design"):]):
+            for num in NUM.findall(m.group(0)[len("design") :]):
                 num = num.rstrip(".")
                 if num not in heads:
                     bad.append(f"{path.relative_to(ROOT)}: {m.group(0)!r} → §{num}")
@@ -52,6 +55,7 @@ OLD = "SPEC" + " §"  # spelled apart so a tree-wide rename cannot rewrite this 
 
 
 def test_nothing_cites_the_old_spec():
-    hits = [str(p.relative_to(ROOT)) for p in _files()
-            if OLD in p.read_text(encoding="utf-8", errors="replace")]
+    hits = [
+        str(p.relative_to(ROOT)) for p in _files() if OLD in p.read_text(encoding="utf-8", errors="replace")
+    ]
     assert hits == []

@@ -33,9 +33,20 @@ def test_every_example_task_passes_strict_check() -> None:
 
 @pytest.mark.local
 def test_cli_tasks_check_strict_exits_0() -> None:
-    proc = subprocess.run([sys.executable, "-c", "from cairn.cli import main; main()", "tasks",
-                           "check", "--strict", *map(str, EXAMPLE_PATHS)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from cairn.cli import main; main()",
+            "tasks",
+            "check",
+            "--strict",
+            *map(str, EXAMPLE_PATHS),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.count(": ok") == len(ALL_TASKS)
 
@@ -48,9 +59,9 @@ def test_dataset_mixes_single_and_multi_step_tasks() -> None:
 
 # -- the incident example's verifier agrees with its environment -----------------------------
 
+
 def _incident_checker():
-    spec = importlib.util.spec_from_file_location(
-        "incident_check", INCIDENT / "tests" / "incident_check.py")
+    spec = importlib.util.spec_from_file_location("incident_check", INCIDENT / "tests" / "incident_check.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -60,8 +71,7 @@ def _incident_checker():
 def incident_files(tmp_path):
     """The incident environment's files laid out on the host, and the checker pointed at them."""
     log = tmp_path / "service.log"
-    subprocess.run([sys.executable, str(INCIDENT / "environment" / "gen_log.py"), str(log)],
-                   check=True)
+    subprocess.run([sys.executable, str(INCIDENT / "environment" / "gen_log.py"), str(log)], check=True)
     config = tmp_path / "service.json"
     config.write_text((INCIDENT / "environment" / "app" / "config" / "service.json").read_text())
     mod = _incident_checker()
@@ -100,8 +110,18 @@ def test_incident_replay_script_matches_the_checker(incident_files, timeout_ms, 
     cfg["upstream"]["timeout_ms"] = timeout_ms
     config.write_text(json.dumps(cfg))
     proc = subprocess.run(
-        [sys.executable, str(INCIDENT / "steps" / "validate" / "workdir" / "replay.py"),
-         "--config", str(config), "--log", str(log)], capture_output=True, text=True, check=False)
+        [
+            sys.executable,
+            str(INCIDENT / "steps" / "validate" / "workdir" / "replay.py"),
+            "--config",
+            str(config),
+            "--log",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.stdout == mod.expected_replay(cfg)
     assert proc.stdout.splitlines()[-1].startswith(f"status: {status}")
     assert proc.returncode == (0 if status == "OK" else 1)
@@ -109,12 +129,20 @@ def test_incident_replay_script_matches_the_checker(incident_files, timeout_ms, 
 
 # -- end to end on docker --------------------------------------------------------------------
 
+
 def _run(paths, agent: str, tmp_path: Path, name: str):
     from cairn.job.run import run_job
     from cairn.plan import JobConfig
 
-    config = JobConfig(paths=tuple(paths), agent=agent, backend="docker", jobs_dir=tmp_path,
-                       job_name=name, n_concurrent=2, max_retries=0)
+    config = JobConfig(
+        paths=tuple(paths),
+        agent=agent,
+        backend="docker",
+        jobs_dir=tmp_path,
+        job_name=name,
+        n_concurrent=2,
+        max_retries=0,
+    )
     return run_job(config)
 
 
@@ -139,8 +167,7 @@ def test_oracle_scores_1_on_every_example_step(tmp_path) -> None:
         assert [s.reward for s in r.steps] == [1.0] * len(r.steps), (name, r.steps)
         assert all(s.passed and s.source.value == "verifier" for s in r.steps), name
     incident = by_task["cairn/incident"]
-    assert [s.name for s in incident.steps] == ["evidence", "diagnose", "repair", "validate",
-                                                "postmortem"]
+    assert [s.name for s in incident.steps] == ["evidence", "diagnose", "repair", "validate", "postmortem"]
     assert incident.rewards == {"reward": 1.0, "checks": 1.0}
     trial_dir = job.job_dir / "trials" / incident.trial_name
     replay = trial_dir / "steps" / "04-validate" / "artifacts" / "app" / "incident" / "replay.txt"

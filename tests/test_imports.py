@@ -17,8 +17,9 @@ import cairn
 #: packages that only group modules (no code of their own to describe)
 DOCSTRING_EXEMPT = {"cairn._util"}
 
-MODULES = sorted(m.name for m in pkgutil.walk_packages(cairn.__path__, "cairn.")
-                 if not m.name.endswith(".__main__"))  # __main__ runs the CLI on import
+MODULES = sorted(
+    m.name for m in pkgutil.walk_packages(cairn.__path__, "cairn.") if not m.name.endswith(".__main__")
+)  # __main__ runs the CLI on import
 
 
 def test_the_walk_finds_the_backend_modules() -> None:

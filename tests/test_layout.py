@@ -27,8 +27,7 @@ def _compose_task(root: Path, name: str) -> Path:
 
 
 def test_the_names_are_the_four_compose_accepts():
-    assert COMPOSE_FILE_NAMES == ("compose.yaml", "compose.yml", "docker-compose.yaml",
-                                  "docker-compose.yml")
+    assert COMPOSE_FILE_NAMES == ("compose.yaml", "compose.yml", "docker-compose.yaml", "docker-compose.yml")
 
 
 def test_find_prefers_composes_own_order(tmp_path):

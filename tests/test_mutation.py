@@ -20,8 +20,7 @@ import mutation  # noqa: E402
 
 
 def test_every_target_names_a_module_and_tests_that_exist():
-    assert {t.name for t in mutation.TARGETS} == {"rewards", "aggregate", "errors", "classify",
-                                                  "verdict"}
+    assert {t.name for t in mutation.TARGETS} == {"rewards", "aggregate", "errors", "classify", "verdict"}
     for t in mutation.TARGETS:
         assert (ROOT / t.module).is_file(), t.module
         for spec in t.tests:
@@ -41,9 +40,14 @@ def test_every_declared_equivalent_has_a_reason_and_a_narrow_pattern():
 
 def test_a_survivor_matches_an_equivalent_only_by_its_pattern():
     (annotation,) = [e for e in mutation.load_equivalents() if "BitOr" in e["operator"]]
-    m = {"module": "src/cairn/errors.py", "operator": "core/ReplaceBinaryOperator_BitOr_Add",
-         "line": 132, "occurrence": 0, "diff": "",
-         "source": "    def __init__(self, message: str, findings: list | None = None) -> None:"}
+    m = {
+        "module": "src/cairn/errors.py",
+        "operator": "core/ReplaceBinaryOperator_BitOr_Add",
+        "line": 132,
+        "occurrence": 0,
+        "diff": "",
+        "source": "    def __init__(self, message: str, findings: list | None = None) -> None:",
+    }
     assert mutation._matches(annotation, m)
     assert not mutation._matches(annotation, {**m, "source": "    return a | b"})
 
@@ -54,6 +58,11 @@ def test_a_survivor_matches_an_equivalent_only_by_its_pattern():
 def test_no_surviving_mutant_is_left_unexplained(module, tmp_path):
     if os.environ.get("CAIRN_MUTATION") != "1":
         pytest.skip("set CAIRN_MUTATION=1 to run the mutation tests (bench/mutation.py)")
-    out = subprocess.run([sys.executable, str(ROOT / "bench" / "mutation.py"), module],
-                         capture_output=True, text=True, timeout=4 * 3600, check=False)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "mutation.py"), module],
+        capture_output=True,
+        text=True,
+        timeout=4 * 3600,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-6000:] + out.stderr[-3000:]

@@ -17,24 +17,44 @@ from cairn.netpolicy import (
 )
 
 
-@pytest.mark.parametrize("text, kind", [
-    ("example.com", EntryKind.HOST), ("Example.COM.", EntryKind.HOST),
-    ("*.example.com", EntryKind.WILDCARD), ("10.1.2.3", EntryKind.ADDRESS),
-    ("2001:db8::1", EntryKind.ADDRESS), ("[2001:db8::1]", EntryKind.ADDRESS),
-    ("10.0.0.0/8", EntryKind.NETWORK), ("2001:db8::/32", EntryKind.NETWORK),
-    ("localhost", EntryKind.HOST), ("my_host-1.internal", EntryKind.HOST),
-])
+@pytest.mark.parametrize(
+    "text, kind",
+    [
+        ("example.com", EntryKind.HOST),
+        ("Example.COM.", EntryKind.HOST),
+        ("*.example.com", EntryKind.WILDCARD),
+        ("10.1.2.3", EntryKind.ADDRESS),
+        ("2001:db8::1", EntryKind.ADDRESS),
+        ("[2001:db8::1]", EntryKind.ADDRESS),
+        ("10.0.0.0/8", EntryKind.NETWORK),
+        ("2001:db8::/32", EntryKind.NETWORK),
+        ("localhost", EntryKind.HOST),
+        ("my_host-1.internal", EntryKind.HOST),
+    ],
+)
 def test_entries_parse(text, kind):
     assert AllowEntry.parse(text).kind is kind
 
 
-@pytest.mark.parametrize("text, why", [
-    ("", "empty"), ("http://example.com", "scheme"), ("example.com/path", "CIDR"),
-    ("example.com:443", "ports"), ("*", "wildcard"), ("*.", "wildcard"), ("a.*.com", "wildcard"),
-    ("*example.com", "wildcard"), ("10.0.0.0/33", "CIDR"), ("a..b", "valid host"),
-    ("-a.com", "valid host"), ("1.2.3.999", "valid host"), ("user@host", "scheme"),
-    ("two words", "scheme"),
-])
+@pytest.mark.parametrize(
+    "text, why",
+    [
+        ("", "empty"),
+        ("http://example.com", "scheme"),
+        ("example.com/path", "CIDR"),
+        ("example.com:443", "ports"),
+        ("*", "wildcard"),
+        ("*.", "wildcard"),
+        ("a.*.com", "wildcard"),
+        ("*example.com", "wildcard"),
+        ("10.0.0.0/33", "CIDR"),
+        ("a..b", "valid host"),
+        ("-a.com", "valid host"),
+        ("1.2.3.999", "valid host"),
+        ("user@host", "scheme"),
+        ("two words", "scheme"),
+    ],
+)
 def test_bad_entries_are_refused_with_a_reason(text, why):
     with pytest.raises(ValueError, match=why):
         AllowEntry.parse(text)
@@ -69,8 +89,7 @@ def test_modes_and_model_hosts():
     assert not agent.admits("other.test")
     # no-network ignores an allowlist it may carry; public ignores its lists entirely
     assert NetworkPolicy(NetworkMode.NO_NETWORK, ("x.test",)).effective() == sealed
-    assert NetworkPolicy(NetworkMode.PUBLIC, ("x",), ("y",)).effective() == \
-        NetworkPolicy(NetworkMode.PUBLIC)
+    assert NetworkPolicy(NetworkMode.PUBLIC, ("x",), ("y",)).effective() == NetworkPolicy(NetworkMode.PUBLIC)
     assert NetworkPolicy.from_json(agent.to_json()) == agent
 
 
@@ -81,23 +100,49 @@ def test_host_of_url():
     assert host_of_url("") is None
 
 
-@pytest.mark.parametrize("text, want", [
-    ("Up.Test.", "up.test"), ("a.wild.test", "a.wild.test"), ("10.1.2.3", "10.1.2.3"),
-    ("[2001:DB8::1]", "2001:db8::1"), ("2001:db8:0::1", "2001:db8::1"),
-    ("[::ffff:10.1.2.3]", "::ffff:a01:203"),
-    # one canonical form: the rest is no host (issue 34, L1)
-    ("172.17.0.3\x00.wild.test", None), ("a .test", None), ("a\t.test", None),
-    ("a\r\n.test", None), ("\u00e9.test", None), ("[fe80::1%eth0]", None), ("010.1.2.3", None),
-    ("10.1.2", None), ("a..test", None), ("-a.test", None), ("", None), ("x" * 256, None),
-    ("[10.1.2.3]", None), ("1.2.3.4.5", None),
-])
+@pytest.mark.parametrize(
+    "text, want",
+    [
+        ("Up.Test.", "up.test"),
+        ("a.wild.test", "a.wild.test"),
+        ("10.1.2.3", "10.1.2.3"),
+        ("[2001:DB8::1]", "2001:db8::1"),
+        ("2001:db8:0::1", "2001:db8::1"),
+        ("[::ffff:10.1.2.3]", "::ffff:a01:203"),
+        # one canonical form: the rest is no host (issue 34, L1)
+        ("172.17.0.3\x00.wild.test", None),
+        ("a .test", None),
+        ("a\t.test", None),
+        ("a\r\n.test", None),
+        ("\u00e9.test", None),
+        ("[fe80::1%eth0]", None),
+        ("010.1.2.3", None),
+        ("10.1.2", None),
+        ("a..test", None),
+        ("-a.test", None),
+        ("", None),
+        ("x" * 256, None),
+        ("[10.1.2.3]", None),
+        ("1.2.3.4.5", None),
+    ],
+)
 def test_canonical_host(text, want):
     assert canonical_host(text) == want
 
 
 def test_special_addresses_and_explicit_entries():
-    for text in ("127.0.0.1", "::1", "169.254.169.254", "fe80::1", "0.0.0.0", "0.1.2.3",
-                 "224.0.0.1", "255.255.255.255", "::ffff:127.0.0.1", "::"):
+    for text in (
+        "127.0.0.1",
+        "::1",
+        "169.254.169.254",
+        "fe80::1",
+        "0.0.0.0",
+        "0.1.2.3",
+        "224.0.0.1",
+        "255.255.255.255",
+        "::ffff:127.0.0.1",
+        "::",
+    ):
         assert special_address(ipaddress.ip_address(text)) is not None, text
     for text in ("10.1.2.3", "172.17.0.1", "8.8.8.8", "2001:db8::1"):
         assert special_address(ipaddress.ip_address(text)) is None, text
@@ -106,4 +151,5 @@ def test_special_addresses_and_explicit_entries():
     assert policy.names_address(ipaddress.ip_address("169.254.169.254"))
     assert not policy.names_address(ipaddress.ip_address("127.0.0.2"))
     assert not NetworkPolicy(NetworkMode.ALLOWLIST, ("localhost",)).names_address(
-        ipaddress.ip_address("127.0.0.1"))
+        ipaddress.ip_address("127.0.0.1")
+    )

@@ -10,17 +10,22 @@ from cairn.plan import JobConfig
 
 
 def test_network_options_reach_run_options():
-    cfg = JobConfig(agent_hosts=("api.model.test", "10.0.0.0/24"),
-                    add_hosts={"model.test": "192.0.2.5", "v6.test": "2001:db8::5"})
+    cfg = JobConfig(
+        agent_hosts=("api.model.test", "10.0.0.0/24"),
+        add_hosts={"model.test": "192.0.2.5", "v6.test": "2001:db8::5"},
+    )
     opts = cfg.run_options()
     assert opts.agent_hosts == ("api.model.test", "10.0.0.0/24")
     assert opts.add_hosts == (("model.test", "192.0.2.5"), ("v6.test", "2001:db8::5"))
 
 
-@pytest.mark.parametrize("kw, needle", [
-    ({"agent_hosts": ("https://api.x.test/v1",)}, "is not a host"),
-    ({"add_hosts": {"model.test": "not-an-ip"}}, "must be an IP address"),
-])
+@pytest.mark.parametrize(
+    "kw, needle",
+    [
+        ({"agent_hosts": ("https://api.x.test/v1",)}, "is not a host"),
+        ({"add_hosts": {"model.test": "not-an-ip"}}, "must be an IP address"),
+    ],
+)
 def test_bad_network_options_are_refused(kw, needle):
     with pytest.raises(ValidationError, match=needle):
         JobConfig(**kw)
@@ -32,8 +37,23 @@ def test_cli_refuses_a_bad_add_host(tmp_path):
     import sys
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    r = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(tmp_path), "-e", "local",
-                        "--add-host", "x.test=nope"], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(tmp_path),
+            "-e",
+            "local",
+            "--add-host",
+            "x.test=nope",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert r.returncode == 2, r.stderr
     assert "must be an IP address" in r.stderr and "Traceback" not in r.stderr

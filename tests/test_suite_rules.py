@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"docker", "local", "faults", "slow"}
 
 #: dumps every collected item's node id and marker names after all collection hooks ran
-_DUMP_PLUGIN = '''
+_DUMP_PLUGIN = """
 import json, os, pytest
 
 @pytest.hookimpl(trylast=True)
@@ -31,14 +31,14 @@ def pytest_collection_modifyitems(config, items):
                                | ({"param:" + backend} if isinstance(backend, str) else set()))
     with open(os.environ["CAIRN_MARK_DUMP"], "w") as f:
         json.dump(out, f)
-'''
+"""
 
 
 def _readme_quick_marker_expression() -> str:
     """The ``-m`` expression of the README's quick command (the one the docs tell users)."""
     text = (ROOT / "README.md").read_text(encoding="utf-8")
     found = re.search(r"`(python3 -m pytest -m \"[^\"]+\")`", text)
-    assert found, "README.md names no quick command of the form `python3 -m pytest -m \"...\"`"
+    assert found, 'README.md names no quick command of the form `python3 -m pytest -m "..."`'
     argv = shlex.split(found.group(1))
     return argv[len(argv) - 1 - argv[::-1].index("-m") + 1]
 
@@ -48,12 +48,32 @@ def _collect(tmp_path: Path, *args: str) -> tuple[dict[str, list[str]], list[str
     node ids that ``args`` select)."""
     (tmp_path / "markdump.py").write_text(_DUMP_PLUGIN)
     dump = tmp_path / "marks.json"
-    env = {**os.environ, "CAIRN_MARK_DUMP": str(dump),
-           "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
-    out = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q",
-                          "-p", "no:cacheprovider", "-p", "markdump", *args, "tests"],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-                         check=False)
+    env = {
+        **os.environ,
+        "CAIRN_MARK_DUMP": str(dump),
+        "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "markdump",
+            *args,
+            "tests",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     selected = [line for line in out.stdout.splitlines() if "::" in line]
     return json.loads(dump.read_text()), selected
@@ -89,9 +109,15 @@ _DOCKER_CASE = "tests/trial/test_trial.py::test_two_steps_oracle_passes[docker]"
 
 def _run_case(tmp_path: Path, nodeid: str, **env: str) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if k != "CI"}
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
-                          cwd=ROOT, env={**base, **env}, capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
+        cwd=ROOT,
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
 
 
 def test_a_skip_for_a_missing_engine_fails_under_ci_and_names_it(tmp_path):
@@ -124,8 +150,10 @@ def test_a_module_skipped_at_collection_fails_ci(tmp_path):
     """A module-level skip (``importorskip`` of a missing extra) fails a ``CI=true`` run and the
     summary names the module and the reason; without CI it is a plain skip."""
     probe = ROOT / "tests" / f"test_zz_ci_probe_{os.getpid()}.py"
-    probe.write_text('import pytest\n\npytest.importorskip("cairn_no_such_extra_module")\n\n\n'
-                     'def test_never():\n    raise AssertionError\n')
+    probe.write_text(
+        'import pytest\n\npytest.importorskip("cairn_no_such_extra_module")\n\n\n'
+        "def test_never():\n    raise AssertionError\n"
+    )
     try:
         dev = _run_case(tmp_path, str(probe.relative_to(ROOT)))
         assert dev.returncode == pytest.ExitCode.NO_TESTS_COLLECTED, dev.stdout[-2000:]

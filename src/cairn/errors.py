@@ -184,8 +184,9 @@ class TrialFailure(CairnError):
             attempt: classified ``task``, never retried as infra.
     """
 
-    def __init__(self, kind: ErrorKind, message: str, *, detail: dict | None = None,
-                 task_fault: bool = False) -> None:
+    def __init__(
+        self, kind: ErrorKind, message: str, *, detail: dict | None = None, task_fault: bool = False
+    ) -> None:
         super().__init__(message)
         self.kind = ErrorKind(kind)
         self.detail = dict(detail or {})
@@ -199,8 +200,14 @@ class SandboxError(TrialFailure):
     a transfer failure is ``transfer_failed``/infra).
     """
 
-    def __init__(self, message: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE,
-                 detail: dict | None = None, task_fault: bool = False) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE,
+        detail: dict | None = None,
+        task_fault: bool = False,
+    ) -> None:
         super().__init__(kind, message, detail=detail, task_fault=task_fault)
 
 
@@ -215,8 +222,9 @@ class HostPathsSkippedError(SandboxError):
     """
 
     def __init__(self, message: str, *, paths: list[str], count: int) -> None:
-        super().__init__(message, kind=ErrorKind.TRANSFER_FAILED,
-                         detail={"too_long": paths[:100], "too_long_count": count})
+        super().__init__(
+            message, kind=ErrorKind.TRANSFER_FAILED, detail={"too_long": paths[:100], "too_long_count": count}
+        )
         self.paths, self.count = paths[:100], count
 
 
@@ -269,4 +277,4 @@ def cause_line(exc: BaseException, limit: int = 300) -> str:
     line = " ".join(line.split())  # one line: newlines and runs of blanks folded
     if len(leaves) > 1:
         line += f" (+{len(leaves) - 1} more)"
-    return line if len(line) <= limit else line[:limit - 1] + "\u2026"
+    return line if len(line) <= limit else line[: limit - 1] + "\u2026"

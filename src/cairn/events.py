@@ -241,12 +241,13 @@ def _step_what(e: StepEnded) -> str:
 
 
 def _render_step(e: StepEnded) -> str:
-    parts = [f"agent {e.agent_sec:.1f} s" if e.agent_sec is not None else None,
-             f"verifier {e.verifier_sec:.1f} s" if e.verifier_sec is not None else None]
+    parts = [
+        f"agent {e.agent_sec:.1f} s" if e.agent_sec is not None else None,
+        f"verifier {e.verifier_sec:.1f} s" if e.verifier_sec is not None else None,
+    ]
     extra = ", ".join(p for p in parts if p)
     exit_note = f" [agent {e.agent_exit}]" if e.agent_exit and e.agent_exit != "ok" else ""
-    return f"step {e.index}/{e.of} {e.name}: {_step_what(e)}{exit_note}" + \
-        (f" ({extra})" if extra else "")
+    return f"step {e.index}/{e.of} {e.name}: {_step_what(e)}{exit_note}" + (f" ({extra})" if extra else "")
 
 
 def body(event: Event) -> str:
@@ -257,25 +258,30 @@ def body(event: Event) -> str:
     if isinstance(event, TrialWarning):
         return f"warning: {event.key}"
     if isinstance(event, EnvironmentReady):
-        how = "" if not event.prestarted else (
-            f" (pre-started; its start took {event.prestart_sec or 0.0:.1f} s during an "
-            "earlier trial)")
+        how = (
+            ""
+            if not event.prestarted
+            else (f" (pre-started; its start took {event.prestart_sec or 0.0:.1f} s during an earlier trial)")
+        )
         return f"environment: {event.backend}, ready in {event.seconds:.1f} s{how}"
     if isinstance(event, StepEnded):
         return _render_step(event)
     if isinstance(event, Retrying):
         cause = f" ({event.cause})" if event.cause else ""
-        return (f"infra error {event.error_kind}{cause}; retrying in {event.delay_sec:g} s on a "
-                f"fresh sandbox (run {event.run} of {event.of})")
+        return (
+            f"infra error {event.error_kind}{cause}; retrying in {event.delay_sec:g} s on a "
+            f"fresh sandbox (run {event.run} of {event.of})"
+        )
     if isinstance(event, EngineWait):
         if event.state == "waiting":
-            return (f"the Docker engine does not answer; waiting up to {event.bound_sec:g} s "
-                    "for it")
+            return f"the Docker engine does not answer; waiting up to {event.bound_sec:g} s for it"
         if event.state == "back":
             return "the Docker engine answers again"
-        return (f"engine_unavailable: the Docker engine did not answer within "
-                f"{event.bound_sec:g} s; the trial keeps its sandbox_lost error (resume "
-                "re-runs it)")
+        return (
+            f"engine_unavailable: the Docker engine did not answer within "
+            f"{event.bound_sec:g} s; the trial keeps its sandbox_lost error (resume "
+            "re-runs it)"
+        )
     return event.text
 
 

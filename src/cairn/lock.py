@@ -85,7 +85,7 @@ def _proc_start_ticks(pid: int, *, living: bool = False) -> int | None:
     except OSError:
         return None
     try:
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         if living and fields[0] in ("Z", "X"):
             return None
         return int(fields[19])
@@ -152,11 +152,11 @@ class JobLock:
         if not _flock_within(fd, self.wait_sec, delay=0.02, max_delay=0.02):
             holder = _read_holder(fd)
             os.close(fd)
-            raise JobLockedError(f"job {self.job_dir} is already running{holder}; "
-                                 "wait for it or stop that process")
+            raise JobLockedError(
+                f"job {self.job_dir} is already running{holder}; wait for it or stop that process"
+            )
         os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner_token()}).encode() + b"\n",
-                  0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "owner": owner_token()}).encode() + b"\n", 0)
         self._fd = fd
 
     def release(self) -> None:
@@ -233,8 +233,7 @@ class FileLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         if not _flock_within(fd, self.wait_sec, delay=0.01, max_delay=0.5):
             os.close(fd)
-            raise TimeoutError(f"{self.path} stayed locked by another process for "
-                               f"{self.wait_sec:g} s")
+            raise TimeoutError(f"{self.path} stayed locked by another process for {self.wait_sec:g} s")
         self._fd = fd
         return self
 

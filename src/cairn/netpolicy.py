@@ -162,8 +162,10 @@ class AllowEntry:
         if not raw:
             raise ValueError("an empty entry")
         if "://" in raw or any(c in raw for c in " \t?#@"):
-            raise ValueError(f"{text!r} is not a host: give a name, *.wildcard, address or "
-                             "CIDR, without scheme, path or spaces")
+            raise ValueError(
+                f"{text!r} is not a host: give a name, *.wildcard, address or "
+                "CIDR, without scheme, path or spaces"
+            )
         if "/" in raw:
             try:
                 net = ipaddress.ip_network(raw, strict=False)
@@ -177,15 +179,17 @@ class AllowEntry:
         if name.startswith("*."):
             suffix = name[2:]
             if not _is_host_name(suffix) or "*" in suffix:
-                raise ValueError(f"{text!r} is not a wildcard: `*.` must be followed by a host "
-                                 "name (e.g. *.example.com)")
+                raise ValueError(
+                    f"{text!r} is not a wildcard: `*.` must be followed by a host name (e.g. *.example.com)"
+                )
             return cls(text=text, kind=EntryKind.WILDCARD, name=suffix)
         if "*" in name:
-            raise ValueError(f"{text!r}: a wildcard is only allowed as a whole first label "
-                             "(`*.example.com`)")
+            raise ValueError(f"{text!r}: a wildcard is only allowed as a whole first label (`*.example.com`)")
         if ":" in name:
-            raise ValueError(f"{text!r} is not a host: ports are not part of an entry "
-                             "(every port of an allowed host is allowed)")
+            raise ValueError(
+                f"{text!r} is not a host: ports are not part of an entry "
+                "(every port of an allowed host is allowed)"
+            )
         if not _is_host_name(name):
             raise ValueError(f"{text!r} is not a valid host name")
         return cls(text=text, kind=EntryKind.HOST, name=name)
@@ -194,8 +198,7 @@ class AllowEntry:
         """Whether this entry admits ``host`` (a name or an address literal)."""
         addr = parse_address(host)
         if addr is not None:
-            return self.network is not None and addr.version == self.network.version and \
-                addr in self.network
+            return self.network is not None and addr.version == self.network.version and addr in self.network
         name = normalize_host(host)
         if self.kind is EntryKind.HOST:
             return name == self.name
@@ -248,7 +251,8 @@ class NetworkPolicy:
     def needs_gateway(self) -> bool:
         """Whether enforcing this policy needs a filtering gateway (some but not all hosts)."""
         return self.mode is NetworkMode.ALLOWLIST or (
-            self.mode is NetworkMode.NO_NETWORK and bool(self.model_hosts))
+            self.mode is NetworkMode.NO_NETWORK and bool(self.model_hosts)
+        )
 
     def admits(self, host: str) -> bool:
         """Whether a connection to ``host`` (name or address literal) is allowed."""
@@ -259,8 +263,9 @@ class NetworkPolicy:
     def names_address(self, addr: IpAddress) -> bool:
         """Whether an address or CIDR entry of this policy names ``addr`` explicitly (what
         lets a name lead to a loopback, link-local or engine-host address)."""
-        return any(e.kind in (EntryKind.ADDRESS, EntryKind.NETWORK) and e.admits(str(addr))
-                   for e in self.entries)
+        return any(
+            e.kind in (EntryKind.ADDRESS, EntryKind.NETWORK) and e.admits(str(addr)) for e in self.entries
+        )
 
     def with_model_hosts(self, hosts: tuple[str, ...] | list[str]) -> NetworkPolicy:
         """This policy with ``hosts`` admitted as model hosts (duplicates dropped)."""
@@ -275,8 +280,9 @@ class NetworkPolicy:
             return NetworkPolicy(NetworkMode.PUBLIC)
         if self.mode is NetworkMode.NO_NETWORK:
             return NetworkPolicy(NetworkMode.NO_NETWORK, (), tuple(sorted(set(self.model_hosts))))
-        return NetworkPolicy(self.mode, tuple(sorted(set(self.allowed_hosts))),
-                             tuple(sorted(set(self.model_hosts))))
+        return NetworkPolicy(
+            self.mode, tuple(sorted(set(self.allowed_hosts))), tuple(sorted(set(self.model_hosts)))
+        )
 
     def describe(self) -> str:
         """A short human text: ``allowlist [a.test, *.b.test] + model [api.x]``."""
@@ -289,8 +295,11 @@ class NetworkPolicy:
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (what the gateway reads)."""
-        return {"mode": self.mode.value, "allowed_hosts": list(self.allowed_hosts),
-                "model_hosts": list(self.model_hosts)}
+        return {
+            "mode": self.mode.value,
+            "allowed_hosts": list(self.allowed_hosts),
+            "model_hosts": list(self.model_hosts),
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> NetworkPolicy:
@@ -299,8 +308,11 @@ class NetworkPolicy:
         Raises:
             ValueError: an unknown mode or a bad entry.
         """
-        return cls(NetworkMode(data.get("mode", "no-network")),
-                   tuple(data.get("allowed_hosts") or ()), tuple(data.get("model_hosts") or ()))
+        return cls(
+            NetworkMode(data.get("mode", "no-network")),
+            tuple(data.get("allowed_hosts") or ()),
+            tuple(data.get("model_hosts") or ()),
+        )
 
 
 def host_of_url(url: str) -> str | None:

@@ -47,9 +47,15 @@ class Timeouts:
     build: float = 1.0
 
     @classmethod
-    def resolve(cls, default: float = 1.0, *, agent: float | None = None,
-                verifier: float | None = None, agent_setup: float | None = None,
-                build: float | None = None) -> Timeouts:
+    def resolve(
+        cls,
+        default: float = 1.0,
+        *,
+        agent: float | None = None,
+        verifier: float | None = None,
+        agent_setup: float | None = None,
+        build: float | None = None,
+    ) -> Timeouts:
         """The timeouts of a job: each unset (``None``) factor falls back to ``default``.
 
         Args:
@@ -59,8 +65,13 @@ class Timeouts:
             agent_setup: ``--agent-setup-timeout-multiplier`` or ``None``.
             build: ``--build-timeout-multiplier`` or ``None``.
         """
-        return cls(default=default, agent=agent or default, verifier=verifier or default,
-                   agent_setup=agent_setup or default, build=build or default)
+        return cls(
+            default=default,
+            agent=agent or default,
+            verifier=verifier or default,
+            agent_setup=agent_setup or default,
+            build=build or default,
+        )
 
     @classmethod
     def recorded(cls, config: Mapping[str, object]) -> Timeouts:
@@ -70,15 +81,18 @@ class Timeouts:
         Args:
             config: job.json's ``config`` mapping.
         """
+
         def factor(key: str) -> float | None:
             value = config.get(key)
             return float(value) if isinstance(value, int | float) and value else None
 
-        return cls.resolve(factor("timeout_multiplier") or 1.0,
-                           agent=factor("agent_timeout_multiplier"),
-                           verifier=factor("verifier_timeout_multiplier"),
-                           agent_setup=factor("agent_setup_timeout_multiplier"),
-                           build=factor("build_timeout_multiplier"))
+        return cls.resolve(
+            factor("timeout_multiplier") or 1.0,
+            agent=factor("agent_timeout_multiplier"),
+            verifier=factor("verifier_timeout_multiplier"),
+            agent_setup=factor("agent_setup_timeout_multiplier"),
+            build=factor("build_timeout_multiplier"),
+        )
 
 
 @dataclass(frozen=True)
@@ -147,19 +161,24 @@ class RunOptions:
     @property
     def timeouts(self) -> Timeouts:
         """The job's timeout multipliers, each resolved once (:class:`Timeouts`)."""
-        return Timeouts.resolve(self.timeout_multiplier, agent=self.agent_timeout_multiplier,
-                                verifier=self.verifier_timeout_multiplier,
-                                agent_setup=self.agent_setup_timeout_multiplier,
-                                build=self.build_timeout_multiplier)
+        return Timeouts.resolve(
+            self.timeout_multiplier,
+            agent=self.agent_timeout_multiplier,
+            verifier=self.verifier_timeout_multiplier,
+            agent_setup=self.agent_setup_timeout_multiplier,
+            build=self.build_timeout_multiplier,
+        )
 
     @property
     def given_multipliers(self) -> dict[str, float]:
         """config.json's ``timeout_multipliers``: the specific multipliers the job gave
         (``agent``, ``verifier``, ``agent_setup``, ``build``), without the unset ones."""
-        given = {"agent": self.agent_timeout_multiplier,
-                 "verifier": self.verifier_timeout_multiplier,
-                 "agent_setup": self.agent_setup_timeout_multiplier,
-                 "build": self.build_timeout_multiplier}
+        given = {
+            "agent": self.agent_timeout_multiplier,
+            "verifier": self.verifier_timeout_multiplier,
+            "agent_setup": self.agent_setup_timeout_multiplier,
+            "build": self.build_timeout_multiplier,
+        }
         return {k: v for k, v in given.items() if v is not None}
 
 
@@ -203,9 +222,19 @@ class TrialPlan:
         return Path(self.trial_dir).name
 
 
-def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: dict[str, Any],
-             model: str | None, backend: str, attempt: int, *, start_step: str | None = None,
-             fork_from: str | None = None, overrides: dict[str, Any] | None = None) -> str:
+def trial_id(
+    task_name: str,
+    content_hash: str,
+    agent_name: str,
+    agent_kwargs: dict[str, Any],
+    model: str | None,
+    backend: str,
+    attempt: int,
+    *,
+    start_step: str | None = None,
+    fork_from: str | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> str:
     """Deterministic trial id: sha256 hex (64 chars) of the canonical JSON of its inputs.
 
     ``start_step``, ``fork_from`` (``--start-step``, ``--from``: another experiment) and
@@ -216,9 +245,15 @@ def trial_id(task_name: str, content_hash: str, agent_name: str, agent_kwargs: d
     Example: the same arguments always give the same id; a changed ``content_hash`` gives
     another.
     """
-    inputs: dict[str, Any] = {"task": task_name, "content_hash": content_hash,
-                              "agent": agent_name, "kwargs": agent_kwargs, "model": model,
-                              "backend": backend, "attempt": attempt}
+    inputs: dict[str, Any] = {
+        "task": task_name,
+        "content_hash": content_hash,
+        "agent": agent_name,
+        "kwargs": agent_kwargs,
+        "model": model,
+        "backend": backend,
+        "attempt": attempt,
+    }
     if start_step is not None:
         inputs["start_step"] = start_step
     if fork_from is not None:
@@ -272,15 +307,17 @@ def check_job_name(name: str) -> str:
     Raises:
         ValueError: the name is refused; the message names it and says why.
     """
+
     def bad(why: str) -> ValueError:
         shown = name if len(name) <= 80 else name[:80] + "…"
-        return ValueError(f"job name {shown!r}: {why}; a job name is one folder name under "
-                          "the jobs folder (letters, digits, spaces and _ - . : % # and the "
-                          "like)")
+        return ValueError(
+            f"job name {shown!r}: {why}; a job name is one folder name under "
+            "the jobs folder (letters, digits, spaces and _ - . : % # and the "
+            "like)"
+        )
 
     if not name:
-        raise ValueError("job name is empty; give a folder name (or leave it out for the "
-                         "start time)")
+        raise ValueError("job name is empty; give a folder name (or leave it out for the start time)")
     if name in (".", ".."):
         raise bad("not a folder name")
     if "/" in name or "\\" in name:
@@ -425,13 +462,21 @@ class JobConfig(BaseModel):
     @model_validator(mode="after")
     def _relay_options(self) -> JobConfig:
         if not self.relay:
-            given = [flag for flag, on in (
-                ("--rollout", self.rollout), ("--record-model-bodies", self.record_model_bodies),
-                ("--max-trial-cost-usd", self.max_trial_cost_usd is not None),
-                ("--max-trial-tokens", self.max_trial_tokens is not None)) if on]
+            given = [
+                flag
+                for flag, on in (
+                    ("--rollout", self.rollout),
+                    ("--record-model-bodies", self.record_model_bodies),
+                    ("--max-trial-cost-usd", self.max_trial_cost_usd is not None),
+                    ("--max-trial-tokens", self.max_trial_tokens is not None),
+                )
+                if on
+            ]
             if given:
-                raise ValueError(f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
-                                 "the model relay; drop --no-relay")
+                raise ValueError(
+                    f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} "
+                    "the model relay; drop --no-relay"
+                )
         return self
 
     @field_validator("job_name")
@@ -474,26 +519,32 @@ class JobConfig(BaseModel):
 
     def run_options(self) -> RunOptions:
         """The per-trial :class:`RunOptions` of this job."""
-        return RunOptions(timeout_multiplier=self.timeout_multiplier, verify=self.verify,
-                          keep_sandbox=self.keep_sandbox, force_build=self.force_build,
-                          hardened_verify=self.hardened_verify,
-                          resume_agent_session=self.resume_agent_session,
-                          agent_env=dict(self.agent_env), snapshot_steps=self.snapshot_steps,
-                          start_step=self.start_step,
-                          fork_from=Path(self.from_trial).absolute() if self.from_trial
-                          else None, agent_hosts=tuple(self.agent_hosts),
-                          add_hosts=tuple(sorted(self.add_hosts.items())),
-                          verifier_env=dict(self.verifier_env),
-                          agent_timeout_multiplier=self.agent_timeout_multiplier,
-                          verifier_timeout_multiplier=self.verifier_timeout_multiplier,
-                          agent_setup_timeout_multiplier=self.agent_setup_timeout_multiplier,
-                          build_timeout_multiplier=self.build_timeout_multiplier,
-                          extra_instructions=tuple(self.extra_instructions),
-                          resource_overrides=tuple(
-                              (k.removeprefix("override_"), v)
-                              for k, v in self.task_overrides().items()
-                              if k.startswith("override_")),
-                          extra_artifacts=tuple(self.artifacts))
+        return RunOptions(
+            timeout_multiplier=self.timeout_multiplier,
+            verify=self.verify,
+            keep_sandbox=self.keep_sandbox,
+            force_build=self.force_build,
+            hardened_verify=self.hardened_verify,
+            resume_agent_session=self.resume_agent_session,
+            agent_env=dict(self.agent_env),
+            snapshot_steps=self.snapshot_steps,
+            start_step=self.start_step,
+            fork_from=Path(self.from_trial).absolute() if self.from_trial else None,
+            agent_hosts=tuple(self.agent_hosts),
+            add_hosts=tuple(sorted(self.add_hosts.items())),
+            verifier_env=dict(self.verifier_env),
+            agent_timeout_multiplier=self.agent_timeout_multiplier,
+            verifier_timeout_multiplier=self.verifier_timeout_multiplier,
+            agent_setup_timeout_multiplier=self.agent_setup_timeout_multiplier,
+            build_timeout_multiplier=self.build_timeout_multiplier,
+            extra_instructions=tuple(self.extra_instructions),
+            resource_overrides=tuple(
+                (k.removeprefix("override_"), v)
+                for k, v in self.task_overrides().items()
+                if k.startswith("override_")
+            ),
+            extra_artifacts=tuple(self.artifacts),
+        )
 
     def task_overrides(self) -> dict[str, Any]:
         """What this job changes in every task it runs (part of the trial id when not empty):
@@ -514,23 +565,35 @@ class JobConfig(BaseModel):
         Pure: returns a new :class:`~cairn.task.model.Task`; its content hash stays the
         folder's (the trial id carries :meth:`task_overrides` instead).
         """
-        if not (self.extra_instructions or self.artifacts or self.override_cpus is not None
-                or self.override_memory_mb is not None or self.override_storage_mb is not None):
+        if not (
+            self.extra_instructions
+            or self.artifacts
+            or self.override_cpus is not None
+            or self.override_memory_mb is not None
+            or self.override_storage_mb is not None
+        ):
             return task
-        env_update = {k: v for k, v in (("cpus", self.override_cpus),
-                                        ("memory_mb", self.override_memory_mb),
-                                        ("storage_mb", self.override_storage_mb))
-                      if v is not None}
+        env_update = {
+            k: v
+            for k, v in (
+                ("cpus", self.override_cpus),
+                ("memory_mb", self.override_memory_mb),
+                ("storage_mb", self.override_storage_mb),
+            )
+            if v is not None
+        }
         config = task.config
         if env_update:
-            config = config.model_copy(update={
-                "environment": config.environment.model_copy(update=env_update)})
+            config = config.model_copy(
+                update={"environment": config.environment.model_copy(update=env_update)}
+            )
         steps = []
         for step in task.steps:
             update: dict[str, Any] = {}
             if self.extra_instructions:
                 update["instruction"] = "\n\n".join(
-                    part.rstrip("\n") for part in (step.instruction, *self.extra_instructions))
+                    part.rstrip("\n") for part in (step.instruction, *self.extra_instructions)
+                )
             have = {a.source for a in step.artifacts}
             extra = tuple(Artifact(source=p) for p in self.artifacts if p not in have)
             if extra:

@@ -47,8 +47,11 @@ def test_bounded_part_never_cuts_a_character():
 def test_tar_members_too_long_for_the_host_are_skipped_and_the_rest_written(tmp_path):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tf:
-        for name, data in (("root/ok.txt", b"ok"), ("root/" + "n" * 300 + "/x.txt", b"x"),
-                           ("root/after.txt", b"after")):
+        for name, data in (
+            ("root/ok.txt", b"ok"),
+            ("root/" + "n" * 300 + "/x.txt", b"x"),
+            ("root/after.txt", b"after"),
+        ):
             ti = tarfile.TarInfo(name)
             ti.size = len(data)
             tf.addfile(ti, io.BytesIO(data))

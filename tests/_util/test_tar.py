@@ -21,8 +21,7 @@ def _archive(members: list[tuple[str, str, bytes | str]]) -> bytes:
                 ti.size = len(data)
                 tf.addfile(ti, io.BytesIO(data))
                 continue
-            ti.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE,
-                       "hard": tarfile.LNKTYPE}[kind]
+            ti.type = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE}[kind]
             if kind in ("sym", "hard"):
                 ti.linkname = str(data)
             if kind == "dir":
@@ -32,13 +31,13 @@ def _archive(members: list[tuple[str, str, bytes | str]]) -> bytes:
 
 
 def _chunks(data: bytes, n: int = 7) -> list[bytes]:
-    return [data[i:i + n] for i in range(0, len(data), n)]
+    return [data[i : i + n] for i in range(0, len(data), n)]
 
 
 def test_roundtrip_preserves_names_modes_links(tmp_path):
     src = tmp_path / "src"
     (src / "d i r").mkdir(parents=True)
-    (src / "d i r" / "it's \"q\".txt").write_text("q\n")
+    (src / "d i r" / 'it\'s "q".txt').write_text("q\n")
     (src / "run.sh").write_text("#!/bin/sh\n")
     (src / "run.sh").chmod(0o750)
     (src / ("long" + "x" * 120)).write_bytes(b"\0" * 1000)
@@ -47,7 +46,7 @@ def test_roundtrip_preserves_names_modes_links(tmp_path):
     out = tmp_path / "out"
     rep = extract_tar_stream(tar_stream(src, "root"), out, root_name="root")
     assert rep.refused == [] and rep.files == 3
-    assert (out / "d i r" / "it's \"q\".txt").read_text() == "q\n"
+    assert (out / "d i r" / 'it\'s "q".txt').read_text() == "q\n"
     assert (out / "run.sh").stat().st_mode & 0o777 == 0o750
     assert (out / ("long" + "x" * 120)).read_bytes() == b"\0" * 1000
     assert os.readlink(out / "pw") == "/etc/passwd"
@@ -58,8 +57,7 @@ def test_contents_only_stream_has_no_root_entry(tmp_path):
     src = tmp_path / "src"
     src.mkdir()
     (src / "a").write_text("a")
-    with tarfile.open(fileobj=IterReader(tar_stream(src, "x/y", include_root=False)),
-                      mode="r|") as names:
+    with tarfile.open(fileobj=IterReader(tar_stream(src, "x/y", include_root=False)), mode="r|") as names:
         assert [m.name for m in names] == ["x/y/a"]
 
 
@@ -79,19 +77,21 @@ def test_hostile_members_are_refused(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     target = tmp_path / "target"
-    data = _archive([
-        ("r", "dir", ""),
-        ("r/../../outside/dotdot.txt", "file", b"x"),
-        ("/abs.txt", "file", b"x"),
-        ("r/esc", "sym", str(outside)),
-        ("r/esc/through-link.txt", "file", b"x"),
-        ("r/up", "sym", ".."),
-        ("r/up/up-link.txt", "file", b"x"),
-        ("r/hard", "hard", "/etc/passwd"),
-        ("r/hard2", "hard", "r/../../outside/x"),
-        ("other/not-under-root.txt", "file", b"x"),
-        ("r/ok.txt", "file", b"fine"),
-    ])
+    data = _archive(
+        [
+            ("r", "dir", ""),
+            ("r/../../outside/dotdot.txt", "file", b"x"),
+            ("/abs.txt", "file", b"x"),
+            ("r/esc", "sym", str(outside)),
+            ("r/esc/through-link.txt", "file", b"x"),
+            ("r/up", "sym", ".."),
+            ("r/up/up-link.txt", "file", b"x"),
+            ("r/hard", "hard", "/etc/passwd"),
+            ("r/hard2", "hard", "r/../../outside/x"),
+            ("other/not-under-root.txt", "file", b"x"),
+            ("r/ok.txt", "file", b"fine"),
+        ]
+    )
     rep = extract_tar_stream(_chunks(data, 100), target, root_name="r")
     assert (target / "ok.txt").read_bytes() == b"fine"
     assert os.listdir(outside) == []
@@ -110,8 +110,9 @@ def test_existing_host_links_are_replaced_not_followed(tmp_path):
     target.mkdir()
     os.symlink(outside, target / "sub")
     os.symlink(victim, target / "file")
-    data = _archive([("r", "dir", ""), ("r/sub", "dir", ""), ("r/sub/new", "file", b"x"),
-                     ("r/file", "file", b"evil")])
+    data = _archive(
+        [("r", "dir", ""), ("r/sub", "dir", ""), ("r/sub/new", "file", b"x"), ("r/file", "file", b"evil")]
+    )
     rep = extract_tar_stream([data], target, root_name="r")
     assert rep.refused == []
     assert victim.read_text() == "safe" and os.listdir(outside) == ["victim"]

@@ -24,13 +24,17 @@ def block(levels: int) -> str:
 
 
 @pytest.mark.parametrize("loader", PARSERS)
-@pytest.mark.parametrize("text", [flow(MAX_YAML_DEPTH + 1), flow(1001), flow(5000),
-                                  block(MAX_YAML_DEPTH + 1)],
-                         ids=["flow-101", "flow-1001", "flow-5000", "block-101"])
+@pytest.mark.parametrize(
+    "text",
+    [flow(MAX_YAML_DEPTH + 1), flow(1001), flow(5000), block(MAX_YAML_DEPTH + 1)],
+    ids=["flow-101", "flow-1001", "flow-5000", "block-101"],
+)
 def test_too_deep_is_cairns_own_error_with_either_parser(monkeypatch, loader, text):
     monkeypatch.setattr(inputfiles, "_loader", lambda: loader)
-    with pytest.raises(InputFileError, match=f"^f.yaml: nested more than {MAX_YAML_DEPTH} "
-                                             "levels deep; cairn refuses the file$") as err:
+    with pytest.raises(
+        InputFileError,
+        match=f"^f.yaml: nested more than {MAX_YAML_DEPTH} levels deep; cairn refuses the file$",
+    ) as err:
         check_yaml_shape(text, "f.yaml")
     assert err.value.line == (1 if text.startswith("x: [") else MAX_YAML_DEPTH + 1)
     with pytest.raises(InputFileError, match=f"nested more than {MAX_YAML_DEPTH} levels deep"):

@@ -20,8 +20,7 @@ def test_installed_agents_default_to_their_provider_api(monkeypatch):
 def test_base_url_from_ak_ae_or_host_environment(monkeypatch):
     monkeypatch.setenv("ANTHROPIC_BASE_URL", "https://proxy.corp.example:8443/anthropic")
     assert ClaudeCodeAgent().model_hosts({}) == ["proxy.corp.example"]
-    assert ClaudeCodeAgent().model_hosts({"ANTHROPIC_BASE_URL": "http://10.9.8.7:4000"}) == \
-        ["10.9.8.7"]
+    assert ClaudeCodeAgent().model_hosts({"ANTHROPIC_BASE_URL": "http://10.9.8.7:4000"}) == ["10.9.8.7"]
     agent = CodexAgent(base_url="http://model.test:8000/v1")
     assert agent.model_hosts({"OPENAI_BASE_URL": "http://ignored.test"}) == ["model.test"]
 
@@ -31,8 +30,12 @@ def test_base_url_reaches_the_cli_where_it_reads_it():
 
     from cairn.agents.base import AgentContext
 
-    ctx = AgentContext(task=None, step=None, logs_dir=Path("/nonexistent"),  # type: ignore[arg-type]
-                       timeout_sec=1.0)
+    ctx = AgentContext(
+        task=None,
+        step=None,
+        logs_dir=Path("/nonexistent"),  # type: ignore[arg-type]
+        timeout_sec=1.0,
+    )
     claude = ClaudeCodeAgent(base_url="http://model.test:8000/v1")
     assert claude._env(ctx)["ANTHROPIC_BASE_URL"] == "http://model.test:8000"
     codex = CodexAgent(base_url="http://model.test:8000/v1")

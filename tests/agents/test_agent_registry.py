@@ -29,11 +29,18 @@ class NotAnAgent:
 
 
 def test_builtin_names_resolve_to_agent_classes():
-    expected = {"oracle": "OracleAgent", "nop": "NopAgent", "llm": "LlmAgent",
-                "claude-code": "ClaudeCodeAgent", "codex": "CodexAgent",
-                "opencode": "OpenCodeAgent", "gemini-cli": "GeminiCliAgent",
-                "qwen-code": "QwenCodeAgent", "aider": "AiderAgent",
-                "mini-swe-agent": "MiniSweAgent"}
+    expected = {
+        "oracle": "OracleAgent",
+        "nop": "NopAgent",
+        "llm": "LlmAgent",
+        "claude-code": "ClaudeCodeAgent",
+        "codex": "CodexAgent",
+        "opencode": "OpenCodeAgent",
+        "gemini-cli": "GeminiCliAgent",
+        "qwen-code": "QwenCodeAgent",
+        "aider": "AiderAgent",
+        "mini-swe-agent": "MiniSweAgent",
+    }
     assert set(AGENT_NAMES) == set(expected)
     for name, cls_name in expected.items():
         cls = get_agent_class(name)
@@ -48,13 +55,16 @@ def test_import_path_agent():
     assert agent.model == "some/model" and agent.kwargs == {"x": "1"}
 
 
-@pytest.mark.parametrize("name, fragment", [
-    ("no-such-agent", "unknown agent"),
-    ("test_agent_registry:Missing", "has no 'Missing'"),
-    ("test_agent_registry:NotAnAgent", "not a subclass"),
-    ("no_such_module_xyz:Agent", "cannot import"),
-    ("test_agent_registry:", "package.module:Class"),
-])
+@pytest.mark.parametrize(
+    "name, fragment",
+    [
+        ("no-such-agent", "unknown agent"),
+        ("test_agent_registry:Missing", "has no 'Missing'"),
+        ("test_agent_registry:NotAnAgent", "not a subclass"),
+        ("no_such_module_xyz:Agent", "cannot import"),
+        ("test_agent_registry:", "package.module:Class"),
+    ],
+)
 def test_bad_agent_names_are_usage_errors(name, fragment):
     with pytest.raises(UsageError, match=fragment):
         get_agent_class(name)
@@ -91,8 +101,9 @@ def test_installed_agents_need_their_api_keys(monkeypatch):
     with pytest.raises(UsageError, match="OPENAI_API_KEY"):
         validate_agent_options("codex", "openai/gpt-5", {}, {})
     # a key given with --ae is enough; so is one in the host environment
-    validate_agent_options("claude-code", "anthropic/claude-sonnet-4-5", {},
-                           {"ANTHROPIC_API_KEY": "sk-ant-test"})
+    validate_agent_options(
+        "claude-code", "anthropic/claude-sonnet-4-5", {}, {"ANTHROPIC_API_KEY": "sk-ant-test"}
+    )
     monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     validate_agent_options("codex", None, {}, {})
 
@@ -105,8 +116,7 @@ def test_opencode_needs_provider_model_and_that_providers_key(monkeypatch):
         validate_agent_options("opencode", "claude-sonnet", {}, {"ANTHROPIC_API_KEY": "k"})
     with pytest.raises(UsageError, match="ANTHROPIC_API_KEY"):
         validate_agent_options("opencode", "anthropic/claude-sonnet-4-5", {}, {})
-    validate_agent_options("opencode", "anthropic/claude-sonnet-4-5", {},
-                           {"ANTHROPIC_API_KEY": "k"})
+    validate_agent_options("opencode", "anthropic/claude-sonnet-4-5", {}, {"ANTHROPIC_API_KEY": "k"})
 
 
 def test_installed_agent_options(tmp_path, monkeypatch):
@@ -119,8 +129,7 @@ def test_installed_agent_options(tmp_path, monkeypatch):
         validate_agent_options("claude-code", None, {"version": "^2.0.0"}, {})
     with pytest.raises(UsageError, match="unknown platform"):
         validate_agent_options("claude-code", None, {"platform": "win32-x64"}, {})
-    validate_agent_options("claude-code", None, {"base_url": "http://127.0.0.1:9/v1",
-                                                 "version": "2.0.0"}, {})
+    validate_agent_options("claude-code", None, {"base_url": "http://127.0.0.1:9/v1", "version": "2.0.0"}, {})
     agent = create_agent("claude-code", None, {"version": "2.0.0"})
     assert agent.version == "2.0.0"
 
@@ -131,8 +140,7 @@ def test_resume_flag_is_refused_by_agents_that_cannot_resume(monkeypatch):
     class NoResume(NopAgent):
         supports_resume = False
 
-    monkeypatch.setattr("cairn.agents.registry._AGENTS",
-                        {"noresume": f"{__name__}:_NoResumeAgent"})
+    monkeypatch.setattr("cairn.agents.registry._AGENTS", {"noresume": f"{__name__}:_NoResumeAgent"})
     globals()["_NoResumeAgent"] = NoResume
     with pytest.raises(UsageError, match="cannot continue a session"):
         validate_agent_options("noresume", None, {}, {}, resume=True)
@@ -165,8 +173,8 @@ def test_missing_credentials_error_is_classified_auth():
     from cairn.agents.llm import _classify
 
     exc = litellm.InternalServerError(
-        message="Missing credentials. Please pass an `api_key`", llm_provider="openai",
-        model="gpt-4o")
+        message="Missing credentials. Please pass an `api_key`", llm_provider="openai", model="gpt-4o"
+    )
     assert _classify(exc, litellm) == "auth"
 
 
@@ -181,10 +189,21 @@ def test_a_non_boolean_ignore_mcp_is_refused_not_read_as_false(monkeypatch, agen
         validate_agent_options(agent, model, {"ignore_mcp": value}, {})
 
 
-@pytest.mark.parametrize(("value", "want"), [("true", True), ("FALSE", False), ("1", True),
-                                             ("0", False), (" yes ", True), ("no", False),
-                                             ("on", True), ("off", False), (True, True),
-                                             (False, False)])
+@pytest.mark.parametrize(
+    ("value", "want"),
+    [
+        ("true", True),
+        ("FALSE", False),
+        ("1", True),
+        ("0", False),
+        (" yes ", True),
+        ("no", False),
+        ("on", True),
+        ("off", False),
+        (True, True),
+        (False, False),
+    ],
+)
 def test_boolean_agent_options_read_the_usual_spellings(value, want):
     from cairn.agents.registry import create_agent
 
@@ -192,11 +211,18 @@ def test_boolean_agent_options_read_the_usual_spellings(value, want):
     assert create_agent("nop", None, {"ignore_mcp": value}).ignore_mcp is want
 
 
-@pytest.mark.parametrize(("key", "value", "message"), [
-    ("max_turns", "1.5", "is not a whole number"), ("max_turns", True, "is not a whole number"),
-    ("max_turns", "true", "is not a whole number"), ("temperature", "nan", "finite number"),
-    ("command_timeout_sec", "inf", "finite number"), ("model_retries", "-1", "not be negative"),
-    ("retry_base_delay_sec", False, "is not a number")])
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("max_turns", "1.5", "is not a whole number"),
+        ("max_turns", True, "is not a whole number"),
+        ("max_turns", "true", "is not a whole number"),
+        ("temperature", "nan", "finite number"),
+        ("command_timeout_sec", "inf", "finite number"),
+        ("model_retries", "-1", "not be negative"),
+        ("retry_base_delay_sec", False, "is not a number"),
+    ],
+)
 def test_llm_numeric_options_refuse_bools_fractions_and_non_finite(key, value, message):
     with pytest.raises(UsageError, match=message):
         validate_agent_options("llm", "openai/x", {key: value}, {})
@@ -209,9 +235,25 @@ def test_a_non_boolean_agent_option_exits_2_before_start(tmp_path):
     from taskgen import write_task
 
     task = write_task(tmp_path, "t")
-    p = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "nop",
-                        "--ak", "ignore_mcp=maybe", "--jobs-dir", str(tmp_path / "jobs")],
-                       capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(task),
+            "-a",
+            "nop",
+            "--ak",
+            "ignore_mcp=maybe",
+            "--jobs-dir",
+            str(tmp_path / "jobs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 2, p.stdout + p.stderr
     assert "ignore_mcp='maybe' is not a boolean" in p.stderr
     assert not (tmp_path / "jobs").exists()

@@ -54,11 +54,15 @@ AGENTS = {
     "qwen-code": ("openai/scripted-model", "OPENAI_API_KEY"),
 }
 SECRET = "sk-cairn-test-secret-0123456789"
-MODEL_VAR = {"claude-code": "ANTHROPIC_MODEL", "gemini-cli": "GEMINI_MODEL",
-             "qwen-code": "OPENAI_MODEL"}
+MODEL_VAR = {"claude-code": "ANTHROPIC_MODEL", "gemini-cli": "GEMINI_MODEL", "qwen-code": "OPENAI_MODEL"}
 """The variable each CLI reads its model from when no ``-m`` is given (host pass-through)."""
-SHELL_TOOL = {"claude-code": "Bash", "codex": "exec_command", "opencode": "bash",
-              "gemini-cli": "run_shell_command", "qwen-code": "run_shell_command"}
+SHELL_TOOL = {
+    "claude-code": "Bash",
+    "codex": "exec_command",
+    "opencode": "bash",
+    "gemini-cli": "run_shell_command",
+    "qwen-code": "run_shell_command",
+}
 
 
 @pytest.fixture(scope="session")
@@ -73,21 +77,51 @@ def runtimes():
     )
     from cairn.agents.runtime import prepare_runtime
 
-    return {spec.name: prepare_runtime(spec.name, spec.packaging, spec.version)
-            for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI, QWEN_CODE)}
+    return {
+        spec.name: prepare_runtime(spec.name, spec.packaging, spec.version)
+        for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI, QWEN_CODE)
+    }
 
 
-def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path, *extra: str,
-               base_url: str | None = None, model_env: dict[str, str] | None = None):
+def _cairn_run(
+    task: Path,
+    agent: str,
+    server: FakeModels,
+    jobs: Path,
+    *extra: str,
+    base_url: str | None = None,
+    model_env: dict[str, str] | None = None,
+):
     """``cairn run`` in a subprocess; ``model_env`` replaces ``-m`` by host variables."""
     model, key = AGENTS[agent]
     src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, key: SECRET, **(model_env or {}),
-           "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        key: SECRET,
+        **(model_env or {}),
+        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
     pick = [] if model_env else ["-m", model]
-    cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, *pick,
-           "--ak", f"base_url={base_url or server.base_url}", "-e", "docker", "--jobs-dir", str(jobs),
-           "--job-name", "j", *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "cairn",
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        agent,
+        *pick,
+        "--ak",
+        f"base_url={base_url or server.base_url}",
+        "-e",
+        "docker",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "j",
+        *extra,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = jobs / "j"
@@ -101,22 +135,29 @@ def _check_two_steps(job: Path, trial: Path, result: dict, agent: str) -> None:
     for name in ("write", "append"):
         assert steps[name]["agent_exit"] == "ok"
         assert steps[name]["tokens"] == expected_tokens(name), name
-        traj = json.loads(next((trial / "steps").glob(f"*-{name}/agent/trajectory.json"))
-                          .read_text())
-        own = [s for s in traj["steps"] if not (s.get("extra") or {}).get("cairn_history")
-               and not (s.get("extra") or {}).get("cairn_seed")]
+        traj = json.loads(next((trial / "steps").glob(f"*-{name}/agent/trajectory.json")).read_text())
+        own = [
+            s
+            for s in traj["steps"]
+            if not (s.get("extra") or {}).get("cairn_history")
+            and not (s.get("extra") or {}).get("cairn_seed")
+        ]
         calls = [c for s in own for c in s.get("tool_calls", [])]
         assert [c["function_name"] for c in calls] == [SHELL_TOOL[agent]]
         args = calls[0]["arguments"]
         assert args.get("command", args.get("cmd")) == COMMANDS[name]
-        assert [s["metrics"]["prompt_tokens"] for s in own if s.get("metrics")] == \
-            [u[0] for u in USAGE[name]]
+        assert [s["metrics"]["prompt_tokens"] for s in own if s.get("metrics")] == [u[0] for u in USAGE[name]]
         fm = traj["final_metrics"]
         want = expected_tokens(name)
-        assert (fm["total_prompt_tokens"], fm["total_completion_tokens"],
-                fm["total_cached_tokens"]) == (want["prompt"], want["completion"], want["cached"])
-    total = {k: expected_tokens("write")[k] + expected_tokens("append")[k]
-             for k in ("prompt", "completion", "cached")}
+        assert (fm["total_prompt_tokens"], fm["total_completion_tokens"], fm["total_cached_tokens"]) == (
+            want["prompt"],
+            want["completion"],
+            want["cached"],
+        )
+    total = {
+        k: expected_tokens("write")[k] + expected_tokens("append")[k]
+        for k in ("prompt", "completion", "cached")
+    }
     assert result["tokens"] == total
     assert json.loads((job / "summary.json").read_text())["tokens"] == total
     # the API key is in no file cairn wrote (the CLI got it as an environment variable)
@@ -151,8 +192,7 @@ def test_cli_passes_two_steps_with_exact_tokens(tmp_path, runtimes, agent):
 def test_resume_agent_session_carries_the_first_steps_conversation(tmp_path, runtimes, agent):
     task = public_two_steps(tmp_path / "two-steps")
     with FakeModels(two_step_script(agent), host=bridge_gateway(), consumes=consumes) as srv:
-        job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs",
-                                        "--resume-agent-session")
+        job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs", "--resume-agent-session")
         main = srv.main_requests()
     _check_two_steps(job, trial, result, agent)
     assert carries_step1(main[2].body)  # step 2's first request holds step 1's conversation
@@ -196,8 +236,11 @@ def test_timeout_kills_the_cli_tree_and_keeps_tokens(tmp_path, runtimes, monkeyp
         seen = [(r.path, r.side) for r in srv.requests]
     assert ctx.exit is AgentExit.TIMEOUT, (ctx.metadata, seen)
     assert elapsed < timeout
-    left = [p.cmdline for p in procs if "sleep 987" in p.cmdline or
-            agent_obj.spec.binary in p.cmdline.split(" ")[0]]
+    left = [
+        p.cmdline
+        for p in procs
+        if "sleep 987" in p.cmdline or agent_obj.spec.binary in p.cmdline.split(" ")[0]
+    ]
     assert left == []
     assert ctx.tokens is not None, seen
     assert ctx.tokens.prompt == 1000 and ctx.tokens.cached == 300
@@ -221,10 +264,16 @@ def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, ru
     var = MODEL_VAR.get(agent)
     env_model = {"gemini-cli": "gemini-2.5-pro"}.get(agent, "env-picked-model")
     with FakeModels(two_step_script(agent), host=addr, consumes=consumes) as srv:
-        job, trial, result = _cairn_run(task, agent, srv, tmp_path / "jobs",
-                                        "--add-host", f"model.test={addr}",
-                                        base_url=f"http://model.test:{srv.port}",
-                                        model_env={var: env_model} if var else None)
+        job, trial, result = _cairn_run(
+            task,
+            agent,
+            srv,
+            tmp_path / "jobs",
+            "--add-host",
+            f"model.test={addr}",
+            base_url=f"http://model.test:{srv.port}",
+            model_env={var: env_model} if var else None,
+        )
         main = srv.main_requests()
     _check_two_steps(job, trial, result, agent)
     assert len(main) == 4 and srv.script_left == 0
@@ -249,15 +298,24 @@ def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, ru
 
 
 SEED = {
-    "schema_version": "ATIF-v1.7", "session_id": "prior-1",
+    "schema_version": "ATIF-v1.7",
+    "session_id": "prior-1",
     "agent": {"name": "someone", "version": "1"},
     "steps": [
         {"step_id": 1, "source": "user", "message": "Earlier: remember the word PELICAN."},
-        {"step_id": 2, "source": "agent", "message": "Looking first.",
-         "tool_calls": [{"tool_call_id": "toolu_prior_1", "function_name": "Bash",
-                         "arguments": {"command": "ls /app", "description": "list"}}],
-         "observation": {"results": [{"source_call_id": "toolu_prior_1",
-                                      "content": "nothing here"}]}},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "message": "Looking first.",
+            "tool_calls": [
+                {
+                    "tool_call_id": "toolu_prior_1",
+                    "function_name": "Bash",
+                    "arguments": {"command": "ls /app", "description": "list"},
+                }
+            ],
+            "observation": {"results": [{"source_call_id": "toolu_prior_1", "content": "nothing here"}]},
+        },
         {"step_id": 3, "source": "agent", "message": "Noted: PELICAN."},
     ],
 }
@@ -277,10 +335,20 @@ def test_seed_trajectory_opens_claude_codes_first_session(tmp_path, runtimes):
     messages = main[0].body["messages"]
     blob = json.dumps(messages)
     assert "Earlier: remember the word PELICAN." in blob and "Noted: PELICAN." in blob
-    uses = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
-            if b.get("type") == "tool_use"]
-    results = [b for m in messages if isinstance(m.get("content"), list) for b in m["content"]
-               if b.get("type") == "tool_result"]
+    uses = [
+        b
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if b.get("type") == "tool_use"
+    ]
+    results = [
+        b
+        for m in messages
+        if isinstance(m.get("content"), list)
+        for b in m["content"]
+        if b.get("type") == "tool_result"
+    ]
     assert uses[0]["id"] == "toolu_prior_1" and uses[0]["input"]["command"] == "ls /app"
     assert results[0]["tool_use_id"] == "toolu_prior_1"
     assert blob.index("PELICAN") < blob.index(STEP1_MARK)  # the seed comes first

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.docker, pytest.mark.slow, needs_sandbox]
 
 SECRET = "sk-cairn-test-secret-0123456789"
 
-SERVER = r'''
+SERVER = r"""
 import json, os, sys
 def send(msg):
     sys.stdout.write(json.dumps(msg) + "\n"); sys.stdout.flush()
@@ -49,7 +49,7 @@ for line in sys.stdin:
             {"type": "text", "text": f"stamped {text}"}]}})
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": method}})
-'''
+"""
 
 MCP_TOML = """
 [[environment.mcp_servers]]
@@ -77,40 +77,72 @@ def _tools_of(body: dict) -> list[str]:
 
 
 def test_claude_code_calls_the_tasks_stdio_mcp_server(tmp_path, claude_runtime):
-    task = write_task(tmp_path / "tasks", "mcp-cli", network="public",
-                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\n"
-                                 "COPY server.py /opt/mcp/server.py\n",
-                      files={"environment/server.py": SERVER},
-                      instruction="Stamp the word hello with the stamper tool.",
-                      test=reward_if('[ "$(cat /app/stamp.txt)" = "hello viacli" ]'))
+    task = write_task(
+        tmp_path / "tasks",
+        "mcp-cli",
+        network="public",
+        dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY server.py /opt/mcp/server.py\n",
+        files={"environment/server.py": SERVER},
+        instruction="Stamp the word hello with the stamper tool.",
+        test=reward_if('[ "$(cat /app/stamp.txt)" = "hello viacli" ]'),
+    )
     toml = task / "task.toml"
     toml.write_text(toml.read_text() + MCP_TOML)
-    script = [Turn(text="Stamping.", calls=((TOOL, {"text": "hello"}),), usage=(900, 20, 0)),
-              Turn(text="Stamped.", usage=(950, 6, 0))]
+    script = [
+        Turn(text="Stamping.", calls=((TOOL, {"text": "hello"}),), usage=(900, 20, 0)),
+        Turn(text="Stamped.", usage=(950, 6, 0)),
+    ]
 
     def consumes(body: dict, path: str) -> bool:  # the main loop offers the MCP tool
         return TOOL in _tools_of(body)
 
     src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, "ANTHROPIC_API_KEY": SECRET,
-           "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env = {
+        **os.environ,
+        "ANTHROPIC_API_KEY": SECRET,
+        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
     with FakeModels(script, host=bridge_gateway(), consumes=consumes) as srv:
         proc = subprocess.run(
-            [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "claude-code",
-             "-m", "anthropic/claude-sonnet-4-5", "--ak", f"base_url={srv.base_url}",
-             # the tool itself in the request, not behind Claude Code's deferred tool search
-             # (which a scripted model would have to drive first)
-             "--ae", "ENABLE_TOOL_SEARCH=false",
-             "-e", "docker", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
-            env=env, capture_output=True, text=True, timeout=900, check=False)
+            [
+                sys.executable,
+                "-m",
+                "cairn",
+                "run",
+                "-p",
+                str(task),
+                "-a",
+                "claude-code",
+                "-m",
+                "anthropic/claude-sonnet-4-5",
+                "--ak",
+                f"base_url={srv.base_url}",
+                # the tool itself in the request, not behind Claude Code's deferred tool search
+                # (which a scripted model would have to drive first)
+                "--ae",
+                "ENABLE_TOOL_SEARCH=false",
+                "-e",
+                "docker",
+                "--jobs-dir",
+                str(tmp_path / "jobs"),
+                "--job-name",
+                "j",
+            ],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+            check=False,
+        )
         main = srv.main_requests()
         left = srv.script_left
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     (trial,) = (tmp_path / "jobs" / "j" / "trials").iterdir()
     result = json.loads((trial / "result.json").read_text())
     agent_dir = next((trial / "steps").glob("*-main")) / "agent"
-    out = (agent_dir / "stdout.txt").read_text(errors="replace") \
-        if (agent_dir / "stdout.txt").is_file() else ""
+    out = (
+        (agent_dir / "stdout.txt").read_text(errors="replace") if (agent_dir / "stdout.txt").is_file() else ""
+    )
     seen = [(r.path, _tools_of(r.body)[-3:]) for r in srv.requests]
     assert result["reward"] == 1.0, (result.get("error"), seen, out[-3000:])  # the effect
     assert left == 0 and len(main) == 2

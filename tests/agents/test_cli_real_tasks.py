@@ -44,17 +44,21 @@ SECRET = "sk-cairn-test-secret-0123456789"
 OUTSIDE = "/etc/cairn-outside.txt"
 """The file the agent's tool call writes: outside the working dir /app."""
 
-HEAD = ("- Write the number 1 into /etc/cairn-outside.txt. It's \"quoted\", 'single', "
-        "`touch /app/PWNED-backtick`, $(touch /app/PWNED) and ${HOME} -- --help -p\n")
+HEAD = (
+    "- Write the number 1 into /etc/cairn-outside.txt. It's \"quoted\", 'single', "
+    "`touch /app/PWNED-backtick`, $(touch /app/PWNED) and ${HOME} -- --help -p\n"
+)
 PAD = "".join(f"- item {i}: keep this line -- --version --yolo\n" for i in range(3500))
 INSTRUCTION = HEAD + PAD + "The end of the instruction.\n"
 """Starts with "- ", quotes, backticks, $(…); over 128 KiB (MAX_ARG_STRLEN is 131072 bytes)."""
 SHORT = HEAD + "The end of the instruction.\n"
 """The same under the argument limit (what a bare-argument prompt trips on: the leading "-")."""
 
-TEST_SH = ("if [ \"$(cat /etc/cairn-outside.txt 2>/dev/null)\" = 1 ] && [ ! -e /app/PWNED ] "
-           "&& [ ! -e /app/PWNED-backtick ]; then echo 1 > /logs/verifier/reward.txt; "
-           "else echo 0 > /logs/verifier/reward.txt; fi\n")
+TEST_SH = (
+    'if [ "$(cat /etc/cairn-outside.txt 2>/dev/null)" = 1 ] && [ ! -e /app/PWNED ] '
+    "&& [ ! -e /app/PWNED-backtick ]; then echo 1 > /logs/verifier/reward.txt; "
+    "else echo 0 > /logs/verifier/reward.txt; fi\n"
+)
 AIDER_TEST_SH = TEST_SH.replace("/etc/cairn-outside.txt 2>/dev/null", "/app/a.txt 2>/dev/null")
 
 
@@ -72,9 +76,10 @@ def all_runtimes():
     )
     from cairn.agents.runtime import prepare_any
 
-    return {spec.name: prepare_any(spec.name, spec.packaging, spec.version, "linux-x64")
-            for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI, QWEN_CODE, AIDER,
-                         MINI_SWE_AGENT)}
+    return {
+        spec.name: prepare_any(spec.name, spec.packaging, spec.version, "linux-x64")
+        for spec in (CLAUDE_CODE, CODEX, OPENCODE, GEMINI_CLI, QWEN_CODE, AIDER, MINI_SWE_AGENT)
+    }
 
 
 def _write_call(agent: str) -> tuple[str, dict[str, Any]]:
@@ -94,29 +99,58 @@ def _script(agent: str) -> list[Turn]:
     if agent == "aider":  # no tools: a whole-file edit it applies itself (in the repo)
         return [Turn(text="Writing a.txt.\n\na.txt\n```\n1\n```\n")]
     if agent == "mini-swe-agent":
-        return [Turn(text="Writing.", calls=(_write_call(agent),)),
-                Turn(text="Submitting.", calls=(("bash", {
-                    "command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}),))]
-    return [Turn(text="Writing the file.", calls=(_write_call(agent),)),
-            Turn(text="Done.")]
+        return [
+            Turn(text="Writing.", calls=(_write_call(agent),)),
+            Turn(
+                text="Submitting.",
+                calls=(("bash", {"command": "echo COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT"}),),
+            ),
+        ]
+    return [Turn(text="Writing the file.", calls=(_write_call(agent),)), Turn(text="Done.")]
 
 
 def _task(root: Path, agent: str, instruction: str = INSTRUCTION) -> Path:
-    task = write_task(root, "real", instruction=instruction, network="public",
-                      test=AIDER_TEST_SH if agent == "aider" else TEST_SH, solve=None)
+    task = write_task(
+        root,
+        "real",
+        instruction=instruction,
+        network="public",
+        test=AIDER_TEST_SH if agent == "aider" else TEST_SH,
+        solve=None,
+    )
     assert (task / "instruction.md").read_text() == instruction
     return task
 
 
-def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path,
-               *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+def _cairn_run(
+    task: Path, agent: str, server: FakeModels, jobs: Path, *extra: str
+) -> tuple[subprocess.CompletedProcess, dict]:
     model, key = AGENTS[agent]
     src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, key: SECRET,
-           "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, "-m", model,
-           "--ak", f"base_url={server.base_url}", "-e", "docker", "--jobs-dir", str(jobs),
-           "--job-name", "j", "--max-retries", "0", *extra]
+    env = {**os.environ, key: SECRET, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = [
+        sys.executable,
+        "-m",
+        "cairn",
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        agent,
+        "-m",
+        model,
+        "--ak",
+        f"base_url={server.base_url}",
+        "-e",
+        "docker",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "j",
+        "--max-retries",
+        "0",
+        *extra,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     trials = list((jobs / "j" / "trials").glob("*/result.json"))
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -125,45 +159,53 @@ def _cairn_run(task: Path, agent: str, server: FakeModels, jobs: Path,
 
 def _carries_exactly(body: dict, text: str) -> bool:
     """Whether the request holds ``text`` (trailing newline aside) as one JSON string part."""
-    return json.dumps(text.strip(), ensure_ascii=False)[1:-1] in json.dumps(body,
-                                                                             ensure_ascii=False)
+    return json.dumps(text.strip(), ensure_ascii=False)[1:-1] in json.dumps(body, ensure_ascii=False)
 
 
-@pytest.mark.parametrize(("agent", "instruction"), [
-    *((a, INSTRUCTION) for a in AGENTS),
-    # the three CLIs whose prompt was a bare argument: the leading "-" alone broke them
-    *((a, SHORT) for a in ("claude-code", "opencode", "gemini-cli"))],
-    ids=[*(f"{a}-over-128k" for a in AGENTS),
-         *(f"{a}-short" for a in ("claude-code", "opencode", "gemini-cli"))])
+@pytest.mark.parametrize(
+    ("agent", "instruction"),
+    [
+        *((a, INSTRUCTION) for a in AGENTS),
+        # the three CLIs whose prompt was a bare argument: the leading "-" alone broke them
+        *((a, SHORT) for a in ("claude-code", "opencode", "gemini-cli")),
+    ],
+    ids=[
+        *(f"{a}-over-128k" for a in AGENTS),
+        *(f"{a}-short" for a in ("claude-code", "opencode", "gemini-cli")),
+    ],
+)
 def test_cli_takes_a_hostile_instruction_and_writes_outside_its_working_dir(
-        tmp_path, all_runtimes, agent, instruction):
+    tmp_path, all_runtimes, agent, instruction
+):
     assert len(INSTRUCTION.encode()) > 128 * 1024 > len(SHORT.encode())
     task = _task(tmp_path / "tasks", agent, instruction)
     picks = consumes_any if agent in ("aider", "mini-swe-agent") else consumes
-    with FakeModels(_script(agent), host=bridge_gateway(), consumes=picks,
-                    done_turn=Turn(text="Done.")) as srv:
+    with FakeModels(
+        _script(agent), host=bridge_gateway(), consumes=picks, done_turn=Turn(text="Done.")
+    ) as srv:
         proc, result = _cairn_run(task, agent, srv, tmp_path / "jobs")
         main = srv.main_requests()
     (step,) = result["steps"]
     assert step["agent_exit"] == "ok", (step, proc.stderr[-2000:])
-    assert main and _carries_exactly(main[0].body, instruction), \
+    assert main and _carries_exactly(main[0].body, instruction), (
         json.dumps(main[0].body)[:2000] if main else proc.stderr[-2000:]
+    )
     assert step["reward"] == 1.0, step  # the file outside /app is written; nothing in it ran
     assert result["reward"] == 1.0 and proc.returncode == 0, proc.stderr[-2000:]
 
 
-def test_cli_exiting_on_its_own_permission_error_is_an_agent_error_with_its_message(
-        tmp_path, all_runtimes):
+def test_cli_exiting_on_its_own_permission_error_is_an_agent_error_with_its_message(tmp_path, all_runtimes):
     """Claude Code refuses --dangerously-skip-permissions as root unless IS_SANDBOX is set:
     with ``--ae IS_SANDBOX=0`` it exits 1 before any model call."""
     task = _task(tmp_path / "tasks", "claude-code")
     with FakeModels(_script("claude-code"), host=bridge_gateway(), consumes=consumes) as srv:
-        _proc, result = _cairn_run(task, "claude-code", srv, tmp_path / "jobs",
-                                   "--ae", "IS_SANDBOX=0")
+        _proc, result = _cairn_run(task, "claude-code", srv, tmp_path / "jobs", "--ae", "IS_SANDBOX=0")
         assert srv.main_requests() == []
     (step,) = result["steps"]
     assert step["agent_exit"] == "error"
     assert step["reward"] == 0.0
     messages = [w for w in step["warnings"] if w.startswith("agent error: ")]
-    assert messages == ["agent error: claude exited with code 1: --dangerously-skip-permissions "
-                        "cannot be used with root/sudo privileges for security reasons"], step
+    assert messages == [
+        "agent error: claude exited with code 1: --dangerously-skip-permissions "
+        "cannot be used with root/sudo privileges for security reasons"
+    ], step

@@ -49,11 +49,20 @@ def _api_key(monkeypatch):
 @pytest.fixture
 def two_steps(tmp_path):
     """The two-step write/append task."""
-    return load_task(write_task(tmp_path / "tasks", "write-append", steps=[
-        StepSpec("write", instruction=WRITE, test=reward_if('[ "$(cat /app/out.txt)" = hello ]')),
-        StepSpec("append", instruction=APPEND,
-                 test=reward_if('[ "$(cat /app/out.txt)" = "$(printf "hello\\nworld")" ]')),
-    ]))
+    return load_task(
+        write_task(
+            tmp_path / "tasks",
+            "write-append",
+            steps=[
+                StepSpec("write", instruction=WRITE, test=reward_if('[ "$(cat /app/out.txt)" = hello ]')),
+                StepSpec(
+                    "append",
+                    instruction=APPEND,
+                    test=reward_if('[ "$(cat /app/out.txt)" = "$(printf "hello\\nworld")" ]'),
+                ),
+            ],
+        )
+    )
 
 
 def _trajectory(ctx) -> dict:
@@ -61,16 +70,22 @@ def _trajectory(ctx) -> dict:
 
 
 def _tool_calls(traj: dict) -> list[tuple[str, dict]]:
-    return [(c["function_name"], c["arguments"]) for s in traj["steps"]
-            for c in s.get("tool_calls", []) if not s.get("extra", {}).get("cairn_history")]
+    return [
+        (c["function_name"], c["arguments"])
+        for s in traj["steps"]
+        for c in s.get("tool_calls", [])
+        if not s.get("extra", {}).get("cairn_history")
+    ]
 
 
 def _two_step_script() -> list:
-    return [bash_call("echo hello > out.txt", usage=(120, 30, 20)),
-            submit_call(usage=(160, 10)),
-            bash_call("echo world >> out.txt", usage=(200, 25, 50)),
-            bash_call("cat out.txt", usage=(230, 8)),
-            submit_call(usage=(260, 6))]
+    return [
+        bash_call("echo hello > out.txt", usage=(120, 30, 20)),
+        submit_call(usage=(160, 10)),
+        bash_call("echo world >> out.txt", usage=(200, 25, 50)),
+        bash_call("cat out.txt", usage=(230, 8)),
+        submit_call(usage=(260, 6)),
+    ]
 
 
 async def _two_steps(task, root, server, *, resume: bool, model: str = "openai/gpt-4o-mini"):
@@ -95,11 +110,13 @@ def test_two_steps_fresh_sessions(two_steps, tmp_path):
     # each step's trajectory lists the tool calls it made
     t1, t2 = _trajectory(ctx1), _trajectory(ctx2)
     assert _tool_calls(t1) == [("bash", {"command": "echo hello > out.txt"}), ("submit", {})]
-    assert _tool_calls(t2) == [("bash", {"command": "echo world >> out.txt"}),
-                               ("bash", {"command": "cat out.txt"}), ("submit", {})]
+    assert _tool_calls(t2) == [
+        ("bash", {"command": "echo world >> out.txt"}),
+        ("bash", {"command": "cat out.txt"}),
+        ("submit", {}),
+    ]
     assert [s["source"] for s in t2["steps"]] == ["system", "user", "agent", "agent", "agent"]
-    assert t2["steps"][3]["observation"]["results"][0]["content"] == \
-        "exit_code: 0\nstdout:\nhello\nworld"
+    assert t2["steps"][3]["observation"]["results"][0]["content"] == "exit_code: 0\nstdout:\nhello\nworld"
     assert t1["session_id"] != t2["session_id"]
     # fresh session: step 2's conversation does not contain step 1's messages
     step2_first_request = json.dumps(server.messages(2))
@@ -109,10 +126,16 @@ def test_two_steps_fresh_sessions(two_steps, tmp_path):
     assert ctx1.tokens == Tokens(prompt=280, completion=40, cached=20)
     assert ctx2.tokens == Tokens(prompt=690, completion=39, cached=50)
     fm1, fm2 = t1["final_metrics"], t2["final_metrics"]
-    assert (fm1["total_prompt_tokens"], fm1["total_completion_tokens"],
-            fm1["total_cached_tokens"]) == (280, 40, 20)
-    assert (fm2["total_prompt_tokens"], fm2["total_completion_tokens"],
-            fm2["total_cached_tokens"]) == (690, 39, 50)
+    assert (fm1["total_prompt_tokens"], fm1["total_completion_tokens"], fm1["total_cached_tokens"]) == (
+        280,
+        40,
+        20,
+    )
+    assert (fm2["total_prompt_tokens"], fm2["total_completion_tokens"], fm2["total_cached_tokens"]) == (
+        690,
+        39,
+        50,
+    )
     assert ctx1.cost_usd is not None and ctx1.cost_usd > 0
     assert fm1["total_cost_usd"] == pytest.approx(ctx1.cost_usd)
     assert fm2["total_cost_usd"] == pytest.approx(ctx2.cost_usd)
@@ -126,8 +149,15 @@ def test_two_steps_resumed_session(two_steps, tmp_path):
     assert content == "hello\nworld\n"
     # resumed: step 2's first request carries step 1's conversation, tool results included
     messages = server.messages(2)
-    assert [m["role"] for m in messages] == ["system", "user", "assistant", "tool", "assistant",
-                                             "tool", "user"]
+    assert [m["role"] for m in messages] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+        "tool",
+        "user",
+    ]
     assert messages[1]["content"] == WRITE and messages[-1]["content"] == APPEND
     t1, t2 = _trajectory(ctx1), _trajectory(ctx2)
     assert t1["session_id"] == t2["session_id"]
@@ -135,8 +165,11 @@ def test_two_steps_resumed_session(two_steps, tmp_path):
     assert len(history) == len(t1["steps"]) == 4
     assert all(s["extra"]["cairn_step"] == "write" and "metrics" not in s for s in history)
     assert [s["step_id"] for s in t2["steps"]] == list(range(1, len(t2["steps"]) + 1))
-    assert _tool_calls(t2) == [("bash", {"command": "echo world >> out.txt"}),
-                               ("bash", {"command": "cat out.txt"}), ("submit", {})]
+    assert _tool_calls(t2) == [
+        ("bash", {"command": "echo world >> out.txt"}),
+        ("bash", {"command": "cat out.txt"}),
+        ("submit", {}),
+    ]
     # the file's totals are this step's tokens only (history was counted in step 1)
     assert ctx2.tokens == Tokens(prompt=690, completion=39, cached=50)
     assert t2["final_metrics"]["total_prompt_tokens"] == 690
@@ -147,8 +180,7 @@ def test_two_steps_resumed_session(two_steps, tmp_path):
 @pytest.mark.docker
 def test_never_finishing_model_hits_max_turns(two_steps, tmp_path):
     async def main():
-        agent = LlmAgent("openai/cairn-unknown-model", api_base=server.url, max_turns="3",
-                         **FAST)
+        agent = LlmAgent("openai/cairn-unknown-model", api_base=server.url, max_turns="3", **FAST)
         async with task_sandbox(two_steps) as sandbox:
             ctx = step_context(two_steps, 1, tmp_path)
             await agent.run("Loop forever.", sandbox, ctx)
@@ -169,14 +201,15 @@ def test_never_finishing_model_hits_max_turns(two_steps, tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_huge_output_and_tool_timeout_are_observations(two_steps, tmp_path):
-    script = [bash_call("head -c 50000000 /dev/zero | tr '\\0' x; echo; echo LAST-LINE"),
-              bash_call("sleep 30; echo never", timeout_sec=2),
-              bash_call("echo still-here"),
-              submit_call()]
+    script = [
+        bash_call("head -c 50000000 /dev/zero | tr '\\0' x; echo; echo LAST-LINE"),
+        bash_call("sleep 30; echo never", timeout_sec=2),
+        bash_call("echo still-here"),
+        submit_call(),
+    ]
 
     async def main():
-        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, max_output_bytes="4096",
-                         **FAST)
+        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, max_output_bytes="4096", **FAST)
         async with task_sandbox(two_steps) as sandbox:
             ctx = step_context(two_steps, 1, tmp_path)
             started = time.monotonic()
@@ -187,8 +220,9 @@ def test_huge_output_and_tool_timeout_are_observations(two_steps, tmp_path):
         ctx, elapsed = asyncio.run(main())
     assert ctx.exit is None  # the agent continued to submit
     assert elapsed < 25  # the sleeping command was killed at its 2 s timeout
-    results = [r["content"] for s in _trajectory(ctx)["steps"]
-               for r in s.get("observation", {}).get("results", [])]
+    results = [
+        r["content"] for s in _trajectory(ctx)["steps"] for r in s.get("observation", {}).get("results", [])
+    ]
     big, slow, after = results[0], results[1], results[2]
     assert "[output truncated: only the last 4096 bytes of stdout are shown]" in big
     assert big.rstrip().endswith("LAST-LINE") and len(big) < 6000
@@ -202,8 +236,12 @@ def test_huge_output_and_tool_timeout_are_observations(two_steps, tmp_path):
 @needs_sandbox
 @pytest.mark.docker
 def test_rate_limited_twice_then_success_counts_retries(two_steps, tmp_path):
-    script = [error(429, "slow down"), error(429, "slow down", headers={"Retry-After": "1"}),
-              bash_call("echo ok > out.txt"), submit_call()]
+    script = [
+        error(429, "slow down"),
+        error(429, "slow down", headers={"Retry-After": "1"}),
+        bash_call("echo ok > out.txt"),
+        submit_call(),
+    ]
 
     async def main():
         agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, **FAST)
@@ -269,8 +307,10 @@ def test_server_errors_beyond_retries_are_model_unavailable(two_steps, tmp_path)
 @needs_sandbox
 @pytest.mark.docker
 def test_cancellation_keeps_trajectory_and_tokens(two_steps, tmp_path):
-    script = [bash_call("echo started > out.txt", usage=(40, 4)),
-              bash_call("sleep 60", usage=(60, 6), timeout_sec=120)]
+    script = [
+        bash_call("echo started > out.txt", usage=(40, 4)),
+        bash_call("sleep 60", usage=(60, 6), timeout_sec=120),
+    ]
 
     async def main():
         agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, **FAST)
@@ -300,10 +340,14 @@ def test_cancellation_keeps_trajectory_and_tokens(two_steps, tmp_path):
 @needs_sandbox
 @pytest.mark.docker
 def test_bad_tool_calls_and_text_turns_become_observations(two_steps, tmp_path):
-    script = [completion("I think I am done."),
-              completion(None, [("python", {"code": "1"}), ("bash", {"timeout_sec": 3})]),
-              completion(None, [("bash", {"command": "exit 3"}), ("submit", {}),
-                                ("bash", {"command": "echo late > late.txt"})])]
+    script = [
+        completion("I think I am done."),
+        completion(None, [("python", {"code": "1"}), ("bash", {"timeout_sec": 3})]),
+        completion(
+            None,
+            [("bash", {"command": "exit 3"}), ("submit", {}), ("bash", {"command": "echo late > late.txt"})],
+        ),
+    ]
 
     async def main():
         agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, **FAST)
@@ -318,8 +362,7 @@ def test_bad_tool_calls_and_text_turns_become_observations(two_steps, tmp_path):
     traj = _trajectory(ctx)
     nudge = traj["steps"][3]
     assert nudge["source"] == "user" and nudge["extra"] == {"cairn_nudge": True}
-    results = [r["content"] for s in traj["steps"]
-               for r in s.get("observation", {}).get("results", [])]
+    results = [r["content"] for s in traj["steps"] for r in s.get("observation", {}).get("results", [])]
     assert results[0].startswith("error: unknown tool 'python'")
     assert results[1].startswith("error: `bash` needs a non-empty string argument `command`")
     assert results[2] == "exit_code: 3"
@@ -330,10 +373,15 @@ def test_bad_tool_calls_and_text_turns_become_observations(two_steps, tmp_path):
 
 # ---- units: options and observation formatting ------------------------------------------
 def test_options_parse_strings():
-    opts = LlmOptions.parse({"api_base": "http://x/v1", "temperature": "0.2", "max_turns": "7",
-                             "command_timeout_sec": "30"})
-    assert (opts.api_base, opts.temperature, opts.max_turns, opts.command_timeout_sec) == \
-        ("http://x/v1", 0.2, 7, 30.0)
+    opts = LlmOptions.parse(
+        {"api_base": "http://x/v1", "temperature": "0.2", "max_turns": "7", "command_timeout_sec": "30"}
+    )
+    assert (opts.api_base, opts.temperature, opts.max_turns, opts.command_timeout_sec) == (
+        "http://x/v1",
+        0.2,
+        7,
+        30.0,
+    )
     with pytest.raises(UsageError, match="must not be negative"):
         LlmOptions.parse({"model_retries": "-1"})
 

@@ -15,7 +15,7 @@ from fake_openai import FakeOpenAI, completion, submit_call  # noqa: E402
 from taskgen import reward_if, write_task  # noqa: E402
 from testbed import run_trial_sync  # noqa: E402
 
-SERVER = r'''
+SERVER = r"""
 import json, sys
 def send(msg):
     sys.stdout.write(json.dumps(msg) + "\n"); sys.stdout.flush()
@@ -42,7 +42,7 @@ for line in sys.stdin:
                                      f"mode={os.environ.get('STAMP_MODE')}"}]}})
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32601, "message": method}})
-'''
+"""
 
 MCP_TOML = """
 [[environment.mcp_servers]]
@@ -62,18 +62,21 @@ def test_llm_agent_calls_the_tasks_stdio_mcp_server(tmp_path, monkeypatch):
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-test-key")
-    task = write_task(tmp_path / "tasks", "mcp",
-                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\n"
-                                 "COPY server.py /opt/mcp/server.py\n",
-                      files={"environment/server.py": SERVER},
-                      test=reward_if('[ "$(cat /app/stamp.txt)" = hello ]'))
+    task = write_task(
+        tmp_path / "tasks",
+        "mcp",
+        dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY server.py /opt/mcp/server.py\n",
+        files={"environment/server.py": SERVER},
+        test=reward_if('[ "$(cat /app/stamp.txt)" = hello ]'),
+    )
     toml = task / "task.toml"
     toml.write_text(toml.read_text() + MCP_TOML)
-    script = [completion(None, [("mcp__stamper__stamp", {"text": "hello"})], (50, 10)),
-              submit_call(usage=(70, 5))]
+    script = [
+        completion(None, [("mcp__stamper__stamp", {"text": "hello"})], (50, 10)),
+        submit_call(usage=(70, 5)),
+    ]
     with FakeOpenAI(script) as server:
-        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url,
-                         retry_base_delay_sec="0.01")
+        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, retry_base_delay_sec="0.01")
         r = run_trial_sync(task, agent, "docker", tmp_path / "jobs")
         requests = list(server.requests)
     assert r.error is None and r.reward == 1.0, r
@@ -90,25 +93,25 @@ def test_llm_agent_refuses_a_remote_mcp_server(tmp_path):
 
     task = write_task(tmp_path, "remote")
     toml = task / "task.toml"
-    toml.write_text(toml.read_text() + '\n[[environment.mcp_servers]]\nname = "r"\n'
-                    'transport = "streamable-http"\nurl = "http://r.test/mcp"\n')
+    toml.write_text(
+        toml.read_text() + '\n[[environment.mcp_servers]]\nname = "r"\n'
+        'transport = "streamable-http"\nurl = "http://r.test/mcp"\n'
+    )
     why = check_agent_mcp(LlmAgent("openai/gpt-4o-mini"), load_task(task), {})
     assert why is not None and "r (streamable-http)" in why
-    assert check_agent_mcp(LlmAgent("openai/gpt-4o-mini"), load_task(task),
-                           {"ignore_mcp": "true"}) is None
+    assert check_agent_mcp(LlmAgent("openai/gpt-4o-mini"), load_task(task), {"ignore_mcp": "true"}) is None
 
 
-CRASHING_SERVER = r'''
+CRASHING_SERVER = r"""
 import sys
 sys.stderr.write("\x1b[31mmcp server crashing\n"); sys.stderr.flush()
 sys.exit(9)
-'''
+"""
 
 
 @pytest.mark.docker
 @pytest.mark.slow
-def test_a_crashing_mcp_servers_stderr_goes_to_the_job_folder_not_the_terminal(
-        tmp_path, monkeypatch, capfd):
+def test_a_crashing_mcp_servers_stderr_goes_to_the_job_folder_not_the_terminal(tmp_path, monkeypatch, capfd):
     """Issue 15: a stdio server that writes ANSI text to stderr and exits 9 must not print
     on cairn's terminal; its escaped stderr is in the step's agent folder, named by server."""
     from testbed import backend_available
@@ -116,16 +119,17 @@ def test_a_crashing_mcp_servers_stderr_goes_to_the_job_folder_not_the_terminal(
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-fake-test-key")
-    task = write_task(tmp_path / "tasks", "mcp-crash",
-                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\n"
-                                 "COPY server.py /opt/mcp/server.py\n",
-                      files={"environment/server.py": CRASHING_SERVER},
-                      test=reward_if("true"))
+    task = write_task(
+        tmp_path / "tasks",
+        "mcp-crash",
+        dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY server.py /opt/mcp/server.py\n",
+        files={"environment/server.py": CRASHING_SERVER},
+        test=reward_if("true"),
+    )
     toml = task / "task.toml"
     toml.write_text(toml.read_text() + MCP_TOML.replace('"stamper"', '"crasher"'))
     with FakeOpenAI([submit_call(usage=(70, 5))]) as server:
-        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url,
-                         retry_base_delay_sec="0.01")
+        agent = LlmAgent("openai/gpt-4o-mini", api_base=server.url, retry_base_delay_sec="0.01")
         r = run_trial_sync(task, agent, "docker", tmp_path / "jobs")
         requests = list(server.requests)
     out, err = capfd.readouterr()

@@ -36,23 +36,33 @@ def _api_key(monkeypatch):
 
 def _run(tmp_path: Path, server: FakeOpenAI, **options):
     task = load_task(EXAMPLE)
-    kwargs = {"api_base": server.url, "retry_base_delay_sec": "0.01",
-              **options.pop("agent_kwargs", {})}
+    kwargs = {"api_base": server.url, "retry_base_delay_sec": "0.01", **options.pop("agent_kwargs", {})}
     tid = trial_id(task.name, task.content_hash, "llm", kwargs, MODEL, BACKEND, 1)
     job_dir = tmp_path / "job"
-    plan = TrialPlan(task=task, agent_name="llm", agent_kwargs=kwargs, model=MODEL,
-                     backend=BACKEND, attempt=1, trial_id=tid,
-                     trial_dir=job_dir / "trials" / f"{task.slug}__1__{tid[:8]}",
-                     job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions(**options))
+    plan = TrialPlan(
+        task=task,
+        agent_name="llm",
+        agent_kwargs=kwargs,
+        model=MODEL,
+        backend=BACKEND,
+        attempt=1,
+        trial_id=tid,
+        trial_dir=job_dir / "trials" / f"{task.slug}__1__{tid[:8]}",
+        job_id="test-" + tid[:8],
+        job_dir=job_dir,
+        options=RunOptions(**options),
+    )
     result = asyncio.run(run_trial(plan))
     return result, json.loads((plan.trial_dir / "result.json").read_text()), plan.trial_dir
 
 
 def _script():
-    return [bash_call("echo 1 > /app/a.txt", usage=(120, 30, 20)),
-            submit_call(usage=(160, 10)),
-            bash_call("echo 2 > /app/b.txt", usage=(200, 25, 50)),
-            submit_call(usage=(260, 6))]
+    return [
+        bash_call("echo 1 > /app/a.txt", usage=(120, 30, 20)),
+        submit_call(usage=(160, 10)),
+        bash_call("echo 2 > /app/b.txt", usage=(200, 25, 50)),
+        submit_call(usage=(260, 6)),
+    ]
 
 
 @pytest.mark.parametrize("resume", [False, True], ids=["fresh", "resumed"])
@@ -66,16 +76,17 @@ def test_two_step_example_scored_with_tokens(tmp_path, resume):
     assert data["steps"][0]["tokens"] == {"prompt": 280, "completion": 40, "cached": 20}
     assert data["steps"][1]["tokens"] == {"prompt": 460, "completion": 31, "cached": 50}
     assert data["tokens"] == {"prompt": 740, "completion": 71, "cached": 70}
-    assert data["cost_usd"] == pytest.approx(data["steps"][0]["cost_usd"] +
-                                             data["steps"][1]["cost_usd"])
+    assert data["cost_usd"] == pytest.approx(data["steps"][0]["cost_usd"] + data["steps"][1]["cost_usd"])
     assert data["cost_usd"] > 0
     # each step's trajectory lists its own tool calls
-    for step_dir, command in (("01-write", "echo 1 > /app/a.txt"),
-                              ("02-append", "echo 2 > /app/b.txt")):
-        traj = json.loads((trial_dir / "steps" / step_dir / "agent" / "trajectory.json")
-                          .read_text())
-        own = [c for s in traj["steps"] if not s.get("extra", {}).get("cairn_history")
-               for c in s.get("tool_calls", [])]
+    for step_dir, command in (("01-write", "echo 1 > /app/a.txt"), ("02-append", "echo 2 > /app/b.txt")):
+        traj = json.loads((trial_dir / "steps" / step_dir / "agent" / "trajectory.json").read_text())
+        own = [
+            c
+            for s in traj["steps"]
+            if not s.get("extra", {}).get("cairn_history")
+            for c in s.get("tool_calls", [])
+        ]
         assert [c["function_name"] for c in own] == ["bash", "submit"]
         assert own[0]["arguments"] == {"command": command}
     # step 2's conversation holds step 1's messages only when resumed
@@ -113,16 +124,23 @@ def test_auth_failure_errors_the_trial_never_scores_it(tmp_path):
 
 
 SEED = {
-    "schema_version": "ATIF-v1.7", "session_id": "prior-1",
+    "schema_version": "ATIF-v1.7",
+    "session_id": "prior-1",
     "agent": {"name": "someone", "version": "1"},
     "steps": [
         {"step_id": 1, "source": "user", "message": "Earlier: note the secret word PELICAN."},
-        {"step_id": 2, "source": "agent", "message": "Checking the folder.",
-         "tool_calls": [{"tool_call_id": "call_prior_1", "function_name": "bash",
-                         "arguments": {"command": "ls /app"}}],
-         "observation": {"results": [{"source_call_id": "call_prior_1",
-                                      "content": "exit code 0\nnothing here"}]},
-         "metrics": {"prompt_tokens": 999, "completion_tokens": 99}},
+        {
+            "step_id": 2,
+            "source": "agent",
+            "message": "Checking the folder.",
+            "tool_calls": [
+                {"tool_call_id": "call_prior_1", "function_name": "bash", "arguments": {"command": "ls /app"}}
+            ],
+            "observation": {
+                "results": [{"source_call_id": "call_prior_1", "content": "exit code 0\nnothing here"}]
+            },
+            "metrics": {"prompt_tokens": 999, "completion_tokens": 99},
+        },
         {"step_id": 3, "source": "agent", "message": "Noted: PELICAN."},
     ],
 }
@@ -143,29 +161,39 @@ def test_task_seed_trajectory_opens_the_first_steps_session(tmp_path):
         assert task.seed_trajectory == task_dir / "steps" / "write" / "trajectory.json"
         tid = trial_id(task.name, task.content_hash, "llm", kwargs, MODEL, BACKEND, 1)
         job_dir = tmp_path / "job"
-        plan = TrialPlan(task=task, agent_name="llm", agent_kwargs=kwargs, model=MODEL,
-                         backend=BACKEND, attempt=1, trial_id=tid,
-                         trial_dir=job_dir / "trials" / f"x__1__{tid[:8]}",
-                         job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions())
+        plan = TrialPlan(
+            task=task,
+            agent_name="llm",
+            agent_kwargs=kwargs,
+            model=MODEL,
+            backend=BACKEND,
+            attempt=1,
+            trial_id=tid,
+            trial_dir=job_dir / "trials" / f"x__1__{tid[:8]}",
+            job_id="test-" + tid[:8],
+            job_dir=job_dir,
+            options=RunOptions(),
+        )
         asyncio.run(run_trial(plan))
         data = json.loads((plan.trial_dir / "result.json").read_text())
         first = server.messages(0)
         step2 = server.messages(2)
     assert [s["reward"] for s in data["steps"]] == [1.0, 1.0]
     # the model's first request: system, the seed as chat messages, then the instruction
-    assert [m["role"] for m in first] == ["system", "user", "assistant", "tool", "assistant",
-                                          "user"]
+    assert [m["role"] for m in first] == ["system", "user", "assistant", "tool", "assistant", "user"]
     assert first[1]["content"] == "Earlier: note the secret word PELICAN."
     assert first[2]["tool_calls"][0]["id"] == "call_prior_1"
     assert json.loads(first[2]["tool_calls"][0]["function"]["arguments"]) == {"command": "ls /app"}
-    assert first[3] == {"role": "tool", "tool_call_id": "call_prior_1",
-                        "content": "exit code 0\nnothing here"}
+    assert first[3] == {
+        "role": "tool",
+        "tool_call_id": "call_prior_1",
+        "content": "exit code 0\nnothing here",
+    }
     assert "Write the single line `1`" in first[5]["content"]
     assert "PELICAN" not in json.dumps(step2)  # step 2 starts fresh (no resume)
     # tokens: only what this trial spent (the seed's 999 are not counted)
     assert data["steps"][0]["tokens"] == {"prompt": 280, "completion": 40, "cached": 20}
-    traj = json.loads((plan.trial_dir / "steps" / "01-write" / "agent" / "trajectory.json")
-                      .read_text())
+    traj = json.loads((plan.trial_dir / "steps" / "01-write" / "agent" / "trajectory.json").read_text())
     seeded = [s for s in traj["steps"] if (s.get("extra") or {}).get("cairn_seed")]
     assert [s["message"] for s in seeded] == [s["message"] for s in SEED["steps"]]
     assert all("metrics" not in s for s in seeded)

@@ -49,17 +49,40 @@ def py_runtimes():
     from cairn.agents.installed import AIDER, MINI_SWE_AGENT
     from cairn.agents.runtime import prepare_python_runtime
 
-    return {spec.name: prepare_python_runtime(spec.name, spec.packaging, spec.version)  # type: ignore[arg-type]
-            for spec in (AIDER, MINI_SWE_AGENT)}
+    return {
+        spec.name: prepare_python_runtime(spec.name, spec.packaging, spec.version)  # type: ignore[arg-type]
+        for spec in (AIDER, MINI_SWE_AGENT)
+    }
 
 
 def _cairn_run(task: Path, agent: str, base_url: str, jobs: Path, *extra: str):
     src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, "OPENAI_API_KEY": SECRET,
-           "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", agent, "-m", MODEL,
-           "--ak", f"base_url={base_url}", "-e", "docker", "--jobs-dir", str(jobs),
-           "--job-name", "j", *extra]
+    env = {
+        **os.environ,
+        "OPENAI_API_KEY": SECRET,
+        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
+    }
+    cmd = [
+        sys.executable,
+        "-m",
+        "cairn",
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        agent,
+        "-m",
+        MODEL,
+        "--ak",
+        f"base_url={base_url}",
+        "-e",
+        "docker",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "j",
+        *extra,
+    ]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = jobs / "j"
@@ -75,8 +98,11 @@ def _want(agent: str, step: str) -> dict[str, int | None]:
     turns = _turns(agent, step)
     # aider does not report cached tokens for OpenAI-style usage (the scripted server sends
     # them): null in result.json and in ATIF, never 0 (issue 15)
-    return {"prompt": sum(t[0] for t in turns), "completion": sum(t[1] for t in turns),
-            "cached": None if agent == "aider" else sum(t[2] for t in turns)}
+    return {
+        "prompt": sum(t[0] for t in turns),
+        "completion": sum(t[1] for t in turns),
+        "cached": None if agent == "aider" else sum(t[2] for t in turns),
+    }
 
 
 def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
@@ -90,20 +116,21 @@ def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
         assert traj["schema_version"] == "ATIF-v1.7"
         assert traj["agent"]["name"] == agent
         agent_steps = [s for s in traj["steps"] if s["source"] == "agent"]
-        assert [s["metrics"]["prompt_tokens"] for s in agent_steps] == \
-            [t[0] for t in _turns(agent, name)]
-        assert [s["metrics"]["completion_tokens"] for s in agent_steps] == \
-            [t[1] for t in _turns(agent, name)]
+        assert [s["metrics"]["prompt_tokens"] for s in agent_steps] == [t[0] for t in _turns(agent, name)]
+        assert [s["metrics"]["completion_tokens"] for s in agent_steps] == [t[1] for t in _turns(agent, name)]
         fm = traj["final_metrics"]
         want = _want(agent, name)
-        assert (fm["total_prompt_tokens"], fm["total_completion_tokens"]) == \
-            (want["prompt"], want["completion"])
+        assert (fm["total_prompt_tokens"], fm["total_completion_tokens"]) == (
+            want["prompt"],
+            want["completion"],
+        )
         if agent == "mini-swe-agent":
             calls = [c for s in agent_steps for c in s.get("tool_calls", [])]
-            assert [(c["function_name"], c["arguments"]) for c in calls] == \
-                [("bash", {"command": COMMANDS[name]}), ("bash", {"command": SUBMIT})]
-            assert [s["metrics"].get("cached_tokens") for s in agent_steps] == \
-                [t[2] for t in USAGE[name]]
+            assert [(c["function_name"], c["arguments"]) for c in calls] == [
+                ("bash", {"command": COMMANDS[name]}),
+                ("bash", {"command": SUBMIT}),
+            ]
+            assert [s["metrics"].get("cached_tokens") for s in agent_steps] == [t[2] for t in USAGE[name]]
             obs = agent_steps[0]["observation"]["results"]
             assert obs[0]["source_call_id"] == calls[0]["tool_call_id"]
             assert '"returncode": 0' in obs[0]["content"]
@@ -121,8 +148,10 @@ def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
         assert traj["steps"][0]["source"] == "user"
         assert traj["steps"][0]["message"].strip() == instruction.strip()
     parts = [_want(agent, "write"), _want(agent, "append")]
-    total = {k: None if any(w[k] is None for w in parts) else sum(w[k] or 0 for w in parts)
-             for k in ("prompt", "completion", "cached")}
+    total = {
+        k: None if any(w[k] is None for w in parts) else sum(w[k] or 0 for w in parts)
+        for k in ("prompt", "completion", "cached")
+    }
     if agent == "aider":
         assert total["cached"] is None and any(t[2] for t in USAGE["write"])
     assert result["tokens"] == total
@@ -135,8 +164,7 @@ def _check(job: Path, trial: Path, result: dict, agent: str) -> None:
 @pytest.mark.parametrize("agent", AGENTS)
 def test_python_agent_passes_two_steps_with_exact_tokens(tmp_path, py_runtimes, agent):
     task = public_two_steps(tmp_path / "two-steps")
-    with FakeModels(two_step_script(agent), host=bridge_gateway(),
-                    consumes=consumes_any) as srv:
+    with FakeModels(two_step_script(agent), host=bridge_gateway(), consumes=consumes_any) as srv:
         job, trial, result = _cairn_run(task, agent, srv.base_url, tmp_path / "jobs")
         main = srv.main_requests()
     _check(job, trial, result, agent)
@@ -159,16 +187,22 @@ def test_python_agent_under_no_network_reaches_only_its_model(tmp_path, py_runti
     shutil.copytree(TWO_STEPS, task)
     addr = bridge_gateway()
     with FakeModels(two_step_script(agent), host=addr, consumes=consumes_any) as srv:
-        job, trial, result = _cairn_run(task, agent, f"http://model.test:{srv.port}",
-                                        tmp_path / "jobs", "--add-host", f"model.test={addr}")
+        job, trial, result = _cairn_run(
+            task,
+            agent,
+            f"http://model.test:{srv.port}",
+            tmp_path / "jobs",
+            "--add-host",
+            f"model.test={addr}",
+        )
     _check(job, trial, result, agent)
     for name in ("write", "append"):
         (step_dir,) = (trial / "steps").glob(f"*-{name}")
         lines = [json.loads(x) for x in (step_dir / "network.jsonl").read_text().splitlines()]
-        assert {(x["host"], x["port"], x["verdict"], x["phase"]) for x in lines} == \
-            {("model.test", srv.port, "allowed", "agent")}, lines
+        assert {(x["host"], x["port"], x["verdict"], x["phase"]) for x in lines} == {
+            ("model.test", srv.port, "allowed", "agent")
+        }, lines
     assert all(s["network"]["denied"] == 0 for s in result["steps"])
-
 
 
 def test_runs_in_an_image_without_python_and_leaks_nothing_into_commands(tmp_path, py_runtimes):
@@ -178,17 +212,28 @@ def test_runs_in_an_image_without_python_and_leaks_nothing_into_commands(tmp_pat
     Python, where the image has one, is the one its commands get)."""
     from taskgen import write_task
 
-    probe = ('printf "ld=%s home=%s path=%s py=%s\\n" "${LD_LIBRARY_PATH-unset}" '
-             '"${PYTHONHOME-unset}" "${PYTHONPATH-unset}" "$(command -v python3 || echo none)" '
-             '> /app/out.txt')
-    test = ('grep -qx "ld=unset home=unset path=unset py=none" /app/out.txt '
-            '&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n')
-    dockerfile = ("FROM debian:bookworm-slim\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\n"
-                  "WORKDIR /app\n")
-    task = write_task(tmp_path, "no-python", dockerfile=dockerfile, network="public",
-                      instruction="Record the environment.", test=test)
-    script = [Turn(text="Probing.", calls=(("bash", {"command": probe}),), usage=(10, 2, 0)),
-              Turn(text="Done.", calls=(("bash", {"command": SUBMIT}),), usage=(11, 1, 0))]
+    probe = (
+        'printf "ld=%s home=%s path=%s py=%s\\n" "${LD_LIBRARY_PATH-unset}" '
+        '"${PYTHONHOME-unset}" "${PYTHONPATH-unset}" "$(command -v python3 || echo none)" '
+        "> /app/out.txt"
+    )
+    test = (
+        'grep -qx "ld=unset home=unset path=unset py=none" /app/out.txt '
+        "&& echo 1 > /logs/verifier/reward.txt || echo 0 > /logs/verifier/reward.txt\n"
+    )
+    dockerfile = "FROM debian:bookworm-slim\nRUN rm -f /usr/bin/python3 /usr/bin/python3.*\nWORKDIR /app\n"
+    task = write_task(
+        tmp_path,
+        "no-python",
+        dockerfile=dockerfile,
+        network="public",
+        instruction="Record the environment.",
+        test=test,
+    )
+    script = [
+        Turn(text="Probing.", calls=(("bash", {"command": probe}),), usage=(10, 2, 0)),
+        Turn(text="Done.", calls=(("bash", {"command": SUBMIT}),), usage=(11, 1, 0)),
+    ]
     with FakeModels(script, host=bridge_gateway(), consumes=consumes_any) as srv:
         job, trial, result = _cairn_run(task, "mini-swe-agent", srv.base_url, tmp_path / "jobs")
     out = next((trial / "steps").glob("*/verifier/test-stdout.txt"))

@@ -11,16 +11,23 @@ ISO_UTC = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
 
 def _sample() -> Trajectory:
-    t = Trajectory(session_id="s1", agent_name="llm", agent_version="0.1.0",
-                   model_name="openai/gpt-4o-mini")
+    t = Trajectory(session_id="s1", agent_name="llm", agent_version="0.1.0", model_name="openai/gpt-4o-mini")
     t.add_step("system", "You are an agent.")
     t.add_step("user", "Write a file.")
-    s = t.add_step("agent", "", tool_calls=[tool_call("c1", "bash", {"command": "ls"})],
-                   metrics=step_metrics(100, 20, 30, 0.5))
+    s = t.add_step(
+        "agent",
+        "",
+        tool_calls=[tool_call("c1", "bash", {"command": "ls"})],
+        metrics=step_metrics(100, 20, 30, 0.5),
+    )
     Trajectory.add_result(s, "c1", "exit_code: 0")
-    t.add_step("agent", "Done.", tool_calls=[tool_call("c2", "submit", {})],
-               observation_results=[{"source_call_id": "c2", "content": "Submitted."}],
-               metrics=step_metrics(150, 10, None, 0.25))
+    t.add_step(
+        "agent",
+        "Done.",
+        tool_calls=[tool_call("c2", "submit", {})],
+        observation_results=[{"source_call_id": "c2", "content": "Submitted."}],
+        metrics=step_metrics(150, 10, None, 0.25),
+    )
     return t
 
 
@@ -36,17 +43,21 @@ def test_atif_shape_and_final_metrics(tmp_path):
     assert [s["source"] for s in data["steps"]] == ["system", "user", "agent", "agent"]
     assert all(ISO_UTC.match(s["timestamp"]) for s in data["steps"])
     agent_step = data["steps"][2]
-    assert agent_step["tool_calls"] == [{"tool_call_id": "c1", "function_name": "bash",
-                                         "arguments": {"command": "ls"}}]
-    assert agent_step["observation"] == {"results": [{"source_call_id": "c1",
-                                                      "content": "exit_code: 0"}]}
+    assert agent_step["tool_calls"] == [
+        {"tool_call_id": "c1", "function_name": "bash", "arguments": {"command": "ls"}}
+    ]
+    assert agent_step["observation"] == {"results": [{"source_call_id": "c1", "content": "exit_code: 0"}]}
     # None values are omitted, not written as null
     assert "tool_calls" not in data["steps"][0] and "metrics" not in data["steps"][1]
     assert "cached_tokens" not in data["steps"][3]["metrics"]
     assert "null" not in path.read_text()
-    assert data["final_metrics"] == {"total_prompt_tokens": 250, "total_completion_tokens": 30,
-                                     "total_cached_tokens": 30, "total_cost_usd": 0.75,
-                                     "total_steps": 4}
+    assert data["final_metrics"] == {
+        "total_prompt_tokens": 250,
+        "total_completion_tokens": 30,
+        "total_cached_tokens": 30,
+        "total_cost_usd": 0.75,
+        "total_steps": 4,
+    }
     assert not [p for p in path.parent.iterdir() if p.name != "trajectory.json"]  # no temp files
 
 

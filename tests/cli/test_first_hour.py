@@ -24,8 +24,11 @@ SRC = REPO / "src"
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
     env.pop("CAIRN_DEBUG", None)
     env.update(extra)
     return env
@@ -33,8 +36,15 @@ def _env(**extra: str) -> dict[str, str]:
 
 def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     """``python3 -m cairn ARGS`` to its end; stdout and stderr apart."""
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd, env=_env(**env),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", *args],
+        cwd=cwd,
+        env=_env(**env),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def no_traceback(p: subprocess.CompletedProcess) -> None:
@@ -53,27 +63,30 @@ def typo_task(tmp_path: Path) -> Path:
 
 
 def _lineno(path: Path, key: str) -> int:
-    return next(i for i, line in enumerate(path.read_text().splitlines(), 1)
-                if line.startswith(key))
+    return next(i for i, line in enumerate(path.read_text().splitlines(), 1) if line.startswith(key))
 
 
 # ---- 1. task validation warnings at run time -------------------------------------------------
 
+
 @pytest.mark.docker
 def test_run_prints_task_warnings_with_line_and_suggestion_before_the_first_trial(tmp_path):
     task = typo_task(tmp_path)
-    p = cairn("run", "-p", "my-task", "-a", "nop", "-e", "docker", "--job-name", "typo",
-              cwd=tmp_path)
+    p = cairn("run", "-p", "my-task", "-a", "nop", "-e", "docker", "--job-name", "typo", cwd=tmp_path)
     no_traceback(p)
     assert p.returncode == 0, p.stdout + p.stderr
     lines = p.stdout.splitlines()
     line = _lineno(task / "task.toml", "min_rewrad")
-    want = (f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
-            "(did you mean `min_reward`?)")
+    want = (
+        f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
+        "(did you mean `min_reward`?)"
+    )
     assert want in lines, p.stdout
     mem = _lineno(task / "task.toml", "memroy_mb")
-    assert any(x.startswith(f"my-task/task.toml:{mem}: warning: unknown key `memroy_mb`")
-               and "`memory_mb`" in x for x in lines), p.stdout
+    assert any(
+        x.startswith(f"my-task/task.toml:{mem}: warning: unknown key `memroy_mb`") and "`memory_mb`" in x
+        for x in lines
+    ), p.stdout
     first_trial = next(i for i, x in enumerate(lines) if x.startswith("[local/my-task]"))
     assert lines.index(want) < first_trial
     assert lines[0].startswith("job typo: started") and lines.index(want) > 0
@@ -86,13 +99,13 @@ def test_run_prints_task_warnings_with_line_and_suggestion_before_the_first_tria
 @pytest.mark.docker
 def test_run_strict_makes_task_warnings_errors(tmp_path):
     typo_task(tmp_path)
-    p = cairn("run", "-p", "my-task", "-a", "nop", "-e", "docker", "--strict",
-              "--job-name", "strict", cwd=tmp_path)
+    p = cairn(
+        "run", "-p", "my-task", "-a", "nop", "-e", "docker", "--strict", "--job-name", "strict", cwd=tmp_path
+    )
     no_traceback(p)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "error: unknown key `min_rewrad` in [steps[0]] (did you mean `min_reward`?)" in p.stdout
-    result = json.loads(next((tmp_path / "jobs" / "strict" / "trials").glob("*/result.json"))
-                        .read_text())
+    result = json.loads(next((tmp_path / "jobs" / "strict" / "trials").glob("*/result.json")).read_text())
     assert result["outcome"] == "errored"
     assert result["error"]["kind"] == "config_error"
     assert not any(s.get("agent") and s["agent"].get("elapsed_sec") for s in result["steps"])
@@ -115,26 +128,32 @@ def test_dataset_warnings_are_capped_with_the_command_for_the_rest(tmp_path):
     ds = tmp_path / "ds"
     ds.mkdir()
     for i in range(6):
-        assert cairn("tasks", "init", f"t{i}", "--steps", "a,b,c", "--dir", "ds",
-                     cwd=tmp_path).returncode == 0
+        assert (
+            cairn("tasks", "init", f"t{i}", "--steps", "a,b,c", "--dir", "ds", cwd=tmp_path).returncode == 0
+        )
         toml = ds / f"t{i}" / "task.toml"
         toml.write_text(toml.read_text().replace("min_reward", "min_rewrad"))
     p = cairn("run", "-p", "ds", "--dry-run", "-e", "docker", cwd=tmp_path)
     shown = [x for x in p.stdout.splitlines() if "unknown key `min_rewrad`" in x]
     assert len(shown) == 12  # the cap (MAX_WARNING_LINES), of 18
-    assert ("warning: 6 more validation finding(s) in 2 task(s) not shown; list them: "
-            "cairn tasks check ds/t4 ds/t5") in p.stdout
+    assert (
+        "warning: 6 more validation finding(s) in 2 task(s) not shown; list them: "
+        "cairn tasks check ds/t4 ds/t5"
+    ) in p.stdout
     assert "warning: 18 task validation warning(s) in 6 task(s)" in p.stdout
 
 
 # ---- 2. folders holding datasets one level down ----------------------------------------------
 
+
 def test_datasets_one_level_down_are_named_with_the_command(tmp_path):
     shutil.copytree(REPO / "examples", tmp_path / "examples")
     c = cairn("tasks", "check", "examples/", "--strict", "-e", "none", cwd=tmp_path)
     assert c.returncode == 0, c.stdout + c.stderr
-    assert ("warning: examples/dataset holds 4 task(s) one level down (folders are read one "
-            "level deep), not checked: cairn tasks check examples/dataset") in c.stdout
+    assert (
+        "warning: examples/dataset holds 4 task(s) one level down (folders are read one "
+        "level deep), not checked: cairn tasks check examples/dataset"
+    ) in c.stdout
     d = cairn("run", "-p", "examples", "--dry-run", "-e", "docker", cwd=tmp_path)
     assert "examples/dataset holds 4 task(s) one level down" in d.stdout
     assert "not included: add -p examples/dataset" in d.stdout
@@ -145,12 +164,14 @@ def test_datasets_one_level_down_are_named_with_the_command(tmp_path):
     assert "holds datasets one level down, give them: -p" in e.stderr
     c2 = cairn("tasks", "check", "outer", "-e", "none", cwd=tmp_path)
     assert c2.returncode == 1
-    assert ("outer: error: not a task (no task.toml or task.md) and holds no task folders; it "
-            "holds datasets one level down, check them: cairn tasks check outer/examples"
-            ) in c2.stdout
+    assert (
+        "outer: error: not a task (no task.toml or task.md) and holds no task folders; it "
+        "holds datasets one level down, check them: cairn tasks check outer/examples"
+    ) in c2.stdout
 
 
 # ---- 4, 5. step numbering under --start-step; regrade's exit code and lines --------------------
+
 
 def _local_ok() -> bool:
     sys.path.insert(0, str(TESTS / "helpers"))
@@ -166,13 +187,27 @@ local = pytest.mark.skipif(not _local_ok(), reason="local backend unavailable")
 @local
 def test_start_step_verdict_numbers_the_step_in_the_task(tmp_path):
     shutil.copytree(REPO / "examples" / "incident", tmp_path / "incident")
-    p = cairn("run", "-p", "incident", "--start-step", "repair", "-a", "nop", "-e", "local",
-              "--job-name", "ss", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "incident",
+        "--start-step",
+        "repair",
+        "-a",
+        "nop",
+        "-e",
+        "local",
+        "--job-name",
+        "ss",
+        cwd=tmp_path,
+    )
     no_traceback(p)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "step 3/5 repair: reward 0.00" in p.stdout
-    assert ("STOPPED after step 3/5 repair: reward 0.00 < min_reward 1.0 (mean 0.00 over 1 of 3 "
-            "steps run from repair)") in p.stdout
+    assert (
+        "STOPPED after step 3/5 repair: reward 0.00 < min_reward 1.0 (mean 0.00 over 1 of 3 "
+        "steps run from repair)"
+    ) in p.stdout
     assert "/3 repair" not in p.stdout
 
 
@@ -180,15 +215,16 @@ def test_start_step_verdict_numbers_the_step_in_the_task(tmp_path):
 @local
 def test_regrade_of_a_job_without_snapshots_exits_1_with_the_command(tmp_path):
     shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
-    run = cairn("run", "-p", "two-steps", "-a", "oracle", "-e", "local", "--job-name", "plain",
-                cwd=tmp_path)
+    run = cairn("run", "-p", "two-steps", "-a", "oracle", "-e", "local", "--job-name", "plain", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     p = cairn("regrade", "jobs/plain", "--job-name", "plain-re", cwd=tmp_path)
     no_traceback(p)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "regrade: 0 of 1 trial(s) regraded, 1 not regradable" in p.stderr
-    assert ("1 trial(s) have no step snapshots: the job was run without --snapshot-steps; a "
-            "regradable job is recorded by cairn run -p ") in p.stderr
+    assert (
+        "1 trial(s) have no step snapshots: the job was run without --snapshot-steps; a "
+        "regradable job is recorded by cairn run -p "
+    ) in p.stderr
     assert "-a oracle --snapshot-steps --job-name plain-snap" in p.stderr
     assert "cairn: error: nothing in the job could be regraded" in p.stderr
 
@@ -197,13 +233,25 @@ def test_regrade_of_a_job_without_snapshots_exits_1_with_the_command(tmp_path):
 @local
 def test_partial_regrade_names_the_unreached_steps_and_what_a_full_one_needs(tmp_path):
     assert cairn("tasks", "init", "gate", "--steps", "write,append", cwd=tmp_path).returncode == 0
-    run = cairn("run", "-p", "gate", "-a", "nop", "-e", "local", "--snapshot-steps",
-                "--job-name", "base", cwd=tmp_path)
+    run = cairn(
+        "run",
+        "-p",
+        "gate",
+        "-a",
+        "nop",
+        "-e",
+        "local",
+        "--snapshot-steps",
+        "--job-name",
+        "base",
+        cwd=tmp_path,
+    )
     assert run.returncode == 0, run.stdout + run.stderr
     assert "STOPPED after step 1/2 write" in run.stdout
     test_sh = tmp_path / "gate" / "steps" / "write" / "tests" / "test.sh"
-    test_sh.write_text("#!/usr/bin/env bash\nmkdir -p /logs/verifier\n"
-                       "echo 1 > /logs/verifier/reward.txt\n")  # the "fixed" verifier
+    test_sh.write_text(
+        "#!/usr/bin/env bash\nmkdir -p /logs/verifier\necho 1 > /logs/verifier/reward.txt\n"
+    )  # the "fixed" verifier
     p = cairn("regrade", "jobs/base", "-p", "gate", "--job-name", "fixed", cwd=tmp_path)
     no_traceback(p)
     assert p.returncode == 0, p.stdout + p.stderr
@@ -213,34 +261,50 @@ def test_partial_regrade_names_the_unreached_steps_and_what_a_full_one_needs(tmp
     assert "--start-step append --from " in line and "jobs/base/trials/" in line
     assert "-i local/gate" in line and line.rstrip().endswith("-a nop")
     table = p.stdout.split("regrade (old → new)")[0]  # the task / step table
-    rows = {x.split()[1]: x for x in table.splitlines() if x.startswith("  ") and
-            x.split()[0] in ("1.", "2.")}
+    rows = {
+        x.split()[1]: x for x in table.splitlines() if x.startswith("  ") and x.split()[0] in ("1.", "2.")
+    }
     assert "stopped here" not in rows["write"]  # the step passes now
     assert rows["append"].rstrip().endswith("regrade could not reach 1")
 
 
 # ---- 9. a jobs folder where a job folder is expected --------------------------------------------
 
+
 @pytest.mark.local
 @local
 def test_report_export_take_a_jobs_folder_resume_regrade_name_the_jobs(tmp_path):
     shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
     for name in ("first", "second"):
-        r = cairn("run", "-p", "two-steps", "-a", "oracle", "-e", "local", "--job-name", name,
-                  "--snapshot-steps", cwd=tmp_path)
+        r = cairn(
+            "run",
+            "-p",
+            "two-steps",
+            "-a",
+            "oracle",
+            "-e",
+            "local",
+            "--job-name",
+            name,
+            "--snapshot-steps",
+            cwd=tmp_path,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
     rep = cairn("report", "jobs", cwd=tmp_path)
     assert rep.returncode == 0, rep.stderr
-    assert ("cairn report: jobs holds 2 jobs; reading the latest, jobs/second (give a job folder "
-            "to pick another)") in rep.stderr
+    assert (
+        "cairn report: jobs holds 2 jobs; reading the latest, jobs/second (give a job folder to pick another)"
+    ) in rep.stderr
     assert rep.stdout.startswith("job second")
     exp = cairn("export", "jobs/", "-o", "s.jsonl", cwd=tmp_path)
     assert exp.returncode == 0 and "reading the latest, jobs/second" in exp.stderr
     assert len((tmp_path / "s.jsonl").read_text().splitlines()) == 2
     res = cairn("resume", "jobs", cwd=tmp_path)
     assert res.returncode == 2
-    assert ("cairn: error: jobs is a jobs folder, not a job folder: it holds 2 jobs, latest "
-            "first: jobs/second, jobs/first; give one: cairn resume jobs/second") in res.stderr
+    assert (
+        "cairn: error: jobs is a jobs folder, not a job folder: it holds 2 jobs, latest "
+        "first: jobs/second, jobs/first; give one: cairn resume jobs/second"
+    ) in res.stderr
     reg = cairn("regrade", "jobs", cwd=tmp_path)
     assert reg.returncode == 2 and "give one: cairn regrade jobs/second" in reg.stderr
     sh = cairn("shell", "jobs/first", "--step", "write", "-c", "cat /app/a.txt", cwd=tmp_path)
@@ -253,12 +317,14 @@ def test_report_export_take_a_jobs_folder_resume_regrade_name_the_jobs(tmp_path)
 
 # ---- 8, 9. the default agent; one CLI grammar ---------------------------------------------------
 
+
 @pytest.mark.local
 @local
 def test_job_header_names_agent_model_and_backend(tmp_path):
     shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
-    p = cairn("run", "-p", "two-steps", "-e", "local", "--job-name", "h", "--no-verify",
-              "-a", "nop", cwd=tmp_path)
+    p = cairn(
+        "run", "-p", "two-steps", "-e", "local", "--job-name", "h", "--no-verify", "-a", "nop", cwd=tmp_path
+    )
     assert p.stdout.splitlines()[0] == "job h: started (cairn 0.1.0, agent nop, backend local)"
 
 
@@ -266,14 +332,27 @@ def test_model_without_agent_suggests_llm(tmp_path):
     shutil.copytree(REPO / "examples" / "two-steps", tmp_path / "two-steps")
     p = cairn("run", "-p", "two-steps", "-m", "openai/gpt-4o", "--dry-run", cwd=tmp_path)
     assert p.returncode == 2
-    assert p.stderr.startswith("cairn: error: -m openai/gpt-4o needs a model-driven agent, and "
-                               "without -a the agent is oracle: add -a llm"), p.stderr
+    assert p.stderr.startswith(
+        "cairn: error: -m openai/gpt-4o needs a model-driven agent, and "
+        "without -a the agent is oracle: add -a llm"
+    ), p.stderr
     assert "remove -m" not in p.stderr
 
 
-@pytest.mark.parametrize("argv", [["-h"], ["--help"], ["tasks", "-h"], ["report", "-h"],
-                                  ["run", "-h"], ["view", "-h"], ["tasks", "check", "-h"],
-                                  ["regrade", "-h"], ["agents", "list", "-h"]])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-h"],
+        ["--help"],
+        ["tasks", "-h"],
+        ["report", "-h"],
+        ["run", "-h"],
+        ["view", "-h"],
+        ["tasks", "check", "-h"],
+        ["regrade", "-h"],
+        ["agents", "list", "-h"],
+    ],
+)
 def test_h_and_help_on_every_command(tmp_path, argv):
     p = cairn(*argv, cwd=tmp_path)
     assert p.returncode == 0, p.stderr
@@ -294,15 +373,23 @@ def test_help_of_every_registered_command_takes_h(tmp_path):
         assert p.returncode == 0 and p.stdout.startswith("Usage: cairn"), (argv, p.stderr)
 
 
-@pytest.mark.parametrize(("argv", "want"), [
-    (["run", "--agnet", "oracle", "-p", "x"],
-     "cairn: error: No such option: --agnet (did you mean --agent?)"),
-    (["tasks", "check", "--strct", "x"], "cairn: error: No such option: --strct (did you mean --strict?)"),
-    (["view", "--prot", "1"], "cairn: error: No such option: --prot (did you mean --port?)"),
-    (["rn"], "cairn: error: No such command 'rn'. Did you mean 'run'?"),
-    (["report"], "cairn: error: Missing argument 'job_dir'."),
-    (["tasks", "check", "x", "--select", "no-such-rule"], "cairn: error: "),
-])
+@pytest.mark.parametrize(
+    ("argv", "want"),
+    [
+        (
+            ["run", "--agnet", "oracle", "-p", "x"],
+            "cairn: error: No such option: --agnet (did you mean --agent?)",
+        ),
+        (
+            ["tasks", "check", "--strct", "x"],
+            "cairn: error: No such option: --strct (did you mean --strict?)",
+        ),
+        (["view", "--prot", "1"], "cairn: error: No such option: --prot (did you mean --port?)"),
+        (["rn"], "cairn: error: No such command 'rn'. Did you mean 'run'?"),
+        (["report"], "cairn: error: Missing argument 'job_dir'."),
+        (["tasks", "check", "x", "--select", "no-such-rule"], "cairn: error: "),
+    ],
+)
 def test_one_error_prefix_and_did_you_mean_for_options(tmp_path, argv, want):
     p = cairn(*argv, cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
@@ -314,21 +401,21 @@ def test_one_error_prefix_and_did_you_mean_for_options(tmp_path, argv, want):
 
 # ---- 6. a failed build shows its cause on the terminal -----------------------------------------
 
+
 @pytest.mark.local
 @local
 def test_failed_build_prints_the_tail_of_its_log(tmp_path):
     assert cairn("tasks", "init", "bad", cwd=tmp_path).returncode == 0
     dockerfile = tmp_path / "bad" / "environment" / "Dockerfile"
     noisy = "".join(f"RUN echo line-{i}\n" for i in range(20))
-    dockerfile.write_text(dockerfile.read_text() + noisy
-                          + "RUN pip-not-here install requests\n")
+    dockerfile.write_text(dockerfile.read_text() + noisy + "RUN pip-not-here install requests\n")
     p = cairn("run", "-p", "bad", "-e", "local", "--job-name", "b", cwd=tmp_path)
     no_traceback(p)
     assert p.returncode == 1
     lines = p.stdout.splitlines()
     at = next(i for i, x in enumerate(lines) if x.startswith("[local/bad] ERRORED: build_failed"))
     assert lines[at + 1].startswith("  log (last 8 lines):")
-    shown = lines[at + 2:at + 10]
+    shown = lines[at + 2 : at + 10]
     assert all(x.startswith("  | ") for x in shown) and len(shown) == 8
     assert "  | /bin/sh: 1: pip-not-here: not found" in shown
     assert not lines[at + 10].startswith("  | ")  # bounded
@@ -337,29 +424,38 @@ def test_failed_build_prints_the_tail_of_its_log(tmp_path):
 
 # ---- 7. per-key means labelled -----------------------------------------------------------------
 
+
 @pytest.mark.local
 @local
 def test_report_labels_per_key_means_so_they_do_not_read_as_failures(tmp_path):
-    assert cairn("tasks", "init", "keys", "--steps", "fetch,fix,report",
-                 cwd=tmp_path).returncode == 0
+    assert cairn("tasks", "init", "keys", "--steps", "fetch,fix,report", cwd=tmp_path).returncode == 0
     (tmp_path / "keys" / "steps" / "report" / "tests" / "test.sh").write_text(
         "#!/usr/bin/env bash\nmkdir -p /logs/verifier\n"
-        "echo '{\"reward\": 1, \"total\": 1, \"bug\": 1}' > /logs/verifier/reward.json\n")
+        'echo \'{"reward": 1, "total": 1, "bug": 1}\' > /logs/verifier/reward.json\n'
+    )
     run = cairn("run", "-p", "keys", "-e", "local", "-k", "2", "--job-name", "k", cwd=tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     p = cairn("report", "jobs/k", cwd=tmp_path)
-    rows = {x.split("  ", 2)[1].strip(): x.split("  ", 2)[2].strip()
-            for x in p.stdout.splitlines() if x.startswith("  reward")}
-    assert rows["reward (primary)"] == ("reported by 3 of 3 step(s) (fetch, fix, report); mean "
-                                        "over those 1.00; per-trial mean 1.00 (n=2 trials)")
-    assert rows["reward[total]"] == ("reported by 1 of 3 step(s) (report); mean over those 1.00; "
-                                     "per-trial mean 0.33, missing steps as 0 (n=2 trials)")
+    rows = {
+        x.split("  ", 2)[1].strip(): x.split("  ", 2)[2].strip()
+        for x in p.stdout.splitlines()
+        if x.startswith("  reward")
+    }
+    assert rows["reward (primary)"] == (
+        "reported by 3 of 3 step(s) (fetch, fix, report); mean "
+        "over those 1.00; per-trial mean 1.00 (n=2 trials)"
+    )
+    assert rows["reward[total]"] == (
+        "reported by 1 of 3 step(s) (report); mean over those 1.00; "
+        "per-trial mean 0.33, missing steps as 0 (n=2 trials)"
+    )
     assert "reward[reward]" not in p.stdout
     md_ = cairn("report", "jobs/k", "--format", "markdown", cwd=tmp_path)
     assert "| reward[bug] | reported by 1 of 3 step(s) (report); mean over those 1.00;" in md_.stdout
 
 
 # ---- 3. model failures answer fast and out loud ------------------------------------------------
+
 
 def _free_port() -> int:
     import socket
@@ -377,24 +473,43 @@ def test_unreachable_model_host_is_a_fast_job_error_with_a_line_per_retry(tmp_pa
     import time
 
     t0 = time.monotonic()
-    p = cairn("run", "-p", "two-steps", "-a", "llm", "-m", "openai/gpt-4o", "--ak",
-              f"api_base=http://127.0.0.1:{port}/v1", "-e", "local", "-k", "3", "-n", "1",
-              "--job-name", "unreach", cwd=tmp_path, OPENAI_API_KEY="sk-test")
+    p = cairn(
+        "run",
+        "-p",
+        "two-steps",
+        "-a",
+        "llm",
+        "-m",
+        "openai/gpt-4o",
+        "--ak",
+        f"api_base=http://127.0.0.1:{port}/v1",
+        "-e",
+        "local",
+        "-k",
+        "3",
+        "-n",
+        "1",
+        "--job-name",
+        "unreach",
+        cwd=tmp_path,
+        OPENAI_API_KEY="sk-test",
+    )
     took = time.monotonic() - t0
     no_traceback(p)
     assert p.returncode == 1, p.stdout + p.stderr
     assert took < 60, took  # not minutes of retried sandboxes
     retries = [x for x in p.stdout.splitlines() if "model call failed (connection refused)" in x]
     assert retries == [
-        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 1 of 2 "
-        "in 2.0 s",
-        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 2 of 2 "
-        "in 2.0 s"]
+        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 1 of 2 in 2.0 s",
+        "[cairn/two-steps] step 1/2 write: model call failed (connection refused); retry 2 of 2 in 2.0 s",
+    ]
     assert f"host unreachable (connection refused) at http://127.0.0.1:{port}/v1" in p.stdout
     assert "job stopping: model_unreachable" in p.stdout
     assert "retrying in" not in p.stdout  # no trial retry on a fresh sandbox
-    outcomes = sorted(json.loads(f.read_text())["outcome"]
-                      for f in (tmp_path / "jobs" / "unreach" / "trials").glob("*/result.json"))
+    outcomes = sorted(
+        json.loads(f.read_text())["outcome"]
+        for f in (tmp_path / "jobs" / "unreach" / "trials").glob("*/result.json")
+    )
     assert outcomes == ["cancelled", "cancelled", "errored"]
 
 
@@ -423,27 +538,51 @@ def test_model_and_trial_retries_each_print_a_line_with_the_cause(tmp_path):
     server = BackgroundServer("127.0.0.1", Down, "down-model").start()
     try:
         port = server._server.server_address[1]
-        p = cairn("run", "-p", "two-steps", "-a", "llm", "-m", "openai/gpt-4o", "--ak",
-                  f"api_base=http://127.0.0.1:{port}/v1", "--ak", "model_retries=1", "--ak",
-                  "retry_base_delay_sec=0.1", "-e", "local", "-r", "1", "--job-name", "down",
-                  cwd=tmp_path, OPENAI_API_KEY="sk-test")
+        p = cairn(
+            "run",
+            "-p",
+            "two-steps",
+            "-a",
+            "llm",
+            "-m",
+            "openai/gpt-4o",
+            "--ak",
+            f"api_base=http://127.0.0.1:{port}/v1",
+            "--ak",
+            "model_retries=1",
+            "--ak",
+            "retry_base_delay_sec=0.1",
+            "-e",
+            "local",
+            "-r",
+            "1",
+            "--job-name",
+            "down",
+            cwd=tmp_path,
+            OPENAI_API_KEY="sk-test",
+        )
     finally:
         server.stop()
     no_traceback(p)
     lines = p.stdout.splitlines()
     model = [x for x in lines if "model call failed" in x]
     assert len(model) == 2, p.stdout  # one per model retry: one in each of the two runs
-    assert all(x.startswith("[cairn/two-steps] step 1/2 write: model call failed "
-                            "(ServiceUnavailableError: ") and "upstream overloaded" in x
-               and x.endswith("; retry 1 of 1 in 0.1 s") for x in model), model
+    assert all(
+        x.startswith("[cairn/two-steps] step 1/2 write: model call failed (ServiceUnavailableError: ")
+        and "upstream overloaded" in x
+        and x.endswith("; retry 1 of 1 in 0.1 s")
+        for x in model
+    ), model
     trial = [x for x in lines if "retrying in" in x]
     assert len(trial) == 1, p.stdout
-    assert trial[0].startswith("[cairn/two-steps] infra error model_unavailable (model "
-                               "'openai/gpt-4o' unavailable after 1 retries:")
+    assert trial[0].startswith(
+        "[cairn/two-steps] infra error model_unavailable (model 'openai/gpt-4o' unavailable after 1 retries:"
+    )
     assert "on a fresh sandbox (run 2 of 2)" in trial[0]
 
 
 # ---- 9. cairn report on a running job ------------------------------------------------------------
+
 
 @pytest.mark.local
 @local
@@ -454,9 +593,14 @@ def test_report_on_a_running_job_shows_what_is_running(tmp_path):
     assert cairn("tasks", "init", "slow", cwd=tmp_path).returncode == 0
     solve = tmp_path / "slow" / "solution" / "solve.sh"
     solve.write_text("#!/usr/bin/env bash\nsleep 60\n" + solve.read_text())
-    bg = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", "slow", "-e", "local",
-                           "--job-name", "live"], cwd=tmp_path, env=_env(),
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    bg = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "run", "-p", "slow", "-e", "local", "--job-name", "live"],
+        cwd=tmp_path,
+        env=_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 60
         trials = tmp_path / "jobs" / "live" / "trials"
@@ -466,8 +610,9 @@ def test_report_on_a_running_job_shows_what_is_running(tmp_path):
         p = cairn("report", "jobs/live", cwd=tmp_path)
         assert p.returncode == 0, p.stderr
         lines = p.stdout.splitlines()
-        assert lines[0].startswith("running: a cairn process holds this job; 0 trial(s) "
-                                   "finished, 1 started and not finished"), p.stdout
+        assert lines[0].startswith(
+            "running: a cairn process holds this job; 0 trial(s) finished, 1 started and not finished"
+        ), p.stdout
         assert lines[1].startswith("  running local-slow__1__")
     finally:
         bg.send_signal(signal.SIGINT)
@@ -483,11 +628,12 @@ def test_tasks_sanity_prints_the_warnings_and_strict_fails_the_task(tmp_path):
     p = cairn("tasks", "sanity", "my-task", "-e", "local", cwd=tmp_path)
     no_traceback(p)
     line = _lineno(tmp_path / "my-task" / "task.toml", "min_rewrad")
-    want = (f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
-            "(did you mean `min_reward`?)")
+    want = (
+        f"my-task/task.toml:{line}: warning: unknown key `min_rewrad` in [steps[0]] "
+        "(did you mean `min_reward`?)"
+    )
     assert want in p.stderr.splitlines(), p.stderr
-    first_trial = next(i for i, x in enumerate(p.stderr.splitlines())
-                       if x.startswith("[local/my-task]"))
+    first_trial = next(i for i, x in enumerate(p.stderr.splitlines()) if x.startswith("[local/my-task]"))
     assert p.stderr.splitlines().index(want) < first_trial
     s = cairn("tasks", "sanity", "my-task", "-e", "local", "--strict", cwd=tmp_path)
     assert s.returncode == 1

@@ -31,8 +31,7 @@ SRC = TESTS.parent / "src"
 local = pytest.mark.skipif(not backend_available("local"), reason="local backend not available")
 
 
-def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str | None
-          ) -> subprocess.CompletedProcess:
+def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str | None) -> subprocess.CompletedProcess:
     """``python3 -m cairn ARGS`` to its end (no traceback allowed)."""
     e = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")])}
     for k, v in env.items():
@@ -47,8 +46,7 @@ def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str | None
 
 def trials(job: Path) -> dict[str, dict]:
     """trial folder name → its result.json."""
-    return {f.parent.name: json.loads(f.read_text())
-            for f in sorted(job.glob("trials/*/result.json"))}
+    return {f.parent.name: json.loads(f.read_text()) for f in sorted(job.glob("trials/*/result.json"))}
 
 
 def records(path: Path) -> list[dict]:
@@ -61,8 +59,7 @@ def containers_of(job_dir: Path) -> list:
 
     client = docker.from_env()
     try:
-        return client.api.containers(all=True,
-                                     filters={"label": f"cairn.job_dir={job_dir.absolute()}"})
+        return client.api.containers(all=True, filters={"label": f"cairn.job_dir={job_dir.absolute()}"})
     finally:
         client.close()
 
@@ -72,8 +69,7 @@ def ds(tmp_path: Path) -> Path:
     """Three single-step tasks the oracle passes (a, b, c)."""
     root = tmp_path / "ds"
     for name in ("a", "b", "c"):
-        write_task(root, name, solve=f"echo {name} > /app/out\n",
-                   test=reward_if(f"grep -q {name} /app/out"))
+        write_task(root, name, solve=f"echo {name} > /app/out\n", test=reward_if(f"grep -q {name} /app/out"))
     return root
 
 
@@ -117,12 +113,14 @@ def test_harbor_job_yaml_runs_the_same_trials_and_reports_unknown_keys(tmp_path,
 
     plan = cairn("run", "-c", str(cfg), "-e", "local", "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0, plan.stdout + plan.stderr
-    assert (f"harbor-job.yaml:{typo_line}: warning: n_concurent_trials: ignored: not a key of "
-            "Harbor 0.26's JobConfig") in plan.stderr
-    assert (f"harbor-job.yaml:{retry_line}: warning: orchestrator.retry.exclude_exceptions: "
-            "ignored") in plan.stderr
-    planned = sorted(line.split()[3] for line in plan.stdout.splitlines()
-                     if line.startswith("  test/"))
+    assert (
+        f"harbor-job.yaml:{typo_line}: warning: n_concurent_trials: ignored: not a key of "
+        "Harbor 0.26's JobConfig"
+    ) in plan.stderr
+    assert (
+        f"harbor-job.yaml:{retry_line}: warning: orchestrator.retry.exclude_exceptions: ignored"
+    ) in plan.stderr
+    planned = sorted(line.split()[3] for line in plan.stdout.splitlines() if line.startswith("  test/"))
     assert len(planned) == 6
 
     p = cairn("run", "-c", str(cfg), "-e", "local", cwd=tmp_path)
@@ -131,14 +129,20 @@ def test_harbor_job_yaml_runs_the_same_trials_and_reports_unknown_keys(tmp_path,
     rs = trials(job)
     # Harbor's trials of this file: 3 tasks x 2 attempts; cairn runs exactly those, as planned
     assert sorted(rs) == planned
-    assert sorted((r["task"]["name"], r["attempt"]) for r in rs.values()) == \
-        [(f"test/{t}", a) for t in "abc" for a in (1, 2)]
+    assert sorted((r["task"]["name"], r["attempt"]) for r in rs.values()) == [
+        (f"test/{t}", a) for t in "abc" for a in (1, 2)
+    ]
     assert all(r["outcome"] == "completed" and r["reward"] == 1.0 for r in rs.values())
     runs = [r for r in records(record) if r["phase"] == "run"]
     assert len(runs) == 6 and all(r["kwargs"] == {"style": "terse"} for r in runs)
     meta = json.loads((job / "job.json").read_text())["config"]
-    assert (meta["attempts"], meta["n_concurrent"], meta["max_retries"],
-            meta["timeout_multiplier"], meta["backend"]) == (2, 3, 1, 2.0, "local")
+    assert (
+        meta["attempts"],
+        meta["n_concurrent"],
+        meta["max_retries"],
+        meta["timeout_multiplier"],
+        meta["backend"],
+    ) == (2, 3, 1, 2.0, "local")
 
 
 def test_harbor_job_yaml_refuses_what_it_cannot_honour(tmp_path, ds):
@@ -157,10 +161,12 @@ def test_harbor_job_yaml_refuses_what_it_cannot_honour(tmp_path, ds):
 @pytest.mark.docker
 def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     (tmp_path / "base.yaml").write_text(
-        "paths: [ds/a, ds/b]\nattempts: 2\nagent_kwargs: {x: 1}\ninclude: ['test/*']\n")
+        "paths: [ds/a, ds/b]\nattempts: 2\nagent_kwargs: {x: 1}\ninclude: ['test/*']\n"
+    )
     (tmp_path / "over.yaml").write_text(
         "schema_version: 1\ntasks:\n  - path: ds/c\nagents:\n"
-        "  - import_path: job_agents:CostlyAgent\n    kwargs: {y: 2}\n")
+        "  - import_path: job_agents:CostlyAgent\n    kwargs: {y: 2}\n"
+    )
     p = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "--print-config", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     merged = yaml.safe_load(p.stdout)
@@ -169,12 +175,14 @@ def test_two_config_files_merge_later_wins_lists_replace(tmp_path, ds):
     # over.yaml's agents list replaces base.yaml's agent as a whole: its kwargs only
     assert (merged["agent"], merged["agent_kwargs"]) == ("job_agents:CostlyAgent", {"y": 2})
     assert merged["include"] == ["test/*"]
-    plan = cairn("run", "-c", "base.yaml", "-c", "over.yaml", "-k", "3", "-e", "docker",
-                 "--dry-run", cwd=tmp_path)
+    plan = cairn(
+        "run", "-c", "base.yaml", "-c", "over.yaml", "-k", "3", "-e", "docker", "--dry-run", cwd=tmp_path
+    )
     assert plan.returncode == 0, plan.stdout + plan.stderr
     assert "tasks: 1, attempts: 3, trials: 3" in plan.stdout  # flags win over both files
-    assert [line.split()[0] for line in plan.stdout.splitlines()
-            if line.startswith("  test/")] == ["test/c"] * 3
+    assert [line.split()[0] for line in plan.stdout.splitlines() if line.startswith("  test/")] == [
+        "test/c"
+    ] * 3
 
 
 @pytest.mark.local
@@ -184,11 +192,23 @@ def test_a_later_files_agents_entry_replaces_the_agent_and_its_kwargs(tmp_path, 
     agent = "  - import_path: job_agents:RecordingAgent\n    kwargs:\n"
     (tmp_path / "a.yaml").write_text(
         f"tasks:\n  - path: ds/a\nagents:\n{agent}      record: {record}\n"
-        "      style: terse\n      max_words: 5\n    env: {FROM_A: '1'}\n")
-    (tmp_path / "b.yaml").write_text(
-        f"agents:\n{agent}      record: {record}\n      style: verbose\n")
-    p = cairn("run", "-c", "a.yaml", "-c", "b.yaml", "-e", "local", "--job-name", "j",
-              "--ak", "tone=dry", cwd=tmp_path)
+        "      style: terse\n      max_words: 5\n    env: {FROM_A: '1'}\n"
+    )
+    (tmp_path / "b.yaml").write_text(f"agents:\n{agent}      record: {record}\n      style: verbose\n")
+    p = cairn(
+        "run",
+        "-c",
+        "a.yaml",
+        "-c",
+        "b.yaml",
+        "-e",
+        "local",
+        "--job-name",
+        "j",
+        "--ak",
+        "tone=dry",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     runs = [r for r in records(record) if r["phase"] == "run"]
     # b.yaml's entry is the whole agent (a.yaml's max_words and env are gone); --ak adds a key
@@ -200,8 +220,11 @@ def test_a_later_files_agents_entry_replaces_the_agent_and_its_kwargs(tmp_path, 
     (tmp_path / "c.yaml").write_text("agent_kwargs: {style: plain}\n")
     p = cairn("run", "-c", "a.yaml", "-c", "c.yaml", "--print-config", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
-    assert yaml.safe_load(p.stdout)["agent_kwargs"] == {"record": str(record), "style": "plain",
-                                                        "max_words": 5}
+    assert yaml.safe_load(p.stdout)["agent_kwargs"] == {
+        "record": str(record),
+        "style": "plain",
+        "max_words": 5,
+    }
 
 
 def test_print_config_yaml_round_trips(tmp_path, ds):
@@ -209,11 +232,30 @@ def test_print_config_yaml_round_trips(tmp_path, ds):
 
     (tmp_path / "h.yaml").write_text(
         "n_attempts: 2\nagents:\n  - name: oracle\n    kwargs: {depth: 3}\n"
-        "environment:\n  override_memory_mb: 512\ntasks:\n  - path: ds/a\n")
+        "environment:\n  override_memory_mb: 512\ntasks:\n  - path: ds/a\n"
+    )
     (tmp_path / "extra.md").write_text("Also write a summary.\n")
-    first = cairn("run", "-c", "h.yaml", "-p", "ds/b", "--ve", "JUDGE=m", "--artifact", "/app/x",
-                  "--extra-instruction-path", "extra.md", "--extra-instruction", "Be brief.",
-                  "--agent-timeout-multiplier", "1.5", "-r", "0", "--print-config", cwd=tmp_path)
+    first = cairn(
+        "run",
+        "-c",
+        "h.yaml",
+        "-p",
+        "ds/b",
+        "--ve",
+        "JUDGE=m",
+        "--artifact",
+        "/app/x",
+        "--extra-instruction-path",
+        "extra.md",
+        "--extra-instruction",
+        "Be brief.",
+        "--agent-timeout-multiplier",
+        "1.5",
+        "-r",
+        "0",
+        "--print-config",
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stderr
     data = yaml.safe_load(first.stdout)
     assert data["extra_instructions"] == ["Also write a summary.\n", "Be brief."]
@@ -228,14 +270,19 @@ def test_print_config_yaml_round_trips(tmp_path, ds):
 def test_print_config_comes_before_the_agents_credential_check(tmp_path, ds):
     """Harbor prints the merged config before any check: a config written on a machine
     without the agent's key still prints; a run (here --dry-run) still refuses it."""
-    (tmp_path / "a.yaml").write_text("agents:\n  - name: claude-code\n    model_name: "
-                                     "anthropic/claude-sonnet-4-5\ntasks:\n  - path: ds/a\n")
+    (tmp_path / "a.yaml").write_text(
+        "agents:\n  - name: claude-code\n    model_name: "
+        "anthropic/claude-sonnet-4-5\ntasks:\n  - path: ds/a\n"
+    )
     nokey = {"ANTHROPIC_API_KEY": None, "CLAUDE_CODE_OAUTH_TOKEN": None}
     p = cairn("run", "-c", "a.yaml", "--print-config", cwd=tmp_path, **nokey)
     assert p.returncode == 0, p.stderr
     printed = yaml.safe_load(p.stdout)
     assert (printed["agent"], printed["model"], printed["paths"]) == (
-        "claude-code", "anthropic/claude-sonnet-4-5", ["ds/a"])
+        "claude-code",
+        "anthropic/claude-sonnet-4-5",
+        ["ds/a"],
+    )
     dry = cairn("run", "-c", "a.yaml", "--dry-run", cwd=tmp_path, **nokey)
     assert dry.returncode == 2 and "needs the API key ANTHROPIC_API_KEY" in dry.stderr
 
@@ -250,15 +297,25 @@ def test_print_config_comes_before_the_litellm_check(tmp_path, ds):
     for entry in Path(site.getsitepackages()[0]).iterdir():
         if not entry.name.startswith("litellm"):
             (packages / entry.name).symlink_to(entry)
-    (tmp_path / "l.yaml").write_text("agents:\n  - name: llm\n    model_name: openai/gpt-4o-mini\n"
-                                     "tasks:\n  - path: ds/a\n")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(packages)]),
-           "OPENAI_API_KEY": "sk-test"}
+    (tmp_path / "l.yaml").write_text(
+        "agents:\n  - name: llm\n    model_name: openai/gpt-4o-mini\ntasks:\n  - path: ds/a\n"
+    )
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(packages)]),
+        "OPENAI_API_KEY": "sk-test",
+    }
 
     def run(flag: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-S", "-m", "cairn", "run", "-c", "l.yaml", flag],
-                              cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=120, check=False)
+        return subprocess.run(
+            [sys.executable, "-S", "-m", "cairn", "run", "-c", "l.yaml", flag],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
 
     dry = run("--dry-run")
     assert dry.returncode == 2, dry.stdout + dry.stderr
@@ -275,30 +332,32 @@ def test_harbors_default_config_and_a_wrong_typed_file_from_the_command_line(tmp
     p = cairn("run", "-c", "h.json", "--print-config", cwd=tmp_path)
     assert p.returncode == 0, p.stderr
     printed = yaml.safe_load(p.stdout)
-    assert (printed["agent"], printed["paths"], printed["backend"]) == ("oracle", ["ds/a"],
-                                                                         "docker")
+    assert (printed["agent"], printed["paths"], printed["backend"]) == ("oracle", ["ds/a"], "docker")
     # one note (Harbor's default exclude_exceptions list); nothing refused
     assert p.stderr.splitlines() == [
         "cairn: h.json:19: warning: retry.exclude_exceptions: ignored: cairn retries by error "
-        "category (infrastructure errors only), not by exception type"]
-    (tmp_path / "bad.yaml").write_text("tasks: [ds/a]\nagents:\n  - name: oracle\n"
-                                       "    kwargs: [1, 2]\n")
+        "category (infrastructure errors only), not by exception type"
+    ]
+    (tmp_path / "bad.yaml").write_text("tasks: [ds/a]\nagents:\n  - name: oracle\n    kwargs: [1, 2]\n")
     bad = cairn("run", "-c", "bad.yaml", "--print-config", cwd=tmp_path)
     assert bad.returncode == 2
     assert "bad.yaml:4: agents[0].kwargs: expected a mapping, not list" in bad.stderr
 
 
 # ---- refused and unknown flags --------------------------------------------------------------
-@pytest.mark.parametrize("args,reason", [
-    (["--upload"], "no Harbor Hub"),
-    (["--effort", "high"], "reasoning-effort"),
-    (["--mounts", "[]"], "mounts nothing from the host"),
-    (["--install-only"], "no install-only mode"),
-    (["--n-concurrent-agents", "2"], "concurrency per job"),
-    (["-t", "org/x"], "no package registry"),
-    (["--override-gpus", "1"], "GPUs"),
-    (["--no-delete"], "--keep-sandbox"),
-])
+@pytest.mark.parametrize(
+    "args,reason",
+    [
+        (["--upload"], "no Harbor Hub"),
+        (["--effort", "high"], "reasoning-effort"),
+        (["--mounts", "[]"], "mounts nothing from the host"),
+        (["--install-only"], "no install-only mode"),
+        (["--n-concurrent-agents", "2"], "concurrency per job"),
+        (["-t", "org/x"], "no package registry"),
+        (["--override-gpus", "1"], "GPUs"),
+        (["--no-delete"], "--keep-sandbox"),
+    ],
+)
 def test_harbor_flags_cairn_lacks_are_refused_with_the_reason(tmp_path, ds, args, reason):
     p = cairn("run", "-p", "ds", *args, "--jobs-dir", "jobs", cwd=tmp_path)
     assert p.returncode == 2
@@ -316,26 +375,51 @@ def test_unknown_flag_is_still_unknown(tmp_path, ds):
 @pytest.mark.local
 @local
 def test_extra_instruction_reaches_every_step_and_config_json(tmp_path):
-    check = reward_if("grep -q 'EXTRA-FROM-FILE' /app/instruction.txt && "
-                      "grep -q 'EXTRA-INLINE' /app/instruction.txt")
-    write_task(tmp_path, "two", steps=[StepSpec("first", instruction="Step one.", test=check),
-                                       StepSpec("second", instruction="Step two.", test=check)])
+    check = reward_if(
+        "grep -q 'EXTRA-FROM-FILE' /app/instruction.txt && grep -q 'EXTRA-INLINE' /app/instruction.txt"
+    )
+    write_task(
+        tmp_path,
+        "two",
+        steps=[
+            StepSpec("first", instruction="Step one.", test=check),
+            StepSpec("second", instruction="Step two.", test=check),
+        ],
+    )
     (tmp_path / "extra.md").write_text("EXTRA-FROM-FILE: cite your sources.\n")
     record = tmp_path / "rec.jsonl"
-    p = cairn("run", "-p", "two", "-e", "local", "-a", "job_agents:RecordingAgent",
-              "--ak", f"record={record}", "--extra-instruction-path", "extra.md",
-              "--extra-instruction", "EXTRA-INLINE: be brief.", "--job-name", "j",
-              cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "two",
+        "-e",
+        "local",
+        "-a",
+        "job_agents:RecordingAgent",
+        "--ak",
+        f"record={record}",
+        "--extra-instruction-path",
+        "extra.md",
+        "--extra-instruction",
+        "EXTRA-INLINE: be brief.",
+        "--job-name",
+        "j",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     ((name, result),) = trials(tmp_path / "jobs" / "j").items()
     assert [s["reward"] for s in result["steps"]] == [1.0, 1.0]  # the verifier saw it in the box
     runs = [r["instruction"] for r in records(record) if r["phase"] == "run"]
-    assert runs == ["Step one.\n\nEXTRA-FROM-FILE: cite your sources.\n\nEXTRA-INLINE: be brief.",
-                    "Step two.\n\nEXTRA-FROM-FILE: cite your sources.\n\nEXTRA-INLINE: be brief."]
+    assert runs == [
+        "Step one.\n\nEXTRA-FROM-FILE: cite your sources.\n\nEXTRA-INLINE: be brief.",
+        "Step two.\n\nEXTRA-FROM-FILE: cite your sources.\n\nEXTRA-INLINE: be brief.",
+    ]
     trial = tmp_path / "jobs" / "j" / "trials" / name
     config = json.loads((trial / "config.json").read_text())
-    assert config["options"]["extra_instructions"] == ["EXTRA-FROM-FILE: cite your sources.\n",
-                                                       "EXTRA-INLINE: be brief."]
+    assert config["options"]["extra_instructions"] == [
+        "EXTRA-FROM-FILE: cite your sources.\n",
+        "EXTRA-INLINE: be brief.",
+    ]
     assert (trial / "steps" / "02-second" / "instruction.md").read_text() == runs[1]
 
 
@@ -344,25 +428,44 @@ def test_extra_instruction_reaches_every_step_and_config_json(tmp_path):
 def test_n_tasks_runs_only_the_first_n(tmp_path, ds):
     p = cairn("run", "-p", "ds", "-e", "local", "-l", "2", "--job-name", "j", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    assert sorted(r["task"]["name"] for r in trials(tmp_path / "jobs" / "j").values()) == \
-        ["test/a", "test/b"]
+    assert sorted(r["task"]["name"] for r in trials(tmp_path / "jobs" / "j").values()) == ["test/a", "test/b"]
 
 
 @pytest.mark.local
 @local
 def test_env_file_values_reach_a_template(tmp_path):
-    write_task(tmp_path, "needs", toml_extra='[verifier.env]\nTOKEN = "${CAIRN_T_DOTENV}"\n',
-               test=reward_if('[ "$TOKEN" = "from dotenv" ]'))
-    p = cairn("run", "-p", "needs", "-e", "local", "--job-name", "none", cwd=tmp_path,
-              CAIRN_T_DOTENV=None)
+    write_task(
+        tmp_path,
+        "needs",
+        toml_extra='[verifier.env]\nTOKEN = "${CAIRN_T_DOTENV}"\n',
+        test=reward_if('[ "$TOKEN" = "from dotenv" ]'),
+    )
+    p = cairn("run", "-p", "needs", "-e", "local", "--job-name", "none", cwd=tmp_path, CAIRN_T_DOTENV=None)
     assert p.returncode == 2 and "CAIRN_T_DOTENV" in p.stderr  # unset without the file
-    (tmp_path / ".env.test").write_text("# keys\nexport CAIRN_T_DOTENV=\"from dotenv\"  # yes\n"
-                                        "CAIRN_T_AGENT_KEY=sk-test-123\n")
+    (tmp_path / ".env.test").write_text(
+        '# keys\nexport CAIRN_T_DOTENV="from dotenv"  # yes\nCAIRN_T_AGENT_KEY=sk-test-123\n'
+    )
     record = tmp_path / "rec.jsonl"
-    p = cairn("run", "-p", "needs", "-e", "local", "--env-file", ".env.test", "--job-name", "j",
-              "-a", "job_agents:RecordingAgent", "--ak", f"record={record}",
-              "--ak", "probe=CAIRN_T_AGENT_KEY", cwd=tmp_path,
-              CAIRN_T_DOTENV="the shell's value loses", CAIRN_T_AGENT_KEY=None)
+    p = cairn(
+        "run",
+        "-p",
+        "needs",
+        "-e",
+        "local",
+        "--env-file",
+        ".env.test",
+        "--job-name",
+        "j",
+        "-a",
+        "job_agents:RecordingAgent",
+        "--ak",
+        f"record={record}",
+        "--ak",
+        "probe=CAIRN_T_AGENT_KEY",
+        cwd=tmp_path,
+        CAIRN_T_DOTENV="the shell's value loses",
+        CAIRN_T_AGENT_KEY=None,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     (result,) = trials(tmp_path / "jobs" / "j").values()
     assert result["reward"] == 1.0  # the template resolved from the file, over the shell
@@ -372,32 +475,35 @@ def test_env_file_values_reach_a_template(tmp_path):
     assert p.returncode == 2 and "--env-file nowhere.env: no such file" in p.stderr
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--ve", "=x"], "--ve takes KEY=VALUE, got '=x': the KEY is empty"),
-    (["--ae", "=x"], "--ae takes KEY=VALUE, got '=x': the KEY is empty"),
-    (["--ak", "=1"], "--ak takes KEY=VALUE, got '=1': the KEY is empty"),
-    (["--add-host", "=10.0.0.7"], "--add-host takes KEY=VALUE, got '=10.0.0.7': the KEY is "
-                                  "empty"),
-    (["--ve", "JUDGE MODEL=x"], "the KEY 'JUDGE MODEL' holds whitespace"),
-    (["--ve", "novalue"], "--ve takes KEY=VALUE, got 'novalue'"),
-])
-def test_a_malformed_key_value_flag_is_refused_before_anything_starts(tmp_path, ds, args,
-                                                                      message):
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--ve", "=x"], "--ve takes KEY=VALUE, got '=x': the KEY is empty"),
+        (["--ae", "=x"], "--ae takes KEY=VALUE, got '=x': the KEY is empty"),
+        (["--ak", "=1"], "--ak takes KEY=VALUE, got '=1': the KEY is empty"),
+        (["--add-host", "=10.0.0.7"], "--add-host takes KEY=VALUE, got '=10.0.0.7': the KEY is empty"),
+        (["--ve", "JUDGE MODEL=x"], "the KEY 'JUDGE MODEL' holds whitespace"),
+        (["--ve", "novalue"], "--ve takes KEY=VALUE, got 'novalue'"),
+    ],
+)
+def test_a_malformed_key_value_flag_is_refused_before_anything_starts(tmp_path, ds, args, message):
     p = cairn("run", "-p", "ds", "-e", "local", *args, "--job-name", "j", cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
     assert message in p.stderr
     assert not (tmp_path / "jobs").exists()
 
 
-@pytest.mark.parametrize("text, message", [
-    ("# keys\nGOOD=1\n\n=sk-123\n", "keys.env:4: not a KEY=VALUE line: '=sk-123'"),
-    ("GOOD=1\nthis is prose\n", "keys.env:2: not a KEY=VALUE line: 'this is prose'"),
-    ("GOOD=1\nOPENAI_API_KEY\n", "keys.env:2: OPENAI_API_KEY has no =VALUE"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("# keys\nGOOD=1\n\n=sk-123\n", "keys.env:4: not a KEY=VALUE line: '=sk-123'"),
+        ("GOOD=1\nthis is prose\n", "keys.env:2: not a KEY=VALUE line: 'this is prose'"),
+        ("GOOD=1\nOPENAI_API_KEY\n", "keys.env:2: OPENAI_API_KEY has no =VALUE"),
+    ],
+)
 def test_a_malformed_env_file_line_is_refused_with_its_line(tmp_path, ds, text, message):
     (tmp_path / "keys.env").write_text(text)
-    p = cairn("run", "-p", "ds", "-e", "local", "--env-file", "keys.env", "--job-name", "j",
-              cwd=tmp_path)
+    p = cairn("run", "-p", "ds", "-e", "local", "--env-file", "keys.env", "--job-name", "j", cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
     assert f"cairn: error: --env-file {message}" in p.stderr
     assert "python-dotenv could not parse" not in p.stderr  # one message, ours
@@ -417,10 +523,26 @@ def test_a_config_file_with_an_empty_key_is_refused(tmp_path, ds):
 def test_specific_multipliers_replace_the_global_one(tmp_path):
     write_task(tmp_path, "timed", toml_extra="[agent]\ntimeout_sec = 10\n")
     record = tmp_path / "rec.jsonl"
-    p = cairn("run", "-p", "timed", "-e", "local", "-a", "job_agents:RecordingAgent",
-              "--ak", f"record={record}", "--timeout-multiplier", "3",
-              "--agent-timeout-multiplier", "2", "--agent-setup-timeout-multiplier", "0.5",
-              "--job-name", "j", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "timed",
+        "-e",
+        "local",
+        "-a",
+        "job_agents:RecordingAgent",
+        "--ak",
+        f"record={record}",
+        "--timeout-multiplier",
+        "3",
+        "--agent-timeout-multiplier",
+        "2",
+        "--agent-setup-timeout-multiplier",
+        "0.5",
+        "--job-name",
+        "j",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     by_phase = {r["phase"]: r["timeout_sec"] for r in records(record)}
     assert by_phase == {"setup": 300.0, "run": 20.0}  # 600 x 0.5 and 10 x 2, not x 3
@@ -428,14 +550,40 @@ def test_specific_multipliers_replace_the_global_one(tmp_path):
     config = json.loads((tmp_path / "jobs" / "j" / "trials" / name / "config.json").read_text())
     assert config["options"]["timeout_multipliers"] == {"agent": 2.0, "agent_setup": 0.5}
 
-    write_task(tmp_path, "slow-test", toml_extra="[verifier]\ntimeout_sec = 1\n",
-               test="sleep 2.5\necho 1 > /logs/verifier/reward.txt\n")
-    short = cairn("run", "-p", "slow-test", "-e", "local", "--timeout-multiplier", "10",
-                  "--verifier-timeout-multiplier", "1", "--job-name", "short", cwd=tmp_path)
+    write_task(
+        tmp_path,
+        "slow-test",
+        toml_extra="[verifier]\ntimeout_sec = 1\n",
+        test="sleep 2.5\necho 1 > /logs/verifier/reward.txt\n",
+    )
+    short = cairn(
+        "run",
+        "-p",
+        "slow-test",
+        "-e",
+        "local",
+        "--timeout-multiplier",
+        "10",
+        "--verifier-timeout-multiplier",
+        "1",
+        "--job-name",
+        "short",
+        cwd=tmp_path,
+    )
     (r,) = trials(tmp_path / "jobs" / "short").values()
     assert short.returncode == 1 and r["error"]["kind"] == "verifier_timeout", r["error"]
-    long = cairn("run", "-p", "slow-test", "-e", "local", "--verifier-timeout-multiplier", "5",
-                 "--job-name", "long", cwd=tmp_path)
+    long = cairn(
+        "run",
+        "-p",
+        "slow-test",
+        "-e",
+        "local",
+        "--verifier-timeout-multiplier",
+        "5",
+        "--job-name",
+        "long",
+        cwd=tmp_path,
+    )
     (r,) = trials(tmp_path / "jobs" / "long").values()
     assert long.returncode == 0 and r["reward"] == 1.0
 
@@ -444,15 +592,15 @@ def test_specific_multipliers_replace_the_global_one(tmp_path):
 @local
 def test_artifact_flag_collects_the_path_after_every_step(tmp_path):
     write_task(tmp_path, "art", solve="echo 'the report' > /app/report.txt\n")
-    p = cairn("run", "-p", "art", "-e", "local", "--artifact", "/app/report.txt",
-              "--job-name", "j", cwd=tmp_path)
+    p = cairn(
+        "run", "-p", "art", "-e", "local", "--artifact", "/app/report.txt", "--job-name", "j", cwd=tmp_path
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     (name,) = trials(tmp_path / "jobs" / "j")
     step = tmp_path / "jobs" / "j" / "trials" / name / "steps" / "01-main"
     assert (step / "artifacts" / "app" / "report.txt").read_text() == "the report\n"
     manifest = json.loads((step / "artifacts" / "manifest.json").read_text())
-    assert any(row["source"] == "/app/report.txt" and row["status"] == "copied"
-               for row in manifest)
+    assert any(row["source"] == "/app/report.txt" and row["status"] == "copied" for row in manifest)
 
 
 @pytest.mark.local
@@ -469,14 +617,26 @@ def test_artifact_flag_under_logs_or_overlapping_warns_as_the_lint_does(tmp_path
 
     write_task(tmp_path, "own", solve="mkdir -p /app/out && echo r > /app/out/r.txt\n")
     toml = tmp_path / "own" / "task.toml"
-    toml.write_text('artifacts = [{source = "/app/out", destination = "res"}]\n'
-                    + toml.read_text())
-    args = ("run", "-p", "own", "-e", "local", "--artifact", "/logs/verifier",
-            "--artifact", "/res/deeper", "--artifact", "/app/other")
-    expected = [f"warning: --artifact /logs/verifier is under /logs: {why}; collect the output "
-                "from somewhere else (artifact-log-overlap)",
-                "warning: test/own: --artifact /res/deeper overlaps the task's artifact "
-                "/app/out: their destinations `res` and `res/deeper` nest"]
+    toml.write_text('artifacts = [{source = "/app/out", destination = "res"}]\n' + toml.read_text())
+    args = (
+        "run",
+        "-p",
+        "own",
+        "-e",
+        "local",
+        "--artifact",
+        "/logs/verifier",
+        "--artifact",
+        "/res/deeper",
+        "--artifact",
+        "/app/other",
+    )
+    expected = [
+        f"warning: --artifact /logs/verifier is under /logs: {why}; collect the output "
+        "from somewhere else (artifact-log-overlap)",
+        "warning: test/own: --artifact /res/deeper overlaps the task's artifact "
+        "/app/out: their destinations `res` and `res/deeper` nest",
+    ]
     plan = cairn(*args, "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     p = cairn(*args, "--job-name", "j", cwd=tmp_path)
@@ -492,8 +652,9 @@ def test_artifact_flag_under_logs_or_overlapping_warns_as_the_lint_does(tmp_path
 def test_quiet_prints_no_trial_lines_but_the_summary(tmp_path, ds):
     p = cairn("run", "-p", "ds", "-e", "local", "-q", "--job-name", "j", cwd=tmp_path)
     assert p.returncode == 0, p.stdout + p.stderr
-    trial_lines = [line for line in p.stdout.splitlines()
-                   if line.startswith("[test/") and "] warning:" not in line]
+    trial_lines = [
+        line for line in p.stdout.splitlines() if line.startswith("[test/") and "] warning:" not in line
+    ]
     assert trial_lines == []  # no environment, step or verdict lines; warnings still shown
     assert "trials               3 (completed 3)" in p.stdout and "results: jobs/j" in p.stdout
     loud = cairn("run", "-p", "ds", "-e", "local", "--job-name", "loud", cwd=tmp_path)
@@ -505,19 +666,54 @@ def test_quiet_prints_no_trial_lines_but_the_summary(tmp_path, ds):
 def test_r_is_max_retries(tmp_path):
     write_task(tmp_path, "t")
     marker = tmp_path / "marker"
-    p = cairn("run", "-p", "t", "-e", "local", "-a", "job_agents:FlakySetupAgent",
-              "--ak", f"marker={marker}", "-r", "0", "--job-name", "none", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "t",
+        "-e",
+        "local",
+        "-a",
+        "job_agents:FlakySetupAgent",
+        "--ak",
+        f"marker={marker}",
+        "-r",
+        "0",
+        "--job-name",
+        "none",
+        cwd=tmp_path,
+    )
     (r,) = trials(tmp_path / "jobs" / "none").values()
     assert p.returncode == 1 and r["error"]["kind"] == "agent_setup_failed"
     marker.unlink()
-    p = cairn("run", "-p", "t", "-e", "local", "-a", "job_agents:FlakySetupAgent",
-              "--ak", f"marker={marker}", "-r", "1", "--job-name", "one", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "t",
+        "-e",
+        "local",
+        "-a",
+        "job_agents:FlakySetupAgent",
+        "--ak",
+        f"marker={marker}",
+        "-r",
+        "1",
+        "--job-name",
+        "one",
+        cwd=tmp_path,
+    )
     (r,) = trials(tmp_path / "jobs" / "one").values()
     assert p.returncode == 0 and r["reward"] == 1.0
 
 
-@pytest.mark.parametrize("flag", ["--override-cpus", "--timeout-multiplier",
-                                  "--agent-timeout-multiplier", "--verifier-timeout-multiplier"])
+@pytest.mark.parametrize(
+    "flag",
+    [
+        "--override-cpus",
+        "--timeout-multiplier",
+        "--agent-timeout-multiplier",
+        "--verifier-timeout-multiplier",
+    ],
+)
 def test_a_non_finite_number_is_refused_before_anything_starts(tmp_path, flag):
     # `inf` passed validation, then crashed the run with an ExceptionGroup and left a trial
     # folder without a result (found by the new-user check of #19)
@@ -531,7 +727,7 @@ def test_a_non_finite_number_is_refused_before_anything_starts(tmp_path, flag):
 
 
 # ---- --override-* reach the container (Docker) ----------------------------------------------
-CGROUP_LIMITS = '''\
+CGROUP_LIMITS = """\
 if [ -f /sys/fs/cgroup/memory.max ]; then  # cgroup v2
   m=$(cat /sys/fs/cgroup/memory.max); c=$(cat /sys/fs/cgroup/cpu.max)
 else  # cgroup v1
@@ -539,27 +735,44 @@ else  # cgroup v1
   c="$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) $(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us)"
 fi
 echo "memory $m cpu $c"
-'''
+"""
+
+
 @pytest.mark.docker
 def test_resource_overrides_reach_the_container(tmp_path):
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
-    write_task(tmp_path, "limits", test=CGROUP_LIMITS + reward_if(
-        '[ "$m" = 314572800 ] && [ "$c" = "50000 100000" ]'))
+    write_task(
+        tmp_path,
+        "limits",
+        test=CGROUP_LIMITS + reward_if('[ "$m" = 314572800 ] && [ "$c" = "50000 100000" ]'),
+    )
     toml = tmp_path / "limits" / "task.toml"
     toml.write_text(toml.read_text() + "cpus = 2\nmemory_mb = 2048\n")
     name = f"t-{uuid.uuid4().hex[:8]}"
-    p = cairn("run", "-p", "limits", "-e", "docker", "--override-memory-mb", "300",
-              "--override-cpus", "0.5", "--override-storage-mb", "2048", "--job-name", name,
-              cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        "limits",
+        "-e",
+        "docker",
+        "--override-memory-mb",
+        "300",
+        "--override-cpus",
+        "0.5",
+        "--override-storage-mb",
+        "2048",
+        "--job-name",
+        name,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     ((trial, r),) = trials(tmp_path / "jobs" / name).items()
     assert r["reward"] == 1.0, r  # the verifier read the overridden limits from the cgroup
     # docker cannot limit storage: the override reaches the backend, which says so
     assert any("cannot apply storage_mb = 2048" in w for w in r["warnings"]), r["warnings"]
     config = json.loads((tmp_path / "jobs" / name / "trials" / trial / "config.json").read_text())
-    assert config["options"]["resource_overrides"] == {"cpus": 0.5, "memory_mb": 300,
-                                                       "storage_mb": 2048}
+    assert config["options"]["resource_overrides"] == {"cpus": 0.5, "memory_mb": 300, "storage_mb": 2048}
     assert containers_of(tmp_path / "jobs" / name) == []
 
 
@@ -569,16 +782,30 @@ def _registry(tmp_path: Path) -> Path:
     from gitserve import commit_all, init_repo
 
     work = init_repo(tmp_path / "repo")
-    write_task(work / "tasks", "hello", solve="echo hi > /app/out\n",
-               test=reward_if("grep -q hi /app/out"))
-    write_task(work / "tasks", "bye", solve="echo bye > /app/out\n",
-               test=reward_if("grep -q bye /app/out"))
+    write_task(work / "tasks", "hello", solve="echo hi > /app/out\n", test=reward_if("grep -q hi /app/out"))
+    write_task(work / "tasks", "bye", solve="echo bye > /app/out\n", test=reward_if("grep -q bye /app/out"))
     commit = commit_all(work, "v1")
     reg = tmp_path / "registry.json"
-    reg.write_text(json.dumps([{"name": "demo", "version": "1.0", "description": "two",
-                                "tasks": [{"name": n, "git_url": f"file://{work}",
-                                           "path": f"tasks/{n}", "git_commit_id": commit}
-                                          for n in ("hello", "bye")]}]))
+    reg.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "demo",
+                    "version": "1.0",
+                    "description": "two",
+                    "tasks": [
+                        {
+                            "name": n,
+                            "git_url": f"file://{work}",
+                            "path": f"tasks/{n}",
+                            "git_commit_id": commit,
+                        }
+                        for n in ("hello", "bye")
+                    ],
+                }
+            ]
+        )
+    )
     return reg
 
 
@@ -589,17 +816,38 @@ def test_dry_run_on_a_dataset_starts_no_sandbox_and_prints_the_plan(tmp_path):
     reg = _registry(tmp_path)
     counter = tmp_path / "agent-ran"
     cache = str(tmp_path / "cache")
-    p = cairn("run", "-d", "demo@1.0", "--registry-path", str(reg), "-e", "docker", "-k", "2",
-              "-a", "job_agents:CountingAgent", "--ak", f"counter={counter}",
-              "--job-name", "dry", "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    p = cairn(
+        "run",
+        "-d",
+        "demo@1.0",
+        "--registry-path",
+        str(reg),
+        "-e",
+        "docker",
+        "-k",
+        "2",
+        "-a",
+        "job_agents:CountingAgent",
+        "--ak",
+        f"counter={counter}",
+        "--job-name",
+        "dry",
+        "--dry-run",
+        cwd=tmp_path,
+        CAIRN_CACHE_DIR=cache,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     out = p.stdout
     assert "backend: docker (executor local)" in out
     assert "job: jobs/dry (new)" in out
     assert "tasks: 2, attempts: 2, trials: 4 (4 to run, 0 kept, 0 invalid)" in out
     rows = [line.split() for line in out.splitlines() if line.startswith("  test/")]
-    assert [(r[0], r[2]) for r in rows] == [("test/hello", "1"), ("test/hello", "2"),
-                                           ("test/bye", "1"), ("test/bye", "2")]
+    assert [(r[0], r[2]) for r in rows] == [
+        ("test/hello", "1"),
+        ("test/hello", "2"),
+        ("test/bye", "1"),
+        ("test/bye", "2"),
+    ]
     assert all(r[3].startswith(r[0].replace("/", "-") + f"__{r[2]}__") for r in rows)
     assert out.rstrip().endswith("problems: none")
     assert not (tmp_path / "jobs").exists()  # no job folder claimed, locked or written
@@ -612,8 +860,7 @@ def test_dry_run_on_a_dataset_starts_no_sandbox_and_prints_the_plan(tmp_path):
 def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     reg = _registry(tmp_path)
     cache = str(tmp_path / "cache")
-    base = ("run", "-d", "demo@1.0", "--registry-path", str(reg), "-e", "local",
-            "--job-name", "job")
+    base = ("run", "-d", "demo@1.0", "--registry-path", str(reg), "-e", "local", "--job-name", "job")
     ran = cairn(*base, cwd=tmp_path, CAIRN_CACHE_DIR=cache)
     assert ran.returncode == 0, ran.stdout + ran.stderr
     folders = sorted(trials(tmp_path / "jobs" / "job"))
@@ -640,13 +887,22 @@ def test_dry_run_shows_what_a_resume_keeps_and_exits_1_on_problems(tmp_path):
     write_task(bad, "needs-key", toml_extra='[verifier.env]\nK = "${CAIRN_T_UNSET_DRY}"\n')
     write_task(bad, "broken")
     (bad / "broken" / "task.toml").write_text("[task\n")
-    p = cairn("run", "-p", str(bad), "-e", "local", "--dry-run", cwd=tmp_path,
-              CAIRN_T_UNSET_DRY=None)
+    p = cairn("run", "-p", str(bad), "-e", "local", "--dry-run", cwd=tmp_path, CAIRN_T_UNSET_DRY=None)
     assert p.returncode == 1, p.stdout + p.stderr
     assert "problem: broken: invalid task" in p.stdout
     assert "CAIRN_T_UNSET_DRY" in p.stdout and "problems: 2" in p.stdout
-    p = cairn("run", "-d", "nosuch@1.0", "--registry-path", str(reg), "-e", "local",
-              "--dry-run", cwd=tmp_path, CAIRN_CACHE_DIR=cache)
+    p = cairn(
+        "run",
+        "-d",
+        "nosuch@1.0",
+        "--registry-path",
+        str(reg),
+        "-e",
+        "local",
+        "--dry-run",
+        cwd=tmp_path,
+        CAIRN_CACHE_DIR=cache,
+    )
     assert p.returncode == 2 and "nosuch" in p.stderr
 
 
@@ -660,8 +916,10 @@ def test_dry_run_reports_what_the_capability_check_refuses(tmp_path):
     p = cairn(*common, "--dry-run", cwd=tmp_path, ANTHROPIC_API_KEY="x")
     assert p.returncode == 1, p.stdout + p.stderr
     (line,) = [x for x in p.stdout.splitlines() if x.startswith("problem: ")]
-    assert line.startswith("problem: test/sealed: refused before start: backend 'local' cannot "
-                           "enforce the network policy no-network + model")
+    assert line.startswith(
+        "problem: test/sealed: refused before start: backend 'local' cannot "
+        "enforce the network policy no-network + model"
+    )
     assert "problems: 1" in p.stdout and not (tmp_path / "jobs").exists()
     run = cairn(*common, cwd=tmp_path, ANTHROPIC_API_KEY="x")
     (r,) = trials(tmp_path / "jobs" / "j").values()
@@ -672,20 +930,39 @@ def test_dry_run_reports_what_the_capability_check_refuses(tmp_path):
 @pytest.mark.local
 @local
 def test_resume_takes_the_env_file_again(tmp_path):
-    write_task(tmp_path, "needs", toml_extra='[verifier.env]\nTOKEN = "${CAIRN_T_DOTENV2}"\n',
-               test=reward_if('[ "$TOKEN" = "again" ]'))
+    write_task(
+        tmp_path,
+        "needs",
+        toml_extra='[verifier.env]\nTOKEN = "${CAIRN_T_DOTENV2}"\n',
+        test=reward_if('[ "$TOKEN" = "again" ]'),
+    )
     (tmp_path / "keys.env").write_text("CAIRN_T_DOTENV2=again\n")
     marker = tmp_path / "marker"
-    first = cairn("run", "-p", "needs", "-e", "local", "--env-file", "keys.env", "-r", "0",
-                  "-a", "job_agents:FlakySetupAgent", "--ak", f"marker={marker}",
-                  "--job-name", "j", cwd=tmp_path, CAIRN_T_DOTENV2=None)
+    first = cairn(
+        "run",
+        "-p",
+        "needs",
+        "-e",
+        "local",
+        "--env-file",
+        "keys.env",
+        "-r",
+        "0",
+        "-a",
+        "job_agents:FlakySetupAgent",
+        "--ak",
+        f"marker={marker}",
+        "--job-name",
+        "j",
+        cwd=tmp_path,
+        CAIRN_T_DOTENV2=None,
+    )
     (r,) = trials(tmp_path / "jobs" / "j").values()
     assert first.returncode == 1 and r["error"]["kind"] == "agent_setup_failed"  # infra: resumable
     assert "again" not in (tmp_path / "jobs" / "j" / "job.json").read_text()
     bare = cairn("resume", "jobs/j", cwd=tmp_path, CAIRN_T_DOTENV2=None)
     assert bare.returncode == 2 and "CAIRN_T_DOTENV2" in bare.stderr
-    again = cairn("resume", "jobs/j", "--env-file", "keys.env", cwd=tmp_path,
-                  CAIRN_T_DOTENV2=None)
+    again = cairn("resume", "jobs/j", "--env-file", "keys.env", cwd=tmp_path, CAIRN_T_DOTENV2=None)
     assert again.returncode == 0, again.stdout + again.stderr
     (r,) = trials(tmp_path / "jobs" / "j").values()
     assert r["reward"] == 1.0
@@ -698,14 +975,15 @@ def test_an_exported_local_job_runs_again_from_its_config_json(tmp_path):
     cairn:local (Harbor has no type for it); cairn run -c reads it back as -e local, and the
     config.json's own job_name/jobs_dir (the export folder) do not make the run write there."""
     write_task(tmp_path, "t", solve="touch /app/done\n", test=reward_if("test -f /app/done"))
-    first = cairn("run", "-p", "t", "-e", "local", "-k", "2", "--job-name", "orig",
-                  cwd=tmp_path)
+    first = cairn("run", "-p", "t", "-e", "local", "-k", "2", "--job-name", "orig", cwd=tmp_path)
     assert first.returncode == 0, first.stdout + first.stderr
     ex = cairn("export", "jobs/orig", "--format", "harbor", "-o", "exported/orig", cwd=tmp_path)
     assert ex.returncode == 0, ex.stderr
     out = tmp_path / "exported" / "orig"
     assert json.loads((out / "config.json").read_text())["environment"] == {
-        "type": None, "import_path": "cairn:local"}
+        "type": None,
+        "import_path": "cairn:local",
+    }
     before = {p.relative_to(out): p.read_bytes() for p in out.rglob("*") if p.is_file()}
 
     plan = cairn("run", "-c", "exported/orig/config.json", "--dry-run", cwd=tmp_path)
@@ -713,10 +991,10 @@ def test_an_exported_local_job_runs_again_from_its_config_json(tmp_path):
     assert "backend: local (executor local)" in plan.stdout
     assert "job: a new folder named at the start time (new)" in plan.stdout
     names = sorted(trials(tmp_path / "jobs" / "orig"))
-    assert [ln.split()[-2] for ln in plan.stdout.splitlines() if ln.startswith("  test/t")] \
-        == names  # the same trials as the exported job: same task, agent, attempts
-    assert "job_name: ignored: job_name 'orig' and jobs_dir name the Harbor job folder" \
-        in plan.stderr
+    assert [
+        ln.split()[-2] for ln in plan.stdout.splitlines() if ln.startswith("  test/t")
+    ] == names  # the same trials as the exported job: same task, agent, attempts
+    assert "job_name: ignored: job_name 'orig' and jobs_dir name the Harbor job folder" in plan.stderr
 
     again = cairn("run", "-c", "exported/orig/config.json", cwd=tmp_path)
     assert again.returncode == 0, again.stdout + again.stderr
@@ -735,8 +1013,10 @@ def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
     job_yaml = tmp_path / "job.yaml"
 
     def write_config(style: str) -> None:
-        job_yaml.write_text(f"paths: [t]\nagent: job_agents:FlakySetupAgent\njob_name: j\n"
-                            f"agent_kwargs: {{marker: {marker}, style: {style}}}\n")
+        job_yaml.write_text(
+            f"paths: [t]\nagent: job_agents:FlakySetupAgent\njob_name: j\n"
+            f"agent_kwargs: {{marker: {marker}, style: {style}}}\n"
+        )
 
     write_config("terse")
     first = cairn("run", "-c", "job.yaml", "-e", "local", "-r", "0", cwd=tmp_path)
@@ -749,9 +1029,11 @@ def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
     for extra in ((), ("--dry-run",)):
         p = cairn("run", "-c", "job.yaml", "-e", "local", "--resume", *extra, cwd=tmp_path)
         assert p.returncode == 2, p.stdout + p.stderr
-        assert ("--resume continues jobs/j with the config it was started with (job.json), and "
-                "the options given differ from it: agent_kwargs.style: the job's terse, given "
-                "verbose. Resume it as it is") in p.stderr
+        assert (
+            "--resume continues jobs/j with the config it was started with (job.json), and "
+            "the options given differ from it: agent_kwargs.style: the job's terse, given "
+            "verbose. Resume it as it is"
+        ) in p.stderr
         assert "`cairn resume jobs/j`" in p.stderr
     assert (job / "job.json").read_bytes() == before  # never rewritten with the new config
     assert list(trials(job)) == [name] and not (job / "trials" / name / "attempts").exists()
@@ -777,8 +1059,20 @@ def test_run_resume_takes_the_stored_config_and_refuses_another(tmp_path):
 @local
 def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
     write_task(tmp_path, "t")
-    first = cairn("run", "-p", "t", "-e", "local", "--job-name", "j", "-a",
-                  "job_agents:CostlyAgent", "--ak", "style=terse", cwd=tmp_path)
+    first = cairn(
+        "run",
+        "-p",
+        "t",
+        "-e",
+        "local",
+        "--job-name",
+        "j",
+        "-a",
+        "job_agents:CostlyAgent",
+        "--ak",
+        "style=terse",
+        cwd=tmp_path,
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     job = tmp_path / "jobs" / "j"
     ((old_name, old),) = trials(job).items()
@@ -788,8 +1082,10 @@ def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
     ((new_name, new),) = trials(job).items()
     was, now = old["task"]["content_hash"][:12], new["task"]["content_hash"][:12]
     assert was != now
-    assert (f"[test/t] task changed since the last run (content {was} → {now}); attempt 1 "
-            f"re-runs as trial {new_name}, the old folder {old_name} is kept") in p.stdout + p.stderr
+    assert (
+        f"[test/t] task changed since the last run (content {was} → {now}); attempt 1 "
+        f"re-runs as trial {new_name}, the old folder {old_name} is kept"
+    ) in p.stdout + p.stderr
     # through the API a resume may be handed other options: the message names them, old → new
     from cairn.events import JobObserver
     from cairn.job.run import run_job
@@ -803,14 +1099,25 @@ def test_a_changed_trial_input_is_named_old_and_new(tmp_path):
             self.lines.append(event.text)
 
     seen = Collect()
-    run_job(JobConfig(paths=(tmp_path / "t",), backend="local", jobs_dir=tmp_path / "jobs",
-                      job_name="j", agent="job_agents:CostlyAgent",
-                      agent_kwargs={"style": "verbose"}),
-            job_dir=job, resume=True, observer=seen)
+    run_job(
+        JobConfig(
+            paths=(tmp_path / "t",),
+            backend="local",
+            jobs_dir=tmp_path / "jobs",
+            job_name="j",
+            agent="job_agents:CostlyAgent",
+            agent_kwargs={"style": "verbose"},
+        ),
+        job_dir=job,
+        resume=True,
+        observer=seen,
+    )
     ((newer, _),) = trials(job).items()
-    assert (f'[test/t] the trial\'s options changed since the last run (the task did not) '
-            f'(agent kwargs {{"style": "terse"}} → {{"style": "verbose"}}); attempt 1 re-runs as '
-            f"trial {newer}, the old folder {new_name} is kept under its attempts/") in seen.lines
+    assert (
+        f"[test/t] the trial's options changed since the last run (the task did not) "
+        f'(agent kwargs {{"style": "terse"}} → {{"style": "verbose"}}); attempt 1 re-runs as '
+        f"trial {newer}, the old folder {new_name} is kept under its attempts/"
+    ) in seen.lines
 
 
 HARBOR_PLAN = """\
@@ -836,8 +1143,14 @@ def test_harbor_itself_plans_the_trials_cairn_runs(tmp_path, ds):
     record = tmp_path / "record.jsonl"
     cfg = tmp_path / "harbor-job.yaml"
     cfg.write_text(HARBOR_JOB.format(record=record))
-    p = subprocess.run([str(require_harbor_python()), "-c", HARBOR_PLAN, str(cfg)], cwd=tmp_path,
-                       capture_output=True, text=True, timeout=300, check=True)
+    p = subprocess.run(
+        [str(require_harbor_python()), "-c", HARBOR_PLAN, str(cfg)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
     harbor = json.loads(p.stdout.splitlines()[-1])
     plan = cairn("run", "-c", str(cfg), "-e", "local", "--dry-run", "--json", cwd=tmp_path)
     assert plan.returncode == 0, plan.stderr
@@ -845,11 +1158,12 @@ def test_harbor_itself_plans_the_trials_cairn_runs(tmp_path, ds):
     counts: dict[str, int] = {}
     for t in ours["trials"]:
         counts[t["task"].removeprefix("test/")] = counts.get(t["task"].removeprefix("test/"), 0) + 1
-    assert sorted(counts.items()) == [tuple(x) for x in harbor["trials"]] == \
-        [("a", 2), ("b", 2), ("c", 2)]
+    assert sorted(counts.items()) == [tuple(x) for x in harbor["trials"]] == [("a", 2), ("b", 2), ("c", 2)]
     assert harbor["import_path"] == ["job_agents:RecordingAgent"]
     assert all(k == {"record": str(record), "style": "terse"} for k in harbor["kwargs"])
     printed = yaml.safe_load(cairn("run", "-c", str(cfg), "--print-config", cwd=tmp_path).stdout)
-    assert (printed["agent"], printed["agent_kwargs"], printed["timeout_multiplier"]) == \
-        ("job_agents:RecordingAgent", {"record": str(record), "style": "terse"},
-         harbor["multiplier"][0])
+    assert (printed["agent"], printed["agent_kwargs"], printed["timeout_multiplier"]) == (
+        "job_agents:RecordingAgent",
+        {"record": str(record), "style": "terse"},
+        harbor["multiplier"][0],
+    )

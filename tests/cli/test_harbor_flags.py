@@ -70,20 +70,26 @@ def test_every_flag_the_table_says_is_refused_is_refused_with_its_reason(tmp_pat
     assert refused & cairn_run_options() == set()  # never also a real option
     runner = CliRunner()
     for flag in sorted(refused):
-        r = runner.invoke(app, ["run", "-p", str(tmp_path), flag, "--jobs-dir",
-                                str(tmp_path / "jobs")])
+        r = runner.invoke(app, ["run", "-p", str(tmp_path), flag, "--jobs-dir", str(tmp_path / "jobs")])
         assert r.exit_code == 2, (flag, r.output)
-        assert f"{flag} is a harbor run flag cairn does not take: {HARBOR_REFUSED[flag]}" \
-            in r.output, (flag, r.output)
+        assert f"{flag} is a harbor run flag cairn does not take: {HARBOR_REFUSED[flag]}" in r.output, (
+            flag,
+            r.output,
+        )
     assert not (tmp_path / "jobs").exists()
 
 
 def harbor_help_flags() -> set[str]:
     """The flags of ``harbor run --help``: the option names that open each row of its
     option boxes."""
-    p = subprocess.run([str(require_harbor()), "run", "--help"], capture_output=True, text=True,
-                       env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"}, timeout=120,
-                       check=True)
+    p = subprocess.run(
+        [str(require_harbor()), "run", "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "200", "NO_COLOR": "1"},
+        timeout=120,
+        check=True,
+    )
     flags: set[str] = set()
     for line in p.stdout.splitlines():
         if not line.startswith("│ -"):
@@ -106,17 +112,27 @@ def test_the_job_file_reader_knows_every_top_level_key_of_harbors_job_config():
     from cairn.job import configfile as cf
 
     python = require_harbor_python()
-    code = ("from harbor.models.job.config import JobConfig;"
-            "print(' '.join(JobConfig.model_fields))")
-    p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120,
-                       check=True)
+    code = "from harbor.models.job.config import JobConfig;print(' '.join(JobConfig.model_fields))"
+    p = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=120, check=True)
     fields = set(p.stdout.split())
     assert {"agents", "tasks", "datasets", "n_attempts", "retry"} <= fields
-    handled = (set(cf._SAME_KEYS) | set(cf._IGNORED_TOP) | set(cf._REFUSED_TOP)
-               | {k.removeprefix("_k_") for k in vars(cf._HarborReader) if k.startswith("_k_")})
+    handled = (
+        set(cf._SAME_KEYS)
+        | set(cf._IGNORED_TOP)
+        | set(cf._REFUSED_TOP)
+        | {k.removeprefix("_k_") for k in vars(cf._HarborReader) if k.startswith("_k_")}
+    )
     assert fields - handled == set()
-    assert fields <= cf.HARBOR_ONLY_KEYS | {"job_name", "jobs_dir", "timeout_multiplier",
-                                            "agent_timeout_multiplier", "quiet",
-                                            "verifier_timeout_multiplier", "datasets",
-                                            "agent_setup_timeout_multiplier", "artifacts",
-                                            "extra_instruction_paths", "extra_instructions"}
+    assert fields <= cf.HARBOR_ONLY_KEYS | {
+        "job_name",
+        "jobs_dir",
+        "timeout_multiplier",
+        "agent_timeout_multiplier",
+        "quiet",
+        "verifier_timeout_multiplier",
+        "datasets",
+        "agent_setup_timeout_multiplier",
+        "artifacts",
+        "extra_instruction_paths",
+        "extra_instructions",
+    }

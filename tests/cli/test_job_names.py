@@ -21,8 +21,23 @@ from testbed import local_available
 TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
 
-UNSAFE = ["../escape", "..", ".", "", "a/b", "/abs", "a\\b", "nul\x00x", "tab\tx", "new\nline",
-          "-rf", ".hidden", " padded", "padded ", "x" * 256]
+UNSAFE = [
+    "../escape",
+    "..",
+    ".",
+    "",
+    "a/b",
+    "/abs",
+    "a\\b",
+    "nul\x00x",
+    "tab\tx",
+    "new\nline",
+    "-rf",
+    ".hidden",
+    " padded",
+    "padded ",
+    "x" * 256,
+]
 SAFE = ["2026-11-29__12-00-00", "nightly:v2", "a b%2e", "50% #3", "run_1.final", "ünïcode-名前"]
 
 
@@ -51,8 +66,9 @@ def test_names_harbor_users_give_are_kept(name):
 
 @pytest.fixture
 def one_task(tmp_path: Path) -> Path:
-    return write_task(tmp_path / "tasks", "one", solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    return write_task(
+        tmp_path / "tasks", "one", solve="touch /app/done\n", test=reward_if("test -f /app/done")
+    )
 
 
 @pytest.mark.parametrize("name", ["../escape", "", "-rf"])
@@ -61,8 +77,19 @@ def test_cairn_run_refuses_an_unsafe_job_name_and_writes_nothing(tmp_path, one_t
     work = tmp_path / "work"
     work.mkdir()
     before = _tree(tmp_path)
-    p = _cairn("run", "-p", str(one_task), "-e", "local", "-o", str(work / "jobs2"),
-               "--job-name", name, *(["--dry-run"] if dry else []), cwd=work)
+    p = _cairn(
+        "run",
+        "-p",
+        str(one_task),
+        "-e",
+        "local",
+        "-o",
+        str(work / "jobs2"),
+        "--job-name",
+        name,
+        *(["--dry-run"] if dry else []),
+        cwd=work,
+    )
     assert p.returncode == 2, p.stdout + p.stderr
     assert "job name" in p.stderr and "Traceback" not in p.stderr
     assert "problems: none" not in p.stdout
@@ -80,8 +107,19 @@ def test_a_job_name_in_a_config_file_is_checked_too(tmp_path, one_task):
 
 @pytest.mark.local
 def test_dry_run_accepts_a_name_with_percent_space_and_hash(tmp_path, one_task):
-    p = _cairn("run", "-p", str(one_task), "-e", "local", "-o", str(tmp_path / "jobs"),
-               "--job-name", "a b%2e#1", "--dry-run", cwd=tmp_path)
+    p = _cairn(
+        "run",
+        "-p",
+        str(one_task),
+        "-e",
+        "local",
+        "-o",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "a b%2e#1",
+        "--dry-run",
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     assert "problems: none" in p.stdout
 
@@ -90,8 +128,9 @@ def test_dry_run_accepts_a_name_with_percent_space_and_hash(tmp_path, one_task):
 @pytest.mark.skipif(not local_available(), reason="local backend unavailable")
 def test_resume_and_regrade_refuse_unsafe_names(tmp_path, one_task):
     jobs = tmp_path / "jobs"
-    p = _cairn("run", "-p", str(one_task), "-e", "local", "-o", str(jobs), "--job-name", "ok 1%",
-               cwd=tmp_path)
+    p = _cairn(
+        "run", "-p", str(one_task), "-e", "local", "-o", str(jobs), "--job-name", "ok 1%", cwd=tmp_path
+    )
     assert p.returncode == 0, p.stdout + p.stderr
     job = jobs / "ok 1%"
     assert (job / "job.json").is_file()

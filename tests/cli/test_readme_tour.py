@@ -52,7 +52,7 @@ def install_line() -> str:
 def tour_lines() -> list[tuple[str, str]]:
     """``(command, comment)`` of every non-blank line of the block after "## A short tour"."""
     text = README.read_text()
-    tour = text[text.index("## A short tour"):]
+    tour = text[text.index("## A short tour") :]
     block = re.search(r"```bash\n(.*?)```", tour, re.S)
     assert block
     out = []
@@ -88,8 +88,11 @@ def _dist_names(spec: str) -> set[str]:
             continue  # not installed here: it can provide no module to the guard either
         for r in dist.requires or []:
             sub = Requirement(r)
-            if sub.marker is None or sub.marker.evaluate({"extra": ""}) or any(
-                    sub.marker.evaluate({"extra": x}) for x in req.extras):
+            if (
+                sub.marker is None
+                or sub.marker.evaluate({"extra": ""})
+                or any(sub.marker.evaluate({"extra": x}) for x in req.extras)
+            ):
                 todo.append(sub)
     return seen
 
@@ -99,8 +102,9 @@ def allowed_modules(spec: str) -> set[str]:
     from packaging.utils import canonicalize_name
 
     dists = _dist_names(spec)
-    mods = {m for m, ds in md.packages_distributions().items()
-            if any(canonicalize_name(d) in dists for d in ds)}
+    mods = {
+        m for m, ds in md.packages_distributions().items() if any(canonicalize_name(d) in dists for d in ds)
+    }
     return mods | set(sys.stdlib_module_names) | {"cairn", "sitecustomize", "__main__"}
 
 
@@ -121,8 +125,11 @@ sys.meta_path.insert(0, _FreshInstall())
 
 def fresh_copy(dest: Path) -> Path:
     """The repository's files as a clone has them (tracked and new, not ignored) in ``dest``."""
-    files = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others",
-                            "--exclude-standard"], capture_output=True, check=True).stdout
+    files = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+        check=True,
+    ).stdout
     dest.mkdir()
     for rel in filter(None, files.decode().split("\0")):
         src = REPO / rel
@@ -190,8 +197,9 @@ def _check(cmd: str, p: subprocess.CompletedProcess, root: Path) -> None:
 
 def _view(argv: list[str], root: Path, env: dict[str, str]) -> None:
     """``cairn view``: serves until Ctrl-C; the page lists the tour's jobs."""
-    proc = subprocess.Popen(argv, cwd=root, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -224,14 +232,19 @@ def test_readme_tour_runs_as_written_after_the_readmes_install(tmp_path):
     spec = install_line()
     guard = tmp_path / "guard"
     guard.mkdir()
-    (guard / "sitecustomize.py").write_text(GUARD.format(allowed=sorted(allowed_modules(spec)),
-                                                         spec=spec))
+    (guard / "sitecustomize.py").write_text(GUARD.format(allowed=sorted(allowed_modules(spec)), spec=spec))
     env = {k: v for k, v in os.environ.items() if k not in ("CAIRN_DEBUG", "PYTHONPATH")}
     env["PYTHONPATH"] = os.pathsep.join([str(guard), str(root / "src")])
     env["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
     # the guard works: a module outside the install is refused in these processes
-    probe = subprocess.run([sys.executable, "-c", "import litellm"], env=env, cwd=root,
-                           capture_output=True, text=True, check=False)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import litellm"],
+        env=env,
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert probe.returncode == 1 and "README tour guard" in probe.stderr
     ran, skipped = [], []
     for cmd, comment in tour_lines():
@@ -246,8 +259,7 @@ def test_readme_tour_runs_as_written_after_the_readmes_install(tmp_path):
             _view(argv, root, env)
             ran.append(cmd)
             continue
-        p = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True,
-                           timeout=600, check=False)
+        p = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False)
         assert "Traceback" not in p.stdout + p.stderr, (cmd, p.stdout + p.stderr)
         assert p.returncode == 0, (cmd, p.returncode, p.stdout + p.stderr)
         _check(cmd, p, root)

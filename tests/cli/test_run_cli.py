@@ -36,8 +36,7 @@ def _env(**extra: str | None) -> dict[str, str]:
     return env
 
 
-def cairn(*args: str, cwd: Path, timeout: float = 600, **env: str | None
-          ) -> subprocess.CompletedProcess:
+def cairn(*args: str, cwd: Path, timeout: float = 600, **env: str | None) -> subprocess.CompletedProcess:
     """Run ``python3 -m cairn ARGS`` to its end; stdout and stderr captured apart."""
     return run_cairn(*args, cwd=cwd, timeout=timeout, env=_env(**env))
 
@@ -62,7 +61,8 @@ def containers_of(job_dir: Path) -> list:
     client = docker.from_env()
     try:
         return client.api.containers(  # low-level: no per-container inspect racing removals
-            all=True, filters={"label": f"cairn.job_dir={job_dir.absolute()}"})
+            all=True, filters={"label": f"cairn.job_dir={job_dir.absolute()}"}
+        )
     finally:
         client.close()
 
@@ -112,23 +112,26 @@ def finish(proc: subprocess.Popen, timeout: float = 300) -> tuple[int, str, str]
 # ---- usage errors: exit 2, nothing started (no Docker needed) -------------------------------
 @pytest.fixture
 def one_task(tmp_path: Path) -> Path:
-    return write_task(tmp_path / "tasks", "one", solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    return write_task(
+        tmp_path / "tasks", "one", solve="touch /app/done\n", test=reward_if("test -f /app/done")
+    )
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--no-such-flag"], "No such option"),
-    (["-i", "nothing-matches-*"], "no task matched"),
-    (["-m", "openai/gpt-4o"], "without -a the agent is oracle: add -a llm"),
-    (["-a", "oracle", "-m", "openai/gpt-4o"], "takes no model"),
-    (["-a", "no-such-agent"], "unknown agent"),
-    (["-e", "kubernetes"], "unknown sandbox backend"),
-    (["-n", "0"], "n_concurrent"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--no-such-flag"], "No such option"),
+        (["-i", "nothing-matches-*"], "no task matched"),
+        (["-m", "openai/gpt-4o"], "without -a the agent is oracle: add -a llm"),
+        (["-a", "oracle", "-m", "openai/gpt-4o"], "takes no model"),
+        (["-a", "no-such-agent"], "unknown agent"),
+        (["-e", "kubernetes"], "unknown sandbox backend"),
+        (["-n", "0"], "n_concurrent"),
+    ],
+)
 @pytest.mark.docker
 def test_usage_errors_exit_2(tmp_path, one_task, args, message):
-    p = cairn("run", "-p", str(one_task), "-e", "docker", "--jobs-dir", "jobs", *args,
-              cwd=tmp_path)
+    p = cairn("run", "-p", str(one_task), "-e", "docker", "--jobs-dir", "jobs", *args, cwd=tmp_path)
     assert p.returncode == 2, p.stdout + p.stderr
     assert message in p.stderr
     no_traceback(p)
@@ -147,8 +150,19 @@ def test_unresolved_template_exit_2_before_anything_starts(tmp_path):
     ds = tmp_path / "ds"
     write_task(ds, "fine")
     write_task(ds, "needs-key", toml_extra='[verifier.env]\nAPI_KEY = "${CAIRN_TEST_UNSET_KEY}"\n')
-    p = cairn("run", "-p", str(ds), "-e", "docker", "--jobs-dir", "jobs", "--job-name", "j",
-              cwd=tmp_path, CAIRN_TEST_UNSET_KEY=None)
+    p = cairn(
+        "run",
+        "-p",
+        str(ds),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "j",
+        cwd=tmp_path,
+        CAIRN_TEST_UNSET_KEY=None,
+    )
     assert p.returncode == 2, p.stderr
     assert "CAIRN_TEST_UNSET_KEY" in p.stderr and "test/needs-key" in p.stderr
     no_traceback(p)
@@ -168,11 +182,22 @@ def test_pass_fail_broken_dataset_and_report(tmp_path):
     check = reward_if("test -f /app/done")
     write_task(ds, "pass", solve="touch /app/done\n", test=check)
     write_task(ds, "fail", solve="true\n", test=check)
-    write_task(ds, "broken", solve="touch /app/done\n",
-               test="no-such-program-cairn --check\n")
+    write_task(ds, "broken", solve="touch /app/done\n", test="no-such-program-cairn --check\n")
     name = job_name()
-    p = cairn("run", "-p", str(ds), "-e", "docker", "--jobs-dir", "jobs", "--job-name", name,
-              "-n", "3", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        str(ds),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        "-n",
+        "3",
+        cwd=tmp_path,
+    )
     no_traceback(p)
     assert p.returncode == 1, p.stdout + p.stderr
     job = tmp_path / "jobs" / name
@@ -205,8 +230,20 @@ def test_invalid_reward_json_no_traceback(tmp_path):
     write_task(ds, "good", solve="touch /app/done\n", test=reward_if("test -f /app/done"))
     write_task(ds, "badjson", test="echo '{\"reward\": 1,,}' > /logs/verifier/reward.json\n")
     name = job_name()
-    p = cairn("run", "-p", str(ds), "-e", "docker", "--jobs-dir", "jobs", "--job-name", name,
-              "-n", "2", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        str(ds),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        "-n",
+        "2",
+        cwd=tmp_path,
+    )
     no_traceback(p)
     assert p.returncode == 1
     rs = results_of(tmp_path / "jobs" / name)
@@ -215,8 +252,10 @@ def test_invalid_reward_json_no_traceback(tmp_path):
     assert rs["test/badjson"]["error"]["kind"] == "reward_parse_error"
 
 
-FLAKY_TEST = ('if [ "$FLAKY" = 1 ]; then echo "flaky: no reward this time"; exit 0; fi\n'
-              "echo 1 > /logs/verifier/reward.txt\n")
+FLAKY_TEST = (
+    'if [ "$FLAKY" = 1 ]; then echo "flaky: no reward this time"; exit 0; fi\n'
+    "echo 1 > /logs/verifier/reward.txt\n"
+)
 
 
 @pytest.mark.docker
@@ -227,8 +266,19 @@ def test_resume_rules_with_flaky_verifier(tmp_path):
     write_task(ds, "steady")
     name = job_name()
     job = tmp_path / "jobs" / name
-    first = cairn("run", "-p", str(ds), "-e", "docker", "--jobs-dir", "jobs", "--job-name", name,
-                  cwd=tmp_path, FLAKY="1")
+    first = cairn(
+        "run",
+        "-p",
+        str(ds),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        cwd=tmp_path,
+        FLAKY="1",
+    )
     assert first.returncode == 1, first.stderr
     rs = results_of(job)
     assert rs["test/flaky"]["outcome"] == "errored"
@@ -259,15 +309,32 @@ def test_resume_rules_with_flaky_verifier(tmp_path):
 def test_kill_9_then_resume_finishes_cleanly(tmp_path):
     from cairn.lock import is_locked
 
-    task = write_task(tmp_path / "tasks", "sleepy", solve="sleep 2; touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks", "sleepy", solve="sleep 2; touch /app/done\n", test=reward_if("test -f /app/done")
+    )
     name = job_name()
     job = tmp_path / "jobs" / name
-    proc = cairn_bg("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs",
-                    "--job-name", name, "-k", "20", "-n", "4", cwd=tmp_path)
+    proc = cairn_bg(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        "-k",
+        "20",
+        "-n",
+        "4",
+        cwd=tmp_path,
+    )
     try:
-        wait_for(lambda: len(list(job.glob("trials/*/result.json"))) >= 2 and
-                 len(containers_of(job)) >= 2, what="a job in mid-run")
+        wait_for(
+            lambda: len(list(job.glob("trials/*/result.json"))) >= 2 and len(containers_of(job)) >= 2,
+            what="a job in mid-run",
+        )
     finally:
         os.kill(proc.pid, signal.SIGKILL)
         proc.communicate(timeout=30)
@@ -313,8 +380,9 @@ def test_tasks_sanity(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_two_processes_same_task_and_same_job_name(tmp_path):
-    task = write_task(tmp_path / "tasks", "shared", solve="sleep 3; touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks", "shared", solve="sleep 3; touch /app/done\n", test=reward_if("test -f /app/done")
+    )
     a, b = job_name(), job_name()
     args = ("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs")
     pa = cairn_bg(*args, "--job-name", a, cwd=tmp_path)
@@ -338,12 +406,30 @@ def test_two_processes_same_task_and_same_job_name(tmp_path):
 @pytest.mark.docker
 @pytest.mark.slow
 def test_attempts_pass_at_k_and_json_output(tmp_path):
-    task = write_task(tmp_path / "tasks", "coin",
-                      solve='[ "$(( $(date +%N) % 2 ))" = 0 ] && touch /app/done; true\n',
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks",
+        "coin",
+        solve='[ "$(( $(date +%N) % 2 ))" = 0 ] && touch /app/done; true\n',
+        test=reward_if("test -f /app/done"),
+    )
     name = job_name()
-    p = cairn("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs", "--job-name", name,
-              "-k", "3", "-n", "3", "--json", cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        "-k",
+        "3",
+        "-n",
+        "3",
+        "--json",
+        cwd=tmp_path,
+    )
     no_traceback(p)
     assert p.returncode == 0, p.stderr
     summary = json.loads(p.stdout)  # only JSON on stdout; events went to stderr
@@ -363,14 +449,28 @@ def test_sigint_cancels_running_trials(tmp_path):
     task = write_task(tmp_path / "tasks", "long", solve="sleep 120\n")
     name = job_name()
     job = tmp_path / "jobs" / name
-    proc = cairn_bg("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs",
-                    "--job-name", name, "-k", "4", "-n", "2", cwd=tmp_path)
+    proc = cairn_bg(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        "-k",
+        "4",
+        "-n",
+        "2",
+        cwd=tmp_path,
+    )
     try:
-        wait_for(lambda: (job / "job.log").exists() and
-                 (job / "job.log").read_text().count("environment:") == 2,
-                 what="two trials started")
-        wait_for(lambda: _running_in_job(job, "sleep 120") == 2,
-                 what="both oracles in their `sleep 120`")
+        wait_for(
+            lambda: (job / "job.log").exists() and (job / "job.log").read_text().count("environment:") == 2,
+            what="two trials started",
+        )
+        wait_for(lambda: _running_in_job(job, "sleep 120") == 2, what="both oracles in their `sleep 120`")
         proc.send_signal(signal.SIGINT)
         rc, out, err = finish(proc, timeout=120)
     finally:
@@ -394,11 +494,28 @@ def test_config_file_globs_and_no_verify(tmp_path):
     for n in ("alpha", "alps", "beta"):
         write_task(ds, n, test="echo 0 > /logs/verifier/reward.txt\n")
     (tmp_path / "job.yaml").write_text(
-        f"paths: [{ds}]\nagent: oracle\nattempts: 2\nn_concurrent: 1\n"
-        "include: ['test/al*', beta]\n")
+        f"paths: [{ds}]\nagent: oracle\nattempts: 2\nn_concurrent: 1\ninclude: ['test/al*', beta]\n"
+    )
     name = job_name()
-    p = cairn("run", "-c", "job.yaml", "-a", "nop", "-x", "*alps", "-n", "4", "--no-verify",
-              "-e", "docker", "--jobs-dir", "jobs", "--job-name", name, cwd=tmp_path)
+    p = cairn(
+        "run",
+        "-c",
+        "job.yaml",
+        "-a",
+        "nop",
+        "-x",
+        "*alps",
+        "-n",
+        "4",
+        "--no-verify",
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        cwd=tmp_path,
+    )
     no_traceback(p)
     assert p.returncode == 0, p.stdout + p.stderr
     job = tmp_path / "jobs" / name
@@ -415,8 +532,17 @@ def test_config_file_globs_and_no_verify(tmp_path):
 def test_docker_backend_without_engine_is_exit_2(tmp_path):
     """-e docker with no engine answering is a job-level error before anything runs."""
     task = write_task(tmp_path / "tasks", "t")
-    res = cairn("run", "-p", str(task), "-a", "nop", "-e", "docker", cwd=tmp_path,
-                DOCKER_HOST=f"unix://{tmp_path}/none.sock")
+    res = cairn(
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        "nop",
+        "-e",
+        "docker",
+        cwd=tmp_path,
+        DOCKER_HOST=f"unix://{tmp_path}/none.sock",
+    )
     assert res.returncode == 2, res.stdout + res.stderr
     assert "no Docker engine" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "jobs").exists()
@@ -429,8 +555,7 @@ def test_fresh_run_does_not_claim_to_resume(tmp_path):
     itself a resume."""
     broken = write_task(tmp_path / "tasks", "broken")
     (broken / "instruction.md").unlink()
-    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", "--job-name", "fresh",
-                cwd=tmp_path)
+    res = cairn("run", "-p", str(broken), "-a", "nop", "-e", "local", "--job-name", "fresh", cwd=tmp_path)
     assert res.returncode == 1, res.stdout + res.stderr
     out = res.stdout + res.stderr
     assert "resuming" not in out and "Traceback" not in out
@@ -447,16 +572,27 @@ def test_version_and_help_examples(tmp_path):
 
     res = cairn("--version", cwd=tmp_path)
     assert res.returncode == 0 and res.stdout.strip() == f"cairn {__version__}"
-    for args in ((), ("tasks",), ("run",), ("resume",), ("report",), ("clean",),
-                 ("tasks", "check"), ("tasks", "init"), ("tasks", "sanity")):
+    for args in (
+        (),
+        ("tasks",),
+        ("run",),
+        ("resume",),
+        ("report",),
+        ("clean",),
+        ("tasks", "check"),
+        ("tasks", "init"),
+        ("tasks", "sanity"),
+    ):
         out = cairn(*args, "--help", cwd=tmp_path)
         assert out.returncode == 0 and "Example" in out.stdout, args
 
 
 # ---- default job names are claimed exclusively (issue #12) ----------------------------------
-_FROZEN_CLOCK = ("import cairn.job.run as r; "
-                 "r.default_job_name = lambda now=None: '2026-12-01__08-00-00'; "
-                 "from cairn.cli import main; main()")
+_FROZEN_CLOCK = (
+    "import cairn.job.run as r; "
+    "r.default_job_name = lambda now=None: '2026-12-01__08-00-00'; "
+    "from cairn.cli import main; main()"
+)
 
 
 @pytest.mark.slow
@@ -468,12 +604,21 @@ def test_three_runs_in_the_same_second_get_their_own_job_folders(tmp_path, backe
 
     if not backend_available(backend):
         pytest.skip(f"backend {backend} not available")
-    task = write_task(tmp_path / "tasks", "same-second", solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks", "same-second", solve="touch /app/done\n", test=reward_if("test -f /app/done")
+    )
     args = ["-c", _FROZEN_CLOCK, "run", "-p", str(task), "-e", backend, "--jobs-dir", "jobs"]
-    procs = [subprocess.Popen([sys.executable, *args], cwd=tmp_path, env=_env(),
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, *args],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     outcomes = [finish(p) for p in procs]
     for rc, out, err in outcomes:
         assert rc == 0, out + err
@@ -491,8 +636,18 @@ def test_a_given_job_name_is_still_refused_while_it_runs(tmp_path, one_task):
     from cairn.lock import JobLock
 
     with JobLock(tmp_path / "jobs" / "mine"):
-        res = cairn("run", "-p", str(one_task), "-e", "local", "--jobs-dir", "jobs",
-                    "--job-name", "mine", cwd=tmp_path)
+        res = cairn(
+            "run",
+            "-p",
+            str(one_task),
+            "-e",
+            "local",
+            "--jobs-dir",
+            "jobs",
+            "--job-name",
+            "mine",
+            cwd=tmp_path,
+        )
     assert res.returncode == 2 and "already running" in res.stderr
     assert sorted(p.name for p in (tmp_path / "jobs").iterdir()) == ["mine"]
     assert not (tmp_path / "jobs" / "mine" / "trials").exists()
@@ -517,12 +672,10 @@ def test_jobs_dir_through_a_symlink_to_an_empty_folder_is_that_folder(tmp_path, 
         pytest.skip("backend local not available")
     (tmp_path / "real").mkdir()
     (tmp_path / "link").symlink_to("real")
-    plan = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", "--dry-run",
-                 cwd=tmp_path)
+    plan = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", "--dry-run", cwd=tmp_path)
     assert plan.returncode == 0, plan.stdout + plan.stderr
     for extra in ((), ("--job-name", "named")):
-        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", *extra,
-                    cwd=tmp_path)
+        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "link", *extra, cwd=tmp_path)
         assert res.returncode == 0, res.stdout + res.stderr
     assert (tmp_path / "link").is_symlink()
     jobs = sorted((tmp_path / "real").iterdir())
@@ -531,27 +684,36 @@ def test_jobs_dir_through_a_symlink_to_an_empty_folder_is_that_folder(tmp_path, 
         assert results_of(job)["test/one"]["reward"] == 1.0
 
 
-@pytest.mark.parametrize("make,message", [
-    (lambda t: (t / "f").write_text("x") and (t / "out").symlink_to("f"),
-     "the jobs folder out (-o/--jobs-dir) is a symlink to f, a file, not a folder"),
-    (lambda t: (t / "out").symlink_to("nowhere"),
-     "the jobs folder out (-o/--jobs-dir) is a dangling symlink: its target nowhere does not "
-     "exist"),
-    (lambda t: (t / "out").write_text("x"),
-     "the jobs folder out (-o/--jobs-dir) exists and is not a folder"),
-])
-def test_jobs_dir_that_is_not_a_folder_is_refused_before_anything(tmp_path, one_task, make,
-                                                                  message):
+@pytest.mark.parametrize(
+    "make,message",
+    [
+        (
+            lambda t: (t / "f").write_text("x") and (t / "out").symlink_to("f"),
+            "the jobs folder out (-o/--jobs-dir) is a symlink to f, a file, not a folder",
+        ),
+        (
+            lambda t: (t / "out").symlink_to("nowhere"),
+            "the jobs folder out (-o/--jobs-dir) is a dangling symlink: its target nowhere does not exist",
+        ),
+        (
+            lambda t: (t / "out").write_text("x"),
+            "the jobs folder out (-o/--jobs-dir) exists and is not a folder",
+        ),
+    ],
+)
+def test_jobs_dir_that_is_not_a_folder_is_refused_before_anything(tmp_path, one_task, make, message):
     make(tmp_path)
     listing = sorted(p.name for p in tmp_path.iterdir())
     for extra in ((), ("--job-name", "named"), ("--dry-run",), ("--job-name", "n", "--dry-run")):
-        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "out", *extra,
-                    cwd=tmp_path)
+        res = cairn("run", "-p", str(one_task), "-e", "local", "-o", "out", *extra, cwd=tmp_path)
         assert res.returncode == 2, (extra, res.stdout + res.stderr)
         assert res.stderr.strip() == f"cairn: error: {message}; " + (
-            "create that folder or choose another -o" if "dangling" in message else
-            "point it at a folder or choose another -o" if "symlink" in message else
-            "choose another -o"), extra
+            "create that folder or choose another -o"
+            if "dangling" in message
+            else "point it at a folder or choose another -o"
+            if "symlink" in message
+            else "choose another -o"
+        ), extra
         no_traceback(res)
     assert sorted(p.name for p in tmp_path.iterdir()) == listing
     assert not (tmp_path / "nowhere").exists()
@@ -560,31 +722,50 @@ def test_jobs_dir_that_is_not_a_folder_is_refused_before_anything(tmp_path, one_
 @pytest.mark.parametrize("agent", ["oracle", "nop"])
 def test_oracle_and_nop_refuse_an_option_they_do_not_take(tmp_path, one_task, agent):
     for extra in ((), ("--dry-run",)):
-        res = cairn("run", "-p", str(one_task), "-a", agent, "-e", "local", "--jobs-dir", "jobs",
-                    "--ak", "ignore_mcp=true", "--ak", "temprature=0", *extra, cwd=tmp_path)
+        res = cairn(
+            "run",
+            "-p",
+            str(one_task),
+            "-a",
+            agent,
+            "-e",
+            "local",
+            "--jobs-dir",
+            "jobs",
+            "--ak",
+            "ignore_mcp=true",
+            "--ak",
+            "temprature=0",
+            *extra,
+            cwd=tmp_path,
+        )
         assert res.returncode == 2, res.stdout + res.stderr
-        assert res.stderr.strip() == (f"cairn: error: agent {agent!r} has no option "
-                                      "'temprature' (--ak); it takes no options")
+        assert res.stderr.strip() == (
+            f"cairn: error: agent {agent!r} has no option 'temprature' (--ak); it takes no options"
+        )
     assert not (tmp_path / "jobs").exists()
     # the same rule, the same words, as an agent that takes options
-    res = cairn("run", "-p", str(one_task), "-a", "claude-code", "-e", "local", "--ak",
-                "temprature=0", cwd=tmp_path)
+    res = cairn(
+        "run", "-p", str(one_task), "-a", "claude-code", "-e", "local", "--ak", "temprature=0", cwd=tmp_path
+    )
     assert res.returncode == 2 and res.stderr.strip() == (
         "cairn: error: agent 'claude-code' has no option 'temprature' (--ak); known: version, "
-        "base_url, platform, prepare")
+        "base_url, platform, prepare"
+    )
 
 
 def test_oracle_options_refused_through_the_api_too(tmp_path, one_task):
     from cairn.agents.registry import create_agent, validate_agent_options
     from cairn.errors import UsageError
 
-    for call in (lambda: validate_agent_options("nop", None, {"x": "1"}),
-                 lambda: create_agent("oracle", None, {"x": "1"})):
+    for call in (
+        lambda: validate_agent_options("nop", None, {"x": "1"}),
+        lambda: create_agent("oracle", None, {"x": "1"}),
+    ):
         with pytest.raises(UsageError, match="has no option 'x' .*it takes no options"):
             call()
     # a user's agent built on the oracle takes its own options (FlakySetupAgent: marker)
-    assert create_agent("job_agents:FlakySetupAgent", None, {"marker": "m"}).kwargs == {
-        "marker": "m"}
+    assert create_agent("job_agents:FlakySetupAgent", None, {"marker": "m"}).kwargs == {"marker": "m"}
 
 
 @pytest.mark.local
@@ -593,29 +774,83 @@ def test_resume_with_a_new_verifier_env_key_names_that_key(tmp_path, one_task):
 
     if not backend_available("local"):
         pytest.skip("backend local not available")
-    first = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--ve",
-                  "OLD=a", cwd=tmp_path, OLD=None, NEW=None)
+    first = cairn(
+        "run",
+        "-p",
+        str(one_task),
+        "-e",
+        "local",
+        "--job-name",
+        "j",
+        "--ve",
+        "OLD=a",
+        cwd=tmp_path,
+        OLD=None,
+        NEW=None,
+    )
     assert first.returncode == 0, first.stdout + first.stderr
     job_json = (tmp_path / "jobs" / "j" / "job.json").read_bytes()
-    head = ("cairn: error: --resume continues jobs/j with the config it was started with "
-            "(job.json), and the options given differ from it: ")
+    head = (
+        "cairn: error: --resume continues jobs/j with the config it was started with "
+        "(job.json), and the options given differ from it: "
+    )
     # NEW differs (the job has no such key), whether or not OLD's value is given again
     for again, old in (((), None), (("--ve", "OLD=a"), None), ((), "a")):
-        res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
-                    *again, "--ve", "NEW=secret-1", cwd=tmp_path, OLD=old, NEW=None)
+        res = cairn(
+            "run",
+            "-p",
+            str(one_task),
+            "-e",
+            "local",
+            "--job-name",
+            "j",
+            "--resume",
+            *again,
+            "--ve",
+            "NEW=secret-1",
+            cwd=tmp_path,
+            OLD=old,
+            NEW=None,
+        )
         assert res.returncode == 2, res.stdout + res.stderr
-        assert res.stderr.startswith(head + "verifier_env.NEW: the job's none, given ***. "
-                                     "Resume it as it is"), (again, old, res.stderr)
+        assert res.stderr.startswith(
+            head + "verifier_env.NEW: the job's none, given ***. Resume it as it is"
+        ), (again, old, res.stderr)
         assert "secret-1" not in res.stderr and "OLD" not in res.stderr
     # OLD alone missing: named as before
-    res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
-                cwd=tmp_path, OLD=None, NEW=None)
+    res = cairn(
+        "run",
+        "-p",
+        str(one_task),
+        "-e",
+        "local",
+        "--job-name",
+        "j",
+        "--resume",
+        cwd=tmp_path,
+        OLD=None,
+        NEW=None,
+    )
     assert res.returncode == 2 and res.stderr.strip() == (
         "cairn: error: the job's verifier env (--ve) values are not stored; set them in the "
-        "environment to resume: OLD")
+        "environment to resume: OLD"
+    )
     assert (tmp_path / "jobs" / "j" / "job.json").read_bytes() == job_json
-    res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "j", "--resume",
-                "--ve", "OLD=b", cwd=tmp_path, OLD=None, NEW=None)
+    res = cairn(
+        "run",
+        "-p",
+        str(one_task),
+        "-e",
+        "local",
+        "--job-name",
+        "j",
+        "--resume",
+        "--ve",
+        "OLD=b",
+        cwd=tmp_path,
+        OLD=None,
+        NEW=None,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -627,11 +862,11 @@ def test_a_new_run_never_writes_into_a_folder_that_holds_no_job(tmp_path, one_ta
     (other / "result.json").write_text("{}")
     (other / "job.log").write_text("harbor's\n")
     for extra in ((), ("--dry-run",)):
-        res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "h", *extra,
-                    cwd=tmp_path)
+        res = cairn("run", "-p", str(one_task), "-e", "local", "--job-name", "h", *extra, cwd=tmp_path)
         assert res.returncode == 2, res.stdout + res.stderr
-        assert res.stderr.strip() == (f"cairn: error: {other} exists and is not a job "
-                                      "folder; choose another --job-name (or -o)"), extra
+        assert res.stderr.strip() == (
+            f"cairn: error: {other} exists and is not a job folder; choose another --job-name (or -o)"
+        ), extra
     assert sorted(p.name for p in other.iterdir()) == ["job.log", "result.json"]
     assert (other / "job.log").read_text() == "harbor's\n"
 

@@ -21,9 +21,23 @@ import pytest
 from taskgen import reward_if, write_task
 from testbed import local_available
 
-HEAVY = ("docker", "requests", "urllib3", "litellm", "rich", "yaml", "pydantic", "typer",
-         "asyncio", "cairn.results", "cairn.sandbox", "cairn.job", "cairn.trial",
-         "cairn.agents", "cairn.task")
+HEAVY = (
+    "docker",
+    "requests",
+    "urllib3",
+    "litellm",
+    "rich",
+    "yaml",
+    "pydantic",
+    "typer",
+    "asyncio",
+    "cairn.results",
+    "cairn.sandbox",
+    "cairn.job",
+    "cairn.trial",
+    "cairn.agents",
+    "cairn.task",
+)
 """Modules none of which may be loaded before the first engine call is sent (nor by
 ``import cairn.cli``): Typer, pydantic and cairn's models load while the ping is on its way."""
 
@@ -37,10 +51,16 @@ def _env(**extra: str) -> dict[str, str]:
 
 
 def test_import_cairn_cli_loads_no_heavy_module():
-    code = ("import json, sys, cairn.cli\n"
-            "print(json.dumps(sorted(sys.modules)))")
-    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True,
-                         text=True, encoding="utf-8", check=True, timeout=60)
+    code = "import json, sys, cairn.cli\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        check=True,
+        timeout=60,
+    )
     loaded = set(json.loads(out.stdout))
     assert "cairn.cli" in loaded
     bad = sorted(m for m in loaded if m in HEAVY or any(m.startswith(h + ".") for h in HEAVY))
@@ -78,11 +98,26 @@ def test_cairn_run_reaches_the_engine_before_any_heavy_import(tmp_path):
     try:
         out_file = tmp_path / "modules.json"
         r = subprocess.run(
-            [sys.executable, "-c", PROBE, "run", "-p", str(task), "-a", "oracle", "-e", "docker",
-             "--jobs-dir", str(tmp_path / "jobs")],
-            env=_env(DOCKER_HOST=f"unix://{sock_path}", PROBE_SOCKET=sock_path,
-                     PROBE_OUT=str(out_file)),
-            capture_output=True, text=True, encoding="utf-8", timeout=60)
+            [
+                sys.executable,
+                "-c",
+                PROBE,
+                "run",
+                "-p",
+                str(task),
+                "-a",
+                "oracle",
+                "-e",
+                "docker",
+                "--jobs-dir",
+                str(tmp_path / "jobs"),
+            ],
+            env=_env(DOCKER_HOST=f"unix://{sock_path}", PROBE_SOCKET=sock_path, PROBE_OUT=str(out_file)),
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            timeout=60,
+        )
     finally:
         listener.close()
     assert r.returncode == 0, f"cairn run never connected to the engine: {r.stderr[-2000:]}"
@@ -95,15 +130,38 @@ def test_cairn_run_reaches_the_engine_before_any_heavy_import(tmp_path):
 
 NOT_ON_LOCAL_RUN = (
     # third-party modules a local oracle trial does not use
-    "docker", "requests", "urllib3", "litellm", "rich", "yaml", "jinja2", "httpx", "starlette",
-    "uvicorn", "ray", "mcp", "pyarrow", "dotenv",
+    "docker",
+    "requests",
+    "urllib3",
+    "litellm",
+    "rich",
+    "yaml",
+    "jinja2",
+    "httpx",
+    "starlette",
+    "uvicorn",
+    "ray",
+    "mcp",
+    "pyarrow",
+    "dotenv",
     # standard-library modules only some tasks need (an ADD of an archive)
     "tarfile",
     # command modules of other commands (cli/_app.py app_for) and areas the run does not reach
-    "cairn.cli.tasks", "cairn.cli.clean", "cairn.cli.snapshots", "cairn.cli.datasets",
-    "cairn.cli.view", "cairn.cli.export", "cairn.cli.agents", "cairn.sandbox.docker",
-    "cairn.viewer", "cairn.datasets", "cairn.agents.llm", "cairn.agents.installed",
-    "cairn.job.executors.ray", "cairn.results.export", "cairn.results.harbor",
+    "cairn.cli.tasks",
+    "cairn.cli.clean",
+    "cairn.cli.snapshots",
+    "cairn.cli.datasets",
+    "cairn.cli.view",
+    "cairn.cli.export",
+    "cairn.cli.agents",
+    "cairn.sandbox.docker",
+    "cairn.viewer",
+    "cairn.datasets",
+    "cairn.agents.llm",
+    "cairn.agents.installed",
+    "cairn.job.executors.ray",
+    "cairn.results.export",
+    "cairn.results.harbor",
 )
 """Modules none of which ``cairn run -a oracle -e local`` of a trivial task may load (#13: the
 whole process of that trial is the target, so each costs every run)."""
@@ -131,14 +189,33 @@ LOCAL_PROBE = textwrap.dedent("""
 @pytest.mark.local
 @pytest.mark.skipif(not local_available(), reason="no local sandbox support")
 def test_cairn_run_local_loads_only_what_the_trial_uses(tmp_path):
-    task = write_task(tmp_path / "tasks", "startup", solve="touch /tmp/done\n",
-                      test=reward_if("test -f /tmp/done"))
+    task = write_task(
+        tmp_path / "tasks", "startup", solve="touch /tmp/done\n", test=reward_if("test -f /tmp/done")
+    )
     out_file = tmp_path / "modules.json"
     r = subprocess.run(
-        [sys.executable, "-c", LOCAL_PROBE, "run", "-p", str(task), "-a", "oracle", "-e", "local",
-         "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
-        env=_env(PROBE_OUT=str(out_file)), capture_output=True, text=True, encoding="utf-8",
-        timeout=120)
+        [
+            sys.executable,
+            "-c",
+            LOCAL_PROBE,
+            "run",
+            "-p",
+            str(task),
+            "-a",
+            "oracle",
+            "-e",
+            "local",
+            "--jobs-dir",
+            str(tmp_path / "jobs"),
+            "--job-name",
+            "j",
+        ],
+        env=_env(PROBE_OUT=str(out_file)),
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
     assert json.loads(result.read_text(encoding="utf-8"))["reward"] == 1.0
@@ -148,8 +225,9 @@ def test_cairn_run_local_loads_only_what_the_trial_uses(tmp_path):
     assert seen["frozen"] > 10_000  # start-up's objects were moved out of its generations
     loaded = set(seen["modules"])
     assert {"cairn.cli.run", "cairn.sandbox.local", "cairn.trial.run"} <= loaded
-    bad = sorted(m for m in loaded
-                 if m in NOT_ON_LOCAL_RUN or any(m.startswith(h + ".") for h in NOT_ON_LOCAL_RUN))
+    bad = sorted(
+        m for m in loaded if m in NOT_ON_LOCAL_RUN or any(m.startswith(h + ".") for h in NOT_ON_LOCAL_RUN)
+    )
     assert bad == [], f"cairn run -e local loaded {bad}"
 
 
@@ -169,8 +247,11 @@ def test_each_command_is_built_from_its_own_modules_only():
     def callback_modules(cmd) -> set[str]:
         if hasattr(cmd, "commands"):
             return set().union(*(callback_modules(c) for c in cmd.commands.values()))
-        return {cmd.callback.__wrapped__.__module__ if hasattr(cmd.callback, "__wrapped__")
-                else cmd.callback.__module__}
+        return {
+            cmd.callback.__wrapped__.__module__
+            if hasattr(cmd.callback, "__wrapped__")
+            else cmd.callback.__module__
+        }
 
     for name, cmd in full.commands.items():
         mods = {m.removeprefix("cairn.cli.") for m in callback_modules(cmd)}
@@ -182,8 +263,9 @@ def test_each_command_is_built_from_its_own_modules_only():
     assert app_for([]) is app and app_for(["--help"]) is app and app_for(["runn"]) is app
 
 
-@pytest.mark.parametrize("argv", [["run", "--no-such-flag"], ["run", "-p", "/nonexistent/task",
-                                                              "--dry-run"], ["--version"]])
+@pytest.mark.parametrize(
+    "argv", [["run", "--no-such-flag"], ["run", "-p", "/nonexistent/task", "--dry-run"], ["--version"]]
+)
 def test_main_leaves_the_garbage_collector_running(argv):
     """Whatever the command does (a usage error, a refused input, no job at all), the collector
     ``cairn.cli.main`` paused for start-up runs again when it returns."""
@@ -197,7 +279,8 @@ def test_main_leaves_the_garbage_collector_running(argv):
             print("exit", exc.code)
         print("gc", gc.isenabled())
     """)
-    r = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True,
-                       encoding="utf-8", timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", code], env=_env(), capture_output=True, text=True, encoding="utf-8", timeout=60
+    )
     assert r.stdout.splitlines()[-1] == "gc True", r.stdout + r.stderr
     assert r.stdout.splitlines()[-2] != "exit 0" or argv == ["--version"]

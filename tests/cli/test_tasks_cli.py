@@ -58,8 +58,7 @@ def test_dataset_with_one_broken_task(dataset):
 def test_clean_tasks_exit_zero_and_print_ok(dataset):
     result = run_cli("tasks", "check", str(dataset / "a-good"), str(dataset / "c-good"))
     assert result.exit_code == 0
-    assert result.stdout.splitlines() == [f"{dataset / 'a-good'}: ok",
-                                          f"{dataset / 'c-good'}: ok"]
+    assert result.stdout.splitlines() == [f"{dataset / 'a-good'}: ok", f"{dataset / 'c-good'}: ok"]
 
 
 def test_relative_paths_are_printed_as_given(dataset):
@@ -81,12 +80,14 @@ def test_warnings_print_and_strict_turns_them_into_errors(dataset):
     assert result.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: warning: unknown key `memroy_mb` in "
         "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]",
-        f"{task}: ok (1 warning(s))"]
+        f"{task}: ok (1 warning(s))",
+    ]
     strict = run_cli("tasks", "check", "--strict", str(task))
     assert strict.exit_code == 1
     assert strict.stdout.splitlines() == [
         f"{task / 'task.toml'}:{n}: error: unknown key `memroy_mb` in "
-        "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]"]
+        "[verifier.environment] (did you mean `memory_mb`?) [unknown-config-field]"
+    ]
 
 
 def test_a_path_that_is_no_task(tmp_path):
@@ -95,15 +96,17 @@ def test_a_path_that_is_no_task(tmp_path):
     assert result.stdout.splitlines() == [
         f"{tmp_path / 'nope'}: error: does not exist [invalid-task-files]",
         f"{tmp_path}: error: not a task (no task.toml or task.md) and holds no task folders "
-        "[invalid-task-files]"]
+        "[invalid-task-files]",
+    ]
 
 
 @pytest.mark.local
 def test_init_writes_skeletons_that_pass_strict_check(tmp_path):
     single = run_cli("tasks", "init", "hello", "--dir", str(tmp_path))
     assert single.exit_code == 0 and "single-step" in single.stdout
-    multi = run_cli("tasks", "init", "steps", "--name", "org/steps", "--steps", "a,b,c",
-                    "--dir", str(tmp_path))
+    multi = run_cli(
+        "tasks", "init", "steps", "--name", "org/steps", "--steps", "a,b,c", "--dir", str(tmp_path)
+    )
     assert multi.exit_code == 0 and "3-step" in multi.stdout
     assert sorted(p.name for p in (tmp_path / "steps" / "steps").iterdir()) == ["a", "b", "c"]
     check = run_cli("tasks", "check", "--strict", str(tmp_path))
@@ -129,8 +132,7 @@ def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
     root = tmp_path / "path" / "to" / "my-task"
     assert load_task(root).name == "local/my-task"  # last component, under the default org
     assert f"created single-step task {Path('path/to/my-task')}" in made.stdout
-    named = run_cli("tasks", "init", str(tmp_path / "ds" / "fix"), "--name", "org/fix-bug",
-                    "--steps", "a,b")
+    named = run_cli("tasks", "init", str(tmp_path / "ds" / "fix"), "--name", "org/fix-bug", "--steps", "a,b")
     assert named.exit_code == 0, named.stderr
     assert load_task(tmp_path / "ds" / "fix").name == "org/fix-bug"
     check = run_cli("tasks", "check", "--strict", str(root), str(tmp_path / "ds" / "fix"))
@@ -142,10 +144,18 @@ def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
 
 @pytest.mark.local
 def test_check_through_the_console_entry_point(dataset):
-    proc = subprocess.run([sys.executable, "-m", "cairn", "tasks", "check", str(dataset)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cairn", "tasks", "check", str(dataset)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert f"{dataset / 'a-good'}: ok" in proc.stdout.splitlines()
-    ok = subprocess.run([sys.executable, "-m", "cairn", "tasks", "check",
-                         str(dataset / "c-good")], capture_output=True, text=True, timeout=60)
+    ok = subprocess.run(
+        [sys.executable, "-m", "cairn", "tasks", "check", str(dataset / "c-good")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert ok.returncode == 0 and ok.stdout == f"{dataset / 'c-good'}: ok\n"

@@ -19,14 +19,16 @@ from cairn.task.lint import RULES
 
 runner = CliRunner()
 
-COMPOSE = ("services:\n"
-           "  main:\n"
-           "    build: .\n"
-           "    privileged: true\n"
-           "    volumes:\n"
-           "      - ./data:/data\n"
-           "  cache:\n"
-           "    image: redis\n")
+COMPOSE = (
+    "services:\n"
+    "  main:\n"
+    "    build: .\n"
+    "    privileged: true\n"
+    "    volumes:\n"
+    "      - ./data:/data\n"
+    "  cache:\n"
+    "    image: redis\n"
+)
 
 
 @pytest.fixture
@@ -51,9 +53,15 @@ def test_lint_warnings_print_with_file_line_and_rule_and_exit_zero(dataset):
     compose = dataset / "bad" / "environment" / "docker-compose.yaml"
     lines = result.stdout.splitlines()
     assert [line.split(": warning: ")[0] for line in lines[:3]] == [
-        f"{compose}:4", f"{compose}:6", f"{compose}:8"]
+        f"{compose}:4",
+        f"{compose}:6",
+        f"{compose}:8",
+    ]
     assert [line.rsplit(" ", 1)[1] for line in lines[:3]] == [
-        "[compose-privileged]", "[compose-writable-bind-mount]", "[unpinned-image]"]
+        "[compose-privileged]",
+        "[compose-writable-bind-mount]",
+        "[unpinned-image]",
+    ]
     assert COMPOSE.splitlines()[3].strip() == "privileged: true"  # line 4 is that key
     assert lines[3:] == [f"{dataset / 'bad'}: ok (3 warning(s))", f"{dataset / 'clean'}: ok"]
 
@@ -71,18 +79,20 @@ def test_strict_makes_lint_warnings_errors(dataset):
 
 def test_select_keeps_only_the_named_rules_and_prefixes(dataset):
     only = cli("--select", "compose-privileged", str(dataset / "bad"))
-    assert [line.rsplit(" ", 1)[1] for line in only.stdout.splitlines()[:-1]] == [
-        "[compose-privileged]"]
+    assert [line.rsplit(" ", 1)[1] for line in only.stdout.splitlines()[:-1]] == ["[compose-privileged]"]
     prefix = cli("--select", "compose", "--ignore", "compose-privileged", str(dataset / "bad"))
     assert [line.rsplit(" ", 1)[1] for line in prefix.stdout.splitlines()[:-1]] == [
-        "[compose-writable-bind-mount]"]
-    repeated = cli("--select", "unpinned-image", "--select", "compose-privileged",
-                   str(dataset / "bad"))
+        "[compose-writable-bind-mount]"
+    ]
+    repeated = cli("--select", "unpinned-image", "--select", "compose-privileged", str(dataset / "bad"))
     assert len(repeated.stdout.splitlines()) == 3
-    extended = cli("--select", "unpinned-image", "--extend-select", "compose-privileged",
-                   str(dataset / "bad"))
+    extended = cli(
+        "--select", "unpinned-image", "--extend-select", "compose-privileged", str(dataset / "bad")
+    )
     assert [line.rsplit(" ", 1)[1] for line in extended.stdout.splitlines()[:-1]] == [
-        "[compose-privileged]", "[unpinned-image]"]
+        "[compose-privileged]",
+        "[unpinned-image]",
+    ]
     alone = cli("--extend-select", "compose-privileged", str(dataset / "bad"))
     assert len(alone.stdout.splitlines()) == 4  # every rule is on already
     assert cli("--extend-select", "nope", str(dataset)).exit_code == 2
@@ -113,7 +123,8 @@ def test_json_output_matches_its_schema_and_the_text(dataset):
     assert [(f["rule"], f["severity"], f["path"], f["line"]) for f in bad["findings"]] == [
         ("compose-privileged", "warning", compose, 4),
         ("compose-writable-bind-mount", "warning", compose, 6),
-        ("unpinned-image", "warning", compose, 8)]
+        ("unpinned-image", "warning", compose, 8),
+    ]
     assert "privileged: true" in bad["findings"][0]["message"]
     strict = json.loads(cli("--json", "--strict", "--select", "unpinned", str(dataset)).stdout)
     validate("check", strict)
@@ -122,9 +133,12 @@ def test_json_output_matches_its_schema_and_the_text(dataset):
 
 
 def test_json_through_the_console_script_exit_code(dataset):
-    proc = subprocess.run([sys.executable, "-m", "cairn", "tasks", "check", "-e", "none",
-                           "--json", "--strict", str(dataset)],
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cairn", "tasks", "check", "-e", "none", "--json", "--strict", str(dataset)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["counts"]["error"] == 3
 

@@ -67,12 +67,10 @@ def _store_many(root: str, src: str, n: int, q) -> None:
 
 
 def test_concurrent_writers_end_with_one_whole_entry(tmp_path):
-    src = write_task(tmp_path / "src", "hello", files={f"data/{i}.txt": "x" * 1000
-                                                      for i in range(50)})
+    src = write_task(tmp_path / "src", "hello", files={f"data/{i}.txt": "x" * 1000 for i in range(50)})
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_store_many, args=(str(tmp_path / "c"), str(src), 5, q))
-             for _ in range(3)]
+    procs = [ctx.Process(target=_store_many, args=(str(tmp_path / "c"), str(src), 5, q)) for _ in range(3)]
     for p in procs:
         p.start()
     results = [q.get(timeout=60) for _ in procs]

@@ -42,8 +42,11 @@ def test_refs_resolve_to_commits_once(served):
     assert resolve_ref(url, "main") == c2
     assert resolve_ref(url, "v1") == c1  # an annotated tag: the commit it points to
     assert resolve_ref(url, c1.upper()) == c1  # a full id is taken as it is
-    with pytest.raises(DatasetError, match=r"repository .* has no branch or tag 'nope'; "
-                       "branches: main"):
+    with pytest.raises(
+        DatasetError,
+        match=r"repository .* has no branch or tag 'nope'; "
+        "branches: main",
+    ):
         resolve_ref(url, "nope")
 
 
@@ -76,8 +79,9 @@ def test_a_server_refusing_commit_wants_gets_a_full_fetch(served, tmp_path, monk
     monkeypatch.setenv("GIT_CONFIG_COUNT", "1")
     monkeypatch.setenv("GIT_CONFIG_KEY_0", "protocol.version")
     monkeypatch.setenv("GIT_CONFIG_VALUE_0", "0")
-    with GitDaemon(srv, config={"uploadpack.allowReachableSHA1InWant": "false",
-                                "uploadpack.allowAnySHA1InWant": "false"}) as d:
+    with GitDaemon(
+        srv, config={"uploadpack.allowReachableSHA1InWant": "false", "uploadpack.allowAnySHA1InWant": "false"}
+    ) as d:
         full, how = checkout_commit(d.url("r.git"), c1, ["a"], tmp_path / "co")
     assert (full, how) == (c1, "full")
     assert (tmp_path / "co" / "a" / "task.toml").read_text() == "# a\n"
@@ -92,8 +96,7 @@ def test_abbreviated_commit_is_found_by_a_full_fetch(served, tmp_path):
 def test_a_commit_that_does_not_exist_is_named(served, tmp_path):
     _work, srv, _c1, _c2 = served
     url = f"file://{srv / 'r.git'}"
-    with pytest.raises(DatasetError, match=f"commit {'f' * 40} does not exist in repository "
-                       f"{url}"):
+    with pytest.raises(DatasetError, match=f"commit {'f' * 40} does not exist in repository {url}"):
         checkout_commit(url, "f" * 40, ["a"], tmp_path / "co")
 
 

@@ -32,16 +32,23 @@ def served(tmp_path):
     files = tmp_path / "files"
     files.mkdir()
     with SmartHTTP(srv, files) as http:
-        reg = [{"name": "demo", "version": "1.0", "description": "",
-                "tasks": [{"name": n, "git_url": http.url("tasks.git"), "git_commit_id": c1,
-                           "path": f"tasks/{n}"} for n in ("a", "b")]}]
+        reg = [
+            {
+                "name": "demo",
+                "version": "1.0",
+                "description": "",
+                "tasks": [
+                    {"name": n, "git_url": http.url("tasks.git"), "git_commit_id": c1, "path": f"tasks/{n}"}
+                    for n in ("a", "b")
+                ],
+            }
+        ]
         (files / "registry.json").write_text(json.dumps(reg))
         yield http, c1, tmp_path
 
 
 def _resolve(cache_root: str, registry_url: str, q) -> None:
-    res = resolve_sources(datasets=["demo@1.0"], registry_url=registry_url,
-                          cache=TaskCache(Path(cache_root)))
+    res = resolve_sources(datasets=["demo@1.0"], registry_url=registry_url, cache=TaskCache(Path(cache_root)))
     q.put([str(t.path) for t in res.tasks])
 
 
@@ -49,9 +56,10 @@ def test_two_concurrent_jobs_share_one_fetch(served):
     http, _c1, tmp = served
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    procs = [ctx.Process(target=_resolve, args=(str(tmp / "cache"),
-                                                http.file_url("registry.json"), q))
-             for _ in range(2)]
+    procs = [
+        ctx.Process(target=_resolve, args=(str(tmp / "cache"), http.file_url("registry.json"), q))
+        for _ in range(2)
+    ]
     for p in procs:
         p.start()
     got = [q.get(timeout=120) for _ in procs]
@@ -79,17 +87,14 @@ def test_registry_copy_and_recorded_commits_carry_a_resume_through_an_outage(ser
     shutil.rmtree(tmp / "cache" / "registries")  # no saved copy either: only the job's records
     with pytest.raises(DatasetError, match=f"registry {url} is unreachable"):
         resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache)
-    replay = resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache,
-                             previous=first.records)
-    assert [(t.path, t.source) for t in replay.tasks] == \
-        [(t.path, t.source) for t in first.tasks]
+    replay = resolve_sources(datasets=["demo@1.0"], registry_url=url, cache=cache, previous=first.records)
+    assert [(t.path, t.source) for t in replay.tasks] == [(t.path, t.source) for t in first.tasks]
     assert "running the tasks and commits recorded when the job started" in replay.notes[0]
     assert replay.records == first.records
 
 
 def test_the_datasets_stage_imports_no_later_stage():
-    later = ("cairn.job", "cairn.trial", "cairn.sandbox", "cairn.agents", "cairn.cli",
-             "cairn.results.store")
+    later = ("cairn.job", "cairn.trial", "cairn.sandbox", "cairn.agents", "cairn.cli", "cairn.results.store")
     for f in (SRC / "datasets").glob("*.py"):
         tree = ast.parse(f.read_text())
         mods = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
@@ -104,29 +109,52 @@ def test_registry_file_tasks_without_git_url_are_folders_next_to_it(tmp_path):
     write_task(tmp_path / "reg" / "local", "one")
     write_task(tmp_path / "reg" / "local", "two")
     f = tmp_path / "reg" / "registry.json"
-    f.write_text(json.dumps([{"name": "loc", "version": "0.1", "description": "",
-                              "tasks": [{"name": "two", "path": "local/two"},
-                                        {"name": "one", "path": "local/one"}]}]))
+    f.write_text(
+        json.dumps(
+            [
+                {
+                    "name": "loc",
+                    "version": "0.1",
+                    "description": "",
+                    "tasks": [{"name": "two", "path": "local/two"}, {"name": "one", "path": "local/one"}],
+                }
+            ]
+        )
+    )
     inputs = discover_inputs(JobConfig(datasets=("loc",), registry_path=f, n_tasks=1))
     (e,) = inputs.entries  # -l 1: the first in registry order
     assert (e.name, e.path) == ("test/two", tmp_path / "reg" / "local" / "two")
     assert e.source.model_dump() == {
-        "registry": str(f), "dataset": "loc", "dataset_version": "0.1", "git_url": None,
-        "git_ref": None, "commit": None, "path": "local/two"}
+        "registry": str(f),
+        "dataset": "loc",
+        "dataset_version": "0.1",
+        "git_url": None,
+        "git_ref": None,
+        "commit": None,
+        "path": "local/two",
+    }
     assert inputs.notes == ["dataset loc: no version given, using the highest, loc@0.1"]
-    assert inputs.sources[0]["tasks"][0] == {"name": "two", "git_url": None, "git_ref": None,
-                                             "commit": None, "path": "local/two"}
+    assert inputs.sources[0]["tasks"][0] == {
+        "name": "two",
+        "git_url": None,
+        "git_ref": None,
+        "commit": None,
+        "path": "local/two",
+    }
 
 
 def test_a_url_registry_cannot_name_a_task_by_path_alone(served):
     http, _c1, tmp = served
-    (tmp / "files" / "p.json").write_text(json.dumps([{"name": "p", "version": "1",
-                                                        "description": "",
-                                                        "tasks": [{"name": "x", "path": "x"}]}]))
-    with pytest.raises(DatasetError, match="dataset p@1: task x has no git_url; a task given "
-                       "by path alone needs a registry file"):
-        resolve_sources(datasets=["p@1"], registry_url=http.file_url("p.json"),
-                        cache=TaskCache(tmp / "cache"))
+    (tmp / "files" / "p.json").write_text(
+        json.dumps([{"name": "p", "version": "1", "description": "", "tasks": [{"name": "x", "path": "x"}]}])
+    )
+    with pytest.raises(
+        DatasetError,
+        match="dataset p@1: task x has no git_url; a task given by path alone needs a registry file",
+    ):
+        resolve_sources(
+            datasets=["p@1"], registry_url=http.file_url("p.json"), cache=TaskCache(tmp / "cache")
+        )
 
 
 def test_job_yaml_takes_dataset_keys_under_flag_spellings(tmp_path):
@@ -134,9 +162,15 @@ def test_job_yaml_takes_dataset_keys_under_flag_spellings(tmp_path):
     from cairn.plan import JobConfig
 
     f = tmp_path / "job.yaml"
-    f.write_text("d: demo@1.0\nrepo: [https://example.invalid/t.git@v1]\nrepo_path: tasks\n"
-                 "l: 3\nregistry_url: http://127.0.0.1:1/r.json\n")
+    f.write_text(
+        "d: demo@1.0\nrepo: [https://example.invalid/t.git@v1]\nrepo_path: tasks\n"
+        "l: 3\nregistry_url: http://127.0.0.1:1/r.json\n"
+    )
     cfg = JobConfig.model_validate(read_config_file(f).data)
-    assert (cfg.datasets, cfg.repos, cfg.repo_path, cfg.n_tasks, cfg.registry_url) == \
-        (("demo@1.0",), ("https://example.invalid/t.git@v1",), "tasks", 3,
-         "http://127.0.0.1:1/r.json")
+    assert (cfg.datasets, cfg.repos, cfg.repo_path, cfg.n_tasks, cfg.registry_url) == (
+        ("demo@1.0",),
+        ("https://example.invalid/t.git@v1",),
+        "tasks",
+        3,
+        "http://127.0.0.1:1/r.json",
+    )

@@ -35,8 +35,14 @@ def blocking_task(root):
     """The 3-step task whose step ``a`` agent blocks (marker, then wait) under FAULT_BLOCK=1:
     the job is certainly still running while the other process acts, however slow the machine
     (a step that merely sleeps may be over before a second cairn has even started)."""
-    steps = [StepSpec(s, solve=(BLOCK_UNTIL_RELEASED if s == "a" else "") + f"echo {s} >> /app/log\n",
-                      test=reward_if(f"grep -qx {s} /app/log")) for s in ("a", "b", "c")]
+    steps = [
+        StepSpec(
+            s,
+            solve=(BLOCK_UNTIL_RELEASED if s == "a" else "") + f"echo {s} >> /app/log\n",
+            test=reward_if(f"grep -qx {s} /app/log"),
+        )
+        for s in ("a", "b", "c")
+    ]
     task = write_task(root, "three", steps=steps)
     block_template(task)
     return task
@@ -47,8 +53,19 @@ def test_a_second_resume_of_a_running_job_exits_2_and_touches_nothing(tmp_path):
     need("local")
     task = blocking_task(tmp_path / "tasks")
     job = tmp_path / "jobs" / "twice"
-    run = Proc("run", "-p", str(task), "-e", "local", "--jobs-dir", "jobs", "--job-name",
-               "twice", cwd=tmp_path, FAULT_BLOCK="1")
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "local",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "twice",
+        cwd=tmp_path,
+        FAULT_BLOCK="1",
+    )
     try:
         wait_for_sandboxes_holding(job, MARKER, 1, proc=run)
         run.signal(signal.SIGKILL)
@@ -81,8 +98,19 @@ def test_clean_while_another_job_runs_touches_nothing_of_it(tmp_path):
     need("docker")
     task = blocking_task(tmp_path / "tasks")
     live = tmp_path / "jobs" / "live"
-    run = Proc("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs", "--job-name", "live",
-               cwd=tmp_path, FAULT_BLOCK="1")
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "live",
+        cwd=tmp_path,
+        FAULT_BLOCK="1",
+    )
     try:
         wait_for_sandboxes_holding(live, MARKER, 1, proc=run)  # blocked in step a's agent
         before = job_resources(live)
@@ -108,7 +136,8 @@ def test_three_jobs_at_once_share_one_image_build(tmp_path):
     marker = uuid.uuid4().hex
     task = three_step_task(
         tmp_path / "tasks",
-        dockerfile=f"FROM debian:bookworm-slim\nRUN echo {marker} > /built\nWORKDIR /app\n")
+        dockerfile=f"FROM debian:bookworm-slim\nRUN echo {marker} > /built\nWORKDIR /app\n",
+    )
     client = docker.from_env(timeout=120)
     # watched live: the engine keeps only its last 256 events, a busy engine overwrites them
     stream = client.events(decode=True, filters={"type": "image"})
@@ -116,8 +145,21 @@ def test_three_jobs_at_once_share_one_image_build(tmp_path):
     watcher = threading.Thread(target=lambda: seen.extend(stream), daemon=True)
     watcher.start()
     images: set[str] = set()
-    runs = [Proc("run", "-p", str(task), "-e", "docker", "--jobs-dir", "jobs", "--job-name",
-                 f"share{i}", cwd=tmp_path) for i in range(3)]
+    runs = [
+        Proc(
+            "run",
+            "-p",
+            str(task),
+            "-e",
+            "docker",
+            "--jobs-dir",
+            "jobs",
+            "--job-name",
+            f"share{i}",
+            cwd=tmp_path,
+        )
+        for i in range(3)
+    ]
     try:
         codes = [r.finish(timeout=400) for r in runs]
         assert codes == [0, 0, 0], "\n---\n".join(r.output for r in runs)

@@ -37,7 +37,7 @@ def _engine_socket() -> str:
     host = os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock")
     if not host.startswith("unix://"):
         pytest.skip("the engine is not on a unix socket")
-    return host[len("unix://"):]
+    return host[len("unix://") :]
 
 
 class EngineProxy:
@@ -120,8 +120,23 @@ def test_engine_restarted_mid_job_trials_wait_and_retry(tmp_path, proxy):
     task = three_step_task(tmp_path / "tasks", pause=2)
     job = tmp_path / "jobs" / "outage"
     host = f"unix://{proxy.path}"
-    run = Proc("run", "-p", str(task), "-e", "docker", "-k", "4", "-n", "4", "--jobs-dir", "jobs",
-               "--job-name", "outage", cwd=tmp_path, DOCKER_HOST=host)
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "-k",
+        "4",
+        "-n",
+        "4",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "outage",
+        cwd=tmp_path,
+        DOCKER_HOST=host,
+    )
     try:
         run.wait_line(r"environment: docker, ready", timeout=300)
         proxy.stop()  # the engine goes away while trials run
@@ -142,9 +157,26 @@ def test_engine_that_stays_away_is_a_bounded_infra_error(tmp_path, proxy):
     task = three_step_task(tmp_path / "tasks", pause=2)
     job = tmp_path / "jobs" / "gone"
     host = f"unix://{proxy.path}"
-    run = Proc("run", "-p", str(task), "-e", "docker", "-k", "2", "-n", "2", "--jobs-dir", "jobs",
-               "--job-name", "gone", "--max-retries", "1", cwd=tmp_path, DOCKER_HOST=host,
-               CAIRN_ENGINE_WAIT_SEC="8")
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "-k",
+        "2",
+        "-n",
+        "2",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "gone",
+        "--max-retries",
+        "1",
+        cwd=tmp_path,
+        DOCKER_HOST=host,
+        CAIRN_ENGINE_WAIT_SEC="8",
+    )
     try:
         run.wait_line(r"environment: docker, ready", timeout=300)
         proxy.stop()
@@ -163,4 +195,5 @@ def test_engine_that_stays_away_is_a_bounded_infra_error(tmp_path, proxy):
     res = cairn("resume", str(job), cwd=tmp_path, DOCKER_HOST=host)
     assert res.returncode == 0, res.stdout + res.stderr
     assert rewards(assert_one_result_each(job, set(results))) == {
-        k: ("completed", 1.0, [1.0, 1.0, 1.0]) for k in results}
+        k: ("completed", 1.0, [1.0, 1.0, 1.0]) for k in results
+    }

@@ -62,15 +62,31 @@ def cpu_load():
             p.wait(30)
 
 
-@pytest.mark.parametrize(("sig", "when"), [(signal.SIGKILL, "step"), (signal.SIGTERM, "step"),
-                                           (signal.SIGKILL, "start")],
-                         ids=["crash-in-steps", "restart-in-steps", "crash-as-trials-start"])
-def test_engine_restarted_mid_job_under_load_scores_every_trial_once(tmp_path, engine, cpu_load,
-                                                                      sig, when):
+@pytest.mark.parametrize(
+    ("sig", "when"),
+    [(signal.SIGKILL, "step"), (signal.SIGTERM, "step"), (signal.SIGKILL, "start")],
+    ids=["crash-in-steps", "restart-in-steps", "crash-as-trials-start"],
+)
+def test_engine_restarted_mid_job_under_load_scores_every_trial_once(tmp_path, engine, cpu_load, sig, when):
     task = three_step_task(tmp_path / "tasks", pause=2)
     job = tmp_path / "jobs" / "restart"
-    run = Proc("run", "-p", str(task), "-e", "docker", "-k", str(N), "-n", "4", "--jobs-dir",
-               "jobs", "--job-name", "restart", cwd=tmp_path, CAIRN_ENGINE_WAIT_SEC="120")
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "-k",
+        str(N),
+        "-n",
+        "4",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "restart",
+        cwd=tmp_path,
+        CAIRN_ENGINE_WAIT_SEC="120",
+    )
     try:
         if when == "step":
             run.wait_line(r"environment: docker, ready", timeout=300)

@@ -46,16 +46,39 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("backend, sig, phase", [
-    pytest.param(b, s, p, id=f"{b}-{s.name}-{p}",
-                 marks=[pytest.mark.docker if b == "docker" else pytest.mark.local])
-    for b, s, p in CASES])
+@pytest.mark.parametrize(
+    "backend, sig, phase",
+    [
+        pytest.param(
+            b,
+            s,
+            p,
+            id=f"{b}-{s.name}-{p}",
+            marks=[pytest.mark.docker if b == "docker" else pytest.mark.local],
+        )
+        for b, s, p in CASES
+    ],
+)
 def test_signal_at_phase_then_resume(tmp_path, backend, sig, phase):
     need(backend)
     task = three_step_task(tmp_path / "tasks", pause=1)
     job = tmp_path / "jobs" / "sig"
-    run = Proc("run", "-p", str(task), "-e", backend, "-k", "2", "-n", "2", "--jobs-dir", "jobs",
-               "--job-name", "sig", cwd=tmp_path)
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        backend,
+        "-k",
+        "2",
+        "-n",
+        "2",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "sig",
+        cwd=tmp_path,
+    )
     try:
         run.wait_line(PHASES[phase])
         run.signal(sig)
@@ -102,30 +125,66 @@ LATE_CASES = [  # each signal in each phase at least once, on both backends betw
 
 def late_task(root, phase: str):
     """Step ``a`` blocks in ``phase`` (``verifier`` or ``artifacts``) under FAULT_BLOCK=1."""
-    hook = ('[[steps.verifier.collect]]\n'
-            'command = "echo a > /logs/artifacts/a.txt; ' + BLOCK.strip().replace('"', '\\"')
-            + '"\ntimeout_sec = 900\n') if phase == "artifacts" else ""
+    hook = (
+        (
+            "[[steps.verifier.collect]]\n"
+            'command = "echo a > /logs/artifacts/a.txt; '
+            + BLOCK.strip().replace('"', '\\"')
+            + '"\ntimeout_sec = 900\n'
+        )
+        if phase == "artifacts"
+        else ""
+    )
     a_test = (BLOCK if phase == "verifier" else "") + reward_if("grep -qx a /app/log")
-    steps = [StepSpec("a", solve="echo a >> /app/log\n", test=a_test, toml_extra=hook),
-             StepSpec("b", solve="echo b >> /app/log\n", test=reward_if("grep -qx b /app/log"))]
+    steps = [
+        StepSpec("a", solve="echo a >> /app/log\n", test=a_test, toml_extra=hook),
+        StepSpec("b", solve="echo b >> /app/log\n", test=reward_if("grep -qx b /app/log")),
+    ]
     task = write_task(root, "late", steps=steps)
     toml = task / "task.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace(
-        "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1),
-        encoding="utf-8")
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace(
+            "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1
+        ),
+        encoding="utf-8",
+    )
     return task
 
 
-@pytest.mark.parametrize("backend, sig, phase", [
-    pytest.param(b, s, p, id=f"{b}-{s.name}-{p}",
-                 marks=[pytest.mark.docker if b == "docker" else pytest.mark.local])
-    for b, s, p in LATE_CASES])
+@pytest.mark.parametrize(
+    "backend, sig, phase",
+    [
+        pytest.param(
+            b,
+            s,
+            p,
+            id=f"{b}-{s.name}-{p}",
+            marks=[pytest.mark.docker if b == "docker" else pytest.mark.local],
+        )
+        for b, s, p in LATE_CASES
+    ],
+)
 def test_signal_in_verifier_or_artifacts_then_resume(tmp_path, backend, sig, phase):
     need(backend)
     task = late_task(tmp_path / "tasks", phase)
     job = tmp_path / "jobs" / "late"
-    run = Proc("run", "-p", str(task), "-e", backend, "-k", "2", "-n", "2", "--jobs-dir", "jobs",
-               "--job-name", "late", cwd=tmp_path, FAULT_BLOCK="1")
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        backend,
+        "-k",
+        "2",
+        "-n",
+        "2",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "late",
+        cwd=tmp_path,
+        FAULT_BLOCK="1",
+    )
     try:
         wait_for_sandboxes_holding(job, MARKER, 2, proc=run)  # both trials blocked in phase
         run.signal(sig)
@@ -145,10 +204,10 @@ def test_signal_in_verifier_or_artifacts_then_resume(tmp_path, backend, sig, pha
         assert rc == 1, run.output
         assert "Traceback" not in run.output
         results = [json.loads(p.read_text(encoding="utf-8")) for p in written]
-        assert [(r["outcome"], r["error"]["kind"], r["error"]["phase"], r["error"]["step"])
-                for r in results] == [("cancelled", "cancelled", phase, "a")] * 2, results
-        assert all(r["reward"] is None and r["steps"][0]["source"] == "not-run"
-                   for r in results), results
+        assert [
+            (r["outcome"], r["error"]["kind"], r["error"]["phase"], r["error"]["step"]) for r in results
+        ] == [("cancelled", "cancelled", phase, "a")] * 2, results
+        assert all(r["reward"] is None and r["steps"][0]["source"] == "not-run" for r in results), results
         assert job_resources(job) == [], "the process returned before its sandboxes were gone"
     assert_clean_leaves_nothing(job, tmp_path)
     res = cairn("resume", str(job), cwd=tmp_path, timeout=300, FAULT_BLOCK=None)

@@ -36,8 +36,24 @@ def finished_job(tmp_path):
     ds = tmp_path / "ds"
     three_step_task(ds)
     write_task(ds, "one")
-    res = cairn("run", "-p", str(ds), "-e", "local", "-k", "2", "-n", "4", "--jobs-dir", "jobs",
-                "--job-name", "torn", "-i", "test/*", cwd=tmp_path)
+    res = cairn(
+        "run",
+        "-p",
+        str(ds),
+        "-e",
+        "local",
+        "-k",
+        "2",
+        "-n",
+        "4",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "torn",
+        "-i",
+        "test/*",
+        cwd=tmp_path,
+    )
     assert res.returncode == 0, res.stdout + res.stderr
     job = tmp_path / "jobs" / "torn"
     planned = {(t, a) for t in ("test/three", "test/one") for a in (1, 2)}

@@ -29,20 +29,27 @@ def backend_ready() -> bool:
     return backend_missing(BACKEND) is None
 
 
-needs_sandbox = pytest.mark.skipif(not backend_ready(),
-                                   reason=f"sandbox backend {BACKEND!r}: {backend_missing(BACKEND)}")
+needs_sandbox = pytest.mark.skipif(
+    not backend_ready(), reason=f"sandbox backend {BACKEND!r}: {backend_missing(BACKEND)}"
+)
 
 
 @asynccontextmanager
-async def task_sandbox(task: Task, mounts: tuple[tuple[str, str], ...] = ()
-                       ) -> AsyncIterator[Sandbox]:
+async def task_sandbox(task: Task, mounts: tuple[tuple[str, str], ...] = ()) -> AsyncIterator[Sandbox]:
     """Start the task's environment on the test backend (with read-only ``mounts``); always
     removed afterwards."""
     env = task.environment
-    spec = SandboxSpec(env_dir=task.env_dir, docker_image=env.docker_image, workdir=env.workdir,
-                       network_mode=env.effective_network_mode, env_hash=task.env_hash,
-                       name=task.slug, job_id="test-agents", trial_id=uuid.uuid4().hex[:12],
-                       mounts=tuple(mounts))
+    spec = SandboxSpec(
+        env_dir=task.env_dir,
+        docker_image=env.docker_image,
+        workdir=env.workdir,
+        network_mode=env.effective_network_mode,
+        env_hash=task.env_hash,
+        name=task.slug,
+        job_id="test-agents",
+        trial_id=uuid.uuid4().hex[:12],
+        mounts=tuple(mounts),
+    )
     async with get_backend(BACKEND)(spec) as sandbox:
         yield sandbox
 

@@ -18,9 +18,11 @@ def cairn_env(**extra: str | None) -> dict[str, str]:
     """The environment of a cairn subprocess: this process's, with this checkout's ``src``, the
     tests folder and its helpers on ``PYTHONPATH`` and LiteLLM's bundled cost map; ``extra``
     sets variables (``None`` removes one)."""
-    env = {**os.environ,
-           "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")]),
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
     for key, value in extra.items():
         if value is None:
             env.pop(key, None)
@@ -29,9 +31,14 @@ def cairn_env(**extra: str | None) -> dict[str, str]:
     return env
 
 
-def run_cairn(*args: str, cwd: Path | None = None, timeout: float = 300,
-              env: dict[str, str] | None = None, input: str | None = None,
-              **extra: str | None) -> subprocess.CompletedProcess[str]:
+def run_cairn(
+    *args: str,
+    cwd: Path | None = None,
+    timeout: float = 300,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    **extra: str | None,
+) -> subprocess.CompletedProcess[str]:
     """Run ``python -m cairn ARGS`` to its end.
 
     Args:
@@ -45,14 +52,26 @@ def run_cairn(*args: str, cwd: Path | None = None, timeout: float = 300,
     Returns:
         The finished process; ``stdout`` and ``stderr`` as text.
     """
-    return subprocess.run([sys.executable, "-m", "cairn", *args], cwd=cwd,
-                          env=env if env is not None else cairn_env(**extra),
-                          capture_output=True, text=True, timeout=timeout, check=False,
-                          input=input, stdin=None if input is not None else subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", *args],
+        cwd=cwd,
+        env=env if env is not None else cairn_env(**extra),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        input=input,
+        stdin=None if input is not None else subprocess.DEVNULL,
+    )
 
 
-def start_cairn(*args: str, cwd: Path | None = None, merge_stderr: bool = False,
-                env: dict[str, str] | None = None, **extra: str | None) -> subprocess.Popen[str]:
+def start_cairn(
+    *args: str,
+    cwd: Path | None = None,
+    merge_stderr: bool = False,
+    env: dict[str, str] | None = None,
+    **extra: str | None,
+) -> subprocess.Popen[str]:
     """Start ``python -m cairn ARGS`` in the background (text pipes, line-buffered).
 
     Args:
@@ -65,8 +84,13 @@ def start_cairn(*args: str, cwd: Path | None = None, merge_stderr: bool = False,
     Returns:
         The running process; the caller ends it (``terminate``/``wait``).
     """
-    return subprocess.Popen([sys.executable, "-m", "cairn", *args], cwd=cwd,
-                            env=env if env is not None else cairn_env(**extra),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
-                            text=True, bufsize=1)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cairn", *args],
+        cwd=cwd,
+        env=env if env is not None else cairn_env(**extra),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT if merge_stderr else subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    )

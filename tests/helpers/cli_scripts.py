@@ -34,8 +34,11 @@ COMMANDS = {"write": "printf '1\\n' > /app/a.txt", "append": "printf '2\\n' > /a
 def expected_tokens(step: str) -> dict[str, int]:
     """The token sums the result must show for ``step``."""
     turns = USAGE[step]
-    return {"prompt": sum(t[0] for t in turns), "completion": sum(t[1] for t in turns),
-            "cached": sum(t[2] for t in turns)}
+    return {
+        "prompt": sum(t[0] for t in turns),
+        "completion": sum(t[1] for t in turns),
+        "cached": sum(t[2] for t in turns),
+    }
 
 
 def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
@@ -62,23 +65,37 @@ def two_step_script(agent: str, *, delay_first_sec: float = 0.0) -> list[Turn]:
     if agent == "aider":
         for step in ("write", "append"):
             name, line = FILES[step]
-            out.append(Turn(text=f"Writing {name}.\n\n{name}\n```\n{line}\n```\n",
-                            usage=USAGE[step][0], delay_sec=delay_first_sec))
+            out.append(
+                Turn(
+                    text=f"Writing {name}.\n\n{name}\n```\n{line}\n```\n",
+                    usage=USAGE[step][0],
+                    delay_sec=delay_first_sec,
+                )
+            )
         return out
     if agent == "mini-swe-agent":
         for step in ("write", "append"):
             first, second = USAGE[step]
-            out.append(Turn(text=f"Running the {step} command.",
-                            calls=(("bash", {"command": COMMANDS[step]}),), usage=first,
-                            delay_sec=delay_first_sec))
-            out.append(Turn(text="Submitting.", calls=(("bash", {"command": SUBMIT}),),
-                            usage=second))
+            out.append(
+                Turn(
+                    text=f"Running the {step} command.",
+                    calls=(("bash", {"command": COMMANDS[step]}),),
+                    usage=first,
+                    delay_sec=delay_first_sec,
+                )
+            )
+            out.append(Turn(text="Submitting.", calls=(("bash", {"command": SUBMIT}),), usage=second))
         return out
     for step in ("write", "append"):
         first, second = USAGE[step]
-        out.append(Turn(text=f"Running the {step} command.",
-                        calls=(_call(agent, COMMANDS[step]),), usage=first,
-                        delay_sec=delay_first_sec))
+        out.append(
+            Turn(
+                text=f"Running the {step} command.",
+                calls=(_call(agent, COMMANDS[step]),),
+                usage=first,
+                delay_sec=delay_first_sec,
+            )
+        )
         out.append(Turn(text=f"The {step} step is done.", usage=second))
     return out
 

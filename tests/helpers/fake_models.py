@@ -84,34 +84,91 @@ def anthropic_events(turn: Turn, model: str) -> list[bytes]:
     """The SSE events of one Anthropic Messages streaming answer for ``turn``."""
     prompt, completion, cached = turn.usage
     msg_id = f"msg_{next(_ids)}"
-    out = [_sse("message_start", {"type": "message_start", "message": {
-        "id": msg_id, "type": "message", "role": "assistant", "model": model, "content": [],
-        "stop_reason": None, "stop_sequence": None,
-        "usage": {"input_tokens": prompt - cached, "cache_read_input_tokens": cached,
-                  "cache_creation_input_tokens": 0, "output_tokens": 1}}})]
+    out = [
+        _sse(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": prompt - cached,
+                        "cache_read_input_tokens": cached,
+                        "cache_creation_input_tokens": 0,
+                        "output_tokens": 1,
+                    },
+                },
+            },
+        )
+    ]
     index = 0
     if turn.text:
-        out.append(_sse("content_block_start", {"type": "content_block_start", "index": index,
-                                                "content_block": {"type": "text", "text": ""}}))
-        out.append(_sse("content_block_delta", {"type": "content_block_delta", "index": index,
-                                                "delta": {"type": "text_delta",
-                                                          "text": turn.text}}))
+        out.append(
+            _sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {"type": "text", "text": ""},
+                },
+            )
+        )
+        out.append(
+            _sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "text_delta", "text": turn.text},
+                },
+            )
+        )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
     for name, args in turn.calls:
-        out.append(_sse("content_block_start", {
-            "type": "content_block_start", "index": index,
-            "content_block": {"type": "tool_use", "id": f"toolu_{next(_ids):04d}", "name": name,
-                              "input": {}}}))
-        out.append(_sse("content_block_delta", {
-            "type": "content_block_delta", "index": index,
-            "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)}}))
+        out.append(
+            _sse(
+                "content_block_start",
+                {
+                    "type": "content_block_start",
+                    "index": index,
+                    "content_block": {
+                        "type": "tool_use",
+                        "id": f"toolu_{next(_ids):04d}",
+                        "name": name,
+                        "input": {},
+                    },
+                },
+            )
+        )
+        out.append(
+            _sse(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {"type": "input_json_delta", "partial_json": json.dumps(args)},
+                },
+            )
+        )
         out.append(_sse("content_block_stop", {"type": "content_block_stop", "index": index}))
         index += 1
-    out.append(_sse("message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None},
-        "usage": {"output_tokens": completion}}))
+    out.append(
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "tool_use" if turn.calls else "end_turn", "stop_sequence": None},
+                "usage": {"output_tokens": completion},
+            },
+        )
+    )
     out.append(_sse("message_stop", {"type": "message_stop"}))
     return out
 
@@ -122,38 +179,91 @@ def responses_events(turn: Turn, model: str) -> list[bytes]:
     prompt, completion, cached = turn.usage
     resp_id = f"resp_{next(_ids)}"
     base = {"id": resp_id, "object": "response", "created_at": int(time.time()), "model": model}
-    out = [_sse("response.created", {"type": "response.created",
-                                     "response": {**base, "status": "in_progress", "output": []}})]
+    out = [
+        _sse(
+            "response.created",
+            {"type": "response.created", "response": {**base, "status": "in_progress", "output": []}},
+        )
+    ]
     items: list[dict[str, Any]] = []
     if turn.text:
         item_id = f"msg_{next(_ids)}"
-        item = {"type": "message", "id": item_id, "role": "assistant", "status": "completed",
-                "content": [{"type": "output_text", "text": turn.text, "annotations": []}]}
+        item = {
+            "type": "message",
+            "id": item_id,
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": turn.text, "annotations": []}],
+        }
         n = len(items)
-        out.append(_sse("response.output_item.added", {
-            "type": "response.output_item.added", "output_index": n,
-            "item": {**item, "status": "in_progress", "content": []}}))
-        out.append(_sse("response.output_text.delta", {
-            "type": "response.output_text.delta", "item_id": item_id, "output_index": n,
-            "content_index": 0, "delta": turn.text}))
-        out.append(_sse("response.output_item.done", {"type": "response.output_item.done",
-                                                      "output_index": n, "item": item}))
+        out.append(
+            _sse(
+                "response.output_item.added",
+                {
+                    "type": "response.output_item.added",
+                    "output_index": n,
+                    "item": {**item, "status": "in_progress", "content": []},
+                },
+            )
+        )
+        out.append(
+            _sse(
+                "response.output_text.delta",
+                {
+                    "type": "response.output_text.delta",
+                    "item_id": item_id,
+                    "output_index": n,
+                    "content_index": 0,
+                    "delta": turn.text,
+                },
+            )
+        )
+        out.append(
+            _sse(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "output_index": n, "item": item},
+            )
+        )
         items.append(item)
     for name, args in turn.calls:
         n = len(items)
-        item = {"type": "function_call", "id": f"fc_{next(_ids)}",
-                "call_id": f"call_{next(_ids):04d}", "name": name,
-                "arguments": json.dumps(args), "status": "completed"}
-        out.append(_sse("response.output_item.added", {"type": "response.output_item.added",
-                                                       "output_index": n, "item": item}))
-        out.append(_sse("response.output_item.done", {"type": "response.output_item.done",
-                                                      "output_index": n, "item": item}))
+        item = {
+            "type": "function_call",
+            "id": f"fc_{next(_ids)}",
+            "call_id": f"call_{next(_ids):04d}",
+            "name": name,
+            "arguments": json.dumps(args),
+            "status": "completed",
+        }
+        out.append(
+            _sse(
+                "response.output_item.added",
+                {"type": "response.output_item.added", "output_index": n, "item": item},
+            )
+        )
+        out.append(
+            _sse(
+                "response.output_item.done",
+                {"type": "response.output_item.done", "output_index": n, "item": item},
+            )
+        )
         items.append(item)
-    usage = {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": cached},
-             "output_tokens": completion, "output_tokens_details": {"reasoning_tokens": 0},
-             "total_tokens": prompt + completion}
-    out.append(_sse("response.completed", {"type": "response.completed", "response": {
-        **base, "status": "completed", "output": items, "usage": usage}}))
+    usage = {
+        "input_tokens": prompt,
+        "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": completion,
+        "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": prompt + completion,
+    }
+    out.append(
+        _sse(
+            "response.completed",
+            {
+                "type": "response.completed",
+                "response": {**base, "status": "completed", "output": items, "usage": usage},
+            },
+        )
+    )
     return out
 
 
@@ -162,25 +272,76 @@ def chat_chunks(turn: Turn, model: str) -> list[bytes]:
     """The streamed chunks (``data:`` lines, then ``[DONE]``) of one chat completion."""
     prompt, completion, cached = turn.usage
     cid = f"chatcmpl-{next(_ids)}"
-    base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()),
-            "model": model}
-    out = [_sse(None, {**base, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                   "content": ""},
-                                            "finish_reason": None}]})]
+    base = {"id": cid, "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    out = [
+        _sse(
+            None,
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}
+                ],
+            },
+        )
+    ]
     if turn.text:
-        out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {"content": turn.text},
-                                                    "finish_reason": None}]}))
+        out.append(
+            _sse(
+                None,
+                {**base, "choices": [{"index": 0, "delta": {"content": turn.text}, "finish_reason": None}]},
+            )
+        )
     for i, (name, args) in enumerate(turn.calls):
-        out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {"tool_calls": [{
-            "index": i, "id": f"call_{next(_ids):04d}", "type": "function",
-            "function": {"name": name, "arguments": json.dumps(args)}}]},
-            "finish_reason": None}]}))
-    out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {},
-                                                "finish_reason": "tool_calls" if turn.calls
-                                                else "stop"}]}))
-    out.append(_sse(None, {**base, "choices": [], "usage": {
-        "prompt_tokens": prompt, "completion_tokens": completion,
-        "total_tokens": prompt + completion, "prompt_tokens_details": {"cached_tokens": cached}}}))
+        out.append(
+            _sse(
+                None,
+                {
+                    **base,
+                    "choices": [
+                        {
+                            "index": 0,
+                            "delta": {
+                                "tool_calls": [
+                                    {
+                                        "index": i,
+                                        "id": f"call_{next(_ids):04d}",
+                                        "type": "function",
+                                        "function": {"name": name, "arguments": json.dumps(args)},
+                                    }
+                                ]
+                            },
+                            "finish_reason": None,
+                        }
+                    ],
+                },
+            )
+        )
+    out.append(
+        _sse(
+            None,
+            {
+                **base,
+                "choices": [
+                    {"index": 0, "delta": {}, "finish_reason": "tool_calls" if turn.calls else "stop"}
+                ],
+            },
+        )
+    )
+    out.append(
+        _sse(
+            None,
+            {
+                **base,
+                "choices": [],
+                "usage": {
+                    "prompt_tokens": prompt,
+                    "completion_tokens": completion,
+                    "total_tokens": prompt + completion,
+                    "prompt_tokens_details": {"cached_tokens": cached},
+                },
+            },
+        )
+    )
     out.append(_sse(None, "[DONE]"))
     return out
 
@@ -190,16 +351,29 @@ def chat_body(turn: Turn, model: str) -> dict[str, Any]:
     prompt, completion, cached = turn.usage
     message: dict[str, Any] = {"role": "assistant", "content": turn.text or None}
     if turn.calls:
-        message["tool_calls"] = [{"id": f"call_{next(_ids):04d}", "type": "function",
-                                  "function": {"name": n, "arguments": json.dumps(a)}}
-                                 for n, a in turn.calls]
-    return {"id": f"chatcmpl-{next(_ids)}", "object": "chat.completion",
-            "created": int(time.time()), "model": model,
-            "choices": [{"index": 0, "message": message,
-                         "finish_reason": "tool_calls" if turn.calls else "stop"}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion,
-                      "prompt_tokens_details": {"cached_tokens": cached}}}
+        message["tool_calls"] = [
+            {
+                "id": f"call_{next(_ids):04d}",
+                "type": "function",
+                "function": {"name": n, "arguments": json.dumps(a)},
+            }
+            for n, a in turn.calls
+        ]
+    return {
+        "id": f"chatcmpl-{next(_ids)}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {"index": 0, "message": message, "finish_reason": "tool_calls" if turn.calls else "stop"}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": cached},
+        },
+    }
 
 
 # ---- Gemini API -------------------------------------------------------------------------------
@@ -211,14 +385,25 @@ def gemini_body(turn: Turn, model: str) -> dict[str, Any]:
         parts.append({"text": turn.text})
     for name, args in turn.calls:
         parts.append({"functionCall": {"name": name, "args": args}})
-    usage: dict[str, Any] = {"promptTokenCount": prompt, "candidatesTokenCount": completion,
-                             "totalTokenCount": prompt + completion}
+    usage: dict[str, Any] = {
+        "promptTokenCount": prompt,
+        "candidatesTokenCount": completion,
+        "totalTokenCount": prompt + completion,
+    }
     if cached:
         usage["cachedContentTokenCount"] = cached
-    return {"candidates": [{"content": {"role": "model", "parts": parts or [{"text": ""}]},
-                            "finishReason": "STOP", "index": 0}],
-            "usageMetadata": usage, "modelVersion": model,
-            "responseId": f"gem-{next(_ids)}"}
+    return {
+        "candidates": [
+            {
+                "content": {"role": "model", "parts": parts or [{"text": ""}]},
+                "finishReason": "STOP",
+                "index": 0,
+            }
+        ],
+        "usageMetadata": usage,
+        "modelVersion": model,
+        "responseId": f"gem-{next(_ids)}",
+    }
 
 
 def gemini_events(turn: Turn, model: str) -> list[bytes]:
@@ -244,10 +429,15 @@ class FakeModels(BackgroundServer):
         requests: every :class:`Request`, in arrival order.
     """
 
-    def __init__(self, script: Iterable[ScriptEntry] = (), *, host: str = "127.0.0.1",
-                 consumes: Callable[[dict[str, Any], str], bool] | None = None,
-                 side_turn: Turn = Turn(text="Scripted title", usage=(0, 0, 0)),
-                 done_turn: Turn | None = None) -> None:
+    def __init__(
+        self,
+        script: Iterable[ScriptEntry] = (),
+        *,
+        host: str = "127.0.0.1",
+        consumes: Callable[[dict[str, Any], str], bool] | None = None,
+        side_turn: Turn = Turn(text="Scripted title", usage=(0, 0, 0)),
+        done_turn: Turn | None = None,
+    ) -> None:
         self._script = list(script)
         self._consumes = consumes or (lambda body, path: True)
         self._side = side_turn
@@ -319,8 +509,9 @@ class FakeModels(BackgroundServer):
 
             def do_GET(self) -> None:  # noqa: N802 - http.server naming
                 with fake._lock:
-                    fake.requests.append(Request(self.path, {k.lower(): v for k, v in
-                                                             self.headers.items()}, {}, True))
+                    fake.requests.append(
+                        Request(self.path, {k.lower(): v for k, v in self.headers.items()}, {}, True)
+                    )
                 if self.path.rstrip("/").endswith("/models"):
                     self._json(200, {"object": "list", "data": [], "models": []})
                 else:
@@ -341,16 +532,22 @@ class FakeModels(BackgroundServer):
                     self._json(200, {"totalTokens": 1})
                     return
                 gemini = path.endswith((":streamGenerateContent", ":generateContent"))
-                if not gemini and not path.endswith(("/messages", "/responses",
-                                                     "/chat/completions")):
+                if not gemini and not path.endswith(("/messages", "/responses", "/chat/completions")):
                     with fake._lock:
                         fake.requests.append(req)
                     self._json(404, {"error": {"message": f"no route {self.path}"}})
                     return
                 turn = fake._next(req)
                 if turn is None:
-                    self._json(400, {"error": {"type": "invalid_request_error",
-                                               "message": "fake server: script exhausted"}})
+                    self._json(
+                        400,
+                        {
+                            "error": {
+                                "type": "invalid_request_error",
+                                "message": "fake server: script exhausted",
+                            }
+                        },
+                    )
                     return
                 if turn.delay_sec and fake._closing.wait(turn.delay_sec):
                     return  # the server is stopping: drop the slow answer

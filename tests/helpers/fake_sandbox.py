@@ -100,8 +100,7 @@ class FakeWorld:
     def spawn(self, cmdline: str) -> ProcessInfo:
         """Record a process as running (what an agent left behind)."""
         self._next_pid += 1
-        p = ProcessInfo(pid=self._next_pid, ppid=1, start_ticks=self._next_pid,
-                        cmdline=cmdline)
+        p = ProcessInfo(pid=self._next_pid, ppid=1, start_ticks=self._next_pid, cmdline=cmdline)
         self.processes.append(p)
         return p
 
@@ -124,8 +123,9 @@ class FakeWorld:
     def listing(self, folder: str) -> list[str]:
         """Every file and folder under ``folder`` (not itself)."""
         pre = folder.rstrip("/") + "/"
-        return sorted([f for f in self.files if f.startswith(pre)]
-                      + [d for d in self.dirs if d.startswith(pre)])
+        return sorted(
+            [f for f in self.files if f.startswith(pre)] + [d for d in self.dirs if d.startswith(pre)]
+        )
 
     def remove(self, path: str, *, contents_only: bool = False) -> None:
         """Remove a file or folder (or only what is under a folder)."""
@@ -149,8 +149,12 @@ class FakeSandbox(Sandbox):
 
     name = "fake"
     capabilities = Capabilities(
-        network_modes=frozenset(NetworkMode), cpu_limit=True, memory_limit=True,
-        storage_limit=True, gateway=True)
+        network_modes=frozenset(NetworkMode),
+        cpu_limit=True,
+        memory_limit=True,
+        storage_limit=True,
+        gateway=True,
+    )
     known_conformance_gaps: frozenset[str] = frozenset()  # set below: conformance_gaps()
     _world: FakeWorld = FakeWorld()
 
@@ -229,7 +233,7 @@ class FakeSandbox(Sandbox):
             raise FileNotFoundError(sandbox_path)
         host_path.mkdir(parents=True, exist_ok=True)
         for path in w.listing(sandbox_path):
-            rel = path[len(sandbox_path.rstrip("/")) + 1:]
+            rel = path[len(sandbox_path.rstrip("/")) + 1 :]
             if path in w.files:
                 (host_path / rel).parent.mkdir(parents=True, exist_ok=True)
                 (host_path / rel).write_bytes(w.files[path])
@@ -239,8 +243,7 @@ class FakeSandbox(Sandbox):
     # ---- processes -------------------------------------------------------------------------
     async def processes(self) -> list[ProcessInfo]:
         self._record("processes")
-        return [ProcessInfo(pid=1, ppid=0, start_ticks=1, cmdline="init"),
-                *self.world.processes]
+        return [ProcessInfo(pid=1, ppid=0, start_ticks=1, cmdline="init"), *self.world.processes]
 
     async def kill_processes(self, pids: Sequence[ProcessInfo]) -> None:
         self._record("kill", " ".join(str(p.pid) for p in pids))
@@ -249,8 +252,13 @@ class FakeSandbox(Sandbox):
 
     # ---- exec ------------------------------------------------------------------------------
     async def _exec(self, req: ExecRequest) -> ExecResult:
-        self._record("exec", shlex.join(req.argv) if req.argv[:2] != ["/bin/sh", "-c"]
-                     or req.argv[2] != AFTER_AGENT_SCRIPT else "after-agent", req.user)
+        self._record(
+            "exec",
+            shlex.join(req.argv)
+            if req.argv[:2] != ["/bin/sh", "-c"] or req.argv[2] != AFTER_AGENT_SCRIPT
+            else "after-agent",
+            req.user,
+        )
         if self.world.handler is not None:
             answer = self.world.handler(self, req)
             if inspect.isawaitable(answer):
@@ -277,8 +285,9 @@ class FakeSandbox(Sandbox):
             return await self._script(self.world.text(path), req)
         return await self._command(argv, req)
 
-    def _after_agent(self, planted: str, prep: bool, artifacts: list[str],
-                     list_processes: bool = False) -> ExecResult:
+    def _after_agent(
+        self, planted: str, prep: bool, artifacts: list[str], list_processes: bool = False
+    ) -> ExecResult:
         """The emulated :data:`cairn.trial.helper.AFTER_AGENT_SCRIPT` (``PS=1``: the world's
         processes as ``/proc`` records, then a one-user ``/etc/passwd``)."""
         w = self.world
@@ -291,7 +300,7 @@ class FakeSandbox(Sandbox):
         if w.listing(VERIFIER_LOGS_DIR):
             for path in w.listing(VERIFIER_LOGS_DIR):
                 if path in w.files:
-                    w.write(planted + path[len(VERIFIER_LOGS_DIR):], w.files[path])
+                    w.write(planted + path[len(VERIFIER_LOGS_DIR) :], w.files[path])
             w.remove(VERIFIER_LOGS_DIR, contents_only=True)
             out.append(f"planted {planted}")
         w.dirs.add(VERIFIER_LOGS_DIR)
@@ -308,13 +317,17 @@ class FakeSandbox(Sandbox):
                 out.append(f"art {i} - -")
         text = "\n".join(out) + "\n"
         if list_processes:
-            procs = [ProcessInfo(pid=1, ppid=0, start_ticks=1, cmdline="init", uid=0),
-                     *w.processes]
+            procs = [ProcessInfo(pid=1, ppid=0, start_ticks=1, cmdline="init", uid=0), *w.processes]
             stat = "S {ppid} 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 {start}"
-            text += "\x1ePS999" + "".join(
-                f"\x1e{p.uid if p.uid is not None else 0}\x1d{p.pid}) "
-                f"{stat.format(ppid=p.ppid, start=p.start_ticks)}\x1f{p.cmdline}"
-                for p in procs) + "\x1ePWroot:x:0:0:root:/root:/bin/sh\n"
+            text += (
+                "\x1ePS999"
+                + "".join(
+                    f"\x1e{p.uid if p.uid is not None else 0}\x1d{p.pid}) "
+                    f"{stat.format(ppid=p.ppid, start=p.start_ticks)}\x1f{p.cmdline}"
+                    for p in procs
+                )
+                + "\x1ePWroot:x:0:0:root:/root:/bin/sh\n"
+            )
         return _ok(text)
 
     async def _script(self, text: str, req: ExecRequest) -> ExecResult:
@@ -355,7 +368,7 @@ class FakeSandbox(Sandbox):
                 parts.append((op, rest.strip()))
                 break
             parts.append((op, rest[:cut].strip()))
-            op, rest = rest[cut:cut + 2], rest[cut + 2:]
+            op, rest = rest[cut : cut + 2], rest[cut + 2 :]
         code = 0
         for op, cmd in parts:
             if (op == "&&" and code != 0) or (op == "||" and code == 0):
@@ -382,8 +395,7 @@ class FakeSandbox(Sandbox):
             out.append(text)
         return code if code is not None else 1
 
-    async def _command(self, words: list[str], req: ExecRequest,
-                       sink: list[str] | None = None) -> ExecResult:
+    async def _command(self, words: list[str], req: ExecRequest, sink: list[str] | None = None) -> ExecResult:
         """One simple command."""
         w = self.world
         name, args = words[0], words[1:]
@@ -405,8 +417,12 @@ class FakeSandbox(Sandbox):
             return _ok()
         if name in ("test", "["):
             args = [a for a in args if a != "]"]
-            test = {"-f": lambda p: p in w.files, "-d": lambda p: p in w.dirs,
-                    "-e": w.exists, "-w": w.exists}.get(args[0])
+            test = {
+                "-f": lambda p: p in w.files,
+                "-d": lambda p: p in w.dirs,
+                "-e": w.exists,
+                "-w": w.exists,
+            }.get(args[0])
             return _ok(exit_code=0 if test is not None and test(args[1]) else 1)
         if name == "grep":
             word, path = paths[0], paths[1]
@@ -422,7 +438,7 @@ class FakeSandbox(Sandbox):
         if name == "ls":
             folder = paths[0] if paths else self.workdir
             pre = folder.rstrip("/") + "/"
-            names = sorted({p[len(pre):].split("/")[0] for p in w.listing(folder)})
+            names = sorted({p[len(pre) :].split("/")[0] for p in w.listing(folder)})
             text = "".join(f"{n}\n" for n in names)
             if sink is not None:
                 sink.append(text)

@@ -32,8 +32,11 @@ SRC = TESTS.parent / "src"
 
 def env(**extra: str | None) -> dict[str, str]:
     """The environment for a cairn subprocess: this checkout's sources first."""
-    out = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    out = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
     for k, v in extra.items():
         if v is None:
             out.pop(k, None)
@@ -42,8 +45,7 @@ def env(**extra: str | None) -> dict[str, str]:
     return out
 
 
-def cairn(*args: str, cwd: Path, timeout: float = 300, **extra: str | None
-          ) -> subprocess.CompletedProcess:
+def cairn(*args: str, cwd: Path, timeout: float = 300, **extra: str | None) -> subprocess.CompletedProcess:
     """Run ``python -m cairn ARGS`` to its end (stdout and stderr captured)."""
     return run_cairn(*args, cwd=cwd, timeout=timeout, env=env(**extra))
 
@@ -75,15 +77,18 @@ class Proc:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
-                raise AssertionError(f"no line matching {pattern!r} within {timeout} s:\n"
-                                     + "\n".join(self.lines))
+                raise AssertionError(
+                    f"no line matching {pattern!r} within {timeout} s:\n" + "\n".join(self.lines)
+                )
             try:
                 line = self._q.get(timeout=left)
             except queue.Empty:
                 continue
             if line is None:
-                raise AssertionError(f"cairn exited ({self.proc.wait()}) before a line matching "
-                                     f"{pattern!r}:\n" + "\n".join(self.lines))
+                raise AssertionError(
+                    f"cairn exited ({self.proc.wait()}) before a line matching "
+                    f"{pattern!r}:\n" + "\n".join(self.lines)
+                )
             self.lines.append(line)
             if rx.search(line):
                 return line
@@ -114,14 +119,16 @@ class Proc:
             self.proc.wait(30)
 
 
-def three_step_task(root: Path, name: str = "three", *, pause: float = 0.0,
-                    dockerfile: str | None = None) -> Path:
+def three_step_task(
+    root: Path, name: str = "three", *, pause: float = 0.0, dockerfile: str | None = None
+) -> Path:
     """A 3-step task whose steps depend on each other (each appends to /app/log); ``pause``
     seconds of sleep in every step's agent, so a signal can land inside a step."""
     sleep = f"sleep {pause}; " if pause else ""
-    steps = [StepSpec(s, solve=f"{sleep}echo {s} >> /app/log\n",
-                      test=reward_if(f"grep -qx {s} /app/log"))
-             for s in ("a", "b", "c")]
+    steps = [
+        StepSpec(s, solve=f"{sleep}echo {s} >> /app/log\n", test=reward_if(f"grep -qx {s} /app/log"))
+        for s in ("a", "b", "c")
+    ]
     kw = {"dockerfile": dockerfile} if dockerfile else {}
     return write_task(root, name, steps=steps, **kw)
 
@@ -163,19 +170,20 @@ def job_resources(job_dir: Path) -> list[str]:
         client = docker.from_env(timeout=60)
         try:
             flt = {"label": f"cairn.job_dir={job_dir}"}
-            left += [f"container {c['Names']} {c['State']}"
-                     for c in client.api.containers(all=True, filters=flt)]
+            left += [
+                f"container {c['Names']} {c['State']}" for c in client.api.containers(all=True, filters=flt)
+            ]
             left += [f"network {n['Name']}" for n in client.api.networks(filters=flt)]
-            left += [f"volume {v['Name']}"
-                     for v in (client.api.volumes(filters=flt) or {}).get("Volumes") or []]
+            left += [
+                f"volume {v['Name']}" for v in (client.api.volumes(filters=flt) or {}).get("Volumes") or []
+            ]
         finally:
             client.close()
     try:
         from cairn.sandbox.local.backend import find_local_sandboxes
     except ImportError:
         return left
-    left += [f"folder {f}" for f, m in find_local_sandboxes()
-             if str(m.get("job_dir") or "") == str(job_dir)]
+    left += [f"folder {f}" for f, m in find_local_sandboxes() if str(m.get("job_dir") or "") == str(job_dir)]
     return left
 
 
@@ -223,24 +231,31 @@ def sandboxes_holding(job_dir: Path, path: str) -> int:
         from cairn.sandbox.local.backend import find_local_sandboxes
     except ImportError:
         return n
-    n += sum((f / "up" / "root" / path.lstrip("/")).is_file() for f, m in find_local_sandboxes()
-             if str(m.get("job_dir") or "") == str(job_dir))
+    n += sum(
+        (f / "up" / "root" / path.lstrip("/")).is_file()
+        for f, m in find_local_sandboxes()
+        if str(m.get("job_dir") or "") == str(job_dir)
+    )
     return n
 
 
-def wait_for_sandboxes_holding(job_dir: Path, path: str, count: int, *, proc: Proc | None = None,
-                               timeout: float = 180) -> None:
+def wait_for_sandboxes_holding(
+    job_dir: Path, path: str, count: int, *, proc: Proc | None = None, timeout: float = 180
+) -> None:
     """Block until ``count`` live sandboxes of the job hold ``path`` (a marker a blocked
     verifier or collect hook wrote); fail after ``timeout`` seconds or when ``proc`` exits."""
     deadline = time.monotonic() + timeout
     delay = 0.05
     while sandboxes_holding(job_dir, path) < count:
         if proc is not None and proc.proc.poll() is not None:
-            raise AssertionError(f"cairn exited ({proc.proc.returncode}) before {count} "
-                                 f"sandbox(es) held {path}:\n{proc.output}")
+            raise AssertionError(
+                f"cairn exited ({proc.proc.returncode}) before {count} "
+                f"sandbox(es) held {path}:\n{proc.output}"
+            )
         if time.monotonic() > deadline:
-            raise AssertionError(f"fewer than {count} sandbox(es) of {job_dir} held {path} "
-                                 f"within {timeout} s")
+            raise AssertionError(
+                f"fewer than {count} sandbox(es) of {job_dir} held {path} within {timeout} s"
+            )
         time.sleep(delay)  # polling a bounded condition, not a sleep standing in for sync
         delay = min(delay * 2, 0.5)
 
@@ -249,8 +264,9 @@ MARKER = "/tmp/fault-blocked"
 """The file a blocked phase writes inside its sandbox once it blocks."""
 RELEASE = "/tmp/fault-release"
 """The file that lets a phase blocked by :data:`BLOCK_UNTIL_RELEASED` go on."""
-BLOCK_UNTIL_RELEASED = (f'if [ "$FAULT_BLOCK" = 1 ]; then touch {MARKER}; '
-                        f'while [ ! -e {RELEASE} ]; do sleep 0.1; done; fi\n')
+BLOCK_UNTIL_RELEASED = (
+    f'if [ "$FAULT_BLOCK" = 1 ]; then touch {MARKER}; while [ ! -e {RELEASE} ]; do sleep 0.1; done; fi\n'
+)
 """Shell lines that, while the host passes FAULT_BLOCK=1 (see :func:`block_template`), write
 :data:`MARKER` and wait for :func:`release_sandboxes` (docker)."""
 
@@ -259,9 +275,12 @@ def block_template(task: Path) -> None:
     """Give a task's ``[environment].env`` ``FAULT_BLOCK = "${FAULT_BLOCK:-0}"``: the block
     snippets act only in a cairn process started with FAULT_BLOCK=1."""
     toml = task / "task.toml"
-    toml.write_text(toml.read_text(encoding="utf-8").replace(
-        "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1),
-        encoding="utf-8")
+    toml.write_text(
+        toml.read_text(encoding="utf-8").replace(
+            "[environment]\n", '[environment]\nenv = { FAULT_BLOCK = "${FAULT_BLOCK:-0}" }\n', 1
+        ),
+        encoding="utf-8",
+    )
 
 
 def release_sandboxes(job_dir: Path) -> int:
@@ -287,8 +306,7 @@ def release_sandboxes(job_dir: Path) -> int:
 
 def rewards(results: dict) -> dict:
     """(task, attempt) → (outcome, reward, per-step rewards): what a clean run must match."""
-    return {k: (r["outcome"], r["reward"], [s.get("reward") for s in r["steps"]])
-            for k, r in results.items()}
+    return {k: (r["outcome"], r["reward"], [s.get("reward") for s in r["steps"]]) for k, r in results.items()}
 
 
 def backend_available(name: str) -> bool:

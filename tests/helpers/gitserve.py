@@ -20,15 +20,26 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.invalid",
-           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.invalid",
-           "GIT_CONFIG_NOSYSTEM": "1"}
+GIT_ENV = {
+    "GIT_AUTHOR_NAME": "t",
+    "GIT_AUTHOR_EMAIL": "t@example.invalid",
+    "GIT_COMMITTER_NAME": "t",
+    "GIT_COMMITTER_EMAIL": "t@example.invalid",
+    "GIT_CONFIG_NOSYSTEM": "1",
+}
 
 
 def git(*args: str, cwd: Path) -> str:
     """Run git in ``cwd``; return stdout (raises on failure)."""
-    p = subprocess.run(["git", *args], cwd=cwd, env={**os.environ, **GIT_ENV},
-                       capture_output=True, text=True, check=False, timeout=60)
+    p = subprocess.run(
+        ["git", *args],
+        cwd=cwd,
+        env={**os.environ, **GIT_ENV},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
     if p.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)}: {p.stderr}")
     return p.stdout
@@ -67,8 +78,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_listening(port: int, proc: subprocess.Popen | None = None,
-                    timeout_sec: float = 10.0) -> None:
+def _wait_listening(port: int, proc: subprocess.Popen | None = None, timeout_sec: float = 10.0) -> None:
     deadline = time.monotonic() + timeout_sec
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -104,9 +114,21 @@ class GitDaemon:
         for k, v in self.config.items():
             cfg += ["-c", f"{k}={v}"]
         self.proc = subprocess.Popen(
-            ["git", *cfg, "daemon", "--reuseaddr", "--export-all", f"--base-path={self.base}",
-             "--listen=127.0.0.1", f"--port={self.port}", str(self.base)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **GIT_ENV})
+            [
+                "git",
+                *cfg,
+                "daemon",
+                "--reuseaddr",
+                "--export-all",
+                f"--base-path={self.base}",
+                "--listen=127.0.0.1",
+                f"--port={self.port}",
+                str(self.base),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**os.environ, **GIT_ENV},
+        )
         _wait_listening(self.port, self.proc)
         return self
 
@@ -150,7 +172,7 @@ class _Handler(BaseHTTPRequestHandler):
         path, _, query = self.path.partition("?")
         self.server.requests.append(path)
         if path.startswith("/files/"):
-            f = self.server.files / path[len("/files/"):]
+            f = self.server.files / path[len("/files/") :]
             if self.command != "GET" or not f.is_file():
                 self.send_error(404)
                 return
@@ -165,17 +187,29 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_error(404)
             return
         body = self._body()
-        env = {**os.environ, "GIT_PROJECT_ROOT": str(self.server.repos),
-               "GIT_HTTP_EXPORT_ALL": "1", "PATH_INFO": path[len("/git"):],
-               "REQUEST_METHOD": self.command, "QUERY_STRING": query,
-               "CONTENT_TYPE": self.headers.get("Content-Type", ""),
-               "CONTENT_LENGTH": str(len(body)), "REMOTE_ADDR": "127.0.0.1"}
+        env = {
+            **os.environ,
+            "GIT_PROJECT_ROOT": str(self.server.repos),
+            "GIT_HTTP_EXPORT_ALL": "1",
+            "PATH_INFO": path[len("/git") :],
+            "REQUEST_METHOD": self.command,
+            "QUERY_STRING": query,
+            "CONTENT_TYPE": self.headers.get("Content-Type", ""),
+            "CONTENT_LENGTH": str(len(body)),
+            "REMOTE_ADDR": "127.0.0.1",
+        }
         if self.headers.get("Git-Protocol"):
             env["GIT_PROTOCOL"] = self.headers["Git-Protocol"]
         if self.headers.get("Content-Encoding"):
             env["HTTP_CONTENT_ENCODING"] = self.headers["Content-Encoding"]
-        p = subprocess.run(["git", *self.server.git_config, "http-backend"], input=body,
-                           env=env, capture_output=True, timeout=60, check=False)
+        p = subprocess.run(
+            ["git", *self.server.git_config, "http-backend"],
+            input=body,
+            env=env,
+            capture_output=True,
+            timeout=60,
+            check=False,
+        )
         head, _, payload = p.stdout.partition(b"\r\n\r\n")
         if not _:
             head, _, payload = p.stdout.partition(b"\n\n")
@@ -214,8 +248,7 @@ class SmartHTTP:
         config: ``-c key=value`` settings for http-backend's upload-pack.
     """
 
-    def __init__(self, repos: Path, files: Path, *, config: dict[str, str] | None = None
-                 ) -> None:
+    def __init__(self, repos: Path, files: Path, *, config: dict[str, str] | None = None) -> None:
         self.server = _Server(("127.0.0.1", 0), _Handler)
         self.server.repos, self.server.files = Path(repos), Path(files)
         self.server.git_config = [a for k, v in (config or {}).items() for a in ("-c", f"{k}={v}")]

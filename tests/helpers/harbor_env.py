@@ -29,8 +29,10 @@ def harbor_bin() -> Path | None:
 def _missing() -> str:
     value = os.environ.get(HARBOR_VAR)
     where = f"${HARBOR_VAR}={value} is not a file" if value else f"${HARBOR_VAR} is not set"
-    return (f"Harbor 0.26 is not set up ({where}): run `bash .ci/setup-harbor.sh` and export "
-            f"{HARBOR_VAR}=<the path it prints>")
+    return (
+        f"Harbor 0.26 is not set up ({where}): run `bash .ci/setup-harbor.sh` and export "
+        f"{HARBOR_VAR}=<the path it prints>"
+    )
 
 
 def require_harbor() -> Path:
@@ -48,6 +50,9 @@ def require_harbor_python() -> Path:
     """The Python of Harbor's environment (beside ``harbor``), as :func:`require_harbor`."""
     python = require_harbor().parent / "python"
     if not python.is_file():
-        pytest.fail(f"{python} is missing: ${HARBOR_VAR} must be the harbor of a virtual "
-                    "environment (.ci/setup-harbor.sh makes one)", pytrace=False)
+        pytest.fail(
+            f"{python} is missing: ${HARBOR_VAR} must be the harbor of a virtual "
+            "environment (.ci/setup-harbor.sh makes one)",
+            pytrace=False,
+        )
     return python

@@ -42,17 +42,22 @@ def main(out: Path) -> int:
             ArtifactManifest.model_validate({"entries": json.loads(m.read_text())})
             checked.append(str(m.relative_to(out)))
         trials.append(tr)
-    stats = JobStats.from_trial_results(trials, n_total_trials=job.n_total_trials,
-                                        n_retries=job.stats.n_retries)
+    stats = JobStats.from_trial_results(
+        trials, n_total_trials=job.n_total_trials, n_retries=job.stats.n_retries
+    )
     for key, pass_at_k in compute_pass_at_k_by_evals(trials).items():
         stats.evals[key].pass_at_k = pass_at_k
-    print(json.dumps({
-        "harbor_version": getattr(harbor, "__version__", None),
-        "checked": checked,
-        "job": json.loads(job.model_dump_json()),
-        "stats_recomputed": json.loads(stats.model_dump_json()),
-        "trials": [json.loads(t.model_dump_json()) for t in trials],
-    }))
+    print(
+        json.dumps(
+            {
+                "harbor_version": getattr(harbor, "__version__", None),
+                "checked": checked,
+                "job": json.loads(job.model_dump_json()),
+                "stats_recomputed": json.loads(stats.model_dump_json()),
+                "trials": [json.loads(t.model_dump_json()) for t in trials],
+            }
+        )
+    )
     return 0
 
 

@@ -77,13 +77,19 @@ class RecordingAgent(OracleAgent):
         import json
 
         with open(str(self.kwargs["record"]), "a", encoding="utf-8") as f:
-            f.write(json.dumps({"phase": phase, "step": context.step.name,
-                                "timeout_sec": context.timeout_sec,
-                                "instruction": instruction,
-                                "kwargs": {k: v for k, v in self.kwargs.items()
-                                           if k not in ("record", "probe")},
-                                "probe": os.environ.get(str(self.kwargs.get("probe", "")))
-                                }) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "phase": phase,
+                        "step": context.step.name,
+                        "timeout_sec": context.timeout_sec,
+                        "instruction": instruction,
+                        "kwargs": {k: v for k, v in self.kwargs.items() if k not in ("record", "probe")},
+                        "probe": os.environ.get(str(self.kwargs.get("probe", ""))),
+                    }
+                )
+                + "\n"
+            )
 
     async def setup(self, sandbox: Sandbox, context: AgentContext) -> None:
         """Record the setup bound."""
@@ -94,8 +100,9 @@ class RecordingAgent(OracleAgent):
         """Record, leave the instruction in the sandbox, then solve."""
         self._record("run", context, instruction)
         await sandbox.exec(["mkdir", "-p", "/app"], user="root")
-        await sandbox.exec(["sh", "-c", 'printf "%s" "$1" > /app/instruction.txt', "sh",
-                            instruction], user=context.user)
+        await sandbox.exec(
+            ["sh", "-c", 'printf "%s" "$1" > /app/instruction.txt', "sh", instruction], user=context.user
+        )
         await super().run(instruction, sandbox, context)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from net_agents import PROBE
 from taskgen import write_task
 
-JUDGE_SERVER = r'''
+JUDGE_SERVER = r"""
 import http.server, json, sys
 name = sys.argv[1]
 seen = []
@@ -42,9 +42,9 @@ class H(http.server.BaseHTTPRequestHandler):
 srv = http.server.ThreadingHTTPServer(("0.0.0.0", 80), H)
 print("serving", flush=True)
 srv.serve_forever()
-'''
+"""
 
-GRADER = r'''
+GRADER = r"""
 import json, os, urllib.request
 base = os.environ["OPENAI_BASE_URL"].rstrip("/")
 req = urllib.request.Request(
@@ -71,7 +71,7 @@ except Exception as exc:
 json.dump(out, open("/logs/verifier/grade.json", "w"))
 ok = out["judge"] == "PASS" and out["other"] != "reached"
 open("/logs/verifier/reward.txt", "w").write("1\n" if ok else "0\n")
-'''
+"""
 
 JUDGE_TOML = textwrap.dedent("""\
     [verifier.env]
@@ -84,11 +84,16 @@ JUDGE_TOML = textwrap.dedent("""\
 def judge_task(root: Path, toml: str = JUDGE_TOML) -> Path:
     """A ``no-network`` task whose verifier is :data:`GRADER`; ``toml`` goes before
     ``[environment]`` (the judge's ``[verifier.env]``)."""
-    task = write_task(root, "judge", network="no-network",
-                      dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY probe.py /probe.py\n"
-                                 "COPY grader.py /grader.py\n",
-                      toml_extra="", test="python3 /grader.py\n",
-                      files={"environment/probe.py": PROBE, "environment/grader.py": GRADER})
+    task = write_task(
+        root,
+        "judge",
+        network="no-network",
+        dockerfile="FROM python:3.12-slim\nWORKDIR /app\nCOPY probe.py /probe.py\n"
+        "COPY grader.py /grader.py\n",
+        toml_extra="",
+        test="python3 /grader.py\n",
+        files={"environment/probe.py": PROBE, "environment/grader.py": GRADER},
+    )
     text = (task / "task.toml").read_text()
     (task / "task.toml").write_text(text.replace("[environment]", toml + "\n[environment]", 1))
     return task

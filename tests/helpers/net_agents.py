@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from cairn.agents.base import Agent, AgentContext
 from cairn.sandbox.base import Sandbox
 
-PROBE = r'''
+PROBE = r"""
 import json, socket, ssl, sys, urllib.request
 ctx = ssl._create_unverified_context()
 for target in sys.argv[1:]:
@@ -29,7 +29,7 @@ for target in sys.argv[1:]:
     except Exception as exc:
         ok, text = False, f"{type(exc).__name__}: {exc}"
     print(json.dumps({"target": target, "ok": ok, "text": text}), flush=True)
-'''
+"""
 
 DOCKERFILE = "FROM python:3.12-slim\nWORKDIR /app\nCOPY probe.py /probe.py\n"
 

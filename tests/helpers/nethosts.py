@@ -20,7 +20,7 @@ from pathlib import Path
 IMAGE = "python:3.12-slim"
 LABEL = "cairn.test-host"
 
-SERVER = r'''
+SERVER = r"""
 import http.server, ssl, sys, threading
 name = sys.argv[1]
 class H(http.server.BaseHTTPRequestHandler):
@@ -43,7 +43,7 @@ https.socket = ctx.wrap_socket(https.socket, server_side=True)
 threading.Thread(target=https.serve_forever, daemon=True).start()
 print("serving", flush=True)
 http80.serve_forever()
-'''
+"""
 
 
 def _tar(files: dict[str, bytes]) -> bytes:
@@ -64,8 +64,7 @@ class HostAddrs(dict):
 
 
 @contextlib.contextmanager
-def host_containers(*names: str, network: str = "bridge",
-                    server: str = SERVER) -> Iterator[HostAddrs]:
+def host_containers(*names: str, network: str = "bridge", server: str = SERVER) -> Iterator[HostAddrs]:
     """Start one server container per name on ``network``.
 
     ``server`` is the script each runs as ``python3 -u /srv/server.py NAME`` (default
@@ -81,18 +80,43 @@ def host_containers(*names: str, network: str = "bridge",
     ids: list[str] = []
     with tempfile.TemporaryDirectory(prefix="cairn-nethost-") as tmp:
         key, cert = Path(tmp, "key.pem"), Path(tmp, "cert.pem")
-        subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                        "-subj", "/CN=cairn-test", "-keyout", str(key), "-out", str(cert)],
-                       check=True, capture_output=True)
-        payload = _tar({"srv/key.pem": key.read_bytes(), "srv/cert.pem": cert.read_bytes(),
-                        "srv/server.py": server.encode()})
+        subprocess.run(
+            [
+                "openssl",
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=cairn-test",
+                "-keyout",
+                str(key),
+                "-out",
+                str(cert),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        payload = _tar(
+            {
+                "srv/key.pem": key.read_bytes(),
+                "srv/cert.pem": cert.read_bytes(),
+                "srv/server.py": server.encode(),
+            }
+        )
         try:
             for name in names:
                 c = api.create_container(
-                    IMAGE, ["python3", "-u", "/srv/server.py", name],
+                    IMAGE,
+                    ["python3", "-u", "/srv/server.py", name],
                     name=f"cairn-testhost-{name.replace('.', '-')}-{uuid.uuid4().hex[:6]}",
-                    labels={LABEL: "1"}, detach=True,
-                    host_config=api.create_host_config(network_mode=network))
+                    labels={LABEL: "1"},
+                    detach=True,
+                    host_config=api.create_host_config(network_mode=network),
+                )
                 ids.append(c["Id"])
                 api.put_archive(c["Id"], "/", payload)
                 api.start(c["Id"])

@@ -81,22 +81,44 @@ class OwnDockerd:
         """Create this engine's network namespace unless it exists."""
         if not Path(f"/run/netns/{self.netns}").exists():
             subprocess.run(["ip", "netns", "add", self.netns], check=True, capture_output=True)
-            subprocess.run(["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
-                           check=True, capture_output=True)
+            subprocess.run(
+                ["ip", "netns", "exec", self.netns, "ip", "link", "set", "lo", "up"],
+                check=True,
+                capture_output=True,
+            )
 
     def _start_once(self, timeout: float) -> None:
         self._own_netns()
         self.starts += 1
         log = open(self.root / f"dockerd-{self.starts}.log", "wb")  # noqa: SIM115 - the daemon's
         self.proc = subprocess.Popen(
-            ["nsenter", f"--net=/run/netns/{self.netns}",  # not `ip netns exec`: it remounts /sys
-             "dockerd", "--host", self.host, "--data-root", str(self.root / "data"),
-             "--exec-root", str(self.root / "exec"), "--pidfile", str(self.pidfile),
-             "--iptables=false", "--ip-masq=false", "--ip-forward=false",
-             "--default-address-pool", ADDRESS_POOL, "--userland-proxy=false",
-             "--containerd-namespace", self.namespace,
-             "--containerd-plugins-namespace", f"{self.namespace}-plugins"],
-            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "nsenter",
+                f"--net=/run/netns/{self.netns}",  # not `ip netns exec`: it remounts /sys
+                "dockerd",
+                "--host",
+                self.host,
+                "--data-root",
+                str(self.root / "data"),
+                "--exec-root",
+                str(self.root / "exec"),
+                "--pidfile",
+                str(self.pidfile),
+                "--iptables=false",
+                "--ip-masq=false",
+                "--ip-forward=false",
+                "--default-address-pool",
+                ADDRESS_POOL,
+                "--userland-proxy=false",
+                "--containerd-namespace",
+                self.namespace,
+                "--containerd-plugins-namespace",
+                f"{self.namespace}-plugins",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -109,8 +131,12 @@ class OwnDockerd:
 
     def answers(self) -> bool:
         """Whether the daemon answers ``docker version`` now."""
-        r = subprocess.run(["docker", "-H", self.host, "version", "--format",
-                            "{{.Server.Version}}"], capture_output=True, timeout=20, check=False)
+        r = subprocess.run(
+            ["docker", "-H", self.host, "version", "--format", "{{.Server.Version}}"],
+            capture_output=True,
+            timeout=20,
+            check=False,
+        )
         return r.returncode == 0
 
     def stop(self, sig: int = signal.SIGKILL, timeout: float = 60) -> None:
@@ -148,8 +174,11 @@ class OwnDockerd:
                 continue
             with contextlib.suppress(OSError):
                 argv = (entry / "cmdline").read_bytes().split(b"\0")
-                if b"-namespace" in argv and argv.index(b"-namespace") + 1 < len(argv) and \
-                        argv[argv.index(b"-namespace") + 1] == self.namespace.encode():
+                if (
+                    b"-namespace" in argv
+                    and argv.index(b"-namespace") + 1 < len(argv)
+                    and argv[argv.index(b"-namespace") + 1] == self.namespace.encode()
+                ):
                     mine.append(int(entry.name))
         for shim in mine:
             for pid in [*_descendants(shim), shim]:
@@ -164,13 +193,19 @@ class OwnDockerd:
         """
         env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
         save = subprocess.Popen(["docker", "save", *images], stdout=subprocess.PIPE, env=env)
-        load = subprocess.run(["docker", "-H", self.host, "load", "-q"], stdin=save.stdout,
-                              capture_output=True, timeout=300, check=False)
+        load = subprocess.run(
+            ["docker", "-H", self.host, "load", "-q"],
+            stdin=save.stdout,
+            capture_output=True,
+            timeout=300,
+            check=False,
+        )
         assert save.stdout is not None
         save.stdout.close()
         if save.wait(60) != 0 or load.returncode != 0:
-            raise RuntimeError(f"copying {images} into the own engine failed: "
-                               f"{load.stderr.decode(errors='replace')[-500:]}")
+            raise RuntimeError(
+                f"copying {images} into the own engine failed: {load.stderr.decode(errors='replace')[-500:]}"
+            )
 
     def log_tail(self, n: int = 2000) -> str:
         """The last ``n`` characters of the current daemon log."""
@@ -182,11 +217,16 @@ class OwnDockerd:
         """Remove every container of this engine, stop it, unmount and delete its state."""
         if self.proc is not None and self.proc.poll() is None:
             with contextlib.suppress(subprocess.SubprocessError, OSError):
-                ids = subprocess.run(["docker", "-H", self.host, "ps", "-aq"],
-                                     capture_output=True, text=True, timeout=60).stdout.split()
+                ids = subprocess.run(
+                    ["docker", "-H", self.host, "ps", "-aq"], capture_output=True, text=True, timeout=60
+                ).stdout.split()
                 if ids:
-                    subprocess.run(["docker", "-H", self.host, "rm", "-f", *ids],
-                                   capture_output=True, timeout=120, check=False)
+                    subprocess.run(
+                        ["docker", "-H", self.host, "rm", "-f", *ids],
+                        capture_output=True,
+                        timeout=120,
+                        check=False,
+                    )
             self.stop(signal.SIGTERM)
         self._kill_own_containerd()
         self._kill_own_shims()
@@ -206,7 +246,7 @@ def _descendants(pid: int) -> list[int]:
         if entry.name.isdigit():
             with contextlib.suppress(OSError, ValueError, IndexError):
                 stat = (entry / "stat").read_text()
-                ppid = int(stat[stat.rindex(")") + 2:].split()[1])
+                ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
                 children.setdefault(ppid, []).append(int(entry.name))
     out: list[int] = []
     todo = [pid]

@@ -71,43 +71,79 @@ class RayCluster:
         """``cmd`` run inside the namespace."""
         return ["nsenter", f"--net={self.ns}", "--", *cmd]
 
-    def popen(self, cmd: Sequence[str], *, log: Path, cwd: Path | None = None,
-              env: dict[str, str] | None = None) -> subprocess.Popen:
+    def popen(
+        self, cmd: Sequence[str], *, log: Path, cwd: Path | None = None, env: dict[str, str] | None = None
+    ) -> subprocess.Popen:
         """Start ``cmd`` inside the namespace, stdout+stderr to ``log``."""
         with open(log, "ab") as out:
-            return subprocess.Popen(self.argv(*cmd), stdout=out, stderr=subprocess.STDOUT,
-                                    cwd=cwd, env={**self.env, **(env or {})})
+            return subprocess.Popen(
+                self.argv(*cmd),
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=cwd,
+                env={**self.env, **(env or {})},
+            )
 
-    def run(self, cmd: Sequence[str], *, cwd: Path | None = None, timeout: float = 600,
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        cmd: Sequence[str],
+        *,
+        cwd: Path | None = None,
+        timeout: float = 600,
+    ) -> subprocess.CompletedProcess:
         """Run ``cmd`` inside the namespace to its end (text output captured)."""
-        return subprocess.run(self.argv(*cmd), capture_output=True, text=True, cwd=cwd,
-                              env=self.env, timeout=timeout, check=False)
+        return subprocess.run(
+            self.argv(*cmd),
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=self.env,
+            timeout=timeout,
+            check=False,
+        )
 
-    def start_node(self, name: str, *args: str, timeout: float = 120,
-                   env: dict[str, str] | None = None) -> Node:
+    def start_node(
+        self, name: str, *args: str, timeout: float = 120, env: dict[str, str] | None = None
+    ) -> Node:
         """Start a node (``env``: extra variables of its processes) and wait (bounded) until
         it says it is up."""
         log = self.root / f"{name}.log"
-        proc = self.popen(["ray", "start", "--block", "--disable-usage-stats",
-                           "--node-ip-address=127.0.0.1", f"--temp-dir={self.root / name}",
-                           *args], log=log, env=env)
+        proc = self.popen(
+            [
+                "ray",
+                "start",
+                "--block",
+                "--disable-usage-stats",
+                "--node-ip-address=127.0.0.1",
+                f"--temp-dir={self.root / name}",
+                *args,
+            ],
+            log=log,
+            env=env,
+        )
         node = Node(name, proc, log)
         self.nodes[name] = node
         deadline = time.monotonic() + timeout
         while "Ray runtime started" not in log.read_text(errors="replace"):
             if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"ray node {name} did not start:\n"
-                                   + log.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"ray node {name} did not start:\n" + log.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.2)
         return node
 
-    def wait_workers(self, n: int, timeout: float = 120, resource: str = "cairn_trial_slot",
-                     ) -> None:
+    def wait_workers(
+        self,
+        n: int,
+        timeout: float = 120,
+        resource: str = "cairn_trial_slot",
+    ) -> None:
         """Wait (bounded) until ``n`` alive nodes advertise ``resource``."""
-        code = (f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
-                "print(json.dumps(sum(1 for x in ray.nodes() if x['Alive'] and "
-                f"{resource!r} in x['Resources'])))")
+        code = (
+            f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
+            "print(json.dumps(sum(1 for x in ray.nodes() if x['Alive'] and "
+            f"{resource!r} in x['Resources'])))"
+        )
         deadline = time.monotonic() + timeout
         while True:
             out = self.run([sys.executable, "-c", code], timeout=120)
@@ -169,12 +205,18 @@ class RayCluster:
 
 
 def _base_env(env: dict[str, str] | None) -> dict[str, str]:
-    return {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_ADDRESS": ADDRESS,
-            # loopback only, inside a namespace of its own: no token (none is written to ~/.ray)
-            "RAY_AUTH_MODE": "disabled",
-            # a dead node is noticed within ~3 s instead of ~30 s
-            "RAY_health_check_period_ms": "1000", "RAY_health_check_failure_threshold": "3",
-            "RAY_health_check_initial_delay_ms": "1000", **(env or {})}
+    return {
+        **os.environ,
+        "RAY_USAGE_STATS_ENABLED": "0",
+        "RAY_ADDRESS": ADDRESS,
+        # loopback only, inside a namespace of its own: no token (none is written to ~/.ray)
+        "RAY_AUTH_MODE": "disabled",
+        # a dead node is noticed within ~3 s instead of ~30 s
+        "RAY_health_check_period_ms": "1000",
+        "RAY_health_check_failure_threshold": "3",
+        "RAY_health_check_initial_delay_ms": "1000",
+        **(env or {}),
+    }
 
 
 def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None) -> RayCluster:
@@ -185,19 +227,22 @@ def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None
         env: extra environment for every process (e.g. ``PYTHONPATH``).
     """
     root = Path(tempfile.mkdtemp(prefix="crc", dir="/tmp"))  # short: unix socket paths
-    holder = subprocess.Popen(["unshare", "-n", "--", sys.executable, "-c", _LO_UP],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        ["unshare", "-n", "--", sys.executable, "-c", _LO_UP], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None
     if holder.stdout.readline().strip() != "up":
         holder.kill()
         raise RuntimeError("could not bring lo up in a new network namespace")
     cluster = RayCluster(root, holder, _base_env(env))
     try:
-        cluster.start_node("head", "--head", f"--port={PORT}", "--include-dashboard=false",
-                           "--num-cpus=0")
+        cluster.start_node("head", "--head", f"--port={PORT}", "--include-dashboard=false", "--num-cpus=0")
         for name, spec in workers.items():
-            args = [f"--address={ADDRESS}", f"--num-cpus={spec.get('cpus', 4)}",
-                    "--resources=" + json.dumps(spec["resources"])]
+            args = [
+                f"--address={ADDRESS}",
+                f"--num-cpus={spec.get('cpus', 4)}",
+                "--resources=" + json.dumps(spec["resources"]),
+            ]
             if spec.get("memory"):
                 args.append(f"--memory={spec['memory']}")
             cluster.start_node(name, *args)
@@ -208,8 +253,7 @@ def start_cluster(workers: dict[str, dict], *, env: dict[str, str] | None = None
     return cluster
 
 
-def start_plain_cluster(nodes: dict[str, dict[str, str]], *,
-                        env: dict[str, str] | None = None) -> RayCluster:
+def start_plain_cluster(nodes: dict[str, dict[str, str]], *, env: dict[str, str] | None = None) -> RayCluster:
     """A cluster started the ordinary way, no custom resources, no CPU counts: the first
     entry of ``nodes`` is ``ray start --head``, the others ``ray start --address=…``.
 
@@ -219,8 +263,9 @@ def start_plain_cluster(nodes: dict[str, dict[str, str]], *,
         env: extra environment for every process (e.g. ``PYTHONPATH``).
     """
     root = Path(tempfile.mkdtemp(prefix="crp", dir="/tmp"))
-    holder = subprocess.Popen(["unshare", "-n", "--", sys.executable, "-c", _LO_UP],
-                              stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        ["unshare", "-n", "--", sys.executable, "-c", _LO_UP], stdout=subprocess.PIPE, text=True
+    )
     assert holder.stdout is not None
     if holder.stdout.readline().strip() != "up":
         holder.kill()

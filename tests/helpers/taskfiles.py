@@ -75,8 +75,9 @@ def single_step_files(toml: str = '[environment]\nnetwork_mode = "no-network"\n'
 def two_step_factory(tmp_path: Path) -> Callable[..., Path]:
     """A factory ``make(toml=..., name=..., extra={...})`` writing the two-step task in tmp_path."""
 
-    def make(toml: str = TWO_STEP_TOML, name: str = "two-steps",
-             extra: dict[str, str | bytes] | None = None) -> Path:
+    def make(
+        toml: str = TWO_STEP_TOML, name: str = "two-steps", extra: dict[str, str | bytes] | None = None
+    ) -> Path:
         files = two_step_files(toml)
         files.update(extra or {})
         return write_files(tmp_path / name, files)
@@ -87,8 +88,12 @@ def two_step_factory(tmp_path: Path) -> Callable[..., Path]:
 def single_step_factory(tmp_path: Path) -> Callable[..., Path]:
     """A factory ``make(toml=..., extra={...}, drop=[...])`` writing a single-step task."""
 
-    def make(toml: str = '[environment]\nnetwork_mode = "no-network"\n', name: str = "one",
-             extra: dict[str, str | bytes] | None = None, drop: tuple[str, ...] = ()) -> Path:
+    def make(
+        toml: str = '[environment]\nnetwork_mode = "no-network"\n',
+        name: str = "one",
+        extra: dict[str, str | bytes] | None = None,
+        drop: tuple[str, ...] = (),
+    ) -> Path:
         files = single_step_files(toml)
         files.update(extra or {})
         for rel in drop:

@@ -20,8 +20,10 @@ DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\n"
 
 def reward_if(condition: str) -> str:
     """A test.sh body writing 1 to reward.txt when ``condition`` (shell) holds, else 0."""
-    return (f"if {condition}; then echo 1 > /logs/verifier/reward.txt; "
-            f"else echo 0 > /logs/verifier/reward.txt; fi\n")
+    return (
+        f"if {condition}; then echo 1 > /logs/verifier/reward.txt; "
+        f"else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
 
 
 def constant_reward(value: float | dict) -> str:
@@ -50,11 +52,20 @@ def _toml_value(v) -> str:
     return json.dumps(v)
 
 
-def write_task(root: Path, name: str, *, steps: list[StepSpec] | None = None,
-               strategy: str | None = None, toml_extra: str = "", dockerfile: str = DOCKERFILE,
-               network: str = "no-network", instruction: str = "Do the task.",
-               test: str = "echo 1 > /logs/verifier/reward.txt\n", solve: str | None = "true\n",
-               files: dict[str, str] | None = None) -> Path:
+def write_task(
+    root: Path,
+    name: str,
+    *,
+    steps: list[StepSpec] | None = None,
+    strategy: str | None = None,
+    toml_extra: str = "",
+    dockerfile: str = DOCKERFILE,
+    network: str = "no-network",
+    instruction: str = "Do the task.",
+    test: str = "echo 1 > /logs/verifier/reward.txt\n",
+    solve: str | None = "true\n",
+    files: dict[str, str] | None = None,
+) -> Path:
     """Write a task folder ``root/name`` and return its path.
 
     Args:

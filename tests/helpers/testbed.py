@@ -40,18 +40,30 @@ def _local_missing() -> str | None:
         support = probe_host()
     except UnsupportedError as exc:
         return f"the local backend cannot run here: {exc}"
-    argv = [support.unshare, "--user", "--pid", "--ipc", "--uts", "--mount", "--fork",
-            "--kill-child", "--propagation", "private", "--keep-caps"]
+    argv = [
+        support.unshare,
+        "--user",
+        "--pid",
+        "--ipc",
+        "--uts",
+        "--mount",
+        "--fork",
+        "--kill-child",
+        "--propagation",
+        "private",
+        "--keep-caps",
+    ]
     if not support.privileged:
         argv.append("--map-root-user")
     try:
-        out = subprocess.run([*argv, "--", "true"], capture_output=True, text=True, timeout=20,
-                             check=False)
+        out = subprocess.run([*argv, "--", "true"], capture_output=True, text=True, timeout=20, check=False)
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"namespaces are not usable here: {' '.join(argv)} failed ({exc})"
     if out.returncode != 0:
-        return (f"namespaces are not usable here: {' '.join(argv)} -- true exited "
-                f"{out.returncode}: {out.stderr.strip()[-300:]}")
+        return (
+            f"namespaces are not usable here: {' '.join(argv)} -- true exited "
+            f"{out.returncode}: {out.stderr.strip()[-300:]}"
+        )
     return None
 
 
@@ -72,8 +84,11 @@ def backend_missing(name: str) -> str | None:
         elif name == "local":
             _MISSING[name] = _local_missing()
         else:
-            _MISSING[name] = (None if importlib.util.find_spec(f"cairn.sandbox.{name}")
-                              else f"no backend module cairn.sandbox.{name}")
+            _MISSING[name] = (
+                None
+                if importlib.util.find_spec(f"cairn.sandbox.{name}")
+                else f"no backend module cairn.sandbox.{name}"
+            )
     return _MISSING[name]
 
 
@@ -103,8 +118,10 @@ def need_backend(name: str) -> None:
 CI_ALLOWED_SKIPS: tuple[tuple[str, str], ...] = (
     (r"set CAIRN_VIEWER_SCREENSHOTS=", "refreshing the docs' screenshots is a manual step"),
     (r"set CAIRN_MUTATION=1", "mutation testing takes an hour: bench/mutation.py, run on request"),
-    (r"known conformance gap", "a backend's gaps are declared in its code "
-                               "(cairn.sandbox.conformance), not missing from the machine"),
+    (
+        r"known conformance gap",
+        "a backend's gaps are declared in its code (cairn.sandbox.conformance), not missing from the machine",
+    ),
 )
 
 
@@ -127,8 +144,9 @@ def allowed_skip(reason: str) -> bool:
     return any(re.search(pattern, reason) for pattern, _why in CI_ALLOWED_SKIPS)
 
 
-def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir: Path, *,
-                   attempt: int = 1, **options):
+def run_trial_sync(
+    task_path: Path, agent: str | object, backend: str, jobs_dir: Path, *, attempt: int = 1, **options
+):
     """Load a task, plan one trial in ``jobs_dir/job`` and run it; returns the TrialResult."""
     from cairn.agents.base import Agent
     from cairn.plan import RunOptions, TrialPlan, trial_id
@@ -141,10 +159,19 @@ def run_trial_sync(task_path: Path, agent: str | object, backend: str, jobs_dir:
     agent_name = agent if isinstance(agent, str) else type(agent).__name__
     tid = trial_id(task.name, task.content_hash, agent_name, {}, None, backend, attempt)
     job_dir = jobs_dir / "job"
-    plan = TrialPlan(task=task, agent_name=agent_name, agent_kwargs={}, model=None,
-                     backend=backend, attempt=attempt, trial_id=tid,
-                     trial_dir=job_dir / "trials" / trial_dir_name(task.name, attempt, tid),
-                     job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions(**options))
+    plan = TrialPlan(
+        task=task,
+        agent_name=agent_name,
+        agent_kwargs={},
+        model=None,
+        backend=backend,
+        attempt=attempt,
+        trial_id=tid,
+        trial_dir=job_dir / "trials" / trial_dir_name(task.name, attempt, tid),
+        job_id="test-" + tid[:8],
+        job_dir=job_dir,
+        options=RunOptions(**options),
+    )
     return asyncio.run(run_trial(plan, agent=agent_obj))
 
 

@@ -18,8 +18,12 @@ class BackgroundServer:
         thread_name: the name of the serving thread (seen in thread dumps).
     """
 
-    def __init__(self, host: str, handler: type[BaseHTTPRequestHandler], thread_name: str,
-                 ) -> None:
+    def __init__(
+        self,
+        host: str,
+        handler: type[BaseHTTPRequestHandler],
+        thread_name: str,
+    ) -> None:
         self._server = ThreadingHTTPServer((host, 0), handler)
         self._server.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -27,8 +31,9 @@ class BackgroundServer:
 
     def start(self) -> Self:
         """Serve in a background thread; returns ``self``."""
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True,
-                                        name=self._thread_name)
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, daemon=True, name=self._thread_name
+        )
         self._thread.start()
         return self
 

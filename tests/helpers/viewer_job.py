@@ -33,17 +33,25 @@ from taskgen import StepSpec, constant_reward, reward_if, write_task  # noqa: E4
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
 
-HOSTILE_OUT = ('<script>window.__pwned=1</script>'
-               '<a id="evil" href="javascript:window.__pwned=2">click me</a>'
-               '<img src=x onerror="window.__pwned=6">')
-HOSTILE_HTML = ('<html><body><script>window.__pwned=3</script>'
-                '<img src=x onerror="window.__pwned=4"><h1>evil artifact</h1></body></html>')
+HOSTILE_OUT = (
+    "<script>window.__pwned=1</script>"
+    '<a id="evil" href="javascript:window.__pwned=2">click me</a>'
+    '<img src=x onerror="window.__pwned=6">'
+)
+HOSTILE_HTML = (
+    "<html><body><script>window.__pwned=3</script>"
+    '<img src=x onerror="window.__pwned=4"><h1>evil artifact</h1></body></html>'
+)
 
 
 def env(**extra: str) -> dict[str, str]:
     """The environment of cairn subprocesses: this checkout first on PYTHONPATH."""
-    e = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")]),
-         "LITELLM_LOCAL_MODEL_COST_MAP": "True", "OPENAI_API_KEY": "sk-fake-viewer-test"}
+    e = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS), str(TESTS / "helpers")]),
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "OPENAI_API_KEY": "sk-fake-viewer-test",
+    }
     e.update(extra)
     return e
 
@@ -77,25 +85,45 @@ def model_reply(body: dict):
 def write_example_tasks(root: Path) -> Path:
     """The four tasks of the example job under ``root/tasks``."""
     tasks = root / "tasks"
-    hello_cmd = (f"printf '%s\\n' '{HOSTILE_OUT}'; printf '%s' '{HOSTILE_HTML}' > /app/evil.html; "
-                 "echo hi > /app/out.txt")
-    hello = write_task(tasks, "hello",
-                       instruction=f"Say hi. <script>window.__pwned=5</script>\nCMD: {hello_cmd}\n",
-                       test="echo '<script>window.__pwned=7</script> checking'\n"
-                            + reward_if("test -f /app/out.txt"))
+    hello_cmd = (
+        f"printf '%s\\n' '{HOSTILE_OUT}'; printf '%s' '{HOSTILE_HTML}' > /app/evil.html; "
+        "echo hi > /app/out.txt"
+    )
+    hello = write_task(
+        tasks,
+        "hello",
+        instruction=f"Say hi. <script>window.__pwned=5</script>\nCMD: {hello_cmd}\n",
+        test="echo '<script>window.__pwned=7</script> checking'\n" + reward_if("test -f /app/out.txt"),
+    )
     toml = hello / "task.toml"
     toml.write_text('artifacts = ["/app/evil.html", "/app/out.txt"]\n' + toml.read_text())
-    write_task(tasks, "chain", steps=[
-        StepSpec("fetch", instruction="CMD: echo 1 > /app/a.txt\n", test=reward_if("test -f /app/a.txt"),
-                 min_reward=1.0),
-        StepSpec("fix", instruction="CMD: echo 2 > /app/b.txt\n", test=reward_if("test -f /app/b.txt"),
-                 min_reward=1.0),
-        StepSpec("ship", instruction="CMD: echo 3 > /app/c.txt\n", test=reward_if("test -f /app/c.txt")),
-    ])
-    write_task(tasks, "gated", steps=[
-        StepSpec("first", instruction="CMD: echo half\n", test=constant_reward(0.5), min_reward=1.0),
-        StepSpec("second", instruction="CMD: echo never\n"),
-    ])
+    write_task(
+        tasks,
+        "chain",
+        steps=[
+            StepSpec(
+                "fetch",
+                instruction="CMD: echo 1 > /app/a.txt\n",
+                test=reward_if("test -f /app/a.txt"),
+                min_reward=1.0,
+            ),
+            StepSpec(
+                "fix",
+                instruction="CMD: echo 2 > /app/b.txt\n",
+                test=reward_if("test -f /app/b.txt"),
+                min_reward=1.0,
+            ),
+            StepSpec("ship", instruction="CMD: echo 3 > /app/c.txt\n", test=reward_if("test -f /app/c.txt")),
+        ],
+    )
+    write_task(
+        tasks,
+        "gated",
+        steps=[
+            StepSpec("first", instruction="CMD: echo half\n", test=constant_reward(0.5), min_reward=1.0),
+            StepSpec("second", instruction="CMD: echo never\n"),
+        ],
+    )
     write_task(tasks, "broken", instruction="CMD: echo working\n", test="echo 'no reward written'\n")
     return tasks
 
@@ -108,8 +136,13 @@ def trial_dir(job: Path, task: str) -> Path:
 @contextlib.contextmanager
 def view_server(path: Path, *extra: str) -> Iterator[str]:
     """Run ``cairn view PATH --port 0`` and yield its base URL; stopped (by its pid) after."""
-    proc = subprocess.Popen([sys.executable, "-m", "cairn", "view", str(path), "--port", "0", *extra],
-                            env=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "view", str(path), "--port", "0", *extra],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()  # printed once the socket is bound
         m = re.search(r"(http://\S+/)", line)

@@ -70,68 +70,135 @@ def _ids(text: str) -> list[int]:
 
 def anthropic(say: Say, model: str) -> list[bytes]:
     b = say.bill
-    start = {"type": "message_start", "message": {
-        "id": "msg_1", "type": "message", "role": "assistant", "model": model, "content": [],
-        "usage": {"input_tokens": b.input - b.cache_read - b.cache_write,
-                  "cache_read_input_tokens": b.cache_read,
-                  "cache_creation_input_tokens": b.cache_write, "output_tokens": 1}}}
-    return [_sse("message_start", start),
-            _sse("ping", {"type": "ping"}),
-            _sse("content_block_start", {"type": "content_block_start", "index": 0,
-                                         "content_block": {"type": "text", "text": ""}}),
-            _sse("content_block_delta", {"type": "content_block_delta", "index": 0,
-                                         "delta": {"type": "text_delta", "text": say.text}}),
-            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                   "usage": {"output_tokens": max(1, b.output // 2)}}),
-            _sse("message_delta", {"type": "message_delta", "delta": {"stop_reason": "end_turn"},
-                                   "usage": {"output_tokens": b.output}}),
-            _sse("message_stop", {"type": "message_stop"})]
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_1",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "usage": {
+                "input_tokens": b.input - b.cache_read - b.cache_write,
+                "cache_read_input_tokens": b.cache_read,
+                "cache_creation_input_tokens": b.cache_write,
+                "output_tokens": 1,
+            },
+        },
+    }
+    return [
+        _sse("message_start", start),
+        _sse("ping", {"type": "ping"}),
+        _sse(
+            "content_block_start",
+            {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+        ),
+        _sse(
+            "content_block_delta",
+            {"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": say.text}},
+        ),
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": max(1, b.output // 2)},
+            },
+        ),
+        _sse(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": "end_turn"},
+                "usage": {"output_tokens": b.output},
+            },
+        ),
+        _sse("message_stop", {"type": "message_stop"}),
+    ]
 
 
 def anthropic_body(say: Say, model: str) -> dict[str, Any]:
     b = say.bill
-    return {"id": "msg_1", "type": "message", "role": "assistant", "model": model,
-            "content": [{"type": "text", "text": say.text}], "stop_reason": "end_turn",
-            "usage": {"input_tokens": b.input - b.cache_read - b.cache_write,
-                      "cache_read_input_tokens": b.cache_read,
-                      "cache_creation_input_tokens": b.cache_write, "output_tokens": b.output}}
+    return {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [{"type": "text", "text": say.text}],
+        "stop_reason": "end_turn",
+        "usage": {
+            "input_tokens": b.input - b.cache_read - b.cache_write,
+            "cache_read_input_tokens": b.cache_read,
+            "cache_creation_input_tokens": b.cache_write,
+            "output_tokens": b.output,
+        },
+    }
 
 
 def _responses_usage(b: Bill) -> dict[str, Any]:
-    return {"input_tokens": b.input, "input_tokens_details": {"cached_tokens": b.cache_read},
-            "output_tokens": b.output,
-            "output_tokens_details": {"reasoning_tokens": b.reasoning},
-            "total_tokens": b.input + b.output}
+    return {
+        "input_tokens": b.input,
+        "input_tokens_details": {"cached_tokens": b.cache_read},
+        "output_tokens": b.output,
+        "output_tokens_details": {"reasoning_tokens": b.reasoning},
+        "total_tokens": b.input + b.output,
+    }
 
 
 def responses(say: Say, model: str) -> list[bytes]:
     base = {"id": "resp_1", "object": "response", "model": model}
-    item = {"type": "message", "id": "m1", "role": "assistant", "status": "completed",
-            "content": [{"type": "output_text", "text": say.text, "annotations": []}]}
-    return [_sse("response.created", {"type": "response.created",
-                                      "response": {**base, "status": "in_progress"}}),
-            _sse("response.output_text.delta", {"type": "response.output_text.delta",
-                                                "item_id": "m1", "output_index": 0,
-                                                "content_index": 0, "delta": say.text}),
-            _sse("response.completed", {"type": "response.completed", "response": {
-                **base, "status": "completed", "output": [item],
-                "usage": _responses_usage(say.bill)}})]
+    item = {
+        "type": "message",
+        "id": "m1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": say.text, "annotations": []}],
+    }
+    return [
+        _sse("response.created", {"type": "response.created", "response": {**base, "status": "in_progress"}}),
+        _sse(
+            "response.output_text.delta",
+            {
+                "type": "response.output_text.delta",
+                "item_id": "m1",
+                "output_index": 0,
+                "content_index": 0,
+                "delta": say.text,
+            },
+        ),
+        _sse(
+            "response.completed",
+            {
+                "type": "response.completed",
+                "response": {
+                    **base,
+                    "status": "completed",
+                    "output": [item],
+                    "usage": _responses_usage(say.bill),
+                },
+            },
+        ),
+    ]
 
 
 def _chat_usage(b: Bill) -> dict[str, Any]:
-    return {"prompt_tokens": b.input, "completion_tokens": b.output,
-            "total_tokens": b.input + b.output,
-            "prompt_tokens_details": {"cached_tokens": b.cache_read},
-            "completion_tokens_details": {"reasoning_tokens": b.reasoning}}
+    return {
+        "prompt_tokens": b.input,
+        "completion_tokens": b.output,
+        "total_tokens": b.input + b.output,
+        "prompt_tokens_details": {"cached_tokens": b.cache_read},
+        "completion_tokens_details": {"reasoning_tokens": b.reasoning},
+    }
 
 
 def chat(say: Say, model: str, req: dict[str, Any]) -> list[bytes]:
     ids, lp = req.get("return_token_ids") is True, req.get("logprobs") is True
     base = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": model}
     out = []
-    first: dict[str, Any] = {**base, "choices": [{"index": 0, "delta": {"role": "assistant",
-                                                                         "content": ""},
-                                                   "finish_reason": None}]}
+    first: dict[str, Any] = {
+        **base,
+        "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}],
+    }
     if ids:
         first["prompt_token_ids"] = PROMPT_IDS
     out.append(_sse(None, first))
@@ -140,11 +207,11 @@ def chat(say: Say, model: str, req: dict[str, Any]) -> list[bytes]:
         if ids:
             choice["token_ids"] = _ids(ch)
         if lp:
-            choice["logprobs"] = {"content": [{"token": ch, "logprob": -0.5, "bytes": None,
-                                               "top_logprobs": []}]}
+            choice["logprobs"] = {
+                "content": [{"token": ch, "logprob": -0.5, "bytes": None, "top_logprobs": []}]
+            }
         out.append(_sse(None, {**base, "choices": [choice]}))
-    out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {},
-                                                "finish_reason": "stop"}]}))
+    out.append(_sse(None, {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}))
     opts = req.get("stream_options")
     if isinstance(opts, dict) and opts.get("include_usage") is True:
         out.append(_sse(None, {**base, "choices": [], "usage": _chat_usage(say.bill)}))
@@ -153,27 +220,45 @@ def chat(say: Say, model: str, req: dict[str, Any]) -> list[bytes]:
 
 
 def chat_body(say: Say, model: str, req: dict[str, Any]) -> dict[str, Any]:
-    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": say.text},
-                              "finish_reason": "stop", "logprobs": None}
-    body: dict[str, Any] = {"id": "chatcmpl-1", "object": "chat.completion", "model": model,
-                            "choices": [choice], "usage": _chat_usage(say.bill)}
+    choice: dict[str, Any] = {
+        "index": 0,
+        "message": {"role": "assistant", "content": say.text},
+        "finish_reason": "stop",
+        "logprobs": None,
+    }
+    body: dict[str, Any] = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": model,
+        "choices": [choice],
+        "usage": _chat_usage(say.bill),
+    }
     if req.get("return_token_ids") is True:
         body["prompt_token_ids"] = PROMPT_IDS
         choice["token_ids"] = _ids(say.text)
     if req.get("logprobs") is True:
-        choice["logprobs"] = {"content": [{"token": c, "logprob": -0.5, "bytes": None,
-                                           "top_logprobs": []} for c in say.text]}
+        choice["logprobs"] = {
+            "content": [{"token": c, "logprob": -0.5, "bytes": None, "top_logprobs": []} for c in say.text]
+        }
     return body
 
 
 def gemini_body(say: Say, model: str) -> dict[str, Any]:
     b = say.bill
-    meta = {"promptTokenCount": b.input, "candidatesTokenCount": b.output - b.reasoning,
-            "thoughtsTokenCount": b.reasoning, "cachedContentTokenCount": b.cache_read,
-            "totalTokenCount": b.input + b.output}
-    return {"candidates": [{"content": {"role": "model", "parts": [{"text": say.text}]},
-                            "finishReason": "STOP", "index": 0}],
-            "usageMetadata": meta, "modelVersion": model}
+    meta = {
+        "promptTokenCount": b.input,
+        "candidatesTokenCount": b.output - b.reasoning,
+        "thoughtsTokenCount": b.reasoning,
+        "cachedContentTokenCount": b.cache_read,
+        "totalTokenCount": b.input + b.output,
+    }
+    return {
+        "candidates": [
+            {"content": {"role": "model", "parts": [{"text": say.text}]}, "finishReason": "STOP", "index": 0}
+        ],
+        "usageMetadata": meta,
+        "modelVersion": model,
+    }
 
 
 def gemini_chunks(say: Say, model: str) -> list[dict[str, Any]]:
@@ -188,8 +273,13 @@ def gemini_chunks(say: Say, model: str) -> list[dict[str, Any]]:
 def _error(path: str, status: int, headers: dict[str, str] | None = None) -> dict[str, Any]:
     if status == 401:  # as OpenAI does: the rejected key is quoted back
         got = (headers or {}).get("authorization") or (headers or {}).get("x-api-key") or ""
-        return {"error": {"message": f"Incorrect API key provided: {got}",
-                          "type": "invalid_request_error", "code": "invalid_api_key"}}
+        return {
+            "error": {
+                "message": f"Incorrect API key provided: {got}",
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }
+        }
     if "/messages" in path:
         return {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
     if "/v1beta/" in path:
@@ -200,12 +290,26 @@ def _error(path: str, status: int, headers: dict[str, str] | None = None) -> dic
 def _failed(chunks: list[bytes], path: str) -> list[bytes]:
     """The stream cut after its first events and ended with the dialect's error event."""
     if "/messages" in path:
-        return [*chunks[:2], _sse("error", {"type": "error", "error": {
-            "type": "overloaded_error", "message": "Overloaded"}})]
+        return [
+            *chunks[:2],
+            _sse("error", {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}),
+        ]
     if "/responses" in path:
-        return [chunks[0], _sse("response.failed", {"type": "response.failed", "response": {
-            "id": "resp_1", "status": "failed",
-            "error": {"code": "server_error", "message": "boom"}, "usage": None}})]
+        return [
+            chunks[0],
+            _sse(
+                "response.failed",
+                {
+                    "type": "response.failed",
+                    "response": {
+                        "id": "resp_1",
+                        "status": "failed",
+                        "error": {"code": "server_error", "message": "boom"},
+                        "usage": None,
+                    },
+                },
+            ),
+        ]
     return chunks[:1]  # chat and Gemini: the connection just ends
 
 
@@ -255,8 +359,12 @@ class WireModels(BackgroundServer):
         """The sum of the bills so far."""
         with self._lock:
             parts = list(self.bills)
-        return Bill(*(sum(getattr(b, f) for b in parts)
-                      for f in ("input", "output", "cache_read", "cache_write", "reasoning")))
+        return Bill(
+            *(
+                sum(getattr(b, f) for b in parts)
+                for f in ("input", "output", "cache_read", "cache_write", "reasoning")
+            )
+        )
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         srv = self
@@ -298,27 +406,27 @@ class WireModels(BackgroundServer):
                     srv.finished.set()
 
             def do_GET(self) -> None:  # noqa: N802
-                srv.requests.append(Seen(self.path, {k.lower(): v for k, v in
-                                                     self.headers.items()}, None))
+                srv.requests.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, None))
                 self._json(200, {"object": "list", "data": [{"id": "m", "object": "model"}]})
 
             def do_POST(self) -> None:  # noqa: N802
                 raw = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 body = json.loads(raw) if raw else {}
-                srv.requests.append(Seen(self.path, {k.lower(): v for k, v in
-                                                     self.headers.items()}, body))
+                srv.requests.append(Seen(self.path, {k.lower(): v for k, v in self.headers.items()}, body))
                 path = self.path.split("?", 1)[0]
                 if path.endswith((":countTokens", "/count_tokens")):
                     self._json(200, {"totalTokens": 7} if ":" in path else {"input_tokens": 7})
                     return
                 say = srv._next()
                 if say.error_status is not None:
-                    self._json(say.error_status, _error(path, say.error_status,
-                                                        srv.requests[-1].headers))
+                    self._json(say.error_status, _error(path, say.error_status, srv.requests[-1].headers))
                     return
                 model = str(body.get("model") or path.rsplit("/", 1)[-1].split(":")[0])
-                if path.endswith("/chat/completions") and body.get("stream_options") \
-                        and not body.get("stream"):
+                if (
+                    path.endswith("/chat/completions")
+                    and body.get("stream_options")
+                    and not body.get("stream")
+                ):
                     self._json(400, _error(path, 400))  # vLLM's rule
                     return
                 with srv._lock:

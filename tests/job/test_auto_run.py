@@ -19,9 +19,27 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_auto_falls_back_to_local_and_passes(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/closed.sock"}
     proc = subprocess.run(
-        [sys.executable, "-m", "cairn", "run", "-p", str(ROOT / "examples" / "two-steps"),
-         "-a", "oracle", "-e", "auto", "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j"],
-        env=env, capture_output=True, text=True, timeout=300)
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(ROOT / "examples" / "two-steps"),
+            "-a",
+            "oracle",
+            "-e",
+            "auto",
+            "--jobs-dir",
+            str(tmp_path / "jobs"),
+            "--job-name",
+            "j",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS reward=1.00" in proc.stdout
     assert "local" in proc.stderr and "warning" in proc.stderr

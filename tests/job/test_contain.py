@@ -95,28 +95,41 @@ def _inject(monkeypatch) -> None:
 
     async def run_trial(self, plan, on_event, services=None):
         if named("executor", plan.task.name):
-            raise ExceptionGroup("unhandled errors in a TaskGroup",
-                                 [ConnectionError("injected: the executor lost its worker")])
+            raise ExceptionGroup(
+                "unhandled errors in a TaskGroup", [ConnectionError("injected: the executor lost its worker")]
+            )
         return await real_run(self, plan, on_event, services)
 
     monkeypatch.setattr(Executor, "run_trial", run_trial)
 
 
-def test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score(tmp_path,
-                                                                               monkeypatch):
+def test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score(tmp_path, monkeypatch):
     ds = tmp_path / "ds"
     for name in (*STAGES, "ok1", "ok2"):
         write_task(ds, name, solve="touch /app/done\n", test=reward_if("test -f /app/done"))
     _inject(monkeypatch)
-    result = run_job(JobConfig(paths=(ds,), backend="local", jobs_dir=tmp_path / "jobs",
-                               job_name="job", n_concurrent=3, retry_backoff_sec=0.1))
+    result = run_job(
+        JobConfig(
+            paths=(ds,),
+            backend="local",
+            jobs_dir=tmp_path / "jobs",
+            job_name="job",
+            n_concurrent=3,
+            retry_backoff_sec=0.1,
+        )
+    )
     by = {r.task.name: r for r in result.results}
     assert set(by) == {f"test/{n}" for n in (*STAGES, "ok1", "ok2")}
     for ok in ("test/ok1", "test/ok2"):
         assert by[ok].outcome.value == "completed" and by[ok].reward == 1.0, by[ok].error
-    injected = {"aside": "cannot move an attempt aside", "store": "steps.json cannot",
-                "sandbox": "unexpected way", "agent": "unexpected type",
-                "verifier": "divided by zero", "executor": "lost its worker"}
+    injected = {
+        "aside": "cannot move an attempt aside",
+        "store": "steps.json cannot",
+        "sandbox": "unexpected way",
+        "agent": "unexpected type",
+        "verifier": "divided by zero",
+        "executor": "lost its worker",
+    }
     for stage, text in injected.items():
         r = by[f"test/{stage}"]
         assert r.outcome.value == "errored", (stage, r)
@@ -133,9 +146,10 @@ def test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score(tm
 
 
 def test_cause_line_names_the_leaf_of_an_exception_group():
-    group = ExceptionGroup("unhandled errors in a TaskGroup", [
-        ExceptionGroup("inner", [OSError(errno.ENAMETOOLONG, "File name too long")]),
-        ValueError("second")])
+    group = ExceptionGroup(
+        "unhandled errors in a TaskGroup",
+        [ExceptionGroup("inner", [OSError(errno.ENAMETOOLONG, "File name too long")]), ValueError("second")],
+    )
     line = cause_line(group)
     assert line == "OSError: [Errno 36] File name too long (+1 more)"
     assert cause_line(RuntimeError("a\nb   c")) == "RuntimeError: a b c"
@@ -148,11 +162,18 @@ def _acceptance_dataset(root: Path) -> dict[str, str]:
     one. Returns task name → expected folder prefix."""
     long_name = "l" * 245  # "test/" + 245 = a 250-character task name
     write_task(root, long_name, solve="touch /app/done\n", test=reward_if("test -f /app/done"))
-    deep = ("d=$(printf 'd%.0s' $(seq 1 200)); mkdir -p /app/deep && cd /app/deep && "
-            "for i in $(seq 1 24); do mkdir \"$d\" && cd \"$d\"; done && echo leaf > leaf.txt && "
-            "echo shallow > /app/deep/shallow.txt && touch /app/done\n")
-    write_task(root, "deep", solve=deep, test=reward_if("test -f /app/done"),
-               toml_extra='[[artifacts]]\nsource = "/app/deep"\n')
+    deep = (
+        "d=$(printf 'd%.0s' $(seq 1 200)); mkdir -p /app/deep && cd /app/deep && "
+        'for i in $(seq 1 24); do mkdir "$d" && cd "$d"; done && echo leaf > leaf.txt && '
+        "echo shallow > /app/deep/shallow.txt && touch /app/done\n"
+    )
+    write_task(
+        root,
+        "deep",
+        solve=deep,
+        test=reward_if("test -f /app/done"),
+        toml_extra='[[artifacts]]\nsource = "/app/deep"\n',
+    )
     write_task(root, "plain", solve="touch /app/done\n", test=reward_if("test -f /app/done"))
     return {f"test/{long_name}": long_name, "test/deep": "deep", "test/plain": "plain"}
 
@@ -161,8 +182,22 @@ def test_long_names_and_deep_artifacts_fit_the_host(tmp_path, backend):
     from faultkit import cairn as run_cli
 
     names = _acceptance_dataset(tmp_path / "ds")
-    res = run_cli("run", "-p", str(tmp_path / "ds"), "-a", "oracle", "-e", backend,
-                  "--jobs-dir", "jobs", "--job-name", "acc", "-n", "3", cwd=tmp_path)
+    res = run_cli(
+        "run",
+        "-p",
+        str(tmp_path / "ds"),
+        "-a",
+        "oracle",
+        "-e",
+        backend,
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "acc",
+        "-n",
+        "3",
+        cwd=tmp_path,
+    )
     out = res.stdout + res.stderr
     assert res.returncode == 0, out
     assert "ExceptionGroup" not in out and "Traceback" not in out
@@ -170,14 +205,15 @@ def test_long_names_and_deep_artifacts_fit_the_host(tmp_path, backend):
     results = {}
     for d in trials.iterdir():
         assert len(d.name.encode()) <= 255 and len(str(d)) < 1024, d.name
-        results[json.loads((d / "result.json").read_text())["task"]["name"]] = (d, json.loads(
-            (d / "result.json").read_text()))
+        results[json.loads((d / "result.json").read_text())["task"]["name"]] = (
+            d,
+            json.loads((d / "result.json").read_text()),
+        )
     assert set(results) == set(names)
     for _name, (_d, r) in results.items():
         assert r["outcome"] == "completed" and r["reward"] == 1.0, r
     deep_dir, deep = results["test/deep"]
-    manifest = json.loads((deep_dir / "steps" / "01-main" / "artifacts" / "manifest.json")
-                          .read_text())
+    manifest = json.loads((deep_dir / "steps" / "01-main" / "artifacts" / "manifest.json").read_text())
     (row,) = [m for m in manifest if m["source"] == "/app/deep"]
     assert row["status"] == "copied", row
     copied = deep_dir / "steps" / "01-main" / "artifacts" / "app" / "deep"
@@ -186,6 +222,5 @@ def test_long_names_and_deep_artifacts_fit_the_host(tmp_path, backend):
     assert row["skipped_too_long_count"] >= 1, row
     assert all(p.count("/") >= 15 for p in row["skipped_too_long"])  # the deep part only
     assert any("too long for the host" in w for w in deep["steps"][0]["warnings"])
-    longest = max(len(os.fsencode(os.path.join(dp, f)))
-                  for dp, _, fs in os.walk(deep_dir) for f in fs)
+    longest = max(len(os.fsencode(os.path.join(dp, f))) for dp, _, fs in os.walk(deep_dir) for f in fs)
     assert longest < 4096

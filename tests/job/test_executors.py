@@ -57,8 +57,9 @@ def test_cli_run_with_missing_ray_exits_2(monkeypatch, tmp_path: Path) -> None:
 
     monkeypatch.setitem(sys.modules, "ray", None)
     task = write_task(tmp_path, "t")
-    out = CliRunner().invoke(app, ["run", "-p", str(task), "--executor", "ray", "--jobs-dir",
-                                   str(tmp_path / "jobs")])
+    out = CliRunner().invoke(
+        app, ["run", "-p", str(task), "--executor", "ray", "--jobs-dir", str(tmp_path / "jobs")]
+    )
     assert out.exit_code == 2
     assert "pip install 'cairn-eval[ray]'" in out.output
     assert not (tmp_path / "jobs").exists()
@@ -67,11 +68,20 @@ def test_cli_run_with_missing_ray_exits_2(monkeypatch, tmp_path: Path) -> None:
 def _result(name: str, reward: float) -> TrialResult:
     now = datetime.now(UTC)
     return TrialResult(
-        trial_id="a" * 64, trial_name=name, task=TaskRef(name="t", content_hash="h" * 64),
-        agent=AgentRef(name="oracle"), backend="local", outcome=Outcome.COMPLETED,
-        reward=reward, steps_total=1, steps_run=1, started_at=now, finished_at=now,
+        trial_id="a" * 64,
+        trial_name=name,
+        task=TaskRef(name="t", content_hash="h" * 64),
+        agent=AgentRef(name="oracle"),
+        backend="local",
+        outcome=Outcome.COMPLETED,
+        reward=reward,
+        steps_total=1,
+        steps_run=1,
+        started_at=now,
+        finished_at=now,
         steps=[StepResult(index=1, name="main", source=StepSource.VERIFIER, reward=reward)],
-        executor=ExecutorRef(name="ray", node="n" * 56, host="w1"))
+        executor=ExecutorRef(name="ray", node="n" * 56, host="w1"),
+    )
 
 
 def _tar(files: dict[str, bytes], links: dict[str, str] | None = None) -> bytes:
@@ -95,9 +105,15 @@ def test_install_trial_keeps_attempts_writes_result_last_and_refuses_escapes(tmp
     tp.root.mkdir(parents=True)
     tp.result_json.write_text(_result(tp.root.name, 0.0).model_dump_json())
     move_attempt_aside(tp)
-    archive = _tar({"trial.log": b"worker log\n", "steps/1_main/verifier/reward.txt": b"1\n",
-                    "result.json": b"{\"forged\": true}", "../escape.txt": b"x"},
-                   links={"steps/evil": "/etc"})
+    archive = _tar(
+        {
+            "trial.log": b"worker log\n",
+            "steps/1_main/verifier/reward.txt": b"1\n",
+            "result.json": b'{"forged": true}',
+            "../escape.txt": b"x",
+        },
+        links={"steps/evil": "/etc"},
+    )
     refused = install_trial(tp, archive, _result(tp.root.name, 1.0))
     assert any("escape" in r for r in refused)
     assert not (tmp_path / "trials" / "escape.txt").exists()

@@ -16,8 +16,11 @@ from cairn.job.groups import AttemptGroup, GroupsIncompleteError
 from cairn.plan import JobConfig
 from testbed import local_available
 
-pytestmark = [pytest.mark.local, pytest.mark.slow,
-              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
+pytestmark = [
+    pytest.mark.local,
+    pytest.mark.slow,
+    pytest.mark.skipif(not local_available(), reason="no local sandbox support"),
+]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
 
@@ -27,8 +30,7 @@ def _tasks(root: Path, *names: str) -> Path:
         dst = root / name
         shutil.copytree(EXAMPLE, dst)
         toml = dst / "task.toml"
-        toml.write_text(toml.read_text().replace('name = "cairn/two-steps"',
-                                                 f'name = "cairn/{name}"'))
+        toml.write_text(toml.read_text().replace('name = "cairn/two-steps"', f'name = "cairn/{name}"'))
     return root
 
 
@@ -42,9 +44,17 @@ def _groups(config: JobConfig, **kw) -> list[AttemptGroup]:
 def test_a_member_with_an_infra_error_is_refilled_and_its_group_yielded_whole(tmp_path):
     ds = _tasks(tmp_path / "ds", "alpha", "beta")
     marker = tmp_path / "setup-failed-once"  # the first trial to set up fails (infra), once
-    config = JobConfig(paths=(ds,), agent="job_agents:FlakySetupAgent", backend="local",
-                       agent_kwargs={"marker": str(marker)}, attempts=2, n_concurrent=1,
-                       max_retries=0, jobs_dir=tmp_path / "jobs", job_name="g")
+    config = JobConfig(
+        paths=(ds,),
+        agent="job_agents:FlakySetupAgent",
+        backend="local",
+        agent_kwargs={"marker": str(marker)},
+        attempts=2,
+        n_concurrent=1,
+        max_retries=0,
+        jobs_dir=tmp_path / "jobs",
+        job_name="g",
+    )
     groups = _groups(config)
     assert marker.exists()
     assert len(groups) == 2 and {g.task for g in groups} == {"cairn/alpha", "cairn/beta"}
@@ -70,16 +80,28 @@ def test_a_member_with_an_infra_error_is_refilled_and_its_group_yielded_whole(tm
     # the group's rollout records: one per executed step, joined to the member's rewards
     steps = groups[1].rollouts()
     assert [(s.attempt, s.step, s.reward) for s in steps] == [
-        (1, "write", 1.0), (1, "append", 1.0), (2, "write", 1.0), (2, "append", 1.0)]
+        (1, "write", 1.0),
+        (1, "append", 1.0),
+        (2, "write", 1.0),
+        (2, "append", 1.0),
+    ]
     assert {s.group_id for s in steps} == {groups[1].group_id}
 
 
 def test_a_group_still_short_after_the_refill_rounds_is_an_error_not_a_short_group(tmp_path):
     ds = _tasks(tmp_path / "ds", "alpha")
     marker = tmp_path / "setup-failed-once"
-    config = JobConfig(paths=(ds,), agent="job_agents:FlakySetupAgent", backend="local",
-                       agent_kwargs={"marker": str(marker)}, attempts=2, n_concurrent=1,
-                       max_retries=0, jobs_dir=tmp_path / "jobs", job_name="g")
+    config = JobConfig(
+        paths=(ds,),
+        agent="job_agents:FlakySetupAgent",
+        backend="local",
+        agent_kwargs={"marker": str(marker)},
+        attempts=2,
+        n_concurrent=1,
+        max_retries=0,
+        jobs_dir=tmp_path / "jobs",
+        job_name="g",
+    )
     with pytest.raises(GroupsIncompleteError) as exc:
         _groups(config, max_refills=0, hardened_verify=False)
     (gid,) = exc.value.short

@@ -71,11 +71,17 @@ def test_invalid_task_is_config_error_and_others_run(tmp_path):
 
 
 def test_infra_error_is_retried_and_earlier_attempt_kept(tmp_path):
-    task = write_task(tmp_path / "tasks", "t", solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(tmp_path / "tasks", "t", solve="touch /app/done\n", test=reward_if("test -f /app/done"))
     marker = tmp_path / "setup-failed-once"
-    result = run_job(config(tmp_path, task, agent="job_agents:FlakySetupAgent",
-                            agent_kwargs={"marker": str(marker)}, retry_backoff_sec=0.1))
+    result = run_job(
+        config(
+            tmp_path,
+            task,
+            agent="job_agents:FlakySetupAgent",
+            agent_kwargs={"marker": str(marker)},
+            retry_backoff_sec=0.1,
+        )
+    )
     (r,) = result.results
     assert r.outcome.value == "completed" and r.reward == 1.0 and marker.exists()
     trial = result.job_dir / "trials" / r.trial_name
@@ -91,8 +97,13 @@ def test_infra_error_is_retried_and_earlier_attempt_kept(tmp_path):
 def test_infra_error_without_retries_stays_errored_and_resume_reruns_it(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
     marker = tmp_path / "marker"
-    cfg = config(tmp_path, task, agent="job_agents:FlakySetupAgent",
-                 agent_kwargs={"marker": str(marker)}, max_retries=0)
+    cfg = config(
+        tmp_path,
+        task,
+        agent="job_agents:FlakySetupAgent",
+        agent_kwargs={"marker": str(marker)},
+        max_retries=0,
+    )
     (r,) = run_job(cfg).results
     assert r.error.kind.value == "agent_setup_failed" and r.outcome.value == "errored"
     resumed = resume_job(tmp_path / "jobs" / "job")  # infra errors re-run on resume
@@ -103,8 +114,9 @@ def test_infra_error_without_retries_stays_errored_and_resume_reruns_it(tmp_path
 
 def test_max_cost_stops_starting_trials(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
-    result = run_job(config(tmp_path, task, agent="job_agents:CostlyAgent", attempts=4,
-                            n_concurrent=1, max_cost_usd=1.5))
+    result = run_job(
+        config(tmp_path, task, agent="job_agents:CostlyAgent", attempts=4, n_concurrent=1, max_cost_usd=1.5)
+    )
     outcomes = sorted((r.attempt, r.outcome.value) for r in result.results)
     assert outcomes == [(1, "completed"), (2, "completed"), (3, "cancelled"), (4, "cancelled")]
     assert result.stopped_by == "max_cost"
@@ -116,8 +128,7 @@ def test_max_cost_stops_starting_trials(tmp_path):
 
 def test_model_auth_failure_stops_the_job(tmp_path):
     task = write_task(tmp_path / "tasks", "t")
-    result = run_job(config(tmp_path, task, agent="job_agents:AuthFailAgent", attempts=3,
-                            n_concurrent=1))
+    result = run_job(config(tmp_path, task, agent="job_agents:AuthFailAgent", attempts=3, n_concurrent=1))
     by_attempt = {r.attempt: r for r in result.results}
     assert by_attempt[1].error.kind.value == "model_auth_failed"
     assert [by_attempt[a].outcome.value for a in (2, 3)] == ["cancelled", "cancelled"]
@@ -149,8 +160,11 @@ def test_changed_task_reruns_under_new_id(tmp_path):
     (new,) = again.results
     assert new.trial_id != old.trial_id and new.task.content_hash != old.task.content_hash
     assert new.reward == 0.5
-    assert any(f"task changed since the last run (content {old.task.content_hash[:12]} → "
-               f"{new.task.content_hash[:12]})" in e for e in events)
+    assert any(
+        f"task changed since the last run (content {old.task.content_hash[:12]} → "
+        f"{new.task.content_hash[:12]})" in e
+        for e in events
+    )
     trials = sorted(p.name for p in (tmp_path / "jobs" / "job" / "trials").iterdir())
     assert trials == [new.trial_name]  # one trial per (task, attempt) in the job
     kept = tmp_path / "jobs" / "job" / "trials" / new.trial_name / "attempts" / "1"
@@ -241,7 +255,8 @@ def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, 
         removers.append(t)
         t.start()
         raise docker.errors.APIError(
-            "conflict", explanation=f"removal of container {container} is already in progress")
+            "conflict", explanation=f"removal of container {container} is already in progress"
+        )
 
     monkeypatch.setattr(APIClient, "remove_container", slow_remove)
     task = write_task(tmp_path / "tasks", "t", test="sleep 2; echo 1 > /logs/verifier/reward.txt\n")

@@ -44,8 +44,13 @@ def test_cancel_during_container_create_leaves_no_container(monkeypatch):
 
     monkeypatch.setattr(APIClient, "create_container", create_and_signal)
     tid = uuid.uuid4().hex[:12]
-    spec = SandboxSpec(docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK,
-                       job_id="cancel-test", trial_id=tid, name="cancel-test")
+    spec = SandboxSpec(
+        docker_image="debian:bookworm-slim",
+        network_mode=NetworkMode.NO_NETWORK,
+        job_id="cancel-test",
+        trial_id=tid,
+        name="cancel-test",
+    )
 
     async def scenario() -> None:
         sb = DockerSandbox(spec)

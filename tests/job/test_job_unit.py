@@ -54,12 +54,15 @@ def test_two_tasks_with_one_name_are_refused(tmp_path):
         discover_tasks(JobConfig(paths=(ds,)))
 
 
-@pytest.mark.parametrize("include,exclude,expected", [
-    (("test/al*",), (), ["test/alpha", "test/alps"]),
-    (("al*",), ("*ps",), ["test/alpha"]),  # the last part of the name matches too
-    ((), ("test/*a",), ["test/alps"]),
-    (("beta", "zeta"), (), ["test/beta", "test/zeta"]),  # folder names match
-])
+@pytest.mark.parametrize(
+    "include,exclude,expected",
+    [
+        (("test/al*",), (), ["test/alpha", "test/alps"]),
+        (("al*",), ("*ps",), ["test/alpha"]),  # the last part of the name matches too
+        ((), ("test/*a",), ["test/alps"]),
+        (("beta", "zeta"), (), ["test/beta", "test/zeta"]),  # folder names match
+    ],
+)
 def test_include_exclude_globs(dataset, include, exclude, expected):
     assert names(JobConfig(paths=(dataset,), include=include, exclude=exclude)) == expected
 
@@ -75,8 +78,11 @@ def test_no_task_matched_and_bad_paths(dataset, tmp_path):
 
 
 def test_check_templates_names_task_and_variable(tmp_path):
-    t = write_task(tmp_path, "k", toml_extra='[verifier.env]\nA = "${NEED_A}"\nB = "${OPT:-x}"\n'
-                                              '[solution.env]\nC = "${NEED_C}"\n')
+    t = write_task(
+        tmp_path,
+        "k",
+        toml_extra='[verifier.env]\nA = "${NEED_A}"\nB = "${OPT:-x}"\n[solution.env]\nC = "${NEED_C}"\n',
+    )
     task = load_task(t)
     with pytest.raises(UsageError) as exc:
         check_templates([task], environ={})
@@ -87,8 +93,7 @@ def test_check_templates_names_task_and_variable(tmp_path):
 @pytest.mark.docker
 def test_locked_job_refused_before_anything(dataset, tmp_path):
     job_dir = tmp_path / "jobs" / "busy"
-    cfg = JobConfig(paths=(dataset,), backend="docker", job_name="busy",
-                    jobs_dir=tmp_path / "jobs")
+    cfg = JobConfig(paths=(dataset,), backend="docker", job_name="busy", jobs_dir=tmp_path / "jobs")
     with JobLock(job_dir), pytest.raises(UsageError, match="already running"):
         asyncio.run(arun_job(cfg))
     assert not (job_dir / "job.json").exists()
@@ -98,9 +103,18 @@ def _job_json(job_dir: Path, agent_env: dict) -> None:
     job_dir.mkdir(parents=True)
     cfg = JobConfig(paths=(Path("/x"),), backend="docker").model_dump(mode="json")
     cfg["agent_env"] = agent_env
-    (job_dir / "job.json").write_text(json.dumps({
-        "schema_version": "1.0", "job_name": job_dir.name, "cairn_version": "0", "backend": "docker",
-        "config": cfg, "started_at": "2026-12-01T00:00:00+00:00"}))
+    (job_dir / "job.json").write_text(
+        json.dumps(
+            {
+                "schema_version": "1.0",
+                "job_name": job_dir.name,
+                "cairn_version": "0",
+                "backend": "docker",
+                "config": cfg,
+                "started_at": "2026-12-01T00:00:00+00:00",
+            }
+        )
+    )
 
 
 def test_resume_config_fills_masked_agent_env(tmp_path):
@@ -108,8 +122,9 @@ def test_resume_config_fills_masked_agent_env(tmp_path):
     _job_json(job, {"TOKEN": "***", "MODE": "***"})
     with pytest.raises(UsageError, match="--ae MODE=..."):
         resume_config(job, agent_env={"TOKEN": "t"}, environ={})
-    cfg = resume_config(job, agent_env={"TOKEN": "t"}, environ={"MODE": "fast"},
-                        overrides={"n_concurrent": 9})
+    cfg = resume_config(
+        job, agent_env={"TOKEN": "t"}, environ={"MODE": "fast"}, overrides={"n_concurrent": 9}
+    )
     assert cfg.agent_env == {"TOKEN": "t", "MODE": "fast"} and cfg.n_concurrent == 9
     assert cfg.backend == "docker"
     with pytest.raises(UsageError, match="not a job folder"):
@@ -143,9 +158,14 @@ def test_config_file_accepts_flag_spellings(tmp_path):
 
     f = tmp_path / "job.yaml"
     f.write_text("p: tasks\nk: 3\nn-concurrent: 2\nno-verify: true\ne: docker\ni: 'org/*'\n")
-    assert read_config_file(f).data == {"paths": ["tasks"], "attempts": 3, "n_concurrent": 2,
-                                        "verify": False, "backend": "docker",
-                                        "include": ["org/*"]}
+    assert read_config_file(f).data == {
+        "paths": ["tasks"],
+        "attempts": 3,
+        "n_concurrent": 2,
+        "verify": False,
+        "backend": "docker",
+        "include": ["org/*"],
+    }
     f.write_text("- a\n- b\n")
     with pytest.raises(UsageError, match=r"job.yaml: expected a mapping of options"):
         read_config_file(f)
@@ -161,8 +181,7 @@ def test_summary_written_again_only_when_it_changed(tmp_path):
     from cairn.results.store import read_summary
 
     job_dir = tmp_path / "job"
-    job = JobRun(JobConfig(paths=("x",)), "local", job_dir, resume=False, retry_errors=False,
-                 observer=None)
+    job = JobRun(JobConfig(paths=("x",)), "local", job_dir, resume=False, retry_errors=False, observer=None)
     summary_json = JobPaths(job_dir).summary_json
     job.write_summary()
     first = os.stat(summary_json).st_ino  # an atomic rewrite replaces the file (a new inode)

@@ -32,9 +32,11 @@ class EngineEvents:
         self.client = docker.from_env(timeout=60)
         self.job_dir = str(job_dir.absolute())
         self.events: list[tuple[str, str, str, int]] = []  # (action, container id, trial, ns)
-        self._stream = self.client.events(decode=True, since=time.time() - 1,
-                                          filters={"type": "container",
-                                                   "label": f"cairn.job_dir={self.job_dir}"})
+        self._stream = self.client.events(
+            decode=True,
+            since=time.time() - 1,
+            filters={"type": "container", "label": f"cairn.job_dir={self.job_dir}"},
+        )
         self._thread = threading.Thread(target=self._listen, daemon=True)
         self._thread.start()
 
@@ -45,8 +47,9 @@ class EngineEvents:
                 if attrs.get("cairn.job_dir") != self.job_dir:
                     continue
                 action = str(e.get("Action", "")).split(":")[0]
-                self.events.append((action, e["Actor"]["ID"], attrs.get("cairn.trial", ""),
-                                    int(e["timeNano"])))
+                self.events.append(
+                    (action, e["Actor"]["ID"], attrs.get("cairn.trial", ""), int(e["timeNano"]))
+                )
         except Exception:  # noqa: BLE001 - the stream closes when the test is done
             return
 
@@ -74,21 +77,42 @@ def _ns(stamp: str) -> int:
 def _task(root: Path, *, last_test: str | None = None, pause: float = 0.0) -> Path:
     """A 2-step task whose verifiers see a fresh sandbox: step 1 counts the lines it appended
     (exactly one, so a reused or shared container fails), step 2 checks its own line."""
-    last = last_test or reward_if("test \"$(cat /app/log)\" = \"$(printf 'a\\nb')\"")
-    return write_task(root, "warm", steps=[
-        StepSpec("a", solve="echo a >> /app/log\n",
-                 test=reward_if("test \"$(wc -l < /app/log)\" = 1 && test ! -e /app/planted")),
-        StepSpec("b", solve="echo b >> /app/log; touch /app/planted\n",
-                 test=(f"sleep {pause}\n" if pause else "") + last)])
+    last = last_test or reward_if('test "$(cat /app/log)" = "$(printf \'a\\nb\')"')
+    return write_task(
+        root,
+        "warm",
+        steps=[
+            StepSpec(
+                "a",
+                solve="echo a >> /app/log\n",
+                test=reward_if('test "$(wc -l < /app/log)" = 1 && test ! -e /app/planted'),
+            ),
+            StepSpec(
+                "b",
+                solve="echo b >> /app/log; touch /app/planted\n",
+                test=(f"sleep {pause}\n" if pause else "") + last,
+            ),
+        ],
+    )
 
 
-def _run(task: Path, tmp: Path, name: str, *extra: str, k: int = 4, n: int = 2,
-         backend: str = "docker") -> Path:
+def _run(
+    task: Path, tmp: Path, name: str, *extra: str, k: int = 4, n: int = 2, backend: str = "docker"
+) -> Path:
     from cairn.job.run import run_job
     from cairn.plan import JobConfig
 
-    run_job(JobConfig(paths=(task,), backend=backend, jobs_dir=tmp / "jobs", job_name=name,
-                      attempts=k, n_concurrent=n, prestart="--prestart" in extra))
+    run_job(
+        JobConfig(
+            paths=(task,),
+            backend=backend,
+            jobs_dir=tmp / "jobs",
+            job_name=name,
+            attempts=k,
+            n_concurrent=n,
+            prestart="--prestart" in extra,
+        )
+    )
     return (tmp / "jobs" / name).absolute()
 
 
@@ -105,10 +129,12 @@ def test_prestart_same_results_and_the_prestarted_container_is_the_one_used(tmp_
     finally:
         events.close()
     a, b = _results(off), _results(on)
-    assert [(r["outcome"], r["reward"], [s["reward"] for s in r["steps"]]) for r in a] == \
-        [("completed", 1.0, [1.0, 1.0])] * 4
-    assert [(r["outcome"], r["reward"], [s["reward"] for s in r["steps"]]) for r in b] == \
-        [("completed", 1.0, [1.0, 1.0])] * 4
+    assert [(r["outcome"], r["reward"], [s["reward"] for s in r["steps"]]) for r in a] == [
+        ("completed", 1.0, [1.0, 1.0])
+    ] * 4
+    assert [(r["outcome"], r["reward"], [s["reward"] for s in r["steps"]]) for r in b] == [
+        ("completed", 1.0, [1.0, 1.0])
+    ] * 4
     assert all(not r["timings"]["prestarted"] for r in a)
     # -n 2, 4 trials: attempts 1 and 2 start fresh; 3 and 4 get the sandboxes started while
     # 1 and 2 were in their last verifier
@@ -148,8 +174,7 @@ def test_prestart_with_failing_trials_leaves_nothing(tmp_path):
     task = _task(tmp_path / "tasks", last_test="exit 3\n")
     on = _run(task, tmp_path, "fail", "--prestart", k=3, n=1)
     got = _results(on)
-    seen = [(r["outcome"], r["steps"][0]["reward"], (r["error"] or {}).get("kind"))
-            for r in got]
+    seen = [(r["outcome"], r["steps"][0]["reward"], (r["error"] or {}).get("kind")) for r in got]
     assert len(set(seen)) == 1, seen  # each trial fails alike, pre-started or not
     outcome, first_reward, kind = seen[0]
     assert (outcome, first_reward) == ("errored", 1.0) and kind not in (None, "cancelled")
@@ -166,8 +191,23 @@ def test_sigint_while_a_prestarted_sandbox_waits_leaves_nothing(tmp_path):
     name = f"sig-{uuid.uuid4().hex[:6]}"
     job = (tmp_path / "jobs" / name).absolute()
     events = EngineEvents(job)
-    run = Proc("run", "-p", str(task), "-e", "docker", "-k", "3", "-n", "1", "--prestart",
-               "--jobs-dir", "jobs", "--job-name", name, cwd=tmp_path)
+    run = Proc(
+        "run",
+        "-p",
+        str(task),
+        "-e",
+        "docker",
+        "-k",
+        "3",
+        "-n",
+        "1",
+        "--prestart",
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        name,
+        cwd=tmp_path,
+    )
     try:
         events.wait_for("start", 2, timeout=180)  # trial 1's container, then trial 2's
         trials = {e[2] for e in events.events if e[0] == "start"}
@@ -220,13 +260,30 @@ def test_pool_hands_over_an_equal_spec_and_removes_what_no_trial_took(tmp_path):
     task = load_task(_task(tmp_path / "tasks"))
     job_dir = (tmp_path / "jobs" / "pool").absolute()
     job_dir.mkdir(parents=True)
-    plans = [TrialPlan(task=task, agent_name="oracle", agent_kwargs={}, model=None,
-                       backend="local", attempt=i, trial_id=f"trial{i}",
-                       trial_dir=job_dir / "trials" / f"t{i}", job_id="pool", job_dir=job_dir)
-             for i in (1, 2, 3, 4)]
+    plans = [
+        TrialPlan(
+            task=task,
+            agent_name="oracle",
+            agent_kwargs={},
+            model=None,
+            backend="local",
+            attempt=i,
+            trial_id=f"trial{i}",
+            trial_dir=job_dir / "trials" / f"t{i}",
+            job_id="pool",
+            job_dir=job_dir,
+        )
+        for i in (1, 2, 3, 4)
+    ]
     cls = get_backend("local")
-    spec = SandboxSpec(env_dir=task.env_dir, job_id="pool", trial_id="trial1", job_dir=job_dir,
-                       env_hash=task.env_hash, name=task.slug)
+    spec = SandboxSpec(
+        env_dir=task.env_dir,
+        job_id="pool",
+        trial_id="trial1",
+        job_dir=job_dir,
+        env_hash=task.env_hash,
+        name=task.slug,
+    )
 
     async def scenario() -> None:
         pool = PrestartPool(plans, limit=2)

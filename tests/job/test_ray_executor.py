@@ -53,8 +53,10 @@ def cluster():
 
 def _node_names(cluster: RayCluster) -> dict[str, str]:
     """Ray node id → our node name (from the temp dir in its socket paths)."""
-    code = (f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
-            "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes()}))")
+    code = (
+        f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
+        "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes()}))"
+    )
     out = cluster.run([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr
     sockets = json.loads(out.stdout.strip().splitlines()[-1])
@@ -62,9 +64,11 @@ def _node_names(cluster: RayCluster) -> dict[str, str]:
 
 
 def _three_step(root: Path) -> Path:
-    steps = [StepSpec("a", solve="sleep 1\n"),
-             StepSpec("b", test="echo 0.5 > /logs/verifier/reward.txt\n"),
-             StepSpec("c", solve="sleep 1\n")]
+    steps = [
+        StepSpec("a", solve="sleep 1\n"),
+        StepSpec("b", test="echo 0.5 > /logs/verifier/reward.txt\n"),
+        StepSpec("c", solve="sleep 1\n"),
+    ]
     return write_task(root, "three", steps=steps, network="no-network")
 
 
@@ -89,14 +93,31 @@ def _wait_results(job: Path, n: int, proc, timeout: float = 300) -> None:
 
 
 def _ray_run(cluster: RayCluster, task: Path, jobs: Path, name: str, *extra: str) -> list[str]:
-    return _cairn("run", "-p", str(task), "-k", str(N), "-e", "local", "--executor", "ray",
-                  "--ray-address", ADDRESS, "-n", "6", "--jobs-dir", str(jobs), "--job-name",
-                  name, "--json", *extra)
+    return _cairn(
+        "run",
+        "-p",
+        str(task),
+        "-k",
+        str(N),
+        "-e",
+        "local",
+        "--executor",
+        "ray",
+        "--ray-address",
+        ADDRESS,
+        "-n",
+        "6",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        name,
+        "--json",
+        *extra,
+    )
 
 
 def _no_leftovers(cluster: RayCluster, job: str) -> None:
-    out = cluster.run(_cairn("clean", "--executor", "ray", "--ray-address", ADDRESS,
-                             "--job", job))
+    out = cluster.run(_cairn("clean", "--executor", "ray", "--ray-address", ADDRESS, "--job", job))
     assert out.returncode == 0, out.stdout + out.stderr
     from cairn.sandbox.local.backend import find_local_sandboxes
 
@@ -121,12 +142,17 @@ def test_ray_job_runs_on_workers_and_scores_as_local(cluster: RayCluster, tmp_pa
     assert ran_on <= {"w1", "w2"} and ran_on  # never on the head (it has no trial slot)
     assert all(r["executor"]["name"] == "ray" for r in ray_results.values())
 
-    local = run_job(JobConfig(paths=(task,), attempts=N, backend="local", n_concurrent=4,
-                              jobs_dir=jobs, job_name="local24"))
-    local_scores = {r.trial_id: (r.outcome.value, r.reward, [s.reward for s in r.steps])
-                    for r in local.results}
-    ray_scores = {tid: (r["outcome"], r["reward"], [s["reward"] for s in r["steps"]])
-                  for tid, r in ray_results.items()}
+    local = run_job(
+        JobConfig(
+            paths=(task,), attempts=N, backend="local", n_concurrent=4, jobs_dir=jobs, job_name="local24"
+        )
+    )
+    local_scores = {
+        r.trial_id: (r.outcome.value, r.reward, [s.reward for s in r.steps]) for r in local.results
+    }
+    ray_scores = {
+        tid: (r["outcome"], r["reward"], [s["reward"] for s in r["steps"]]) for tid, r in ray_results.items()
+    }
     assert ray_scores == local_scores
     assert {round(r["reward"], 6) for r in ray_results.values()} == {MEAN}
 
@@ -136,8 +162,7 @@ def test_ray_job_runs_on_workers_and_scores_as_local(cluster: RayCluster, tmp_pa
     jsonschema.validate(json.loads((job / "job.json").read_text()), load_schema("job"))
     jsonschema.validate(json.loads((job / "summary.json").read_text()), load_schema("summary"))
     for d in (job / "trials").iterdir():
-        for f, schema in (("result.json", "result"), ("steps.json", "steps"),
-                          ("config.json", "config")):
+        for f, schema in (("result.json", "result"), ("steps.json", "steps"), ("config.json", "config")):
             jsonschema.validate(json.loads((d / f).read_text()), load_schema(schema))
         assert list((d / "steps").iterdir()), "the worker's step folders came back"
     log = (job / "job.log").read_text()
@@ -158,21 +183,20 @@ def test_driver_killed_then_resume_completes(cluster: RayCluster, tmp_path: Path
     before = {p.parent.name: p.read_bytes() for p in (job / "trials").glob("*/result.json")}
     assert 4 <= len(before) < N
 
-    out = cluster.run(_cairn("resume", str(job), "--executor", "ray", "--ray-address", ADDRESS,
-                             "--json"))
+    out = cluster.run(_cairn("resume", str(job), "--executor", "ray", "--ray-address", ADDRESS, "--json"))
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     results = _results(job)
     assert len(results) == N and len(list((job / "trials").iterdir())) == N
-    assert all(r["outcome"] == "completed" and round(r["reward"], 6) == MEAN
-               for r in results.values())
+    assert all(r["outcome"] == "completed" and round(r["reward"], 6) == MEAN for r in results.values())
     for name, data in before.items():  # finished before the kill: kept, never re-run
         assert (job / "trials" / name / "result.json").read_bytes() == data
     assert json.loads(out.stdout)["n_trials"] == N
     _no_leftovers(cluster, "dk")
 
 
-def test_worker_with_another_cairn_version_refuses_before_a_sandbox(cluster: RayCluster,
-                                                                    tmp_path: Path) -> None:
+def test_worker_with_another_cairn_version_refuses_before_a_sandbox(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
     from cairn import __version__
 
     task = write_task(tmp_path / "tasks", "one")
@@ -182,7 +206,8 @@ def test_worker_with_another_cairn_version_refuses_before_a_sandbox(cluster: Ray
         "r.__version__ = '0.0.0-other'\n"
         "from cairn.job import run_job\nfrom cairn.plan import JobConfig\n"
         f"run_job(JobConfig(paths=({str(task)!r},), backend='local', executor='ray', "
-        f"ray_address={ADDRESS!r}, max_retries=0, jobs_dir={str(jobs)!r}, job_name='vg'))\n")
+        f"ray_address={ADDRESS!r}, max_retries=0, jobs_dir={str(jobs)!r}, job_name='vg'))\n"
+    )
     out = cluster.run([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr[-3000:]
     (result,) = _results(jobs / "vg").values()
@@ -197,7 +222,8 @@ def test_worker_with_another_cairn_version_refuses_before_a_sandbox(cluster: Ray
 
 
 def test_ctrl_c_cancels_remote_trials_and_workers_remove_their_sandboxes(
-        cluster: RayCluster, tmp_path: Path) -> None:
+    cluster: RayCluster, tmp_path: Path
+) -> None:
     task = _three_step(tmp_path / "tasks")
     jobs = tmp_path / "jobs"
     job = jobs / "cc"
@@ -221,22 +247,44 @@ def test_ctrl_c_cancels_remote_trials_and_workers_remove_their_sandboxes(
 
 
 @pytest.mark.docker
-def test_docker_two_trials_on_two_nodes_share_the_engine(cluster: RayCluster,
-                                                          tmp_path: Path) -> None:
+def test_docker_two_trials_on_two_nodes_share_the_engine(cluster: RayCluster, tmp_path: Path) -> None:
     if not _docker_ok():
         pytest.skip("no docker engine")
     import docker
 
     # 1 GiB each and 1.5 GiB per worker node: Ray can place only one trial per node
-    task = write_task(tmp_path / "tasks", "dock", toml_extra="",
-                      test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "dock",
+        toml_extra="",
+        test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n",
+    )
     toml = task / "task.toml"
     toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nmemory_mb = 1024\n"))
     jobs = tmp_path / "jobs"
     name = f"dock2-{uuid.uuid4().hex[:8]}"  # this test's own label on the shared engine
-    out = cluster.run(_cairn("run", "-p", str(task), "-k", "2", "-e", "docker", "--executor",
-                             "ray", "--ray-address", ADDRESS, "-n", "2", "--jobs-dir", str(jobs),
-                             "--job-name", name, "--json"))
+    out = cluster.run(
+        _cairn(
+            "run",
+            "-p",
+            str(task),
+            "-k",
+            "2",
+            "-e",
+            "docker",
+            "--executor",
+            "ray",
+            "--ray-address",
+            ADDRESS,
+            "-n",
+            "2",
+            "--jobs-dir",
+            str(jobs),
+            "--job-name",
+            name,
+            "--json",
+        )
+    )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     results = _results(jobs / name)
     assert len(results) == 2
@@ -251,15 +299,15 @@ def test_docker_two_trials_on_two_nodes_share_the_engine(cluster: RayCluster,
         client.close()
 
 
-def test_worker_node_killed_mid_run_is_retried_on_the_other(cluster: RayCluster,
-                                                            tmp_path: Path) -> None:
+def test_worker_node_killed_mid_run_is_retried_on_the_other(cluster: RayCluster, tmp_path: Path) -> None:
     """Runs last: it leaves the cluster with one worker node."""
     task = _three_step(tmp_path / "tasks")
     jobs = tmp_path / "jobs"
     job = jobs / "kw"
     names = _node_names(cluster)
-    proc = cluster.popen(_ray_run(cluster, task, jobs, "kw", "--max-retries", "3"),
-                         log=tmp_path / "driver.log")
+    proc = cluster.popen(
+        _ray_run(cluster, task, jobs, "kw", "--max-retries", "3"), log=tmp_path / "driver.log"
+    )
     try:
         _wait_results(job, 3, proc)
         os.kill(cluster.raylet_pid("w1"), signal.SIGKILL)
@@ -270,8 +318,7 @@ def test_worker_node_killed_mid_run_is_retried_on_the_other(cluster: RayCluster,
             proc.wait()
     results = _results(job)
     assert len(results) == N and len(list((job / "trials").iterdir())) == N
-    assert all(r["outcome"] == "completed" and round(r["reward"], 6) == MEAN
-               for r in results.values())
+    assert all(r["outcome"] == "completed" and round(r["reward"], 6) == MEAN for r in results.values())
     lost = []
     for d in (job / "trials").iterdir():
         for a in sorted((d / "attempts").glob("*/result.json")):

@@ -18,8 +18,11 @@ def test_a_plain_cluster_places_by_cpus_and_memory_only():
         nodes.record(n, "h", "docker", None)
         nodes.record(n, "h", "local", None)
     assert placement(nodes, "docker", 1.0, None) == {"num_cpus": 1.0, "resources": {}}
-    assert placement(nodes, "local", 2.0, 512) == {"num_cpus": 2.0, "resources": {},
-                                                   "memory": 512 * 1024 * 1024}
+    assert placement(nodes, "local", 2.0, 512) == {
+        "num_cpus": 2.0,
+        "resources": {},
+        "memory": 512 * 1024 * 1024,
+    }
 
 
 def test_nodes_without_the_backend_are_left_out_by_their_node_id_label():
@@ -40,5 +43,7 @@ def test_custom_resources_stay_an_option():
     nodes = NodeMap(uses_slots=True, pinned=frozenset({"docker"}))
     nodes.record(B, "h2", "docker", "no engine")  # pinned: the resource decides, not a probe
     assert placement(nodes, "docker", 1.0, None) == {
-        "num_cpus": 1.0, "resources": {SLOT: 1.0, "cairn_backend_docker": 0.001}}
+        "num_cpus": 1.0,
+        "resources": {SLOT: 1.0, "cairn_backend_docker": 0.001},
+    }
     assert placement(nodes, "local", 1.0, None) == {"num_cpus": 1.0, "resources": {SLOT: 1.0}}

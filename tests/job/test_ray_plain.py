@@ -67,8 +67,10 @@ def _results(job: Path) -> dict[str, dict]:
 
 def _node_names(cluster: RayCluster) -> dict[str, str]:
     """Ray node id → our node name (from the temp dir in its socket paths)."""
-    code = (f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
-            "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes()}))")
+    code = (
+        f"import ray, json; ray.init(address='{ADDRESS}', logging_level='ERROR'); "
+        "print(json.dumps({n['NodeID']: n['ObjectStoreSocketName'] for n in ray.nodes()}))"
+    )
     out = cluster.run([sys.executable, "-c", code])
     assert out.returncode == 0, out.stderr
     sockets = json.loads(out.stdout.strip().splitlines()[-1])
@@ -76,9 +78,27 @@ def _node_names(cluster: RayCluster) -> dict[str, str]:
 
 
 def _run(task: Path, jobs: Path, name: str, k: int, backend: str, *extra: str) -> list[str]:
-    return _cairn("run", "-p", str(task), "-k", str(k), "-e", backend, "--executor", "ray",
-                  "--ray-address", ADDRESS, "-n", str(k), "--jobs-dir", str(jobs),
-                  "--job-name", name, "--json", *extra)
+    return _cairn(
+        "run",
+        "-p",
+        str(task),
+        "-k",
+        str(k),
+        "-e",
+        backend,
+        "--executor",
+        "ray",
+        "--ray-address",
+        ADDRESS,
+        "-n",
+        str(k),
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        name,
+        "--json",
+        *extra,
+    )
 
 
 def _running_sandboxes(job: str) -> int:
@@ -88,14 +108,12 @@ def _running_sandboxes(job: str) -> int:
 
 
 def _no_leftovers(cluster: RayCluster, job: str) -> None:
-    out = cluster.run(_cairn("clean", "--executor", "ray", "--ray-address", ADDRESS,
-                             "--job", job))
+    out = cluster.run(_cairn("clean", "--executor", "ray", "--ray-address", ADDRESS, "--job", job))
     assert out.returncode == 0, out.stdout + out.stderr
     assert _running_sandboxes(job) == 0
 
 
-def test_plain_cluster_runs_six_trials_spread_over_nodes(cluster: RayCluster,
-                                                         tmp_path: Path) -> None:
+def test_plain_cluster_runs_six_trials_spread_over_nodes(cluster: RayCluster, tmp_path: Path) -> None:
     task = write_task(tmp_path / "tasks", "plain", solve="sleep 3\n")
     jobs = tmp_path / "jobs"
     out = cluster.run(_run(task, jobs, "plain6", 6, "local"))
@@ -110,12 +128,12 @@ def test_plain_cluster_runs_six_trials_spread_over_nodes(cluster: RayCluster,
 
 
 @pytest.mark.docker
-def test_node_without_docker_never_gets_a_docker_trial(cluster: RayCluster,
-                                                       tmp_path: Path) -> None:
+def test_node_without_docker_never_gets_a_docker_trial(cluster: RayCluster, tmp_path: Path) -> None:
     if not _docker_ok():
         pytest.skip("no docker engine")
-    task = write_task(tmp_path / "tasks", "dock",
-                      test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n")
+    task = write_task(
+        tmp_path / "tasks", "dock", test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n"
+    )
     jobs = tmp_path / "jobs"
     # six at once, four CPUs on the nodes with Docker: Ray would use nodock's two if it could
     out = cluster.run(_run(task, jobs, "dock6", 6, "docker"))
@@ -129,22 +147,26 @@ def test_node_without_docker_never_gets_a_docker_trial(cluster: RayCluster,
 
 
 @pytest.mark.docker
-def test_a_node_not_probed_is_found_without_docker_by_its_first_trial(cluster: RayCluster,
-                                                                       tmp_path: Path) -> None:
+def test_a_node_not_probed_is_found_without_docker_by_its_first_trial(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
     """As a node that joins after the probes: the driver skips them, Ray places trials on
     nodock too, and each there is placed again elsewhere without spending an attempt."""
     if not _docker_ok():
         pytest.skip("no docker engine")
-    task = write_task(tmp_path / "tasks", "late",
-                      test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n")
+    task = write_task(
+        tmp_path / "tasks", "late", test="test -f /etc/os-release && echo 1 > /logs/verifier/reward.txt\n"
+    )
     jobs = tmp_path / "jobs"
-    code = ("import cairn.job.executors.ray as r\n"
-            "r.probe_nodes = lambda *a, **k: None  # no node answers the probe\n"
-            "from cairn.job import run_job\nfrom cairn.plan import JobConfig\n"
-            f"job = run_job(JobConfig(paths=({str(task)!r},), attempts=6, n_concurrent=6, "
-            f"backend='docker', executor='ray', ray_address={ADDRESS!r}, max_retries=0, "
-            f"jobs_dir={str(jobs)!r}, job_name='late6'))\n"
-            "print(len(job.results))\n")
+    code = (
+        "import cairn.job.executors.ray as r\n"
+        "r.probe_nodes = lambda *a, **k: None  # no node answers the probe\n"
+        "from cairn.job import run_job\nfrom cairn.plan import JobConfig\n"
+        f"job = run_job(JobConfig(paths=({str(task)!r},), attempts=6, n_concurrent=6, "
+        f"backend='docker', executor='ray', ray_address={ADDRESS!r}, max_retries=0, "
+        f"jobs_dir={str(jobs)!r}, job_name='late6'))\n"
+        "print(len(job.results))\n"
+    )
     out = cluster.run([sys.executable, "-c", code])
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     results = _results(jobs / "late6")
@@ -157,14 +179,14 @@ def test_a_node_not_probed_is_found_without_docker_by_its_first_trial(cluster: R
     assert "cannot run backend docker (-e docker: no Docker engine answers" in log, log[-3000:]
 
 
-def test_worker_killed_mid_job_its_trials_retried_on_the_others(cluster: RayCluster,
-                                                                 tmp_path: Path) -> None:
+def test_worker_killed_mid_job_its_trials_retried_on_the_others(cluster: RayCluster, tmp_path: Path) -> None:
     """Runs last: it leaves the cluster without ``w1``."""
     task = write_task(tmp_path / "tasks", "long", solve="sleep 12\n")
     jobs = tmp_path / "jobs"
     names = _node_names(cluster)
-    proc = cluster.popen(_run(task, jobs, "kill6", 6, "local", "--max-retries", "3"),
-                         log=tmp_path / "driver.log")
+    proc = cluster.popen(
+        _run(task, jobs, "kill6", 6, "local", "--max-retries", "3"), log=tmp_path / "driver.log"
+    )
     try:
         deadline = time.monotonic() + 300
         while _running_sandboxes("kill6") < 6:  # 6 CPUs, 6 trials: two on each node

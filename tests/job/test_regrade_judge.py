@@ -19,10 +19,10 @@ from testbed import backend_available
 
 
 def _verifier(prompt: int, cost: float) -> str:
-    usage = json.dumps({"model": "judge-x", "calls": 1, "prompt_tokens": prompt,
-                        "completion_tokens": 3, "cost_usd": cost})
-    return (f"echo '{usage}' > /logs/verifier/judge_usage.json\n"
-            "echo 1 > /logs/verifier/reward.txt\n")
+    usage = json.dumps(
+        {"model": "judge-x", "calls": 1, "prompt_tokens": prompt, "completion_tokens": 3, "cost_usd": cost}
+    )
+    return f"echo '{usage}' > /logs/verifier/judge_usage.json\necho 1 > /logs/verifier/reward.txt\n"
 
 
 @pytest.mark.docker
@@ -31,14 +31,24 @@ def test_regrade_records_judge_spend_and_stops_at_max_cost(tmp_path):
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     task = write_task(tmp_path / "tasks", "judged", test=_verifier(9, 1.0))
-    job = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
-                            job_name=f"rj-{tmp_path.name[-10:]}", agent="nop", attempts=3,
-                            n_concurrent=1, snapshot_steps=True))
+    job = run_job(
+        JobConfig(
+            paths=(task,),
+            backend="docker",
+            jobs_dir=tmp_path / "jobs",
+            job_name=f"rj-{tmp_path.name[-10:]}",
+            agent="nop",
+            attempts=3,
+            n_concurrent=1,
+            snapshot_steps=True,
+        )
+    )
     assert job.summary.judge is not None and job.summary.judge.cost_usd == 3.0
     # the task's judge changed: cheaper per call; the regrade may spend 1.5 USD
     (task / "tests" / "test.sh").write_text("#!/bin/bash\n" + _verifier(7, 0.75))
-    out = regrade_job(job.job_dir, paths=[task], job_name=f"rj-new-{tmp_path.name[-10:]}",
-                      n_concurrent=1, max_cost_usd=1.5)
+    out = regrade_job(
+        job.job_dir, paths=[task], job_name=f"rj-new-{tmp_path.name[-10:]}", n_concurrent=1, max_cost_usd=1.5
+    )
     assert out.stopped_by == "max_cost" and out.judge_cost_usd == 1.5
     derived = read_job(out.job_dir)
     by_status: dict[str, list] = {}
@@ -52,8 +62,11 @@ def test_regrade_records_judge_spend_and_stops_at_max_cost(tmp_path):
         assert step.judge.cost_usd == 0.75 and step.judge.models == ["judge-x"]
         assert r.judge is not None and r.judge.cost_usd == 0.75
         assert r.cost_usd is None  # nop spent nothing; a regrade runs no agent
-        usage = json.loads((out.job_dir / "trials" / r.trial_name / "steps" / "01-main"
-                            / "verifier" / "judge_usage.json").read_text())
+        usage = json.loads(
+            (
+                out.job_dir / "trials" / r.trial_name / "steps" / "01-main" / "verifier" / "judge_usage.json"
+            ).read_text()
+        )
         assert usage["prompt_tokens"] == 7
     assert "--max-cost-usd 1.5 reached" in copied[0].regrade.message
     assert copied[0].judge is not None and copied[0].judge.cost_usd == 1.0  # as recorded
@@ -62,8 +75,12 @@ def test_regrade_records_judge_spend_and_stops_at_max_cost(tmp_path):
 
 
 def test_regrade_cli_refuses_a_bad_max_cost(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "cairn", "regrade", str(tmp_path),
-                           "--max-cost-usd", "0"], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cairn", "regrade", str(tmp_path), "--max-cost-usd", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 2 and "--max-cost-usd must be a positive" in proc.stderr
 
 
@@ -81,16 +98,25 @@ def test_regrade_gives_the_judge_its_verifier_opening(tmp_path, monkeypatch):
     monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
     task = judge_task(tmp_path / "tasks")
     with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
-        job = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
-                                job_name=f"rjn-{tmp_path.name[-10:]}", agent="nop",
-                                snapshot_steps=True, add_hosts=dict(addrs)))
+        job = run_job(
+            JobConfig(
+                paths=(task,),
+                backend="docker",
+                jobs_dir=tmp_path / "jobs",
+                job_name=f"rjn-{tmp_path.name[-10:]}",
+                agent="nop",
+                snapshot_steps=True,
+                add_hosts=dict(addrs),
+            )
+        )
         (first,) = job.results
         assert first.reward == 1.0, first.error
         out = regrade_job(job.job_dir, job_name=f"rjn-new-{tmp_path.name[-10:]}")
     (r,) = read_job(out.job_dir).results
     assert r.regrade.status == "regraded" and r.reward == 1.0, r.regrade
-    grade = json.loads((out.job_dir / "trials" / r.trial_name / "steps" / "01-main"
-                        / "verifier" / "grade.json").read_text())
+    grade = json.loads(
+        (out.job_dir / "trials" / r.trial_name / "steps" / "01-main" / "verifier" / "grade.json").read_text()
+    )
     assert grade["judge"] == "PASS" and grade["other"] != "reached"
     assert r.steps[0].judge is not None and r.steps[0].judge.tokens.prompt == 321
     assert out.judge_cost_usd == 0.25

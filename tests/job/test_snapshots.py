@@ -32,8 +32,13 @@ pytestmark = pytest.mark.slow
 
 def cfg(tmp_path: Path, backend: str, *paths: Path, name: str = "job", **kw) -> JobConfig:
     # unique job names: `cairn clean --job NAME` in these tests must not reach other jobs
-    return JobConfig(paths=tuple(paths), backend=backend, jobs_dir=tmp_path / "jobs",
-                     job_name=f"{name}-{tmp_path.name[-12:]}", **kw)
+    return JobConfig(
+        paths=tuple(paths),
+        backend=backend,
+        jobs_dir=tmp_path / "jobs",
+        job_name=f"{name}-{tmp_path.name[-12:]}",
+        **kw,
+    )
 
 
 def tree_digest(root: Path) -> str:
@@ -67,37 +72,48 @@ def _drop_snapshots(job_dir: Path) -> None:
 
 # ---- --start-step on the five-step incident example -------------------------------------------
 def test_start_step_replays_earlier_steps_with_the_oracle(tmp_path, backend):
-    nop = _only(run_job(cfg(tmp_path, backend, INCIDENT, name="nop", agent="nop",
-                            start_step="repair")))
-    assert [s.source for s in nop.steps] == [StepSource.ORACLE, StepSource.ORACLE,
-                                             StepSource.VERIFIER, StepSource.NOT_RUN,
-                                             StepSource.NOT_RUN]
+    nop = _only(run_job(cfg(tmp_path, backend, INCIDENT, name="nop", agent="nop", start_step="repair")))
+    assert [s.source for s in nop.steps] == [
+        StepSource.ORACLE,
+        StepSource.ORACLE,
+        StepSource.VERIFIER,
+        StepSource.NOT_RUN,
+        StepSource.NOT_RUN,
+    ]
     assert [s.passed for s in nop.steps[:2]] == [True, True]
     assert nop.outcome.value == "stopped" and nop.stopped_after == "repair"
     assert nop.reward == 0.0 and nop.reward_all_steps == 0.0
     assert (nop.steps_total, nop.steps_run, nop.start_step) == (3, 1, "repair")
 
-    job_o = run_job(cfg(tmp_path, backend, INCIDENT, name="oracle", agent="oracle",
-                        start_step="repair"))
+    job_o = run_job(cfg(tmp_path, backend, INCIDENT, name="oracle", agent="oracle", start_step="repair"))
     orc = _only(job_o)
     assert orc.outcome.value == "completed" and orc.passed
     assert (orc.reward, orc.reward_all_steps, orc.steps_total, orc.steps_run) == (1.0, 1.0, 3, 3)
     summary = read_job(job_o.job_dir).summary
     funnel = {s.name: (s.n_reached, s.n_replayed) for s in summary.tasks[0].steps}
-    assert funnel == {"evidence": (0, 1), "diagnose": (0, 1), "repair": (1, 0),
-                      "validate": (1, 0), "postmortem": (1, 0)}
+    assert funnel == {
+        "evidence": (0, 1),
+        "diagnose": (0, 1),
+        "repair": (1, 0),
+        "validate": (1, 0),
+        "postmortem": (1, 0),
+    }
     text = render(read_job(job_o.job_dir))
     assert "replayed by oracle (not scored) 1" in text
 
 
 def test_replay_that_does_not_pass_errors_the_trial_as_a_task_error(tmp_path, backend):
-    task = write_task(tmp_path, "badoracle", steps=[
-        StepSpec("a", solve="echo wrong > /app/a\n", test=reward_if("grep -q right /app/a")),
-        StepSpec("b")])
+    task = write_task(
+        tmp_path,
+        "badoracle",
+        steps=[
+            StepSpec("a", solve="echo wrong > /app/a\n", test=reward_if("grep -q right /app/a")),
+            StepSpec("b"),
+        ],
+    )
     r = _only(run_job(cfg(tmp_path, backend, task, start_step="b")))
     assert r.outcome.value == "errored"
-    assert (r.error.kind.value, r.error.category.value, r.error.step) == \
-        ("oracle_replay_failed", "task", "a")
+    assert (r.error.kind.value, r.error.category.value, r.error.step) == ("oracle_replay_failed", "task", "a")
     assert r.steps[1].source is StepSource.NOT_RUN and r.steps_run == 0
 
 
@@ -105,8 +121,7 @@ def test_replay_that_does_not_pass_errors_the_trial_as_a_task_error(tmp_path, ba
 STEP1_SOLVE = "echo one > /app/one.txt; echo s > /app/scratch.txt; rm /app/scratch.txt\n"
 # A destructive verifier: it reads the agent's file, then deletes it. Its answer on regrade must
 # be the same: the snapshot is the end-of-agent state, not the end-of-verifier state.
-STEP1_TEST = reward_if("test -f /app/one.txt && ! test -e /app/scratch.txt") + \
-    "rm -f /app/one.txt\n"
+STEP1_TEST = reward_if("test -f /app/one.txt && ! test -e /app/scratch.txt") + "rm -f /app/one.txt\n"
 STEP2_SOLVE = "echo two > /app/two.txt\n"
 BROKEN = reward_if("test -f /app/TWO.txt")
 FIXED = reward_if("grep -q two /app/two.txt")
@@ -117,12 +132,25 @@ def _fix(task: Path, step: str) -> None:
 
 
 def test_regrade_rescores_a_fixed_verifier_from_the_snapshot_without_agents(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "fixme", steps=[
-        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST, min_reward=1.0),
-        StepSpec("two", solve=STEP2_SOLVE, test=BROKEN)])
+    task = write_task(
+        tmp_path / "tasks",
+        "fixme",
+        steps=[
+            StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST, min_reward=1.0),
+            StepSpec("two", solve=STEP2_SOLVE, test=BROKEN),
+        ],
+    )
     counter = tmp_path / "agent-runs.txt"
-    job = run_job(cfg(tmp_path, backend, task, agent="job_agents:CountingAgent",
-                      agent_kwargs={"counter": str(counter)}, snapshot_steps=True))
+    job = run_job(
+        cfg(
+            tmp_path,
+            backend,
+            task,
+            agent="job_agents:CountingAgent",
+            agent_kwargs={"counter": str(counter)},
+            snapshot_steps=True,
+        )
+    )
     old = _only(job)
     assert counter.read_text().split() == ["one", "two"]
     assert [s.reward for s in old.steps] == [1.0, 0.0] and old.reward == 0.5
@@ -139,8 +167,10 @@ def test_regrade_rescores_a_fixed_verifier_from_the_snapshot_without_agents(tmp_
         assert [s.reward for s in new.steps] == [1.0, 1.0]  # step 1: same answer as the run
         assert new.reward == 1.0 and new.passed and new.outcome.value == "completed"
         assert new.regrade.status == "regraded" and new.regrade.old_reward == 0.5
-        assert [(s.how, s.old_reward, s.new_reward) for s in new.regrade.steps] == \
-            [("snapshot", 1.0, 1.0), ("snapshot", 0.0, 1.0)]
+        assert [(s.how, s.old_reward, s.new_reward) for s in new.regrade.steps] == [
+            ("snapshot", 1.0, 1.0),
+            ("snapshot", 0.0, 1.0),
+        ]
         import json
 
         meta = json.loads((result.job_dir / "job.json").read_text())
@@ -156,11 +186,15 @@ def test_regrade_rescores_a_fixed_verifier_from_the_snapshot_without_agents(tmp_
 
 
 def test_regrade_partial_when_a_new_gate_lets_the_trial_go_on(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "gated", steps=[
-        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST, min_reward=1.0),
-        StepSpec("two", solve=STEP2_SOLVE, test=BROKEN, min_reward=1.0),
-        StepSpec("three", solve="echo 3 > /app/three.txt\n",
-                 test=reward_if("test -f /app/three.txt"))])
+    task = write_task(
+        tmp_path / "tasks",
+        "gated",
+        steps=[
+            StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST, min_reward=1.0),
+            StepSpec("two", solve=STEP2_SOLVE, test=BROKEN, min_reward=1.0),
+            StepSpec("three", solve="echo 3 > /app/three.txt\n", test=reward_if("test -f /app/three.txt")),
+        ],
+    )
     job = run_job(cfg(tmp_path, backend, task, snapshot_steps=True))
     old = _only(job)
     assert old.outcome.value == "stopped" and old.stopped_after == "two"
@@ -178,9 +212,14 @@ def test_regrade_partial_when_a_new_gate_lets_the_trial_go_on(tmp_path, backend)
 
 
 def test_regrade_without_snapshots_copies_shared_steps_unchanged(tmp_path):
-    task = write_task(tmp_path / "tasks", "nosnap", steps=[
-        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
-        StepSpec("two", solve=STEP2_SOLVE, test=BROKEN)])
+    task = write_task(
+        tmp_path / "tasks",
+        "nosnap",
+        steps=[
+            StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
+            StepSpec("two", solve=STEP2_SOLVE, test=BROKEN),
+        ],
+    )
     job = run_job(cfg(tmp_path, "local", task))
     _fix(task, "two")
     new = _only(read_job(regrade_job(job.job_dir, paths=[task], job_name="n").job_dir))
@@ -191,50 +230,66 @@ def test_regrade_without_snapshots_copies_shared_steps_unchanged(tmp_path):
 
 # ---- --from forks -----------------------------------------------------------------------------
 def test_fork_starts_from_the_recorded_snapshot_and_sees_its_files(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "forkme", steps=[
-        StepSpec("one", solve="echo from-A-1 > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
-        StepSpec("two", solve="echo from-A-2 > /app/b.txt\n", test=reward_if("test -f /app/b.txt")),
-        StepSpec("three", solve="cat /app/a.txt /app/b.txt > /app/c.txt\n",
-                 test=reward_if("grep -q from-A-1 /app/c.txt && grep -q from-A-2 /app/c.txt"))])
+    task = write_task(
+        tmp_path / "tasks",
+        "forkme",
+        steps=[
+            StepSpec("one", solve="echo from-A-1 > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
+            StepSpec("two", solve="echo from-A-2 > /app/b.txt\n", test=reward_if("test -f /app/b.txt")),
+            StepSpec(
+                "three",
+                solve="cat /app/a.txt /app/b.txt > /app/c.txt\n",
+                test=reward_if("grep -q from-A-1 /app/c.txt && grep -q from-A-2 /app/c.txt"),
+            ),
+        ],
+    )
     a_job = run_job(cfg(tmp_path, backend, task, name="a", snapshot_steps=True))
     a = _only(a_job)
     a_dir = a_job.job_dir / "trials" / a.trial_name
     try:
-        b = _only(run_job(cfg(tmp_path, backend, task, name="b", start_step="three",
-                              from_trial=a_dir)))
+        b = _only(run_job(cfg(tmp_path, backend, task, name="b", start_step="three", from_trial=a_dir)))
         assert b.passed and b.reward == 1.0
         assert b.forked_from.trial_id == a.trial_id and b.forked_from.step == "two"
-        assert [s.source for s in b.steps] == [StepSource.NOT_RUN, StepSource.NOT_RUN,
-                                               StepSource.VERIFIER]
+        assert [s.source for s in b.steps] == [StepSource.NOT_RUN, StepSource.NOT_RUN, StepSource.VERIFIER]
         assert (b.steps_total, b.steps_run) == (1, 1)
         # a changed task is refused before anything starts
         (task / "steps" / "three" / "instruction.md").write_text("Changed.")
         with pytest.raises(UsageError, match="same task content"):
-            run_job(cfg(tmp_path, backend, task, name="c", start_step="three",
-                        from_trial=a_dir))
+            run_job(cfg(tmp_path, backend, task, name="c", start_step="three", from_trial=a_dir))
     finally:
         _drop_snapshots(a_job.job_dir)
 
 
 # ---- cairn shell and cairn clean -------------------------------------------------------------------
 def test_shell_opens_the_step_snapshot_and_clean_removes_orphans(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "shellme", steps=[
-        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
-        StepSpec("two", solve=STEP2_SOLVE, test=FIXED)])
+    task = write_task(
+        tmp_path / "tasks",
+        "shellme",
+        steps=[
+            StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
+            StepSpec("two", solve=STEP2_SOLVE, test=FIXED),
+        ],
+    )
     job = run_job(cfg(tmp_path, backend, task, snapshot_steps=True))
     r = _only(job)
     trial = job.job_dir / "trials" / r.trial_name
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{HELPERS}"}
     shell = [sys.executable, "-m", "cairn", "shell", str(trial), "--step", "one"]
     # an interactive shell fed from a pipe: the verifier deleted one.txt, the snapshot has it
-    p = subprocess.run(shell, input="cat /app/one.txt; ls /tests; test -e /app/two.txt || "
-                       "echo no-two; exit 7\n", capture_output=True, text=True, env=env,
-                       timeout=120)
+    p = subprocess.run(
+        shell,
+        input="cat /app/one.txt; ls /tests; test -e /app/two.txt || echo no-two; exit 7\n",
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert p.returncode == 7, p.stderr
     assert p.stdout.split() == ["one", "test.sh", "no-two"]
     assert "Leave with `exit`" in p.stderr and "sandbox removed" in p.stderr
-    p = subprocess.run([*shell, "--command", "cat /app/one.txt"], capture_output=True,
-                       text=True, env=env, timeout=120)
+    p = subprocess.run(
+        [*shell, "--command", "cat /app/one.txt"], capture_output=True, text=True, env=env, timeout=120
+    )
     assert (p.returncode, p.stdout) == (0, "one\n"), p.stderr
     refs = [s.snapshot.ref for s in r.steps]
     import shutil
@@ -245,41 +300,54 @@ def test_shell_opens_the_step_snapshot_and_clean_removes_orphans(tmp_path, backe
 
 
 def test_regrade_separate_step_from_artifacts_without_snapshots(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "sep", steps=[
-        StepSpec("build", solve="echo A > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
-        StepSpec("report", solve="echo A+B > /app/report.txt\n",
-                 test=reward_if("grep -q 'A-B' /app/report.txt"),  # broken: wrong separator
-                 toml_extra='artifacts = ["/app/report.txt"]\n'
-                            '[steps.verifier]\nenvironment_mode = "separate"\n')],
-        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n"})
+    task = write_task(
+        tmp_path / "tasks",
+        "sep",
+        steps=[
+            StepSpec("build", solve="echo A > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
+            StepSpec(
+                "report",
+                solve="echo A+B > /app/report.txt\n",
+                test=reward_if("grep -q 'A-B' /app/report.txt"),  # broken: wrong separator
+                toml_extra='artifacts = ["/app/report.txt"]\n'
+                '[steps.verifier]\nenvironment_mode = "separate"\n',
+            ),
+        ],
+        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n"},
+    )
     job = run_job(cfg(tmp_path, backend, task))
     assert [s.reward for s in _only(job).steps] == [1.0, 0.0]
     before = tree_digest(job.job_dir)
     (task / "steps" / "report" / "tests" / "test.sh").write_text(
-        "#!/bin/bash\n" + reward_if("grep -q 'A+B' /app/report.txt"))
+        "#!/bin/bash\n" + reward_if("grep -q 'A+B' /app/report.txt")
+    )
     new = _only(read_job(regrade_job(job.job_dir, paths=[task], job_name="s").job_dir))
-    assert [(s.how, s.new_reward) for s in new.regrade.steps] == \
-        [("not_regradable", 1.0), ("artifacts", 1.0)]
+    assert [(s.how, s.new_reward) for s in new.regrade.steps] == [("not_regradable", 1.0), ("artifacts", 1.0)]
     assert new.regrade.status == "regraded" and new.reward == 1.0
     assert "build" in new.regrade.message
     assert tree_digest(job.job_dir) == before
 
 
 def test_regrade_whose_new_gate_fails_drops_the_later_steps(tmp_path):
-    task = write_task(tmp_path / "tasks", "newgate", steps=[
-        StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
-        StepSpec("two", solve=STEP2_SOLVE, test=FIXED)])
+    task = write_task(
+        tmp_path / "tasks",
+        "newgate",
+        steps=[
+            StepSpec("one", solve=STEP1_SOLVE, test=STEP1_TEST),
+            StepSpec("two", solve=STEP2_SOLVE, test=FIXED),
+        ],
+    )
     job = run_job(cfg(tmp_path, "local", task, snapshot_steps=True))
     assert _only(job).reward == 1.0
     try:
         toml = task / "task.toml"  # step one gains a gate its (now stricter) verifier fails
         toml.write_text(toml.read_text().replace('name = "one"', 'name = "one"\nmin_reward = 1.0'))
         (task / "steps" / "one" / "tests" / "test.sh").write_text(
-            "#!/bin/bash\n" + reward_if("grep -q ONE /app/one.txt"))
+            "#!/bin/bash\n" + reward_if("grep -q ONE /app/one.txt")
+        )
         new = _only(read_job(regrade_job(job.job_dir, paths=[task], job_name="g").job_dir))
         assert new.outcome.value == "stopped" and new.stopped_after == "one"
-        assert [(s.how, s.new_reward) for s in new.regrade.steps] == \
-            [("snapshot", 0.0), ("dropped", None)]
+        assert [(s.how, s.new_reward) for s in new.regrade.steps] == [("snapshot", 0.0), ("dropped", None)]
         assert new.steps[1].source is StepSource.NOT_RUN and new.reward == 0.0
     finally:
         _drop_snapshots(job.job_dir)

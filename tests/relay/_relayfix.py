@@ -29,8 +29,7 @@ async def relay_for(server: WireModels, **config: Any) -> AsyncIterator[ModelRel
         yield relay
 
 
-def with_server(script: list[Say] | None,
-                body: Callable[[WireModels], Awaitable[Any]]) -> Any:
+def with_server(script: list[Say] | None, body: Callable[[WireModels], Awaitable[Any]]) -> Any:
     with WireModels(script) as server:
         return run(body(server))
 
@@ -43,29 +42,53 @@ def client(relay: ModelRelay) -> httpx.AsyncClient:
     return httpx.AsyncClient(base_url=relay.url, timeout=30)
 
 
-PROTOCOLS = ["anthropic", "anthropic-whole", "responses", "chat", "chat-whole", "gemini",
-             "gemini-sse", "gemini-array"]
+PROTOCOLS = [
+    "anthropic",
+    "anthropic-whole",
+    "responses",
+    "chat",
+    "chat-whole",
+    "gemini",
+    "gemini-sse",
+    "gemini-array",
+]
 
 
 def request_of(proto: str, token: str, text: str = "hi") -> tuple[str, dict[str, str], dict]:
     """``(path, headers, body)`` of one generation call as that protocol's clients send it."""
     if proto.startswith("anthropic"):
-        return ("/v1/messages?beta=true",
-                {"x-api-key": token, "anthropic-version": "2023-06-01",
-                 "anthropic-beta": "x-test"},
-                {"model": "m", "max_tokens": 64, "stream": proto == "anthropic",
-                 "messages": [{"role": "user", "content": text}]})
+        return (
+            "/v1/messages?beta=true",
+            {"x-api-key": token, "anthropic-version": "2023-06-01", "anthropic-beta": "x-test"},
+            {
+                "model": "m",
+                "max_tokens": 64,
+                "stream": proto == "anthropic",
+                "messages": [{"role": "user", "content": text}],
+            },
+        )
     if proto == "responses":
-        return ("/v1/responses", {"Authorization": f"Bearer {token}"},
-                {"model": "m", "input": text, "stream": True})
+        return (
+            "/v1/responses",
+            {"Authorization": f"Bearer {token}"},
+            {"model": "m", "input": text, "stream": True},
+        )
     if proto.startswith("chat"):
-        return ("/v1/chat/completions", {"Authorization": f"Bearer {token}"},
-                {"model": "m", "stream": proto == "chat",
-                 "messages": [{"role": "user", "content": text}]})
-    verb = {"gemini": ":generateContent", "gemini-sse": ":streamGenerateContent?alt=sse",
-            "gemini-array": ":streamGenerateContent"}[proto]
-    return (f"/v1beta/models/m{verb}", {"x-goog-api-key": token},
-            {"contents": [{"role": "user", "parts": [{"text": text}]}]})
+        return (
+            "/v1/chat/completions",
+            {"Authorization": f"Bearer {token}"},
+            {"model": "m", "stream": proto == "chat", "messages": [{"role": "user", "content": text}]},
+        )
+    verb = {
+        "gemini": ":generateContent",
+        "gemini-sse": ":streamGenerateContent?alt=sse",
+        "gemini-array": ":streamGenerateContent",
+    }[proto]
+    return (
+        f"/v1beta/models/m{verb}",
+        {"x-goog-api-key": token},
+        {"contents": [{"role": "user", "parts": [{"text": text}]}]},
+    )
 
 
 async def call(c: httpx.AsyncClient, proto: str, token: str, text: str = "hi") -> httpx.Response:

@@ -12,8 +12,7 @@ STOP_SHAPES = {
     "anthropic": lambda j: j["type"] == "error" and j["error"]["type"] == "invalid_request_error",
     "responses": lambda j: j["error"]["code"] == "insufficient_quota",
     "chat": lambda j: j["error"]["code"] == "insufficient_quota",
-    "gemini-sse": lambda j: j["error"]["code"] == 400 and j["error"]["status"]
-    == "INVALID_ARGUMENT",
+    "gemini-sse": lambda j: j["error"]["code"] == 400 and j["error"]["status"] == "INVALID_ARGUMENT",
 }
 
 
@@ -31,14 +30,19 @@ def test_a_token_limit_stops_the_trial_at_the_crossing_call(proto, tmp_path):
             assert STOP_SHAPES[proto](got[2].json())
             assert got[2].headers["x-should-retry"] == "false"
             assert "budget exceeded" in got[2].text
-            for word in ("429", "rate limit", "overloaded", "timeout", "try again",
-                         "exhausted"):  # opencode's retry patterns
+            for word in (
+                "429",
+                "rate limit",
+                "overloaded",
+                "timeout",
+                "try again",
+                "exhausted",
+            ):  # opencode's retry patterns
                 assert word not in got[2].text.lower()
             assert len(server.bills) == 2  # refused calls never reached the upstream
             assert stops == [BudgetStop("trial_tokens", 40, 45, 2)]
             assert lease.stop == stops[0]
-            assert [r.error for r in lease.records] == [None, None, "budget_exceeded",
-                                                        "budget_exceeded"]
+            assert [r.error for r in lease.records] == [None, None, "budget_exceeded", "budget_exceeded"]
             assert lease.totals().usage.input_tokens == 30  # refusals cost nothing
 
     with_server([Say(bill=Bill(15, 5)), Say(bill=Bill(15, 10))], body)

@@ -13,13 +13,17 @@ from _relayfix import UPSTREAM_KEY, relay_for, with_server
 from cairn.agents.llm import LlmAgent
 from wire_models import Bill, Say, WireModels
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("litellm") is None,
-                                reason="needs the llm extra")
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("litellm") is None, reason="needs the llm extra")
 
 
-@pytest.mark.parametrize(("model", "route"), [
-    ("openai/m", "/v1/chat/completions"), ("anthropic/m", "/v1/messages"),
-    ("gemini/m", "/v1beta/models/m:generateContent")])
+@pytest.mark.parametrize(
+    ("model", "route"),
+    [
+        ("openai/m", "/v1/chat/completions"),
+        ("anthropic/m", "/v1/messages"),
+        ("gemini/m", "/v1beta/models/m:generateContent"),
+    ],
+)
 def test_llm_agent_calls_reach_the_relay_and_are_billed(model, route, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", UPSTREAM_KEY)
     monkeypatch.setenv("ANTHROPIC_API_KEY", UPSTREAM_KEY)

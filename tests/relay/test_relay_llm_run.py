@@ -16,26 +16,55 @@ import pytest
 from fake_openai import FakeOpenAI, bash_call, submit_call
 from testbed import local_available
 
-pytestmark = [pytest.mark.local, pytest.mark.slow,
-              pytest.mark.skipif(not local_available(), reason="no local sandbox support"),
-              pytest.mark.skipif(importlib.util.find_spec("litellm") is None
-                                 or importlib.util.find_spec("aiohttp") is None,
-                                 reason="needs the llm and relay extras")]
+pytestmark = [
+    pytest.mark.local,
+    pytest.mark.slow,
+    pytest.mark.skipif(not local_available(), reason="no local sandbox support"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("litellm") is None or importlib.util.find_spec("aiohttp") is None,
+        reason="needs the llm and relay extras",
+    ),
+]
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
 KEY = "sk-host-only-key-0123456789abcdef"
 
 
-def _run_job(tmp_path: Path, server: FakeOpenAI, *ak: str, flags: tuple[str, ...] = (),
-             n_trials: int = 1) -> list[Path]:
+def _run_job(
+    tmp_path: Path, server: FakeOpenAI, *ak: str, flags: tuple[str, ...] = (), n_trials: int = 1
+) -> list[Path]:
     env = {**os.environ, "OPENAI_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    args = [sys.executable, "-m", "cairn", "run", "-p", str(EXAMPLE), "-a", "llm",
-            "-m", "openai/gpt-4o-mini", "--ak", f"api_base={server.url}",
-            "--ak", "retry_base_delay_sec=0.01", *(x for a in ak for x in ("--ak", a)),
-            "-e", "local", "-o", str(tmp_path), "--job-name", "j", "-r", "0", *flags]
+    args = [
+        sys.executable,
+        "-m",
+        "cairn",
+        "run",
+        "-p",
+        str(EXAMPLE),
+        "-a",
+        "llm",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--ak",
+        f"api_base={server.url}",
+        "--ak",
+        "retry_base_delay_sec=0.01",
+        *(x for a in ak for x in ("--ak", a)),
+        "-e",
+        "local",
+        "-o",
+        str(tmp_path),
+        "--job-name",
+        "j",
+        "-r",
+        "0",
+        *flags,
+    ]
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
-    trials = sorted((tmp_path / "j" / "trials").iterdir(),
-                    key=lambda t: json.loads((t / "result.json").read_text())["started_at"])
+    trials = sorted(
+        (tmp_path / "j" / "trials").iterdir(),
+        key=lambda t: json.loads((t / "result.json").read_text())["started_at"],
+    )
     assert len(trials) == n_trials, p.stdout + p.stderr
     return trials
 
@@ -50,10 +79,12 @@ def _calls(trial: Path, step: str) -> list[dict]:
 
 
 def test_llm_trial_spend_is_the_relays_and_the_key_stays_upstream(tmp_path):
-    script = [bash_call("echo 1 > /app/a.txt", usage=(120, 30, 20)),
-              submit_call(usage=(160, 10)),
-              bash_call("echo 2 > /app/b.txt", usage=(200, 25, 50)),
-              submit_call(usage=(260, 6))]
+    script = [
+        bash_call("echo 1 > /app/a.txt", usage=(120, 30, 20)),
+        submit_call(usage=(160, 10)),
+        bash_call("echo 2 > /app/b.txt", usage=(200, 25, 50)),
+        submit_call(usage=(260, 6)),
+    ]
     with FakeOpenAI(script) as server:
         trial = _run(tmp_path, server)
     data = json.loads((trial / "result.json").read_text())
@@ -69,7 +100,8 @@ def test_llm_trial_spend_is_the_relays_and_the_key_stays_upstream(tmp_path):
     assert all(c["status"] == 200 and c["model"] == "gpt-4o-mini" for c in one + two)
     price_in, price_out = 1.5e-07, 6e-07  # LiteLLM's map, gpt-4o-mini
     assert data["steps"][0]["cost_usd"] == pytest.approx(
-        (280 - 20) * price_in + 20 * 7.5e-08 + 40 * price_out)
+        (280 - 20) * price_in + 20 * 7.5e-08 + 40 * price_out
+    )
     for f in trial.rglob("*"):
         if f.is_file():
             assert KEY.encode() not in f.read_bytes(), f
@@ -109,12 +141,16 @@ def test_max_cost_usd_stops_the_trial_at_the_call_that_crosses_it(tmp_path):
 def test_a_per_trial_limit_leaves_the_other_trials_scored(tmp_path):
     # trial 1 (run first, -n 1) takes the script: 4 small calls, well under the limit;
     # trial 2 gets the default: 150-token calls, stopped at its second
-    script = [bash_call("echo 1 > /app/a.txt", usage=(20, 5)), submit_call(usage=(20, 5)),
-              bash_call("echo 2 > /app/b.txt", usage=(20, 5)), submit_call(usage=(20, 5))]
-    with FakeOpenAI(script, default=bash_call("echo x >> /app/a.txt",
-                                              usage=(120, 30))) as server:
-        first, second = _run_job(tmp_path, server, "max_trial_tokens=300",
-                                 flags=("-k", "2", "-n", "1"), n_trials=2)
+    script = [
+        bash_call("echo 1 > /app/a.txt", usage=(20, 5)),
+        submit_call(usage=(20, 5)),
+        bash_call("echo 2 > /app/b.txt", usage=(20, 5)),
+        submit_call(usage=(20, 5)),
+    ]
+    with FakeOpenAI(script, default=bash_call("echo x >> /app/a.txt", usage=(120, 30))) as server:
+        first, second = _run_job(
+            tmp_path, server, "max_trial_tokens=300", flags=("-k", "2", "-n", "1"), n_trials=2
+        )
     one = json.loads((first / "result.json").read_text())
     two = json.loads((second / "result.json").read_text())
     assert one["outcome"] == "completed" and one["reward"] == 1.0

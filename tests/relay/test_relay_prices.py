@@ -12,8 +12,9 @@ import pytest
 from cairn.relay.prices import MAP_FILE, Price, PriceBook
 from cairn.relay.usage import Usage
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("litellm") is None,
-                                reason="LiteLLM's price map ships with the llm extra")
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("litellm") is None, reason="LiteLLM's price map ships with the llm extra"
+)
 
 
 def _map() -> dict:
@@ -22,20 +23,25 @@ def _map() -> dict:
     return json.loads((Path(os.path.dirname(spec.origin)) / MAP_FILE).read_text())
 
 
-@pytest.mark.parametrize(("model", "family", "key"), [
-    ("gpt-4o", "chat", "gpt-4o"), ("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"),
-    ("gemini-2.5-flash", "gemini", "gemini/gemini-2.5-flash")])
+@pytest.mark.parametrize(
+    ("model", "family", "key"),
+    [
+        ("gpt-4o", "chat", "gpt-4o"),
+        ("claude-sonnet-4-5", "anthropic", "claude-sonnet-4-5"),
+        ("gemini-2.5-flash", "gemini", "gemini/gemini-2.5-flash"),
+    ],
+)
 def test_prices_are_litellms_and_cache_reads_and_writes_are_priced_apart(model, family, key):
     entry = _map()[key]
     price = PriceBook().price(model, family)
     assert price is not None and price.input == entry["input_cost_per_token"]
-    usage = Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400,
-                  cache_write_tokens=100)
-    want = (500 * entry["input_cost_per_token"]
-            + 400 * entry.get("cache_read_input_token_cost", entry["input_cost_per_token"])
-            + 100 * (entry.get("cache_creation_input_token_cost")
-                     or entry["input_cost_per_token"])
-            + 100 * entry["output_cost_per_token"])
+    usage = Usage(input_tokens=1000, output_tokens=100, cache_read_tokens=400, cache_write_tokens=100)
+    want = (
+        500 * entry["input_cost_per_token"]
+        + 400 * entry.get("cache_read_input_token_cost", entry["input_cost_per_token"])
+        + 100 * (entry.get("cache_creation_input_token_cost") or entry["input_cost_per_token"])
+        + 100 * entry["output_cost_per_token"]
+    )
     assert price.cost_usd(usage) == pytest.approx(want)
 
 

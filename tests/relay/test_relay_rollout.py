@@ -44,10 +44,11 @@ def test_a_client_that_asked_for_logprobs_keeps_them():
         async with relay_for(server, rollout=True) as relay:
             lease = relay.open_trial("t")
             async with client(relay) as c:
-                r = await c.post("/v1/chat/completions",
-                                 headers={"Authorization": f"Bearer {lease.token}"},
-                                 json={"model": "m", "logprobs": True,
-                                       "messages": [{"role": "user", "content": "q"}]})
+                r = await c.post(
+                    "/v1/chat/completions",
+                    headers={"Authorization": f"Bearer {lease.token}"},
+                    json={"model": "m", "logprobs": True, "messages": [{"role": "user", "content": "q"}]},
+                )
             choice = r.json()["choices"][0]
             assert [x["logprob"] for x in choice["logprobs"]["content"]] == [-0.5, -0.5]
             assert "token_ids" not in choice and "prompt_token_ids" not in r.json()

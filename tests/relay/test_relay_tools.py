@@ -10,16 +10,30 @@ from wire_models import WireModels
 
 FUNCTION = {"type": "function", "function": {"name": "bash", "parameters": {}}}
 CASES = {
-    "anthropic": ([{"name": "bash", "input_schema": {}},
-                   {"type": "web_search_20250305", "name": "web_search"},
-                   {"type": "code_execution_20250522", "name": "code_execution"}],
-                  ["web_search_20250305", "code_execution_20250522"], {"mcp_servers": [{}]}),
-    "responses": ([{"type": "function", "name": "shell", "parameters": {}},
-                   {"type": "web_search"}, {"type": "mcp", "server_url": "https://x"}],
-                  ["web_search", "mcp"], {}),
+    "anthropic": (
+        [
+            {"name": "bash", "input_schema": {}},
+            {"type": "web_search_20250305", "name": "web_search"},
+            {"type": "code_execution_20250522", "name": "code_execution"},
+        ],
+        ["web_search_20250305", "code_execution_20250522"],
+        {"mcp_servers": [{}]},
+    ),
+    "responses": (
+        [
+            {"type": "function", "name": "shell", "parameters": {}},
+            {"type": "web_search"},
+            {"type": "mcp", "server_url": "https://x"},
+        ],
+        ["web_search", "mcp"],
+        {},
+    ),
     "chat": ([FUNCTION], [], {"web_search_options": {}}),
-    "gemini-sse": ([{"functionDeclarations": [{"name": "bash"}]}, {"googleSearch": {}},
-                    {"codeExecution": {}}], ["googleSearch", "codeExecution"], {}),
+    "gemini-sse": (
+        [{"functionDeclarations": [{"name": "bash"}]}, {"googleSearch": {}}, {"codeExecution": {}}],
+        ["googleSearch", "codeExecution"],
+        {},
+    ),
 }
 
 

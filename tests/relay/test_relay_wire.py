@@ -13,17 +13,24 @@ from _relayfix import PRICE, PROTOCOLS, UPSTREAM_KEY, call, client, relay_for, r
 
 from wire_models import Bill, Say, WireModels
 
-BILLS = [Bill(120, 30, cache_read=40, cache_write=8, reasoning=0),
-         Bill(200, 55, cache_read=100, cache_write=0, reasoning=0),
-         Bill(77, 13, cache_read=0, cache_write=0, reasoning=0)]
+BILLS = [
+    Bill(120, 30, cache_read=40, cache_write=8, reasoning=0),
+    Bill(200, 55, cache_read=100, cache_write=0, reasoning=0),
+    Bill(77, 13, cache_read=0, cache_write=0, reasoning=0),
+]
 
 
 def _reasoning(proto: str, bill: Bill) -> Bill:
     # Anthropic reports no reasoning split; the others do
     if proto.startswith("anthropic"):
         return Bill(bill.input, bill.output, bill.cache_read, bill.cache_write, 0)
-    return Bill(bill.input, bill.output, bill.cache_read,
-                bill.cache_write if proto.startswith("anthropic") else 0, bill.output // 3)
+    return Bill(
+        bill.input,
+        bill.output,
+        bill.cache_read,
+        bill.cache_write if proto.startswith("anthropic") else 0,
+        bill.output // 3,
+    )
 
 
 @pytest.mark.parametrize("proto", PROTOCOLS)
@@ -43,11 +50,15 @@ def test_trial_usage_equals_the_servers_bill(proto, tmp_path):
                 # a side call that is billed (a title request) and one that is not
                 r = await call(c, proto, lease.token, "title please")
                 assert r.status_code == 200
-                count = ("/v1/messages/count_tokens" if proto.startswith("anthropic")
-                         else "/v1beta/models/m:countTokens")
+                count = (
+                    "/v1/messages/count_tokens"
+                    if proto.startswith("anthropic")
+                    else "/v1beta/models/m:countTokens"
+                )
                 if proto.startswith(("anthropic", "gemini")):
-                    r = await c.post(count, headers=request_of(proto, lease.token)[1],
-                                     json={"model": "m", "messages": []})
+                    r = await c.post(
+                        count, headers=request_of(proto, lease.token)[1], json={"model": "m", "messages": []}
+                    )
                     assert r.status_code == 200
             step1 = lease.end_step()
             lease.begin_step("step-2", tmp_path / "s2.jsonl")
@@ -57,7 +68,10 @@ def test_trial_usage_equals_the_servers_bill(proto, tmp_path):
             billed = server.billed()
             total = lease.totals().usage
             assert (total.input_tokens, total.output_tokens, total.cache_read_tokens) == (
-                billed.input, billed.output, billed.cache_read)
+                billed.input,
+                billed.output,
+                billed.cache_read,
+            )
             if proto.startswith("anthropic"):
                 assert total.cache_write_tokens == billed.cache_write
             else:
@@ -65,9 +79,13 @@ def test_trial_usage_equals_the_servers_bill(proto, tmp_path):
             assert step1.usage.input_tokens == bills[0].input + bills[1].input
             assert step2.usage.output_tokens == bills[2].output
             price = PRICE["m"]
-            want = sum((b.input - b.cache_read - b.cache_write) * price.input
-                       + b.cache_read * price.cache_read + b.cache_write * price.cache_write
-                       + b.output * price.output for b in bills)
+            want = sum(
+                (b.input - b.cache_read - b.cache_write) * price.input
+                + b.cache_read * price.cache_read
+                + b.cache_write * price.cache_write
+                + b.output * price.output
+                for b in bills
+            )
             assert lease.totals().cost_usd == pytest.approx(want)
             lines = [json.loads(x) for x in (tmp_path / "s1.jsonl").read_text().splitlines()]
             kinds = [x["kind"] for x in lines]
@@ -99,8 +117,11 @@ def test_chat_stream_reaches_the_client_as_the_server_sent_it():
             assert lease.totals().usage.input_tokens == 10
             # a client that asked for usage keeps its chunk
             async with client(relay) as c:
-                r = await c.post(path, headers={"Authorization": f"Bearer {lease.token}"},
-                                 json={**req, "stream_options": {"include_usage": True}})
+                r = await c.post(
+                    path,
+                    headers={"Authorization": f"Bearer {lease.token}"},
+                    json={**req, "stream_options": {"include_usage": True}},
+                )
             assert b'"usage"' in r.content and b"[DONE]" in r.content
 
     with_server([], body)
@@ -112,8 +133,7 @@ def test_sse_first_event_reaches_the_client_before_the_upstream_ends(proto):
         async with relay_for(server) as relay:
             lease = relay.open_trial("t")
             path, headers, req = request_of(proto, lease.token)
-            async with client(relay) as c, c.stream("POST", path, headers=headers,
-                                                    json=req) as r:
+            async with client(relay) as c, c.stream("POST", path, headers=headers, json=req) as r:
                 it = r.aiter_raw()
                 first = await asyncio.wait_for(it.__anext__(), 10)
                 assert first.startswith((b"event:", b"data:"))
@@ -152,11 +172,16 @@ def test_a_trials_token_is_dead_once_the_trial_ends():
                 # no token, a made-up one, two different ones: refused too
                 path, _, req = request_of("chat-whole", "")
                 assert (await c.post(path, json=req)).status_code == 401
-                assert (await c.post(path, json=req, headers={
-                    "Authorization": "Bearer cairn-guess"})).status_code == 401
-                assert (await c.post(path, json=req, headers={
-                    "Authorization": f"Bearer {other.token}",
-                    "x-api-key": "something-else"})).status_code == 401
+                assert (
+                    await c.post(path, json=req, headers={"Authorization": "Bearer cairn-guess"})
+                ).status_code == 401
+                assert (
+                    await c.post(
+                        path,
+                        json=req,
+                        headers={"Authorization": f"Bearer {other.token}", "x-api-key": "something-else"},
+                    )
+                ).status_code == 401
 
     with_server([], body)
 
@@ -211,8 +236,7 @@ def test_routes_other_than_models_are_refused():
         async with relay_for(server) as relay:
             lease = relay.open_trial("t")
             async with client(relay) as c:
-                r = await c.post("/v1/files", headers={"Authorization": f"Bearer {lease.token}"},
-                                 json={})
+                r = await c.post("/v1/files", headers={"Authorization": f"Bearer {lease.token}"}, json={})
                 assert r.status_code == 404
                 r = await c.get("/v1/models", headers={"Authorization": f"Bearer {lease.token}"})
                 assert r.status_code == 200
@@ -227,8 +251,9 @@ def test_concurrent_calls_of_one_trial_are_all_accounted():
         async with relay_for(server) as relay:
             lease = relay.open_trial("t")
             async with client(relay) as c:
-                got = await asyncio.gather(*(call(c, p, lease.token)
-                                             for p in ["chat", "anthropic", "gemini-sse"] * 5))
+                got = await asyncio.gather(
+                    *(call(c, p, lease.token) for p in ["chat", "anthropic", "gemini-sse"] * 5)
+                )
             assert all(r.status_code == 200 for r in got)
             assert lease.totals().usage.input_tokens == server.billed().input == 150
             assert len({r.seq for r in lease.records}) == 15
@@ -241,8 +266,7 @@ def test_a_client_leaving_mid_stream_is_recorded_as_aborted():
         async with relay_for(server) as relay:
             lease = relay.open_trial("t")
             path, headers, req = request_of("anthropic", lease.token)
-            async with client(relay) as c, c.stream("POST", path, headers=headers,
-                                                    json=req) as r:
+            async with client(relay) as c, c.stream("POST", path, headers=headers, json=req) as r:
                 await r.aiter_raw().__anext__()
             threading.Timer(0.2, server.gate.set).start()
             deadline = time.monotonic() + 10
@@ -299,9 +323,15 @@ def test_a_compressed_upstream_answer_is_decoded_once(proto):
     with_server([Say(bill=Bill(33, 4), gzip=True)], body)
 
 
-@pytest.mark.parametrize(("proto", "error"), [
-    ("anthropic", "provider: "), ("responses", "provider: "), ("chat", "incomplete_stream"),
-    ("gemini-sse", "incomplete_stream")])
+@pytest.mark.parametrize(
+    ("proto", "error"),
+    [
+        ("anthropic", "provider: "),
+        ("responses", "provider: "),
+        ("chat", "incomplete_stream"),
+        ("gemini-sse", "incomplete_stream"),
+    ],
+)
 def test_a_stream_that_fails_is_recorded_incomplete_and_retried_calls_are_linked(proto, error):
     async def body(server: WireModels) -> None:
         async with relay_for(server) as relay:

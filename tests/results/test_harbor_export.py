@@ -56,8 +56,7 @@ from harbor_env import require_harbor, require_harbor_python
 from taskgen import StepSpec, reward_if, write_task
 from testbed import local_available
 
-FIELDS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" /
-                     "harbor026_fields.json").read_text())
+FIELDS = json.loads((Path(__file__).resolve().parents[1] / "fixtures" / "harbor026_fields.json").read_text())
 VALIDATE = Path(__file__).resolve().parents[1] / "helpers" / "harbor_validate.py"
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -103,13 +102,13 @@ def _matches(value, spec: str, where: str, problems: list[str]) -> bool:
     if spec.startswith("array<"):
         inner = _split_alts(spec[6:-1])
         return isinstance(value, list) and all(
-            any(_matches(v, s, f"{where}[{i}]", problems) for s in inner)
-            for i, v in enumerate(value))
+            any(_matches(v, s, f"{where}[{i}]", problems) for s in inner) for i, v in enumerate(value)
+        )
     if spec.startswith("map<"):
         inner = _split_alts(spec[4:-1])
         return isinstance(value, dict) and all(
-            any(_matches(v, s, f"{where}.{k}", problems) for s in inner)
-            for k, v in value.items())
+            any(_matches(v, s, f"{where}.{k}", problems) for s in inner) for k, v in value.items()
+        )
     if spec in FIELDS["models"]:
         if not isinstance(value, dict):
             return False
@@ -146,14 +145,24 @@ def assert_model(doc: dict, model: str, where: str = "") -> None:
 def test_field_description_has_the_models_the_export_writes():
     models = FIELDS["models"]
     assert FIELDS["harbor_version"] == "0.26.0"
-    assert {k for k, f in models["TrialResult"]["fields"].items() if f["required"]} == \
-        {"task_name", "trial_name", "trial_uri", "task_id", "task_checksum", "config",
-         "agent_info"}
+    assert {k for k, f in models["TrialResult"]["fields"].items() if f["required"]} == {
+        "task_name",
+        "trial_name",
+        "trial_uri",
+        "task_id",
+        "task_checksum",
+        "config",
+        "agent_info",
+    }
     assert set(models["StepResult"]["fields"]) == {
-        "step_name", "agent_result", "verifier_result", "exception_info", "agent_execution",
-        "verifier"}
-    assert models["VerifierResult"]["fields"]["rewards"]["type"] == \
-        ["map<integer|number>", "null"]
+        "step_name",
+        "agent_result",
+        "verifier_result",
+        "exception_info",
+        "agent_execution",
+        "verifier",
+    }
+    assert models["VerifierResult"]["fields"]["rewards"]["type"] == ["map<integer|number>", "null"]
     assert all(m["extra"] == "ignore" for m in models.values())
 
 
@@ -165,37 +174,65 @@ T1 = datetime(2026, 12, 1, 10, 0, 30, tzinfo=UTC)
 
 
 def _row(i, name, source=StepSource.VERIFIER, reward=1.0, **kw) -> StepResult:
-    return StepResult(index=i, name=name, source=source, reward=reward,
-                      rewards={"reward": reward} if reward is not None else None,
-                      passed=bool(reward), agent_exit=kw.pop("agent_exit", AgentExit.OK),
-                      timings=StepTimings(agent_sec=2.0, verifier_sec=1.0), **kw)
+    return StepResult(
+        index=i,
+        name=name,
+        source=source,
+        reward=reward,
+        rewards={"reward": reward} if reward is not None else None,
+        passed=bool(reward),
+        agent_exit=kw.pop("agent_exit", AgentExit.OK),
+        timings=StepTimings(agent_sec=2.0, verifier_sec=1.0),
+        **kw,
+    )
 
 
 def _result(steps, **kw) -> TrialResult:
-    base = dict(trial_id="ab" * 32, trial_name="t__1__abababab", task=TaskRef(
-        name="org/t", content_hash="c" * 64), agent=AgentRef(name="llm", version=None),
-        model="openai/gpt-4o", backend="docker", outcome=Outcome.COMPLETED,
-        steps_total=len(steps), steps_run=len(steps), started_at=T0, finished_at=T1,
+    base = dict(
+        trial_id="ab" * 32,
+        trial_name="t__1__abababab",
+        task=TaskRef(name="org/t", content_hash="c" * 64),
+        agent=AgentRef(name="llm", version=None),
+        model="openai/gpt-4o",
+        backend="docker",
+        outcome=Outcome.COMPLETED,
+        steps_total=len(steps),
+        steps_run=len(steps),
+        started_at=T0,
+        finished_at=T1,
         timings=TrialTimings(environment_sec=5.0, agent_setup_sec=1.0, total_sec=30.0),
-        steps=steps)
+        steps=steps,
+    )
     base.update(kw)
     return TrialResult(**base)
 
 
 def _doc(r: TrialResult) -> dict:
-    return trial_result_doc(r, None, trial_name=r.trial_name, trial_dir=Path("/x/j") /
-                            r.trial_name, job_uuid="6f1e4a3c-0000-4000-8000-000000000000",
-                            timeout_multiplier=1.0)
+    return trial_result_doc(
+        r,
+        None,
+        trial_name=r.trial_name,
+        trial_dir=Path("/x/j") / r.trial_name,
+        job_uuid="6f1e4a3c-0000-4000-8000-000000000000",
+        timeout_multiplier=1.0,
+    )
 
 
 def test_stopped_multistep_trial_maps_to_harbor_fields():
-    rows = [_row(1, "a", reward=0.5, tokens=Tokens(prompt=100, completion=7, cached=40),
-                 cost_usd=0.25),
-            _row(2, "b", StepSource.NOT_RUN, None, agent_exit=None)]
-    r = _result(rows, outcome=Outcome.STOPPED, reward=0.5, rewards={"reward": 0.5},
-                reward_all_steps=0.25, steps_run=1, stopped_after="a",
-                stop_reason=StopReason(kind="min_reward", step="a", key="reward", value=0.5,
-                                       threshold=1.0))
+    rows = [
+        _row(1, "a", reward=0.5, tokens=Tokens(prompt=100, completion=7, cached=40), cost_usd=0.25),
+        _row(2, "b", StepSource.NOT_RUN, None, agent_exit=None),
+    ]
+    r = _result(
+        rows,
+        outcome=Outcome.STOPPED,
+        reward=0.5,
+        rewards={"reward": 0.5},
+        reward_all_steps=0.25,
+        steps_run=1,
+        stopped_after="a",
+        stop_reason=StopReason(kind="min_reward", step="a", key="reward", value=0.5, threshold=1.0),
+    )
     doc = _doc(r)
     assert_model(doc, "TrialResult")
     assert doc["id"] == "abababab-abab-abab-abab-abababababab"
@@ -206,23 +243,35 @@ def test_stopped_multistep_trial_maps_to_harbor_fields():
     assert step["agent_result"]["n_output_tokens"] == 7
     assert step["agent_result"]["cost_usd"] == 0.25
     # durations are exact, laid end to end after environment (5 s) and agent setup (1 s)
-    assert step["agent_execution"] == {"started_at": "2026-12-01T10:00:06Z",
-                                       "finished_at": "2026-12-01T10:00:08Z"}
+    assert step["agent_execution"] == {
+        "started_at": "2026-12-01T10:00:06Z",
+        "finished_at": "2026-12-01T10:00:08Z",
+    }
     assert step["verifier"]["finished_at"] == "2026-12-01T10:00:09Z"
     assert doc["agent_result"] is None and doc["agent_execution"] is None
     assert doc["verifier_result"] == {"rewards": {"reward": 0.5}}
-    assert doc["agent_info"] == {"name": "llm", "version": "unknown",
-                                 "model_info": {"name": "gpt-4o", "provider": "openai"}}
+    assert doc["agent_info"] == {
+        "name": "llm",
+        "version": "unknown",
+        "model_info": {"name": "gpt-4o", "provider": "openai"},
+    }
     c = doc["cairn"]
     assert (c["outcome"], c["reward_all_steps"], c["steps_not_run"]) == ("stopped", 0.25, ["b"])
     assert c["stop_reason"]["kind"] == "min_reward" and c["stop_reason"]["threshold"] == 1.0
 
 
 def test_step_error_and_agent_timeout_become_harbor_exceptions():
-    err = ErrorInfo(kind=ErrorKind.VERIFIER_TIMEOUT, category=Category.TASK,
-                    phase=Phase.VERIFIER, step="b", message="verifier ran past 60 s")
-    rows = [_row(1, "a", reward=1.0, agent_exit=AgentExit.TIMEOUT),
-            _row(2, "b", StepSource.ERROR, None, error=err)]
+    err = ErrorInfo(
+        kind=ErrorKind.VERIFIER_TIMEOUT,
+        category=Category.TASK,
+        phase=Phase.VERIFIER,
+        step="b",
+        message="verifier ran past 60 s",
+    )
+    rows = [
+        _row(1, "a", reward=1.0, agent_exit=AgentExit.TIMEOUT),
+        _row(2, "b", StepSource.ERROR, None, error=err),
+    ]
     doc = _doc(_result(rows, outcome=Outcome.ERRORED, error=err))
     assert_model(doc, "TrialResult")
     a, b = doc["step_results"]
@@ -237,10 +286,16 @@ def test_step_error_and_agent_timeout_become_harbor_exceptions():
 
 
 def test_single_step_trial_has_no_step_results():
-    err = ErrorInfo(kind=ErrorKind.SANDBOX_LOST, category=Category.INFRA,
-                    phase=Phase.AGENT, step="main", message="engine gone")
-    doc = _doc(_result([_row(1, "main", StepSource.ERROR, None, error=err)],
-                       outcome=Outcome.ERRORED, error=err))
+    err = ErrorInfo(
+        kind=ErrorKind.SANDBOX_LOST,
+        category=Category.INFRA,
+        phase=Phase.AGENT,
+        step="main",
+        message="engine gone",
+    )
+    doc = _doc(
+        _result([_row(1, "main", StepSource.ERROR, None, error=err)], outcome=Outcome.ERRORED, error=err)
+    )
     assert_model(doc, "TrialResult")
     assert doc["step_results"] is None
     assert doc["exception_info"]["exception_type"] == "CairnSandboxLostError"
@@ -251,12 +306,18 @@ def test_single_step_trial_has_no_step_results():
 def _errored_at_step_2() -> TrialResult:
     """Step 1 scored 1.0, then the engine went away in step 2 (an error name Harbor 0.26's
     policy does not know, so it would keep a trial-level reward valid)."""
-    err = ErrorInfo(kind=ErrorKind.SANDBOX_LOST, category=Category.INFRA,
-                    phase=Phase.AGENT, step="b", message="engine gone")
+    err = ErrorInfo(
+        kind=ErrorKind.SANDBOX_LOST,
+        category=Category.INFRA,
+        phase=Phase.AGENT,
+        step="b",
+        message="engine gone",
+    )
     rows = [_row(1, "a", reward=1.0), _row(2, "b", StepSource.ERROR, None, error=err)]
     # cairn's result.json keeps the mean of the steps that produced a result (design §5.3)
-    return _result(rows, outcome=Outcome.ERRORED, error=err, reward=1.0,
-                   rewards={"reward": 1.0}, reward_all_steps=0.5)
+    return _result(
+        rows, outcome=Outcome.ERRORED, error=err, reward=1.0, rewards={"reward": 1.0}, reward_all_steps=0.5
+    )
 
 
 def test_errored_multistep_trial_exports_no_valid_reward():
@@ -268,14 +329,21 @@ def test_errored_multistep_trial_exports_no_valid_reward():
     assert a["verifier_result"] == {"rewards": {"reward": 1.0}}  # step 1's own score stays
     assert b["verifier_result"] is None
     assert b["exception_info"]["exception_type"] == "CairnSandboxLostError"
-    assert (doc["cairn"]["outcome"], doc["cairn"]["reward"], doc["cairn"]["passed"]) == \
-        ("errored", 1.0, False)
+    assert (doc["cairn"]["outcome"], doc["cairn"]["reward"], doc["cairn"]["passed"]) == (
+        "errored",
+        1.0,
+        False,
+    )
     assert reward_valid(doc) is False
-    ok = _doc(_result([_row(1, "a", reward=1.0), _row(2, "b", reward=0.0)],
-                      reward=0.5, rewards={"reward": 0.5}))
-    stats = job_stats([doc, ok], [r, ok_r := _result([_row(1, "a"), _row(2, "b", reward=0.0)],
-                                                      reward=0.5, rewards={"reward": 0.5})],
-                      n_running=0, n_retries=0)
+    ok = _doc(
+        _result([_row(1, "a", reward=1.0), _row(2, "b", reward=0.0)], reward=0.5, rewards={"reward": 0.5})
+    )
+    stats = job_stats(
+        [doc, ok],
+        [r, ok_r := _result([_row(1, "a"), _row(2, "b", reward=0.0)], reward=0.5, rewards={"reward": 0.5})],
+        n_running=0,
+        n_retries=0,
+    )
     assert ok_r.outcome is Outcome.COMPLETED and reward_valid(ok) is True
     ev = stats["evals"]["llm__gpt-4o__adhoc"]
     # Harbor's mean over valid rewards: the completed trial's 0.5 alone, not (1.0 + 0.5) / 2
@@ -285,15 +353,21 @@ def test_errored_multistep_trial_exports_no_valid_reward():
 def test_harbor_itself_finds_no_valid_reward_on_an_errored_trial(tmp_path):
     harbor_py = require_harbor_python()
     (tmp_path / "result.json").write_text(json.dumps(_doc(_errored_at_step_2())))
-    code = ("import sys, json; from harbor.models.trial.result import TrialResult; "
-            "t = TrialResult.model_validate_json(open(sys.argv[1]).read()); "
-            "print(json.dumps([t.reward_valid, t.verifier_result, "
-            "[s.verifier_result.rewards if s.verifier_result else None "
-            "for s in t.step_results]]))")
-    p = subprocess.run([str(harbor_py), "-c", code, str(tmp_path / "result.json")],
-                       capture_output=True, text=True, timeout=120, check=False,
-                       env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
-                            "HOME": str(tmp_path)})
+    code = (
+        "import sys, json; from harbor.models.trial.result import TrialResult; "
+        "t = TrialResult.model_validate_json(open(sys.argv[1]).read()); "
+        "print(json.dumps([t.reward_valid, t.verifier_result, "
+        "[s.verifier_result.rewards if s.verifier_result else None "
+        "for s in t.step_results]]))"
+    )
+    p = subprocess.run(
+        [str(harbor_py), "-c", code, str(tmp_path / "result.json")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0", "HOME": str(tmp_path)},
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout.strip().splitlines()[-1]) == [False, None, [{"reward": 1.0}, None]]
 
@@ -308,8 +382,7 @@ def test_exception_names():
     assert harbor_exception_type(ErrorKind.REWARD_MISSING) == "RewardFileNotFoundError"
     assert harbor_exception_type(ErrorKind.BUILD_FAILED) == "SandboxBuildFailedError"
     assert harbor_exception_type(ErrorKind.CANCELLED) == "CancelledError"
-    assert harbor_exception_type(ErrorKind.ORACLE_REPLAY_FAILED) == \
-        "CairnOracleReplayFailedError"
+    assert harbor_exception_type(ErrorKind.ORACLE_REPLAY_FAILED) == "CairnOracleReplayFailedError"
 
 
 def test_pass_at_k_as_harbor_counts_it():
@@ -343,8 +416,7 @@ def test_copy_never_follows_links_and_keeps_bytes(tmp_path):
     assert renamed == ["agent/name-\\xff -> name-%FF~2"]
     assert (out / "sub" / "ok.txt").read_text() == "fine"
     assert sorted(os.listdir(out)) == ["bytes.bin", "name-%FF", "name-%FF~2", "sub"]
-    assert skipped == ["agent/dirlink: symlink", "agent/fifo: not a regular file",
-                       "agent/link: symlink"]
+    assert skipped == ["agent/dirlink: symlink", "agent/fifo: not a regular file", "agent/link: symlink"]
     skipped.clear()
     copy_tree_safely(src / "dirlink", tmp_path / "out2", skipped, "agent/dirlink")
     assert skipped == ["agent/dirlink: symlink"] and not (tmp_path / "out2").exists()
@@ -354,10 +426,12 @@ def test_copy_never_follows_links_and_keeps_bytes(tmp_path):
 # A real job
 
 
-HOSTILE = (r"printf 'bad \xff\xfe utf8\n'; printf 'raw \xc3\x28 \x00 nul' > /logs/agent/bytes.bin"
-           "\nln -s /etc/passwd /logs/agent/passwd-link; ln -s / /logs/agent/root-link\n"
-           r"""printf 'x' > "/logs/agent/$(printf 'name-\xff')"; echo more >> /app/a.txt"""
-           "\n")
+HOSTILE = (
+    r"printf 'bad \xff\xfe utf8\n'; printf 'raw \xc3\x28 \x00 nul' > /logs/agent/bytes.bin"
+    "\nln -s /etc/passwd /logs/agent/passwd-link; ln -s / /logs/agent/root-link\n"
+    r"""printf 'x' > "/logs/agent/$(printf 'name-\xff')"; echo more >> /app/a.txt"""
+    "\n"
+)
 
 
 def _env() -> dict[str, str]:
@@ -365,8 +439,14 @@ def _env() -> dict[str, str]:
 
 
 def _cairn(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cairn", *args], env=_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", *args],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -375,17 +455,40 @@ def job(tmp_path_factory) -> Path:
         pytest.skip("the local backend cannot run here")
     root = tmp_path_factory.mktemp("harbor-export")
     tasks = root / "tasks"
-    write_task(tasks, "chain", steps=[
-        StepSpec("write", solve="echo hi > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
-        StepSpec("append", solve=HOSTILE, test=reward_if("grep -q more /app/a.txt")),
-        StepSpec("last", test="echo 0 > /logs/verifier/reward.txt\n")])
-    write_task(tasks, "gated", steps=[
-        StepSpec("first", test="echo 0.5 > /logs/verifier/reward.txt\n", min_reward=1.0),
-        StepSpec("second")])
+    write_task(
+        tasks,
+        "chain",
+        steps=[
+            StepSpec("write", solve="echo hi > /app/a.txt\n", test=reward_if("test -f /app/a.txt")),
+            StepSpec("append", solve=HOSTILE, test=reward_if("grep -q more /app/a.txt")),
+            StepSpec("last", test="echo 0 > /logs/verifier/reward.txt\n"),
+        ],
+    )
+    write_task(
+        tasks,
+        "gated",
+        steps=[
+            StepSpec("first", test="echo 0.5 > /logs/verifier/reward.txt\n", min_reward=1.0),
+            StepSpec("second"),
+        ],
+    )
     write_task(tasks, "broken", test="echo no reward written\n")
     write_task(tasks, "hello", solve="echo hello\n")
-    p = _cairn("run", "-p", str(tasks), "-a", "oracle", "-e", "local", "-k", "2",
-               "--jobs-dir", str(root / "jobs"), "--job-name", "j")
+    p = _cairn(
+        "run",
+        "-p",
+        str(tasks),
+        "-a",
+        "oracle",
+        "-e",
+        "local",
+        "-k",
+        "2",
+        "--jobs-dir",
+        str(root / "jobs"),
+        "--job-name",
+        "j",
+    )
     assert p.returncode in (0, 1), p.stdout + p.stderr
     return root / "jobs" / "j"
 
@@ -405,7 +508,6 @@ def _trial(out: Path, task: str, attempt: int = 1) -> Path:
 
 def _load(path: Path) -> dict:
     return json.loads(path.read_text())
-
 
 
 @pytest.mark.local
@@ -438,8 +540,10 @@ def test_multistep_and_multi_attempt_layout(exported):
         doc = _load(chain / "result.json")
         assert doc["cairn"]["attempt"] == attempt
         assert [(s["step_name"], s["verifier_result"]) for s in doc["step_results"]] == [
-            ("write", {"rewards": {"reward": 1.0}}), ("append", {"rewards": {"reward": 1.0}}),
-            ("last", {"rewards": {"reward": 0.0}})]
+            ("write", {"rewards": {"reward": 1.0}}),
+            ("append", {"rewards": {"reward": 1.0}}),
+            ("last", {"rewards": {"reward": 0.0}}),
+        ]
         assert doc["verifier_result"]["rewards"]["reward"] == pytest.approx(2 / 3)
         for step in ("write", "append", "last"):
             assert (chain / "steps" / step / "verifier" / "reward.txt").is_file()
@@ -479,7 +583,8 @@ def test_failed_trial_has_exception_info(exported):
     assert (broken / "exception.txt").read_text().startswith("RewardFileNotFoundError: ")
     ev = _load(out / "result.json")["stats"]["evals"]["oracle__adhoc"]
     assert sorted(ev["exception_stats"]["RewardFileNotFoundError"]) == sorted(
-        [_trial(out, "broken", 1).name, _trial(out, "broken", 2).name])
+        [_trial(out, "broken", 1).name, _trial(out, "broken", 2).name]
+    )
 
 
 @pytest.mark.local
@@ -491,8 +596,11 @@ def test_hostile_agent_output_copied_byte_for_byte_and_links_left(job, exported)
     assert (agent / "bytes.bin").read_bytes() == b"raw \xc3\x28 \x00 nul"
     assert (agent / "bytes.bin").read_bytes() == (agent_src / "bytes.bin").read_bytes()
     # cairn stored the agent's stdout with U+FFFD for the bad bytes; the export keeps it as is
-    assert (agent / "solve-stdout.txt").read_bytes() == \
-        (agent_src / "solve-stdout.txt").read_bytes() == "bad \ufffd\ufffd utf8\n".encode()
+    assert (
+        (agent / "solve-stdout.txt").read_bytes()
+        == (agent_src / "solve-stdout.txt").read_bytes()
+        == "bad \ufffd\ufffd utf8\n".encode()
+    )
     assert (agent_src / os.fsdecode(b"name-\xff")).read_bytes() == b"x"
     assert (agent / "name-%FF").read_bytes() == b"x"  # renamed: Harbor's tools need UTF-8
     assert not (agent / os.fsdecode(b"name-\xff")).exists()
@@ -507,8 +615,7 @@ def test_hostile_agent_output_copied_byte_for_byte_and_links_left(job, exported)
     assert len(job_doc["skipped_files"]) == 4
     assert all(s.endswith(": symlink") for s in job_doc["skipped_files"])
     assert len(job_doc["renamed_files"]) == 2
-    assert all(s.endswith("/steps/02-append/agent/name-\\xff -> name-%FF")
-               for s in job_doc["renamed_files"])
+    assert all(s.endswith("/steps/02-append/agent/name-\\xff -> name-%FF") for s in job_doc["renamed_files"])
 
 
 @pytest.mark.local
@@ -558,10 +665,10 @@ def test_output_folder_through_a_symlink_is_that_folder(job, exported, tmp_path)
     (tmp_path / "file").write_text("keep me")
     (tmp_path / "to-file").symlink_to("file")
     (tmp_path / "dangling").symlink_to("nowhere")
-    for name, message in (("to-file", "exists and is not a folder (a symlink to the file "
-                                      "file)"),
-                          ("dangling", "is a dangling symlink (its target nowhere does not "
-                                       "exist); choose another -o")):
+    for name, message in (
+        ("to-file", "exists and is not a folder (a symlink to the file file)"),
+        ("dangling", "is a dangling symlink (its target nowhere does not exist); choose another -o"),
+    ):
         p = _cairn("export", str(job), "--format", "harbor", "-o", str(tmp_path / name))
         assert p.returncode == 2, p.stderr
         assert p.stderr.strip() == f"cairn: error: {tmp_path / name} {message}"
@@ -582,8 +689,7 @@ def test_running_job_refused_or_exported_partially(job, tmp_path):
         p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"))
         assert p.returncode == 2 and "is running" in p.stderr and "--partial" in p.stderr
         assert not (tmp_path / "h").exists()
-        p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"),
-                   "--partial")
+        p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"), "--partial")
     finally:
         lock.release()
     assert p.returncode == 0, p.stderr
@@ -598,10 +704,19 @@ def test_running_job_refused_or_exported_partially(job, tmp_path):
 @pytest.mark.local
 def test_harbor_026_models_load_the_export(exported):
     out, _ = exported
-    p = subprocess.run([str(require_harbor_python()), str(VALIDATE), str(out)], capture_output=True,
-                       text=True, timeout=300, check=False,
-                       env={"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
-                            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(out.parent)})
+    p = subprocess.run(
+        [str(require_harbor_python()), str(VALIDATE), str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        env={
+            "PATH": os.environ.get("PATH", ""),
+            "HARBOR_TELEMETRY": "0",
+            "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+            "HOME": str(out.parent),
+        },
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     got = json.loads(p.stdout.strip().splitlines()[-1])
     assert got["harbor_version"].startswith("0.26")
@@ -609,15 +724,23 @@ def test_harbor_026_models_load_the_export(exported):
     assert len(got["checked"]) == 2 + 8 * 2 + n_manifests
     ours = _load(out / "result.json")["stats"]
     theirs = got["stats_recomputed"]
-    for key in ("n_completed_trials", "n_errored_trials", "n_cancelled_trials", "n_retries",
-                "n_input_tokens", "n_output_tokens", "cost_usd"):
+    for key in (
+        "n_completed_trials",
+        "n_errored_trials",
+        "n_cancelled_trials",
+        "n_retries",
+        "n_input_tokens",
+        "n_output_tokens",
+        "cost_usd",
+    ):
         assert theirs[key] == ours[key], key
     for name, ev in theirs["evals"].items():
         for key in ("n_trials", "n_errors", "reward_stats", "exception_stats", "pass_at_k"):
             assert ev[key] == ours["evals"][name][key], (name, key)
     by_name = {t["trial_name"]: t for t in got["trials"]}
     assert {n: t["reward_valid"] for n, t in by_name.items() if "broken" in n} == {
-        n: False for n in by_name if "broken" in n}
+        n: False for n in by_name if "broken" in n
+    }
     chain = by_name[_trial(out, "chain").name]
     assert [s["step_name"] for s in chain["step_results"]] == ["write", "append", "last"]
     assert chain["reward_valid"] is True
@@ -644,12 +767,19 @@ def test_harbor_viewer_reads_the_export(exported, tmp_path):
     jobs.mkdir()
     shutil.copytree(out, jobs / out.name)
     port = _free_port()
-    env = {"PATH": os.environ.get("PATH", ""), "HARBOR_TELEMETRY": "0",
-           "LITELLM_LOCAL_MODEL_COST_MAP": "True", "HOME": str(tmp_path)}
+    env = {
+        "PATH": os.environ.get("PATH", ""),
+        "HARBOR_TELEMETRY": "0",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "HOME": str(tmp_path),
+    }
     log = tmp_path / "view.log"
-    proc = subprocess.Popen([str(harbor), "view", str(jobs), "--jobs",
-                             "--port", str(port), "--no-build"], env=env,
-                            stdout=subprocess.DEVNULL, stderr=(logf := log.open("wb")))
+    proc = subprocess.Popen(
+        [str(harbor), "view", str(jobs), "--jobs", "--port", str(port), "--no-build"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=(logf := log.open("wb")),
+    )
 
     def get(path: str):
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as r:
@@ -712,8 +842,7 @@ def test_superseded_trials_are_not_counted_as_retries(job, tmp_path):
     own = _load(trial / "result.json")
     for n, tid in ((1, "0" * 64), (2, own["trial_id"])):
         (trial / "attempts" / str(n)).mkdir(parents=True)
-        (trial / "attempts" / str(n) / "result.json").write_text(
-            json.dumps({**own, "trial_id": tid}))
+        (trial / "attempts" / str(n) / "result.json").write_text(json.dumps({**own, "trial_id": tid}))
     p = _cairn("export", str(copy), "--format", "harbor", "-o", str(tmp_path / "h"))
     assert p.returncode == 0, p.stderr
     assert _load(tmp_path / "h" / "result.json")["stats"]["n_retries"] == 1
@@ -732,9 +861,15 @@ def test_export_folders_and_files_follow_the_umask(exported, tmp_path, job):
     assert {oct(stat.S_IMODE(f.stat().st_mode)) for f in files} == {oct(0o666 & ~mask)}
     # a group-writable umask gives a group-writable export (the mode is the umask's, not fixed)
     shared = tmp_path / "shared"
-    p = subprocess.run([sys.executable, "-m", "cairn", "export", str(job), "--format",
-                        "harbor", "-o", str(shared)], env=_env(), capture_output=True,
-                       text=True, timeout=300, check=False, umask=0o002)
+    p = subprocess.run(
+        [sys.executable, "-m", "cairn", "export", str(job), "--format", "harbor", "-o", str(shared)],
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+        umask=0o002,
+    )
     assert p.returncode == 0, p.stderr
     assert oct(stat.S_IMODE(shared.stat().st_mode)) == oct(0o775)
     assert oct(stat.S_IMODE((shared / "result.json").stat().st_mode)) == oct(0o664)
@@ -745,28 +880,44 @@ def test_export_folders_and_files_follow_the_umask(exported, tmp_path, job):
 def test_errored_multistep_job_exports_the_error_not_a_reward(tmp_path):
     if not local_available():
         pytest.skip("the local backend cannot run here")
-    write_task(tmp_path / "tasks", "two", steps=[
-        StepSpec("one"), StepSpec("two", test="echo the verifier forgot the reward\n")])
-    p = _cairn("run", "-p", str(tmp_path / "tasks"), "-e", "local", "-r", "0",
-               "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "e")
+    write_task(
+        tmp_path / "tasks",
+        "two",
+        steps=[StepSpec("one"), StepSpec("two", test="echo the verifier forgot the reward\n")],
+    )
+    p = _cairn(
+        "run",
+        "-p",
+        str(tmp_path / "tasks"),
+        "-e",
+        "local",
+        "-r",
+        "0",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "e",
+    )
     assert p.returncode == 1, p.stdout + p.stderr
     assert "ERRORED at step 2/2 two: reward_missing" in p.stdout + p.stderr
     [res] = (tmp_path / "jobs" / "e" / "trials").glob("*/result.json")
     r = _load(res)
     # cairn's own record: errored, not passed; reward is the mean of the steps with a result
-    assert (r["outcome"], r["passed"], r["reward"], r["reward_all_steps"]) == \
-        ("errored", False, 1.0, 0.5)
+    assert (r["outcome"], r["passed"], r["reward"], r["reward_all_steps"]) == ("errored", False, 1.0, 0.5)
     summary = _load(tmp_path / "jobs" / "e" / "summary.json")
-    assert (summary["n_scored"], summary["mean_reward"],
-            summary["mean_reward_errors_as_zero"]) == (0, None, 0.0)
-    p = _cairn("export", str(tmp_path / "jobs" / "e"), "--format", "harbor", "-o",
-               str(tmp_path / "h"))
+    assert (summary["n_scored"], summary["mean_reward"], summary["mean_reward_errors_as_zero"]) == (
+        0,
+        None,
+        0.0,
+    )
+    p = _cairn("export", str(tmp_path / "jobs" / "e"), "--format", "harbor", "-o", str(tmp_path / "h"))
     assert p.returncode == 0, p.stderr
     doc = _load(_trial(tmp_path / "h", "two") / "result.json")
     assert doc["verifier_result"] is None
-    assert [(s["step_name"], s["verifier_result"],
-             (s["exception_info"] or {}).get("exception_type")) for s in doc["step_results"]] \
-        == [("one", {"rewards": {"reward": 1.0}}, None), ("two", None, "RewardFileNotFoundError")]
+    assert [
+        (s["step_name"], s["verifier_result"], (s["exception_info"] or {}).get("exception_type"))
+        for s in doc["step_results"]
+    ] == [("one", {"rewards": {"reward": 1.0}}, None), ("two", None, "RewardFileNotFoundError")]
     assert (doc["cairn"]["outcome"], doc["cairn"]["error"]["kind"]) == ("errored", "reward_missing")
     ev = _load(tmp_path / "h" / "result.json")["stats"]["evals"]["oracle__adhoc"]
     assert (ev["n_trials"], ev["n_errors"], ev["metrics"]) == (0, 1, [])

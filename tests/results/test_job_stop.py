@@ -13,8 +13,14 @@ from cairn.results.store import read_job_json, write_job_json
 
 
 def _meta(**kw: object) -> JobMeta:
-    return JobMeta(job_name="j", cairn_version="0", backend="local", config={},
-                   started_at=datetime(2026, 12, 2, tzinfo=UTC), **kw)
+    return JobMeta(
+        job_name="j",
+        cairn_version="0",
+        backend="local",
+        config={},
+        started_at=datetime(2026, 12, 2, tzinfo=UTC),
+        **kw,
+    )
 
 
 def test_a_recorded_stop_reads_back_as_its_enum_value(tmp_path):

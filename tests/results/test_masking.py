@@ -52,8 +52,10 @@ def test_mask_json_masks_keys_and_values_only_in_strings() -> None:
     assert m.mask_json(tree) == {MASK: [MASK, 1234, {"a": "x***y"}], "n": None, "b": True}
 
 
-@given(st.text(min_size=4, max_size=12).filter(lambda s: s.strip() == s and "*" not in s),
-       st.lists(st.text(max_size=10), max_size=5))
+@given(
+    st.text(min_size=4, max_size=12).filter(lambda s: s.strip() == s and "*" not in s),
+    st.lists(st.text(max_size=10), max_size=5),
+)
 def test_masked_text_never_contains_the_secret(secret: str, parts: list[str]) -> None:
     text = secret.join(parts) + secret
     masked = Masker([secret]).mask(text)
@@ -84,9 +86,9 @@ def test_mask_tree_rewrites_text_files_keeps_mode_and_skips(tmp_path: Path) -> N
     assert log.read_text() == "echo ***\n"
     assert stat.S_IMODE(log.stat().st_mode) == 0o750
     assert clean.read_text() == "nothing here\n"
-    assert binary.read_bytes() == b"\x00\x01SECRETVALUE"      # binary: left alone
-    assert artifact.read_text() == "SECRETVALUE"              # skipped folder
-    assert outside.read_text() == "SECRETVALUE"               # symlink not followed
+    assert binary.read_bytes() == b"\x00\x01SECRETVALUE"  # binary: left alone
+    assert artifact.read_text() == "SECRETVALUE"  # skipped folder
+    assert outside.read_text() == "SECRETVALUE"  # symlink not followed
     assert [p.name for p in tmp_path.rglob("*.tmp")] == []
     outside.unlink()
 

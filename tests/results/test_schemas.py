@@ -41,39 +41,82 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 def full_result() -> TrialResult:
     """A stopped two-step trial with every optional field filled."""
     rows = [
-        StepResult(index=1, name="write", source="verifier", rewards={"reward": 0.25, "x": 1},
-                   reward=0.25, passed=False, agent_exit="timeout", verifier_exit_code=3,
-                   reward_file="reward.json", warnings=["both files"],
-                   timings=StepTimings(setup_sec=0.1, agent_sec=2.0, verifier_sec=0.5),
-                   tokens=Tokens(prompt=10, completion=5, cached=2), cost_usd=0.01,
-                   gates=evaluate_gates(0.5, {"reward": 0.25})),
+        StepResult(
+            index=1,
+            name="write",
+            source="verifier",
+            rewards={"reward": 0.25, "x": 1},
+            reward=0.25,
+            passed=False,
+            agent_exit="timeout",
+            verifier_exit_code=3,
+            reward_file="reward.json",
+            warnings=["both files"],
+            timings=StepTimings(setup_sec=0.1, agent_sec=2.0, verifier_sec=0.5),
+            tokens=Tokens(prompt=10, completion=5, cached=2),
+            cost_usd=0.01,
+            gates=evaluate_gates(0.5, {"reward": 0.25}),
+        ),
         StepResult(index=2, name="append", source="not-run"),
     ]
     stop = StopReason(kind="min_reward", step="write", key="reward", value=0.25, threshold=0.5)
     score = score_trial("mean", rows, stop_reason=stop)
     return TrialResult(
-        trial_id="3fa85f64571745", trial_name="two__1__3fa85f64", attempt=1,
+        trial_id="3fa85f64571745",
+        trial_name="two__1__3fa85f64",
+        attempt=1,
         task=TaskRef(name="two", content_hash="ab" * 32),
-        agent=AgentRef(name="oracle", version="1", kwargs={"k": "v", "n": 1}), model="m",
-        backend="docker", outcome=score.outcome, error=score.error, reward=score.reward,
-        rewards=score.rewards, reward_all_steps=score.reward_all_steps, passed=score.passed,
-        strategy="mean", steps_total=2, steps_run=score.steps_run,
-        stopped_after=score.stopped_after, stop_reason=score.stop_reason,
+        agent=AgentRef(name="oracle", version="1", kwargs={"k": "v", "n": 1}),
+        model="m",
+        backend="docker",
+        outcome=score.outcome,
+        error=score.error,
+        reward=score.reward,
+        rewards=score.rewards,
+        reward_all_steps=score.reward_all_steps,
+        passed=score.passed,
+        strategy="mean",
+        steps_total=2,
+        steps_run=score.steps_run,
+        stopped_after=score.stopped_after,
+        stop_reason=score.stop_reason,
         timings=TrialTimings(environment_sec=0.4, agent_setup_sec=0.0, total_sec=3.1),
-        tokens=Tokens(prompt=10, completion=5, cached=2), cost_usd=0.01, started_at=T0,
-        finished_at=T0, image_id="sha256:abc", engine_version="20.10", warnings=["w"],
-        steps=rows)
+        tokens=Tokens(prompt=10, completion=5, cached=2),
+        cost_usd=0.01,
+        started_at=T0,
+        finished_at=T0,
+        image_id="sha256:abc",
+        engine_version="20.10",
+        warnings=["w"],
+        steps=rows,
+    )
 
 
 def errored_result() -> TrialResult:
-    e = ErrorInfo(kind=ErrorKind.REWARD_MISSING, category=Category.TASK, phase=Phase.VERIFIER,
-                  step="main", message="no reward", detail={"exit_code": 1, "stdout_tail": "x"})
-    return TrialResult(trial_id="deadbeef", trial_name="t", task=TaskRef(name="t",
-                                                                         content_hash="h"),
-                       agent=AgentRef(name="nop"), backend="local", outcome=Outcome.ERRORED,
-                       error=e, steps_total=1, steps_run=1, started_at=T0, finished_at=T0,
-                       steps=[StepResult(index=1, name="main", source="error", error=e,
-                                         agent_exit="ok", verifier_exit_code=1)])
+    e = ErrorInfo(
+        kind=ErrorKind.REWARD_MISSING,
+        category=Category.TASK,
+        phase=Phase.VERIFIER,
+        step="main",
+        message="no reward",
+        detail={"exit_code": 1, "stdout_tail": "x"},
+    )
+    return TrialResult(
+        trial_id="deadbeef",
+        trial_name="t",
+        task=TaskRef(name="t", content_hash="h"),
+        agent=AgentRef(name="nop"),
+        backend="local",
+        outcome=Outcome.ERRORED,
+        error=e,
+        steps_total=1,
+        steps_run=1,
+        started_at=T0,
+        finished_at=T0,
+        steps=[
+            StepResult(index=1, name="main", source="error", error=e, agent_exit="ok", verifier_exit_code=1)
+        ],
+    )
 
 
 def test_committed_schemas_equal_generated_ones() -> None:
@@ -86,10 +129,15 @@ def test_committed_schemas_equal_generated_ones() -> None:
 def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
     assert schemas_main(["--bogus"]) == 2
     written = write_schemas(tmp_path)
-    assert sorted(p.name for p in written) == ["check.schema.json", "config.schema.json",
-                                               "job.schema.json",
-                                               "result.schema.json", "rollout.schema.json",
-                                               "steps.schema.json", "summary.schema.json"]
+    assert sorted(p.name for p in written) == [
+        "check.schema.json",
+        "config.schema.json",
+        "job.schema.json",
+        "result.schema.json",
+        "rollout.schema.json",
+        "steps.schema.json",
+        "summary.schema.json",
+    ]
     assert stale_schemas(tmp_path) == []
     (tmp_path / "steps.schema.json").write_text("{}")
     assert stale_schemas(tmp_path) == ["steps"]
@@ -111,8 +159,7 @@ def test_closed_vocabularies_are_in_the_schema() -> None:
     defs = load_schema("result")["$defs"]
     assert set(defs["ErrorKind"]["enum"]) == {k.value for k in ErrorKind}
     assert set(defs["Outcome"]["enum"]) == {"completed", "stopped", "errored", "cancelled"}
-    assert set(defs["StepSource"]["enum"]) == {"verifier", "candidate_error", "error",
-                                               "not-run", "oracle"}
+    assert set(defs["StepSource"]["enum"]) == {"verifier", "candidate_error", "error", "not-run", "oracle"}
     assert set(defs["Phase"]["enum"]) == {p.value for p in Phase}
 
 
@@ -128,17 +175,20 @@ def test_files_written_by_the_store_validate(tmp_path: Path) -> None:
     validate("summary", read_json(job.summary_json))
 
 
-@pytest.mark.parametrize(("path", "value"), [
-    (("outcome",), "won"),
-    (("steps", 0, "source"), "guess"),
-    (("steps", 0, "reward"), "1"),
-    (("steps", 0, "gates", 0, "passed"), "no"),
-    (("error",), {"kind": "oops", "category": "task"}),
-    (("stop_reason", "kind"), "tired"),
-    (("strategy",), "median"),
-    (("surprise",), 1),
-    (("steps", 0, "surprise"), 1),
-])
+@pytest.mark.parametrize(
+    ("path", "value"),
+    [
+        (("outcome",), "won"),
+        (("steps", 0, "source"), "guess"),
+        (("steps", 0, "reward"), "1"),
+        (("steps", 0, "gates", 0, "passed"), "no"),
+        (("error",), {"kind": "oops", "category": "task"}),
+        (("stop_reason", "kind"), "tired"),
+        (("strategy",), "median"),
+        (("surprise",), 1),
+        (("steps", 0, "surprise"), 1),
+    ],
+)
 def test_invalid_results_are_rejected(path: tuple, value) -> None:
     doc = json.loads(full_result().model_dump_json())
     target = doc
@@ -156,4 +206,4 @@ def test_missing_required_fields_are_rejected() -> None:
         with pytest.raises(jsonschema.ValidationError, match=f"'{key}' is a required property"):
             validate("result", broken)
     with pytest.raises(jsonschema.ValidationError):
-        validate("steps", doc["steps"])          # steps.json is an object with schema_version
+        validate("steps", doc["steps"])  # steps.json is an object with schema_version

@@ -45,18 +45,46 @@ T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
 def result(task: str = "two-steps", message: str = "", trial_id: str = TRIAL_ID) -> TrialResult:
-    steps = [StepResult(index=1, name="write", source="verifier", rewards={"reward": 1.0},
-                        reward=1.0, passed=True, agent_exit="ok", verifier_exit_code=0,
-                        reward_file="reward.txt"),
-             StepResult(index=2, name="append", source="error", agent_exit="ok",
-                        error=ErrorInfo(kind=ErrorKind.REWARD_MISSING, category=Category.TASK,
-                                        phase=Phase.VERIFIER, step="append",
-                                        message=message))]
-    return TrialResult(trial_id=trial_id, trial_name="x", task=TaskRef(name=task,
-                                                                       content_hash="abc"),
-                       agent=AgentRef(name="oracle"), backend="docker",
-                       outcome=Outcome.ERRORED, error=steps[1].error, steps_total=2,
-                       steps_run=2, started_at=T0, finished_at=T0, steps=steps)
+    steps = [
+        StepResult(
+            index=1,
+            name="write",
+            source="verifier",
+            rewards={"reward": 1.0},
+            reward=1.0,
+            passed=True,
+            agent_exit="ok",
+            verifier_exit_code=0,
+            reward_file="reward.txt",
+        ),
+        StepResult(
+            index=2,
+            name="append",
+            source="error",
+            agent_exit="ok",
+            error=ErrorInfo(
+                kind=ErrorKind.REWARD_MISSING,
+                category=Category.TASK,
+                phase=Phase.VERIFIER,
+                step="append",
+                message=message,
+            ),
+        ),
+    ]
+    return TrialResult(
+        trial_id=trial_id,
+        trial_name="x",
+        task=TaskRef(name=task, content_hash="abc"),
+        agent=AgentRef(name="oracle"),
+        backend="docker",
+        outcome=Outcome.ERRORED,
+        error=steps[1].error,
+        steps_total=2,
+        steps_run=2,
+        started_at=T0,
+        finished_at=T0,
+        steps=steps,
+    )
 
 
 # ------------------------------------------------------------------------------ strict JSON
@@ -64,14 +92,15 @@ def result(task: str = "two-steps", message: str = "", trial_id: str = TRIAL_ID)
 
 def test_write_json_atomic_models_nested_and_mode(tmp_path: Path) -> None:
     path = tmp_path / "x.json"
-    write_json_atomic(path, {"steps": [StepResult(index=1, name="a", source="not-run")],
-                             "p": tmp_path, "t": (1, 2)})
+    write_json_atomic(
+        path, {"steps": [StepResult(index=1, name="a", source="not-run")], "p": tmp_path, "t": (1, 2)}
+    )
     data = json.loads(path.read_text())
     assert data["steps"][0]["source"] == "not-run" and data["t"] == [1, 2]
     assert data["p"] == str(tmp_path)
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.read_text().endswith("\n")
-    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]    # no temp file left
+    assert [p.name for p in tmp_path.iterdir()] == ["x.json"]  # no temp file left
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])
@@ -95,8 +124,7 @@ def test_models_refuse_nan_before_anything_is_written() -> None:
         StepResult(index=1, name="a", source="verifier", rewards={"reward": float("nan")})
 
 
-@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', "[-Infinity]", "[1e400]",
-                                  "{", ""])
+@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', "[-Infinity]", "[1e400]", "{", ""])
 def test_read_json_is_strict(tmp_path: Path, text: str) -> None:
     path = tmp_path / "x.json"
     path.write_text(text)
@@ -134,10 +162,16 @@ def test_readers_never_see_a_partial_file(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ names, paths
 
 
-@pytest.mark.parametrize(("name", "slug"), [
-    ("two-steps", "two-steps"), ("org/two steps", "org-two-steps"), ("a.b_c-9", "a.b_c-9"),
-    ("ünï", "-n-"), ("a:b@c", "a-b-c"),
-])
+@pytest.mark.parametrize(
+    ("name", "slug"),
+    [
+        ("two-steps", "two-steps"),
+        ("org/two steps", "org-two-steps"),
+        ("a.b_c-9", "a.b_c-9"),
+        ("ünï", "-n-"),
+        ("a:b@c", "a-b-c"),
+    ],
+)
 def test_task_slug(name: str, slug: str) -> None:
     assert task_slug(name) == slug
 
@@ -176,16 +210,22 @@ def test_old_doubled_step_folders_are_still_found(tmp_path: Path) -> None:
 def test_layout_names(tmp_path: Path) -> None:
     job = JobPaths(tmp_path / "jobs" / "2026-01-01__12-00-00")
     assert [p.name for p in (job.job_json, job.summary_json, job.job_log, job.lock)] == [
-        "job.json", "summary.json", "job.log", "lock"]
+        "job.json",
+        "summary.json",
+        "job.log",
+        "lock",
+    ]
     trial = job.trial("org/two", 2, TRIAL_ID)
     assert trial.root == job.root / "trials" / "org-two__2__3fa85f64"
-    assert [p.name for p in (trial.config_json, trial.result_json, trial.steps_json,
-                             trial.trial_log)] == ["config.json", "result.json", "steps.json",
-                                                   "trial.log"]
+    assert [p.name for p in (trial.config_json, trial.result_json, trial.steps_json, trial.trial_log)] == [
+        "config.json",
+        "result.json",
+        "steps.json",
+        "trial.log",
+    ]
     step = trial.step(1, "write")
     assert step.root == trial.root / "steps" / "01-write"
-    assert (step.agent.name, step.verifier.name, step.artifacts.name) == (
-        "agent", "verifier", "artifacts")
+    assert (step.agent.name, step.verifier.name, step.artifacts.name) == ("agent", "verifier", "artifacts")
     assert trial.attempt(3) == trial.root / "attempts" / "3"
     assert job.trial_dirs() == []
 
@@ -201,11 +241,15 @@ def test_trial_store_writes_every_file(tmp_path: Path) -> None:
     assert sp.agent.is_dir() and sp.verifier.is_dir() and sp.artifacts.is_dir()
 
     store.write_config({"task": {"name": "two-steps"}, "backend": "docker"})
-    assert read_json(store.paths.config_json) == {"schema_version": "1.0",
-                                                  "task": {"name": "two-steps"},
-                                                  "backend": "docker"}
-    rows = [StepResult(index=1, name="write", source="not-run"),
-            StepResult(index=2, name="append", source="not-run")]
+    assert read_json(store.paths.config_json) == {
+        "schema_version": "1.0",
+        "task": {"name": "two-steps"},
+        "backend": "docker",
+    }
+    rows = [
+        StepResult(index=1, name="write", source="not-run"),
+        StepResult(index=2, name="append", source="not-run"),
+    ]
     store.write_steps(rows)
     assert read_steps(store.paths.steps_json).steps == rows
     assert not store.paths.finished
@@ -214,7 +258,7 @@ def test_trial_store_writes_every_file(tmp_path: Path) -> None:
     store.write_result(r)
     assert store.paths.finished
     assert read_result(store.paths.result_json) == r
-    assert read_steps(store.paths.steps_json).steps == r.steps     # steps.json agrees
+    assert read_steps(store.paths.steps_json).steps == r.steps  # steps.json agrees
     raw = read_json(store.paths.result_json)
     assert raw["schema_version"] == "1.0" and raw["steps"][1]["source"] == "error"
 
@@ -238,11 +282,15 @@ def test_trial_store_masks_text_logs_and_json(tmp_path: Path) -> None:
     assert (sp.verifier / "test-stderr.txt").read_text() == "err ***"
     assert read_result(store.paths.result_json).steps[1].error.message == "stderr tail: ***"
     assert json.loads((sp.agent / "trajectory.json").read_text()) == {"msg": "***"}
-    assert (sp.artifacts / "dump.txt").read_text() == secret          # artifacts as they are
-    assert warnings == ["artifact steps/01-main/artifacts/dump.txt contains a secret value "
-                        "(kept as collected)"]
-    leaked = [p for p in tmp_path.rglob("*") if p.is_file() and "artifacts" not in p.parts
-              and secret in p.read_text(errors="replace")]
+    assert (sp.artifacts / "dump.txt").read_text() == secret  # artifacts as they are
+    assert warnings == [
+        "artifact steps/01-main/artifacts/dump.txt contains a secret value (kept as collected)"
+    ]
+    leaked = [
+        p
+        for p in tmp_path.rglob("*")
+        if p.is_file() and "artifacts" not in p.parts and secret in p.read_text(errors="replace")
+    ]
     assert leaked == []
 
 
@@ -278,7 +326,7 @@ def test_move_attempt_aside_never_deletes(tmp_path: Path) -> None:
     assert sorted(p.name for p in store.paths.root.iterdir()) == ["attempts"]
     assert (first / "trial.log").read_text() == "attempt 1\n"
     assert (first / "result.json").is_file() and (first / "steps" / "01-main").is_dir()
-    assert move_attempt_aside(store.paths) is None      # nothing left to move
+    assert move_attempt_aside(store.paths) is None  # nothing left to move
 
     store.create().append_log("attempt 2")
     second = move_attempt_aside(store.paths)
@@ -310,8 +358,7 @@ def test_job_files_and_iter_trial_results(tmp_path: Path) -> None:
     move_attempt_aside(earlier.paths)
 
     found = list(iter_trial_results(job_dir))
-    assert [f.path.parent.name for f in found] == ["a__1__11111111", "c__1__33333333",
-                                                   "d__1__44444444"]
+    assert [f.path.parent.name for f in found] == ["a__1__11111111", "c__1__33333333", "d__1__44444444"]
     assert found[0].result is not None and found[0].error is None
     assert found[1].result is None and "NaN" in found[1].error
     assert found[2].result is None and "ValidationError" in found[2].error

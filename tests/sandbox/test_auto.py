@@ -21,8 +21,7 @@ def test_explicit_backends_pass_through() -> None:
     assert out.getvalue() == ""
 
 
-def test_closed_socket_selects_local_with_a_warning(tmp_path: Path,
-                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+def test_closed_socket_selects_local_with_a_warning(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/closed.sock")
     out = io.StringIO()
     t0 = time.monotonic()
@@ -106,9 +105,11 @@ def test_unix_socket_ping_needs_a_200_ok(tmp_path: Path, monkeypatch: pytest.Mon
     500 or a silent listener is not (and the silent one is given up after the timeout)."""
     from cairn._util.engine_ping import ping_unix as _ping_unix
 
-    cases = {"ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
-             "err": b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nOK",
-             "silent": None}
+    cases = {
+        "ok": b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nOK",
+        "err": b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 2\r\n\r\nOK",
+        "silent": None,
+    }
     for name, reply in cases.items():
         srv, _ = _unix_server(tmp_path / f"{name}.sock", reply)
         try:
@@ -139,8 +140,7 @@ def test_unix_socket_ping_answers_on_the_real_engine(monkeypatch: pytest.MonkeyP
     assert _ping_unix(path, 5.0) is True
 
 
-def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_early_ping_is_reused_within_its_age(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """``cairn run`` starts the ping first; the backend check later takes its answer instead of
     asking again (one connection), and ignores it once it is too old."""
     import cairn._util.engine_ping as engine_ping
@@ -187,8 +187,7 @@ def test_an_early_ping_is_reused_within_its_age(tmp_path: Path,
         srv.close()
 
 
-def test_an_early_ping_of_another_engine_is_not_used(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_an_early_ping_of_another_engine_is_not_used(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """An answer from the engine DOCKER_HOST named before does not stand for the one it names
     now (a closed socket is no engine, whatever an earlier ping said)."""
     import cairn._util.engine_ping as engine_ping

@@ -35,8 +35,13 @@ _HOLDER = textwrap.dedent("""
 
 def _spawn(code: str, *args: str) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    return subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
+    return subprocess.Popen(
+        [sys.executable, "-c", code, *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
 
 
 def _wait_line(proc: subprocess.Popen, timeout: float = 90) -> str:
@@ -105,14 +110,13 @@ def test_leftover_rules(tmp_path):
         assert leftover_reason({"cairn.owner": dead}) is None
         assert leftover_reason({"cairn.owner": live}) == "owner running"
         assert leftover_reason({"cairn.owner": "elsewhere:1:1"}) == "owner unknown"
-        assert leftover_reason({"cairn.owner": "elsewhere:1:1",
-                                "cairn.job_dir": str(finished_job)}) is None
-        assert leftover_reason({"cairn.owner": dead,
-                                "cairn.job_dir": str(running_job)}) == "job running"
-        assert leftover_reason({"cairn.owner": dead, "cairn.job_dir": str(running_job)},
-                               own_job_dir=running_job) is None
-        assert leftover_reason({"cairn.owner": dead,
-                                "cairn.job_dir": str(tmp_path / "gone")}) is None
+        assert leftover_reason({"cairn.owner": "elsewhere:1:1", "cairn.job_dir": str(finished_job)}) is None
+        assert leftover_reason({"cairn.owner": dead, "cairn.job_dir": str(running_job)}) == "job running"
+        assert (
+            leftover_reason({"cairn.owner": dead, "cairn.job_dir": str(running_job)}, own_job_dir=running_job)
+            is None
+        )
+        assert leftover_reason({"cairn.owner": dead, "cairn.job_dir": str(tmp_path / "gone")}) is None
 
 
 # ---- against Docker -----------------------------------------------------------------------
@@ -198,15 +202,17 @@ def test_unlabelled_resources_survive_clean_images(tmp_path):
     docker, client = _docker()
     tag = uuid.uuid4().hex[:8]
     net = client.networks.create(f"cairn-unlabelled-{tag}")
-    ctr = client.containers.create("debian:bookworm-slim", ["sleep", "600"],
-                                   name=f"cairn-unlabelled-{tag}", network=net.name)
+    ctr = client.containers.create(
+        "debian:bookworm-slim", ["sleep", "600"], name=f"cairn-unlabelled-{tag}", network=net.name
+    )
     env = tmp_path / "env"
     env.mkdir()
     (env / "Dockerfile").write_text(f"FROM debian:bookworm-slim\nRUN echo {tag} > /tag\n")
 
     async def build() -> str:
-        async with DockerSandbox(SandboxSpec(env_dir=env, job_id=f"cleanimg-{tag}",
-                                             network_mode=NetworkMode.NO_NETWORK)) as sb:
+        async with DockerSandbox(
+            SandboxSpec(env_dir=env, job_id=f"cleanimg-{tag}", network_mode=NetworkMode.NO_NETWORK)
+        ) as sb:
             return sb.image.ref
 
     try:
@@ -236,10 +242,12 @@ def test_clean_removes_leftover_labelled_volume_keeps_unlabelled(tmp_path):
     dead_job, live_job = tmp_path / "dead", tmp_path / "live"
     dead_job.mkdir()
     live_job.mkdir()
-    left = client.volumes.create(f"{job_id}-left", labels={
-        "cairn.job": job_id, "cairn.trial": "t1", "cairn.job_dir": str(dead_job)})
-    kept = client.volumes.create(f"{job_id}-kept", labels={
-        "cairn.job": job_id, "cairn.trial": "t2", "cairn.job_dir": str(live_job)})
+    left = client.volumes.create(
+        f"{job_id}-left", labels={"cairn.job": job_id, "cairn.trial": "t1", "cairn.job_dir": str(dead_job)}
+    )
+    kept = client.volumes.create(
+        f"{job_id}-kept", labels={"cairn.job": job_id, "cairn.trial": "t2", "cairn.job_dir": str(live_job)}
+    )
     plain = client.volumes.create(f"{job_id}-plain")
     try:
         with JobLock(live_job):
@@ -290,12 +298,17 @@ def test_settle_job_removes_what_the_job_left_and_reports_what_it_cannot(tmp_pat
     made = []
     try:
         for d in (job, job, other):
-            made.append(client.api.create_container(
-                "debian:bookworm-slim", ["sleep", "600"],
-                labels={"cairn.job": d.name, "cairn.job_dir": str(d)})["Id"])
+            made.append(
+                client.api.create_container(
+                    "debian:bookworm-slim",
+                    ["sleep", "600"],
+                    labels={"cairn.job": d.name, "cairn.job_dir": str(d)},
+                )["Id"]
+            )
             client.api.start(made[-1])
-        net = client.api.create_network(f"cairn-settle-{uuid.uuid4().hex[:6]}",
-                                        labels={"cairn.job": "job", "cairn.job_dir": str(job)})
+        net = client.api.create_network(
+            f"cairn-settle-{uuid.uuid4().hex[:6]}", labels={"cairn.job": "job", "cairn.job_dir": str(job)}
+        )
         assert settle_job(job, "docker", wait_sec=30) == []
         assert [_exists(client, c) for c in made] == [False, False, True]
         assert client.api.networks(ids=[net["Id"]]) == []

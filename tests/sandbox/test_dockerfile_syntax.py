@@ -29,13 +29,24 @@ RUN --network=none true
 
 def test_features_with_lines():
     found = [(f.name, f.line) for f in buildkit_features(DF)]
-    assert found == [("syntax", 1), ("copy-chmod", 4), ("copy-link", 5), ("run-mount", 7),
-                     ("heredoc", 9), ("heredoc", 12), ("run-network", 15)]
+    assert found == [
+        ("syntax", 1),
+        ("copy-chmod", 4),
+        ("copy-link", 5),
+        ("run-mount", 7),
+        ("heredoc", 9),
+        ("heredoc", 12),
+        ("run-network", 15),
+    ]
 
 
 def test_classic_dockerfile_has_no_features():
-    assert buildkit_features("FROM debian:bookworm-slim\nCOPY --chown=1:1 a /a\n"
-                             "RUN echo 'no heredoc here' > /x\n") == []
+    assert (
+        buildkit_features(
+            "FROM debian:bookworm-slim\nCOPY --chown=1:1 a /a\nRUN echo 'no heredoc here' > /x\n"
+        )
+        == []
+    )
 
 
 def test_syntax_after_an_instruction_is_a_comment():
@@ -67,7 +78,6 @@ def test_link_on_a_continuation_line():
 def test_unsupported_by_the_engine():
     features = buildkit_features(DF)
     on_2010 = frozenset({"copy-chmod", "run-mount"})
-    assert [f.name for f in unsupported_by(features, on_2010)] == ["heredoc", "heredoc",
-                                                                    "run-network"]
+    assert [f.name for f in unsupported_by(features, on_2010)] == ["heredoc", "heredoc", "run-network"]
     custom = buildkit_features("# syntax=example.com/f:1\nFROM x\n")
     assert [f.name for f in unsupported_by(custom, on_2010)] == ["syntax"]

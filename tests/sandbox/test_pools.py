@@ -35,8 +35,7 @@ def test_take_or_wait_gets_the_resource_a_removal_hands_back(tmp_path):
 def test_take_or_wait_does_not_wait_without_a_pending_return(tmp_path):
     pool = ResourcePool()
     try:
-        assert asyncio.run(asyncio.wait_for(pool.take_or_wait("gw", wait_sec=3600),
-                                            timeout=5)) is None
+        assert asyncio.run(asyncio.wait_for(pool.take_or_wait("gw", wait_sec=3600), timeout=5)) is None
     finally:
         pool.close()
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel
 from cairn.task.model import TaskConfig
 from harbor_env import require_harbor_python
 
-_WALK = r'''
+_WALK = r"""
 import json, typing
 from pydantic import BaseModel
 from harbor.models.task.config import TaskConfig
@@ -37,7 +37,7 @@ def walk(model, path, out):
 out = []
 walk(TaskConfig, (), out)
 print(json.dumps(sorted(set(out))))
-'''
+"""
 
 
 def _cairn_paths(model: type[BaseModel], path: tuple[str, ...] = ()) -> set[str]:
@@ -57,9 +57,14 @@ def _cairn_paths(model: type[BaseModel], path: tuple[str, ...] = ()) -> set[str]
 
 
 def test_every_harbor_026_key_path_is_a_cairn_key():
-    proc = subprocess.run([str(require_harbor_python()), "-c", _WALK], capture_output=True, text=True,
-                          timeout=120, check=True,
-                          env={"HARBOR_TELEMETRY": "0", "PATH": "/usr/bin:/bin"})
+    proc = subprocess.run(
+        [str(require_harbor_python()), "-c", _WALK],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+        env={"HARBOR_TELEMETRY": "0", "PATH": "/usr/bin:/bin"},
+    )
     harbor = set(json.loads(proc.stdout))
     assert len(harbor) > 100  # the walk reached the nested tables
     cairn = _cairn_paths(TaskConfig)

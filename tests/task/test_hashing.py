@@ -56,5 +56,6 @@ def test_env_hash_covers_environment_folder_and_image_settings(tmp_path):
     assert env_hash(env, docker_image=None, workdir=None) == h
     (env / "Dockerfile").write_text("FROM debian:bookworm\n")
     assert env_hash(env, docker_image=None, workdir=None) != h
-    assert env_hash(None, docker_image="x:1", workdir=None) == \
-        env_hash(tmp_path / "missing", docker_image="x:1", workdir=None)
+    assert env_hash(None, docker_image="x:1", workdir=None) == env_hash(
+        tmp_path / "missing", docker_image="x:1", workdir=None
+    )

@@ -47,11 +47,11 @@ def alias_bomb(prefix: str = "") -> str:
 
 
 def deep_compose(levels: int = 5000) -> str:
-    return "services:\n  main:\n    image: debian:bookworm-slim\n    x: " + \
-        "[" * levels + "]" * levels + "\n"
+    return "services:\n  main:\n    image: debian:bookworm-slim\n    x: " + "[" * levels + "]" * levels + "\n"
 
 
 # -- 1. deep nesting ---------------------------------------------------------------------------
+
 
 def test_deeply_nested_compose_is_a_clear_error_everywhere(tmp_path: Path) -> None:
     task = write_task(tmp_path, "deep", files={COMPOSE: deep_compose()})
@@ -80,8 +80,13 @@ def test_deeply_nested_compose_is_a_clear_error_in_a_dry_run(tmp_path: Path) -> 
 
 # -- 2. FIFOs, alias bombs, sizes ---------------------------------------------------------------
 
-FIFO_PLACES = ["environment/docker-compose.yaml", "task.toml", "tests/test.sh",
-               "instruction.md", "tests/data.bin"]
+FIFO_PLACES = [
+    "environment/docker-compose.yaml",
+    "task.toml",
+    "tests/test.sh",
+    "instruction.md",
+    "tests/data.bin",
+]
 
 
 @pytest.mark.docker
@@ -114,27 +119,36 @@ def test_a_fifo_or_folder_test_sh_is_reported_as_what_it_is_not_as_missing(tmp_p
         shared = write_task(tmp_path, f"shared-{kind}", steps=[StepSpec("a", test=None)])
         own = write_task(tmp_path, f"own-{kind}", steps=[StepSpec("a", test=None)])
         single = write_task(tmp_path, f"single-{kind}")
-        for task, rel in ((shared, "tests/test.sh"), (own, "steps/a/tests/test.sh"),
-                          (single, "tests/test.sh")):
+        for task, rel in (
+            (shared, "tests/test.sh"),
+            (own, "steps/a/tests/test.sh"),
+            (single, "tests/test.sh"),
+        ):
             (task / rel).parent.mkdir(parents=True, exist_ok=True)
             (task / rel).unlink(missing_ok=True)
             os.mkfifo(task / rel) if kind == "fifo" else (task / rel).mkdir()
             cases.append((task, rel, kind))
     for task, rel, kind in cases:
         found = [(f.path, f.text) for f in check_task(task) if f.is_error]
-        why = ("is a FIFO, not a regular file: a task holds regular files, folders and symlinks "
-               "only (cairn does not open it)" if kind == "fifo" else
-               "is a folder: cairn runs this path as a script, it must be a file")
+        why = (
+            "is a FIFO, not a regular file: a task holds regular files, folders and symlinks "
+            "only (cairn does not open it)"
+            if kind == "fifo"
+            else "is a folder: cairn runs this path as a script, it must be a file"
+        )
         assert found == [(task / rel, why)], (rel, found)
 
 
 def test_tree_hash_does_not_open_a_fifo(tmp_path: Path) -> None:
     (tmp_path / "a.txt").write_text("a")
     os.mkfifo(tmp_path / "pipe")
-    code = ("import sys; from pathlib import Path; from cairn._util.treehash import tree_hash; "
-            "print(tree_hash(Path(sys.argv[1])))")
-    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
-                          text=True, timeout=TIMEOUT)
+    code = (
+        "import sys; from pathlib import Path; from cairn._util.treehash import tree_hash; "
+        "print(tree_hash(Path(sys.argv[1])))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, timeout=TIMEOUT
+    )
     assert proc.returncode == 0 and len(proc.stdout.strip()) == 64, proc.stderr
 
 
@@ -144,8 +158,7 @@ def test_compose_alias_bomb_is_refused_fast(tmp_path: Path) -> None:
     proc = cairn("tasks", "check", "-e", "none", str(task))
     no_traceback(proc)
     assert proc.returncode == 1
-    assert (f"{task / COMPOSE}:10: error: aliases expand to more than 1,000,000 nodes"
-            in proc.stdout)
+    assert f"{task / COMPOSE}:10: error: aliases expand to more than 1,000,000 nodes" in proc.stdout
 
 
 def test_job_file_alias_bomb_and_fifo_are_usage_errors(tmp_path: Path) -> None:
@@ -188,11 +201,12 @@ def test_files_over_the_cap_are_refused_by_size(tmp_path: Path) -> None:
     assert proc.returncode == 1
     for task, (rel, mib) in zip(tasks, BIG + BIG_RUN, strict=True):
         if (rel, mib) in BIG:
-            assert f"{task / rel}: error: is {mib}.0 MiB, over cairn's limit of 1.0 MiB" \
-                in proc.stdout
+            assert f"{task / rel}: error: is {mib}.0 MiB, over cairn's limit of 1.0 MiB" in proc.stdout
         else:
-            warning = (f"{task / rel}: warning: is {mib}.0 MiB, over the 1 MiB cairn reads for "
-                       "its checks: not checked (it still runs as it is) [too-big-to-check]")
+            warning = (
+                f"{task / rel}: warning: is {mib}.0 MiB, over the 1 MiB cairn reads for "
+                "its checks: not checked (it still runs as it is) [too-big-to-check]"
+            )
             assert warning in proc.stdout
             assert f"{task}: ok" in proc.stdout
 
@@ -208,29 +222,37 @@ def test_a_verifier_over_the_cap_still_runs_and_scores(tmp_path: Path) -> None:
     import json
 
     data = "# expected output line kept inline by a generated verifier\n" * 40_000
-    task = write_task(tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n",
-                      solve="true\r\n")
+    task = write_task(
+        tmp_path, "bigtest", test=data + "echo 1 > /logs/verifier/reward.txt\n", solve="true\r\n"
+    )
     assert (task / "tests" / "test.sh").stat().st_size > 2 * MAX_INPUT_BYTES
-    proc = cairn("run", "-p", str(task), "-a", "oracle", "-e", "local", "-o",
-                 str(tmp_path / "jobs"), "--job-name", "j")
+    proc = cairn(
+        "run", "-p", str(task), "-a", "oracle", "-e", "local", "-o", str(tmp_path / "jobs"), "--job-name", "j"
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PASS reward=1.00" in proc.stdout + proc.stderr
     # the run keeps the check's warning with the task's other validation warnings (CRLF here)
     (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
     warnings = json.loads(result.read_text())["warnings"]
-    assert (f"{task}/tests/test.sh: warning: is 2.3 MiB, over the 1 MiB cairn reads for its "
-            "checks: not checked (it still runs as it is)") in warnings
-    assert (f"{task}/solution/solve.sh: warning: CRLF line endings (cairn normalises them when "
-            "it runs the script; convert the file to LF)") in warnings
+    assert (
+        f"{task}/tests/test.sh: warning: is 2.3 MiB, over the 1 MiB cairn reads for its "
+        "checks: not checked (it still runs as it is)"
+    ) in warnings
+    assert (
+        f"{task}/solution/solve.sh: warning: CRLF line endings (cairn normalises them when "
+        "it runs the script; convert the file to LF)"
+    ) in warnings
 
 
 def test_continued_lines_up_to_the_cap_check_in_bounded_time(tmp_path: Path) -> None:
     """A backslash-continued test.sh and Dockerfile just under the cap: linear-time readers."""
     n = MAX_INPUT_BYTES // 7 - 100
-    task = write_task(tmp_path, "cont",
-                      test="echo \\\n" * n + "x\necho 1 > /logs/verifier/reward.txt\n",
-                      dockerfile="FROM debian:bookworm-slim\nRUN echo \\\n" + "  a \\\n" * n
-                      + "  b\n")
+    task = write_task(
+        tmp_path,
+        "cont",
+        test="echo \\\n" * n + "x\necho 1 > /logs/verifier/reward.txt\n",
+        dockerfile="FROM debian:bookworm-slim\nRUN echo \\\n" + "  a \\\n" * n + "  b\n",
+    )
     assert (task / "tests/test.sh").stat().st_size < MAX_INPUT_BYTES
     proc = cairn("tasks", "check", "-e", "none", str(task))  # the timeout bounds it
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -263,13 +285,18 @@ def test_read_input_refuses_without_blocking(tmp_path: Path) -> None:
 
 
 def test_ordinary_anchors_and_merge_keys_keep_working(tmp_path: Path) -> None:
-    text = ("x-base: &base\n  image: debian:bookworm-slim\n  environment: {A: '1'}\n"
-            "x-priv: &priv\n  privileged: true\n"
-            "services:\n  main:\n    <<: *base\n    command: sleep infinity\n"
-            "  db:\n    <<: [*base, *priv]\n")
+    text = (
+        "x-base: &base\n  image: debian:bookworm-slim\n  environment: {A: '1'}\n"
+        "x-priv: &priv\n  privileged: true\n"
+        "services:\n  main:\n    <<: *base\n    command: sleep infinity\n"
+        "  db:\n    <<: [*base, *priv]\n"
+    )
     doc = load_yaml(text, "c.yaml")
-    assert doc["services"]["main"] == {"image": "debian:bookworm-slim",
-                                       "environment": {"A": "1"}, "command": "sleep infinity"}
+    assert doc["services"]["main"] == {
+        "image": "debian:bookworm-slim",
+        "environment": {"A": "1"},
+        "command": "sleep infinity",
+    }
     assert doc["services"]["db"]["privileged"] is True
     task = write_task(tmp_path, "anchors", files={COMPOSE: text})
     findings = check_task(task)
@@ -307,16 +334,16 @@ def test_none_backend_reports_what_every_backend_refuses(tmp_path: Path) -> None
     for task, reason in tasks:
         line = next(x for x in proc.stdout.splitlines() if str(task / COMPOSE) in x)
         # the backend's reason word for word (YAML errors: up to PyYAML's position text)
-        assert reason.split(" in \"")[0].replace("\n", " ") in line, (line, reason)
+        assert reason.split(' in "')[0].replace("\n", " ") in line, (line, reason)
 
 
 def test_compose_without_main_is_fine_when_cairn_supplies_main(tmp_path: Path) -> None:
-    task = write_task(tmp_path, "c", files={COMPOSE: "services:\n  db:\n    image: "
-                                            "postgres:16\n"})
+    task = write_task(tmp_path, "c", files={COMPOSE: "services:\n  db:\n    image: postgres:16\n"})
     assert not [f for f in check_task(task) if f.is_error]  # main built from the Dockerfile
 
 
 # -- 5. symlinks -------------------------------------------------------------------------------
+
 
 def test_symlinked_task_toml(tmp_path: Path) -> None:
     other = write_task(tmp_path, "other")
@@ -325,15 +352,17 @@ def test_symlinked_task_toml(tmp_path: Path) -> None:
     (outside / "task.toml").symlink_to(other / "task.toml")
     proc = cairn("tasks", "check", "-e", "none", str(outside))
     assert proc.returncode == 1
-    assert (f"{outside / 'task.toml'}: error: is a symlink to {other / 'task.toml'}, outside "
-            "the task folder") in proc.stdout
+    assert (
+        f"{outside / 'task.toml'}: error: is a symlink to {other / 'task.toml'}, outside the task folder"
+    ) in proc.stdout
     dangling = write_task(tmp_path, "dangling")
     (dangling / "task.toml").unlink()
     (dangling / "task.toml").symlink_to("gone.toml")
     proc = cairn("tasks", "check", "-e", "none", str(dangling))
     assert proc.returncode == 1
-    assert (f"{dangling / 'task.toml'}: error: is a symlink to gone.toml, which does not "
-            "exist") in proc.stdout
+    assert (
+        f"{dangling / 'task.toml'}: error: is a symlink to gone.toml, which does not exist"
+    ) in proc.stdout
     inside = write_task(tmp_path, "inside")
     (inside / "task.toml").rename(inside / "real.toml")
     (inside / "task.toml").symlink_to("real.toml")
@@ -359,7 +388,9 @@ def test_symlinked_tests_folder(tmp_path: Path) -> None:
     assert proc.stdout.splitlines() == [
         f"{task / 'tests'}: error: is a symlink (to {link}): cairn uploads this folder into "
         "the sandbox without following links, so the sandbox would get the link, not the "
-        "files; make it a real folder [invalid-task-files]" for task, link in cases]
+        "files; make it a real folder [invalid-task-files]"
+        for task, link in cases
+    ]
 
 
 def test_links_inside_uploaded_folders_that_leave_them_are_errors(tmp_path: Path) -> None:
@@ -378,13 +409,17 @@ def test_links_inside_uploaded_folders_that_leave_them_are_errors(tmp_path: Path
     proc = cairn("tasks", "check", "-e", "none", str(task))
     no_traceback(proc)
     assert proc.returncode == 1, proc.stdout
-    leaves = (f"{a_tests / 'test.sh'}: error: is a symlink to ../../b/tests/test.sh, which "
-              "leaves steps/a/tests/: cairn uploads links as links, so in the sandbox it "
-              "points at nothing; copy the file into steps/a/tests/ (or link to one inside it)")
+    leaves = (
+        f"{a_tests / 'test.sh'}: error: is a symlink to ../../b/tests/test.sh, which "
+        "leaves steps/a/tests/: cairn uploads links as links, so in the sandbox it "
+        "points at nothing; copy the file into steps/a/tests/ (or link to one inside it)"
+    )
     assert leaves in proc.stdout
     assert "run.sh" not in proc.stdout
-    absolute = (f"{task / 'steps' / 'b' / 'tests' / 'py'}: warning: is a symlink to "
-                "/usr/bin/python3: it is uploaded as a link")
+    absolute = (
+        f"{task / 'steps' / 'b' / 'tests' / 'py'}: warning: is a symlink to "
+        "/usr/bin/python3: it is uploaded as a link"
+    )
     assert absolute in proc.stdout
 
 
@@ -398,11 +433,14 @@ def test_symlinked_environment_folder(tmp_path: Path) -> None:
     shutil.rmtree(outside / "environment")
     (outside / "environment").symlink_to(other / "environment")
     errors = [f for f in check_task(outside) if f.is_error]
-    assert [(f.path, f.text) for f in errors] == [(
-        outside / "environment",
-        f"is a symlink to {other / 'environment'}, outside the task folder: a task must hold "
-        "its own files (its content hash and copies keep the link, not what it points to); "
-        "copy them in")]
+    assert [(f.path, f.text) for f in errors] == [
+        (
+            outside / "environment",
+            f"is a symlink to {other / 'environment'}, outside the task folder: a task must hold "
+            "its own files (its content hash and copies keep the link, not what it points to); "
+            "copy them in",
+        )
+    ]
 
 
 def test_dangling_tests_folder_link_is_not_reported_as_missing_test(tmp_path: Path) -> None:
@@ -411,4 +449,5 @@ def test_dangling_tests_folder_link_is_not_reported_as_missing_test(tmp_path: Pa
     (task / "tests").symlink_to("/nonexistent-cairn-tests")
     errors = [f for f in check_task(task) if f.is_error]
     assert [(f.path, f.text.split(":")[0]) for f in errors] == [
-        (task / "tests", "is a symlink (to /nonexistent-cairn-tests)")]
+        (task / "tests", "is a symlink (to /nonexistent-cairn-tests)")
+    ]

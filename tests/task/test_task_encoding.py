@@ -23,8 +23,10 @@ def _errors(root: Path) -> list[str]:
 def test_latin1_instruction_is_an_error_with_offset_and_line(tmp_path):
     root = write_task(tmp_path, "latin")
     (root / "instruction.md").write_bytes(b"Fix the bug.\nPrix: 10 \xe9uros\n")
-    assert _errors(root) == [f"{root / 'instruction.md'}:2: error: not valid UTF-8: byte 22 "
-                             "(line 2) is 0xe9; save the file as UTF-8"]
+    assert _errors(root) == [
+        f"{root / 'instruction.md'}:2: error: not valid UTF-8: byte 22 "
+        "(line 2) is 0xe9; save the file as UTF-8"
+    ]
     with pytest.raises(TaskFormatError, match=r"invalid task .*latin: 1 error"):
         load_task(root)
 
@@ -32,14 +34,18 @@ def test_latin1_instruction_is_an_error_with_offset_and_line(tmp_path):
 def test_latin1_step_instruction_task_toml_and_task_md(tmp_path):
     multi = write_task(tmp_path, "multi", steps=[StepSpec("one"), StepSpec("two")])
     (multi / "steps" / "two" / "instruction.md").write_bytes(b"\xff")
-    assert _errors(multi) == [f"{multi / 'steps/two/instruction.md'}:1: error: not valid "
-                              "UTF-8: byte 0 (line 1) is 0xff; save the file as UTF-8"]
+    assert _errors(multi) == [
+        f"{multi / 'steps/two/instruction.md'}:1: error: not valid "
+        "UTF-8: byte 0 (line 1) is 0xff; save the file as UTF-8"
+    ]
     toml = write_task(tmp_path, "toml")
     data = (toml / "task.toml").read_bytes()
-    (toml / "task.toml").write_bytes(data + b'# caf\xe9\n')
+    (toml / "task.toml").write_bytes(data + b"# caf\xe9\n")
     line = data.count(b"\n") + 1
-    assert _errors(toml) == [f"{toml / 'task.toml'}:{line}: error: not valid UTF-8: byte "
-                             f"{len(data) + 5} (line {line}) is 0xe9; save the file as UTF-8"]
+    assert _errors(toml) == [
+        f"{toml / 'task.toml'}:{line}: error: not valid UTF-8: byte "
+        f"{len(data) + 5} (line {line}) is 0xe9; save the file as UTF-8"
+    ]
     md = tmp_path / "md"
     md.mkdir()
     (md / "task.md").write_bytes(b'+++\n[task]\nname = "x"\n+++\nDo \xe0 thing.\n')
@@ -48,7 +54,8 @@ def test_latin1_step_instruction_task_toml_and_task_md(tmp_path):
     (md / "environment").mkdir()
     (md / "environment" / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     assert [e.split(": error: ")[1] for e in _errors(md)] == [
-        "not valid UTF-8: byte 29 (line 5) is 0xe0; save the file as UTF-8"]
+        "not valid UTF-8: byte 29 (line 5) is 0xe0; save the file as UTF-8"
+    ]
 
 
 def test_bom_and_crlf_are_accepted_and_the_agent_gets_clean_text(tmp_path):
@@ -76,11 +83,34 @@ def test_a_non_utf8_task_is_a_config_error_and_its_sibling_runs(tmp_path):
     (bad / "instruction.md").write_bytes(b"r\xe9sum\xe9\n")
     write_task(ds, "good")
     tests = Path(__file__).resolve().parents[1]
-    env = {"PYTHONPATH": f"{SRC.parent}:{tests}:{tests / 'helpers'}", "PATH": "/usr/bin:/bin",
-           "LC_ALL": "C", "LANG": "C"}
-    proc = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(ds), "-e", "local",
-                           "--jobs-dir", "jobs", "--job-name", "enc"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=300, check=False)
+    env = {
+        "PYTHONPATH": f"{SRC.parent}:{tests}:{tests / 'helpers'}",
+        "PATH": "/usr/bin:/bin",
+        "LC_ALL": "C",
+        "LANG": "C",
+    }
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(ds),
+            "-e",
+            "local",
+            "--jobs-dir",
+            "jobs",
+            "--job-name",
+            "enc",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
     results = {}
@@ -106,8 +136,11 @@ def _text_io_without_encoding(tree: ast.AST) -> list[int]:
             if "encoding" not in kws and len(node.args) <= n_pos:
                 bad.append(node.lineno)
         elif name == "open" and isinstance(f, ast.Name):
-            mode = node.args[1] if len(node.args) > 1 else next(
-                (k.value for k in node.keywords if k.arg == "mode"), None)
+            mode = (
+                node.args[1]
+                if len(node.args) > 1
+                else next((k.value for k in node.keywords if k.arg == "mode"), None)
+            )
             binary = isinstance(mode, ast.Constant) and "b" in str(mode.value)
             if not binary and "encoding" not in kws:
                 bad.append(node.lineno)

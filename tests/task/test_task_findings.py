@@ -35,8 +35,9 @@ NET = '[environment]\nnetwork_mode = "no-network"\n'
 
 # -- TOML and types -------------------------------------------------------------------------------
 
+
 def test_invalid_toml_reports_line_and_column(single_step):
-    task_dir = single_step(toml='[agent]\ntimeout_sec = = 3\n')
+    task_dir = single_step(toml="[agent]\ntimeout_sec = = 3\n")
     e = only(check_task(task_dir))
     assert e.path == task_dir / "task.toml" and e.line == 2
     assert "line 2" in e.text and "column" in e.text
@@ -47,19 +48,22 @@ def test_task_toml_not_utf8_is_an_error(single_step):
     assert "UTF-8" in e.text
 
 
-@pytest.mark.parametrize("toml, key", [
-    ('[agent]\ntimeout_sec = "300"\n' + NET, "agent.timeout_sec"),
-    ('[environment]\nmemory_mb = 1.5\n', "environment.memory_mb"),
-    ('[environment]\nnetwork_mode = "wifi"\n', "environment.network_mode"),
-    ('[environment]\ncpus = true\n', "environment.cpus"),
-    ('multi_step_reward_strategy = "max"\n' + NET, "multi_step_reward_strategy"),
-    ('artifacts = [3]\n' + NET, "artifacts[0]"),
-    ('[verifier.env]\nPORT = 8080\n' + NET, "verifier.env.PORT"),
-    ('[environment.healthcheck]\ncommand = "true"\nretries = "3"\n', "environment.healthcheck.retries"),
-    ('[agent]\ntimeout_sec = nan\n' + NET, "agent.timeout_sec"),
-    ('[agent]\ntimeout_sec = -1\n' + NET, "agent.timeout_sec"),
-    ('[task]\nauthors = ["me"]\n' + NET, "task.authors[0]"),
-])
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ('[agent]\ntimeout_sec = "300"\n' + NET, "agent.timeout_sec"),
+        ("[environment]\nmemory_mb = 1.5\n", "environment.memory_mb"),
+        ('[environment]\nnetwork_mode = "wifi"\n', "environment.network_mode"),
+        ("[environment]\ncpus = true\n", "environment.cpus"),
+        ('multi_step_reward_strategy = "max"\n' + NET, "multi_step_reward_strategy"),
+        ("artifacts = [3]\n" + NET, "artifacts[0]"),
+        ("[verifier.env]\nPORT = 8080\n" + NET, "verifier.env.PORT"),
+        ('[environment.healthcheck]\ncommand = "true"\nretries = "3"\n', "environment.healthcheck.retries"),
+        ("[agent]\ntimeout_sec = nan\n" + NET, "agent.timeout_sec"),
+        ("[agent]\ntimeout_sec = -1\n" + NET, "agent.timeout_sec"),
+        ('[task]\nauthors = ["me"]\n' + NET, "task.authors[0]"),
+    ],
+)
 def test_key_of_wrong_type_is_an_error_at_its_line(single_step, toml, key):
     task_dir = single_step(toml=toml)
     e = only(check_task(task_dir))
@@ -69,13 +73,14 @@ def test_key_of_wrong_type_is_an_error_at_its_line(single_step, toml, key):
 
 
 def test_missing_required_key_is_an_error(single_step):
-    task_dir = single_step(toml='[environment.healthcheck]\ninterval_sec = 1\n')
+    task_dir = single_step(toml="[environment.healthcheck]\ninterval_sec = 1\n")
     e = only(check_task(task_dir))
     assert "environment.healthcheck.command" in e.text
     assert e.line == line_of(task_dir / "task.toml", "[environment.healthcheck]")
 
 
 # -- files --------------------------------------------------------------------------------------
+
 
 def test_single_step_without_instruction(single_step):
     task_dir = single_step(drop=("instruction.md",))
@@ -122,23 +127,31 @@ def test_no_environment_definition(single_step):
 @pytest.mark.parametrize("how", ["image", "compose"])
 def test_docker_image_or_compose_is_an_environment_definition(single_step, how):
     if how == "image":
-        task_dir = single_step(toml='[environment]\ndocker_image = "debian:bookworm-slim"\n',
-                               drop=("environment/Dockerfile",))
+        task_dir = single_step(
+            toml='[environment]\ndocker_image = "debian:bookworm-slim"\n', drop=("environment/Dockerfile",)
+        )
     else:
-        task_dir = single_step(extra={"environment/docker-compose.yaml":
-                                      "services:\n  main:\n    image: debian:bookworm-slim\n"},
-                               drop=("environment/Dockerfile",))
+        task_dir = single_step(
+            extra={
+                "environment/docker-compose.yaml": "services:\n  main:\n    image: debian:bookworm-slim\n"
+            },
+            drop=("environment/Dockerfile",),
+        )
     assert check_task(task_dir) == []
 
 
 # -- artifacts ------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("entry, words", [
-    ('"app/out.txt"', "absolute"),
-    ('"/app/../etc/passwd"', ".."),
-    ('{ source = "/app/out.txt", destination = "/abs" }', "destination"),
-    ('{ source = "/app/out.txt", destination = "a/../../b" }', "destination"),
-])
+
+@pytest.mark.parametrize(
+    "entry, words",
+    [
+        ('"app/out.txt"', "absolute"),
+        ('"/app/../etc/passwd"', ".."),
+        ('{ source = "/app/out.txt", destination = "/abs" }', "destination"),
+        ('{ source = "/app/out.txt", destination = "a/../../b" }', "destination"),
+    ],
+)
 def test_bad_artifact_paths(single_step, entry, words):
     task_dir = single_step(toml=f"artifacts = [\n  {entry},\n]\n" + NET)
     e = only(check_task(task_dir))
@@ -148,21 +161,23 @@ def test_bad_artifact_paths(single_step, entry, words):
 def test_duplicate_artifact_destinations(two_step):
     toml = TWO_STEP_TOML.replace(
         'name = "append"',
-        'name = "append"\nartifacts = [{ source = "/tmp/x/out.txt", destination = "app/out.txt" }]')
+        'name = "append"\nartifacts = [{ source = "/tmp/x/out.txt", destination = "app/out.txt" }]',
+    )
     toml = 'artifacts = ["/app/out.txt", "/srv/a.log"]\n' + toml
     task_dir = two_step(toml)
     e = only(check_task(task_dir))
     assert "app/out.txt" in e.text
     assert e.line == line_of(task_dir / "task.toml", "/tmp/x/out.txt")
-    task_dir2 = two_step('artifacts = ["/a", { source = "/b", destination = "a" }]\n'
-                         + TWO_STEP_TOML, name="dup2")
+    task_dir2 = two_step(
+        'artifacts = ["/a", { source = "/b", destination = "a" }]\n' + TWO_STEP_TOML, name="dup2"
+    )
     assert "'a'" in only(check_task(task_dir2)).text
 
 
 # -- env templates, os, network -------------------------------------------------------------------
 
-@pytest.mark.parametrize("table", ["environment.env", "verifier.env", "solution.env",
-                                   "steps.verifier.env"])
+
+@pytest.mark.parametrize("table", ["environment.env", "verifier.env", "solution.env", "steps.verifier.env"])
 def test_embedded_template_in_every_env_table(two_step, table):
     if table == "steps.verifier.env":
         toml = TWO_STEP_TOML + '[steps.verifier.env]\nURL = "http://${HOST}/x"\n'
@@ -180,8 +195,10 @@ def test_other_non_whole_templates_are_refused(single_step, value):
 
 
 def test_literal_and_whole_templates_are_valid(single_step):
-    toml = ('[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n'
-            'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n')
+    toml = (
+        '[environment.env]\nA = "plain $HOME"\nB = "${B}"\nC = "${C:-}"\n'
+        'D = "${D:-a b}"\n[environment]\nnetwork_mode = "no-network"\n'
+    )
     toml = toml.replace('[environment]\nnetwork_mode = "no-network"\n', "")
     assert check_task(single_step(toml=toml)) == []
 
@@ -195,40 +212,48 @@ def test_os_other_than_linux(single_step):
 def test_allowed_hosts_needs_allowlist(single_step):
     e = only(check_task(single_step(toml='[environment]\nallowed_hosts = ["pypi.org"]\n')))
     assert "allowlist" in e.text and e.line == 2
-    ok = single_step(name="ok", toml='[environment]\nnetwork_mode = "allowlist"\n'
-                                     'allowed_hosts = ["pypi.org"]\n')
+    ok = single_step(
+        name="ok", toml='[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n'
+    )
     assert check_task(ok) == []
 
 
 # -- unknown keys ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("toml, key", [
-    ("colour = 1\n" + NET, "colour"),
-    ('[task]\nnmae = "x"\n' + NET, "nmae"),
-    ('[agent]\ntimeout = 3\n' + NET, "timeout"),
-    ('[verifier]\nenv_mode = "x"\n' + NET, "env_mode"),
-    ('[solution]\nenvs = {}\n' + NET, "envs"),
-    ('[environment]\ncpu = 2\n', "cpu"),
-    ('[environment.healthcheck]\ncommand = "true"\ninterval = 3\n', "interval"),
-    ('[verifier.environment]\nmemroy_mb = 3\n' + NET, "memroy_mb"),
-    ('artifacts = [{ source = "/a", dest = "b" }]\n' + NET, "dest"),
-    ('[[task.authors]]\nname = "me"\nmail = "x"\n' + NET, "mail"),
-])
+
+@pytest.mark.parametrize(
+    "toml, key",
+    [
+        ("colour = 1\n" + NET, "colour"),
+        ('[task]\nnmae = "x"\n' + NET, "nmae"),
+        ("[agent]\ntimeout = 3\n" + NET, "timeout"),
+        ('[verifier]\nenv_mode = "x"\n' + NET, "env_mode"),
+        ("[solution]\nenvs = {}\n" + NET, "envs"),
+        ("[environment]\ncpu = 2\n", "cpu"),
+        ('[environment.healthcheck]\ncommand = "true"\ninterval = 3\n', "interval"),
+        ("[verifier.environment]\nmemroy_mb = 3\n" + NET, "memroy_mb"),
+        ('artifacts = [{ source = "/a", dest = "b" }]\n' + NET, "dest"),
+        ('[[task.authors]]\nname = "me"\nmail = "x"\n' + NET, "mail"),
+    ],
+)
 def test_unknown_keys_warn_at_every_level(single_step, toml, key):
     task_dir = single_step(toml=toml)
     w = only(check_task(task_dir), "warning")
     assert f"`{key}`" in w.text
-    assert w.line == line_of(task_dir / "task.toml", f"{key} =") if f"{key} =" in toml \
-        else w.line is not None
+    assert w.line == line_of(task_dir / "task.toml", f"{key} =") if f"{key} =" in toml else w.line is not None
 
 
-@pytest.mark.parametrize("where, key", [
-    ("entry", "min_rewrd"), ("agent", "timeout"), ("verifier", "timeout"),
-    ("healthcheck", "cmd")])
+@pytest.mark.parametrize(
+    "where, key",
+    [("entry", "min_rewrd"), ("agent", "timeout"), ("verifier", "timeout"), ("healthcheck", "cmd")],
+)
 def test_unknown_keys_in_steps_tables(two_step, where, key):
-    extra = {"entry": f"{key} = 1\n", "agent": f"[steps.agent]\n{key} = 1\n",
-             "verifier": f"[steps.verifier]\n{key} = 1\n",
-             "healthcheck": f'[steps.healthcheck]\ncommand = "true"\n{key} = 1\n'}[where]
+    extra = {
+        "entry": f"{key} = 1\n",
+        "agent": f"[steps.agent]\n{key} = 1\n",
+        "verifier": f"[steps.verifier]\n{key} = 1\n",
+        "healthcheck": f'[steps.healthcheck]\ncommand = "true"\n{key} = 1\n',
+    }[where]
     task_dir = two_step(TWO_STEP_TOML + extra)
     w = only(check_task(task_dir), "warning")
     assert f"`{key}`" in w.text
@@ -236,18 +261,21 @@ def test_unknown_keys_in_steps_tables(two_step, where, key):
 
 
 def test_free_tables_are_not_checked_for_unknown_keys(two_step):
-    toml = ('multi_step_reward_strategy = "mean"\n'
-            '[metadata]\nanything = { goes = [1, "x"] }\n'
-            '[environment.env]\nWHATEVER = "1"\n'
-            '[environment]\nnetwork_mode = "no-network"\n'
-            'mcp_servers = [{ name = "fs", command = "x", weird = true }]\n'
-            + TWO_STEP_TOML.replace('[environment]\nnetwork_mode = "no-network"\n', "")
-            .replace('multi_step_reward_strategy = "final"\n', "")
-            .replace("min_reward = 1.0", "min_reward = { any_key = 0.5 }"))
+    toml = (
+        'multi_step_reward_strategy = "mean"\n'
+        '[metadata]\nanything = { goes = [1, "x"] }\n'
+        '[environment.env]\nWHATEVER = "1"\n'
+        '[environment]\nnetwork_mode = "no-network"\n'
+        'mcp_servers = [{ name = "fs", command = "x", weird = true }]\n'
+        + TWO_STEP_TOML.replace('[environment]\nnetwork_mode = "no-network"\n', "")
+        .replace('multi_step_reward_strategy = "final"\n', "")
+        .replace("min_reward = 1.0", "min_reward = { any_key = 0.5 }")
+    )
     assert check_task(two_step(toml)) == []
 
 
 # -- multi-step warnings --------------------------------------------------------------------------
+
 
 def test_root_instruction_in_multi_step_task_warns(two_step):
     task_dir = two_step(extra={"instruction.md": "ignored\n"})
@@ -255,17 +283,20 @@ def test_root_instruction_in_multi_step_task_warns(two_step):
     assert w.path == task_dir / "instruction.md" and "not used" in w.text
 
 
-@pytest.mark.parametrize("line, warns", [
-    ("FROM ubuntu", True),
-    ("FROM ubuntu:latest", True),
-    ("FROM registry.local:5000/img", True),
-    ("FROM --platform=linux/amd64 ubuntu:latest AS build", True),
-    ("FROM debian:bookworm-slim", False),
-    ("FROM registry.local:5000/img:1.2", False),
-    ("FROM python@sha256:" + "a" * 64, False),
-    ("FROM scratch", False),
-    ("FROM ${BASE}", False),
-])
+@pytest.mark.parametrize(
+    "line, warns",
+    [
+        ("FROM ubuntu", True),
+        ("FROM ubuntu:latest", True),
+        ("FROM registry.local:5000/img", True),
+        ("FROM --platform=linux/amd64 ubuntu:latest AS build", True),
+        ("FROM debian:bookworm-slim", False),
+        ("FROM registry.local:5000/img:1.2", False),
+        ("FROM python@sha256:" + "a" * 64, False),
+        ("FROM scratch", False),
+        ("FROM ${BASE}", False),
+    ],
+)
 def test_dockerfile_from_without_tag_or_latest(single_step, line, warns):
     task_dir = single_step(extra={"environment/Dockerfile": f"# base\n{line}\nWORKDIR /app\n"})
     found = check_task(task_dir)
@@ -281,9 +312,16 @@ def test_from_an_earlier_stage_does_not_warn(single_step):
     assert check_task(single_step(extra={"environment/Dockerfile": text})) == []
 
 
-@pytest.mark.parametrize("rel", ["steps/write/tests/test.sh", "steps/append/solution/solve.sh",
-                                 "steps/write/workdir/setup.sh", "tests/test.sh",
-                                 "solution/solve.sh"])
+@pytest.mark.parametrize(
+    "rel",
+    [
+        "steps/write/tests/test.sh",
+        "steps/append/solution/solve.sh",
+        "steps/write/workdir/setup.sh",
+        "tests/test.sh",
+        "solution/solve.sh",
+    ],
+)
 def test_crlf_scripts_warn(two_step, rel):
     task_dir = two_step(extra={rel: b"#!/bin/bash\r\necho 1 > /logs/verifier/reward.txt\r\n"})
     w = only(check_task(task_dir), "warning")
@@ -298,24 +336,28 @@ def test_set_e_test_warns_with_the_set_line(single_step):
     assert [f.severity for f in check_task(task_dir, strict=True)] == ["error"]
 
 
-@pytest.mark.parametrize("script, line", [
-    ("set -e\npytest\necho 1 > /logs/verifier/reward.txt\n", 1),
-    ("#!/bin/bash -e\npytest\necho 1 > /logs/verifier/reward.txt\n", 1),
-    ("set -o errexit\nrun_checks\n", 1),
-    ("set -x\nset -e\npython3 /tests/grade.py\n", 2),
-    ("set -e\ntrap 'echo 0 > /logs/verifier/reward.txt' EXIT\npytest\n", None),
-    ("set -e\nsetup\nset +e\npytest\necho $? > /logs/verifier/reward.txt\n", None),
-    ("pytest\necho 1 > /logs/verifier/reward.txt\n", None),
-    ("set -u\nset -o pipefail\necho 1 > /logs/verifier/reward.txt\n", None),
-    ("# set -e\necho 1 > /logs/verifier/reward.txt\n", None),
-])
+@pytest.mark.parametrize(
+    "script, line",
+    [
+        ("set -e\npytest\necho 1 > /logs/verifier/reward.txt\n", 1),
+        ("#!/bin/bash -e\npytest\necho 1 > /logs/verifier/reward.txt\n", 1),
+        ("set -o errexit\nrun_checks\n", 1),
+        ("set -x\nset -e\npython3 /tests/grade.py\n", 2),
+        ("set -e\ntrap 'echo 0 > /logs/verifier/reward.txt' EXIT\npytest\n", None),
+        ("set -e\nsetup\nset +e\npytest\necho $? > /logs/verifier/reward.txt\n", None),
+        ("pytest\necho 1 > /logs/verifier/reward.txt\n", None),
+        ("set -u\nset -o pipefail\necho 1 > /logs/verifier/reward.txt\n", None),
+        ("# set -e\necho 1 > /logs/verifier/reward.txt\n", None),
+    ],
+)
 def test_set_e_heuristic(script, line):
     assert set_e_risk(script) == line
 
 
 def test_strict_turns_every_warning_into_an_error(two_step):
-    task_dir = two_step(extra={"instruction.md": "x", "steps/extra/x": "",
-                               "environment/Dockerfile": "FROM ubuntu\n"})
+    task_dir = two_step(
+        extra={"instruction.md": "x", "steps/extra/x": "", "environment/Dockerfile": "FROM ubuntu\n"}
+    )
     found = check_task(task_dir)
     assert [f.severity for f in found] == ["warning"] * 3
     assert [f.severity for f in check_task(task_dir, strict=True)] == ["error"] * 3

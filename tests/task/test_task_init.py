@@ -37,9 +37,16 @@ def test_multi_step_skeleton_passes_strict_check(tmp_path):
     assert all(s.solve_sh is not None and s.min_reward == 1.0 for s in task.steps)
 
 
-@pytest.mark.parametrize("name, steps", [
-    ("bad name", []), ("../x", []), ("ok", ["a", "a"]), ("ok", ["a/b"]), ("ok", [".."]),
-])
+@pytest.mark.parametrize(
+    "name, steps",
+    [
+        ("bad name", []),
+        ("../x", []),
+        ("ok", ["a", "a"]),
+        ("ok", ["a/b"]),
+        ("ok", [".."]),
+    ],
+)
 def test_invalid_names_are_usage_errors(tmp_path, name, steps):
     with pytest.raises(UsageError, match=r"invalid (task|step) name|duplicate step name"):
         init_task(name, steps, tmp_path)
@@ -55,6 +62,7 @@ def test_refuses_a_non_empty_target(tmp_path):
 
 # -- the skeleton really runs: oracle → 1 per step, nop → 0 (plain Docker, no trial engine) ----------
 
+
 def _tar_of(folder: Path, arcname: str) -> bytes:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -67,11 +75,12 @@ class _Box:
 
     def __init__(self, client, task_dir: Path, tag: str) -> None:
         self.client = client
-        self.image, _ = client.images.build(path=str(task_dir / "environment"), tag=tag,
-                                            labels={"cairn.test": "task-init"}, rm=True)
+        self.image, _ = client.images.build(
+            path=str(task_dir / "environment"), tag=tag, labels={"cairn.test": "task-init"}, rm=True
+        )
         self.container = client.containers.run(
-            tag, ["sleep", "infinity"], detach=True, network_disabled=True,
-            labels={"cairn.test": "task-init"})
+            tag, ["sleep", "infinity"], detach=True, network_disabled=True, labels={"cairn.test": "task-init"}
+        )
 
     def sh(self, cmd: str) -> tuple[int, str]:
         code, out = self.container.exec_run(["bash", "-c", cmd])

@@ -41,6 +41,7 @@ def warnings(findings: list[Finding]) -> list[Finding]:
 
 # -- acceptance: the two-step task ---------------------------------------------------------------
 
+
 def test_two_step_task_validates_clean(two_step):
     task_dir = two_step()
     assert check_task(task_dir) == []
@@ -111,8 +112,9 @@ def test_duplicate_step_name_is_an_error(two_step):
 
 
 def test_misspelled_environment_key_warns_with_key_and_line(two_step):
-    toml = TWO_STEP_TOML.replace('network_mode = "no-network"',
-                                 'network_mode = "no-network"\nmemroy_mb = 512')
+    toml = TWO_STEP_TOML.replace(
+        'network_mode = "no-network"', 'network_mode = "no-network"\nmemroy_mb = 512'
+    )
     task_dir = two_step(toml)
     [w] = check_task(task_dir)
     assert w.severity == "warning"
@@ -138,8 +140,7 @@ def test_min_reward_table_of_numbers_is_valid(two_step):
 
 
 def test_min_reward_table_with_a_string_is_an_error_at_its_line(two_step):
-    toml = TWO_STEP_TOML.replace("min_reward = 1.0",
-                                 'min_reward = { safety = 1, style = "x" }')
+    toml = TWO_STEP_TOML.replace("min_reward = 1.0", 'min_reward = { safety = 1, style = "x" }')
     task_dir = two_step(toml)
     [e] = check_task(task_dir)
     assert "min_reward.style" in e.text
@@ -164,8 +165,7 @@ def test_agent_timeout_defaults_to_3600_when_unset(two_step):
 
 
 def test_step_verifier_timeout_falls_back_to_task_level(two_step):
-    toml = TWO_STEP_TOML.replace('name = "append"',
-                                 'name = "append"\n[steps.verifier]\ntimeout_sec = 5')
+    toml = TWO_STEP_TOML.replace('name = "append"', 'name = "append"\n[steps.verifier]\ntimeout_sec = 5')
     task = load_task(two_step(toml))
     assert [s.verifier_timeout_sec for s in task.steps] == [60.0, 5.0]
     no_task_level = toml.replace("[verifier]\ntimeout_sec = 60\n", "")
@@ -174,6 +174,7 @@ def test_step_verifier_timeout_falls_back_to_task_level(two_step):
 
 
 # -- resolution of steps ------------------------------------------------------------------------
+
 
 def test_step_fallbacks_users_env_mode_and_files(two_step):
     toml = """\
@@ -207,12 +208,15 @@ env = { B = "step", C = "step" }
 [[steps]]
 name = "append"
 """
-    task_dir = two_step(toml, extra={
-        "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
-        "tests/helper.py": "",
-        "solution/solve.sh": "true\n",
-        "steps/write/workdir/setup.sh": "true\n",
-    })
+    task_dir = two_step(
+        toml,
+        extra={
+            "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
+            "tests/helper.py": "",
+            "solution/solve.sh": "true\n",
+            "steps/write/workdir/setup.sh": "true\n",
+        },
+    )
     shutil.rmtree(task_dir / "steps/append/tests")
     shutil.rmtree(task_dir / "steps/append/solution")
     assert check_task(task_dir) == []
@@ -247,15 +251,18 @@ def test_separate_verifier_mode_falls_back_to_task_level(two_step):
     toml = TWO_STEP_TOML.replace(
         "[verifier]\ntimeout_sec = 60\n",
         '[verifier]\ntimeout_sec = 60\nenvironment_mode = "separate"\n'
-        '[verifier.environment]\ndocker_image = "debian:bookworm-slim"\n')
+        '[verifier.environment]\ndocker_image = "debian:bookworm-slim"\n',
+    )
     task = load_task(two_step(toml))
     assert [s.verifier_mode for s in task.steps] == ["separate", "separate"]
     assert task.steps[1].verifier_environment.docker_image == "debian:bookworm-slim"
 
 
 def test_single_step_task_is_one_step_named_main(single_step):
-    task_dir = single_step(toml='[task]\nname = "org/one"\n[agent]\ntimeout_sec = 20\n'
-                                '[environment]\nnetwork_mode = "no-network"\n')
+    task_dir = single_step(
+        toml='[task]\nname = "org/one"\n[agent]\ntimeout_sec = 20\n'
+        '[environment]\nnetwork_mode = "no-network"\n'
+    )
     assert check_task(task_dir) == []
     task = load_task(task_dir)
     assert task.name == "org/one" and task.slug == "org-one" and not task.multi_step
@@ -291,12 +298,16 @@ def test_load_task_of_a_folder_without_task_toml_raises(tmp_path):
 
 # -- task.md ------------------------------------------------------------------------------------
 
+
 def test_task_md_with_toml_front_matter(tmp_path):
-    root = write_files(tmp_path / "md", {
-        "task.md": '+++\n[agent]\ntimeout_sec = 12\n[environment]\ndocker_image = '
-                   '"debian:bookworm-slim"\nmemroy_mb = 3\n+++\nWrite the file.\n',
-        "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
-    })
+    root = write_files(
+        tmp_path / "md",
+        {
+            "task.md": "+++\n[agent]\ntimeout_sec = 12\n[environment]\ndocker_image = "
+            '"debian:bookworm-slim"\nmemroy_mb = 3\n+++\nWrite the file.\n',
+            "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
+        },
+    )
     [w] = check_task(root)
     assert w.path == root / "task.md" and w.line == 6 and "memroy_mb" in w.text
     task = load_task(root)
@@ -305,15 +316,19 @@ def test_task_md_with_toml_front_matter(tmp_path):
 
 
 def test_task_md_with_yaml_front_matter(tmp_path):
-    root = write_files(tmp_path / "md", {
-        "task.md": "---\nagent:\n  timeout_sec: 12\nenvironment:\n  docker_image: x:1\n"
-                   "  cpus: many\n---\nDo it.\n",
-        "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
-    })
+    root = write_files(
+        tmp_path / "md",
+        {
+            "task.md": "---\nagent:\n  timeout_sec: 12\nenvironment:\n  docker_image: x:1\n"
+            "  cpus: many\n---\nDo it.\n",
+            "tests/test.sh": "echo 1 > /logs/verifier/reward.txt\n",
+        },
+    )
     [e] = check_task(root)
     assert e.severity == "error" and "environment.cpus" in e.text and e.line == 6
-    (root / "task.md").write_text("---\nagent:\n  timeout_sec: 12\nenvironment:\n"
-                                  "  docker_image: x:1\n---\nDo it.\n")
+    (root / "task.md").write_text(
+        "---\nagent:\n  timeout_sec: 12\nenvironment:\n  docker_image: x:1\n---\nDo it.\n"
+    )
     assert load_task(root).steps[0].instruction == "Do it.\n"
 
 
@@ -329,6 +344,7 @@ def test_task_md_without_front_matter_is_an_error(tmp_path):
 
 
 # -- datasets -----------------------------------------------------------------------------------
+
 
 def test_find_tasks_tells_a_task_from_a_dataset(tmp_path, single_step):
     a = single_step(name="b-task")

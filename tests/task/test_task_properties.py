@@ -25,8 +25,7 @@ from cairn.task.keylines import toml_key_lines
 from cairn.task.load import check_task, load_task
 from cairn.task.model import STEP_NAME_RE, Task
 
-SETTINGS = settings(max_examples=150, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- a small TOML writer ----------------------------------------------------------------------------
 
@@ -92,8 +91,7 @@ def dump_toml(doc: dict[str, Any], seed: int) -> str:
         for k, v in d.items():
             if isinstance(v, dict) and rnd.random() < 0.6:
                 tables.append((k, v))
-            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v) \
-                    and rnd.random() < 0.6:
+            elif isinstance(v, list) and v and all(isinstance(x, dict) for x in v) and rnd.random() < 0.6:
                 arrays.append((k, v))
             else:
                 simple.append((k, v))
@@ -115,79 +113,134 @@ def dump_toml(doc: dict[str, Any], seed: int) -> str:
 
 _text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 _scalars = st.one_of(
-    st.booleans(), st.integers(-(2**63), 2**63 - 1), st.floats(allow_nan=True), _text,
-    st.sampled_from(["${KEY}", "Bearer ${KEY}", "${K:-d}", "/app/x", "../x", "", "linux",
-                     "no-network", "allowlist", "mean", "final", "shared", "separate"]),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1),
+    st.floats(allow_nan=True),
+    _text,
+    st.sampled_from(
+        [
+            "${KEY}",
+            "Bearer ${KEY}",
+            "${K:-d}",
+            "/app/x",
+            "../x",
+            "",
+            "linux",
+            "no-network",
+            "allowlist",
+            "mean",
+            "final",
+            "shared",
+            "separate",
+        ]
+    ),
     st.dates(),
 )
-_anything = st.recursive(_scalars, lambda inner: st.one_of(
-    st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)), max_leaves=12)
+_anything = st.recursive(
+    _scalars,
+    lambda inner: st.one_of(st.lists(inner, max_size=3), st.dictionaries(_text, inner, max_size=3)),
+    max_leaves=12,
+)
 _number = st.one_of(st.integers(-5, 5000), st.floats(allow_nan=True), _anything)
-_names = st.one_of(st.sampled_from(["write", "append", "a", "../x", "", "a/b", ".x", "write"]),
-                   _text)
+_names = st.one_of(st.sampled_from(["write", "append", "a", "../x", "", "a/b", ".x", "write"]), _text)
 
 
 def _opt(**fields) -> st.SearchStrategy:
     return st.fixed_dictionaries({}, optional=fields)
 
 
-_env = st.dictionaries(st.sampled_from(["A", "TOKEN", "X"]) | _text,
-                       st.sampled_from(["${KEY}", "${KEY:-x}", "Bearer ${KEY}", "lit"]) | _anything,
-                       max_size=3)
-_artifact = st.one_of(st.sampled_from(["/app/a", "app/a", "/x/../y"]) | _text,
-                      _opt(source=st.sampled_from(["/a", "b"]) | _anything,
-                           destination=st.sampled_from(["a", "/a", "x/../../y"]) | _anything,
-                           exclude=st.lists(_text, max_size=2) | _anything))
-_healthcheck = _opt(command=st.just("true") | _anything, retries=_number, interval_sec=_number,
-                    junk=_anything)
+_env = st.dictionaries(
+    st.sampled_from(["A", "TOKEN", "X"]) | _text,
+    st.sampled_from(["${KEY}", "${KEY:-x}", "Bearer ${KEY}", "lit"]) | _anything,
+    max_size=3,
+)
+_artifact = st.one_of(
+    st.sampled_from(["/app/a", "app/a", "/x/../y"]) | _text,
+    _opt(
+        source=st.sampled_from(["/a", "b"]) | _anything,
+        destination=st.sampled_from(["a", "/a", "x/../../y"]) | _anything,
+        exclude=st.lists(_text, max_size=2) | _anything,
+    ),
+)
+_healthcheck = _opt(
+    command=st.just("true") | _anything, retries=_number, interval_sec=_number, junk=_anything
+)
 _environment = _opt(
     docker_image=st.sampled_from(["debian:bookworm-slim", "x"]) | _anything,
     network_mode=st.sampled_from(["public", "no-network", "allowlist", "wifi"]) | _anything,
-    allowed_hosts=st.lists(_text, max_size=2) | _anything, allow_internet=st.booleans(),
-    os=st.sampled_from(["linux", "windows"]) | _anything, cpus=_number, memory_mb=_number,
-    env=_env, healthcheck=_healthcheck, mcp_servers=st.lists(_anything, max_size=2),
-    memroy_mb=_number)
+    allowed_hosts=st.lists(_text, max_size=2) | _anything,
+    allow_internet=st.booleans(),
+    os=st.sampled_from(["linux", "windows"]) | _anything,
+    cpus=_number,
+    memory_mb=_number,
+    env=_env,
+    healthcheck=_healthcheck,
+    mcp_servers=st.lists(_anything, max_size=2),
+    memroy_mb=_number,
+)
 _agent = _opt(timeout_sec=_number, user=st.sampled_from(["root", 1000]) | _anything)
-_verifier = _opt(timeout_sec=_number, user=_anything, env=_env,
-                 environment_mode=st.sampled_from(["shared", "separate", "x"]) | _anything,
-                 environment=_environment)
-_step = _opt(name=_names, min_reward=st.one_of(_number, st.dictionaries(_text, _number,
-                                                                          max_size=2)),
-             artifacts=st.lists(_artifact, max_size=2), agent=_agent, verifier=_verifier,
-             healthcheck=_healthcheck, setup_timeout_sec=_number, junk=_anything)
+_verifier = _opt(
+    timeout_sec=_number,
+    user=_anything,
+    env=_env,
+    environment_mode=st.sampled_from(["shared", "separate", "x"]) | _anything,
+    environment=_environment,
+)
+_step = _opt(
+    name=_names,
+    min_reward=st.one_of(_number, st.dictionaries(_text, _number, max_size=2)),
+    artifacts=st.lists(_artifact, max_size=2),
+    agent=_agent,
+    verifier=_verifier,
+    healthcheck=_healthcheck,
+    setup_timeout_sec=_number,
+    junk=_anything,
+)
 _doc = _opt(
-    schema_version=st.just("1.4") | _anything, version=_anything,
+    schema_version=st.just("1.4") | _anything,
+    version=_anything,
     multi_step_reward_strategy=st.sampled_from(["mean", "final"]) | _anything,
     artifacts=st.lists(_artifact, max_size=3) | _anything,
     task=_opt(name=_text, authors=st.lists(_opt(name=_text, mail=_text), max_size=2) | _anything),
-    metadata=st.dictionaries(_text, _anything, max_size=2), agent=_agent | _anything,
-    verifier=_verifier, solution=_opt(env=_env), environment=_environment | _anything,
+    metadata=st.dictionaries(_text, _anything, max_size=2),
+    agent=_agent | _anything,
+    verifier=_verifier,
+    solution=_opt(env=_env),
+    environment=_environment | _anything,
     steps=st.lists(_step, max_size=3) | _anything,
     extra=_anything,
 )
 _valid_number = st.integers(0, 5000) | st.floats(0, 1e6)
 _plausible = _opt(  # mostly valid documents, so that multi-step tasks also load
     multi_step_reward_strategy=st.sampled_from(["mean", "final"]),
-    agent=_opt(timeout_sec=_valid_number), verifier=_opt(timeout_sec=_valid_number,
-                                                         env=_env),
-    environment=_opt(network_mode=st.sampled_from(["public", "no-network"]),
-                     memory_mb=st.integers(0, 4096)),
-    steps=st.lists(st.fixed_dictionaries(
-        {"name": st.sampled_from(["write", "append", "check", "a.b_c-1"])},
-        optional={"min_reward": _valid_number | st.dictionaries(
-            st.sampled_from(["reward", "safety"]), _valid_number, max_size=2),
-            "agent": _opt(timeout_sec=_valid_number),
-            "verifier": _opt(timeout_sec=_valid_number)}),
-        max_size=4, unique_by=lambda e: e["name"]),
+    agent=_opt(timeout_sec=_valid_number),
+    verifier=_opt(timeout_sec=_valid_number, env=_env),
+    environment=_opt(network_mode=st.sampled_from(["public", "no-network"]), memory_mb=st.integers(0, 4096)),
+    steps=st.lists(
+        st.fixed_dictionaries(
+            {"name": st.sampled_from(["write", "append", "check", "a.b_c-1"])},
+            optional={
+                "min_reward": _valid_number
+                | st.dictionaries(st.sampled_from(["reward", "safety"]), _valid_number, max_size=2),
+                "agent": _opt(timeout_sec=_valid_number),
+                "verifier": _opt(timeout_sec=_valid_number),
+            },
+        ),
+        max_size=4,
+        unique_by=lambda e: e["name"],
+    ),
 )
 _any_doc = st.one_of(_doc, _plausible, st.dictionaries(_text, _anything, max_size=5))
 
-_layout = st.fixed_dictionaries({
-    "dockerfile": st.sampled_from([None, "FROM debian:bookworm-slim\n", "FROM x\n", "FROM\n"]),
-    "instruction": st.booleans(), "test": st.sampled_from([None, "echo 1\n", "set -e\n",
-                                                           "a\r\nb"]),
-    "step_files": st.booleans(), "seed": st.integers(0, 2**32),
-})
+_layout = st.fixed_dictionaries(
+    {
+        "dockerfile": st.sampled_from([None, "FROM debian:bookworm-slim\n", "FROM x\n", "FROM\n"]),
+        "instruction": st.booleans(),
+        "test": st.sampled_from([None, "echo 1\n", "set -e\n", "a\r\nb"]),
+        "step_files": st.booleans(),
+        "seed": st.integers(0, 2**32),
+    }
+)
 
 
 def _write(root: Path, rel: str, content: str | bytes) -> None:
@@ -238,6 +291,7 @@ def _key_paths(node: Any, prefix: tuple = ()) -> list[tuple]:
 
 # -- properties -----------------------------------------------------------------------------------
 
+
 @SETTINGS
 @given(doc=_any_doc, layout=_layout)
 def test_random_task_toml_loads_or_raises_task_format_error(doc, layout):
@@ -271,8 +325,12 @@ def test_byte_garbage_never_crashes_the_loader(data, layout):
 
 
 @SETTINGS
-@given(header=st.sampled_from(["+++", "---", ""]), body=st.text(max_size=200),
-       doc=_any_doc, seed=st.integers(0, 2**32))
+@given(
+    header=st.sampled_from(["+++", "---", ""]),
+    body=st.text(max_size=200),
+    doc=_any_doc,
+    seed=st.integers(0, 2**32),
+)
 def test_random_task_md_loads_or_raises(header, body, doc, seed):
     if header == "+++":
         text = f"+++\n{dump_toml(doc, seed)}+++\n{body}"

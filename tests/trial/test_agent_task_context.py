@@ -39,7 +39,8 @@ def test_skills_dir_refused_for_an_agent_without_skills(tmp_path):
     task = load_task(root)
     assert PlainAgent().refusal(task) == (
         "agent 'plain' takes no skills: [environment].skills_dir = '/skills' would be ignored "
-        "(cairn does not copy skills for it)")
+        "(cairn does not copy skills for it)"
+    )
     assert SkilledAgent().refusal(task) is None
     assert NopAgent().refusal(task) is None  # acts on no instruction
     r = run_trial_sync(root, PlainAgent(), "docker", tmp_path / "jobs")
@@ -48,7 +49,7 @@ def test_skills_dir_refused_for_an_agent_without_skills(tmp_path):
 
 
 def test_mcp_servers_refused_for_an_agent_without_mcp(tmp_path):
-    root = _task(tmp_path, '[[environment.mcp_servers]]\nname = "files"\n'
-                 'transport = "stdio"\ncommand = "mcp-files"\n')
-    assert "takes no MCP servers: [environment].mcp_servers (1)" in PlainAgent().refusal(
-        load_task(root))
+    root = _task(
+        tmp_path, '[[environment.mcp_servers]]\nname = "files"\ntransport = "stdio"\ncommand = "mcp-files"\n'
+    )
+    assert "takes no MCP servers: [environment].mcp_servers (1)" in PlainAgent().refusal(load_task(root))

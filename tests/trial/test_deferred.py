@@ -24,6 +24,7 @@ def _stopper(log: list[str], delay: float = 0.05):
         log.append("stop started")
         await asyncio.sleep(delay)
         log.append("stop done")
+
     return stop
 
 
@@ -99,12 +100,14 @@ def test_a_job_removes_every_container_after_writing_each_result(tmp_path):
     from cairn.plan import JobConfig
 
     name = f"defer-{uuid.uuid4().hex[:8]}"
-    task = write_task(tmp_path / "tasks", name, solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks", name, solve="touch /app/done\n", test=reward_if("test -f /app/done")
+    )
     client = docker.from_env()
     destroyed: dict[str, int] = {}
-    stream = client.events(decode=True, since=time.time() - 1,
-                           filters={"type": "container", "event": "destroy"})
+    stream = client.events(
+        decode=True, since=time.time() - 1, filters={"type": "container", "event": "destroy"}
+    )
 
     job_dir = (tmp_path / "jobs" / "job").absolute()
 
@@ -119,8 +122,16 @@ def test_a_job_removes_every_container_after_writing_each_result(tmp_path):
     th = threading.Thread(target=listen, daemon=True)
     th.start()
     try:
-        result = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
-                                   job_name="job", attempts=3, n_concurrent=3))
+        result = run_job(
+            JobConfig(
+                paths=(task,),
+                backend="docker",
+                jobs_dir=tmp_path / "jobs",
+                job_name="job",
+                attempts=3,
+                n_concurrent=3,
+            )
+        )
         assert job_resources(job_dir) == [], "the job returned with sandboxes left"
         th.join(30)
     finally:

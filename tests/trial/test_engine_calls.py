@@ -55,7 +55,7 @@ def _count_engine_calls(run) -> tuple[list[str], object]:
     for e in events:
         action = e.get("Action", "")
         if action.startswith("exec_create: "):
-            calls.append("exec: " + action[len("exec_create: "):][:120])
+            calls.append("exec: " + action[len("exec_create: ") :][:120])
         elif action == "extract-to-dir":
             calls.append("put-archive")
         elif action == "archive-path":
@@ -74,8 +74,9 @@ class _Run:
 
 def test_trivial_trial_stays_within_the_engine_call_budget(tmp_path):
     name = f"calls-{uuid.uuid4().hex[:8]}"
-    task = write_task(tmp_path / "tasks", name, solve="touch /app/done\n",
-                      test=reward_if("test -f /app/done"))
+    task = write_task(
+        tmp_path / "tasks", name, solve="touch /app/done\n", test=reward_if("test -f /app/done")
+    )
     calls, result = _count_engine_calls(_Run(task, tmp_path / "jobs"))
     assert result.reward == 1.0
     assert len(calls) <= START_EXECS + FIRST_STEP_BUDGET, "\n".join(calls)
@@ -84,11 +85,14 @@ def test_trivial_trial_stays_within_the_engine_call_budget(tmp_path):
 
 def test_two_step_trial_stays_within_the_engine_call_budget(tmp_path):
     name = f"calls2-{uuid.uuid4().hex[:8]}"
-    task = write_task(tmp_path / "tasks", name, steps=[
-        StepSpec("one", solve="echo 1 > /app/a\n", test=reward_if("test -f /app/a"),
-                 min_reward=1.0),
-        StepSpec("two", solve="echo 2 > /app/b\n", test=reward_if("test -f /app/b")),
-    ])
+    task = write_task(
+        tmp_path / "tasks",
+        name,
+        steps=[
+            StepSpec("one", solve="echo 1 > /app/a\n", test=reward_if("test -f /app/a"), min_reward=1.0),
+            StepSpec("two", solve="echo 2 > /app/b\n", test=reward_if("test -f /app/b")),
+        ],
+    )
     calls, result = _count_engine_calls(_Run(task, tmp_path / "jobs"))
     assert [s.reward for s in result.steps] == [1.0, 1.0]
     assert len(calls) <= START_EXECS + FIRST_STEP_BUDGET + LATER_STEP_BUDGET, "\n".join(calls)

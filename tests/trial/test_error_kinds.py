@@ -61,8 +61,7 @@ def test_the_table_names_every_kind():
 @pytest.mark.parametrize("kind", sorted(TABLE))
 def test_category_of_every_kind_and_condition(kind):
     conditions = [(1, False), (1, True), (2, False), (2, True)]
-    got = tuple(category_of(ErrorKind(kind), step_index=s, after_agent=a).value
-                for s, a in conditions)
+    got = tuple(category_of(ErrorKind(kind), step_index=s, after_agent=a).value for s, a in conditions)
     assert got == TABLE[kind]
 
 
@@ -120,10 +119,10 @@ class Case:
     """The trial (by task-name prefix and attempt ``name#k``) whose result is checked."""
 
 
-def _two_steps(on: int, workdir: dict[str, str], toml_extra: str = "",
-               solve1: str = "true\n") -> dict[str, Any]:
-    steps = [StepSpec("one", test=constant_reward(1), solve=solve1),
-             StepSpec("two", test=constant_reward(1))]
+def _two_steps(
+    on: int, workdir: dict[str, str], toml_extra: str = "", solve1: str = "true\n"
+) -> dict[str, Any]:
+    steps = [StepSpec("one", test=constant_reward(1), solve=solve1), StepSpec("two", test=constant_reward(1))]
     steps[on - 1].workdir = workdir
     steps[on - 1].toml_extra = toml_extra
     return {"steps": steps}
@@ -131,8 +130,10 @@ def _two_steps(on: int, workdir: dict[str, str], toml_extra: str = "",
 
 BLOCKED_DOCKERFILE = "FROM debian:bookworm-slim\nWORKDIR /app\nRUN cd / && rm -rf /app && touch /app\n"
 BREAK_WORKDIR = "cd / && rm -rf /app && touch /app\n"
-HC_FAIL = ('[steps.healthcheck]\ncommand = "test -f /nope"\ninterval_sec = 0.1\n'
-           'start_interval_sec = 0.1\nretries = 2\n')
+HC_FAIL = (
+    '[steps.healthcheck]\ncommand = "test -f /nope"\ninterval_sec = 0.1\n'
+    "start_interval_sec = 0.1\nretries = 2\n"
+)
 
 LOCAL_CASES: dict[str, Case] = {
     "reward_missing": Case({"test": "true\n"}),
@@ -140,48 +141,72 @@ LOCAL_CASES: dict[str, Case] = {
     "reward_parse_error": Case({"test": "echo 1abc > /logs/verifier/reward.txt\n"}),
     "verifier_timeout": Case({"test": "sleep 60\n", "toml_extra": "[verifier]\ntimeout_sec = 1\n"}),
     "setup_failed": Case(_two_steps(1, {"setup.sh": "echo boom >&2\nexit 3\n"}), step=1),
-    "setup_failed@2": Case(_two_steps(2, {"setup.sh": "echo boom >&2\nexit 3\n"}), step=2,
-                           category="candidate"),
+    "setup_failed@2": Case(
+        _two_steps(2, {"setup.sh": "echo boom >&2\nexit 3\n"}), step=2, category="candidate"
+    ),
     "healthcheck_failed": Case(_two_steps(1, {}, HC_FAIL), step=1),
     "healthcheck_failed@2": Case(_two_steps(2, {}, HC_FAIL), step=2, category="candidate"),
     "env_healthcheck_failed": Case({"toml_extra": ""}),  # the healthcheck is added below
     "build_failed": Case({"dockerfile": "FROM debian:bookworm-slim\nRUN echo nope-7 && exit 4\n"}),
-    "build_timeout": Case({"dockerfile": "FROM debian:bookworm-slim\nRUN sleep 60\n"},
-                          category="infra"),
-    "test_missing": Case({"steps": [StepSpec("only", test=None)],
-                          "toml_extra": '[verifier]\nenvironment_mode = "separate"\n',
-                          "files": {"tests/Dockerfile": "FROM debian:bookworm-slim\n"}}),
+    "build_timeout": Case({"dockerfile": "FROM debian:bookworm-slim\nRUN sleep 60\n"}, category="infra"),
+    "test_missing": Case(
+        {
+            "steps": [StepSpec("only", test=None)],
+            "toml_extra": '[verifier]\nenvironment_mode = "separate"\n',
+            "files": {"tests/Dockerfile": "FROM debian:bookworm-slim\n"},
+        }
+    ),
     # a step's files cannot be copied in (a folder stands where a file goes): before any
     # agent ran it is a failed transfer (infra, retried); after an agent ran, the agent may
     # have caused it (candidate: the local backend says sandbox_unusable, docker
     # transfer_failed, see DOCKER_CASES)
-    "transfer_failed": Case({"dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\nRUN touch sub\n",
-                             "steps": [StepSpec("only", workdir={"sub/in.txt": "x\n"})]},
-                            category="infra"),
-    "transfer_failed@2": Case(_two_steps(2, {"sub/in.txt": "x\n"}, solve1="touch /app/sub\n"),
-                              step=2, category="candidate"),
+    "transfer_failed": Case(
+        {
+            "dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\nRUN touch sub\n",
+            "steps": [StepSpec("only", workdir={"sub/in.txt": "x\n"})],
+        },
+        category="infra",
+    ),
+    "transfer_failed@2": Case(
+        _two_steps(2, {"sub/in.txt": "x\n"}, solve1="touch /app/sub\n"), step=2, category="candidate"
+    ),
     # the agent replaced its working directory by a file: the sandbox cannot run the
     # after-agent exec (cwd) any more, the agent's fault
-    "sandbox_unusable": Case(_two_steps(2, {}, solve1=BREAK_WORKDIR), step=1,
-                             category="candidate"),
+    "sandbox_unusable": Case(_two_steps(2, {}, solve1=BREAK_WORKDIR), step=1, category="candidate"),
     # the sandbox's working directory cannot be made (the image left a file there)
     "start_failed": Case({"dockerfile": BLOCKED_DOCKERFILE}, category="infra"),
-    "agent_setup_failed": Case({}, agent="job_agents:FlakySetupAgent", category="infra",
-                               retry_passes=True),
+    "agent_setup_failed": Case({}, agent="job_agents:FlakySetupAgent", category="infra", retry_passes=True),
     # a task.toml that does not parse: the job records the task as a config_error trial
     "config_error": Case({}, pick=""),  # task.toml is broken below
     # the job's cost cap is spent by the first trial: the second is cancelled unstarted
-    "cancelled": Case({}, agent="job_agents:CostlyAgent", category="job",
-                      job={"attempts": 2, "max_cost_usd": 0.5}, pick="test/cancelled#2"),
-    "oracle_replay_failed": Case({"steps": [StepSpec("one", test=constant_reward(0)),
-                                            StepSpec("two", test=constant_reward(1))]},
-                                 start_step="two", agent="nop"),
-    "model_unavailable": Case({}, agent="llm", model="openai/gpt-4o-mini",
-                              agent_kwargs={"model_retries": "0"}, category="infra",
-                              fake_model=error(500, "upstream down")),
-    "model_auth_failed": Case({}, agent="llm", model="openai/gpt-4o-mini",
-                              agent_kwargs={"model_retries": "0"}, category="job",
-                              fake_model=error(401, "invalid api key")),
+    "cancelled": Case(
+        {},
+        agent="job_agents:CostlyAgent",
+        category="job",
+        job={"attempts": 2, "max_cost_usd": 0.5},
+        pick="test/cancelled#2",
+    ),
+    "oracle_replay_failed": Case(
+        {"steps": [StepSpec("one", test=constant_reward(0)), StepSpec("two", test=constant_reward(1))]},
+        start_step="two",
+        agent="nop",
+    ),
+    "model_unavailable": Case(
+        {},
+        agent="llm",
+        model="openai/gpt-4o-mini",
+        agent_kwargs={"model_retries": "0"},
+        category="infra",
+        fake_model=error(500, "upstream down"),
+    ),
+    "model_auth_failed": Case(
+        {},
+        agent="llm",
+        model="openai/gpt-4o-mini",
+        agent_kwargs={"model_retries": "0"},
+        category="job",
+        fake_model=error(401, "invalid api key"),
+    ),
 }
 
 
@@ -189,15 +214,18 @@ def _run(tmp_path: Path, name: str, case: Case, backend: str) -> tuple[dict, Pat
     """Run ``case`` as a one-trial job; return its result.json and trial folder."""
     task = write_task(tmp_path / "tasks", name.replace("@", "-at-"), **case.task)
     if name == "env_healthcheck_failed":
-        (task / "task.toml").write_text((task / "task.toml").read_text() + (
-            '\n[environment.healthcheck]\ncommand = "test -f /nope"\ninterval_sec = 0.1\n'
-            'start_interval_sec = 0.1\nretries = 2\n'))
+        (task / "task.toml").write_text(
+            (task / "task.toml").read_text()
+            + (
+                '\n[environment.healthcheck]\ncommand = "test -f /nope"\ninterval_sec = 0.1\n'
+                "start_interval_sec = 0.1\nretries = 2\n"
+            )
+        )
     if name == "config_error":
         (task / "task.toml").write_text('[task\nname = "test/config_error"\n')
     if name == "build_timeout":
         toml = task / "task.toml"
-        toml.write_text(toml.read_text().replace("[environment]\n",
-                                                 "[environment]\nbuild_timeout_sec = 1\n"))
+        toml.write_text(toml.read_text().replace("[environment]\n", "[environment]\nbuild_timeout_sec = 1\n"))
     kwargs = dict(case.agent_kwargs)
     if case.agent in ("job_agents:FlakySetupAgent", "job_agents:KilledFromOutsideAgent"):
         kwargs["marker"] = str(tmp_path / "marker")
@@ -207,11 +235,20 @@ def _run(tmp_path: Path, name: str, case: Case, backend: str) -> tuple[dict, Pat
         server.__enter__()
         kwargs["api_base"] = server.url
     try:
-        cfg = JobConfig(paths=(task,), backend=backend, jobs_dir=tmp_path / "jobs",
-                        job_name="job", agent=case.agent, model=case.model, agent_kwargs=kwargs,
-                        max_retries=RETRIES, retry_backoff_sec=0, n_concurrent=1,
-                        **({"start_step": case.start_step} if case.start_step else {}),
-                        **case.job)
+        cfg = JobConfig(
+            paths=(task,),
+            backend=backend,
+            jobs_dir=tmp_path / "jobs",
+            job_name="job",
+            agent=case.agent,
+            model=case.model,
+            agent_kwargs=kwargs,
+            max_retries=RETRIES,
+            retry_backoff_sec=0,
+            n_concurrent=1,
+            **({"start_step": case.start_step} if case.start_step else {}),
+            **case.job,
+        )
         results = run_job(cfg).results
         prefix, _, k = case.pick.partition("#")
         (r,) = [x for x in results if x.task.name.startswith(prefix) and x.attempt == int(k or 1)]
@@ -233,8 +270,7 @@ def _check(result: dict, trial: Path, kind: str, case: Case) -> None:
     err = _error_of(result, case)
     assert err is not None, json.dumps(result)[:3000]
     assert (err["kind"], err["category"]) == (kind, case.category), err
-    attempts = sorted(p.name for p in (trial / "attempts").iterdir()) \
-        if (trial / "attempts").is_dir() else []
+    attempts = sorted(p.name for p in (trial / "attempts").iterdir()) if (trial / "attempts").is_dir() else []
     if case.category == "infra":  # retried on a fresh sandbox; the first attempt kept
         assert attempts == [str(n) for n in range(1, RETRIES + 1)]
         earlier = json.loads((trial / "attempts" / "1" / "result.json").read_text())
@@ -263,12 +299,16 @@ def test_each_kind_lands_in_result_json_with_category_and_retry(tmp_path, name, 
 
 DOCKER_CASES: dict[str, Case] = {
     "image_not_found": Case({"dockerfile": "FROM cairn-test-no-such-image:never\n"}),
-    "service_exited": Case({"dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n"
-                                          'ENTRYPOINT ["/bin/sh", "-c", "echo no data dir >&2; '
-                                          'exit 3"]\n'}, agent="nop"),
+    "service_exited": Case(
+        {
+            "dockerfile": "FROM debian:bookworm-slim\nWORKDIR /app\n"
+            'ENTRYPOINT ["/bin/sh", "-c", "echo no data dir >&2; '
+            'exit 3"]\n'
+        },
+        agent="nop",
+    ),
     "transfer_failed@2": LOCAL_CASES["transfer_failed@2"],
-    "sandbox_lost": Case({}, agent="job_agents:KilledFromOutsideAgent", category="infra",
-                         retry_passes=True),
+    "sandbox_lost": Case({}, agent="job_agents:KilledFromOutsideAgent", category="infra", retry_passes=True),
 }
 
 
@@ -287,10 +327,14 @@ def test_each_engine_kind_lands_in_result_json_with_category_and_retry(tmp_path,
 #: kinds whose end-to-end test lives beside the feature that makes them: kind -> (test file,
 #: test name); that test reads the kind and its category back from result.json
 ELSEWHERE: dict[str, tuple[str, str]] = {
-    "budget_exceeded": ("tests/relay/test_relay_llm_run.py",
-                        "test_a_trial_token_limit_stops_at_the_crossing_call"),
-    "internal": ("tests/job/test_contain.py",
-                 "test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score"),
+    "budget_exceeded": (
+        "tests/relay/test_relay_llm_run.py",
+        "test_a_trial_token_limit_stops_at_the_crossing_call",
+    ),
+    "internal": (
+        "tests/job/test_contain.py",
+        "test_an_exception_in_each_stage_is_that_trials_error_and_the_others_score",
+    ),
 }
 
 
@@ -300,19 +344,21 @@ def test_every_kind_is_produced_end_to_end_and_both_transfer_categories():
     root = Path(__file__).resolve().parents[2]
     for kind, (path, test) in ELSEWHERE.items():
         text = (root / path).read_text()
-        body = text[text.index(f"def {test}("):]
-        body = body[:body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
+        body = text[text.index(f"def {test}(") :]
+        body = body[: body.find("\ndef ", 1) if "\ndef " in body[1:] else len(body)]
         assert "result.json" in body and f'"{kind}"' in body and '"category"' in body, test
-    transfer = {(c.category) for n, c in (*LOCAL_CASES.items(), *DOCKER_CASES.items())
-                if n.startswith("transfer_failed")}
+    transfer = {
+        (c.category)
+        for n, c in (*LOCAL_CASES.items(), *DOCKER_CASES.items())
+        if n.startswith("transfer_failed")
+    }
     assert transfer == {"infra", "candidate"}
 
 
 def test_failures_keep_their_detail_and_findings_by_name():
     from cairn.errors import TaskFormatError, TrialFailure
 
-    assert TrialFailure(ErrorKind.SETUP_FAILED, "m", detail={"exit_code": 3}).detail == \
-        {"exit_code": 3}
+    assert TrialFailure(ErrorKind.SETUP_FAILED, "m", detail={"exit_code": 3}).detail == {"exit_code": 3}
     assert TrialFailure(ErrorKind.SETUP_FAILED, "m").detail == {}
     with pytest.raises(TypeError, match="positional argument"):
         TrialFailure(ErrorKind.SETUP_FAILED, "m", {"exit_code": 3})  # type: ignore[misc]

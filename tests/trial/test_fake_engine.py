@@ -49,10 +49,15 @@ class Scripted(Agent):
     name = "scripted"
     ignores_instruction = True
 
-    def __init__(self, scripts: dict[str, str] | None = None, *,
-                 raise_in: dict[str, BaseException] | None = None,
-                 hosts: tuple[str, ...] = (), on_run: Callable[[AgentContext], None] | None = None,
-                 setup_error: BaseException | None = None) -> None:
+    def __init__(
+        self,
+        scripts: dict[str, str] | None = None,
+        *,
+        raise_in: dict[str, BaseException] | None = None,
+        hosts: tuple[str, ...] = (),
+        on_run: Callable[[AgentContext], None] | None = None,
+        setup_error: BaseException | None = None,
+    ) -> None:
         super().__init__(None)
         self.scripts = scripts or {}
         self.raise_in = raise_in or {}
@@ -83,8 +88,7 @@ class Scripted(Agent):
 class Run:
     """One trial's outcome on the fake: result, world, folder and events."""
 
-    def __init__(self, result: TrialResult, world: FakeWorld, trial_dir: Path,
-                 events: list[Event]) -> None:
+    def __init__(self, result: TrialResult, world: FakeWorld, trial_dir: Path, events: list[Event]) -> None:
         self.result, self.world, self.dir, self.events = result, world, trial_dir, events
 
     def steps_json(self) -> list[dict]:
@@ -94,34 +98,56 @@ class Run:
         return next((self.dir / "steps").glob(f"{index:02d}-*"))
 
 
-def _plan(task_path: Path, tmp_path: Path, agent_name: str, *, attempt: int = 1,
-          **options: object) -> TrialPlan:
+def _plan(
+    task_path: Path, tmp_path: Path, agent_name: str, *, attempt: int = 1, **options: object
+) -> TrialPlan:
     task = load_task(task_path)
     tid = trial_id(task.name, task.content_hash, agent_name, {}, None, "fake", attempt)
     job_dir = tmp_path / "jobs" / "job"
-    return TrialPlan(task=task, agent_name=agent_name, agent_kwargs={}, model=None,
-                     backend="fake", attempt=attempt, trial_id=tid,
-                     trial_dir=job_dir / "trials" / trial_dir_name(task.name, attempt, tid),
-                     job_id="fake-job", job_dir=job_dir, options=RunOptions(**options))
+    return TrialPlan(
+        task=task,
+        agent_name=agent_name,
+        agent_kwargs={},
+        model=None,
+        backend="fake",
+        attempt=attempt,
+        trial_id=tid,
+        trial_dir=job_dir / "trials" / trial_dir_name(task.name, attempt, tid),
+        job_id="fake-job",
+        job_dir=job_dir,
+        options=RunOptions(**options),
+    )
 
 
-def run(tmp_path: Path, task_path: Path, agent: Agent | None = None, *,
-        world: FakeWorld | None = None, services: JobServices | None = None,
-        attempt: int = 1, **options: object) -> Run:
+def run(
+    tmp_path: Path,
+    task_path: Path,
+    agent: Agent | None = None,
+    *,
+    world: FakeWorld | None = None,
+    services: JobServices | None = None,
+    attempt: int = 1,
+    **options: object,
+) -> Run:
     world = world or FakeWorld()
     agent = agent or OracleAgent()
     plan = _plan(task_path, tmp_path, agent.name, attempt=attempt, **options)
     events: list[Event] = []
-    result = asyncio.run(run_trial(plan, services, agent=agent, backend=world.backend(),
-                                   on_event=events.append))
+    result = asyncio.run(
+        run_trial(plan, services, agent=agent, backend=world.backend(), on_event=events.append)
+    )
     return Run(result, world, plan.trial_dir, events)
 
 
 def two_steps(tmp_path: Path, **first: object) -> Path:
-    return write_task(tmp_path / "tasks", "two", steps=[
-        StepSpec("write", solve="echo a > /app/a.txt\n", test=reward_if_file("/app/a.txt"),
-                 **first),
-        StepSpec("append", solve="echo b > /app/b.txt\n", test=reward_if_file("/app/b.txt"))])
+    return write_task(
+        tmp_path / "tasks",
+        "two",
+        steps=[
+            StepSpec("write", solve="echo a > /app/a.txt\n", test=reward_if_file("/app/a.txt"), **first),
+            StepSpec("append", solve="echo b > /app/b.txt\n", test=reward_if_file("/app/b.txt")),
+        ],
+    )
 
 
 # ---- the fake itself -------------------------------------------------------------------------
@@ -143,8 +169,10 @@ def test_the_fake_declares_every_other_check_a_gap():
 
 # ---- step order -----------------------------------------------------------------------------
 def test_a_single_step_oracle_passes(tmp_path):
-    r = run(tmp_path, write_task(tmp_path / "tasks", "one", solve="echo x > /app/x\n",
-                                 test=reward_if_file("/app/x")))
+    r = run(
+        tmp_path,
+        write_task(tmp_path / "tasks", "one", solve="echo x > /app/x\n", test=reward_if_file("/app/x")),
+    )
     assert (r.result.outcome, r.result.reward, r.result.passed) == (Outcome.COMPLETED, 1.0, True)
     assert [s.source for s in r.result.steps] == [StepSource.VERIFIER]
 
@@ -160,9 +188,14 @@ def test_steps_run_in_declared_order_in_one_sandbox(tmp_path):
 
 
 def test_the_agent_sees_the_earlier_steps_files(tmp_path):
-    task = write_task(tmp_path / "tasks", "keep", steps=[
-        StepSpec("a", solve="echo a > /app/a.txt\n", test=reward_if_file("/app/a.txt")),
-        StepSpec("b", solve="true\n", test=reward_if_file("/app/a.txt"))])
+    task = write_task(
+        tmp_path / "tasks",
+        "keep",
+        steps=[
+            StepSpec("a", solve="echo a > /app/a.txt\n", test=reward_if_file("/app/a.txt")),
+            StepSpec("b", solve="true\n", test=reward_if_file("/app/a.txt")),
+        ],
+    )
     assert [s.reward for s in run(tmp_path, task).result.steps] == [1.0, 1.0]
 
 
@@ -195,26 +228,32 @@ def test_a_passed_gate_lets_the_next_step_run(tmp_path):
 
 
 def test_a_gate_on_the_last_step_stops_nothing(tmp_path):
-    task = write_task(tmp_path / "tasks", "last", steps=[
-        StepSpec("a", test=f"echo 1 > {REWARD}\n"),
-        StepSpec("b", test=f"echo 0 > {REWARD}\n", min_reward=1.0)])
+    task = write_task(
+        tmp_path / "tasks",
+        "last",
+        steps=[
+            StepSpec("a", test=f"echo 1 > {REWARD}\n"),
+            StepSpec("b", test=f"echo 0 > {REWARD}\n", min_reward=1.0),
+        ],
+    )
     r = run(tmp_path, task)
     assert r.result.stop_reason is None
     assert r.result.steps[1].gates[0].passed is False
 
 
 def test_a_table_gate_on_a_missing_key_stops_with_no_value(tmp_path):
-    task = write_task(tmp_path / "tasks", "table", steps=[
-        StepSpec("a", test=f"echo 1 > {REWARD}\n", min_reward={"quality": 0.5}),
-        StepSpec("b")])
+    task = write_task(
+        tmp_path / "tasks",
+        "table",
+        steps=[StepSpec("a", test=f"echo 1 > {REWARD}\n", min_reward={"quality": 0.5}), StepSpec("b")],
+    )
     r = run(tmp_path, task)
     stop = r.result.stop_reason
     assert stop is not None and (stop.kind, stop.key, stop.value) == ("min_reward", "quality", None)
 
 
 def test_a_task_error_in_a_step_stops_the_trial(tmp_path):
-    task = write_task(tmp_path / "tasks", "missing", steps=[StepSpec("a", test="true\n"),
-                                                           StepSpec("b")])
+    task = write_task(tmp_path / "tasks", "missing", steps=[StepSpec("a", test="true\n"), StepSpec("b")])
     r = run(tmp_path, task)
     assert r.result.outcome is Outcome.ERRORED
     assert r.result.error is not None and r.result.error.kind is ErrorKind.REWARD_MISSING
@@ -223,8 +262,7 @@ def test_a_task_error_in_a_step_stops_the_trial(tmp_path):
 
 # ---- classification -------------------------------------------------------------------------
 def test_setup_sh_failing_in_the_first_step_is_the_tasks_error(tmp_path):
-    task = write_task(tmp_path / "tasks", "setup1", steps=[
-        StepSpec("a", workdir={"setup.sh": "exit 3\n"})])
+    task = write_task(tmp_path / "tasks", "setup1", steps=[StepSpec("a", workdir={"setup.sh": "exit 3\n"})])
     r = run(tmp_path, task)
     err = r.result.error
     assert err is not None and (err.kind, err.category) == (ErrorKind.SETUP_FAILED, Category.TASK)
@@ -232,8 +270,9 @@ def test_setup_sh_failing_in_the_first_step_is_the_tasks_error(tmp_path):
 
 
 def test_setup_sh_failing_after_an_agent_ran_is_the_candidates(tmp_path):
-    task = write_task(tmp_path / "tasks", "setup2", steps=[
-        StepSpec("a"), StepSpec("b", workdir={"setup.sh": "exit 3\n"})])
+    task = write_task(
+        tmp_path / "tasks", "setup2", steps=[StepSpec("a"), StepSpec("b", workdir={"setup.sh": "exit 3\n"})]
+    )
     r = run(tmp_path, task)
     row = r.result.steps[1]
     assert row.source is StepSource.CANDIDATE_ERROR and row.reward == 0.0
@@ -241,9 +280,15 @@ def test_setup_sh_failing_after_an_agent_ran_is_the_candidates(tmp_path):
 
 
 def test_a_failed_step_healthcheck_is_healthcheck_failed(tmp_path):
-    task = write_task(tmp_path / "tasks", "hc", steps=[StepSpec(
-        "a", toml_extra='[steps.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\n'
-                        'retries = 2\n')])
+    task = write_task(
+        tmp_path / "tasks",
+        "hc",
+        steps=[
+            StepSpec(
+                "a", toml_extra='[steps.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\nretries = 2\n'
+            )
+        ],
+    )
     r = run(tmp_path, task)
     err = r.result.error
     assert err is not None and err.kind is ErrorKind.HEALTHCHECK_FAILED
@@ -251,12 +296,14 @@ def test_a_failed_step_healthcheck_is_healthcheck_failed(tmp_path):
 
 
 def test_a_failed_environment_healthcheck_is_the_tasks_error(tmp_path):
-    task = write_task(tmp_path / "tasks", "envhc", toml_extra=(
-        '[environment.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\nretries = 2\n'))
+    task = write_task(
+        tmp_path / "tasks",
+        "envhc",
+        toml_extra=('[environment.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\nretries = 2\n'),
+    )
     r = run(tmp_path, task)
     err = r.result.error
-    assert err is not None and (err.kind, err.category) == (ErrorKind.ENV_HEALTHCHECK_FAILED,
-                                                            Category.TASK)
+    assert err is not None and (err.kind, err.category) == (ErrorKind.ENV_HEALTHCHECK_FAILED, Category.TASK)
     assert r.result.steps_run == 0
 
 
@@ -264,8 +311,7 @@ def test_a_sandbox_that_does_not_start_is_an_infra_error(tmp_path):
     world = FakeWorld(start_error=SandboxError("no room", kind=ErrorKind.START_FAILED))
     r = run(tmp_path, two_steps(tmp_path), world=world)
     err = r.result.error
-    assert err is not None and (err.kind, err.category) == (ErrorKind.START_FAILED,
-                                                            Category.INFRA)
+    assert err is not None and (err.kind, err.category) == (ErrorKind.START_FAILED, Category.INFRA)
     assert err.phase is Phase.ENVIRONMENT
     assert len(world.ops("stop")) == 1  # removed all the same
 
@@ -278,8 +324,7 @@ def test_a_lost_engine_during_the_agent_is_sandbox_lost(tmp_path):
 
     r = run(tmp_path, two_steps(tmp_path), Scripted({"write": "true"}, on_run=lose), world=world)
     err = r.result.error
-    assert err is not None and (err.kind, err.category) == (ErrorKind.SANDBOX_LOST,
-                                                            Category.INFRA)
+    assert err is not None and (err.kind, err.category) == (ErrorKind.SANDBOX_LOST, Category.INFRA)
     assert r.result.steps[0].source is StepSource.ERROR
 
 
@@ -292,8 +337,13 @@ def test_an_agent_crash_is_recorded_and_the_verifier_still_runs(tmp_path):
 
 
 def test_an_agent_timeout_is_recorded_and_the_verifier_still_runs(tmp_path):
-    task = write_task(tmp_path / "tasks", "slow", steps=[StepSpec(
-        "a", test=f"echo 0.5 > {REWARD}\n", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")])
+    task = write_task(
+        tmp_path / "tasks",
+        "slow",
+        steps=[
+            StepSpec("a", test=f"echo 0.5 > {REWARD}\n", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")
+        ],
+    )
     r = run(tmp_path, task, Scripted({"a": "sleep 5"}))
     row = r.result.steps[0]
     assert (row.agent_exit, row.reward) == (AgentExit.TIMEOUT, 0.5)
@@ -301,8 +351,9 @@ def test_an_agent_timeout_is_recorded_and_the_verifier_still_runs(tmp_path):
 
 
 def test_a_timed_out_agent_leaves_no_process(tmp_path):
-    task = write_task(tmp_path / "tasks", "procs", steps=[StepSpec(
-        "a", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")])
+    task = write_task(
+        tmp_path / "tasks", "procs", steps=[StepSpec("a", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")]
+    )
     world = FakeWorld()
     r = run(tmp_path, task, Scripted({"a": "spawn server; sleep 5"}), world=world)
     assert world.processes == []
@@ -323,8 +374,7 @@ def test_a_step_whose_model_call_fails_keeps_what_its_agent_spent(tmp_path):
     def spent(context: AgentContext) -> None:
         context.tokens, context.cost_usd = Tokens(prompt=240, completion=60), 0.25
 
-    agent = Scripted(raise_in={"write": ModelError(ErrorKind.BUDGET_EXCEEDED, "over budget")},
-                     on_run=spent)
+    agent = Scripted(raise_in={"write": ModelError(ErrorKind.BUDGET_EXCEEDED, "over budget")}, on_run=spent)
     r = run(tmp_path, two_steps(tmp_path), agent)
     step = r.result.steps[0]
     assert step.error is not None and step.error.kind is ErrorKind.BUDGET_EXCEEDED
@@ -335,16 +385,14 @@ def test_a_step_whose_model_call_fails_keeps_what_its_agent_spent(tmp_path):
 def test_an_agent_setup_failure_is_agent_setup_failed(tmp_path):
     r = run(tmp_path, two_steps(tmp_path), Scripted(setup_error=RuntimeError("no npm")))
     err = r.result.error
-    assert err is not None and (err.kind, err.category) == (ErrorKind.AGENT_SETUP_FAILED,
-                                                            Category.INFRA)
+    assert err is not None and (err.kind, err.category) == (ErrorKind.AGENT_SETUP_FAILED, Category.INFRA)
     assert err.phase is Phase.AGENT_SETUP and "no npm" in err.message
 
 
 def test_no_reward_file_is_reward_missing(tmp_path):
     task = write_task(tmp_path / "tasks", "noreward", test="true\n")
     err = run(tmp_path, task).result.error
-    assert err is not None and (err.kind, err.category) == (ErrorKind.REWARD_MISSING,
-                                                            Category.TASK)
+    assert err is not None and (err.kind, err.category) == (ErrorKind.REWARD_MISSING, Category.TASK)
     assert err.phase is Phase.VERIFIER
 
 
@@ -355,8 +403,12 @@ def test_an_unparseable_reward_is_reward_parse_error(tmp_path):
 
 
 def test_a_verifier_timeout_is_verifier_timeout(tmp_path):
-    task = write_task(tmp_path / "tasks", "vslow", toml_extra="[verifier]\ntimeout_sec = 0.05\n",
-                      test=f"sleep 5\necho 1 > {REWARD}\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "vslow",
+        toml_extra="[verifier]\ntimeout_sec = 0.05\n",
+        test=f"sleep 5\necho 1 > {REWARD}\n",
+    )
     err = run(tmp_path, task).result.error
     assert err is not None and err.kind is ErrorKind.VERIFIER_TIMEOUT
 
@@ -379,9 +431,12 @@ def test_no_verify_runs_the_agent_only(tmp_path):
 
 def test_the_oracle_gets_the_solution_env_through_its_context(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SOLUTION_WORD", "swordfish")
-    task = write_task(tmp_path / "tasks", "solenv",
-                      toml_extra='[solution.env]\nWORD = "${FAKE_SOLUTION_WORD}"\n',
-                      solve="true\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "solenv",
+        toml_extra='[solution.env]\nWORD = "${FAKE_SOLUTION_WORD}"\n',
+        solve="true\n",
+    )
     seen: list[dict[str, str]] = []
     agent = Scripted(on_run=lambda ctx: seen.append(dict(ctx.solution_env)))
     run(tmp_path, task, agent)
@@ -398,7 +453,9 @@ def test_status_json_says_agent_while_the_agent_runs(tmp_path):
     agent = Scripted(on_run=lambda ctx: seen.append(_status(ctx.logs_dir.parents[2])))
     run(tmp_path, two_steps(tmp_path), agent)
     assert [(s["phase"], s["step_index"], s["step"]) for s in seen] == [
-        ("agent", 1, "write"), ("agent", 2, "append")]
+        ("agent", 1, "write"),
+        ("agent", 2, "append"),
+    ]
 
 
 def test_status_json_says_verifier_while_the_verifier_runs(tmp_path):
@@ -423,8 +480,9 @@ def test_a_cancelled_trial_records_its_step_and_phase(tmp_path):
     plan = _plan(task, tmp_path, "scripted")
 
     async def go() -> None:
-        t = asyncio.ensure_future(run_trial(plan, agent=Scripted({"write": "sleep 30"}),
-                                            backend=world.backend()))
+        t = asyncio.ensure_future(
+            run_trial(plan, agent=Scripted({"write": "sleep 30"}), backend=world.backend())
+        )
         for _ in range(500):
             await asyncio.sleep(0.01)
             if any("sleep 30" in c.detail for c in world.ops("exec")):
@@ -441,8 +499,7 @@ def test_a_cancelled_trial_records_its_step_and_phase(tmp_path):
 
 
 def test_the_phase_of_a_setup_failure_is_setup(tmp_path):
-    task = write_task(tmp_path / "tasks", "sp", steps=[StepSpec("a", workdir={"setup.sh":
-                                                                               "exit 1\n"})])
+    task = write_task(tmp_path / "tasks", "sp", steps=[StepSpec("a", workdir={"setup.sh": "exit 1\n"})])
     assert run(tmp_path, task).result.error.phase is Phase.SETUP
 
 
@@ -478,19 +535,26 @@ def test_every_step_phase_has_a_span_in_order(tmp_path):
 
 
 def test_the_trials_own_phases_have_spans(tmp_path):
-    task = write_task(tmp_path / "tasks", "envspans", toml_extra=(
-        '[environment.healthcheck]\ncommand = "true"\ninterval_sec = 0.01\n'))
+    task = write_task(
+        tmp_path / "tasks",
+        "envspans",
+        toml_extra=('[environment.healthcheck]\ncommand = "true"\ninterval_sec = 0.01\n'),
+    )
     r = run(tmp_path, task)
-    assert [s.phase for s in r.result.timings.spans] == ["environment", "healthcheck",
-                                                         "agent_setup"]
+    assert [s.phase for s in r.result.timings.spans] == ["environment", "healthcheck", "agent_setup"]
     assert r.result.timings.healthcheck_sec is not None
     assert r.result.timings.environment_sec is not None
 
 
 def test_a_step_healthcheck_has_a_span_only_when_declared(tmp_path):
-    task = write_task(tmp_path / "tasks", "hcspan", steps=[
-        StepSpec("a"), StepSpec("b", toml_extra='[steps.healthcheck]\ncommand = "true"\n'
-                                                'interval_sec = 0.01\n')])
+    task = write_task(
+        tmp_path / "tasks",
+        "hcspan",
+        steps=[
+            StepSpec("a"),
+            StepSpec("b", toml_extra='[steps.healthcheck]\ncommand = "true"\ninterval_sec = 0.01\n'),
+        ],
+    )
     r = run(tmp_path, task)
     assert "healthcheck" not in _spans(r.result.steps[0])
     assert _spans(r.result.steps[1]) == ["setup", "healthcheck", "agent", "artifacts", "verifier"]
@@ -502,45 +566,54 @@ def test_the_agent_span_lasts_what_agent_sec_says(tmp_path):
     r = run(tmp_path, two_steps(tmp_path), Scripted({"write": "sleep 0.1"}))
     row = r.result.steps[0]
     [span] = [s for s in row.timings.spans if s.phase == "agent"]
-    assert (span.finished_at - span.started_at).total_seconds() == \
-        pytest.approx(row.timings.agent_sec, abs=0.01)
+    assert (span.finished_at - span.started_at).total_seconds() == pytest.approx(
+        row.timings.agent_sec, abs=0.01
+    )
     assert row.timings.agent_sec >= 0.1
 
 
 def test_a_failed_step_keeps_the_spans_it_reached(tmp_path):
-    task = write_task(tmp_path / "tasks", "sick", steps=[StepSpec(
-        "a", toml_extra='[steps.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\n'
-                        'retries = 2\n')])
+    task = write_task(
+        tmp_path / "tasks",
+        "sick",
+        steps=[
+            StepSpec(
+                "a", toml_extra='[steps.healthcheck]\ncommand = "false"\ninterval_sec = 0.01\nretries = 2\n'
+            )
+        ],
+    )
     row = run(tmp_path, task).result.steps[0]
     assert _spans(row) == ["setup", "healthcheck"]
     assert row.timings.healthcheck_sec is not None
 
 
 def test_pre_artifacts_has_its_span_and_counts_in_artifacts_sec(tmp_path):
-    task = write_task(tmp_path / "tasks", "pre", steps=[StepSpec("a")],
-                      files={"steps/a/pre_artifacts.sh": "echo p > /logs/artifacts/p.txt\n"})
+    task = write_task(
+        tmp_path / "tasks",
+        "pre",
+        steps=[StepSpec("a")],
+        files={"steps/a/pre_artifacts.sh": "echo p > /logs/artifacts/p.txt\n"},
+    )
     row = run(tmp_path, task).result.steps[0]
     assert _spans(row) == ["setup", "agent", "pre_artifacts", "artifacts", "verifier"]
-    pre, art = (next(s for s in row.timings.spans if s.phase == p)
-                for p in ("pre_artifacts", "artifacts"))
+    pre, art = (next(s for s in row.timings.spans if s.phase == p) for p in ("pre_artifacts", "artifacts"))
     total = sum((s.finished_at - s.started_at).total_seconds() for s in (pre, art))
     assert row.timings.artifacts_sec == pytest.approx(total, abs=1e-6)
 
 
 # ---- artifacts ------------------------------------------------------------------------------
 def test_the_agents_artifacts_are_collected_with_a_manifest(tmp_path):
-    r = run(tmp_path, two_steps(tmp_path),
-            Scripted({"write": "echo hi > /logs/artifacts/note.txt"}))
+    r = run(tmp_path, two_steps(tmp_path), Scripted({"write": "echo hi > /logs/artifacts/note.txt"}))
     art = r.step_dir(1) / "artifacts"
     assert (art / "note.txt").read_text() == "hi\n"
     manifest = json.loads((art / "manifest.json").read_text())
     assert [(row["source"], row["status"], row["bytes"]) for row in manifest] == [
-        ("/logs/artifacts", "copied", 3)]
+        ("/logs/artifacts", "copied", 3)
+    ]
 
 
 def test_each_steps_artifacts_are_its_own(tmp_path):
-    r = run(tmp_path, two_steps(tmp_path),
-            Scripted({"write": "echo hi > /logs/artifacts/note.txt"}))
+    r = run(tmp_path, two_steps(tmp_path), Scripted({"write": "echo hi > /logs/artifacts/note.txt"}))
     assert any(p.name == "note.txt" for p in (r.step_dir(1) / "artifacts").rglob("*"))
     assert not any(p.name == "note.txt" for p in (r.step_dir(2) / "artifacts").rglob("*"))
 
@@ -556,8 +629,9 @@ def test_hardened_verify_kills_the_agents_processes_before_the_verifier(tmp_path
         return None
 
     world.handler = handler
-    r = run(tmp_path, two_steps(tmp_path), Scripted({"write": "spawn daemon"}), world=world,
-            hardened_verify=True)
+    r = run(
+        tmp_path, two_steps(tmp_path), Scripted({"write": "spawn daemon"}), world=world, hardened_verify=True
+    )
     assert alive_at_verifier == [0, 0]
     assert "hardened verify: killed 1 agent process(es)" in r.result.steps[0].warnings
 
@@ -573,8 +647,11 @@ def test_the_step_and_verdict_lines_are_unchanged(tmp_path):
     r = run(tmp_path, two_steps(tmp_path))
     steps = [e.text for e in r.events if e.kind is EventKind.STEP]
     assert len(steps) == 2
-    assert re.fullmatch(r"\[test/two\] step 1/2 write: reward 1\.00 \(agent \d+\.\d s, "
-                        r"verifier \d+\.\d s\)", steps[0]), steps[0]
+    assert re.fullmatch(
+        r"\[test/two\] step 1/2 write: reward 1\.00 \(agent \d+\.\d s, "
+        r"verifier \d+\.\d s\)",
+        steps[0],
+    ), steps[0]
     assert r.events[-1].kind is EventKind.VERDICT
     assert r.events[0].kind is EventKind.ENVIRONMENT
     assert r.events[0].text.startswith("[test/two] environment: fake, ready in ")
@@ -591,19 +668,16 @@ def test_a_backend_warning_is_a_warning_event_and_a_result_warning(tmp_path):
     toml.write_text(toml.read_text() + "cpus = 2\n")
 
     class NoCpu(FakeSandbox):
-        capabilities = Capabilities(network_modes=frozenset(NetworkMode), cpu_limit=False,
-                                    memory_limit=True)
+        capabilities = Capabilities(network_modes=frozenset(NetworkMode), cpu_limit=False, memory_limit=True)
 
     world = FakeWorld()
     NoCpu._world = world
     plan = _plan(task, tmp_path, "oracle")
     events: list[Event] = []
-    result = asyncio.run(run_trial(plan, agent=OracleAgent(), backend=NoCpu,
-                                   on_event=events.append))
+    result = asyncio.run(run_trial(plan, agent=OracleAgent(), backend=NoCpu, on_event=events.append))
     warning = "backend 'fake' cannot apply cpus = 2"
     assert warning in result.warnings
-    assert [e.text for e in events if e.kind is EventKind.WARNING] == \
-        [f"[test/gpu] warning: {warning}"]
+    assert [e.text for e in events if e.kind is EventKind.WARNING] == [f"[test/gpu] warning: {warning}"]
 
 
 # ---- the job's services ---------------------------------------------------------------------
@@ -660,8 +734,9 @@ def test_job_services_open_and_close_their_resources_in_order(tmp_path):
         async def aclose(self) -> None:
             log.append(f"close {self.name}")
 
-    services = JobServices.for_job([], prestart=False, limit=1, in_process=True,
-                                   resources=[Resource("a"), Resource("b")])
+    services = JobServices.for_job(
+        [], prestart=False, limit=1, in_process=True, resources=[Resource("a"), Resource("b")]
+    )
 
     async def go() -> None:
         await services.open()

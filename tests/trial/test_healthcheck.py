@@ -20,9 +20,14 @@ def _spec(tmp_path):
     env = tmp_path / "env"
     env.mkdir()
     (env / "Dockerfile").write_text("FROM debian:bookworm-slim\nWORKDIR /app\n")
-    return SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK,
-                       env_hash=env_hash(env, docker_image=None, workdir=None),
-                       job_id="hc-test", trial_id=f"hc-{time.time_ns()}", name="hc")
+    return SandboxSpec(
+        env_dir=env,
+        network_mode=NetworkMode.NO_NETWORK,
+        env_hash=env_hash(env, docker_image=None, workdir=None),
+        job_id="hc-test",
+        trial_id=f"hc-{time.time_ns()}",
+        name="hc",
+    )
 
 
 async def _probe(backend: str, tmp_path, check: Healthcheck, delay_sec: float):
@@ -34,15 +39,17 @@ async def _probe(backend: str, tmp_path, check: Healthcheck, delay_sec: float):
 
 
 def test_failures_inside_start_period_do_not_count(tmp_path, backend):
-    check = Healthcheck(command="test -f /tmp/up", interval_sec=0.2, start_interval_sec=0.2,
-                        start_period_sec=5, retries=1)
+    check = Healthcheck(
+        command="test -f /tmp/up", interval_sec=0.2, start_interval_sec=0.2, start_period_sec=5, retries=1
+    )
     out, _ = asyncio.run(_probe(backend, tmp_path, check, 1.0))
     assert out.healthy and out.probes > 1
 
 
 def test_retries_consecutive_failures_fail_the_check(tmp_path, backend):
-    check = Healthcheck(command="test -f /tmp/up", interval_sec=0.2, start_interval_sec=0.2,
-                        start_period_sec=0, retries=3)
+    check = Healthcheck(
+        command="test -f /tmp/up", interval_sec=0.2, start_interval_sec=0.2, start_period_sec=0, retries=3
+    )
     out, elapsed = asyncio.run(_probe(backend, tmp_path, check, 30))
     assert not out.healthy and out.probes == 3 and out.last_exit_code == 1
     assert elapsed < 10

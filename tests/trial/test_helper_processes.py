@@ -16,10 +16,15 @@ def test_the_listing_finds_a_process_and_cannot_be_forged(tmp_path):
     try:
         time.sleep(0.3)
         script = AFTER_AGENT_SCRIPT.replace("/logs/", f"{tmp_path}/logs/").replace(
-            "rm -rf /solution", f"rm -rf {tmp_path}/solution")
-        r = subprocess.run(["/bin/sh", "-c", script, "cairn-after-agent",
-                            f"{tmp_path}/planted", "0", "1"], capture_output=True, text=True,
-                           timeout=60, check=False)
+            "rm -rf /solution", f"rm -rf {tmp_path}/solution"
+        )
+        r = subprocess.run(
+            ["/bin/sh", "-c", script, "cairn-after-agent", f"{tmp_path}/planted", "0", "1"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
         report = parse_after_agent(r.stdout, 0)
         assert report.processes is not None
         mine = [p for p in report.processes if p.pid == proc.pid]

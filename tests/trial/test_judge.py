@@ -27,21 +27,26 @@ def _judge_task(root: Path, toml: str = JUDGE_TOML) -> Path:
 
 def test_judge_hosts_from_credentials_and_companions():
     t = {"OPENAI_API_KEY": "${K}", "OPENAI_BASE_URL": "${U:-https://judge.example:8443/v1}"}
-    assert judge_hosts(t, {"OPENAI_BASE_URL": "https://judge.example:8443/v1"}) == \
-        ["judge.example"]
+    assert judge_hosts(t, {"OPENAI_BASE_URL": "https://judge.example:8443/v1"}) == ["judge.example"]
     assert judge_hosts({"ANTHROPIC_API_KEY": "${A}"}, {}) == ["api.anthropic.com"]
-    assert judge_hosts({"OPENAI_API_KEY": "${K}"}, {"OPENAI_API_BASE": "http://10.0.0.5:4000"}) \
-        == ["10.0.0.5"]
+    assert judge_hosts({"OPENAI_API_KEY": "${K}"}, {"OPENAI_API_BASE": "http://10.0.0.5:4000"}) == [
+        "10.0.0.5"
+    ]
     # a literal key is not a judge credential request; other names are not recognised
     assert judge_hosts({"OPENAI_API_KEY": "sk-literal"}, {}) == []
     assert judge_hosts({"MY_KEY": "${MY_KEY}"}, {}) == []
 
 
 def test_embedded_judge_template_is_refused_at_check_time(tmp_path):
-    task = _judge_task(tmp_path, JUDGE_TOML.replace('"${CAIRN_TEST_JUDGE_KEY}"',
-                                                    '"Bearer ${CAIRN_TEST_JUDGE_KEY}"'))
-    r = subprocess.run([sys.executable, "-m", "cairn", "tasks", "check", str(task)],
-                       capture_output=True, text=True, env=os.environ)
+    task = _judge_task(
+        tmp_path, JUDGE_TOML.replace('"${CAIRN_TEST_JUDGE_KEY}"', '"Bearer ${CAIRN_TEST_JUDGE_KEY}"')
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "cairn", "tasks", "check", str(task)],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
     assert r.returncode != 0
     assert "OPENAI_API_KEY" in r.stdout + r.stderr and "${" in r.stdout + r.stderr
 
@@ -55,18 +60,55 @@ def test_missing_judge_credential_exits_2_before_start(tmp_path):
         pytest.skip("no Docker engine")
     task = _judge_task(tmp_path / "tasks")
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_TEST_JUDGE_KEY"}
-    r = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "nop",
-                        "-e", "docker", "--jobs-dir", str(tmp_path / "jobs"),
-                        "--job-name", "j"], capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(task),
+            "-a",
+            "nop",
+            "-e",
+            "docker",
+            "--jobs-dir",
+            str(tmp_path / "jobs"),
+            "--job-name",
+            "j",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r.returncode == 2, r.stderr
     assert "CAIRN_TEST_JUDGE_KEY" in r.stderr
     assert not (tmp_path / "jobs" / "j" / "trials").exists()
     # --ve replacing the credential needs no host variable: the trial runs (its judge is not
     # there, so the grader scores 0) and the given key is masked in job.json
-    r2 = subprocess.run([sys.executable, "-m", "cairn", "run", "-p", str(task), "-a", "nop",
-                         "-e", "docker", "--ve", "OPENAI_API_KEY=sk-given-on-cli",
-                         "--jobs-dir", str(tmp_path / "jobs"), "--job-name", "j2"],
-                        capture_output=True, text=True, env=env)
+    r2 = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(task),
+            "-a",
+            "nop",
+            "-e",
+            "docker",
+            "--ve",
+            "OPENAI_API_KEY=sk-given-on-cli",
+            "--jobs-dir",
+            str(tmp_path / "jobs"),
+            "--job-name",
+            "j2",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert r2.returncode == 0, r2.stderr
     (trial,) = (tmp_path / "jobs" / "j2" / "trials").iterdir()
     assert json.loads((trial / "result.json").read_text())["reward"] == 0.0
@@ -94,18 +136,29 @@ def test_judge_reached_by_verifier_only_and_spend_kept_apart(tmp_path, monkeypat
     task = _judge_task(tmp_path / "tasks")
     with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
         agent = _TokenProbe(["http://judge.test/v1/models", "http://other.test/"])
-        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                           add_hosts=tuple(sorted(addrs.items())),
-                           verifier_env={"JUDGE_MODEL": "judge-large"})
+        r = run_trial_sync(
+            task,
+            agent,
+            "docker",
+            tmp_path / "jobs",
+            add_hosts=tuple(sorted(addrs.items())),
+            verifier_env={"JUDGE_MODEL": "judge-large"},
+        )
         import docker
 
         client = docker.from_env()
-        judge = [c for c in client.containers.list(filters={"label": "cairn.test-host"})
-                 if c.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"]
-                 == addrs["judge.test"]][0]
-        seen = judge.exec_run(["python3", "-c",
-                               "import urllib.request;print(urllib.request.urlopen("
-                               "'http://127.0.0.1/').read().decode())"]).output.decode()
+        judge = [
+            c
+            for c in client.containers.list(filters={"label": "cairn.test-host"})
+            if c.attrs["NetworkSettings"]["Networks"]["bridge"]["IPAddress"] == addrs["judge.test"]
+        ][0]
+        seen = judge.exec_run(
+            [
+                "python3",
+                "-c",
+                "import urllib.request;print(urllib.request.urlopen('http://127.0.0.1/').read().decode())",
+            ]
+        ).output.decode()
     # the agent reached neither host
     assert not agent.results["http://judge.test/v1/models"]["ok"]
     assert not agent.results["http://other.test/"]["ok"]
@@ -115,8 +168,9 @@ def test_judge_reached_by_verifier_only_and_spend_kept_apart(tmp_path, monkeypat
     grade = json.loads((trial / "steps" / "01-main" / "verifier" / "grade.json").read_text())
     assert grade["judge"] == "PASS" and grade["other"] != "reached"
     assert "seen=judge-large" in seen
-    records = [json.loads(x) for x in
-               (trial / "steps" / "01-main" / "network.jsonl").read_text().splitlines()]
+    records = [
+        json.loads(x) for x in (trial / "steps" / "01-main" / "network.jsonl").read_text().splitlines()
+    ]
     verdicts = {(x["phase"], x["host"], x["verdict"]) for x in records}
     assert ("verifier", "judge.test", "allowed") in verdicts
     assert ("verifier", "other.test", "denied") in verdicts
@@ -145,13 +199,25 @@ def test_judge_cost_counts_against_max_cost_usd(tmp_path):
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
-    task = write_task(tmp_path / "tasks", "costly-judge",
-                      test='echo \'{"calls": 1, "prompt_tokens": 9, "cost_usd": 1.0}\' '
-                           "> /logs/verifier/judge_usage.json\n"
-                           "echo 1 > /logs/verifier/reward.txt\n")
-    result = run_job(JobConfig(paths=(task,), backend="docker", jobs_dir=tmp_path / "jobs",
-                               job_name="job", agent="nop", attempts=4, n_concurrent=1,
-                               max_cost_usd=1.5))
+    task = write_task(
+        tmp_path / "tasks",
+        "costly-judge",
+        test='echo \'{"calls": 1, "prompt_tokens": 9, "cost_usd": 1.0}\' '
+        "> /logs/verifier/judge_usage.json\n"
+        "echo 1 > /logs/verifier/reward.txt\n",
+    )
+    result = run_job(
+        JobConfig(
+            paths=(task,),
+            backend="docker",
+            jobs_dir=tmp_path / "jobs",
+            job_name="job",
+            agent="nop",
+            attempts=4,
+            n_concurrent=1,
+            max_cost_usd=1.5,
+        )
+    )
     outcomes = sorted((r.attempt, r.outcome.value) for r in result.results)
     assert outcomes == [(1, "completed"), (2, "completed"), (3, "cancelled"), (4, "cancelled")]
     assert result.stopped_by == "max_cost"
@@ -184,12 +250,10 @@ def test_separate_verifier_judge_gets_the_same_opening(tmp_path, monkeypatch):
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     monkeypatch.setenv("CAIRN_TEST_JUDGE_KEY", "sk-judge-test-123")
-    task = _judge_task(tmp_path / "tasks",
-                       '[verifier]\nenvironment_mode = "separate"\n\n' + JUDGE_TOML)
+    task = _judge_task(tmp_path / "tasks", '[verifier]\nenvironment_mode = "separate"\n\n' + JUDGE_TOML)
     with host_containers("judge.test", "other.test", server=JUDGE_SERVER) as addrs:
         agent = _TokenProbe(["http://judge.test/v1/models"])
-        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                           add_hosts=tuple(sorted(addrs.items())))
+        r = run_trial_sync(task, agent, "docker", tmp_path / "jobs", add_hosts=tuple(sorted(addrs.items())))
     assert not agent.results["http://judge.test/v1/models"]["ok"]
     assert r.error is None and r.reward == 1.0, r
     (trial,) = (tmp_path / "jobs" / "job" / "trials").iterdir()

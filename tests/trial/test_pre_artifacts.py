@@ -18,7 +18,8 @@ GIT_DOCKERFILE = (
     "&& rm -rf /var/lib/apt/lists/*\n"
     "WORKDIR /app\n"
     "RUN git init -q . && printf 'one\\n' > notes.txt && git add notes.txt && "
-    "git -c user.email=t@t -c user.name=t commit -qm base\n")
+    "git -c user.email=t@t -c user.name=t commit -qm base\n"
+)
 
 DIFF_HOOK = "#!/bin/bash\nset -e\ncd /app\ngit diff > /logs/artifacts/model.patch\n"
 
@@ -29,9 +30,12 @@ def _trial_dir(jobs: Path) -> Path:
 
 
 def test_step_copy_wins_over_the_task_root(tmp_path):
-    task = write_task(tmp_path, "t", steps=[StepSpec("a"), StepSpec("b")],
-                      files={"pre_artifacts.sh": "echo root\n",
-                             "steps/b/pre_artifacts.sh": "echo step\n"})
+    task = write_task(
+        tmp_path,
+        "t",
+        steps=[StepSpec("a"), StepSpec("b")],
+        files={"pre_artifacts.sh": "echo root\n", "steps/b/pre_artifacts.sh": "echo step\n"},
+    )
     a, b = load_task(task).steps
     assert a.pre_artifacts_sh == task / "pre_artifacts.sh"
     assert b.pre_artifacts_sh == task / "steps" / "b" / "pre_artifacts.sh"
@@ -47,14 +51,23 @@ def test_git_diff_patch_lands_in_artifacts_and_a_failure_does_not_stop_collectio
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     task = write_task(
-        tmp_path / "tasks", "patch", dockerfile=GIT_DOCKERFILE,
-        steps=[StepSpec("edit", solve="printf 'one\\ntwo\\n' > /app/notes.txt\n"),
-               StepSpec("break", solve="printf 'three\\n' >> /app/notes.txt\n",
-                        toml_extra='artifacts = ["/app/notes.txt"]')],
-        files={"pre_artifacts.sh": DIFF_HOOK,
-               "steps/break/pre_artifacts.sh":
-                   "#!/bin/bash\necho half > /logs/artifacts/partial.txt\n"
-                   "echo 'no patch today' >&2\nexit 4\n"})
+        tmp_path / "tasks",
+        "patch",
+        dockerfile=GIT_DOCKERFILE,
+        steps=[
+            StepSpec("edit", solve="printf 'one\\ntwo\\n' > /app/notes.txt\n"),
+            StepSpec(
+                "break",
+                solve="printf 'three\\n' >> /app/notes.txt\n",
+                toml_extra='artifacts = ["/app/notes.txt"]',
+            ),
+        ],
+        files={
+            "pre_artifacts.sh": DIFF_HOOK,
+            "steps/break/pre_artifacts.sh": "#!/bin/bash\necho half > /logs/artifacts/partial.txt\n"
+            "echo 'no patch today' >&2\nexit 4\n",
+        },
+    )
     r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs")
     assert r.error is None and [s.reward for s in r.steps] == [1.0, 1.0]
     d = _trial_dir(tmp_path / "jobs")
@@ -82,11 +95,16 @@ def test_each_steps_logs_artifacts_are_its_own(tmp_path, backend):
     step's artifacts hold only what was written during it, as Harbor's multi-step trial moves
     the folder's contents into the step's output after every step; the files the agent keeps
     elsewhere persist as usual."""
-    steps = [StepSpec("one", solve="echo 1 > /logs/artifacts/s1.txt; echo keep > /tmp/kept\n"),
-             StepSpec("two", solve="true\n"),
-             StepSpec("three", solve="mkdir -p /logs/artifacts/d; echo 3 > /logs/artifacts/d/s3.txt\n",
-                      test='[ "$(cat /tmp/kept)" = keep ] && echo 1 > /logs/verifier/reward.txt '
-                           '|| echo 0 > /logs/verifier/reward.txt\n')]
+    steps = [
+        StepSpec("one", solve="echo 1 > /logs/artifacts/s1.txt; echo keep > /tmp/kept\n"),
+        StepSpec("two", solve="true\n"),
+        StepSpec(
+            "three",
+            solve="mkdir -p /logs/artifacts/d; echo 3 > /logs/artifacts/d/s3.txt\n",
+            test='[ "$(cat /tmp/kept)" = keep ] && echo 1 > /logs/verifier/reward.txt '
+            "|| echo 0 > /logs/verifier/reward.txt\n",
+        ),
+    ]
     task = write_task(tmp_path / "tasks", "arts", steps=steps)
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.error is None and [s.reward for s in r.steps] == [1.0, 1.0, 1.0]
@@ -94,8 +112,13 @@ def test_each_steps_logs_artifacts_are_its_own(tmp_path, backend):
 
     def files(step: str) -> list[str]:
         root = d / step / "artifacts"
-        return sorted(str(p.relative_to(root)) for p in root.rglob("*")
-                      if p.is_file() and p.name != "manifest.json") if root.exists() else []
+        return (
+            sorted(
+                str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and p.name != "manifest.json"
+            )
+            if root.exists()
+            else []
+        )
 
     assert files("01-one") == ["s1.txt"]
     assert files("02-two") == []

@@ -28,47 +28,73 @@ def _kind_of(fn, data: bytes) -> ErrorKind:
 # ---------------------------------------------------------------- reward.txt
 
 
-@pytest.mark.parametrize(("data", "value"), [
-    (b"1", 1.0),
-    (b"0", 0.0),
-    (b"0.5", 0.5),
-    (b" 0.5\r\n\n", 0.5),             # acceptance: surrounding whitespace and CR ignored
-    (b"\n\n  1.0  \n\n", 1.0),
-    (b"\t0.25\t", 0.25),
-    (b"1\r\n", 1.0),
-    (b"-0", 0.0),
-    (b"1e0", 1.0),
-    (b"5E-1", 0.5),
-    (b"2.5e+0", 2.5),                  # outside [0, 1]: kept as written
-    (b"-1.5", -1.5),
-    (b"1e308", 1e308),
-    (b"0.30000000000000004", 0.30000000000000004),
-])
+@pytest.mark.parametrize(
+    ("data", "value"),
+    [
+        (b"1", 1.0),
+        (b"0", 0.0),
+        (b"0.5", 0.5),
+        (b" 0.5\r\n\n", 0.5),  # acceptance: surrounding whitespace and CR ignored
+        (b"\n\n  1.0  \n\n", 1.0),
+        (b"\t0.25\t", 0.25),
+        (b"1\r\n", 1.0),
+        (b"-0", 0.0),
+        (b"1e0", 1.0),
+        (b"5E-1", 0.5),
+        (b"2.5e+0", 2.5),  # outside [0, 1]: kept as written
+        (b"-1.5", -1.5),
+        (b"1e308", 1e308),
+        (b"0.30000000000000004", 0.30000000000000004),
+    ],
+)
 def test_reward_txt_valid(data: bytes, value: float) -> None:
     assert parse_reward_txt(data) == {"reward": value}
 
 
-@pytest.mark.parametrize("data", [
-    b"1abc",                           # acceptance
-    b"nan", b"NaN", b"-nan",           # acceptance
-    b"inf", b"-inf", b"+inf",          # acceptance
-    b"Infinity", b"-Infinity",         # acceptance
-    b"1e400", b"-1e400",               # finite only
-    b"1_000",                          # Python literal syntax, not JSON
-    b"1\n2",                           # acceptance: two numbers on two lines
-    b"1\n0\n",
-    b"1 2",
-    b"warning: something odd\n1\n",    # acceptance: a warning line redirected into reward.txt
-    b"1\nwarning: deprecated\n",
-    b"+1", b".5", b"5.", b"01", b"00.5", b"0x1", b"1e", b"1e+", b"--1", b"- 1",
-    b"1,5",
-    b"true", b"null", b'"1"', b"[1]", b'{"reward": 1}',
-    b"\xef\xbb\xbf1",                  # a BOM is "anything else"
-    "\u0661".encode(),                 # Arabic-Indic digit one: not an ASCII digit
-    b"\x00", b"1\x00",
-    b"\xff\xfe",
-    b"   \n\r\n",                      # whitespace only: no number
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"1abc",  # acceptance
+        b"nan",
+        b"NaN",
+        b"-nan",  # acceptance
+        b"inf",
+        b"-inf",
+        b"+inf",  # acceptance
+        b"Infinity",
+        b"-Infinity",  # acceptance
+        b"1e400",
+        b"-1e400",  # finite only
+        b"1_000",  # Python literal syntax, not JSON
+        b"1\n2",  # acceptance: two numbers on two lines
+        b"1\n0\n",
+        b"1 2",
+        b"warning: something odd\n1\n",  # acceptance: a warning line redirected into reward.txt
+        b"1\nwarning: deprecated\n",
+        b"+1",
+        b".5",
+        b"5.",
+        b"01",
+        b"00.5",
+        b"0x1",
+        b"1e",
+        b"1e+",
+        b"--1",
+        b"- 1",
+        b"1,5",
+        b"true",
+        b"null",
+        b'"1"',
+        b"[1]",
+        b'{"reward": 1}',
+        b"\xef\xbb\xbf1",  # a BOM is "anything else"
+        "\u0661".encode(),  # Arabic-Indic digit one: not an ASCII digit
+        b"\x00",
+        b"1\x00",
+        b"\xff\xfe",
+        b"   \n\r\n",  # whitespace only: no number
+    ],
+)
 def test_reward_txt_parse_errors(data: bytes) -> None:
     assert _kind_of(parse_reward_txt, data) is ErrorKind.REWARD_PARSE_ERROR
 
@@ -93,7 +119,7 @@ def test_reward_txt_quote_is_truncated() -> None:
 
 def test_reward_txt_cap() -> None:
     padded = b"1" + b" " * (REWARD_FILE_CAP_BYTES - 1)
-    assert parse_reward_txt(padded) == {"reward": 1.0}          # exactly at the cap: fine
+    assert parse_reward_txt(padded) == {"reward": 1.0}  # exactly at the cap: fine
     assert _kind_of(parse_reward_txt, padded + b" ") is ErrorKind.REWARD_PARSE_ERROR
 
 
@@ -108,8 +134,12 @@ def test_reward_txt_accepts_exactly_json_numbers(text: str) -> None:
     stripped = text.strip(" \t\r\n")
     try:
         expected = json.loads(stripped) if stripped else None
-        is_number = isinstance(expected, (int, float)) and not isinstance(expected, bool) \
-            and math.isfinite(float(expected)) and stripped.lstrip("-")[:1].isdigit()
+        is_number = (
+            isinstance(expected, (int, float))
+            and not isinstance(expected, bool)
+            and math.isfinite(float(expected))
+            and stripped.lstrip("-")[:1].isdigit()
+        )
     except (ValueError, OverflowError):
         is_number = False
     if not text:
@@ -123,35 +153,41 @@ def test_reward_txt_accepts_exactly_json_numbers(text: str) -> None:
 # ---------------------------------------------------------------- reward.json
 
 
-@pytest.mark.parametrize(("data", "rewards"), [
-    (b'{"reward": 1}', {"reward": 1.0}),
-    (b'{"reward": 0.5}', {"reward": 0.5}),
-    (b'{"accuracy": 0.9, "format": 1}', {"accuracy": 0.9, "format": 1.0}),  # acceptance
-    (b'  {"reward": 0}\n', {"reward": 0.0}),
-    (b'{"reward": -0.0}', {"reward": 0.0}),
-    (b'{"reward": 1e308}', {"reward": 1e308}),
-    (b'{"r\\u00e9": 0.5}', {"r\u00e9": 0.5}),
-    ('{"ré": 0.5}'.encode(), {"r\u00e9": 0.5}),
-])
+@pytest.mark.parametrize(
+    ("data", "rewards"),
+    [
+        (b'{"reward": 1}', {"reward": 1.0}),
+        (b'{"reward": 0.5}', {"reward": 0.5}),
+        (b'{"accuracy": 0.9, "format": 1}', {"accuracy": 0.9, "format": 1.0}),  # acceptance
+        (b'  {"reward": 0}\n', {"reward": 0.0}),
+        (b'{"reward": -0.0}', {"reward": 0.0}),
+        (b'{"reward": 1e308}', {"reward": 1e308}),
+        (b'{"r\\u00e9": 0.5}', {"r\u00e9": 0.5}),
+        ('{"ré": 0.5}'.encode(), {"r\u00e9": 0.5}),
+    ],
+)
 def test_reward_json_valid(data: bytes, rewards: dict[str, float]) -> None:
     got = parse_reward_json(data)
     assert got == rewards
     assert all(type(v) is float for v in got.values())
-    assert list(got) == list(rewards)   # file order kept
+    assert list(got) == list(rewards)  # file order kept
 
 
-@pytest.mark.parametrize(("data", "named_key"), [
-    (b'{"reward": 1e400}', "reward"),            # acceptance
-    (b'{"reward": -1e400}', "reward"),
-    (b'{"reward": 1' + b"0" * 400 + b"}", "reward"),   # a huge integer overflows a float
-    (b'{"reward": true}', "reward"),             # acceptance
-    (b'{"reward": false}', "reward"),
-    (b'{"reward": "1"}', "reward"),              # acceptance
-    (b'{"reward": null}', "reward"),
-    (b'{"reward": [1]}', "reward"),
-    (b'{"reward": {"x": 1}}', "reward"),
-    (b'{"a": 1, "b": "x"}', "b"),
-])
+@pytest.mark.parametrize(
+    ("data", "named_key"),
+    [
+        (b'{"reward": 1e400}', "reward"),  # acceptance
+        (b'{"reward": -1e400}', "reward"),
+        (b'{"reward": 1' + b"0" * 400 + b"}", "reward"),  # a huge integer overflows a float
+        (b'{"reward": true}', "reward"),  # acceptance
+        (b'{"reward": false}', "reward"),
+        (b'{"reward": "1"}', "reward"),  # acceptance
+        (b'{"reward": null}', "reward"),
+        (b'{"reward": [1]}', "reward"),
+        (b'{"reward": {"x": 1}}', "reward"),
+        (b'{"a": 1, "b": "x"}', "b"),
+    ],
+)
 def test_reward_json_bad_values_name_the_key(data: bytes, named_key: str) -> None:
     with pytest.raises(TrialFailure) as info:
         parse_reward_json(data)
@@ -159,20 +195,35 @@ def test_reward_json_bad_values_name_the_key(data: bytes, named_key: str) -> Non
     assert repr(named_key) in str(info.value)
 
 
-@pytest.mark.parametrize("data", [
-    b"0.7",                                      # acceptance: a bare number
-    b"1", b'"1"', b"true", b"null",
-    b"[1]", b'[{"reward": 1}]',                  # a list
-    b"{}",                                       # no keys
-    b'{"reward": NaN}', b'{"reward": Infinity}', b'{"reward": -Infinity}',
-    b'{"reward": nan}',
-    b'{"reward": 1,}', b"{reward: 1}", b"{'reward': 1}", b'{"reward": 1', b"{",
-    b'{"reward": 1} {"reward": 2}',
-    b'{"reward": 01}', b'{"reward": .5}', b'{"reward": +1}',
-    b'{"reward": 1, "reward": 0}',               # duplicate key: ambiguous
-    b"\xff\xfe\x00",
-    b"[" * 100_00 + b"]" * 100_00,               # deep nesting must not crash
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"0.7",  # acceptance: a bare number
+        b"1",
+        b'"1"',
+        b"true",
+        b"null",
+        b"[1]",
+        b'[{"reward": 1}]',  # a list
+        b"{}",  # no keys
+        b'{"reward": NaN}',
+        b'{"reward": Infinity}',
+        b'{"reward": -Infinity}',
+        b'{"reward": nan}',
+        b'{"reward": 1,}',
+        b"{reward: 1}",
+        b"{'reward': 1}",
+        b'{"reward": 1',
+        b"{",
+        b'{"reward": 1} {"reward": 2}',
+        b'{"reward": 01}',
+        b'{"reward": .5}',
+        b'{"reward": +1}',
+        b'{"reward": 1, "reward": 0}',  # duplicate key: ambiguous
+        b"\xff\xfe\x00",
+        b"[" * 100_00 + b"]" * 100_00,  # deep nesting must not crash
+    ],
+)
 def test_reward_json_parse_errors(data: bytes) -> None:
     assert _kind_of(parse_reward_json, data) is ErrorKind.REWARD_PARSE_ERROR
 
@@ -195,10 +246,17 @@ def test_reward_json_error_quotes_first_bytes() -> None:
     assert info.value.detail["file"] == "reward.json"
 
 
-@given(st.dictionaries(st.text(max_size=10),
-                       st.one_of(st.floats(allow_nan=False, allow_infinity=False),
-                                 st.integers(min_value=-10**300, max_value=10**300)),
-                       min_size=1, max_size=8))
+@given(
+    st.dictionaries(
+        st.text(max_size=10),
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False),
+            st.integers(min_value=-(10**300), max_value=10**300),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_reward_json_roundtrips(rewards: dict) -> None:
     assert parse_reward_json(json.dumps(rewards).encode()) == {k: float(v) for k, v in rewards.items()}
 
@@ -223,8 +281,7 @@ def test_read_reward_json_wins_with_warning() -> None:
     got = read_reward({"reward.json": b'{"reward": 0.25}', "reward.txt": b"1"})
     assert got.rewards == {"reward": 0.25}
     assert got.reward_file == "reward.json"
-    assert len(got.warnings) == 1 and "reward.json" in got.warnings[0] \
-        and "reward.txt" in got.warnings[0]
+    assert len(got.warnings) == 1 and "reward.json" in got.warnings[0] and "reward.txt" in got.warnings[0]
 
 
 def test_read_reward_json_wins_even_when_broken() -> None:
@@ -239,8 +296,7 @@ def test_read_reward_json_wins_even_when_empty() -> None:
     assert info.value.kind is ErrorKind.REWARD_EMPTY
 
 
-@pytest.mark.parametrize("files", [{}, {"reward.json": None, "reward.txt": None},
-                                   {"other.txt": b"1"}])
+@pytest.mark.parametrize("files", [{}, {"reward.json": None, "reward.txt": None}, {"other.txt": b"1"}])
 def test_read_reward_missing(files: dict) -> None:
     with pytest.raises(TrialFailure) as info:
         read_reward(files)
@@ -255,13 +311,16 @@ def test_read_reward_empty_txt() -> None:
     assert category_of(info.value.kind) is Category.TASK
 
 
-@pytest.mark.parametrize(("files", "n_warnings"), [
-    ({"reward.txt": b"1.5"}, 1),
-    ({"reward.txt": b"-0.1"}, 1),
-    ({"reward.txt": b"1"}, 0),
-    ({"reward.txt": b"0"}, 0),
-    ({"reward.json": b'{"a": 2, "b": -1, "c": 0.5}'}, 2),
-])
+@pytest.mark.parametrize(
+    ("files", "n_warnings"),
+    [
+        ({"reward.txt": b"1.5"}, 1),
+        ({"reward.txt": b"-0.1"}, 1),
+        ({"reward.txt": b"1"}, 0),
+        ({"reward.txt": b"0"}, 0),
+        ({"reward.json": b'{"a": 2, "b": -1, "c": 0.5}'}, 2),
+    ],
+)
 def test_read_reward_out_of_range_values_kept_with_warning(files: dict, n_warnings: int) -> None:
     got = read_reward(files)
     raw = json.loads(next(iter(files.values())))
@@ -287,24 +346,30 @@ def test_the_cap_is_the_documented_64_kib() -> None:
     assert _kind_of(parse_reward_txt, b"1" + b" " * 65536) is ErrorKind.REWARD_PARSE_ERROR
 
 
-@pytest.mark.parametrize("parse, name", [(parse_reward_txt, "reward.txt"),
-                                         (parse_reward_json, "reward.json")])
+@pytest.mark.parametrize(
+    "parse, name", [(parse_reward_txt, "reward.txt"), (parse_reward_json, "reward.json")]
+)
 def test_an_empty_file_says_its_name_and_zero_bytes(parse, name) -> None:
     with pytest.raises(TrialFailure, match=f"^{name} is empty \\(0 bytes\\)$") as info:
         parse(b"")
     assert info.value.detail == {"file": name, "size_bytes": 0}
 
 
-@pytest.mark.parametrize("data, said", [
-    (b"[1]", "top level is a JSON array"), (b'"x"', "top level is a JSON string"),
-    (b"null", "top level is a JSON null"), (b"true", "top level is a JSON boolean"),
-    (b"1", "top level is a JSON number"),
-    (b'{"reward": [1]}', "value of key 'reward' is a JSON array"),
-    (b'{"reward": {"x": 1}}', "value of key 'reward' is a JSON object"),
-    (b'{"reward": null}', "value of key 'reward' is a JSON null"),
-    (b'{"reward": true}', "value of key 'reward' is a JSON boolean"),
-    (b'{"reward": "1"}', "value of key 'reward' is a JSON string"),
-])
+@pytest.mark.parametrize(
+    "data, said",
+    [
+        (b"[1]", "top level is a JSON array"),
+        (b'"x"', "top level is a JSON string"),
+        (b"null", "top level is a JSON null"),
+        (b"true", "top level is a JSON boolean"),
+        (b"1", "top level is a JSON number"),
+        (b'{"reward": [1]}', "value of key 'reward' is a JSON array"),
+        (b'{"reward": {"x": 1}}', "value of key 'reward' is a JSON object"),
+        (b'{"reward": null}', "value of key 'reward' is a JSON null"),
+        (b'{"reward": true}', "value of key 'reward' is a JSON boolean"),
+        (b'{"reward": "1"}', "value of key 'reward' is a JSON string"),
+    ],
+)
 def test_a_wrong_json_type_is_named(data: bytes, said: str) -> None:
     with pytest.raises(TrialFailure, match=f"^reward.json: {said}"):
         parse_reward_json(data)
@@ -314,7 +379,7 @@ def test_the_quote_is_marked_cut_only_when_it_is() -> None:
     from cairn.trial.rewards import QUOTE_BYTES, quote_head
 
     assert QUOTE_BYTES == 80
-    assert quote_head(b"x" * 80) == repr(b"x" * 80)          # all of it: no mark
+    assert quote_head(b"x" * 80) == repr(b"x" * 80)  # all of it: no mark
     assert quote_head(b"x" * 81) == repr(b"x" * 80) + "…"
     assert quote_head(b"abc", limit=2) == "b'ab'…"
-    assert quote_head(b"1abc\n") == "b'1abc\\n'"                  # shorter: no mark either
+    assert quote_head(b"1abc\n") == "b'1abc\\n'"  # shorter: no mark either

@@ -54,16 +54,21 @@ def _root_keys(task: Path, text: str) -> Path:
 
 def _separate_task(root: Path, solve: str) -> Path:
     task = write_task(
-        root, "separate", solve=solve, test=SEPARATE_TEST,
+        root,
+        "separate",
+        solve=solve,
+        test=SEPARATE_TEST,
         dockerfile="FROM debian:bookworm-slim\nRUN echo agent > /agent-marker\nWORKDIR /app\n",
         toml_extra='[verifier]\nenvironment_mode = "separate"\n',
-        files={"tests/Dockerfile": VERIFIER_DOCKERFILE})
+        files={"tests/Dockerfile": VERIFIER_DOCKERFILE},
+    )
     return _root_keys(task, 'artifacts = ["/app/out.txt"]\n')
 
 
 def test_artifact_seen_planted_file_not(tmp_path, backend):
-    task = _separate_task(tmp_path / "tasks", "echo result-42 > /app/out.txt\n"
-                                              "echo sneaky > /app/planted.txt\n")
+    task = _separate_task(
+        tmp_path / "tasks", "echo result-42 > /app/out.txt\necho sneaky > /app/planted.txt\n"
+    )
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.error is None, r.error
     assert r.reward == 1.0 and r.passed
@@ -85,17 +90,22 @@ def test_without_the_artifact_the_separate_verifier_scores_0(tmp_path, backend):
 
 def test_verifier_environment_docker_image_and_artifact_dir_with_exclude(tmp_path, backend):
     """[verifier.environment].docker_image, a directory artifact with an exclude, /logs/artifacts."""
-    test = reward_if('[ "$(cat /data/out/keep.txt)" = keep ] && [ ! -e /data/out/skip.log ] '
-                     '&& [ "$(cat /logs/artifacts/note.txt)" = noted ] && [ "$VMODE" = sep ] '
-                     '&& [ ! -e /agent-marker ]')
+    test = reward_if(
+        '[ "$(cat /data/out/keep.txt)" = keep ] && [ ! -e /data/out/skip.log ] '
+        '&& [ "$(cat /logs/artifacts/note.txt)" = noted ] && [ "$VMODE" = sep ] '
+        "&& [ ! -e /agent-marker ]"
+    )
     task = write_task(
-        tmp_path / "tasks", "sepdir", test=test,
+        tmp_path / "tasks",
+        "sepdir",
+        test=test,
         solve="mkdir -p /data/out && echo keep > /data/out/keep.txt && echo x > /data/out/skip.log"
-              " && echo noted > /logs/artifacts/note.txt\n",
+        " && echo noted > /logs/artifacts/note.txt\n",
         dockerfile="FROM debian:bookworm-slim\nRUN echo agent > /agent-marker\n",
         toml_extra='[verifier]\nenvironment_mode = "separate"\n'
-                   '[verifier.environment]\ndocker_image = "debian:bookworm-slim"\n'
-                   'network_mode = "no-network"\n[verifier.environment.env]\nVMODE = "sep"\n')
+        '[verifier.environment]\ndocker_image = "debian:bookworm-slim"\n'
+        'network_mode = "no-network"\n[verifier.environment.env]\nVMODE = "sep"\n',
+    )
     _root_keys(task, 'artifacts = [{source = "/data/out", exclude = ["*.log"]}]\n')
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.error is None, r.error
@@ -119,18 +129,30 @@ class _Identity(Agent):
 
 
 def test_two_steps_shared_then_separate_same_agent_sandbox(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "mixed", strategy="mean", steps=[
-        StepSpec("build", test=reward_if('[ "$(cat /app/a.txt)" = A ] && [ -e /agent-marker ]'),
-                 min_reward=1.0),
-        StepSpec("report",
-                 test=reward_if('[ "$(cat /app/report.txt)" = "A+B" ] && [ ! -e /app/a.txt ] '
-                                '&& [ ! -e /agent-marker ] && [ -e /verifier-marker ]'),
-                 toml_extra='artifacts = ["/app/report.txt"]\n'
-                            '[steps.verifier]\nenvironment_mode = "separate"\n'),
-    ], dockerfile="FROM debian:bookworm-slim\nRUN echo agent > /agent-marker\nWORKDIR /app\n",
-        files={"tests/Dockerfile": VERIFIER_DOCKERFILE})
-    agent = _Identity({"build": "echo A > /app/a.txt",
-                       "report": "echo \"$(cat /app/a.txt)+B\" > /app/report.txt"})
+    task = write_task(
+        tmp_path / "tasks",
+        "mixed",
+        strategy="mean",
+        steps=[
+            StepSpec(
+                "build", test=reward_if('[ "$(cat /app/a.txt)" = A ] && [ -e /agent-marker ]'), min_reward=1.0
+            ),
+            StepSpec(
+                "report",
+                test=reward_if(
+                    '[ "$(cat /app/report.txt)" = "A+B" ] && [ ! -e /app/a.txt ] '
+                    "&& [ ! -e /agent-marker ] && [ -e /verifier-marker ]"
+                ),
+                toml_extra='artifacts = ["/app/report.txt"]\n'
+                '[steps.verifier]\nenvironment_mode = "separate"\n',
+            ),
+        ],
+        dockerfile="FROM debian:bookworm-slim\nRUN echo agent > /agent-marker\nWORKDIR /app\n",
+        files={"tests/Dockerfile": VERIFIER_DOCKERFILE},
+    )
+    agent = _Identity(
+        {"build": "echo A > /app/a.txt", "report": 'echo "$(cat /app/a.txt)+B" > /app/report.txt'}
+    )
     r = run_trial_sync(task, agent, backend, tmp_path / "jobs")
     assert r.error is None, r.error
     assert [s.reward for s in r.steps] == [1.0, 1.0] and r.passed
@@ -147,11 +169,13 @@ def test_two_steps_shared_then_separate_same_agent_sandbox(tmp_path, backend):
 def test_separate_mode_without_verifier_image_uses_fresh_copy_of_environment(tmp_path, backend):
     """design §4.6 "else a copy of [environment]": no tests/Dockerfile and no verifier image →
     a fresh sandbox of the task's own environment, which sees the artifact and nothing else."""
-    task = write_task(tmp_path / "tasks", "copyenv",
-                      solve="echo result-42 > /app/out.txt\necho x > /app/planted.txt\n",
-                      test=reward_if('[ "$(cat /app/out.txt)" = result-42 ] && '
-                                     '[ ! -e /app/planted.txt ]'),
-                      toml_extra='[verifier]\nenvironment_mode = "separate"\n')
+    task = write_task(
+        tmp_path / "tasks",
+        "copyenv",
+        solve="echo result-42 > /app/out.txt\necho x > /app/planted.txt\n",
+        test=reward_if('[ "$(cat /app/out.txt)" = result-42 ] && [ ! -e /app/planted.txt ]'),
+        toml_extra='[verifier]\nenvironment_mode = "separate"\n',
+    )
     _root_keys(task, 'artifacts = ["/app/out.txt"]\n')
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.outcome.value == "completed" and r.reward == 1.0
@@ -163,11 +187,15 @@ def test_verifier_image_owns_its_test_sh(tmp_path, backend):
     """A step without test.sh in separate mode runs the verifier image's own /tests/test.sh."""
     image_test = "#!/bin/bash\n" + reward_if('[ "$(cat /app/out.txt)" = result-42 ]')
     task = write_task(
-        tmp_path / "tasks", "imgtests", steps=[
-            StepSpec("only", test=None, toml_extra='artifacts = ["/app/out.txt"]\n')],
+        tmp_path / "tasks",
+        "imgtests",
+        steps=[StepSpec("only", test=None, toml_extra='artifacts = ["/app/out.txt"]\n')],
         toml_extra='[verifier]\nenvironment_mode = "separate"\n',
-        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nCOPY image-test.sh /tests/test.sh\n",
-               "tests/image-test.sh": image_test})
+        files={
+            "tests/Dockerfile": "FROM debian:bookworm-slim\nCOPY image-test.sh /tests/test.sh\n",
+            "tests/image-test.sh": image_test,
+        },
+    )
     agent = _Identity({"only": "mkdir -p /app && echo result-42 > /app/out.txt"})
     r = run_trial_sync(task, agent, backend, tmp_path / "jobs")
     assert r.error is None, r.error
@@ -175,10 +203,12 @@ def test_verifier_image_owns_its_test_sh(tmp_path, backend):
 
 
 def test_a_failing_verifier_image_build_is_build_failed_not_the_agents_fault(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "badverifier",
-                      toml_extra='[verifier]\nenvironment_mode = "separate"\n',
-                      files={"tests/Dockerfile": "FROM debian:bookworm-slim\n"
-                                                 "RUN echo verifier-boom-9 && exit 4\n"})
+    task = write_task(
+        tmp_path / "tasks",
+        "badverifier",
+        toml_extra='[verifier]\nenvironment_mode = "separate"\n',
+        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nRUN echo verifier-boom-9 && exit 4\n"},
+    )
     r = run_trial_sync(task, "nop", backend, tmp_path / "jobs")
     assert r.outcome.value == "errored"
     assert r.error.kind.value == "build_failed" and r.error.category.value == "task"
@@ -195,17 +225,22 @@ def test_a_compose_verifier_environment_from_tests(tmp_path):
 
     if not backend_available("docker"):
         pytest.skip("docker not available")
-    compose = ("services:\n  main:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
-               "    depends_on:\n      ref:\n        condition: service_completed_successfully\n"
-               "  ref:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
-               "    command: [sh, -c, 'echo result-42 > /ref/expected']\nvolumes:\n  ref: {}\n")
+    compose = (
+        "services:\n  main:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
+        "    depends_on:\n      ref:\n        condition: service_completed_successfully\n"
+        "  ref:\n    image: debian:bookworm-slim\n    volumes: [ref:/ref]\n"
+        "    command: [sh, -c, 'echo result-42 > /ref/expected']\nvolumes:\n  ref: {}\n"
+    )
     test = reward_if('[ "$(cat /app/out.txt)" = "$(cat /ref/expected)" ] && [ ! -e /agent-marker ]')
-    task = write_task(tmp_path / "tasks", "composeverifier", test=test,
-                      solve="echo result-42 > /app/out.txt\n",
-                      dockerfile="FROM debian:bookworm-slim\nRUN echo a > /agent-marker\n"
-                                 "WORKDIR /app\n",
-                      toml_extra='[verifier]\nenvironment_mode = "separate"\n',
-                      files={"tests/docker-compose.yaml": compose})
+    task = write_task(
+        tmp_path / "tasks",
+        "composeverifier",
+        test=test,
+        solve="echo result-42 > /app/out.txt\n",
+        dockerfile="FROM debian:bookworm-slim\nRUN echo a > /agent-marker\nWORKDIR /app\n",
+        toml_extra='[verifier]\nenvironment_mode = "separate"\n',
+        files={"tests/docker-compose.yaml": compose},
+    )
     _root_keys(task, 'artifacts = ["/app/out.txt"]\n')
     r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs")
     assert r.error is None, r.error
@@ -223,19 +258,24 @@ def test_a_non_root_verifier_reads_artifacts_the_agent_wrote_under_umask_077(tmp
     """Issue #12: ``[verifier] user = "checker"`` in separate mode; the agent (root) wrote its
     artifacts with mode 0600/0700. The restored copies belong to the verifier's user, so an
     honest run scores 1; the host copies keep the agent's modes."""
-    test = reward_if('[ "$(id -un)" = checker ] && [ "$(cat /app/out.txt)" = result-42 ] '
-                     '&& [ "$(cat /app/res/deep.txt)" = deep ]')
+    test = reward_if(
+        '[ "$(id -un)" = checker ] && [ "$(cat /app/out.txt)" = result-42 ] '
+        '&& [ "$(cat /app/res/deep.txt)" = deep ]'
+    )
     task = write_task(
-        tmp_path / "tasks", "checker", test=test,
-        solve="umask 077; mkdir -p /app/res; echo result-42 > /app/out.txt; "
-              "echo deep > /app/res/deep.txt\n",
+        tmp_path / "tasks",
+        "checker",
+        test=test,
+        solve="umask 077; mkdir -p /app/res; echo result-42 > /app/out.txt; echo deep > /app/res/deep.txt\n",
         toml_extra='[verifier]\nenvironment_mode = "separate"\nuser = "checker"\n',
-        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nRUN useradd -m checker\n"})
+        files={"tests/Dockerfile": "FROM debian:bookworm-slim\nRUN useradd -m checker\n"},
+    )
     _root_keys(task, 'artifacts = ["/app/out.txt", "/app/res"]\n')
     r = run_trial_sync(task, "oracle", backend, tmp_path / "jobs")
     assert r.error is None, r.error
-    assert r.reward == 1.0, (_trial_dir(tmp_path / "jobs") / "steps/01-main/verifier/"
-                             "test-stderr.txt").read_text()
+    assert r.reward == 1.0, (
+        _trial_dir(tmp_path / "jobs") / "steps/01-main/verifier/test-stderr.txt"
+    ).read_text()
     arts = _trial_dir(tmp_path / "jobs") / "steps/01-main/artifacts/app"
     assert (arts / "out.txt").stat().st_mode & 0o777 == 0o600
     assert (arts / "res" / "deep.txt").read_text().strip() == "deep"

@@ -16,8 +16,7 @@ from taskgen import StepSpec, write_task
 
 
 def cfg(tmp_path, task, **kw) -> JobConfig:
-    return JobConfig(paths=(task,), backend="local", jobs_dir=tmp_path / "jobs", job_name="j",
-                     **kw)
+    return JobConfig(paths=(task,), backend="local", jobs_dir=tmp_path / "jobs", job_name="j", **kw)
 
 
 def test_usage_errors_before_anything_starts(tmp_path):
@@ -43,14 +42,36 @@ def test_start_step_and_fork_change_the_trial_id_only_when_set():
 
 def test_replayed_steps_are_left_out_of_the_funnel():
     now = datetime.now(UTC)
-    rows = [StepResult(index=1, name="a", source=StepSource.ORACLE, reward=1.0,
-                       rewards={"reward": 1.0}, passed=True),
-            StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=0.0,
-                       rewards={"reward": 0.0}, agent_exit="ok")]
-    r = TrialResult(trial_id="x", trial_name="t__1__x", task=TaskRef(name="t", content_hash="h"),
-                    agent=AgentRef(name="nop"), backend="docker", outcome=Outcome.COMPLETED,
-                    reward=0.0, steps_total=1, steps_run=1, started_at=now, finished_at=now,
-                    steps=rows, start_step="b")
+    rows = [
+        StepResult(
+            index=1, name="a", source=StepSource.ORACLE, reward=1.0, rewards={"reward": 1.0}, passed=True
+        ),
+        StepResult(
+            index=2,
+            name="b",
+            source=StepSource.VERIFIER,
+            reward=0.0,
+            rewards={"reward": 0.0},
+            agent_exit="ok",
+        ),
+    ]
+    r = TrialResult(
+        trial_id="x",
+        trial_name="t__1__x",
+        task=TaskRef(name="t", content_hash="h"),
+        agent=AgentRef(name="nop"),
+        backend="docker",
+        outcome=Outcome.COMPLETED,
+        reward=0.0,
+        steps_total=1,
+        steps_run=1,
+        started_at=now,
+        finished_at=now,
+        steps=rows,
+        start_step="b",
+    )
     (task,) = summarize_job([r], {"t": ["a", "b"]}).tasks
-    assert [(s.name, s.n_reached, s.n_replayed, s.mean_reward) for s in task.steps] == \
-        [("a", 0, 1, None), ("b", 1, 0, 0.0)]
+    assert [(s.name, s.n_reached, s.n_replayed, s.mean_reward) for s in task.steps] == [
+        ("a", 0, 1, None),
+        ("b", 1, 0, 0.0),
+    ]

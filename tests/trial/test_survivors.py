@@ -23,17 +23,33 @@ LOOP = "while sleep 0.5; do echo 1 > /logs/verifier/reward.txt; done"
 
 
 def _run(tmp_path: Path, task: Path, backend: str, *extra: str) -> dict:
-    res = cairn("run", "-p", str(task), "-a", "oracle", "-e", backend, "--jobs-dir", "jobs",
-                "--job-name", "j", *extra, cwd=tmp_path)
+    res = cairn(
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        "oracle",
+        "-e",
+        backend,
+        "--jobs-dir",
+        "jobs",
+        "--job-name",
+        "j",
+        *extra,
+        cwd=tmp_path,
+    )
     assert "Traceback" not in res.stdout + res.stderr, res.stdout + res.stderr
     (result,) = (tmp_path / "jobs" / "j" / "trials").glob("*/result.json")
     return json.loads(result.read_text())
 
 
 def test_a_process_the_agent_left_running_is_on_the_record(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "survivor",
-                      solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
-                      test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "survivor",
+        solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+        test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n",
+    )
     r = _run(tmp_path, task, backend)
     step = r["steps"][0]
     loops = [s for s in step["survivors"] if LOOP in s["cmdline"]]
@@ -48,26 +64,35 @@ def test_a_process_the_agent_left_running_is_on_the_record(tmp_path, backend):
 
 
 def test_hardened_verify_says_the_survivors_were_killed(tmp_path, backend):
-    task = write_task(tmp_path / "tasks", "hardened",
-                      solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
-                      test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "hardened",
+        solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+        test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n",
+    )
     r = _run(tmp_path, task, backend, "--hardened-verify")
     step = r["steps"][0]
     assert any(LOOP in s["cmdline"] for s in step["survivors"])
     assert step["survivors_killed"] == "hardened_verify" and r["reward"] == 0.0
 
 
-LEAK = ("nohup bash -c 'while true; do for e in /proc/[0-9]*/environ; do "
-        "tr \"\\0\" \"\\n\" < $e 2>/dev/null | grep \"^VSECRET=\" >> /tmp/leak; done; "
-        "sleep 0.05; done' >/dev/null 2>&1 &\n")
+LEAK = (
+    "nohup bash -c 'while true; do for e in /proc/[0-9]*/environ; do "
+    'tr "\\0" "\\n" < $e 2>/dev/null | grep "^VSECRET=" >> /tmp/leak; done; '
+    "sleep 0.05; done' >/dev/null 2>&1 &\n"
+)
 
 
 def test_a_left_over_process_cannot_read_the_verifiers_secret(tmp_path, backend):
     """#34 L4: the verifier has an env value the agent did not (``--ve``); the agent's
     processes are killed before it starts, so the one scanning /proc for it finds nothing."""
-    task = write_task(tmp_path / "tasks", "leak", solve=LEAK,
-                      test="sleep 2; if grep -q VSECRET= /tmp/leak 2>/dev/null; then echo 0; "
-                           "else echo 1; fi > /logs/verifier/reward.txt\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "leak",
+        solve=LEAK,
+        test="sleep 2; if grep -q VSECRET= /tmp/leak 2>/dev/null; then echo 0; "
+        "else echo 1; fi > /logs/verifier/reward.txt\n",
+    )
     r = _run(tmp_path, task, backend, "--ve", "VSECRET=verifier-only-value-4242")
     step = r["steps"][0]
     assert r["reward"] == 1.0, step  # 0 when the survivor read the verifier's environment
@@ -78,12 +103,14 @@ def test_a_left_over_process_cannot_read_the_verifiers_secret(tmp_path, backend)
 
 def test_a_verifier_with_no_wider_access_keeps_the_agents_server(tmp_path, backend):
     """A server the task asked the agent to leave running still answers the verifier."""
-    task = write_task(tmp_path / "tasks", "server",
-                      solve="nohup bash -c 'while true; do date > /tmp/alive; sleep 0.2; done' "
-                            ">/dev/null 2>&1 &\n",
-                      test="a=$(cat /tmp/alive); sleep 1; "
-                           "if [ \"$(cat /tmp/alive)\" != \"$a\" ]; then echo 1; else echo 0; fi "
-                           "> /logs/verifier/reward.txt\n")
+    task = write_task(
+        tmp_path / "tasks",
+        "server",
+        solve="nohup bash -c 'while true; do date > /tmp/alive; sleep 0.2; done' >/dev/null 2>&1 &\n",
+        test="a=$(cat /tmp/alive); sleep 1; "
+        'if [ "$(cat /tmp/alive)" != "$a" ]; then echo 1; else echo 0; fi '
+        "> /logs/verifier/reward.txt\n",
+    )
     r = _run(tmp_path, task, backend)
     assert r["reward"] == 1.0 and r["steps"][0]["survivors_killed"] is None
 
@@ -103,11 +130,9 @@ def test_what_counts_as_wider_access():
     assert network_wider(none, none) is None
     assert network_wider(allow, allow) is None
     assert network_wider(allow, none) is None  # narrower
-    assert "b.test" in network_wider(allow, NetworkPolicy(NetworkMode.ALLOWLIST,
-                                                          ("a.test", "b.test")))
+    assert "b.test" in network_wider(allow, NetworkPolicy(NetworkMode.ALLOWLIST, ("a.test", "b.test")))
     assert network_wider(none, NetworkPolicy(NetworkMode.PUBLIC)) is not None
-    assert network_wider(NetworkPolicy(NetworkMode.PUBLIC), NetworkPolicy(NetworkMode.PUBLIC)) \
-        is None
+    assert network_wider(NetworkPolicy(NetworkMode.PUBLIC), NetworkPolicy(NetworkMode.PUBLIC)) is None
     judge = none.with_model_hosts(["judge.test"])
     assert "judge.test" in network_wider(none, judge)
     assert env_wider({"A": "1"}, {"A": "1"}) is None
@@ -115,7 +140,7 @@ def test_what_counts_as_wider_access():
     assert "secret" not in env_wider({"KEY": "x"}, {"KEY": "secret"})
 
 
-REACH = r'''
+REACH = r"""
 import os, re, time, urllib.request
 def proxies():
     found = {}
@@ -140,7 +165,7 @@ while True:  # the verifier's proxy, taken from its processes' environment once 
         except Exception:
             pass
     time.sleep(0.1)
-'''
+"""
 
 VERIFY_REACH = (
     "python3 - <<'EOF' > /logs/verifier/verifier-reach.txt 2>&1\n"
@@ -148,7 +173,8 @@ VERIFY_REACH = (
     "print(urllib.request.urlopen('http://allowed.test/', timeout=10).read().decode())\n"
     "EOF\n"
     "sleep 2\n"
-    "if [ -s /tmp/reached ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n")
+    "if [ -s /tmp/reached ]; then echo 0; else echo 1; fi > /logs/verifier/reward.txt\n"
+)
 
 
 @pytest.mark.docker
@@ -161,16 +187,17 @@ def test_a_left_over_process_cannot_reach_the_verifier_only_host(tmp_path):
 
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
-    task = write_task(tmp_path / "tasks", "reach",
-                      solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n",
-                      files={"environment/reach.py": REACH}, test=VERIFY_REACH,
-                      dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\n"
-                                 "COPY reach.py /opt/reach.py\n",
-                      toml_extra='[verifier]\nnetwork_mode = "allowlist"\n'
-                                 'allowed_hosts = ["allowed.test"]\n')
+    task = write_task(
+        tmp_path / "tasks",
+        "reach",
+        solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n",
+        files={"environment/reach.py": REACH},
+        test=VERIFY_REACH,
+        dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nCOPY reach.py /opt/reach.py\n",
+        toml_extra='[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n',
+    )
     with host_containers("allowed.test") as addrs:
-        r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs",
-                           add_hosts=tuple(addrs.items()))
+        r = run_trial_sync(task, "oracle", "docker", tmp_path / "jobs", add_hosts=tuple(addrs.items()))
     step = r.steps[0]
     trial = tmp_path / "jobs" / "job" / "trials" / r.trial_name
     reach = (trial / "steps" / "01-main" / "verifier" / "verifier-reach.txt").read_text()

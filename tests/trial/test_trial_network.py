@@ -13,9 +13,11 @@ from testbed import run_trial_sync
 def _allowlist_task(tmp_path):
     task = write_task(tmp_path, "allow", network="allowlist")
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace('network_mode = "allowlist"\n',
-                                             'network_mode = "allowlist"\n'
-                                             'allowed_hosts = ["pypi.org"]\n'))
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "allowlist"\n', 'network_mode = "allowlist"\nallowed_hosts = ["pypi.org"]\n'
+        )
+    )
     return task
 
 
@@ -28,8 +30,9 @@ def test_local_refuses_an_allowlist_in_a_second(tmp_path):
 
 
 def test_local_refuses_per_phase_modes(tmp_path):
-    task = write_task(tmp_path, "phases", network="public",
-                      toml_extra='[verifier]\nnetwork_mode = "no-network"\n')
+    task = write_task(
+        tmp_path, "phases", network="public", toml_extra='[verifier]\nnetwork_mode = "no-network"\n'
+    )
     result = run_trial_sync(task, "nop", "local", tmp_path / "jobs")
     assert result.error is not None and result.error.kind is ErrorKind.CONFIG_ERROR
     assert "cannot switch the network between phases" in result.error.message
@@ -37,7 +40,6 @@ def test_local_refuses_per_phase_modes(tmp_path):
 
 def test_local_refuses_an_agent_model_host_under_no_network(tmp_path):
     task = write_task(tmp_path, "sealed", network="no-network")
-    result = run_trial_sync(task, "nop", "local", tmp_path / "jobs",
-                            agent_hosts=("api.example.com",))
+    result = run_trial_sync(task, "nop", "local", tmp_path / "jobs", agent_hosts=("api.example.com",))
     assert result.error is not None and result.error.kind is ErrorKind.CONFIG_ERROR
     assert "api.example.com" in result.error.message

@@ -32,9 +32,26 @@ def example_job(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("viewer-example")
     tasks = write_example_tasks(root)
     with FakeOpenAI(default=model_reply) as server:
-        p = cairn("run", "-p", str(tasks), "-a", "llm", "-m", "openai/gpt-4o-mini",
-                  "--ak", f"api_base={server.url}", "-e", "local", "-n", "2",
-                  "--jobs-dir", str(root / "jobs"), "--job-name", "example", cwd=root)
+        p = cairn(
+            "run",
+            "-p",
+            str(tasks),
+            "-a",
+            "llm",
+            "-m",
+            "openai/gpt-4o-mini",
+            "--ak",
+            f"api_base={server.url}",
+            "-e",
+            "local",
+            "-n",
+            "2",
+            "--jobs-dir",
+            str(root / "jobs"),
+            "--job-name",
+            "example",
+            cwd=root,
+        )
     job = root / "jobs" / "example"
     assert (job / "summary.json").is_file(), p.stdout + p.stderr
     assert "Traceback" not in p.stderr, p.stderr
@@ -50,13 +67,22 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     opts = webdriver.ChromeOptions()
-    for a in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--window-size=1280,1000", "--disable-extensions", "--no-first-run"):
+    for a in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1280,1000",
+        "--disable-extensions",
+        "--no-first-run",
+    ):
         opts.add_argument(a)
     opts.binary_location = CHROMIUM
     opts.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    prefs = {"download.default_directory": str(Path("/tmp") / f"cairn-viewer-dl-{os.getpid()}"),
-             "download.prompt_for_download": False}
+    prefs = {
+        "download.default_directory": str(Path("/tmp") / f"cairn-viewer-dl-{os.getpid()}"),
+        "download.prompt_for_download": False,
+    }
     opts.add_experimental_option("prefs", prefs)
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
     driver.set_page_load_timeout(30)

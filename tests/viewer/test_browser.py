@@ -46,21 +46,32 @@ def test_pages_load_without_console_errors_and_funnel_matches_report(example_job
             assert _pwned(browser) is None, url
 
         browser.get(f"{base}jobs/example/")
-        shown = {(g.get_attribute("data-task"), g.get_attribute("data-step")):
-                 (int(g.get_attribute("data-reached")), int(g.get_attribute("data-passed")),
-                  g.get_attribute("data-mean"))
-                 for g in _by_css(browser, "g.funnel-step")}
-        expected = {(t["name"], s["name"]): (s["n_reached"], s["n_passed"],
-                                             "" if s["mean_reward"] is None else str(s["mean_reward"]))
-                    for t in report["tasks"] for s in t["steps"]}
+        shown = {
+            (g.get_attribute("data-task"), g.get_attribute("data-step")): (
+                int(g.get_attribute("data-reached")),
+                int(g.get_attribute("data-passed")),
+                g.get_attribute("data-mean"),
+            )
+            for g in _by_css(browser, "g.funnel-step")
+        }
+        expected = {
+            (t["name"], s["name"]): (
+                s["n_reached"],
+                s["n_passed"],
+                "" if s["mean_reward"] is None else str(s["mean_reward"]),
+            )
+            for t in report["tasks"]
+            for s in t["steps"]
+        }
         assert shown == expected
         assert expected[("test/gated", "first")] == (1, 0, "0.5")
         assert expected[("test/gated", "second")] == (0, 0, "")
         assert expected[("test/chain", "ship")] == (1, 1, "1.0")
-        outcomes = {td.get_attribute("data-outcome"): int(td.text)
-                    for td in _by_css(browser, "#outcomes td[data-outcome]")}
-        assert outcomes == report["outcomes"] == {"completed": 2, "stopped": 1, "errored": 1,
-                                                 "cancelled": 0}
+        outcomes = {
+            td.get_attribute("data-outcome"): int(td.text)
+            for td in _by_css(browser, "#outcomes td[data-outcome]")
+        }
+        assert outcomes == report["outcomes"] == {"completed": 2, "stopped": 1, "errored": 1, "cancelled": 0}
 
         # server-side filter: the step a trial stopped at
         browser.get(f"{base}jobs/example/?step=first")
@@ -75,8 +86,11 @@ def test_pages_load_without_console_errors_and_funnel_matches_report(example_job
         step2 = _by_css(browser, "#step-2")[0]
         assert "echo 2 > /app/b.txt" in step2.find_element("css selector", "pre.args").text
         assert "100 in / 20 out" in step2.find_element("css selector", ".tokens").text
-        segs = [(s.get_attribute("data-step"), s.get_attribute("data-phase"))
-                for s in _by_css(browser, "g.seg") if s.get_attribute("data-step")]
+        segs = [
+            (s.get_attribute("data-step"), s.get_attribute("data-phase"))
+            for s in _by_css(browser, "g.seg")
+            if s.get_attribute("data-step")
+        ]
         assert [p for st, p in segs if st == "fix"] == ["setup", "agent", "artifacts", "verifier"]
 
 
@@ -105,14 +119,26 @@ def test_agent_markup_cannot_run_script(example_job, browser):
 
 def test_static_bundle_opens_from_file_url(example_job, browser, tmp_path):
     out = tmp_path / "site"
-    p = subprocess.run([sys.executable, "-m", "cairn", "view", str(example_job), "--bundle", str(out)],
-                       env=env(), capture_output=True, text=True, timeout=120)
+    p = subprocess.run(
+        [sys.executable, "-m", "cairn", "view", str(example_job), "--bundle", str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert p.returncode == 0, p.stderr
     hello = trial_dir(example_job, "hello").name
     console_errors(browser)
     browser.get((out / "index.html").as_uri())
-    assert [g.get_attribute("data-step") for g in _by_css(browser, "g.funnel-step")] == \
-        ["main", "fetch", "fix", "ship", "first", "second", "main"]
+    assert [g.get_attribute("data-step") for g in _by_css(browser, "g.funnel-step")] == [
+        "main",
+        "fetch",
+        "fix",
+        "ship",
+        "first",
+        "second",
+        "main",
+    ]
     link = next(a for a in _by_css(browser, "#trial-table a") if a.text == hello)
     link.click()
     wait_for(lambda: browser.current_url.endswith(f"trials/{hello}/index.html"))
@@ -121,8 +147,11 @@ def test_static_bundle_opens_from_file_url(example_job, browser, tmp_path):
     assert _pwned(browser) is None
     assert console_errors(browser) == []
     # the stored files are copies a browser shows as text (an .html artifact is never a page)
-    raw = next(a for a in _by_css(browser, "details.file a") if a.text == "raw"
-               and "evil.html" in a.get_attribute("href"))
+    raw = next(
+        a
+        for a in _by_css(browser, "details.file a")
+        if a.text == "raw" and "evil.html" in a.get_attribute("href")
+    )
     assert raw.get_attribute("href").endswith("evil.html.txt")
     browser.get(raw.get_attribute("href"))
     assert browser.execute_script("return document.contentType") == "text/plain"
@@ -139,14 +168,41 @@ def test_open_job_page_follows_a_running_job(tmp_path, browser):
     """`cairn run -n 2` on a 3-step task (4 attempts); the job page, opened once, shows the
     running trials' step and phase, then all four finished — with no reload."""
     tasks = tmp_path / "tasks"
-    write_task(tasks, "slow3", steps=[
-        StepSpec(n, solve=f"sleep 1; echo {i} > /app/{n}.txt\n", test=reward_if(f"test -f /app/{n}.txt"))
-        for i, n in enumerate(("one", "two", "three"), start=1)])
+    write_task(
+        tasks,
+        "slow3",
+        steps=[
+            StepSpec(n, solve=f"sleep 1; echo {i} > /app/{n}.txt\n", test=reward_if(f"test -f /app/{n}.txt"))
+            for i, n in enumerate(("one", "two", "three"), start=1)
+        ],
+    )
     jobs = tmp_path / "jobs"
-    run = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", str(tasks / "slow3"), "-a", "oracle",
-                            "-e", "local", "-n", "2", "-k", "4", "--jobs-dir", str(jobs),
-                            "--job-name", "live"], env=env(), stdout=subprocess.PIPE,
-                           stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(tasks / "slow3"),
+            "-a",
+            "oracle",
+            "-e",
+            "local",
+            "-n",
+            "2",
+            "-k",
+            "4",
+            "--jobs-dir",
+            str(jobs),
+            "--job-name",
+            "live",
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (jobs / "live" / "job.json").is_file(), timeout=60)
         with view_server(jobs) as base:
@@ -158,7 +214,8 @@ def test_open_job_page_follows_a_running_job(tmp_path, browser):
                 # one atomic read of the table (the live update replaces it while we look)
                 rows = browser.execute_script(
                     "return Array.from(document.querySelectorAll('#trial-table tbody tr[data-trial]'))"
-                    ".map(r => [r.getAttribute('data-outcome'), r.innerText])")
+                    ".map(r => [r.getAttribute('data-outcome'), r.innerText])"
+                )
                 seen_running.update(text for outcome, text in rows if outcome == "running")
                 return sum(o == "completed" for o, _ in rows) == 4 and len(rows) == 4
 
@@ -208,14 +265,38 @@ def test_live_updates_follow_a_job_whose_name_holds_percent_space_and_hash(tmp_p
     name = "a b%2e #1"
     enc = "a%20b%252e%20%231"
     tasks = tmp_path / "tasks"
-    write_task(tasks, "hang2", steps=[
-        StepSpec("one", solve="echo 1 > /app/one.txt\n", test=reward_if("test -f /app/one.txt")),
-        StepSpec("two", solve="sleep 300\n", test=reward_if("true"))])
+    write_task(
+        tasks,
+        "hang2",
+        steps=[
+            StepSpec("one", solve="echo 1 > /app/one.txt\n", test=reward_if("test -f /app/one.txt")),
+            StepSpec("two", solve="sleep 300\n", test=reward_if("true")),
+        ],
+    )
     jobs = tmp_path / "jobs"
     job = jobs / name
-    run = subprocess.Popen([sys.executable, "-m", "cairn", "run", "-p", str(tasks / "hang2"), "-a", "oracle",
-                            "-e", "local", "--jobs-dir", str(jobs), "--job-name", name], env=env(),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "run",
+            "-p",
+            str(tasks / "hang2"),
+            "-a",
+            "oracle",
+            "-e",
+            "local",
+            "--jobs-dir",
+            str(jobs),
+            "--job-name",
+            name,
+        ],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_for(lambda: (job / "trials").is_dir() and any((job / "trials").iterdir()), timeout=60)
         trial = next((job / "trials").iterdir()).name
@@ -226,17 +307,20 @@ def test_live_updates_follow_a_job_whose_name_holds_percent_space_and_hash(tmp_p
             assert link.get_attribute("href") == f"{base}jobs/{enc}/"
             link.click()
             wait_for(lambda: browser.current_url == f"{base}jobs/{enc}/")
-            assert browser.find_element("css selector", "body").get_attribute("data-poll") == \
-                f"/api/jobs/{enc}/version"
+            assert (
+                browser.find_element("css selector", "body").get_attribute("data-poll")
+                == f"/api/jobs/{enc}/version"
+            )
             # the first poll was answered: the page holds the version it got
             wait_for(lambda: browser.execute_script("return document.body.getAttribute('data-version')"))
 
             browser.get(f"{base}jobs/{enc}/trials/{trial}/")
-            assert browser.find_element("css selector", "body").get_attribute("data-poll") == \
-                f"/api/jobs/{enc}/trials/{trial}/version"
+            assert (
+                browser.find_element("css selector", "body").get_attribute("data-poll")
+                == f"/api/jobs/{enc}/trials/{trial}/version"
+            )
             browser.execute_script("window.__sameDocument = 'yes'")
-            wait_for(lambda: [e.text for e in _by_css(browser, "#current-step")] == ["2 two"],
-                     timeout=120)
+            wait_for(lambda: [e.text for e in _by_css(browser, "#current-step")] == ["2 two"], timeout=120)
             run.send_signal(signal.SIGINT)  # the trial ends cancelled while the page is open
             wait_for(lambda: _by_css(browser, "#trial-reward"), timeout=120)
             assert "cancelled" in browser.find_element("css selector", "main#content p").text

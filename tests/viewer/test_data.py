@@ -39,28 +39,56 @@ from cairn.viewer.data import JobIndex, Library, TrialQuery, load_trial, safe_pa
 NOW = datetime(2026, 12, 1, tzinfo=UTC)
 
 
-def _result(i: int, task: str, outcome: Outcome, reward: float | None, *, steps=None,
-            error=None, stopped_after=None) -> TrialResult:
-    steps = steps or [StepResult(index=1, name="main", source=StepSource.VERIFIER, reward=reward,
-                                 rewards={"reward": reward} if reward is not None else None,
-                                 passed=reward == 1.0)]
+def _result(
+    i: int, task: str, outcome: Outcome, reward: float | None, *, steps=None, error=None, stopped_after=None
+) -> TrialResult:
+    steps = steps or [
+        StepResult(
+            index=1,
+            name="main",
+            source=StepSource.VERIFIER,
+            reward=reward,
+            rewards={"reward": reward} if reward is not None else None,
+            passed=reward == 1.0,
+        )
+    ]
     return TrialResult(
-        trial_id=f"{i:08x}" + "0" * 56, trial_name=f"{task}__1__{i:08x}", task=TaskRef(
-            name=task, content_hash="h"), agent=AgentRef(name="oracle"), backend="local",
-        outcome=outcome, error=error, reward=reward,
+        trial_id=f"{i:08x}" + "0" * 56,
+        trial_name=f"{task}__1__{i:08x}",
+        task=TaskRef(name=task, content_hash="h"),
+        agent=AgentRef(name="oracle"),
+        backend="local",
+        outcome=outcome,
+        error=error,
+        reward=reward,
         rewards={"reward": reward} if reward is not None else None,
-        passed=outcome is Outcome.COMPLETED and reward == 1.0, steps_total=len(steps),
-        steps_run=sum(s.source is not StepSource.NOT_RUN for s in steps), steps=steps,
+        passed=outcome is Outcome.COMPLETED and reward == 1.0,
+        steps_total=len(steps),
+        steps_run=sum(s.source is not StepSource.NOT_RUN for s in steps),
+        steps=steps,
         stopped_after=stopped_after,
-        stop_reason=StopReason(kind="min_reward", step=stopped_after, key="reward", value=reward,
-                               threshold=1.0) if stopped_after else None,
-        started_at=NOW, finished_at=NOW)
+        stop_reason=StopReason(
+            kind="min_reward", step=stopped_after, key="reward", value=reward, threshold=1.0
+        )
+        if stopped_after
+        else None,
+        started_at=NOW,
+        finished_at=NOW,
+    )
 
 
 def _job(tmp_path: Path, results: list[TrialResult], name: str = "job") -> Path:
     job = tmp_path / name
-    write_job_json(job, JobMeta(job_name=name, cairn_version="0.1.0", backend="local",
-                                config={"agent": "oracle", "model": None}, started_at=NOW))
+    write_job_json(
+        job,
+        JobMeta(
+            job_name=name,
+            cairn_version="0.1.0",
+            backend="local",
+            config={"agent": "oracle", "model": None},
+            started_at=NOW,
+        ),
+    )
     for r in results:
         store = TrialStore(JobPaths(job).trial(r.task.name, r.attempt, r.trial_id)).create()
         for s in r.steps:
@@ -81,22 +109,52 @@ def test_safe_path_refuses_escapes(tmp_path):
     (root / "a" / "inlink").symlink_to(root / "a" / "f.txt")
     (root / "d").symlink_to(tmp_path)
     assert safe_path(root, "a/f.txt") == (root / "a" / "f.txt").resolve()
-    for bad in ("../outside.txt", "a/../../outside.txt", "/etc/passwd", "a/link", "a/inlink",
-                "d/outside.txt", "a", "", "a//f.txt", "./a/f.txt", "a\\f.txt", "a/f.txt\x00",
-                "a/missing"):
+    for bad in (
+        "../outside.txt",
+        "a/../../outside.txt",
+        "/etc/passwd",
+        "a/link",
+        "a/inlink",
+        "d/outside.txt",
+        "a",
+        "",
+        "a//f.txt",
+        "./a/f.txt",
+        "a\\f.txt",
+        "a/f.txt\x00",
+        "a/missing",
+    ):
         assert safe_path(root, bad) is None, bad
 
 
 def test_query_filters_sorts_and_pages_server_side(tmp_path):
-    err = ErrorInfo(kind=ErrorKind.REWARD_MISSING, category=Category.TASK, phase=Phase.VERIFIER,
-                    step="main")
+    err = ErrorInfo(kind=ErrorKind.REWARD_MISSING, category=Category.TASK, phase=Phase.VERIFIER, step="main")
     results = [_result(i, f"t{i % 3}", Outcome.COMPLETED, (i % 5) / 4) for i in range(1, 22)]
-    results.append(_result(500, "t0", Outcome.ERRORED, None, error=err, steps=[
-        StepResult(index=1, name="main", source=StepSource.ERROR, error=err)]))
-    results.append(_result(501, "t1", Outcome.STOPPED, 0.5, stopped_after="a", steps=[
-        StepResult(index=1, name="a", source=StepSource.VERIFIER, reward=0.5,
-                   rewards={"reward": 0.5}),
-        StepResult(index=2, name="b", source=StepSource.NOT_RUN)]))
+    results.append(
+        _result(
+            500,
+            "t0",
+            Outcome.ERRORED,
+            None,
+            error=err,
+            steps=[StepResult(index=1, name="main", source=StepSource.ERROR, error=err)],
+        )
+    )
+    results.append(
+        _result(
+            501,
+            "t1",
+            Outcome.STOPPED,
+            0.5,
+            stopped_after="a",
+            steps=[
+                StepResult(
+                    index=1, name="a", source=StepSource.VERIFIER, reward=0.5, rewards={"reward": 0.5}
+                ),
+                StepResult(index=2, name="b", source=StepSource.NOT_RUN),
+            ],
+        )
+    )
     job = JobIndex(_job(tmp_path, results))
     page = job.query(TrialQuery(per_page=10))
     assert (page.total, page.pages, len(page.rows)) == (23, 3, 10)
@@ -104,8 +162,7 @@ def test_query_filters_sorts_and_pages_server_side(tmp_path):
     assert last.query.page == 3 and len(last.rows) == 3
     top = job.query(TrialQuery(sort="reward", desc=True, per_page=5)).rows
     assert [r.reward for r in top] == [1.0, 1.0, 1.0, 1.0, 0.75]
-    assert [r.name for r in job.query(TrialQuery(error="reward_missing")).rows] == \
-        ["t0__1__000001f4"]
+    assert [r.name for r in job.query(TrialQuery(error="reward_missing")).rows] == ["t0__1__000001f4"]
     assert [r.name for r in job.query(TrialQuery(step="a")).rows] == ["t1__1__000001f5"]
     passed = job.query(TrialQuery(outcome="passed", task="t2", per_page=500))
     assert passed.total == sum(1 for r in results if r.passed and r.task.name == "t2")
@@ -122,11 +179,11 @@ def test_a_kept_order_follows_new_trials(tmp_path):
     q = TrialQuery(sort="reward", desc=True, per_page=3)
     first = job.query(q)
     assert [r.reward for r in first.rows] == [0.75, 0.75, 0.5]
-    assert job.query(TrialQuery(sort="reward", desc=True, per_page=3, page=3)).rows[-1].reward \
-        == 0.0  # another page of the same order
+    assert (
+        job.query(TrialQuery(sort="reward", desc=True, per_page=3, page=3)).rows[-1].reward == 0.0
+    )  # another page of the same order
     new = _result(99, "t", Outcome.COMPLETED, 1.0)
-    TrialStore(JobPaths(root).trial(new.task.name, new.attempt, new.trial_id)).create() \
-        .write_result(new)
+    TrialStore(JobPaths(root).trial(new.task.name, new.attempt, new.trial_id)).create().write_result(new)
     job.refresh()
     again = job.query(q)
     assert again.total == 9 and [r.reward for r in again.rows] == [1.0, 0.75, 0.75]
@@ -153,15 +210,24 @@ def test_stale_summary_is_recomputed(tmp_path):
 def test_running_trial_row_shows_step_and_phase(tmp_path):
     path = _job(tmp_path, [_result(1, "t", Outcome.COMPLETED, 1.0)])
     store = TrialStore(JobPaths(path).trial("t", 1, "ab" * 32)).create()
-    store.write_steps([StepResult(index=1, name="one", source=StepSource.VERIFIER, reward=1.0,
-                                  rewards={"reward": 1.0}, passed=True),
-                       StepResult(index=2, name="two", source=StepSource.NOT_RUN),
-                       StepResult(index=3, name="three", source=StepSource.NOT_RUN)])
+    store.write_steps(
+        [
+            StepResult(
+                index=1,
+                name="one",
+                source=StepSource.VERIFIER,
+                reward=1.0,
+                rewards={"reward": 1.0},
+                passed=True,
+            ),
+            StepResult(index=2, name="two", source=StepSource.NOT_RUN),
+            StepResult(index=3, name="three", source=StepSource.NOT_RUN),
+        ]
+    )
     store.write_status("agent", 2, "two")
     job = JobIndex(path)
     running = [r for r in job.refresh() if r.outcome == "running"]
-    assert [(r.step, r.phase, r.steps_run, r.steps_total) for r in running] == \
-        [("2/3 two", "agent", 1, 3)]
+    assert [(r.step, r.phase, r.steps_run, r.steps_total) for r in running] == [("2/3 two", "agent", 1, 3)]
     v1 = job.version
     store.write_status("verifier", 2, "two")
     job.refresh()
@@ -176,7 +242,8 @@ def test_bundle_pages_have_no_script_and_a_matching_style_hash(tmp_path):
     html = index.read_text()
     assert "<script" not in html
     csp = html_lib.unescape(
-        re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1))
+        re.search(r'http-equiv="Content-Security-Policy" content="([^"]+)"', html).group(1)
+    )
     css = re.search(r"<style>(.*?)</style>", html, re.S).group(1)
     digest = base64.b64encode(hashlib.sha256(css.encode()).digest()).decode()
     assert f"style-src 'sha256-{digest}'" in csp and "default-src 'none'" in csp
@@ -199,15 +266,20 @@ def test_library_lists_jobs_and_refuses_odd_names(tmp_path):
 
 
 def test_export_marks_replayed_steps(tmp_path):
-    steps = [StepResult(index=1, name="setup", source=StepSource.ORACLE),
-             StepResult(index=2, name="fix", source=StepSource.VERIFIER, reward=1.0,
-                        rewards={"reward": 1.0}, passed=True)]
+    steps = [
+        StepResult(index=1, name="setup", source=StepSource.ORACLE),
+        StepResult(
+            index=2, name="fix", source=StepSource.VERIFIER, reward=1.0, rewards={"reward": 1.0}, passed=True
+        ),
+    ]
     path = _job(tmp_path, [_result(1, "t", Outcome.COMPLETED, 1.0, steps=steps)])
     out = io.StringIO()
     assert export_job(path, "jsonl", out) == 2
     recs = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert [(r["step"], r["source"], r["replayed"], r["reward"]) for r in recs] == \
-        [("setup", "oracle", True, None), ("fix", "verifier", False, 1.0)]
+    assert [(r["step"], r["source"], r["replayed"], r["reward"]) for r in recs] == [
+        ("setup", "oracle", True, None),
+        ("fix", "verifier", False, 1.0),
+    ]
     assert recs[1]["messages"] == [{"role": "user", "content": "do fix"}]
     out = io.StringIO()
     assert export_job(path, "jsonl", out, ExportFilter(passed_only=True)) == 1
@@ -217,22 +289,30 @@ def test_compare_deltas_per_task_and_step(tmp_path):
     from cairn.viewer.pages import compare_context, render_compare
     from cairn.viewer.render import Urls
 
-    two = [StepResult(index=1, name="a", source=StepSource.VERIFIER, reward=1.0,
-                      rewards={"reward": 1.0}, passed=True),
-           StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=0.0,
-                      rewards={"reward": 0.0})]
-    better = [StepResult(index=1, name="a", source=StepSource.VERIFIER, reward=1.0,
-                         rewards={"reward": 1.0}, passed=True),
-              StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=1.0,
-                         rewards={"reward": 1.0}, passed=True)]
+    two = [
+        StepResult(
+            index=1, name="a", source=StepSource.VERIFIER, reward=1.0, rewards={"reward": 1.0}, passed=True
+        ),
+        StepResult(index=2, name="b", source=StepSource.VERIFIER, reward=0.0, rewards={"reward": 0.0}),
+    ]
+    better = [
+        StepResult(
+            index=1, name="a", source=StepSource.VERIFIER, reward=1.0, rewards={"reward": 1.0}, passed=True
+        ),
+        StepResult(
+            index=2, name="b", source=StepSource.VERIFIER, reward=1.0, rewards={"reward": 1.0}, passed=True
+        ),
+    ]
     _job(tmp_path, [_result(1, "t", Outcome.COMPLETED, 0.5, steps=two)], "a")
     _job(tmp_path, [_result(2, "t", Outcome.COMPLETED, 1.0, steps=better)], "b")
     lib = Library(tmp_path)
     ctx = compare_context(lib.job("a").summary(), lib.job("b").summary())
     assert ("mean reward", "0.50", "1.00", "+0.50") in ctx["head"]
     rows = {(r["task"], r["step"]): (r["dr"], r["pa"], r["pb"], r["dp"]) for r in ctx["rows"]}
-    assert rows == {("t", None): ("+0.50", "0/1", "1/1", "+1.00"),
-                    ("t", "a"): ("+0.00", "1/1", "1/1", "+0.00"),
-                    ("t", "b"): ("+1.00", "0/1", "1/1", "+1.00")}
+    assert rows == {
+        ("t", None): ("+0.50", "0/1", "1/1", "+1.00"),
+        ("t", "a"): ("+0.00", "1/1", "1/1", "+0.00"),
+        ("t", "b"): ("+1.00", "0/1", "1/1", "+1.00"),
+    }
     html = render_compare(lib.job("a"), lib.job("b"), Urls())
     assert 'data-task="t" data-step="b"' in html

@@ -53,20 +53,22 @@ def test_traversal_and_symlinks_are_404(planted):
     with view_server(job) as base:
         ok, headers, body = _get(base, f"/jobs/example/files/{rel}/app/out.txt")
         assert ok == 200 and body == b"hi\n"
-        for path in ("/jobs/example/files/../secret.txt",
-                     "/jobs/example/files/trials/../../secret.txt",
-                     "/jobs/example/files/%2e%2e/secret.txt",
-                     "/jobs/example/files/trials/%2E%2E/..%2fsecret.txt",
-                     "/jobs/example/files//etc/passwd",
-                     "/jobs/example/files/%2Fetc%2Fpasswd",
-                     f"/jobs/example/files/{rel}/passwd",
-                     f"/jobs/example/files/{rel}/up/secret.txt",
-                     f"/jobs/example/files/{rel}/up/etc/passwd",
-                     f"/jobs/example/files/{rel}/inside",
-                     f"/jobs/example/files/{rel}",
-                     "/jobs/../files/etc/passwd",
-                     "/jobs/example/trials/../../secret.txt/",
-                     f"/jobs/example/trials/{t.name}%2F..%2F..%2F/"):
+        for path in (
+            "/jobs/example/files/../secret.txt",
+            "/jobs/example/files/trials/../../secret.txt",
+            "/jobs/example/files/%2e%2e/secret.txt",
+            "/jobs/example/files/trials/%2E%2E/..%2fsecret.txt",
+            "/jobs/example/files//etc/passwd",
+            "/jobs/example/files/%2Fetc%2Fpasswd",
+            f"/jobs/example/files/{rel}/passwd",
+            f"/jobs/example/files/{rel}/up/secret.txt",
+            f"/jobs/example/files/{rel}/up/etc/passwd",
+            f"/jobs/example/files/{rel}/inside",
+            f"/jobs/example/files/{rel}",
+            "/jobs/../files/etc/passwd",
+            "/jobs/example/trials/../../secret.txt/",
+            f"/jobs/example/trials/{t.name}%2F..%2F..%2F/",
+        ):
             status, _, body = _get(base, path)
             assert status == 404, path
             assert b"root:" not in body and b"outside the job folder" not in body, path
@@ -93,9 +95,13 @@ def test_security_headers(example_job):
 
 
 def test_non_loopback_bind_warns(example_job):
-    proc = subprocess.Popen([sys.executable, "-m", "cairn", "view", str(example_job), "--host",
-                             "0.0.0.0", "--port", "0"], env=env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cairn", "view", str(example_job), "--host", "0.0.0.0", "--port", "0"],
+        env=env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline()
         assert re.search(r"http://0\.0\.0\.0:\d+/", line), line
@@ -115,15 +121,35 @@ def test_default_bind_is_loopback_and_quiet(example_job):
 
 def test_report_html_writes_the_bundle(example_job, tmp_path):
     out = tmp_path / "report"
-    p = subprocess.run([sys.executable, "-m", "cairn", "report", str(example_job), "--format",
-                        "html", "-o", str(out)], env=env(), capture_output=True, text=True,
-                       timeout=120, cwd=tmp_path)
+    p = subprocess.run(
+        [sys.executable, "-m", "cairn", "report", str(example_job), "--format", "html", "-o", str(out)],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
     assert p.returncode == 0, p.stderr
     index = (out / "index.html").read_text()
-    assert "http-equiv=\"Content-Security-Policy\"" in index and "<script" not in index
-    assert os.path.isfile(out / "jobs" / "example" / "trials" / trial_dir(example_job, "chain").name
-                          / "index.html")
-    p = subprocess.run([sys.executable, "-m", "cairn", "report", str(example_job), "--format",
-                        "html", "-o", str(example_job / "inside")], env=env(), capture_output=True,
-                       text=True, timeout=60)
+    assert 'http-equiv="Content-Security-Policy"' in index and "<script" not in index
+    assert os.path.isfile(
+        out / "jobs" / "example" / "trials" / trial_dir(example_job, "chain").name / "index.html"
+    )
+    p = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cairn",
+            "report",
+            str(example_job),
+            "--format",
+            "html",
+            "-o",
+            str(example_job / "inside"),
+        ],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert p.returncode == 2 and "must not be inside" in p.stderr

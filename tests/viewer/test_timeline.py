@@ -23,8 +23,9 @@ EPS = 0.002  # the page prints offsets in full; datetimes keep microseconds
 
 
 def _secs(span: dict) -> float:
-    return (datetime.fromisoformat(span["finished_at"])
-            - datetime.fromisoformat(span["started_at"])).total_seconds()
+    return (
+        datetime.fromisoformat(span["finished_at"]) - datetime.fromisoformat(span["started_at"])
+    ).total_seconds()
 
 
 @pytest.fixture(scope="module")
@@ -34,19 +35,49 @@ def timeline_job(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("timeline")
     tasks = root / "tasks"
     env_hc = '[environment.healthcheck]\ncommand = "sleep 0.3; true"\ninterval_sec = 0.1\n'
-    write_task(tasks, "phases", toml_extra=env_hc, steps=[
-        StepSpec("first", solve="sleep 0.2\n", test=constant_reward(1.0)),
-        StepSpec("second", solve="sleep 0.2\n", test=constant_reward(1.0),
-                 toml_extra='[steps.healthcheck]\ncommand = "sleep 0.25; true"\n'
-                            'interval_sec = 0.1\n'),
-    ], files={"steps/second/pre_artifacts.sh": "#!/bin/bash\nsleep 0.2\necho p > /logs/artifacts/p.txt\n"})
-    write_task(tasks, "sick", steps=[
-        StepSpec("only", test=constant_reward(1.0),
-                 toml_extra='[steps.healthcheck]\ncommand = "sleep 0.1; false"\n'
-                            'interval_sec = 0.1\nretries = 2\n'),
-    ])
-    p = cairn("run", "-p", str(tasks), "-a", "oracle", "-e", "local", "-n", "2",
-              "--jobs-dir", str(root / "jobs"), "--job-name", "tl", cwd=root)
+    write_task(
+        tasks,
+        "phases",
+        toml_extra=env_hc,
+        steps=[
+            StepSpec("first", solve="sleep 0.2\n", test=constant_reward(1.0)),
+            StepSpec(
+                "second",
+                solve="sleep 0.2\n",
+                test=constant_reward(1.0),
+                toml_extra='[steps.healthcheck]\ncommand = "sleep 0.25; true"\ninterval_sec = 0.1\n',
+            ),
+        ],
+        files={"steps/second/pre_artifacts.sh": "#!/bin/bash\nsleep 0.2\necho p > /logs/artifacts/p.txt\n"},
+    )
+    write_task(
+        tasks,
+        "sick",
+        steps=[
+            StepSpec(
+                "only",
+                test=constant_reward(1.0),
+                toml_extra='[steps.healthcheck]\ncommand = "sleep 0.1; false"\n'
+                "interval_sec = 0.1\nretries = 2\n",
+            ),
+        ],
+    )
+    p = cairn(
+        "run",
+        "-p",
+        str(tasks),
+        "-a",
+        "oracle",
+        "-e",
+        "local",
+        "-n",
+        "2",
+        "--jobs-dir",
+        str(root / "jobs"),
+        "--job-name",
+        "tl",
+        cwd=root,
+    )
     job = root / "jobs" / "tl"
     assert (job / "summary.json").is_file(), p.stdout + p.stderr
     return job
@@ -60,9 +91,15 @@ def _bars(browser, base: str, trial: Path) -> list[dict]:
     browser.get("about:blank")
     console_errors(browser)
     browser.get(f"{base}jobs/tl/trials/{trial.name}/")
-    out = [{"phase": g.get_attribute("data-phase"), "step": g.get_attribute("data-step"),
-            "start": float(g.get_attribute("data-start")), "sec": float(g.get_attribute("data-sec"))}
-           for g in browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.seg")]
+    out = [
+        {
+            "phase": g.get_attribute("data-phase"),
+            "step": g.get_attribute("data-step"),
+            "start": float(g.get_attribute("data-start")),
+            "sec": float(g.get_attribute("data-sec")),
+        }
+        for g in browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.seg")
+    ]
     assert [e for e in console_errors(browser) if "favicon" not in e["message"]] == []
     return out
 
@@ -76,13 +113,19 @@ def test_every_phase_has_a_bar_in_order_with_its_recorded_duration(timeline_job,
 
     trial_bars = [b for b in bars if not b["step"]]
     assert [b["phase"] for b in trial_bars] == ["environment", "healthcheck", "agent_setup"]
-    assert [b["phase"] for b in bars if b["step"] == "first"] == \
-        ["setup", "agent", "artifacts", "verifier"]
-    assert [b["phase"] for b in bars if b["step"] == "second"] == \
-        ["setup", "healthcheck", "agent", "pre_artifacts", "artifacts", "verifier"]
+    assert [b["phase"] for b in bars if b["step"] == "first"] == ["setup", "agent", "artifacts", "verifier"]
+    assert [b["phase"] for b in bars if b["step"] == "second"] == [
+        "setup",
+        "healthcheck",
+        "agent",
+        "pre_artifacts",
+        "artifacts",
+        "verifier",
+    ]
     # one after the other on one time axis: trial phases, then step 1, then step 2
-    ordered = trial_bars + [b for b in bars if b["step"] == "first"] + \
-        [b for b in bars if b["step"] == "second"]
+    ordered = (
+        trial_bars + [b for b in bars if b["step"] == "first"] + [b for b in bars if b["step"] == "second"]
+    )
     assert ordered[0]["start"] >= 0
     for a, b in zip(ordered, ordered[1:], strict=False):
         assert b["start"] >= a["start"] + a["sec"] - EPS, (a, b)
@@ -97,12 +140,14 @@ def test_every_phase_has_a_bar_in_order_with_its_recorded_duration(timeline_job,
     assert by[("", "healthcheck")] >= 0.3
     assert result["timings"]["healthcheck_sec"] == pytest.approx(by[("", "healthcheck")], abs=1e-6)
     assert by[("second", "healthcheck")] >= 0.25
-    assert rows["second"]["timings"]["healthcheck_sec"] == \
-        pytest.approx(by[("second", "healthcheck")], abs=1e-6)
+    assert rows["second"]["timings"]["healthcheck_sec"] == pytest.approx(
+        by[("second", "healthcheck")], abs=1e-6
+    )
     assert rows["first"]["timings"]["healthcheck_sec"] is None
     assert by[("second", "pre_artifacts")] >= 0.2
     assert rows["second"]["timings"]["artifacts_sec"] == pytest.approx(
-        by[("second", "pre_artifacts")] + by[("second", "artifacts")], abs=1e-6)
+        by[("second", "pre_artifacts")] + by[("second", "artifacts")], abs=1e-6
+    )
     for name in ("first", "second"):
         assert by[(name, "agent")] >= 0.2
         assert by[(name, "agent")] == pytest.approx(rows[name]["timings"]["agent_sec"], abs=0.01)
@@ -120,8 +165,9 @@ def test_a_failed_step_healthcheck_keeps_its_bar(timeline_job, browser):
     with view_server(timeline_job) as base:
         bars = _bars(browser, base, trial)
     assert [b["phase"] for b in bars if b["step"] == "only"] == ["setup", "healthcheck"]
-    assert [b["sec"] for b in bars if b["phase"] == "healthcheck"] == \
-        pytest.approx([row["timings"]["healthcheck_sec"]], abs=1e-6)
+    assert [b["sec"] for b in bars if b["phase"] == "healthcheck"] == pytest.approx(
+        [row["timings"]["healthcheck_sec"]], abs=1e-6
+    )
 
 
 def _strip_spans(trial: Path) -> dict:
@@ -138,8 +184,7 @@ def _strip_spans(trial: Path) -> dict:
     return result
 
 
-def test_an_older_result_without_spans_still_draws_healthcheck_and_artifacts(timeline_job,
-                                                                             browser, tmp_path):
+def test_an_older_result_without_spans_still_draws_healthcheck_and_artifacts(timeline_job, browser, tmp_path):
     """A job folder written before spans existed: the bars come from the recorded durations,
     laid end to end, and still include the environment healthcheck (the trial's own
     ``healthcheck_sec``) and each step's healthcheck and artifacts phases."""
@@ -156,12 +201,16 @@ def test_an_older_result_without_spans_still_draws_healthcheck_and_artifacts(tim
         browser.get("about:blank")
         console_errors(browser)
         browser.get(f"{base}jobs/old/trials/{trial.name}/")
-        bars = [{"phase": g.get_attribute("data-phase"), "step": g.get_attribute("data-step"),
-                 "sec": float(g.get_attribute("data-sec"))}
-                for g in browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.seg")]
+        bars = [
+            {
+                "phase": g.get_attribute("data-phase"),
+                "step": g.get_attribute("data-step"),
+                "sec": float(g.get_attribute("data-sec")),
+            }
+            for g in browser.find_elements(By.CSS_SELECTOR, "svg.timeline g.seg")
+        ]
         assert [e for e in console_errors(browser) if "favicon" not in e["message"]] == []
-    assert [b["phase"] for b in bars if not b["step"]] == ["environment", "healthcheck",
-                                                           "agent_setup"]
+    assert [b["phase"] for b in bars if not b["step"]] == ["environment", "healthcheck", "agent_setup"]
     by = {(b["step"], b["phase"]): b["sec"] for b in bars}
     assert by[("", "healthcheck")] == pytest.approx(result["timings"]["healthcheck_sec"])
     assert by[("", "healthcheck")] >= 0.3

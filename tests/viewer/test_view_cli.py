@@ -15,13 +15,24 @@ from viewer_job import env
 
 def _view(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "jobs").mkdir(exist_ok=True)
-    return subprocess.run([sys.executable, "-m", "cairn", "view", str(tmp_path / "jobs"), *args],
-                          env=env(), capture_output=True, text=True, timeout=60, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "cairn", "view", str(tmp_path / "jobs"), *args],
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
 
 
-@pytest.mark.parametrize("port,message", [("99999", "less than or equal to 65535"),
-                                          ("65536", "less than or equal to 65535"),
-                                          ("-1", "greater than or equal to 0")])
+@pytest.mark.parametrize(
+    "port,message",
+    [
+        ("99999", "less than or equal to 65535"),
+        ("65536", "less than or equal to 65535"),
+        ("-1", "greater than or equal to 0"),
+    ],
+)
 def test_port_out_of_range_is_a_usage_error(tmp_path, port, message):
     p = _view(tmp_path, f"--port={port}")
     assert p.returncode == 2, p.stdout + p.stderr
@@ -36,8 +47,10 @@ def test_port_in_use_names_the_address_and_exits_2(tmp_path):
         port = held.getsockname()[1]
         p = _view(tmp_path, "--port", str(port))
     assert p.returncode == 2, p.stdout + p.stderr
-    assert p.stderr.strip() == (f"cairn: error: cannot listen on 127.0.0.1:{port}: Address "
-                                "already in use (choose another --port, or 0 for any free one)")
+    assert p.stderr.strip() == (
+        f"cairn: error: cannot listen on 127.0.0.1:{port}: Address "
+        "already in use (choose another --port, or 0 for any free one)"
+    )
 
 
 def test_unknown_host_exits_2_without_traceback(tmp_path):

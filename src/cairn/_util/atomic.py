@@ -10,8 +10,9 @@ FILE_MODE = 0o644
 """Default mode of files written atomically (``mkstemp`` alone would leave 0600)."""
 
 
-def write_bytes_atomic(path: Path, data: bytes, *, mode: int = FILE_MODE, durable: bool = True,
-                       sync_dir: bool = True) -> None:
+def write_bytes_atomic(
+    path: Path, data: bytes, *, mode: int = FILE_MODE, durable: bool = True, sync_dir: bool = True
+) -> None:
     """Write a file atomically: temp file in the same folder, fsync, ``os.replace``.
 
     A reader sees the old content or the new, never a partial file. The parent folder must

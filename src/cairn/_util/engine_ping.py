@@ -30,7 +30,7 @@ def unix_socket_path() -> str | None:
     if not host:
         return "/var/run/docker.sock"
     if host.startswith("unix://"):
-        return host[len("unix://"):] or None
+        return host[len("unix://") :] or None
     return None
 
 
@@ -66,8 +66,11 @@ def _engine_key() -> tuple[str, str]:
 
 
 def _fresh() -> bool:
-    return bool(_early) and _early["engine"] == _engine_key() and \
-        time.monotonic() - float(_early["at"]) <= EARLY_MAX_AGE_SEC  # type: ignore[arg-type]
+    return (
+        bool(_early)
+        and _early["engine"] == _engine_key()
+        and time.monotonic() - float(_early["at"]) <= EARLY_MAX_AGE_SEC  # type: ignore[arg-type]
+    )
 
 
 def start_early(timeout_sec: float = 5.0) -> None:

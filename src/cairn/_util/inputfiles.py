@@ -51,9 +51,13 @@ class InputFileError(ValueError):
 
 
 def _kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket"),
-                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
-                       (stat.S_ISDIR, "a folder")):
+    for test, name in (
+        (stat.S_ISFIFO, "a FIFO"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+        (stat.S_ISDIR, "a folder"),
+    ):
         if test(mode):
             return name
     return "a special file"
@@ -109,18 +113,17 @@ def read_input(path: Path | str, *, limit: int = MAX_INPUT_BYTES) -> bytes:
     with os.fdopen(fd, "rb") as fh:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):  # swapped between the stat and the open
-            raise InputFileError(path, f"is {_kind(st.st_mode)}, not a regular file; cairn "
-                                 "does not read it")
+            raise InputFileError(path, f"is {_kind(st.st_mode)}, not a regular file; cairn does not read it")
         if st.st_size > limit:
-            raise InputFileError(path, f"is {_mib(st.st_size)}, over cairn's limit of "
-                                 f"{_mib(limit)} for a task or job file")
+            raise InputFileError(
+                path, f"is {_mib(st.st_size)}, over cairn's limit of {_mib(limit)} for a task or job file"
+            )
         try:
             data = fh.read(limit + 1)
         except OSError as exc:
             raise InputFileError(path, f"cannot read: {exc.strerror or exc}") from None
     if len(data) > limit:  # grew while read
-        raise InputFileError(path, f"is over cairn's limit of {_mib(limit)} for a task or job "
-                             "file")
+        raise InputFileError(path, f"is over cairn's limit of {_mib(limit)} for a task or job file")
     return data
 
 
@@ -210,15 +213,21 @@ def _check_events(events: Any, source: Path | str) -> None:
             total += size
             reached = total
         if reached > MAX_YAML_NODES:
-            raise InputFileError(source, f"aliases expand to more than {MAX_YAML_NODES:,} "
-                                 "nodes (an alias bomb?); cairn refuses the file",
-                                 line_of(event))
+            raise InputFileError(
+                source,
+                f"aliases expand to more than {MAX_YAML_NODES:,} "
+                "nodes (an alias bomb?); cairn refuses the file",
+                line_of(event),
+            )
 
     for event in events:
         if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
             if len(stack) >= MAX_YAML_DEPTH:
-                raise InputFileError(source, f"nested more than {MAX_YAML_DEPTH} levels deep; "
-                                     "cairn refuses the file", line_of(event))
+                raise InputFileError(
+                    source,
+                    f"nested more than {MAX_YAML_DEPTH} levels deep; cairn refuses the file",
+                    line_of(event),
+                )
             if event.anchor is not None:
                 open_anchors.add(event.anchor)
             stack.append([event.anchor, 1])
@@ -229,9 +238,13 @@ def _check_events(events: Any, source: Path | str) -> None:
             close(event.anchor, 1, event)
         elif isinstance(event, yaml.AliasEvent):
             if event.anchor in open_anchors:
-                raise InputFileError(source, f"alias *{event.anchor} refers to a node that "
-                                     "contains it (a recursive document); cairn refuses the "
-                                     "file", line_of(event))
+                raise InputFileError(
+                    source,
+                    f"alias *{event.anchor} refers to a node that "
+                    "contains it (a recursive document); cairn refuses the "
+                    "file",
+                    line_of(event),
+                )
             close(None, sizes.get(event.anchor, 1), event)
         elif isinstance(event, yaml.DocumentEndEvent):
             total = 0  # each document of a stream counts on its own

@@ -51,12 +51,12 @@ def dumps_strict(obj: Any, *, indent: int | None = 2) -> str:
         ValueError: when a float is NaN or ±Infinity.
         TypeError: when a value is not JSON-serializable.
     """
-    return json.dumps(to_jsonable(obj), allow_nan=False, indent=indent,
-                      ensure_ascii=False) + "\n"
+    return json.dumps(to_jsonable(obj), allow_nan=False, indent=indent, ensure_ascii=False) + "\n"
 
 
-def write_json_atomic(path: Path, obj: Any, *, make_parents: bool = False, durable: bool = True,
-                      sync_dir: bool = True) -> None:
+def write_json_atomic(
+    path: Path, obj: Any, *, make_parents: bool = False, durable: bool = True, sync_dir: bool = True
+) -> None:
     """Write a value as strict JSON (:func:`dumps_strict`), atomically (:mod:`cairn._util.atomic`).
 
     The one JSON writer: the results store and the agents' trajectory files both use it.

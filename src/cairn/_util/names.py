@@ -30,5 +30,5 @@ def bounded_part(part: str, limit: int, *, key: str) -> str:
     if len(part.encode("utf-8")) <= limit:
         return part
     digest = hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:8]
-    head = part.encode("utf-8")[:limit - 9].decode("utf-8", "ignore").rstrip("-_.")
+    head = part.encode("utf-8")[: limit - 9].decode("utf-8", "ignore").rstrip("-_.")
     return f"{head}-{digest}"

@@ -166,8 +166,13 @@ def tar_stream_many(items: Iterable[tuple[Path, str, bool, tuple[str, ...]]]) ->
                 for n in sorted(dirnames + filenames):
                     rel = n if rel_dir == "." else f"{rel_dir}/{n}"
                     try:
-                        members.append((Path(dirpath, n), f"{arcname}/{rel}" if arcname else rel,
-                                        os.lstat(Path(dirpath, n))))
+                        members.append(
+                            (
+                                Path(dirpath, n),
+                                f"{arcname}/{rel}" if arcname else rel,
+                                os.lstat(Path(dirpath, n)),
+                            )
+                        )
                     except FileNotFoundError:
                         continue
             root = arcname
@@ -182,7 +187,7 @@ def tar_stream_many(items: Iterable[tuple[Path, str, bool, tuple[str, ...]]]) ->
                 continue
             if world_writable:
                 _a_rwx(ti)
-            rel = name[len(root):].lstrip("/") if root else name
+            rel = name[len(root) :].lstrip("/") if root else name
             if ti.type == tarfile.REGTYPE and rel in crlf:
                 data = _lf(path.read_bytes())
                 ti.size = len(data)
@@ -265,7 +270,7 @@ def _rel_parts(name: str, root_name: str | None) -> tuple[str, ...] | None:
         root = tuple(p for p in PurePosixPath(root_name).parts if p not in (".", ""))
         if parts[: len(root)] != root:
             return None
-        parts = parts[len(root):]
+        parts = parts[len(root) :]
     return parts
 
 
@@ -317,8 +322,9 @@ def _clear_for(dest: Path, *, want_dir: bool) -> bool:
     return True
 
 
-def extract_tar_stream(chunks: Iterable[bytes], target: Path, *,
-                       root_name: str | None = None) -> ExtractReport:
+def extract_tar_stream(
+    chunks: Iterable[bytes], target: Path, *, root_name: str | None = None
+) -> ExtractReport:
     """Unpack a streamed tar archive into ``target``, safely.
 
     Args:
@@ -364,9 +370,15 @@ def extract_tar_stream(chunks: Iterable[bytes], target: Path, *,
     return report
 
 
-def _extract_member(tf: tarfile.TarFile, m: tarfile.TarInfo, parts: tuple[str, ...],
-                    target: Path, report: ExtractReport, dir_modes: list[tuple[Path, int, int]],
-                    root_name: str | None) -> None:
+def _extract_member(
+    tf: tarfile.TarFile,
+    m: tarfile.TarInfo,
+    parts: tuple[str, ...],
+    target: Path,
+    report: ExtractReport,
+    dir_modes: list[tuple[Path, int, int]],
+    root_name: str | None,
+) -> None:
     """Write one member of :func:`extract_tar_stream` (refusals go into ``report``).
 
     Raises:
@@ -410,8 +422,7 @@ def _extract_member(tf: tarfile.TarFile, m: tarfile.TarInfo, parts: tuple[str, .
         report.skipped.append(m.name)
 
 
-def _write_member(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path,
-                  report: ExtractReport) -> None:
+def _write_member(tf: tarfile.TarFile, m: tarfile.TarInfo, dest: Path, report: ExtractReport) -> None:
     src = tf.extractfile(m)
     assert src is not None
     fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)

@@ -22,8 +22,9 @@ class NotUtf8Error(ValueError):
 
     def __init__(self, offset: int, line: int, bad: bytes) -> None:
         self.offset, self.line = offset, line
-        super().__init__(f"not valid UTF-8: byte {offset} (line {line}) is 0x{bad.hex()}; "
-                         "save the file as UTF-8")
+        super().__init__(
+            f"not valid UTF-8: byte {offset} (line {line}) is 0x{bad.hex()}; save the file as UTF-8"
+        )
 
 
 def decode_utf8(data: bytes) -> str:
@@ -41,8 +42,9 @@ def decode_utf8(data: bytes) -> str:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise NotUtf8Error(exc.start, data.count(b"\n", 0, exc.start) + 1,
-                           data[exc.start:exc.start + 1]) from None
+        raise NotUtf8Error(
+            exc.start, data.count(b"\n", 0, exc.start) + 1, data[exc.start : exc.start + 1]
+        ) from None
     return text[1:] if text.startswith(BOM) else text
 
 
@@ -61,9 +63,10 @@ def printable(text: str, limit: int = 512) -> str:
     Returns:
         The escaped, bounded text.
     """
+
     def esc(m: re.Match[str]) -> str:
         c = ord(m.group(0))
         return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
 
     out = _UNPRINTABLE.sub(esc, text)
-    return out if len(out) <= limit else out[:limit - 1] + "\u2026"
+    return out if len(out) <= limit else out[: limit - 1] + "\u2026"

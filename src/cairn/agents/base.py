@@ -135,13 +135,17 @@ class Agent(ABC):
             return None
         env = task.environment
         if env.skills_dir and "skills" not in self.task_context:
-            return (f"agent {self.name!r} takes no skills: [environment].skills_dir = "
-                    f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)")
+            return (
+                f"agent {self.name!r} takes no skills: [environment].skills_dir = "
+                f"{env.skills_dir!r} would be ignored (cairn does not copy skills for it)"
+            )
         seed = getattr(task, "seed_trajectory", None)
         if seed is not None:
             if not self.supports_seed:
-                return (f"agent {self.name!r} cannot load the task's seed trajectory {seed} "
-                        "into its session: it would start without that prior context")
+                return (
+                    f"agent {self.name!r} cannot load the task's seed trajectory {seed} "
+                    "into its session: it would start without that prior context"
+                )
             from cairn.agents.trajectory import load_seed
 
             try:

@@ -66,14 +66,13 @@ class CliRun:
     @property
     def has_tokens(self) -> bool:
         """Whether any token count was reported."""
-        return any(v is not None for v in (self.prompt_tokens, self.completion_tokens,
-                                           self.cached_tokens))
-
+        return any(v is not None for v in (self.prompt_tokens, self.completion_tokens, self.cached_tokens))
 
 
 def _dict(value: Any) -> dict[str, Any]:
     """``value`` when it is a JSON object, else an empty one (hostile logs: any shape)."""
     return value if isinstance(value, dict) else {}
+
 
 def json_lines(text: str) -> Iterator[dict[str, Any]]:
     """The JSON objects of a JSON-lines text; other lines are skipped."""
@@ -113,8 +112,9 @@ def _ms_iso(ms: Any) -> str | None:
     if not isinstance(ms, (int, float)) or isinstance(ms, bool):
         return None
     try:
-        return datetime.fromtimestamp(ms / 1000, UTC).isoformat(
-            timespec="milliseconds").replace("+00:00", "Z")
+        return (
+            datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+        )
     except (OverflowError, OSError, ValueError):
         return None
 
@@ -151,11 +151,19 @@ def _sum(values: Iterable[int | None]) -> int | None:
     return sum(seen) if seen else None
 
 
-def _agent_step(message: str = "", timestamp: str | None = None,
-                model_name: str | None = None) -> dict[str, Any]:
-    return {"source": "agent", "message": message, "timestamp": timestamp,
-            "model_name": model_name, "tool_calls": [], "observation": None, "metrics": None,
-            "reasoning_content": None}
+def _agent_step(
+    message: str = "", timestamp: str | None = None, model_name: str | None = None
+) -> dict[str, Any]:
+    return {
+        "source": "agent",
+        "message": message,
+        "timestamp": timestamp,
+        "model_name": model_name,
+        "tool_calls": [],
+        "observation": None,
+        "metrics": None,
+        "reasoning_content": None,
+    }
 
 
 def _add_result(steps: list[dict[str, Any]], call_id: str, content: str) -> None:
@@ -179,17 +187,16 @@ def _add_blocks(step: dict[str, Any], content: Any) -> None:
         elif block.get("type") == "thinking" and isinstance(block.get("thinking"), str):
             step["reasoning_content"] = block["thinking"]
         elif block.get("type") == "tool_use":
-            step["tool_calls"].append(tool_call(str(block.get("id") or ""),
-                                                str(block.get("name") or ""),
-                                                _args(block.get("input"))))
+            step["tool_calls"].append(
+                tool_call(str(block.get("id") or ""), str(block.get("name") or ""), _args(block.get("input")))
+            )
 
 
 def _add_tool_results(steps: list[dict[str, Any]], content: Any) -> None:
     """Attach a ``user`` message's ``tool_result`` blocks to the calls they answer."""
     for block in content or []:
         if isinstance(block, dict) and block.get("type") == "tool_result":
-            _add_result(steps, str(block.get("tool_use_id") or ""),
-                        _text_of(block.get("content")))
+            _add_result(steps, str(block.get("tool_use_id") or ""), _text_of(block.get("content")))
 
 
 def _totals_from_steps(run: CliRun) -> None:
@@ -207,8 +214,7 @@ def _claude_usage(usage: Any) -> dict[str, Any] | None:
     read = _int(usage.get("cache_read_input_tokens"))
     write = _int(usage.get("cache_creation_input_tokens"))
     parts = [v for v in (fresh, read, write) if v is not None]
-    return step_metrics(sum(parts) if parts else None, _int(usage.get("output_tokens")),
-                        read, None)
+    return step_metrics(sum(parts) if parts else None, _int(usage.get("output_tokens")), read, None)
 
 
 def read_claude(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
@@ -226,8 +232,7 @@ def read_claude(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
     for text in session_texts:
         for entry in json_lines(text):
             msg = entry.get("message")
-            if entry.get("type") == "assistant" and isinstance(msg, dict) and \
-                    isinstance(msg.get("id"), str):
+            if entry.get("type") == "assistant" and isinstance(msg, dict) and isinstance(msg.get("id"), str):
                 metrics = _claude_usage(msg.get("usage"))
                 if metrics is not None:
                     final_usage[msg["id"]] = metrics
@@ -246,8 +251,7 @@ def read_claude(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
             mid = _str(msg.get("id")) or f"anon-{len(run.steps)}"
             step = by_id.get(mid)
             if step is None:
-                step = _agent_step(timestamp=_str(event.get("timestamp")),
-                                   model_name=_str(msg.get("model")))
+                step = _agent_step(timestamp=_str(event.get("timestamp")), model_name=_str(msg.get("model")))
                 step["metrics"] = final_usage.get(mid) or _stream_usage(msg.get("usage"))
                 by_id[mid] = step
                 run.steps.append(step)
@@ -266,8 +270,11 @@ def read_claude(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
             run.prompt_tokens = metrics["prompt_tokens"]
             run.completion_tokens = metrics["completion_tokens"]
             run.cached_tokens = metrics["cached_tokens"]
-        run.extra = {k: result.get(k) for k in ("num_turns", "subtype", "stop_reason")
-                     if isinstance(result.get(k), (str, int))}
+        run.extra = {
+            k: result.get(k)
+            for k in ("num_turns", "subtype", "stop_reason")
+            if isinstance(result.get(k), (str, int))
+        }
     else:
         run.extra = {"finished": False}
     return run
@@ -321,7 +328,8 @@ def read_codex(stdout: str, rollout: str | None) -> CliRun:
                     current = _agent_step(timestamp=ts, model_name=run.model_name)
                     run.steps.append(current)
                 current["message"] = "\n".join(
-                    p for p in (current["message"], _text_of(payload.get("content"))) if p)
+                    p for p in (current["message"], _text_of(payload.get("content"))) if p
+                )
             elif ptype == "reasoning":
                 if current is None or current["metrics"] is not None:
                     current = _agent_step(timestamp=ts, model_name=run.model_name)
@@ -333,9 +341,11 @@ def read_codex(stdout: str, rollout: str | None) -> CliRun:
                     current = _agent_step(timestamp=ts, model_name=run.model_name)
                     run.steps.append(current)
                 args = payload.get("arguments", payload.get("input", payload.get("action")))
-                current["tool_calls"].append(tool_call(str(payload.get("call_id") or ""),
-                                                       str(payload.get("name") or ptype),
-                                                       _args(args)))
+                current["tool_calls"].append(
+                    tool_call(
+                        str(payload.get("call_id") or ""), str(payload.get("name") or ptype), _args(args)
+                    )
+                )
             elif ptype in ("function_call_output", "custom_tool_call_output"):
                 output = payload.get("output")
                 if isinstance(output, dict):
@@ -345,9 +355,12 @@ def read_codex(stdout: str, rollout: str | None) -> CliRun:
             info = payload.get("info")
             last = info.get("last_token_usage") if isinstance(info, dict) else None
             if isinstance(last, dict):
-                metrics = step_metrics(_int(last.get("input_tokens")),
-                                       _int(last.get("output_tokens")),
-                                       _int(last.get("cached_input_tokens")), None)
+                metrics = step_metrics(
+                    _int(last.get("input_tokens")),
+                    _int(last.get("output_tokens")),
+                    _int(last.get("cached_input_tokens")),
+                    None,
+                )
                 if current is None or current["metrics"] is not None:
                     current = _agent_step(timestamp=ts, model_name=run.model_name)
                     run.steps.append(current)
@@ -387,8 +400,9 @@ def read_opencode(stdout: str) -> CliRun:
         elif kind == "tool_use":
             state = _dict(part.get("state"))
             call_id = str(part.get("callID") or part.get("id") or "")
-            current["tool_calls"].append(tool_call(call_id, str(part.get("tool") or ""),
-                                                   _args(state.get("input"))))
+            current["tool_calls"].append(
+                tool_call(call_id, str(part.get("tool") or ""), _args(state.get("input")))
+            )
             if "output" in state or "error" in state:
                 _add_result(run.steps, call_id, _text_of(state.get("output", state.get("error"))))
         elif kind == "step_finish":
@@ -399,13 +413,13 @@ def read_opencode(stdout: str) -> CliRun:
             parts = [v for v in (fresh, read, write) if v is not None]
             cost = _num(part.get("cost"))
             costs.append(cost)
-            current["metrics"] = step_metrics(sum(parts) if parts else None,
-                                              _int(tokens.get("output")), read, cost)
+            current["metrics"] = step_metrics(
+                sum(parts) if parts else None, _int(tokens.get("output")), read, cost
+            )
         elif kind == "error":
             run.is_error = True
             err = event.get("error")
-            run.extra["error"] = _text_of(err.get("data", err) if isinstance(err, dict)
-                                          else err)[:2000]
+            run.extra["error"] = _text_of(err.get("data", err) if isinstance(err, dict) else err)[:2000]
     run.steps = [s for s in run.steps if s["message"] or s["tool_calls"] or s["metrics"]]
     _totals_from_steps(run)
     known = [c for c in costs if c is not None]
@@ -461,33 +475,42 @@ def read_gemini(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
             entries[entry["id"]] = entry
     for mid in order:
         entry = entries[mid]
-        step = _agent_step(message=_text_of(entry.get("content")),
-                           timestamp=_str(entry.get("timestamp")),
-                           model_name=_str(entry.get("model")))
+        step = _agent_step(
+            message=_text_of(entry.get("content")),
+            timestamp=_str(entry.get("timestamp")),
+            model_name=_str(entry.get("model")),
+        )
         thoughts = entry.get("thoughts")
         if isinstance(thoughts, list) and thoughts:
-            step["reasoning_content"] = "\n".join(
-                str(t.get("description") or t.get("subject") or "") if isinstance(t, dict)
-                else str(t) for t in thoughts) or None
+            step["reasoning_content"] = (
+                "\n".join(
+                    str(t.get("description") or t.get("subject") or "") if isinstance(t, dict) else str(t)
+                    for t in thoughts
+                )
+                or None
+            )
         for call in entry.get("toolCalls") or []:
             if not isinstance(call, dict):
                 continue
             cid = str(call.get("id") or "")
-            step["tool_calls"].append(tool_call(cid, str(call.get("name") or ""),
-                                                _args(call.get("args"))))
+            step["tool_calls"].append(tool_call(cid, str(call.get("name") or ""), _args(call.get("args"))))
             outputs = []
             for res in call.get("result") or []:
                 resp = res.get("functionResponse") if isinstance(res, dict) else None
                 if isinstance(resp, dict):
                     body = resp.get("response")
-                    outputs.append(_text_of(body.get("output", body.get("error")))
-                                   if isinstance(body, dict) else _text_of(body))
+                    outputs.append(
+                        _text_of(body.get("output", body.get("error")))
+                        if isinstance(body, dict)
+                        else _text_of(body)
+                    )
             if outputs:
                 _add_result([step], cid, "\n".join(outputs))
         tokens = entry.get("tokens") if isinstance(entry.get("tokens"), dict) else None
         if tokens is not None:
-            step["metrics"] = step_metrics(_int(tokens.get("input")), _int(tokens.get("output")),
-                                           _int(tokens.get("cached")), None)
+            step["metrics"] = step_metrics(
+                _int(tokens.get("input")), _int(tokens.get("output")), _int(tokens.get("cached")), None
+            )
         run.steps.append(step)
     _totals_from_steps(run)
     if result is not None:
@@ -497,8 +520,7 @@ def read_gemini(stdout: str, session_texts: Iterable[str] = ()) -> CliRun:
             run.completion_tokens = _int(stats.get("output_tokens"))
             run.cached_tokens = _int(stats.get("cached"))
         run.is_error = result.get("status") not in (None, "success")
-        run.extra = {"status": result.get("status")} if isinstance(result.get("status"),
-                                                                    str) else {}
+        run.extra = {"status": result.get("status")} if isinstance(result.get("status"), str) else {}
     else:
         run.extra = {"finished": False}
     return run
@@ -538,9 +560,9 @@ def read_qwen(stdout: str) -> CliRun:
             usage = _dict(msg.get("usage"))
             prompt, out = _int(usage.get("input_tokens")), _int(usage.get("output_tokens"))
             if prompt or out:
-                current["metrics"] = step_metrics(prompt, out,
-                                                  _int(usage.get("cache_read_input_tokens")),
-                                                  None)
+                current["metrics"] = step_metrics(
+                    prompt, out, _int(usage.get("cache_read_input_tokens")), None
+                )
         elif kind == "user" and isinstance(event.get("message"), dict):
             _add_tool_results(run.steps, event["message"].get("content"))
             current = None
@@ -555,8 +577,9 @@ def read_qwen(stdout: str) -> CliRun:
             run.prompt_tokens = _int(usage.get("input_tokens"))
             run.completion_tokens = _int(usage.get("output_tokens"))
             run.cached_tokens = _int(usage.get("cache_read_input_tokens"))
-        run.extra = {k: result.get(k) for k in ("num_turns", "subtype")
-                     if isinstance(result.get(k), (str, int))}
+        run.extra = {
+            k: result.get(k) for k in ("num_turns", "subtype") if isinstance(result.get(k), (str, int))
+        }
     else:
         run.extra = {"finished": False}
     return run
@@ -590,36 +613,42 @@ def read_aider(llm_history: str, analytics: str, stdout: str = "") -> CliRun:
         if line.startswith("LLM RESPONSE "):
             if current is not None:
                 replies.append((stamp, "\n".join(current)))
-            current, stamp = [], line[len("LLM RESPONSE "):].strip() or None
+            current, stamp = [], line[len("LLM RESPONSE ") :].strip() or None
         elif line.startswith("TO LLM "):
             if current is not None:
                 replies.append((stamp, "\n".join(current)))
             current = None
         elif current is not None and line.startswith("ASSISTANT"):
-            current.append(line[len("ASSISTANT "):] if line.startswith("ASSISTANT ") else "")
+            current.append(line[len("ASSISTANT ") :] if line.startswith("ASSISTANT ") else "")
     if current is not None:
         replies.append((stamp, "\n".join(current)))
-    sends = [_dict(e.get("properties")) for e in json_lines(analytics)
-             if e.get("event") == "message_send"]
+    sends = [_dict(e.get("properties")) for e in json_lines(analytics) if e.get("event") == "message_send"]
     for event in json_lines(analytics):
         if event.get("event") == "exit":
             run.extra["exit_reason"] = _str(_dict(event.get("properties")).get("reason"))
     for i in range(max(len(replies), len(sends))):
         stamp, text = replies[i] if i < len(replies) else (None, "")
-        step = _agent_step(message=text.strip("\n"),
-                           timestamp=(stamp + "Z") if stamp and len(stamp) == 19 else stamp)
+        step = _agent_step(
+            message=text.strip("\n"), timestamp=(stamp + "Z") if stamp and len(stamp) == 19 else stamp
+        )
         if i < len(sends):
             props = sends[i]
             cost = _num(props.get("cost"))
-            step["metrics"] = step_metrics(_int(props.get("prompt_tokens")),
-                                           _int(props.get("completion_tokens")), None,
-                                           cost if cost else None)
+            step["metrics"] = step_metrics(
+                _int(props.get("prompt_tokens")),
+                _int(props.get("completion_tokens")),
+                None,
+                cost if cost else None,
+            )
         run.steps.append(step)
     _totals_from_steps(run)
     costs = [s["metrics"]["cost_usd"] for s in run.steps if s.get("metrics")]
     run.cost_usd = float(sum(costs)) if costs and all(c is not None for c in costs) else None
-    edits = [line.split("Applied edit to ", 1)[1].strip() for line in stdout.splitlines()
-             if line.startswith("Applied edit to ")]
+    edits = [
+        line.split("Applied edit to ", 1)[1].strip()
+        for line in stdout.splitlines()
+        if line.startswith("Applied edit to ")
+    ]
     if edits:
         run.extra["applied_edits"] = edits[:1000]
     if "exit_reason" not in run.extra:
@@ -661,16 +690,19 @@ def read_mini(traj_text: str) -> CliRun:
         extra = _dict(msg.get("extra"))
         if role == "assistant":
             ts = extra.get("timestamp")
-            step = _agent_step(message=_text_of(msg.get("content")),
-                               timestamp=_ms_iso(ts * 1000) if isinstance(ts, (int, float))
-                               else None)
+            step = _agent_step(
+                message=_text_of(msg.get("content")),
+                timestamp=_ms_iso(ts * 1000) if isinstance(ts, (int, float)) else None,
+            )
             for call in msg.get("tool_calls") or []:
                 if not isinstance(call, dict):
                     continue
                 fn = _dict(call.get("function"))
-                step["tool_calls"].append(tool_call(str(call.get("id") or ""),
-                                                    str(fn.get("name") or ""),
-                                                    _args(fn.get("arguments"))))
+                step["tool_calls"].append(
+                    tool_call(
+                        str(call.get("id") or ""), str(fn.get("name") or ""), _args(fn.get("arguments"))
+                    )
+                )
             response = _dict(extra.get("response"))
             usage = _dict(response.get("usage"))
             step["model_name"] = _str(response.get("model"))
@@ -679,18 +711,20 @@ def read_mini(traj_text: str) -> CliRun:
             costs.append(cost if cost else None)
             if usage:
                 step["metrics"] = step_metrics(
-                    _int(usage.get("prompt_tokens")), _int(usage.get("completion_tokens")),
+                    _int(usage.get("prompt_tokens")),
+                    _int(usage.get("completion_tokens")),
                     _int(_dict(usage.get("prompt_tokens_details")).get("cached_tokens")),
-                    cost if cost else None)
+                    cost if cost else None,
+                )
             run.steps.append(step)
         elif role == "tool":
-            _add_result(run.steps, str(msg.get("tool_call_id") or ""),
-                        _text_of(msg.get("content")))
+            _add_result(run.steps, str(msg.get("tool_call_id") or ""), _text_of(msg.get("content")))
         elif role == "exit":
             run.extra["exit_status"] = _str(extra.get("exit_status"))
     _totals_from_steps(run)
-    run.cost_usd = float(sum(c for c in costs if c is not None)) \
-        if costs and all(c is not None for c in costs) else None
+    run.cost_usd = (
+        float(sum(c for c in costs if c is not None)) if costs and all(c is not None for c in costs) else None
+    )
     status = run.extra.get("exit_status") or _str(info.get("exit_status"))
     if status:
         run.extra["exit_status"] = status

@@ -159,81 +159,131 @@ class InstalledAgentSpec:
 
 
 CLAUDE_CODE = InstalledAgentSpec(
-    name="claude-code", version="2.1.332", binary="claude",
-    packaging=NpmPackaging("@anthropic-ai/claude-code", {
-        "claude": "@anthropic-ai/claude-code-{platform}/claude"}),
+    name="claude-code",
+    version="2.1.332",
+    binary="claude",
+    packaging=NpmPackaging(
+        "@anthropic-ai/claude-code", {"claude": "@anthropic-ai/claude-code-{platform}/claude"}
+    ),
     required_env=(("ANTHROPIC_API_KEY", "CLAUDE_CODE_OAUTH_TOKEN"),),
     passthrough_env=("ANTHROPIC_BASE_URL",),
-    env={"IS_SANDBOX": "1", "DISABLE_AUTOUPDATER": "1", "DISABLE_TELEMETRY": "1",
-         "DISABLE_ERROR_REPORTING": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"},
+    env={
+        "IS_SANDBOX": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+    },
     sessions=("$HOME/.claude/projects",),
-    model_hosts=("api.anthropic.com",), base_url_env="ANTHROPIC_BASE_URL",
+    model_hosts=("api.anthropic.com",),
+    base_url_env="ANTHROPIC_BASE_URL",
     model_env="ANTHROPIC_MODEL",
 )
 
 CODEX = InstalledAgentSpec(
-    name="codex", version="0.171.0", binary="codex",
-    packaging=NpmPackaging("@openai/codex", {
-        "codex": "@openai/codex-{platform}/vendor/{triple}/bin/codex",
-        "rg": "@openai/codex-{platform}/vendor/{triple}/codex-path/rg"}),
+    name="codex",
+    version="0.171.0",
+    binary="codex",
+    packaging=NpmPackaging(
+        "@openai/codex",
+        {
+            "codex": "@openai/codex-{platform}/vendor/{triple}/bin/codex",
+            "rg": "@openai/codex-{platform}/vendor/{triple}/codex-path/rg",
+        },
+    ),
     required_env=(("OPENAI_API_KEY",),),
     env={"CODEX_HOME": f"{HOME_DIR}/.codex", "NO_COLOR": "1"},
     sessions=("$CODEX_HOME/sessions",),
-    model_hosts=("api.openai.com",), base_url_env="OPENAI_BASE_URL",
+    model_hosts=("api.openai.com",),
+    base_url_env="OPENAI_BASE_URL",
 )
 
 OPENCODE = InstalledAgentSpec(
-    name="opencode", version="1.18.33", binary="opencode",
+    name="opencode",
+    version="1.18.33",
+    binary="opencode",
     packaging=NpmPackaging("opencode-ai", {"opencode": "opencode-{platform}/bin/opencode"}),
     provider_keys=True,
-    env={"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_SHARE": "1",
-         "OPENCODE_DISABLE_MODELS_FETCH": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
-         "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_CLAUDE_CODE": "1"},
+    env={
+        "OPENCODE_DISABLE_AUTOUPDATE": "1",
+        "OPENCODE_DISABLE_SHARE": "1",
+        "OPENCODE_DISABLE_MODELS_FETCH": "1",
+        "OPENCODE_DISABLE_LSP_DOWNLOAD": "1",
+        "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1",
+        "OPENCODE_DISABLE_CLAUDE_CODE": "1",
+    },
     sessions=("$HOME/.local/share/opencode/log",),
 )
 
 GEMINI_CLI = InstalledAgentSpec(
-    name="gemini-cli", version="0.61.0", binary="gemini",
+    name="gemini-cli",
+    version="0.61.0",
+    binary="gemini",
     packaging=NpmPackaging(
-        "@google/gemini-cli", {"node": "node-{platform}/bin/node"},
+        "@google/gemini-cli",
+        {"node": "node-{platform}/bin/node"},
         extra_packages=("node-{platform}@22.23.5",),
-        launchers={"gemini": ("node", "@google/gemini-cli/bundle/gemini.js")}),
+        launchers={"gemini": ("node", "@google/gemini-cli/bundle/gemini.js")},
+    ),
     required_env=(("GEMINI_API_KEY", "GOOGLE_API_KEY"),),
-    env={"GEMINI_CLI_TRUST_WORKSPACE": "true", "GEMINI_CLI_NO_RELAUNCH": "true",
-         "NO_COLOR": "1", "NO_BROWSER": "1"},
+    env={
+        "GEMINI_CLI_TRUST_WORKSPACE": "true",
+        "GEMINI_CLI_NO_RELAUNCH": "true",
+        "NO_COLOR": "1",
+        "NO_BROWSER": "1",
+    },
     sessions=("$HOME/.gemini/tmp",),
-    model_hosts=("generativelanguage.googleapis.com",), base_url_env="GOOGLE_GEMINI_BASE_URL",
+    model_hosts=("generativelanguage.googleapis.com",),
+    base_url_env="GOOGLE_GEMINI_BASE_URL",
     model_env="GEMINI_MODEL",
 )
 
 QWEN_CODE = InstalledAgentSpec(
-    name="qwen-code", version="0.24.4", binary="qwen",
+    name="qwen-code",
+    version="0.24.4",
+    binary="qwen",
     packaging=NpmPackaging(
-        "@qwen-code/qwen-code", {"node": "node-{platform}/bin/node"},
+        "@qwen-code/qwen-code",
+        {"node": "node-{platform}/bin/node"},
         extra_packages=("node-{platform}@22.23.5",),
-        launchers={"qwen": ("node", "@qwen-code/qwen-code/cli-entry.js")}),
+        launchers={"qwen": ("node", "@qwen-code/qwen-code/cli-entry.js")},
+    ),
     required_env=(("OPENAI_API_KEY",),),
     env={"QWEN_CODE_SUPPRESS_YOLO_WARNING": "1", "NO_COLOR": "1", "NO_BROWSER": "1"},
     sessions=("$HOME/.qwen/projects",),
-    model_hosts=("api.openai.com",), base_url_env="OPENAI_BASE_URL",
+    model_hosts=("api.openai.com",),
+    base_url_env="OPENAI_BASE_URL",
     model_env="OPENAI_MODEL",
 )
 
 AIDER = InstalledAgentSpec(
-    name="aider", version="0.86.2", binary="aider",
+    name="aider",
+    version="0.86.2",
+    binary="aider",
     packaging=PypiPackaging("aider-chat", {"aider": "aider.main:main"}),
     provider_keys=True,
-    env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "AIDER_CHECK_UPDATE": "false",
-         "AIDER_ANALYTICS": "false", "NO_COLOR": "1", "TERM": "dumb"},
+    env={
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "AIDER_CHECK_UPDATE": "false",
+        "AIDER_ANALYTICS": "false",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+    },
 )
 
 MINI_SWE_AGENT = InstalledAgentSpec(
-    name="mini-swe-agent", version="2.4.6", binary="mini",
-    packaging=PypiPackaging("mini-swe-agent", {"mini": "minisweagent.run.mini:app"},
-                            smoke_args=("--help",)),
+    name="mini-swe-agent",
+    version="2.4.6",
+    binary="mini",
+    packaging=PypiPackaging("mini-swe-agent", {"mini": "minisweagent.run.mini:app"}, smoke_args=("--help",)),
     provider_keys=True,
-    env={"LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true",
-         "MSWEA_COST_TRACKING": "ignore_errors", "NO_COLOR": "1", "TERM": "dumb"},
+    env={
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "MSWEA_CONFIGURED": "true",
+        "MSWEA_COST_TRACKING": "ignore_errors",
+        "NO_COLOR": "1",
+        "TERM": "dumb",
+    },
 )
 
 _OPTIONS = ("version", "base_url", "platform", "prepare")
@@ -301,8 +351,7 @@ class InstalledAgent(Agent):
         return groups
 
     @classmethod
-    def validate_options(cls, model: str | None, kwargs: dict[str, Any],
-                         env: Mapping[str, str]) -> None:
+    def validate_options(cls, model: str | None, kwargs: dict[str, Any], env: Mapping[str, str]) -> None:
         """Check options and API keys before any sandbox starts.
 
         Args:
@@ -316,13 +365,17 @@ class InstalledAgent(Agent):
         """
         _check_kwargs(cls.spec, kwargs)
         if cls.spec.provider_keys and model and "/" not in model:
-            raise UsageError(f"agent {cls.spec.name!r} needs -m provider/model "
-                             f"(e.g. anthropic/claude-sonnet-4-5), got {model!r}")
+            raise UsageError(
+                f"agent {cls.spec.name!r} needs -m provider/model "
+                f"(e.g. anthropic/claude-sonnet-4-5), got {model!r}"
+            )
         for group in cls.required_keys(model):
             if not any(env.get(name) for name in group):
-                raise UsageError(f"agent {cls.spec.name!r} needs the API key "
-                                 f"{' or '.join(group)}: set it in the environment or pass "
-                                 f"--ae {group[0]}=...")
+                raise UsageError(
+                    f"agent {cls.spec.name!r} needs the API key "
+                    f"{' or '.join(group)}: set it in the environment or pass "
+                    f"--ae {group[0]}=..."
+                )
 
     # ---- network ---------------------------------------------------------------------
     def model_hosts(self, agent_env: Mapping[str, str]) -> list[str]:
@@ -364,10 +417,10 @@ class InstalledAgent(Agent):
                 raise AgentPrepareError(
                     f"agent {self.spec.name!r} {self.version} ({self.platform}) is not in the "
                     f"cache and prepare=never: run `cairn agents prepare "
-                    f"{self.spec.name}@{self.version}` first")
+                    f"{self.spec.name}@{self.version}` first"
+                )
             return rt
-        return prepare_any(self.spec.name, self.spec.packaging, self.version,
-                           self.platform, log=log)
+        return prepare_any(self.spec.name, self.spec.packaging, self.version, self.platform, log=log)
 
     async def prepare_host(self, task: Task, *, can_mount: bool) -> tuple[tuple[str, str], ...]:
         """Fill the cache and bind the runtime read-only.
@@ -401,8 +454,10 @@ class InstalledAgent(Agent):
             await sandbox.upload(self.runtime.path, RUNTIME_DIR)
         qhome = shlex.quote(HOME_DIR)
         r = await sandbox.exec(
-            f"mkdir -p {qhome} {AGENT_DIR}/logs && chmod 0777 {AGENT_DIR} {AGENT_DIR}/logs "
-            f"{qhome}", user="root", timeout_sec=60)
+            f"mkdir -p {qhome} {AGENT_DIR}/logs && chmod 0777 {AGENT_DIR} {AGENT_DIR}/logs {qhome}",
+            user="root",
+            timeout_sec=60,
+        )
         _require_ok(r, f"{self.spec.name}: creating {AGENT_DIR}")
         files = self._config_files()
         if files:
@@ -423,20 +478,24 @@ class InstalledAgent(Agent):
             # the sealed interpreter with its own libraries (the agent's import takes seconds)
             exe = f"{RUNTIME_DIR}/{PYTHON_EXE}"
             argv = [exe, "-I", "-c", "import ssl, sqlite3, ctypes"]
-            env = {"LD_LIBRARY_PATH": f"{RUNTIME_DIR}/python/lib/x86_64-linux-gnu:"
-                                      f"{RUNTIME_DIR}/python/usr/lib/x86_64-linux-gnu"}
+            env = {
+                "LD_LIBRARY_PATH": f"{RUNTIME_DIR}/python/lib/x86_64-linux-gnu:"
+                f"{RUNTIME_DIR}/python/usr/lib/x86_64-linux-gnu"
+            }
         else:
             launchers = packaging.launchers
-            probe = launchers[self.spec.binary][0] if self.spec.binary in launchers \
-                else self.spec.binary
+            probe = launchers[self.spec.binary][0] if self.spec.binary in launchers else self.spec.binary
             exe = f"{RUNTIME_DIR}/bin/{probe}"
             argv, env = [exe, "--version"], {}
-        check = await sandbox.exec(argv, user=context.user,
-                                   env={"HOME": HOME_DIR, **self.spec.env, **env}, timeout_sec=60)
-        hint = ("the sealed Python needs glibc 2.36 or newer on x86-64: Debian 12+, Ubuntu 22.10+"
-                if isinstance(packaging, PypiPackaging) else
-                f"does the image's platform match {self.platform!r}? glibc images need "
-                "linux-x64, musl ones linux-x64-musl")
+        check = await sandbox.exec(
+            argv, user=context.user, env={"HOME": HOME_DIR, **self.spec.env, **env}, timeout_sec=60
+        )
+        hint = (
+            "the sealed Python needs glibc 2.36 or newer on x86-64: Debian 12+, Ubuntu 22.10+"
+            if isinstance(packaging, PypiPackaging)
+            else f"does the image's platform match {self.platform!r}? glibc images need "
+            "linux-x64, musl ones linux-x64-musl"
+        )
         _require_ok(check, f"{self.spec.name}: {exe} does not start in this image ({hint})")
 
     async def _own_home(self, sandbox: Sandbox, user: str | int | None) -> None:
@@ -458,8 +517,9 @@ class InstalledAgent(Agent):
         """Shell commands run as root at setup, after the config files are written."""
         return []
 
-    async def _install_seed(self, steps: list[dict[str, Any]], sandbox: Sandbox,
-                            context: AgentContext) -> str | None:
+    async def _install_seed(
+        self, steps: list[dict[str, Any]], sandbox: Sandbox, context: AgentContext
+    ) -> str | None:
         """Put a task's seed trajectory where the CLI keeps sessions; return the session id
         to resume (agents with :attr:`supports_seed` implement it)."""
         raise NotImplementedError
@@ -498,8 +558,9 @@ class InstalledAgent(Agent):
 
     def _key_names(self, context: AgentContext) -> set[str]:
         names = {n for group in self.required_keys(self.model) for n in group}
-        names.update(n for n in context.env if any(w in n.upper() for w in
-                                                   ("KEY", "TOKEN", "SECRET", "PASSWORD")))
+        names.update(
+            n for n in context.env if any(w in n.upper() for w in ("KEY", "TOKEN", "SECRET", "PASSWORD"))
+        )
         return names
 
     def _env(self, context: AgentContext) -> dict[str, str]:
@@ -535,8 +596,7 @@ class InstalledAgent(Agent):
         await sandbox.exec(f"mkdir -p {qdir} && chmod 0777 {qdir}", user="root")
         await self._own_home(sandbox, context.user)
         with tempfile.TemporaryDirectory() as tmp:
-            for name, text in {"instruction.md": instruction,
-                               **self._input_files(instruction)}.items():
+            for name, text in {"instruction.md": instruction, **self._input_files(instruction)}.items():
                 host_file = Path(tmp) / name
                 host_file.write_text(text, encoding="utf-8")
                 host_file.chmod(0o644)
@@ -546,9 +606,11 @@ class InstalledAgent(Agent):
         self._started_at = utc_now_iso()
         resume = self._session_id if context.resume_session else None
         self._seeded = None
-        seed_path = getattr(context.task, "seed_trajectory", None) \
-            if context.task is not None and context.step is not None \
-            and context.step.index == 1 else None
+        seed_path = (
+            getattr(context.task, "seed_trajectory", None)
+            if context.task is not None and context.step is not None and context.step.index == 1
+            else None
+        )
         if seed_path is not None and self.supports_seed:
             from cairn.agents.trajectory import load_seed
 
@@ -558,17 +620,27 @@ class InstalledAgent(Agent):
         stdin = f"{qdir}/instruction.md" if self.reads_stdin else "/dev/null"
         # MCP servers of the task in the CLI's own configuration (cairn.agents.mcp, #22)
         command, mcp_env = await install_mcp_config(
-            self.spec.name, context.task, sandbox, command, user=context.user,
-            ignore=bool(getattr(self, "ignore_mcp", False)))
-        script = (f"export PATH={RUNTIME_DIR}/bin:$PATH; "
-                  f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
-                  f"{command} < {stdin} > {qdir}/stdout.txt 2> {qdir}/stderr.txt")
+            self.spec.name,
+            context.task,
+            sandbox,
+            command,
+            user=context.user,
+            ignore=bool(getattr(self, "ignore_mcp", False)),
+        )
+        script = (
+            f"export PATH={RUNTIME_DIR}/bin:$PATH; "
+            f"printf '%s\\n' {shlex.quote(command)} > {qdir}/command.txt; "
+            f"{command} < {stdin} > {qdir}/stdout.txt 2> {qdir}/stderr.txt"
+        )
         context.metadata["resumed_session"] = resume
         try:
-            result = await sandbox.exec(script, user=context.user,
-                                        env={**self._env(context), **mcp_env},
-                                        timeout_sec=max(1.0, deadline - loop.time()),
-                                        max_output_bytes=64 * 1024)
+            result = await sandbox.exec(
+                script,
+                user=context.user,
+                env={**self._env(context), **mcp_env},
+                timeout_sec=max(1.0, deadline - loop.time()),
+                max_output_bytes=64 * 1024,
+            )
             if result.timed_out:
                 context.exit = AgentExit.TIMEOUT
             elif result.exit_code != 0:
@@ -580,12 +652,14 @@ class InstalledAgent(Agent):
         stderr = _read_text(context.logs_dir / "stderr.txt")
         if code is not None and context.exit is AgentExit.ERROR:
             context.metadata["agent_error"] = exit_message(
-                self.spec.binary, code, stderr or _read_text(context.logs_dir / "stdout.txt"))
+                self.spec.binary, code, stderr or _read_text(context.logs_dir / "stdout.txt")
+            )
         elif context.exit is None and (refused := self._refusals(stderr)):
             context.exit = AgentExit.ERROR
             context.metadata["agent_error"] = (
                 f"{self.spec.binary} refused {len(refused)} tool call(s) on its permission "
-                f"rules: {' | '.join(refused[:3])[:ERROR_TAIL_CHARS]}")
+                f"rules: {' | '.join(refused[:3])[:ERROR_TAIL_CHARS]}"
+            )
 
     async def _collect(self, sandbox: Sandbox, log_dir: str, context: AgentContext) -> None:
         """Copy session files, download the step's logs, mask keys, write the trajectory."""
@@ -593,14 +667,16 @@ class InstalledAgent(Agent):
 
         context.logs_dir.mkdir(parents=True, exist_ok=True)
         qdir = shlex.quote(log_dir)
-        copies = "; ".join(f'[ -e "{p}" ] && mkdir -p {qdir}/sessions && '
-                           f'cp -a "{p}" {qdir}/sessions/ 2>/dev/null' for p in self.spec.sessions)
+        copies = "; ".join(
+            f'[ -e "{p}" ] && mkdir -p {qdir}/sessions && cp -a "{p}" {qdir}/sessions/ 2>/dev/null'
+            for p in self.spec.sessions
+        )
         try:
             if copies:
-                await sandbox.exec(f"{copies}; true", user="root",
-                                   env={"HOME": HOME_DIR, **self.spec.env}, timeout_sec=60)
-            await asyncio.wait_for(sandbox.download(log_dir, context.logs_dir),
-                                   LOG_COLLECT_TIMEOUT_SEC)
+                await sandbox.exec(
+                    f"{copies}; true", user="root", env={"HOME": HOME_DIR, **self.spec.env}, timeout_sec=60
+                )
+            await asyncio.wait_for(sandbox.download(log_dir, context.logs_dir), LOG_COLLECT_TIMEOUT_SEC)
         except Exception as exc:  # noqa: BLE001 - logs are best effort, never fatal
             context.metadata["log_collection_error"] = f"{type(exc).__name__}: {exc}"
         env = self._env(context)
@@ -617,12 +693,18 @@ class InstalledAgent(Agent):
     def _account(self, run: CliRun, context: AgentContext) -> None:
         """Tokens, cost, session id and ``trajectory.json`` from one read run."""
         if run.has_tokens:
-            context.tokens = Tokens(prompt=run.prompt_tokens or 0,
-                                    completion=run.completion_tokens or 0,
-                                    cached=run.cached_tokens)
-            missing = [n for n, v in (("prompt", run.prompt_tokens),
-                                      ("completion", run.completion_tokens),
-                                      ("cached", run.cached_tokens)) if v is None]
+            context.tokens = Tokens(
+                prompt=run.prompt_tokens or 0, completion=run.completion_tokens or 0, cached=run.cached_tokens
+            )
+            missing = [
+                n
+                for n, v in (
+                    ("prompt", run.prompt_tokens),
+                    ("completion", run.completion_tokens),
+                    ("cached", run.cached_tokens),
+                )
+                if v is None
+            ]
             if missing:
                 context.metadata["tokens_not_reported"] = missing
         context.cost_usd = run.cost_usd
@@ -630,13 +712,20 @@ class InstalledAgent(Agent):
             context.metadata["session_id"] = run.session_id
         if run.is_error and context.exit is None:
             context.exit = AgentExit.ERROR
-        resumed = bool(context.resume_session and self._session_id
-                       and self._session_id == run.session_id)
-        traj = Trajectory(session_id=run.session_id or "", agent_name=self.spec.name,
-                          agent_version=self.version, model_name=run.model_name or self.model,
-                          agent_extra={"base_url": self.base_url, "platform": self.platform},
-                          extra={"cairn_step": context.step.name, "resumed": resumed or None,
-                                 "source": self.trajectory_source, **run.extra})
+        resumed = bool(context.resume_session and self._session_id and self._session_id == run.session_id)
+        traj = Trajectory(
+            session_id=run.session_id or "",
+            agent_name=self.spec.name,
+            agent_version=self.version,
+            model_name=run.model_name or self.model,
+            agent_extra={"base_url": self.base_url, "platform": self.platform},
+            extra={
+                "cairn_step": context.step.name,
+                "resumed": resumed or None,
+                "source": self.trajectory_source,
+                **run.extra,
+            },
+        )
         if resumed:
             traj.add_history(self._history)
         if self._seeded is not None:
@@ -645,12 +734,15 @@ class InstalledAgent(Agent):
         traj.add_step("user", self._instruction, timestamp=self._started_at)
         own_start = len(traj.steps)
         for step in run.steps:
-            added = traj.add_step("agent", step.get("message") or "",
-                                  tool_calls=step.get("tool_calls") or None,
-                                  metrics=step.get("metrics"),
-                                  model_name=step.get("model_name"),
-                                  reasoning_content=step.get("reasoning_content"),
-                                  timestamp=step.get("timestamp"))
+            added = traj.add_step(
+                "agent",
+                step.get("message") or "",
+                tool_calls=step.get("tool_calls") or None,
+                metrics=step.get("metrics"),
+                model_name=step.get("model_name"),
+                reasoning_content=step.get("reasoning_content"),
+                timestamp=step.get("timestamp"),
+            )
             if step.get("observation"):
                 added["observation"] = step["observation"]
         data = traj.to_dict()
@@ -658,16 +750,18 @@ class InstalledAgent(Agent):
             data["final_metrics"]["total_cost_usd"] = run.cost_usd
         else:
             data["final_metrics"].pop("total_cost_usd", None)
-        for name, value in (("total_prompt_tokens", run.prompt_tokens),
-                            ("total_completion_tokens", run.completion_tokens),
-                            ("total_cached_tokens", run.cached_tokens)):
+        for name, value in (
+            ("total_prompt_tokens", run.prompt_tokens),
+            ("total_completion_tokens", run.completion_tokens),
+            ("total_cached_tokens", run.cached_tokens),
+        ):
             if value is None:
                 data["final_metrics"].pop(name, None)
             else:
                 data["final_metrics"][name] = value
         write_json_atomic(context.logs_dir / "trajectory.json", data)
-        own = traj.steps[own_start - 1:]
-        self._history = ([*self._history, *own] if resumed else own)
+        own = traj.steps[own_start - 1 :]
+        self._history = [*self._history, *own] if resumed else own
         if run.session_id:
             self._session_id = run.session_id
 
@@ -676,19 +770,18 @@ def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
     refuse_unknown_options(spec.name, kwargs, _OPTIONS)
     url = kwargs.get("base_url")
     if url is not None and not str(url).startswith(("http://", "https://")):
-        raise UsageError(f"agent {spec.name!r}: base_url must be an http:// or https:// URL, "
-                         f"got {url!r}")
+        raise UsageError(f"agent {spec.name!r}: base_url must be an http:// or https:// URL, got {url!r}")
     plat = kwargs.get("platform")
     if plat is not None and plat not in PLATFORMS:
-        raise UsageError(f"agent {spec.name!r}: unknown platform {plat!r}; known: "
-                         f"{', '.join(PLATFORMS)}")
+        raise UsageError(f"agent {spec.name!r}: unknown platform {plat!r}; known: {', '.join(PLATFORMS)}")
     prep = kwargs.get("prepare")
     if prep is not None and prep not in ("auto", "never"):
         raise UsageError(f"agent {spec.name!r}: prepare must be 'auto' or 'never', got {prep!r}")
     version = kwargs.get("version")
     if version is not None and version_problem(str(version)) is not None:
-        raise UsageError(f"agent {spec.name!r}: version must be an exact version "
-                         f"(e.g. {spec.version}), got {version!r}")
+        raise UsageError(
+            f"agent {spec.name!r}: version must be an exact version (e.g. {spec.version}), got {version!r}"
+        )
 
 
 ERROR_TAIL_LINES = 6
@@ -724,8 +817,11 @@ def _require_ok(result: Any, what: str) -> None:
         return
     reason = "timed out" if result.timed_out else f"exit code {result.exit_code}"
     tail = (result.stderr or result.stdout or "")[-2000:]
-    raise TrialFailure(ErrorKind.AGENT_SETUP_FAILED, f"{what} failed ({reason}): {tail.strip()}",
-                       detail={"exit_code": result.exit_code, "stderr_tail": tail})
+    raise TrialFailure(
+        ErrorKind.AGENT_SETUP_FAILED,
+        f"{what} failed ({reason}): {tail.strip()}",
+        detail={"exit_code": result.exit_code, "stderr_tail": tail},
+    )
 
 
 def _join(parts: list[str]) -> str:
@@ -754,8 +850,9 @@ class ClaudeCodeAgent(InstalledAgent):
     needs_model = None
     supports_seed = True
 
-    async def _install_seed(self, steps: list[dict[str, Any]], sandbox: Sandbox,
-                            context: AgentContext) -> str | None:
+    async def _install_seed(
+        self, steps: list[dict[str, Any]], sandbox: Sandbox, context: AgentContext
+    ) -> str | None:
         """Write the seed as a Claude Code session file
         (``~/.claude/projects/<cwd with non-alphanumerics as ->/<uuid>.jsonl``) and resume it:
         the step's instruction continues that conversation."""
@@ -786,8 +883,14 @@ class ClaudeCodeAgent(InstalledAgent):
     def _command(self, step_dir: str, resume: str | None) -> str:
         # -p is a switch: a prompt word starting with "-" would be read as an option
         # ("error: unknown option '- Write …'"), so the prompt comes on stdin
-        parts = ["claude", "-p", "--verbose", "--output-format", "stream-json",
-                 "--dangerously-skip-permissions"]
+        parts = [
+            "claude",
+            "-p",
+            "--verbose",
+            "--output-format",
+            "stream-json",
+            "--dangerously-skip-permissions",
+        ]
         model = self._model_id()
         if model:
             parts += ["--model", model]
@@ -796,8 +899,11 @@ class ClaudeCodeAgent(InstalledAgent):
         return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
-        sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
-            if (logs / "sessions").is_dir() else []
+        sessions = (
+            [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))]
+            if (logs / "sessions").is_dir()
+            else []
+        )
         run = read_claude(_read_text(logs / "stdout.txt"), sessions)
         # On a resumed session the result's total_cost_usd covers the whole session (its usage
         # covers this invocation only): the step's cost is the increase (measured, 2.1.332).
@@ -824,20 +930,32 @@ class CodexAgent(InstalledAgent):
     needs_model = None
 
     def _config_files(self) -> dict[str, str]:
-        lines = ['# written by cairn', 'check_for_update_on_startup = false']
+        lines = ["# written by cairn", "check_for_update_on_startup = false"]
         if self.base_url:
             url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
-            lines += ['model_provider = "cairn"', '', '[model_providers.cairn]',
-                      'name = "cairn"', f'base_url = {json.dumps(url)}',
-                      'env_key = "OPENAI_API_KEY"', 'wire_api = "responses"',
-                      'supports_websockets = false', 'request_max_retries = 2',
-                      'stream_max_retries = 2']
-        lines += ['', '[features]', 'plugins = false', '', '[analytics]', 'enabled = false', '']
+            lines += [
+                'model_provider = "cairn"',
+                "",
+                "[model_providers.cairn]",
+                'name = "cairn"',
+                f"base_url = {json.dumps(url)}",
+                'env_key = "OPENAI_API_KEY"',
+                'wire_api = "responses"',
+                "supports_websockets = false",
+                "request_max_retries = 2",
+                "stream_max_retries = 2",
+            ]
+        lines += ["", "[features]", "plugins = false", "", "[analytics]", "enabled = false", ""]
         return {".codex/config.toml": "\n".join(lines)}
 
     def _command(self, step_dir: str, resume: str | None) -> str:
-        parts = ["codex", "exec", "--json", "--skip-git-repo-check",
-                 "--dangerously-bypass-approvals-and-sandbox"]
+        parts = [
+            "codex",
+            "exec",
+            "--json",
+            "--skip-git-repo-check",
+            "--dangerously-bypass-approvals-and-sandbox",
+        ]
         model = self._model_id()
         if model:
             parts += ["--model", model]
@@ -848,8 +966,9 @@ class CodexAgent(InstalledAgent):
     def _read(self, logs: Path) -> CliRun:
         stdout = _read_text(logs / "stdout.txt")
         first = read_codex(stdout, None)
-        rollouts = sorted((logs / "sessions").rglob("rollout-*.jsonl")) \
-            if (logs / "sessions").is_dir() else []
+        rollouts = (
+            sorted((logs / "sessions").rglob("rollout-*.jsonl")) if (logs / "sessions").is_dir() else []
+        )
         chosen = [p for p in rollouts if first.session_id and first.session_id in p.name]
         if not chosen and rollouts:
             chosen = [max(rollouts, key=lambda p: p.stat().st_mtime)]
@@ -877,19 +996,29 @@ class OpenCodeAgent(InstalledAgent):
         return PROVIDER_KEYS.get(provider, "OPENAI_API_KEY")
 
     def _cli_env(self) -> dict[str, str]:
-        config: dict[str, Any] = {"$schema": "https://opencode.ai/config.json",
-                                  "autoupdate": False, "share": "disabled",
-                                  "permission": {"edit": "allow", "bash": "allow",
-                                                 "webfetch": "allow",
-                                                 "external_directory": "allow",
-                                                 "doom_loop": "allow"}}
+        config: dict[str, Any] = {
+            "$schema": "https://opencode.ai/config.json",
+            "autoupdate": False,
+            "share": "disabled",
+            "permission": {
+                "edit": "allow",
+                "bash": "allow",
+                "webfetch": "allow",
+                "external_directory": "allow",
+                "doom_loop": "allow",
+            },
+        }
         if self.base_url:
             url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
             model = self._model_id() or "model"
-            config["provider"] = {"cairn": {
-                "npm": "@ai-sdk/openai-compatible", "name": "cairn",
-                "options": {"baseURL": url, "apiKey": "{env:" + self._key_var() + "}"},
-                "models": {model: {"name": model}}}}
+            config["provider"] = {
+                "cairn": {
+                    "npm": "@ai-sdk/openai-compatible",
+                    "name": "cairn",
+                    "options": {"baseURL": url, "apiKey": "{env:" + self._key_var() + "}"},
+                    "models": {model: {"name": model}},
+                }
+            }
         return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
 
     def _command(self, step_dir: str, resume: str | None) -> str:
@@ -906,8 +1035,11 @@ class OpenCodeAgent(InstalledAgent):
         import re
 
         text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", stderr)
-        return [ln.strip().lstrip("! ").strip() for ln in text.splitlines()
-                if "permission requested:" in ln and "auto-rejecting" in ln]
+        return [
+            ln.strip().lstrip("! ").strip()
+            for ln in text.splitlines()
+            if "permission requested:" in ln and "auto-rejecting" in ln
+        ]
 
     def _read(self, logs: Path) -> CliRun:
         run = read_opencode(_read_text(logs / "stdout.txt"))
@@ -940,10 +1072,12 @@ class GeminiCliAgent(InstalledAgent):
     needs_model = None
 
     def _config_files(self) -> dict[str, str]:
-        settings = {"telemetry": {"enabled": False},
-                    "privacy": {"usageStatisticsEnabled": False},
-                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-                    "security": {"auth": {"selectedType": "gemini-api-key"}}}
+        settings = {
+            "telemetry": {"enabled": False},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            "security": {"auth": {"selectedType": "gemini-api-key"}},
+        }
         return {".gemini/settings.json": json.dumps(settings, indent=2) + "\n"}
 
     def _cli_env(self) -> dict[str, str]:
@@ -953,8 +1087,7 @@ class GeminiCliAgent(InstalledAgent):
         return {"GOOGLE_GEMINI_BASE_URL": url}
 
     def _command(self, step_dir: str, resume: str | None) -> str:
-        parts = ["gemini", "--yolo", "--output-format", "stream-json",
-                 "--include-directories", "/"]
+        parts = ["gemini", "--yolo", "--output-format", "stream-json", "--include-directories", "/"]
         model = self._model_id()
         if model:
             parts += ["--model", model]
@@ -963,8 +1096,11 @@ class GeminiCliAgent(InstalledAgent):
         return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
-        sessions = [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))] \
-            if (logs / "sessions").is_dir() else []
+        sessions = (
+            [_read_text(p) for p in sorted((logs / "sessions").rglob("*.jsonl"))]
+            if (logs / "sessions").is_dir()
+            else []
+        )
         return read_gemini(_read_text(logs / "stdout.txt"), sessions)
 
 
@@ -984,10 +1120,12 @@ class QwenCodeAgent(InstalledAgent):
     needs_model = None
 
     def _config_files(self) -> dict[str, str]:
-        settings = {"telemetry": {"enabled": False},
-                    "privacy": {"usageStatisticsEnabled": False},
-                    "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
-                    "security": {"auth": {"selectedType": "openai"}}}
+        settings = {
+            "telemetry": {"enabled": False},
+            "privacy": {"usageStatisticsEnabled": False},
+            "general": {"disableAutoUpdate": True, "disableUpdateNag": True},
+            "security": {"auth": {"selectedType": "openai"}},
+        }
         return {".qwen/settings.json": json.dumps(settings, indent=2) + "\n"}
 
     def _cli_env(self) -> dict[str, str]:
@@ -1047,26 +1185,49 @@ class AiderAgent(InstalledAgent):
         return {name: url}
 
     def _setup_commands(self) -> list[str]:
-        prices = (f"{RUNTIME_DIR}/python/usr/lib/python3/dist-packages/litellm/"
-                  "model_prices_and_context_window_backup.json")
+        prices = (
+            f"{RUNTIME_DIR}/python/usr/lib/python3/dist-packages/litellm/"
+            "model_prices_and_context_window_backup.json"
+        )
         cache = f"{HOME_DIR}/.aider/caches"
         return [f"mkdir -p {cache} && cp {prices} {cache}/model_prices_and_context_window.json"]
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         logs = self._log_dir
-        parts = ["aider", "--model", self.model or "", "--yes-always", "--no-git",
-                 "--no-auto-commits", "--no-check-update", "--no-show-release-notes",
-                 "--no-analytics", "--analytics-log", f"{logs}/analytics.jsonl", "--no-pretty",
-                 "--no-fancy-input", "--no-stream", "--no-show-model-warnings", "--no-auto-lint",
-                 "--llm-history-file", f"{logs}/llm-history.txt",
-                 "--chat-history-file", f"{logs}/chat-history.md",
-                 "--input-history-file", f"{logs}/input-history.txt",
-                 "--message-file", f"{step_dir}/instruction.md"]
+        parts = [
+            "aider",
+            "--model",
+            self.model or "",
+            "--yes-always",
+            "--no-git",
+            "--no-auto-commits",
+            "--no-check-update",
+            "--no-show-release-notes",
+            "--no-analytics",
+            "--analytics-log",
+            f"{logs}/analytics.jsonl",
+            "--no-pretty",
+            "--no-fancy-input",
+            "--no-stream",
+            "--no-show-model-warnings",
+            "--no-auto-lint",
+            "--llm-history-file",
+            f"{logs}/llm-history.txt",
+            "--chat-history-file",
+            f"{logs}/chat-history.md",
+            "--input-history-file",
+            f"{logs}/input-history.txt",
+            "--message-file",
+            f"{step_dir}/instruction.md",
+        ]
         return _join(parts)
 
     def _read(self, logs: Path) -> CliRun:
-        run = read_aider(_read_text(logs / "llm-history.txt"),
-                         _read_text(logs / "analytics.jsonl"), _read_text(logs / "stdout.txt"))
+        run = read_aider(
+            _read_text(logs / "llm-history.txt"),
+            _read_text(logs / "analytics.jsonl"),
+            _read_text(logs / "stdout.txt"),
+        )
         run.model_name = self.model
         return run
 
@@ -1093,14 +1254,27 @@ class MiniSweAgent(InstalledAgent):
         import yaml
 
         # run.task of a config file: the instruction never goes on the command line
-        return {"task.yaml": yaml.safe_dump({"run": {"task": instruction}}, allow_unicode=True,
-                                            width=1 << 30)}
+        return {
+            "task.yaml": yaml.safe_dump({"run": {"task": instruction}}, allow_unicode=True, width=1 << 30)
+        }
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         # a -c value holding "=" is read as key=value, not as a file: the step folder has none
-        parts = ["mini", "-y", "--exit-immediately", "-l", "0", "-c", "mini.yaml",
-                 "-c", f"{step_dir}/task.yaml",
-                 "-m", self.model or "", "-o", f"{self._log_dir}/mini.traj.json"]
+        parts = [
+            "mini",
+            "-y",
+            "--exit-immediately",
+            "-l",
+            "0",
+            "-c",
+            "mini.yaml",
+            "-c",
+            f"{step_dir}/task.yaml",
+            "-m",
+            self.model or "",
+            "-o",
+            f"{self._log_dir}/mini.traj.json",
+        ]
         if self.base_url:
             _name, url = _litellm_base(self.model, self.base_url)
             parts += ["-c", f"model.model_kwargs.api_base={url}"]
@@ -1110,8 +1284,7 @@ class MiniSweAgent(InstalledAgent):
         return read_mini(_read_text(logs / "mini.traj.json"))
 
 
-def claude_session_jsonl(steps: list[dict[str, Any]], session_id: str, cwd: str,
-                         version: str) -> str:
+def claude_session_jsonl(steps: list[dict[str, Any]], session_id: str, cwd: str, version: str) -> str:
     """ATIF steps as a Claude Code session file (JSON lines), for ``claude --resume``.
 
     ``user`` (and ``system``: Claude Code keeps its own system prompt, so a seed's system text
@@ -1140,10 +1313,23 @@ def claude_session_jsonl(steps: list[dict[str, Any]], session_id: str, cwd: str,
     def emit(kind: str, message: dict[str, Any], stamp: str | None) -> None:
         nonlocal parent
         entry_id = str(uuid.uuid4())
-        lines.append(json.dumps({
-            "parentUuid": parent, "isSidechain": False, "userType": "external", "cwd": cwd,
-            "sessionId": session_id, "version": version, "type": kind, "message": message,
-            "uuid": entry_id, "timestamp": stamp or now}, ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {
+                    "parentUuid": parent,
+                    "isSidechain": False,
+                    "userType": "external",
+                    "cwd": cwd,
+                    "sessionId": session_id,
+                    "version": version,
+                    "type": kind,
+                    "message": message,
+                    "uuid": entry_id,
+                    "timestamp": stamp or now,
+                },
+                ensure_ascii=False,
+            )
+        )
         parent = entry_id
 
     def safe_id(raw: str, n: int) -> str:  # Anthropic tool ids: [a-zA-Z0-9_-]+
@@ -1158,19 +1344,46 @@ def claude_session_jsonl(steps: list[dict[str, Any]], session_id: str, cwd: str,
         calls = step.get("tool_calls") or []
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         for i, call in enumerate(calls):
-            content.append({"type": "tool_use", "id": safe_id(call["tool_call_id"], n * 100 + i),
-                            "name": call["function_name"], "input": call.get("arguments") or {}})
-        emit("assistant", {"id": f"msg_seed_{n}", "type": "message", "role": "assistant",
-                           "model": step.get("model_name") or "seed",
-                           "content": content or [{"type": "text", "text": ""}],
-                           "stop_reason": "tool_use" if calls else "end_turn",
-                           "stop_sequence": None,
-                           "usage": {"input_tokens": 0, "output_tokens": 0}}, stamp)
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": safe_id(call["tool_call_id"], n * 100 + i),
+                    "name": call["function_name"],
+                    "input": call.get("arguments") or {},
+                }
+            )
+        emit(
+            "assistant",
+            {
+                "id": f"msg_seed_{n}",
+                "type": "message",
+                "role": "assistant",
+                "model": step.get("model_name") or "seed",
+                "content": content or [{"type": "text", "text": ""}],
+                "stop_reason": "tool_use" if calls else "end_turn",
+                "stop_sequence": None,
+                "usage": {"input_tokens": 0, "output_tokens": 0},
+            },
+            stamp,
+        )
         if calls:
-            answers = {r.get("source_call_id"): r.get("content") or ""
-                       for r in (step.get("observation") or {}).get("results") or []}
-            emit("user", {"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": safe_id(c["tool_call_id"], n * 100 + i),
-                 "content": answers.get(c["tool_call_id"], "[no result recorded]")}
-                for i, c in enumerate(calls)]}, stamp)
+            answers = {
+                r.get("source_call_id"): r.get("content") or ""
+                for r in (step.get("observation") or {}).get("results") or []
+            }
+            emit(
+                "user",
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "tool_result",
+                            "tool_use_id": safe_id(c["tool_call_id"], n * 100 + i),
+                            "content": answers.get(c["tool_call_id"], "[no result recorded]"),
+                        }
+                        for i, c in enumerate(calls)
+                    ],
+                },
+                stamp,
+            )
     return "\n".join(lines) + "\n"

@@ -56,27 +56,38 @@ truncated. A command that runs past its timeout is killed; pass `timeout_sec` fo
 - `submit` ends your work on the current task. Call it once the task is complete.
 Work step by step: inspect, act, verify your result, then call `submit`."""
 
-NUDGE = ("You did not call a tool. Continue working with the `bash` tool, and call `submit` "
-         "when the task is complete.")
+NUDGE = (
+    "You did not call a tool. Continue working with the `bash` tool, and call `submit` "
+    "when the task is complete."
+)
 
 TOOLS: list[dict[str, Any]] = [
-    {"type": "function", "function": {
-        "name": "bash",
-        "description": "Run a shell command in the sandbox and return its exit code and output.",
-        "parameters": {
-            "type": "object",
-            "properties": {
-                "command": {"type": "string", "description": "The command, run with bash -c."},
-                "timeout_sec": {"type": "integer",
-                                "description": "Seconds before the command is killed."},
+    {
+        "type": "function",
+        "function": {
+            "name": "bash",
+            "description": "Run a shell command in the sandbox and return its exit code and output.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "command": {"type": "string", "description": "The command, run with bash -c."},
+                    "timeout_sec": {
+                        "type": "integer",
+                        "description": "Seconds before the command is killed.",
+                    },
+                },
+                "required": ["command"],
             },
-            "required": ["command"],
-        }}},
-    {"type": "function", "function": {
-        "name": "submit",
-        "description": "Finish: call this when the task is complete.",
-        "parameters": {"type": "object", "properties": {}},
-    }},
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "submit",
+            "description": "Finish: call this when the task is complete.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    },
 ]
 
 
@@ -172,11 +183,11 @@ class LlmOptions:
         opts = cls(**values)
         for flag in ("relay", "record_model_bodies", "rollout"):
             if getattr(opts, flag) not in ("on", "off"):
-                raise UsageError(f"agent 'llm' option {flag}={getattr(opts, flag)!r} must be "
-                                 "'on' or 'off'")
+                raise UsageError(f"agent 'llm' option {flag}={getattr(opts, flag)!r} must be 'on' or 'off'")
         if opts.max_turns < 1 or opts.max_output_bytes < 256 or opts.command_timeout_sec <= 0:
-            raise UsageError("agent 'llm': max_turns must be >= 1, max_output_bytes >= 256 and "
-                             "command_timeout_sec > 0")
+            raise UsageError(
+                "agent 'llm': max_turns must be >= 1, max_output_bytes >= 256 and command_timeout_sec > 0"
+            )
         return opts
 
 
@@ -205,23 +216,42 @@ def _classify(exc: Exception, litellm: Any) -> str:
     text = str(exc)
     if "Missing credentials" in text or "api_key client option must be set" in text:
         return "auth"  # LiteLLM reports a missing key as an InternalServerError
-    transient = tuple(getattr(litellm, n) for n in (
-        "RateLimitError", "InternalServerError", "ServiceUnavailableError", "APIConnectionError",
-        "Timeout", "BadGatewayError") if hasattr(litellm, n))
+    transient = tuple(
+        getattr(litellm, n)
+        for n in (
+            "RateLimitError",
+            "InternalServerError",
+            "ServiceUnavailableError",
+            "APIConnectionError",
+            "Timeout",
+            "BadGatewayError",
+        )
+        if hasattr(litellm, n)
+    )
     if isinstance(exc, transient):
         return "transient"
     status = getattr(exc, "status_code", None)
     if status in (401, 403):
         return "auth"
-    if status == 429 or (isinstance(status, int) and status >= 500) or \
-            isinstance(exc, (ConnectionError, TimeoutError)):
+    if (
+        status == 429
+        or (isinstance(status, int) and status >= 500)
+        or isinstance(exc, (ConnectionError, TimeoutError))
+    ):
         return "transient"
     return "fatal"
 
 
-_UNREACHABLE_TEXT = ("name or service not known", "nodename nor servname", "name resolution",
-                     "connection refused", "no route to host", "network is unreachable",
-                     "getaddrinfo failed", "temporary failure in name resolution")
+_UNREACHABLE_TEXT = (
+    "name or service not known",
+    "nodename nor servname",
+    "name resolution",
+    "connection refused",
+    "no route to host",
+    "network is unreachable",
+    "getaddrinfo failed",
+    "temporary failure in name resolution",
+)
 
 
 def unreachable_cause(exc: BaseException) -> str | None:
@@ -283,12 +313,16 @@ def format_exec_result(result: ExecResult, timeout_sec: float, max_output_bytes:
     """
     lines: list[str] = []
     if result.timed_out:
-        lines.append(f"[command timed out after {timeout_sec:g} s and was killed (pass a larger "
-                     "timeout_sec for long commands); output so far below]")
+        lines.append(
+            f"[command timed out after {timeout_sec:g} s and was killed (pass a larger "
+            "timeout_sec for long commands); output so far below]"
+        )
     else:
         lines.append(f"exit_code: {result.exit_code}")
-    for label, text, truncated in (("stdout", result.stdout, result.stdout_truncated),
-                                   ("stderr", result.stderr, result.stderr_truncated)):
+    for label, text, truncated in (
+        ("stdout", result.stdout, result.stdout_truncated),
+        ("stderr", result.stderr, result.stderr_truncated),
+    ):
         data = text.encode("utf-8", "replace")
         if len(data) > max_output_bytes:
             text = data[-max_output_bytes:].decode("utf-8", "replace")
@@ -297,8 +331,7 @@ def format_exec_result(result: ExecResult, timeout_sec: float, max_output_bytes:
             continue
         lines.append(f"{label}:")
         if truncated:
-            lines.append(f"[output truncated: only the last {max_output_bytes} bytes of {label} "
-                         "are shown]")
+            lines.append(f"[output truncated: only the last {max_output_bytes} bytes of {label} are shown]")
         lines.append(text.rstrip("\n"))
     return "\n".join(lines)
 
@@ -317,8 +350,7 @@ class _StepUsage:
         self.cost = None if cost is None or self.cost is None else self.cost + cost
 
     def publish(self, context: AgentContext) -> None:
-        context.tokens = Tokens(prompt=self.prompt, completion=self.completion,
-                                cached=self.cached)
+        context.tokens = Tokens(prompt=self.prompt, completion=self.completion, cached=self.cached)
         context.cost_usd = self.cost
 
 
@@ -353,8 +385,7 @@ class LlmAgent(Agent):
         self._lease: Any = None  # the trial's cairn.relay.ledger.TrialLease
 
     @classmethod
-    def validate_options(cls, model: str | None, kwargs: dict[str, Any],
-                         env: dict[str, str]) -> None:
+    def validate_options(cls, model: str | None, kwargs: dict[str, Any], env: dict[str, str]) -> None:
         """Check ``--ak`` options before anything starts.
 
         Raises:
@@ -376,8 +407,10 @@ class LlmAgent(Agent):
                 return
             missing = check.get("missing_keys") or []
             if not check.get("keys_in_environment", True) and missing:
-                raise UsageError(f"model {model!r} needs {', '.join(missing)} in the "
-                                 "environment (or --ak api_base=... for a local server)")
+                raise UsageError(
+                    f"model {model!r} needs {', '.join(missing)} in the "
+                    "environment (or --ak api_base=... for a local server)"
+                )
 
     # ---- SEAM (issue 25): the job's model relay (cairn.relay.seam) ----------------------
     def relay_wanted(self) -> Any:
@@ -395,8 +428,11 @@ class LlmAgent(Agent):
 
         opts = self.options
         provider = (self.model or "").split("/", 1)[0]
-        if opts.relay != "on" or provider not in _PROVIDER_UPSTREAM \
-                or importlib.util.find_spec("aiohttp") is None:
+        if (
+            opts.relay != "on"
+            or provider not in _PROVIDER_UPSTREAM
+            or importlib.util.find_spec("aiohttp") is None
+        ):
             return None
         from cairn.relay.ledger import Limits
         from cairn.relay.seam import RelayWanted
@@ -405,10 +441,12 @@ class LlmAgent(Agent):
         default_url, key_vars = _PROVIDER_UPSTREAM[provider]
         key = next((os.environ[v] for v in key_vars if os.environ.get(v)), None)
         return RelayWanted(
-            provider=provider, upstream=Upstream(opts.api_base or default_url, key),
-            limits=Limits(trial_cost_usd=opts.max_trial_cost_usd,
-                          trial_tokens=opts.max_trial_tokens),
-            record_bodies=opts.record_model_bodies == "on", rollout=opts.rollout == "on")
+            provider=provider,
+            upstream=Upstream(opts.api_base or default_url, key),
+            limits=Limits(trial_cost_usd=opts.max_trial_cost_usd, trial_tokens=opts.max_trial_tokens),
+            record_bodies=opts.record_model_bodies == "on",
+            rollout=opts.rollout == "on",
+        )
 
     def use_relay(self, url: str, lease: Any) -> None:
         """Send this trial's model calls to the relay at ``url`` with the lease's token.
@@ -425,9 +463,13 @@ class LlmAgent(Agent):
             return
         calls = self._lease.end_step()
         u = calls.usage
-        context.tokens = Tokens(prompt=u.input_tokens or 0, completion=u.output_tokens or 0,
-                                cached=u.cache_read_tokens if u.cache_read_tokens is not None
-                                else (0 if not calls.calls else None))
+        context.tokens = Tokens(
+            prompt=u.input_tokens or 0,
+            completion=u.output_tokens or 0,
+            cached=u.cache_read_tokens
+            if u.cache_read_tokens is not None
+            else (0 if not calls.calls else None),
+        )
         context.cost_usd = calls.cost_usd
 
     # ---- the step loop -------------------------------------------------------------------
@@ -444,11 +486,14 @@ class LlmAgent(Agent):
             self._session_id = str(uuid.uuid4())
             self._messages = []
             self._session_steps = []
-        traj = Trajectory(session_id=self._session_id or "", agent_name=self.name,
-                          agent_version=str(self.version), model_name=self.model,
-                          agent_extra={"max_turns": opts.max_turns,
-                                       "temperature": opts.temperature},
-                          extra={"cairn_step": context.step.name, "resumed": resume or None})
+        traj = Trajectory(
+            session_id=self._session_id or "",
+            agent_name=self.name,
+            agent_version=str(self.version),
+            model_name=self.model,
+            agent_extra={"max_turns": opts.max_turns, "temperature": opts.temperature},
+            extra={"cairn_step": context.step.name, "resumed": resume or None},
+        )
         seed = _seed_of(context)
         if resume:
             traj.add_history(self._session_steps, cairn_step=self._last_step_name)
@@ -501,17 +546,30 @@ class LlmAgent(Agent):
             self._last_step_name = context.step.name
             traj.write(path)
 
-    def _record_turn(self, response: Any, retries: int, traj: Trajectory, usage: _StepUsage,
-                     pending: list[tuple[dict[str, Any], str]]) -> dict[str, Any]:
+    def _record_turn(
+        self,
+        response: Any,
+        retries: int,
+        traj: Trajectory,
+        usage: _StepUsage,
+        pending: list[tuple[dict[str, Any], str]],
+    ) -> dict[str, Any]:
         """Append the model's turn to the conversation and the trajectory; return its step."""
         message = response.choices[0].message
         content = message.content if isinstance(message.content, str) else ""
         calls: list[dict[str, Any]] = []
         for i, call in enumerate(message.tool_calls or []):
             call_id = call.id or f"call_{uuid.uuid4().hex[:12]}_{i}"
-            calls.append({"id": call_id, "type": "function",
-                          "function": {"name": call.function.name or "",
-                                       "arguments": call.function.arguments or "{}"}})
+            calls.append(
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {
+                        "name": call.function.name or "",
+                        "arguments": call.function.arguments or "{}",
+                    },
+                }
+            )
         assistant: dict[str, Any] = {"role": "assistant", "content": content or None}
         if calls:
             assistant["tool_calls"] = calls
@@ -525,19 +583,30 @@ class LlmAgent(Agent):
         cost = self._cost(response)
         usage.add(prompt, completion, cached, cost)
 
-        atif_calls = [tool_call(c["id"], c["function"]["name"],
-                                _parse_arguments(c["function"]["arguments"])[0]) for c in calls]
+        atif_calls = [
+            tool_call(c["id"], c["function"]["name"], _parse_arguments(c["function"]["arguments"])[0])
+            for c in calls
+        ]
         step = traj.add_step(
-            "agent", content, tool_calls=atif_calls, model_name=getattr(response, "model", None),
+            "agent",
+            content,
+            tool_calls=atif_calls,
+            model_name=getattr(response, "model", None),
             reasoning_content=getattr(message, "reasoning_content", None) or None,
             metrics=step_metrics(prompt, completion, cached, cost),
-            extra={"model_retries": retries} if retries else None)
+            extra={"model_retries": retries} if retries else None,
+        )
         pending.extend((step, c["id"]) for c in calls)
         return step
 
-    async def _run_tools(self, step: dict[str, Any], traj: Trajectory,
-                         pending: list[tuple[dict[str, Any], str]], sandbox: Sandbox,
-                         context: AgentContext) -> bool:
+    async def _run_tools(
+        self,
+        step: dict[str, Any],
+        traj: Trajectory,
+        pending: list[tuple[dict[str, Any], str]],
+        sandbox: Sandbox,
+        context: AgentContext,
+    ) -> bool:
         """Answer every tool call of the last turn in order; True when ``submit`` was called.
 
         A turn without tool calls gets a reminder (a user message, ``extra.cairn_nudge``).
@@ -561,8 +630,7 @@ class LlmAgent(Agent):
             elif name == "bash":
                 content = await self._bash(args, sandbox, context)
             elif self._mcp is not None and self._mcp.handles(name):
-                content = await self._mcp.call(name, args,
-                                               timeout_sec=self.options.command_timeout_sec)
+                content = await self._mcp.call(name, args, timeout_sec=self.options.command_timeout_sec)
             else:
                 content = f"error: unknown tool {name!r}; the tools are `bash` and `submit`"
             self._messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
@@ -580,14 +648,15 @@ class LlmAgent(Agent):
         from cairn.agents.mcp import parse_mcp_servers
         from cairn.agents.mcp_client import McpTools
 
-        tools = await McpTools.open(parse_mcp_servers(list(entries)),
-                                    sandbox.shell_argv(user=context.user, tty=False),
-                                    log_dir=context.logs_dir)
+        tools = await McpTools.open(
+            parse_mcp_servers(list(entries)),
+            sandbox.shell_argv(user=context.user, tty=False),
+            log_dir=context.logs_dir,
+        )
         if tools.errors:
             context.metadata["mcp_errors"] = tools.errors
             context.logs_dir.mkdir(parents=True, exist_ok=True)
-            (context.logs_dir / "mcp-errors.txt").write_text("\n".join(tools.errors) + "\n",
-                                                           encoding="utf-8")
+            (context.logs_dir / "mcp-errors.txt").write_text("\n".join(tools.errors) + "\n", encoding="utf-8")
         return tools
 
     async def _bash(self, args: dict[str, Any], sandbox: Sandbox, context: AgentContext) -> str:
@@ -605,9 +674,13 @@ class LlmAgent(Agent):
                 return f"error: timeout_sec must be a number of seconds, got {asked!r}"
         timeout = min(timeout, max(1.0, context.timeout_sec))
         try:
-            result = await sandbox.exec(command, user=context.user, env=dict(context.env) or None,
-                                        timeout_sec=timeout,
-                                        max_output_bytes=opts.max_output_bytes)
+            result = await sandbox.exec(
+                command,
+                user=context.user,
+                env=dict(context.env) or None,
+                timeout_sec=timeout,
+                max_output_bytes=opts.max_output_bytes,
+            )
         except SandboxError:
             raise
         except (ValueError, OSError) as exc:
@@ -643,59 +716,79 @@ class LlmAgent(Agent):
         while True:
             try:
                 response = await litellm.acompletion(
-                    model=self.model, messages=self._messages,
+                    model=self.model,
+                    messages=self._messages,
                     tools=TOOLS + (self._mcp.specs if self._mcp is not None else []),
-                    num_retries=0, max_retries=0, timeout=timeout, **extra)
+                    num_retries=0,
+                    max_retries=0,
+                    timeout=timeout,
+                    **extra,
+                )
                 return response, retries
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - classified below, re-raised typed
                 stop = self._lease.blocked() if self._lease is not None else None
                 if stop is not None:  # the relay closed this trial's model (docs/relay.md)
-                    raise ModelError(ErrorKind.BUDGET_EXCEEDED, stop.message(),
-                                     detail={"model": self.model, **stop.as_dict()}) from exc
+                    raise ModelError(
+                        ErrorKind.BUDGET_EXCEEDED,
+                        stop.message(),
+                        detail={"model": self.model, **stop.as_dict()},
+                    ) from exc
                 kind = _classify(exc, litellm)
-                detail = {"model": self.model, "error": f"{type(exc).__name__}: {exc}"[:2000],
-                          "retries": retries}
+                detail = {
+                    "model": self.model,
+                    "error": f"{type(exc).__name__}: {exc}"[:2000],
+                    "retries": retries,
+                }
                 if kind == "auth":
-                    raise ModelError(ErrorKind.MODEL_AUTH_FAILED,
-                                     f"model {self.model!r}: authentication failed: {exc}",
-                                     detail=detail) from exc
+                    raise ModelError(
+                        ErrorKind.MODEL_AUTH_FAILED,
+                        f"model {self.model!r}: authentication failed: {exc}",
+                        detail=detail,
+                    ) from exc
                 if kind == "context":
                     raise _ContextWindowExceeded(str(exc)) from exc
                 if kind == "fatal":
-                    raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
-                                     f"model {self.model!r} refused the request: {exc}",
-                                     detail=detail) from exc
+                    raise ModelError(
+                        ErrorKind.MODEL_UNAVAILABLE,
+                        f"model {self.model!r} refused the request: {exc}",
+                        detail=detail,
+                    ) from exc
                 unreachable = unreachable_cause(exc)
                 limit = opts.unreachable_retries if unreachable else opts.model_retries
                 if retries >= limit:
                     if unreachable:
                         where = opts.api_base or "the provider's API"
-                        raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
-                                         f"model {self.model!r}: host unreachable "
-                                         f"({unreachable}) at {where} after {retries} "
-                                         f"retries; check --ak api_base, the network and "
-                                         f"--allow-agent-host", detail={
-                                             **detail, "unreachable": unreachable}) from exc
-                    raise ModelError(ErrorKind.MODEL_UNAVAILABLE,
-                                     f"model {self.model!r} unavailable after {retries} "
-                                     f"retries: {exc}", detail=detail) from exc
+                        raise ModelError(
+                            ErrorKind.MODEL_UNAVAILABLE,
+                            f"model {self.model!r}: host unreachable "
+                            f"({unreachable}) at {where} after {retries} "
+                            f"retries; check --ak api_base, the network and "
+                            f"--allow-agent-host",
+                            detail={**detail, "unreachable": unreachable},
+                        ) from exc
+                    raise ModelError(
+                        ErrorKind.MODEL_UNAVAILABLE,
+                        f"model {self.model!r} unavailable after {retries} retries: {exc}",
+                        detail=detail,
+                    ) from exc
                 retries += 1
                 context.model_retries += 1
                 context.metadata["model_retries"] = context.model_retries
-                delay = min(opts.retry_base_delay_sec * 2 ** (retries - 1),
-                            opts.retry_max_delay_sec)
+                delay = min(opts.retry_base_delay_sec * 2 ** (retries - 1), opts.retry_max_delay_sec)
                 delay *= 1 + random.random() * 0.25
                 hinted = _retry_after_sec(exc)
                 if hinted is not None:
                     delay = max(delay, min(hinted, opts.retry_max_delay_sec))
                 if unreachable:  # a short bounded try: the host is not there
                     delay = min(delay, 2.0)
-                context.notify(f"step {context.step.index}/{len(context.task.steps)} "
-                               f"{context.step.name}: model call "
-                               f"failed ({unreachable or _cause(exc)}); retry {retries} of "
-                               f"{limit} in {delay:.1f} s")
+                context.notify(
+                    f"step {context.step.index}/{len(context.task.steps)} "
+                    f"{context.step.name}: model call "
+                    f"failed ({unreachable or _cause(exc)}); retry {retries} of "
+                    f"{limit} in {delay:.1f} s"
+                )
                 await asyncio.sleep(delay)
 
     def _cost(self, response: Any) -> float | None:

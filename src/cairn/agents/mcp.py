@@ -60,8 +60,7 @@ def render_claude_code(servers: Sequence[McpServer]) -> str:
     table: dict[str, dict[str, Any]] = {}
     for s in servers:
         if s.transport == STDIO:
-            table[s.name] = {"type": "stdio", "command": s.command, "args": list(s.args),
-                             "env": dict(s.env)}
+            table[s.name] = {"type": "stdio", "command": s.command, "args": list(s.args), "env": dict(s.env)}
         else:
             table[s.name] = {"type": "sse" if s.transport == SSE else "http", "url": s.url}
     return json.dumps({"mcpServers": table}, indent=2) + "\n"
@@ -81,8 +80,11 @@ def render_codex(servers: Sequence[McpServer]) -> str:
             lines.append(f"command = {_toml_str(s.command or '')}")
             lines.append("args = [" + ", ".join(_toml_str(a) for a in s.args) + "]")
             if s.env:
-                lines.append("env = { " + ", ".join(f"{_toml_str(k)} = {_toml_str(v)}"
-                                                    for k, v in s.env.items()) + " }")
+                lines.append(
+                    "env = { "
+                    + ", ".join(f"{_toml_str(k)} = {_toml_str(v)}" for k, v in s.env.items())
+                    + " }"
+                )
         else:
             lines.append(f"url = {_toml_str(s.url or '')}")
         lines.append("")
@@ -95,12 +97,10 @@ def render_opencode(servers: Sequence[McpServer]) -> str:
     table: dict[str, dict[str, Any]] = {}
     for s in servers:
         if s.transport == STDIO:
-            table[s.name] = {"type": "local", "command": s.argv, "environment": dict(s.env),
-                             "enabled": True}
+            table[s.name] = {"type": "local", "command": s.argv, "environment": dict(s.env), "enabled": True}
         else:
             table[s.name] = {"type": "remote", "url": s.url, "enabled": True}
-    return json.dumps({"$schema": "https://opencode.ai/config.json", "mcp": table},
-                      indent=2) + "\n"
+    return json.dumps({"$schema": "https://opencode.ai/config.json", "mcp": table}, indent=2) + "\n"
 
 
 # ---- refusal and the installed agents' hook ----------------------------------------------
@@ -139,11 +139,15 @@ def mcp_refusal(agent: Any, servers: Sequence[McpServer], *, ignore: bool) -> st
     what = ", ".join(f"{s.name} ({s.transport})" for s in lacking)
     name = getattr(agent, "name", "?")
     if not can:
-        return (f"agent {name!r} takes no MCP servers: [environment].mcp_servers "
-                f"({len(servers)}) would be ignored ({what}); add --ak ignore_mcp=true to run "
-                "without them")
-    return (f"agent {name!r} cannot use the task's MCP server(s) {what}; add "
-            "--ak ignore_mcp=true to run without them")
+        return (
+            f"agent {name!r} takes no MCP servers: [environment].mcp_servers "
+            f"({len(servers)}) would be ignored ({what}); add --ak ignore_mcp=true to run "
+            "without them"
+        )
+    return (
+        f"agent {name!r} cannot use the task's MCP server(s) {what}; add "
+        "--ak ignore_mcp=true to run without them"
+    )
 
 
 def check_agent_mcp(agent: Any, task: Any, agent_kwargs: Mapping[str, Any]) -> str | None:
@@ -156,8 +160,9 @@ def check_agent_mcp(agent: Any, task: Any, agent_kwargs: Mapping[str, Any]) -> s
         servers = parse_mcp_servers(list(entries))
     except ValueError as exc:
         return f"[environment] {exc}"
-    return mcp_refusal(agent, servers,
-                       ignore=parse_bool_option(IGNORE_MCP, agent_kwargs.get(IGNORE_MCP, False)))
+    return mcp_refusal(
+        agent, servers, ignore=parse_bool_option(IGNORE_MCP, agent_kwargs.get(IGNORE_MCP, False))
+    )
 
 
 TRUE_WORDS = frozenset({"true", "1", "yes", "on"})
@@ -185,8 +190,10 @@ def parse_bool_option(name: str, value: Any) -> bool:
         return True
     if word in FALSE_WORDS:
         return False
-    raise UsageError(f"agent option {name}={value!r} is not a boolean: use true or false "
-                     "(also accepted: 1/0, yes/no, on/off)")
+    raise UsageError(
+        f"agent option {name}={value!r} is not a boolean: use true or false "
+        "(also accepted: 1/0, yes/no, on/off)"
+    )
 
 
 def pop_ignore_mcp(kwargs: dict[str, Any]) -> bool:
@@ -198,9 +205,9 @@ def pop_ignore_mcp(kwargs: dict[str, Any]) -> bool:
     return parse_bool_option(IGNORE_MCP, kwargs.pop(IGNORE_MCP, False))
 
 
-async def install_mcp_config(agent_name: str, task: Any, sandbox: Any, command: str, *,
-                             user: str | int | None, ignore: bool = False
-                             ) -> tuple[str, dict[str, str]]:
+async def install_mcp_config(
+    agent_name: str, task: Any, sandbox: Any, command: str, *, user: str | int | None, ignore: bool = False
+) -> tuple[str, dict[str, str]]:
     """Write the task's MCP servers into the CLI's native configuration inside the sandbox.
 
     The hook :class:`cairn.agents.installed.InstalledAgent` calls before each run:
@@ -247,8 +254,10 @@ async def install_mcp_config(agent_name: str, task: Any, sandbox: Any, command: 
     await sandbox.exec(
         'd="${CODEX_HOME:-$HOME/.codex}"; mkdir -p "$d" && '
         f'{{ grep -qF {shlex.quote(CODEX_MARKER)} "$d/config.toml" 2>/dev/null || '
-        f'{{ echo; echo {shlex.quote(CODEX_MARKER)}; cat {shlex.quote(path)}; }} '
-        '>> "$d/config.toml"; }', user=user)
+        f"{{ echo; echo {shlex.quote(CODEX_MARKER)}; cat {shlex.quote(path)}; }} "
+        '>> "$d/config.toml"; }',
+        user=user,
+    )
     return command, {}
 
 

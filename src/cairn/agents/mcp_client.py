@@ -43,9 +43,11 @@ def escape_controls(text: str, *, keep_newlines: bool = True) -> str:
     """``text`` with control and bidi characters written as ``\\xNN`` / ``\\uNNNN`` escapes
     (server output shown to a reviewer must not move their cursor or recolour their screen);
     tabs are kept, and newlines too unless ``keep_newlines`` is false (then ``\\n``)."""
+
     def esc(m: re.Match[str]) -> str:
         c = ord(m.group())
         return f"\\x{c:02x}" if c < 0x100 else f"\\u{c:04x}"
+
     out = _CONTROL.sub(esc, text.replace("\r\n", "\n"))
     return out if keep_newlines else out.replace("\n", "\\n")
 
@@ -63,8 +65,7 @@ class _StderrTail:
         self.writer = os.fdopen(w, "w")
         self.tail = TailBuffer(STDERR_TAIL_BYTES)
         self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._drain, daemon=True,
-                                        name="cairn-mcp-stderr")
+        self._thread = threading.Thread(target=self._drain, daemon=True, name="cairn-mcp-stderr")
         self._thread.start()
 
     def _drain(self) -> None:
@@ -112,8 +113,14 @@ class McpTools:
         self._log_dir: Path | None = None
 
     @classmethod
-    async def open(cls, servers: Sequence[McpServer], shell_argv: list[str],
-                   *, timeout_sec: float = 30.0, log_dir: Path | None = None) -> McpTools:
+    async def open(
+        cls,
+        servers: Sequence[McpServer],
+        shell_argv: list[str],
+        *,
+        timeout_sec: float = 30.0,
+        log_dir: Path | None = None,
+    ) -> McpTools:
         """Start every stdio server and list its tools.
 
         Args:
@@ -138,38 +145,45 @@ class McpTools:
                 continue
             env = " ".join(f"{k}={shlex.quote(v)}" for k, v in server.env.items())
             inner = f"exec {'env ' + env + ' ' if env else ''}{shlex.join(server.argv)}"
-            params = StdioServerParameters(command=shell_argv[0],
-                                           args=[*shell_argv[1:], "-c", inner])
+            params = StdioServerParameters(command=shell_argv[0], args=[*shell_argv[1:], "-c", inner])
             errlog = self._stderr[server.name] = _StderrTail()
             try:  # each request is bounded by the session's read timeout (no outer cancel
                 # scope: the client's task groups must stay open after this block)
                 try:
                     read, write = await self._stack.enter_async_context(
-                        stdio_client(params, errlog=errlog.writer))
+                        stdio_client(params, errlog=errlog.writer)
+                    )
                 finally:
                     errlog.spawned()
                 session = await self._stack.enter_async_context(
-                    ClientSession(read, write, read_timeout_seconds=timeout_sec))
+                    ClientSession(read, write, read_timeout_seconds=timeout_sec)
+                )
                 await session.initialize()
                 listed = await session.list_tools()
             except Exception as exc:  # noqa: BLE001 - one broken server must not end the step
-                tail = escape_controls(errlog.text(wait_sec=_STDERR_JOIN_SEC).strip(),
-                                       keep_newlines=False)
+                tail = escape_controls(errlog.text(wait_sec=_STDERR_JOIN_SEC).strip(), keep_newlines=False)
                 if len(tail) > ERROR_TAIL_CHARS:
                     tail = "..." + tail[-ERROR_TAIL_CHARS:]
                 self.errors.append(
                     f"MCP server {escape_controls(server.name, keep_newlines=False)!r} did not "
                     f"start: {type(exc).__name__}: "
                     f"{escape_controls(str(exc), keep_newlines=False)}"
-                    + (f"; its stderr (last part): {tail}" if tail else "; no stderr"))
+                    + (f"; its stderr (last part): {tail}" if tail else "; no stderr")
+                )
                 continue
             for tool in listed.tools:
                 name = _tool_name(server.name, tool.name)
                 self._tools[name] = (session, tool.name)
-                self.specs.append({"type": "function", "function": {
-                    "name": name,
-                    "description": (f"[MCP server {server.name}] " + (tool.description or ""))[:1024],
-                    "parameters": tool.input_schema or {"type": "object", "properties": {}}}})
+                self.specs.append(
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": name,
+                            "description": (f"[MCP server {server.name}] " + (tool.description or ""))[:1024],
+                            "parameters": tool.input_schema or {"type": "object", "properties": {}},
+                        },
+                    }
+                )
         return self
 
     def handles(self, name: str) -> bool:
@@ -186,8 +200,11 @@ class McpTools:
         parts: list[str] = []
         for block in getattr(result, "content", None) or []:
             text = getattr(block, "text", None)
-            parts.append(text if isinstance(text, str) else json.dumps(
-                block.model_dump(mode="json") if hasattr(block, "model_dump") else str(block)))
+            parts.append(
+                text
+                if isinstance(text, str)
+                else json.dumps(block.model_dump(mode="json") if hasattr(block, "model_dump") else str(block))
+            )
         text = "\n".join(parts)
         if getattr(result, "is_error", False):
             text = "error: " + text
@@ -209,7 +226,11 @@ class McpTools:
             safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)[:80] or "server"
             with contextlib.suppress(OSError):
                 self._log_dir.mkdir(parents=True, exist_ok=True)
-                head = ("[earlier output dropped; last "
-                        f"{STDERR_TAIL_BYTES // 1024} KiB kept]\n" if tail.tail.truncated else "")
+                head = (
+                    f"[earlier output dropped; last {STDERR_TAIL_BYTES // 1024} KiB kept]\n"
+                    if tail.tail.truncated
+                    else ""
+                )
                 (self._log_dir / f"mcp-{safe}.stderr.log").write_text(
-                    head + escape_controls(text), encoding="utf-8")
+                    head + escape_controls(text), encoding="utf-8"
+                )

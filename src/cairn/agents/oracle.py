@@ -34,8 +34,9 @@ class OracleAgent(Agent):
         """
         step = context.step
         if step.solve_sh is None:
-            (context.logs_dir / "solve-stderr.txt").write_text("no solve.sh for this step\n",
-                                                              encoding="utf-8")
+            (context.logs_dir / "solve-stderr.txt").write_text(
+                "no solve.sh for this step\n", encoding="utf-8"
+            )
             context.exit = AgentExit.ERROR
             return
         # /solution exists only during this run: a sandbox starts without it and the engine
@@ -43,15 +44,13 @@ class OracleAgent(Agent):
         # the step timeout — so one archive lands it fresh, CRLF of solve.sh normalised as
         # test.sh's is (§4.6).
         crlf = ("solve.sh",) if b"\r\n" in step.solve_sh.read_bytes() else ()
-        await sandbox.upload_many([UploadItem(d, SOLUTION_DIR, crlf=crlf)
-                                   for d in step.solution_dirs])
+        await sandbox.upload_many([UploadItem(d, SOLUTION_DIR, crlf=crlf) for d in step.solution_dirs])
         if context.user is not None and str(context.user) not in ("0", "root"):
-            await sandbox.exec(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}",
-                               user="root")
+            await sandbox.exec(f"chown -R {shlex.quote(str(context.user))} {SOLUTION_DIR}", user="root")
         env = {**context.solution_env, **context.env}
         result = await sandbox.exec(
-            ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env,
-            timeout_sec=context.timeout_sec)
+            ["bash", f"{SOLUTION_DIR}/solve.sh"], user=context.user, env=env, timeout_sec=context.timeout_sec
+        )
         (context.logs_dir / "solve-stdout.txt").write_text(result.stdout, encoding="utf-8")
         (context.logs_dir / "solve-stderr.txt").write_text(result.stderr, encoding="utf-8")
         if result.timed_out:

@@ -68,14 +68,20 @@ def get_agent_class(name: str) -> type[Agent]:
     try:
         target = _AGENTS[name]
     except KeyError:
-        raise UsageError(f"unknown agent {name!r}; known: {', '.join(AGENT_NAMES)} "
-                         "(or package.module:Class)") from None
+        raise UsageError(
+            f"unknown agent {name!r}; known: {', '.join(AGENT_NAMES)} (or package.module:Class)"
+        ) from None
     return _load(target, name)
 
 
-def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, Any],
-                           env: Mapping[str, str] | None = None, *,
-                           resume: bool = False) -> type[Agent]:
+def validate_agent_options(
+    name: str,
+    model: str | None,
+    kwargs: Mapping[str, Any],
+    env: Mapping[str, str] | None = None,
+    *,
+    resume: bool = False,
+) -> type[Agent]:
     """Check an agent choice before any sandbox starts (CLI exit code 2 on failure).
 
     Checks: the agent exists; ``-m`` is given exactly when the agent wants it (``needs_model``
@@ -102,11 +108,11 @@ def validate_agent_options(name: str, model: str | None, kwargs: Mapping[str, An
     if needs is False and model:
         raise UsageError(f"agent {name!r} takes no model; remove -m {model!r}")
     if needs is True and not model:
-        raise UsageError(f"agent {name!r} needs a model: add -m provider/model "
-                         "(e.g. -m openai/gpt-4o-mini)")
+        raise UsageError(f"agent {name!r} needs a model: add -m provider/model (e.g. -m openai/gpt-4o-mini)")
     if resume and getattr(cls, "supports_resume", None) is False:
-        raise UsageError(f"agent {name!r} cannot continue a session across steps; remove "
-                         "--resume-agent-session")
+        raise UsageError(
+            f"agent {name!r} cannot continue a session across steps; remove --resume-agent-session"
+        )
     from cairn.agents.mcp import pop_ignore_mcp
 
     options = dict(kwargs)

@@ -91,8 +91,7 @@ def cache_root() -> Path:
 def host_platform() -> str:
     """The host's platform name as in :data:`PLATFORMS` (for the ``--version`` smoke check)."""
     machine = _platform.machine().lower()
-    cpu = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(machine,
-                                                                                      machine)
+    cpu = {"x86_64": "x64", "amd64": "x64", "aarch64": "arm64", "arm64": "arm64"}.get(machine, machine)
     libc = "musl" if (_platform.libc_ver()[0] or "glibc") != "glibc" else "glibc"
     return f"linux-{cpu}" + ("-musl" if libc == "musl" else "")
 
@@ -146,9 +145,11 @@ def version_problem(version: str) -> str | None:
     """
     if len(version) <= MAX_VERSION_LEN and VERSION_PATTERN.fullmatch(version):
         return None
-    return (f"agent version {version!r} is not an exact version (digits and letters in groups "
-            "joined by '.', '-' or '+', starting with a digit, at most "
-            f"{MAX_VERSION_LEN} characters, e.g. 1.0.0 or 1.0.0-beta.1)")
+    return (
+        f"agent version {version!r} is not an exact version (digits and letters in groups "
+        "joined by '.', '-' or '+', starting with a digit, at most "
+        f"{MAX_VERSION_LEN} characters, e.g. 1.0.0 or 1.0.0-beta.1)"
+    )
 
 
 def _check_version(version: str) -> None:
@@ -215,8 +216,7 @@ def list_runtimes() -> list[Runtime]:
                 data = json.loads(manifest.read_text("utf-8"))
             except ValueError:
                 continue
-            rt = find_runtime(agent_dir.name, str(data.get("version")),
-                              str(data.get("platform")))
+            rt = find_runtime(agent_dir.name, str(data.get("version")), str(data.get("platform")))
             if rt is not None:
                 found.append(rt)
     return found
@@ -234,8 +234,7 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _build_slot(agent: str, version: str,
-                platform: str) -> Iterator[tuple[Runtime | None, Path]]:
+def _build_slot(agent: str, version: str, platform: str) -> Iterator[tuple[Runtime | None, Path]]:
     """``(the cached runtime, its folder)`` when one is complete; else ``(None, the folder to
     build it in)`` with the build lock held for the block. The cache is looked at before and
     again after taking the lock: another process may have built it meanwhile."""
@@ -264,27 +263,32 @@ def _printable_tail(text: str, n: int = 200) -> str:
     return re.sub(r"[\x00-\x1f\x7f-\x9f]", "?", text.strip())[:n]
 
 
-def _check_installed_npm_version(agent: str, package: str, version: str, staging: Path,
-                                 reported: str | None) -> None:
+def _check_installed_npm_version(
+    agent: str, package: str, version: str, staging: Path, reported: str | None
+) -> None:
     """Refuse an install whose package (its ``package.json``) or CLI (``--version``) is another
     version than the one asked for (npm may resolve a spec it does not read as exact)."""
     installed = None
     with contextlib.suppress(OSError, ValueError, AttributeError):
-        installed = json.loads((staging / "node_modules" / package / "package.json")
-                               .read_text("utf-8")).get("version")
+        installed = json.loads((staging / "node_modules" / package / "package.json").read_text("utf-8")).get(
+            "version"
+        )
     asked = version.split("+", 1)[0]  # npm drops build metadata
     if not isinstance(installed, str) or installed not in (version, asked):
         raise AgentPrepareError(
             f"{agent}: asked for {package}@{version} but npm installed "
-            f"{_printable_tail(str(installed))!r}; nothing was cached")
+            f"{_printable_tail(str(installed))!r}; nothing was cached"
+        )
     if reported_mismatch(version, reported):
         raise AgentPrepareError(
             f"{agent}: asked for version {version} but the installed CLI reports "
-            f"{_printable_tail(reported or '')!r}; nothing was cached")
+            f"{_printable_tail(reported or '')!r}; nothing was cached"
+        )
 
 
-def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
-                    platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
+def prepare_runtime(
+    agent: str, packaging: NpmPackaging, version: str, platform: str = DEFAULT_PLATFORM, *, log: Any = None
+) -> Runtime:
     """Install ``packaging.package@version`` for ``platform`` into the cache, once.
 
     Returns at once when the runtime is already prepared. Otherwise runs
@@ -319,84 +323,121 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
                 f"preparing agent {agent!r} needs npm on the host (it downloads "
                 f"{packaging.package}@{version} from the npm registry once into {cache_root()}): "
                 "install Node.js/npm, or run `cairn agents prepare` on a machine that has it "
-                "and copy the cache folder")
+                "and copy the cache folder"
+            )
         staging = final.parent / f".staging-{final.name}-{uuid.uuid4().hex[:8]}"
         staging.mkdir(parents=True)
         try:
             plat = PLATFORMS[platform]
-            cmd = [npm, "install", "--prefix", str(staging), "--no-audit", "--no-fund",
-                   "--no-save", "--ignore-scripts", "--no-package-lock", "--loglevel=error",
-                   f"--os={plat['os']}", f"--cpu={plat['cpu']}", f"--libc={plat['libc']}",
-                   f"{packaging.package}@{version}",
-                   *(p.format(platform=platform) for p in packaging.extra_packages)]
+            cmd = [
+                npm,
+                "install",
+                "--prefix",
+                str(staging),
+                "--no-audit",
+                "--no-fund",
+                "--no-save",
+                "--ignore-scripts",
+                "--no-package-lock",
+                "--loglevel=error",
+                f"--os={plat['os']}",
+                f"--cpu={plat['cpu']}",
+                f"--libc={plat['libc']}",
+                f"{packaging.package}@{version}",
+                *(p.format(platform=platform) for p in packaging.extra_packages),
+            ]
             if log:
-                log(f"{agent}: npm install {packaging.package}@{version} ({platform}) into "
-                    f"{final}")
+                log(f"{agent}: npm install {packaging.package}@{version} ({platform}) into {final}")
             started = time.monotonic()
             try:
-                proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8",
-                                      errors="replace", stdin=subprocess.DEVNULL,
-                                      timeout=NPM_TIMEOUT_SEC, check=False)
+                proc = subprocess.run(
+                    cmd,
+                    capture_output=True,
+                    text=True,
+                    encoding="utf-8",
+                    errors="replace",
+                    stdin=subprocess.DEVNULL,
+                    timeout=NPM_TIMEOUT_SEC,
+                    check=False,
+                )
             except subprocess.TimeoutExpired:
-                raise AgentPrepareError(f"{agent}: npm install of {packaging.package}@{version} did "
-                                    f"not finish within {NPM_TIMEOUT_SEC:g} s") from None
+                raise AgentPrepareError(
+                    f"{agent}: npm install of {packaging.package}@{version} did "
+                    f"not finish within {NPM_TIMEOUT_SEC:g} s"
+                ) from None
             if proc.returncode != 0:
-                raise AgentPrepareError(f"{agent}: npm install {packaging.package}@{version} failed "
-                                    f"(exit {proc.returncode}): {proc.stderr.strip()[-1500:]}")
+                raise AgentPrepareError(
+                    f"{agent}: npm install {packaging.package}@{version} failed "
+                    f"(exit {proc.returncode}): {proc.stderr.strip()[-1500:]}"
+                )
             install_sec = time.monotonic() - started
             executables: dict[str, str] = {}
             bin_dir = staging / "bin"
             bin_dir.mkdir()
             for command, template in packaging.executables.items():
-                rel = "node_modules/" + template.format(platform=platform,
-                                                        triple=_triple(platform))
+                rel = "node_modules/" + template.format(platform=platform, triple=_triple(platform))
                 exe = staging / rel
                 if not exe.is_file():
                     raise AgentPrepareError(
                         f"{agent}: the install of {packaging.package}@{version} has no "
                         f"executable {rel} for {platform} (the platform package is missing; "
-                        "is the version right?)")
+                        "is the version right?)"
+                    )
                 exe.chmod(exe.stat().st_mode | 0o755)
                 (bin_dir / command).symlink_to(os.path.relpath(exe, bin_dir))
                 executables[command] = rel
             for command, (interpreter, script) in packaging.launchers.items():
                 if not (staging / "node_modules" / script).is_file():
-                    raise AgentPrepareError(f"{agent}: the install of {packaging.package}@"
-                                            f"{version} has no {script}")
+                    raise AgentPrepareError(
+                        f"{agent}: the install of {packaging.package}@{version} has no {script}"
+                    )
                 launcher = bin_dir / command
                 launcher.write_text(
                     "#!/bin/sh\n# written by cairn: run the bundled CLI with its own runtime\n"
                     'here=$(dirname "$0")\n'
                     f'exec "$here/{interpreter}" "$here/../node_modules/{script}" "$@"\n',
-                    encoding="utf-8")
+                    encoding="utf-8",
+                )
                 launcher.chmod(0o755)
                 executables[command] = f"bin/{command}"
             reported = None
             if platform == host_platform():
                 first = next(iter(packaging.launchers or executables))
                 try:
-                    out = subprocess.run([str(bin_dir / first), "--version"], capture_output=True,
-                                         text=True, encoding="utf-8", errors="replace",
-                                         timeout=60, stdin=subprocess.DEVNULL,
-                                         check=False,
-                                         env={"PATH": os.environ.get("PATH", ""),
-                                              "HOME": str(staging)})
+                    out = subprocess.run(
+                        [str(bin_dir / first), "--version"],
+                        capture_output=True,
+                        text=True,
+                        encoding="utf-8",
+                        errors="replace",
+                        timeout=60,
+                        stdin=subprocess.DEVNULL,
+                        check=False,
+                        env={"PATH": os.environ.get("PATH", ""), "HOME": str(staging)},
+                    )
                     reported = (out.stdout or out.stderr).strip()[:200]
                 except (OSError, subprocess.TimeoutExpired) as exc:
                     raise AgentPrepareError(f"{agent}: {first} --version failed: {exc}") from exc
                 if out.returncode != 0:
-                    raise AgentPrepareError(f"{agent}: {first} --version exited {out.returncode}: "
-                                        f"{(out.stderr or out.stdout).strip()[-500:]}")
+                    raise AgentPrepareError(
+                        f"{agent}: {first} --version exited {out.returncode}: "
+                        f"{(out.stderr or out.stdout).strip()[-500:]}"
+                    )
             _check_installed_npm_version(agent, packaging.package, version, staging, reported)
             for leftover in (".npm", ".config"):
                 shutil.rmtree(staging / leftover, ignore_errors=True)
-            manifest = {"agent": agent, "package": packaging.package, "version": version,
-                        "extra_packages": [p.format(platform=platform)
-                                           for p in packaging.extra_packages],
-                        "platform": platform, "executables": executables,
-                        "version_output": reported, "install_sec": round(install_sec, 1),
-                        "size_bytes": _du(staging),
-                        "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            manifest = {
+                "agent": agent,
+                "package": packaging.package,
+                "version": version,
+                "extra_packages": [p.format(platform=platform) for p in packaging.extra_packages],
+                "platform": platform,
+                "executables": executables,
+                "version_output": reported,
+                "install_sec": round(install_sec, 1),
+                "size_bytes": _du(staging),
+                "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
             if final.exists():  # an incomplete folder from a killed run
                 shutil.rmtree(final)
@@ -410,11 +451,24 @@ def prepare_runtime(agent: str, packaging: NpmPackaging, version: str,
 
 # ---- sealed Python runtimes (aider, mini-swe-agent) -------------------------------------------
 PYTHON_DEBS: tuple[str, ...] = (
-    "python3.11-minimal", "libpython3.11-minimal", "libpython3.11-stdlib",
+    "python3.11-minimal",
+    "libpython3.11-minimal",
+    "libpython3.11-stdlib",
     # the shared libraries the interpreter and its stdlib extension modules link (ldd of
     # python3.11 and lib-dynload/*.so on bookworm), so the image needs none of them
-    "libssl3", "libffi8", "libsqlite3-0", "libbz2-1.0", "liblzma5", "libexpat1", "zlib1g",
-    "libncursesw6", "libtinfo6", "libreadline8", "libuuid1", "libcrypt1", "libdb5.3",
+    "libssl3",
+    "libffi8",
+    "libsqlite3-0",
+    "libbz2-1.0",
+    "liblzma5",
+    "libexpat1",
+    "zlib1g",
+    "libncursesw6",
+    "libtinfo6",
+    "libreadline8",
+    "libuuid1",
+    "libcrypt1",
+    "libdb5.3",
 )
 """Debian bookworm packages unpacked (``dpkg-deb -x``) into a Python runtime's ``python/``."""
 
@@ -462,40 +516,60 @@ def python_launcher(entry: str) -> str:
     agent runs (the task's own ``python3``, ``git``) see the image's libraries.
     """
     module, _, func = entry.partition(":")
-    boot = ("import os, sys\n"
-            "saved = os.environ.pop('CAIRN_SAVED_LD_LIBRARY_PATH', None)\n"
-            "os.environ.pop('LD_LIBRARY_PATH', None)\n"
-            "if saved: os.environ['LD_LIBRARY_PATH'] = saved[1:]\n"
-            f"from {module} import {func} as entry\n"
-            f"sys.argv[0] = {func!r}\n"
-            "sys.exit(entry())\n")
+    boot = (
+        "import os, sys\n"
+        "saved = os.environ.pop('CAIRN_SAVED_LD_LIBRARY_PATH', None)\n"
+        "os.environ.pop('LD_LIBRARY_PATH', None)\n"
+        "if saved: os.environ['LD_LIBRARY_PATH'] = saved[1:]\n"
+        f"from {module} import {func} as entry\n"
+        f"sys.argv[0] = {func!r}\n"
+        "sys.exit(entry())\n"
+    )
     libs = ":".join(f'"$here/{d}"' for d in LIB_DIRS).replace('":"', ":")
-    return ("#!/bin/sh\n# written by cairn: the agent with the runtime's own Python\n"
-            'here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)\n'
-            # "x" + value keeps "set but empty" apart from "unset"
-            'if [ -n "${LD_LIBRARY_PATH+set}" ]; then '
-            'export CAIRN_SAVED_LD_LIBRARY_PATH="x$LD_LIBRARY_PATH"; fi\n'
-            f"export LD_LIBRARY_PATH={libs}\n"
-            f'exec "$here/{PYTHON_EXE}" -I -B -c {_sh_quote(boot)} "$@"\n')
+    return (
+        "#!/bin/sh\n# written by cairn: the agent with the runtime's own Python\n"
+        'here=$(CDPATH= cd -- "$(dirname -- "$0")/.." && pwd)\n'
+        # "x" + value keeps "set but empty" apart from "unset"
+        'if [ -n "${LD_LIBRARY_PATH+set}" ]; then '
+        'export CAIRN_SAVED_LD_LIBRARY_PATH="x$LD_LIBRARY_PATH"; fi\n'
+        f"export LD_LIBRARY_PATH={libs}\n"
+        f'exec "$here/{PYTHON_EXE}" -I -B -c {_sh_quote(boot)} "$@"\n'
+    )
 
 
 def _sh_quote(text: str) -> str:
     return "'" + text.replace("'", "'\"'\"'") + "'"
 
 
-def _run(cmd: list[str], what: str, *, cwd: Path | None = None, env: dict[str, str] | None = None,
-         timeout: float = NPM_TIMEOUT_SEC) -> subprocess.CompletedProcess[str]:
+def _run(
+    cmd: list[str],
+    what: str,
+    *,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    timeout: float = NPM_TIMEOUT_SEC,
+) -> subprocess.CompletedProcess[str]:
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, encoding="utf-8",
-                              errors="replace", stdin=subprocess.DEVNULL, timeout=timeout,
-                              check=False, cwd=cwd, env=env)
+        proc = subprocess.run(
+            cmd,
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=timeout,
+            check=False,
+            cwd=cwd,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         raise AgentPrepareError(f"{what} did not finish within {timeout:g} s") from None
     except OSError as exc:
         raise AgentPrepareError(f"{what} could not start: {exc}") from exc
     if proc.returncode != 0:
-        raise AgentPrepareError(f"{what} failed (exit {proc.returncode}): "
-                                f"{(proc.stderr or proc.stdout).strip()[-1500:]}")
+        raise AgentPrepareError(
+            f"{what} failed (exit {proc.returncode}): {(proc.stderr or proc.stdout).strip()[-1500:]}"
+        )
     return proc
 
 
@@ -507,13 +581,18 @@ def _unpack_python(dest: Path, log: Any = None) -> dict[str, str]:
         raise AgentPrepareError(
             "preparing a Python agent needs apt-get and dpkg-deb on the host (its sealed Python "
             "is Debian bookworm's python3.11, taken from the Debian archive): prepare it on a "
-            "Debian bookworm machine and copy the cache folder")
+            "Debian bookworm machine and copy the cache folder"
+        )
     debs = dest / ".debs"
     debs.mkdir()
     if log:
         log(f"apt-get download {' '.join(PYTHON_DEBS)}")
-    _run([apt, "download", *PYTHON_DEBS], "apt-get download of the sealed Python (is this "
-         "Debian bookworm? try `apt-get update`)", cwd=debs, timeout=600)
+    _run(
+        [apt, "download", *PYTHON_DEBS],
+        "apt-get download of the sealed Python (is this Debian bookworm? try `apt-get update`)",
+        cwd=debs,
+        timeout=600,
+    )
     versions: dict[str, str] = {}
     for deb in sorted(debs.glob("*.deb")):
         _run([dpkg, "-x", str(deb), str(dest / "python")], f"dpkg-deb -x {deb.name}", timeout=300)
@@ -528,15 +607,30 @@ def _unpack_python(dest: Path, log: Any = None) -> dict[str, str]:
 
 
 def _python_env(root: Path) -> dict[str, str]:
-    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(root),
-            "LD_LIBRARY_PATH": ":".join(str(root / d) for d in LIB_DIRS),
-            "PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1",
-            **{k: v for k, v in os.environ.items()
-               if k.startswith("PIP_") or k in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")}}
+    return {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "LD_LIBRARY_PATH": ":".join(str(root / d) for d in LIB_DIRS),
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        **{
+            k: v
+            for k, v in os.environ.items()
+            if k.startswith("PIP_") or k in ("HTTPS_PROXY", "HTTP_PROXY", "NO_PROXY")
+        },
+    }
 
 
-def _install_agent(staging: Path, wheels: Path, env: dict[str, str], site: Path,
-                   packaging: PypiPackaging, version: str, agent: str, log: Any) -> str:
+def _install_agent(
+    staging: Path,
+    wheels: Path,
+    env: dict[str, str],
+    site: Path,
+    packaging: PypiPackaging,
+    version: str,
+    agent: str,
+    log: Any,
+) -> str:
     """Install ``packaging.package==version`` into ``site`` for the sealed interpreter, with
     uv (PyPI's ``uv`` wheel) when the host can get it, else with pip run by the sealed
     interpreter from PyPI's pip wheel; returns which (``uv X`` / ``pip X``)."""
@@ -545,11 +639,30 @@ def _install_agent(staging: Path, wheels: Path, env: dict[str, str], site: Path,
 
     python = str(staging / PYTHON_EXE)
     spec = f"{packaging.package}=={version}"
-    got_uv = subprocess.run(
-        [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:",
-         "-d", str(wheels / "uv"), f"uv=={UV_VERSION}"], capture_output=True, text=True,
-        encoding="utf-8", errors="replace", stdin=subprocess.DEVNULL, timeout=600,
-        check=False).returncode == 0
+    got_uv = (
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "-q",
+                "--no-deps",
+                "--only-binary=:all:",
+                "-d",
+                str(wheels / "uv"),
+                f"uv=={UV_VERSION}",
+            ],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            errors="replace",
+            stdin=subprocess.DEVNULL,
+            timeout=600,
+            check=False,
+        ).returncode
+        == 0
+    )
     uv_whl = next(iter((wheels / "uv").glob("uv-*.whl")), None) if got_uv else None
     if uv_whl is not None:
         with zipfile.ZipFile(uv_whl) as zf:
@@ -559,25 +672,68 @@ def _install_agent(staging: Path, wheels: Path, env: dict[str, str], site: Path,
                 uv.chmod(0o755)
                 if log:
                     log(f"{agent}: uv {UV_VERSION} pip install {spec} from PyPI")
-                _run([str(uv), "pip", "install", "-q", "--python", python, "--target", str(site),
-                      "--compile-bytecode", spec], f"{agent}: uv pip install {spec}",
-                     env={**env, "UV_CACHE_DIR": str(wheels / "uv-cache"), "UV_NATIVE_TLS": "1",
-                          "UV_NO_PROGRESS": "1",
-                          **{k: v for k, v in os.environ.items() if k.startswith("UV_INDEX")}})
+                _run(
+                    [
+                        str(uv),
+                        "pip",
+                        "install",
+                        "-q",
+                        "--python",
+                        python,
+                        "--target",
+                        str(site),
+                        "--compile-bytecode",
+                        spec,
+                    ],
+                    f"{agent}: uv pip install {spec}",
+                    env={
+                        **env,
+                        "UV_CACHE_DIR": str(wheels / "uv-cache"),
+                        "UV_NATIVE_TLS": "1",
+                        "UV_NO_PROGRESS": "1",
+                        **{k: v for k, v in os.environ.items() if k.startswith("UV_INDEX")},
+                    },
+                )
                 return f"uv {UV_VERSION}"
     if log:
         log(f"{agent}: pip {PIP_VERSION} install {spec} from PyPI")
-    _run([sys.executable, "-m", "pip", "download", "-q", "--no-deps", "-d", str(wheels),
-          f"pip=={PIP_VERSION}"], "pip download of pip (the host's Python needs pip)")
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "download",
+            "-q",
+            "--no-deps",
+            "-d",
+            str(wheels),
+            f"pip=={PIP_VERSION}",
+        ],
+        "pip download of pip (the host's Python needs pip)",
+    )
     (pip_whl,) = wheels.glob("pip-*.whl")
-    _run([python, "-I", f"{pip_whl}/pip", "install", "-q", "--root-user-action=ignore",
-          "--no-warn-script-location", "--target", str(site), spec],
-         f"{agent}: pip install {spec}", env=env)
+    _run(
+        [
+            python,
+            "-I",
+            f"{pip_whl}/pip",
+            "install",
+            "-q",
+            "--root-user-action=ignore",
+            "--no-warn-script-location",
+            "--target",
+            str(site),
+            spec,
+        ],
+        f"{agent}: pip install {spec}",
+        env=env,
+    )
     return f"pip {PIP_VERSION}"
 
 
-def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
-                           platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
+def prepare_python_runtime(
+    agent: str, packaging: PypiPackaging, version: str, platform: str = DEFAULT_PLATFORM, *, log: Any = None
+) -> Runtime:
     """Build a sealed Python runtime for a PyPI agent into the cache, once.
 
     The runtime does not depend on the task image's Python: it holds Debian bookworm's
@@ -605,8 +761,10 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
     """
     _check_version(version)
     if platform != "linux-x64":
-        raise AgentPrepareError(f"agent {agent!r} is prepared for linux-x64 only (its sealed "
-                                f"Python is Debian's amd64 build), not {platform!r}")
+        raise AgentPrepareError(
+            f"agent {agent!r} is prepared for linux-x64 only (its sealed "
+            f"Python is Debian's amd64 build), not {platform!r}"
+        )
     with _build_slot(agent, version, platform) as (found, final):
         if found is not None:
             return found
@@ -622,8 +780,20 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
             shutil.rmtree(wheels, ignore_errors=True)
             shutil.rmtree(site / "bin", ignore_errors=True)  # scripts with the staging path
             # byte-compile the stdlib (the runtime is read-only in the sandbox)
-            _run([str(staging / PYTHON_EXE), "-I", "-m", "compileall", "-q", "-j", "0",
-                  str(staging / "python/usr/lib/python3.11")], "compileall", env=env)
+            _run(
+                [
+                    str(staging / PYTHON_EXE),
+                    "-I",
+                    "-m",
+                    "compileall",
+                    "-q",
+                    "-j",
+                    "0",
+                    str(staging / "python/usr/lib/python3.11"),
+                ],
+                "compileall",
+                env=env,
+            )
             install_sec = time.monotonic() - started
             bin_dir = staging / "bin"
             bin_dir.mkdir()
@@ -635,25 +805,41 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
                 executables[command] = f"bin/{command}"
             first = next(iter(packaging.commands))
             smoke = " ".join(packaging.smoke_args)
-            out = _run([str(bin_dir / first), *packaging.smoke_args], f"{agent}: {first} {smoke}",
-                       env={"PATH": os.environ.get("PATH", ""), "HOME": str(staging),
-                            "LITELLM_LOCAL_MODEL_COST_MAP": "True", "MSWEA_CONFIGURED": "true"},
-                       timeout=120)
+            out = _run(
+                [str(bin_dir / first), *packaging.smoke_args],
+                f"{agent}: {first} {smoke}",
+                env={
+                    "PATH": os.environ.get("PATH", ""),
+                    "HOME": str(staging),
+                    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+                    "MSWEA_CONFIGURED": "true",
+                },
+                timeout=120,
+            )
             if packaging.smoke_args == ("--version",) and reported_mismatch(
-                    version, (out.stdout or out.stderr)):
+                version, (out.stdout or out.stderr)
+            ):
                 raise AgentPrepareError(
                     f"{agent}: asked for version {version} but the installed CLI reports "
-                    f"{_printable_tail(out.stdout or out.stderr)!r}; nothing was cached")
+                    f"{_printable_tail(out.stdout or out.stderr)!r}; nothing was cached"
+                )
             for leftover in (".cache", ".config", ".local", ".aider", ".npm"):
                 shutil.rmtree(staging / leftover, ignore_errors=True)
-            manifest = {"agent": agent, "package": packaging.package, "version": version,
-                        "source": "pypi", "python": "3.11 (Debian bookworm)",
-                        "debian_packages": debs, "installer": installer,
-                        "platform": platform,
-                        "executables": executables,
-                        "version_output": (out.stdout or out.stderr).strip()[-200:],
-                        "install_sec": round(install_sec, 1), "size_bytes": _du(staging),
-                        "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            manifest = {
+                "agent": agent,
+                "package": packaging.package,
+                "version": version,
+                "source": "pypi",
+                "python": "3.11 (Debian bookworm)",
+                "debian_packages": debs,
+                "installer": installer,
+                "platform": platform,
+                "executables": executables,
+                "version_output": (out.stdout or out.stderr).strip()[-200:],
+                "install_sec": round(install_sec, 1),
+                "size_bytes": _du(staging),
+                "prepared_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             (staging / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", "utf-8")
             if final.exists():
                 shutil.rmtree(final)
@@ -665,8 +851,14 @@ def prepare_python_runtime(agent: str, packaging: PypiPackaging, version: str,
     return rt
 
 
-def prepare_any(agent: str, packaging: NpmPackaging | PypiPackaging, version: str,
-                platform: str = DEFAULT_PLATFORM, *, log: Any = None) -> Runtime:
+def prepare_any(
+    agent: str,
+    packaging: NpmPackaging | PypiPackaging,
+    version: str,
+    platform: str = DEFAULT_PLATFORM,
+    *,
+    log: Any = None,
+) -> Runtime:
     """:func:`prepare_runtime` or :func:`prepare_python_runtime`, by the packaging's kind."""
     if isinstance(packaging, PypiPackaging):
         return prepare_python_runtime(agent, packaging, version, platform, log=log)

@@ -45,13 +45,16 @@ def tool_call(tool_call_id: str, function_name: str, arguments: dict[str, Any]) 
     Returns:
         ``{tool_call_id, function_name, arguments}``.
     """
-    return {"tool_call_id": tool_call_id, "function_name": function_name,
-            "arguments": dict(arguments)}
+    return {"tool_call_id": tool_call_id, "function_name": function_name, "arguments": dict(arguments)}
 
 
-def step_metrics(prompt_tokens: int | None, completion_tokens: int | None,
-                 cached_tokens: int | None = None, cost_usd: float | None = None,
-                 extra: dict[str, Any] | None = None) -> dict[str, Any]:
+def step_metrics(
+    prompt_tokens: int | None,
+    completion_tokens: int | None,
+    cached_tokens: int | None = None,
+    cost_usd: float | None = None,
+    extra: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """An ATIF per-step ``metrics`` object (token counts are this turn's deltas).
 
     Args:
@@ -64,8 +67,13 @@ def step_metrics(prompt_tokens: int | None, completion_tokens: int | None,
     Returns:
         The metrics dict (``None`` values are dropped when written).
     """
-    return {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-            "cached_tokens": cached_tokens, "cost_usd": cost_usd, "extra": extra or None}
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "cached_tokens": cached_tokens,
+        "cost_usd": cost_usd,
+        "extra": extra or None,
+    }
 
 
 def _drop_none(value: Any) -> Any:
@@ -88,20 +96,39 @@ class Trajectory:
         extra: root-level custom metadata (``extra``).
     """
 
-    def __init__(self, *, session_id: str, agent_name: str, agent_version: str,
-                 model_name: str | None = None, agent_extra: dict[str, Any] | None = None,
-                 extra: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        session_id: str,
+        agent_name: str,
+        agent_version: str,
+        model_name: str | None = None,
+        agent_extra: dict[str, Any] | None = None,
+        extra: dict[str, Any] | None = None,
+    ) -> None:
         self.session_id = session_id
-        self.agent = {"name": agent_name, "version": agent_version, "model_name": model_name,
-                      "extra": agent_extra or None}
+        self.agent = {
+            "name": agent_name,
+            "version": agent_version,
+            "model_name": model_name,
+            "extra": agent_extra or None,
+        }
         self.extra = extra or None
         self.steps: list[dict[str, Any]] = []
 
-    def add_step(self, source: Source, message: str, *, tool_calls: list[dict] | None = None,
-                 observation_results: list[dict] | None = None,
-                 metrics: dict[str, Any] | None = None, model_name: str | None = None,
-                 reasoning_content: str | None = None, extra: dict[str, Any] | None = None,
-                 timestamp: str | None = None) -> dict[str, Any]:
+    def add_step(
+        self,
+        source: Source,
+        message: str,
+        *,
+        tool_calls: list[dict] | None = None,
+        observation_results: list[dict] | None = None,
+        metrics: dict[str, Any] | None = None,
+        model_name: str | None = None,
+        reasoning_content: str | None = None,
+        extra: dict[str, Any] | None = None,
+        timestamp: str | None = None,
+    ) -> dict[str, Any]:
         """Append a step and return it (the caller may keep filling its observation).
 
         Args:
@@ -126,8 +153,9 @@ class Trajectory:
             "message": message,
             "reasoning_content": reasoning_content,
             "tool_calls": tool_calls or None,
-            "observation": ({"results": list(observation_results)}
-                            if observation_results is not None else None),
+            "observation": (
+                {"results": list(observation_results)} if observation_results is not None else None
+            ),
             "metrics": metrics,
             "extra": extra or None,
         }
@@ -145,8 +173,7 @@ class Trajectory:
         """
         if step.get("observation") is None:
             step["observation"] = {"results": []}
-        step["observation"]["results"].append({"source_call_id": source_call_id,
-                                               "content": content})
+        step["observation"]["results"].append({"source_call_id": source_call_id, "content": content})
 
     def add_history(self, steps: list[dict[str, Any]], *, cairn_step: str | None = None) -> None:
         """Append the earlier steps of a resumed session, marked as history.
@@ -207,14 +234,16 @@ class Trajectory:
 
     def to_dict(self) -> dict[str, Any]:
         """The trajectory as an ATIF JSON object, ``None`` values omitted."""
-        return _drop_none({
-            "schema_version": ATIF_SCHEMA_VERSION,
-            "session_id": self.session_id,
-            "agent": self.agent,
-            "steps": self.steps,
-            "final_metrics": self.final_metrics(),
-            "extra": self.extra,
-        })
+        return _drop_none(
+            {
+                "schema_version": ATIF_SCHEMA_VERSION,
+                "session_id": self.session_id,
+                "agent": self.agent,
+                "steps": self.steps,
+                "final_metrics": self.final_metrics(),
+                "extra": self.extra,
+            }
+        )
 
     def write(self, path: Path) -> None:
         """Write ``trajectory.json`` atomically (temp file in the same folder, fsync, rename).
@@ -274,14 +303,28 @@ def seed_to_chat(steps: list[dict[str, Any]]) -> list[dict[str, Any]]:
         calls = step.get("tool_calls") or []
         msg: dict[str, Any] = {"role": "assistant", "content": text or None}
         if calls:
-            msg["tool_calls"] = [{"id": c["tool_call_id"], "type": "function",
-                                  "function": {"name": c["function_name"],
-                                               "arguments": json.dumps(c.get("arguments") or {})}}
-                                 for c in calls]
+            msg["tool_calls"] = [
+                {
+                    "id": c["tool_call_id"],
+                    "type": "function",
+                    "function": {
+                        "name": c["function_name"],
+                        "arguments": json.dumps(c.get("arguments") or {}),
+                    },
+                }
+                for c in calls
+            ]
         out.append(msg)
-        answers = {r.get("source_call_id"): r.get("content") or ""
-                   for r in (step.get("observation") or {}).get("results") or []}
+        answers = {
+            r.get("source_call_id"): r.get("content") or ""
+            for r in (step.get("observation") or {}).get("results") or []
+        }
         for c in calls:
-            out.append({"role": "tool", "tool_call_id": c["tool_call_id"],
-                        "content": answers.get(c["tool_call_id"], "[no result recorded]")})
+            out.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": c["tool_call_id"],
+                    "content": answers.get(c["tool_call_id"], "[no result recorded]"),
+                }
+            )
     return out

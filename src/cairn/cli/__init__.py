@@ -28,8 +28,9 @@ def _early_engine_check(argv: list[str]) -> None:
         return
     for i, a in enumerate(argv):
         value = a.split("=", 1)[1] if "=" in a else (argv[i + 1] if i + 1 < len(argv) else "")
-        if (a.split("=", 1)[0] in ("-e", "--env") and value == "local") or \
-                (a.split("=", 1)[0] == "--executor" and value == "ray"):
+        if (a.split("=", 1)[0] in ("-e", "--env") and value == "local") or (
+            a.split("=", 1)[0] == "--executor" and value == "ray"
+        ):
             return
     from cairn._util.engine_ping import start_early
 

@@ -10,11 +10,11 @@ import typer
 app = typer.Typer(
     name="cairn",
     help="Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them."
-         "\n\nExamples:\n\n"
-         "  cairn run -p examples/two-steps -a oracle\n\n"
-         "  cairn run -d terminal-bench@2.0 -a oracle -l 5\n\n"
-         "  cairn tasks check examples/ --strict\n\n"
-         "  cairn report jobs/nightly --format markdown",
+    "\n\nExamples:\n\n"
+    "  cairn run -p examples/two-steps -a oracle\n\n"
+    "  cairn run -d terminal-bench@2.0 -a oracle -l 5\n\n"
+    "  cairn tasks check examples/ --strict\n\n"
+    "  cairn report jobs/nightly --format markdown",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -25,11 +25,14 @@ app = typer.Typer(
     # `-h` as well as `--help`, on every command (sub-commands inherit the root's names)
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-tasks_app = typer.Typer(help="Validate, create and sanity-check tasks.\n\nExamples:\n\n"
-                             "  cairn tasks check examples/ --strict\n\n"
-                             "  cairn tasks init my-task --steps fetch,fix\n\n"
-                             "  cairn tasks sanity examples/dataset", no_args_is_help=True,
-                        context_settings={"help_option_names": ["-h", "--help"]})
+tasks_app = typer.Typer(
+    help="Validate, create and sanity-check tasks.\n\nExamples:\n\n"
+    "  cairn tasks check examples/ --strict\n\n"
+    "  cairn tasks init my-task --steps fetch,fix\n\n"
+    "  cairn tasks sanity examples/dataset",
+    no_args_is_help=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
 
 ERROR_PREFIX = "cairn: error: "
 """The one prefix of every error line cairn prints (usage errors included; issue 27)."""
@@ -44,19 +47,30 @@ def _version(value: bool) -> None:
 
 
 @app.callback()
-def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print cairn's version and exit.")) -> None:
+def _root(
+    version: bool = typer.Option(
+        False, "--version", callback=_version, is_eager=True, help="Print cairn's version and exit."
+    ),
+) -> None:
     """Run multi-step agent-evaluation tasks (Harbor format) in sandboxes and score them."""
+
+
 app.add_typer(tasks_app, name="tasks")
 
 
 COMMAND_MODULES: dict[str, tuple[str, ...]] = {
-    "run": ("run",), "resume": ("run",), "report": ("run",),
+    "run": ("run",),
+    "resume": ("run",),
+    "report": ("run",),
     "tasks": ("tasks", "run"),  # `tasks sanity` lives in cli/run.py
     "clean": ("clean",),
-    "regrade": ("snapshots",), "shell": ("snapshots",),
-    "datasets": ("datasets",), "cache": ("datasets",),
-    "export": ("export",), "view": ("view",), "agents": ("agents",),
+    "regrade": ("snapshots",),
+    "shell": ("snapshots",),
+    "datasets": ("datasets",),
+    "cache": ("datasets",),
+    "export": ("export",),
+    "view": ("view",),
+    "agents": ("agents",),
 }
 """The top-level command (or group) name → the ``cairn.cli`` modules that register it. Held
 against the registered commands by ``tests/cli/test_startup_imports.py``."""
@@ -143,8 +157,12 @@ def _did_you_mean(exc: Exception) -> str:
     msg = exc.format_message() if isinstance(exc, cx.ClickException) else str(exc)
     if isinstance(exc, cx.NoSuchOption):
         ctx = exc.ctx
-        names = [o for p in (ctx.command.params if ctx else [])
-                 for o in (*p.opts, *p.secondary_opts) if o.startswith("-")]
+        names = [
+            o
+            for p in (ctx.command.params if ctx else [])
+            for o in (*p.opts, *p.secondary_opts)
+            if o.startswith("-")
+        ]
         names = names or list(exc.possibilities or [])
         close = difflib.get_close_matches(exc.option_name, names, n=1, cutoff=0.6)
         msg = f"No such option: {exc.option_name}"
@@ -174,7 +192,8 @@ def run_app(argv: list[str]) -> int:
     except cx.UsageError as exc:
         no_args = getattr(cx, "NoArgsIsHelpError", None)
         if (no_args is not None and isinstance(exc, no_args)) or (  # `cairn`, `cairn tasks`
-                exc.ctx is not None and exc.message == exc.ctx.get_help()):
+            exc.ctx is not None and exc.message == exc.ctx.get_help()
+        ):
             print(exc.message, file=sys.stderr)
             return 2
         ctx = exc.ctx

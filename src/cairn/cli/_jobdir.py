@@ -58,8 +58,7 @@ def _no_job(path: Path) -> str:
 
 
 def _listing(jobs: list[Path], command: str) -> str:
-    shown = ", ".join(str(j) for j in jobs[:5]) + (f", … ({len(jobs)} in all)"
-                                                    if len(jobs) > 5 else "")
+    shown = ", ".join(str(j) for j in jobs[:5]) + (f", … ({len(jobs)} in all)" if len(jobs) > 5 else "")
     return f"it holds {len(jobs)} jobs, latest first: {shown}; give one: cairn {command} {jobs[0]}"
 
 
@@ -85,11 +84,14 @@ def read_job_dir(path: Path, command: str) -> Path:
     if not jobs:
         raise UsageError(_no_job(path))
     if len(jobs) > 1:
-        print(f"cairn {command}: {path} holds {len(jobs)} jobs; reading the latest, {jobs[0]} "
-              f"(give a job folder to pick another)", file=sys.stderr, flush=True)
+        print(
+            f"cairn {command}: {path} holds {len(jobs)} jobs; reading the latest, {jobs[0]} "
+            f"(give a job folder to pick another)",
+            file=sys.stderr,
+            flush=True,
+        )
     else:
-        print(f"cairn {command}: reading {jobs[0]}, the one job in {path}", file=sys.stderr,
-              flush=True)
+        print(f"cairn {command}: reading {jobs[0]}, the one job in {path}", file=sys.stderr, flush=True)
     return jobs[0]
 
 
@@ -125,20 +127,18 @@ def trial_dir_of(path: Path, command: str) -> Path:
     if job is None:
         jobs = jobs_in(path)
         if jobs:
-            raise UsageError(f"{path} is a jobs folder, not a trial folder: "
-                             f"{_listing(jobs, command)}")
+            raise UsageError(f"{path} is a jobs folder, not a trial folder: {_listing(jobs, command)}")
         return path
-    trials = sorted(p for p in (job / "trials").iterdir() if p.is_dir()) \
-        if (job / "trials").is_dir() else []
+    trials = sorted(p for p in (job / "trials").iterdir() if p.is_dir()) if (job / "trials").is_dir() else []
     if len(trials) == 1:
-        print(f"cairn {command}: {trials[0]}, the one trial of {job}", file=sys.stderr,
-              flush=True)
+        print(f"cairn {command}: {trials[0]}, the one trial of {job}", file=sys.stderr, flush=True)
         return trials[0]
     if not trials:
         raise UsageError(f"{job} has no trials")
     names = ", ".join(t.name for t in trials[:5]) + (", …" if len(trials) > 5 else "")
-    raise UsageError(f"{job} is a job folder of {len(trials)} trials ({names}); give one: "
-                     f"cairn {command} {trials[0]}")
+    raise UsageError(
+        f"{job} is a job folder of {len(trials)} trials ({names}); give one: cairn {command} {trials[0]}"
+    )
 
 
 __all__ = ["act_job_dir", "is_job_dir", "jobs_in", "read_job_dir", "trial_dir_of"]

@@ -19,22 +19,37 @@ from cairn.cli import app
     ),
 )
 def clean_command(
-    images: Annotated[bool, typer.Option(
-        "--images", help="Also remove cairn's environment images (cairn-env:*) no container uses.")]
-    = False,
-    job: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
-        "--job", help="Only the resources of this job (its id or its folder name).",
-        show_default=False)] = None,
-    snapshots: Annotated[bool, typer.Option(
-        "--snapshots", help="Also remove the step snapshots (--snapshot-steps) of jobs that are "
-        "not running; snapshots whose job folder is gone are always removed.")] = False,
+    images: Annotated[
+        bool,
+        typer.Option(
+            "--images", help="Also remove cairn's environment images (cairn-env:*) no container uses."
+        ),
+    ] = False,
+    job: Annotated[
+        str | None,
+        typer.Option(  # noqa: UP007 (typer needs Optional)
+            "--job", help="Only the resources of this job (its id or its folder name).", show_default=False
+        ),
+    ] = None,
+    snapshots: Annotated[
+        bool,
+        typer.Option(
+            "--snapshots",
+            help="Also remove the step snapshots (--snapshot-steps) of jobs that are "
+            "not running; snapshots whose job folder is gone are always removed.",
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as JSON.")] = False,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="local (this machine) or ray (also every node of the Ray cluster).")]
-    = "local",
-    ray_address: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
-        "--ray-address", help="Ray cluster address (default RAY_ADDRESS).",
-        show_default=False)] = None,
+    executor: Annotated[
+        str,
+        typer.Option("--executor", help="local (this machine) or ray (also every node of the Ray cluster)."),
+    ] = "local",
+    ray_address: Annotated[
+        str | None,
+        typer.Option(  # noqa: UP007 (typer needs Optional)
+            "--ray-address", help="Ray cluster address (default RAY_ADDRESS).", show_default=False
+        ),
+    ] = None,
 ) -> None:
     """Remove left-over sandboxes: containers, networks and volumes of jobs that are not running.
 
@@ -58,18 +73,33 @@ def clean_command(
     finally:
         ex.close()
     if as_json:
-        typer.echo(json.dumps({
-            "containers": report.containers, "networks": report.networks,
-            "volumes": report.volumes, "images": report.images, "folders": report.folders,
-            "snapshots": report.snapshots, "kept": report.kept,
-            "errors": report.errors,
-            "engine_reachable": report.engine_reachable}, indent=2))
+        typer.echo(
+            json.dumps(
+                {
+                    "containers": report.containers,
+                    "networks": report.networks,
+                    "volumes": report.volumes,
+                    "images": report.images,
+                    "folders": report.folders,
+                    "snapshots": report.snapshots,
+                    "kept": report.kept,
+                    "errors": report.errors,
+                    "engine_reachable": report.engine_reachable,
+                },
+                indent=2,
+            )
+        )
     else:
         if not report.engine_reachable:
             typer.echo("docker: engine not reachable; nothing to clean there", err=True)
-        for kind, names in (("container", report.containers), ("network", report.networks),
-                            ("volume", report.volumes), ("image", report.images), ("folder", report.folders),
-                            ("snapshot", report.snapshots)):
+        for kind, names in (
+            ("container", report.containers),
+            ("network", report.networks),
+            ("volume", report.volumes),
+            ("image", report.images),
+            ("folder", report.folders),
+            ("snapshot", report.snapshots),
+        ):
             for name in names:
                 typer.echo(f"removed {kind} {name}")
         for line in report.kept:

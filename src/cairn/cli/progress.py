@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # rich is imported only when the live bar is shown
 LIVE_THRESHOLD = 2
 """Jobs with more trials than this to run show a live bar on a terminal."""
 
+
 class LinePrinter(JobObserver):
     """An observer that prints every event line to a stream (e.g. ``cairn tasks sanity``)."""
 
@@ -45,8 +46,14 @@ class Progress(JobObserver):
             warnings, then the summary), as Harbor's ``--quiet``.
     """
 
-    def __init__(self, *, json_mode: bool = False, stream: TextIO | None = None,
-                 resume: bool = False, quiet: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        json_mode: bool = False,
+        stream: TextIO | None = None,
+        resume: bool = False,
+        quiet: bool = False,
+    ) -> None:
         self.json_mode = json_mode
         self.resume = resume
         self.quiet = quiet
@@ -63,17 +70,22 @@ class Progress(JobObserver):
         """Called once the job is planned: ``to_run`` trials to run, ``already_done`` kept."""
         self.total = to_run + already_done
         if already_done and self.resume:
-            self.event(Event(EventKind.JOB, f"resuming: {already_done} trial(s) kept, "
-                             f"{to_run} to run"))
+            self.event(Event(EventKind.JOB, f"resuming: {already_done} trial(s) kept, {to_run} to run"))
         isatty = getattr(self.out, "isatty", lambda: False)
         if isatty() and to_run > LIVE_THRESHOLD and not self.quiet:
             from rich.console import Console
             from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
             from rich.progress import Progress as RichProgress
 
-            self.bar = RichProgress(TextColumn("[bold]cairn"), BarColumn(), MofNCompleteColumn(),
-                                    TextColumn("{task.description}"), TimeElapsedColumn(),
-                                    console=Console(file=self.out), transient=False)
+            self.bar = RichProgress(
+                TextColumn("[bold]cairn"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+                console=Console(file=self.out),
+                transient=False,
+            )
             self.bar.start()
             self.task_id = self.bar.add_task("", total=self.total)
             self._refresh()
@@ -116,8 +128,11 @@ class Progress(JobObserver):
         if self.bar is None or self.task_id is None:
             return
         mean = sum(self.rewards) / len(self.rewards) if self.rewards else None
-        desc = (f"running {self.running}  mean {mean:.2f}" if mean is not None
-                else f"running {self.running}  mean -") + f"  errors {self.errors}"
+        desc = (
+            f"running {self.running}  mean {mean:.2f}"
+            if mean is not None
+            else f"running {self.running}  mean -"
+        ) + f"  errors {self.errors}"
         self.bar.update(self.task_id, completed=self.done, description=desc)
 
     def close(self) -> None:

@@ -23,30 +23,57 @@ from cairn.cli import tasks_app
     ),
 )
 def check(
-    paths: Annotated[list[Path], typer.Argument(
-        help="Task folders (holding task.toml or task.md) or dataset folders of tasks.",
-        show_default=False)],
-    strict: Annotated[bool, typer.Option(
-        "--strict", help="Treat warnings (unknown keys, :latest images, lint findings …) as "
-        "errors.")] = False,
-    env: Annotated[str, typer.Option(
-        "-e", "--env", help="Also check what this backend would refuse before a run "
-        "(docker, local, auto, or none to skip: the task files are still checked, also for a "
-        "compose file no backend runs; what `docker compose config` finds needs docker).")]
-    = "auto",
-    select: Annotated[list[str] | None, typer.Option(  # noqa: UP007 (typer needs Optional)
-        "--select", help="Report only these warning rules: ids, word prefixes (`compose`) "
-        "or ALL; repeatable, comma-separated. Errors are always reported.",
-        show_default=False)] = None,
-    ignore: Annotated[list[str] | None, typer.Option(  # noqa: UP007 (typer needs Optional)
-        "--ignore", help="Do not report these warning rules (ids or word prefixes); "
-        "repeatable, comma-separated.", show_default=False)] = None,
-    extend_select: Annotated[list[str] | None, typer.Option(  # noqa: UP007
-        "--extend-select", help="Add rules to --select (Harbor's option; without --select "
-        "every rule is reported already).", show_default=False)] = None,
-    as_json: Annotated[bool, typer.Option(
-        "--json", help="Print one JSON document (check.schema.json) instead of lines.")]
-    = False,
+    paths: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Task folders (holding task.toml or task.md) or dataset folders of tasks.",
+            show_default=False,
+        ),
+    ],
+    strict: Annotated[
+        bool,
+        typer.Option(
+            "--strict", help="Treat warnings (unknown keys, :latest images, lint findings …) as errors."
+        ),
+    ] = False,
+    env: Annotated[
+        str,
+        typer.Option(
+            "-e",
+            "--env",
+            help="Also check what this backend would refuse before a run "
+            "(docker, local, auto, or none to skip: the task files are still checked, also for a "
+            "compose file no backend runs; what `docker compose config` finds needs docker).",
+        ),
+    ] = "auto",
+    select: Annotated[
+        list[str] | None,
+        typer.Option(  # noqa: UP007 (typer needs Optional)
+            "--select",
+            help="Report only these warning rules: ids, word prefixes (`compose`) "
+            "or ALL; repeatable, comma-separated. Errors are always reported.",
+            show_default=False,
+        ),
+    ] = None,
+    ignore: Annotated[
+        list[str] | None,
+        typer.Option(  # noqa: UP007 (typer needs Optional)
+            "--ignore",
+            help="Do not report these warning rules (ids or word prefixes); repeatable, comma-separated.",
+            show_default=False,
+        ),
+    ] = None,
+    extend_select: Annotated[
+        list[str] | None,
+        typer.Option(  # noqa: UP007
+            "--extend-select",
+            help="Add rules to --select (Harbor's option; without --select every rule is reported already).",
+            show_default=False,
+        ),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print one JSON document (check.schema.json) instead of lines.")
+    ] = False,
 ) -> None:
     """Validate and lint tasks without starting anything.
 
@@ -112,8 +139,12 @@ def rules(
     from cairn.task.lint import RULES
 
     if as_json:
-        typer.echo(json.dumps([{"rule": r.id, "severity": r.severity, "summary": r.summary}
-                               for r in RULES.values()], indent=2))
+        typer.echo(
+            json.dumps(
+                [{"rule": r.id, "severity": r.severity, "summary": r.summary} for r in RULES.values()],
+                indent=2,
+            )
+        )
         return
     width = max(len(r) for r in RULES)
     for r in RULES.values():
@@ -130,16 +161,27 @@ def rules(
     ),
 )
 def init(
-    target: Annotated[str, typer.Argument(
-        help="The task folder to create (`my-task` or `path/to/my-task`); the task is named "
-             "after its last part unless --name is given.",
-        show_default=False)],
-    steps: Annotated[str | None, typer.Option(  # noqa: UP007 (typer needs Optional)
-        "--steps", help="Comma-separated step names: writes a multi-step task.")] = None,
-    directory: Annotated[Path, typer.Option(
-        "--dir", help="Folder a relative target is created in.")] = Path("."),
-    name: Annotated[str | None, typer.Option(
-        "--name", help="Task name (`name` or `org/name`); default the folder's name.")] = None,
+    target: Annotated[
+        str,
+        typer.Argument(
+            help="The task folder to create (`my-task` or `path/to/my-task`); the task is named "
+            "after its last part unless --name is given.",
+            show_default=False,
+        ),
+    ],
+    steps: Annotated[
+        str | None,
+        typer.Option(  # noqa: UP007 (typer needs Optional)
+            "--steps", help="Comma-separated step names: writes a multi-step task."
+        ),
+    ] = None,
+    directory: Annotated[Path, typer.Option("--dir", help="Folder a relative target is created in.")] = Path(
+        "."
+    ),
+    name: Annotated[
+        str | None,
+        typer.Option("--name", help="Task name (`name` or `org/name`); default the folder's name."),
+    ] = None,
 ) -> None:
     """Write a runnable task skeleton whose oracle passes and whose nop run scores 0."""
     from cairn.errors import UsageError

@@ -157,8 +157,7 @@ class TaskCache:
             return None
         return CachedTask(folder, content_hash, git_url, commit, _norm(repo_path))
 
-    def store(self, git_url: str, commit: str, repo_path: str, src: Path,
-              name: str) -> CachedTask:
+    def store(self, git_url: str, commit: str, repo_path: str, src: Path, name: str) -> CachedTask:
         """Copy a checked-out task folder into the cache and index it.
 
         Args:
@@ -175,8 +174,7 @@ class TaskCache:
         stage = Path(tempfile.mkdtemp(prefix="stage-", dir=self.tmp))
         try:
             staged = stage / name
-            shutil.copytree(src, staged, symlinks=True,
-                            ignore=shutil.ignore_patterns(".git"))
+            shutil.copytree(src, staged, symlinks=True, ignore=shutil.ignore_patterns(".git"))
             content_hash = tree_hash(staged)
             make_read_only(staged)
             # a folder moves to another parent only while writable (rename updates its '..'):
@@ -194,8 +192,14 @@ class TaskCache:
                     os.chmod(final, 0o555)
         finally:
             remove_tree(stage)
-        record = {"git_url": git_url, "commit": commit, "path": _norm(repo_path),
-                  "content_hash": content_hash, "name": name, "fetched_at": _now()}
+        record = {
+            "git_url": git_url,
+            "commit": commit,
+            "path": _norm(repo_path),
+            "content_hash": content_hash,
+            "name": name,
+            "fetched_at": _now(),
+        }
         index = self._index_file(git_url, commit, repo_path)
         index.parent.mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(index, (json.dumps(record, indent=2) + "\n").encode())
@@ -217,9 +221,22 @@ class TaskCache:
         """Record the task paths found under ``sub`` of (git_url, commit)."""
         path = self._listing_file(git_url, commit, sub)
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, (json.dumps({"git_url": git_url, "commit": commit,
-                                              "path": _norm(sub), "tasks": tasks,
-                                              "fetched_at": _now()}, indent=2) + "\n").encode())
+        write_bytes_atomic(
+            path,
+            (
+                json.dumps(
+                    {
+                        "git_url": git_url,
+                        "commit": commit,
+                        "path": _norm(sub),
+                        "tasks": tasks,
+                        "fetched_at": _now(),
+                    },
+                    indent=2,
+                )
+                + "\n"
+            ).encode(),
+        )
 
     # ---- inventory ------------------------------------------------------------------------
     def entries(self) -> list[dict]:
@@ -251,6 +268,7 @@ def _norm(repo_path: str) -> str:
 
 # ---- registry copies -----------------------------------------------------------------------
 
+
 def _registry_file(url: str, root: Path | None) -> Path:
     return (Path(root) if root else cache_root()) / "registries" / f"{_key('registry', url)}.json"
 
@@ -261,8 +279,7 @@ def save_registry_copy(url: str, text: str, root: Path | None = None) -> None:
     path = _registry_file(url, root)
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(path, json.dumps({"url": url, "saved_at": _now(),
-                                             "text": text}).encode())
+        write_bytes_atomic(path, json.dumps({"url": url, "saved_at": _now(), "text": text}).encode())
 
 
 def read_registry_copy(url: str, root: Path | None = None) -> tuple[str, str] | None:

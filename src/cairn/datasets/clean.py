@@ -68,8 +68,9 @@ def _size(root: Path) -> int:
     return total
 
 
-def clean_cache(cache: TaskCache, jobs_dirs: list[Path], *, everything: bool = False,
-                dry_run: bool = False) -> CleanReport:
+def clean_cache(
+    cache: TaskCache, jobs_dirs: list[Path], *, everything: bool = False, dry_run: bool = False
+) -> CleanReport:
     """Remove cached tasks that no job under ``jobs_dirs`` needs.
 
     Args:
@@ -108,8 +109,9 @@ def clean_cache(cache: TaskCache, jobs_dirs: list[Path], *, everything: bool = F
         if not dry_run:
             with contextlib.suppress(OSError):
                 Path(rec["file"]).unlink()
-    kept_keys = {(str(r.get("git_url")), str(r.get("commit"))) for r in cache.entries()} \
-        if not dry_run else set()
+    kept_keys = (
+        {(str(r.get("git_url")), str(r.get("commit"))) for r in cache.entries()} if not dry_run else set()
+    )
     for rec in cache.listings():
         key = (str(rec.get("git_url")), str(rec.get("commit")))
         if everything or (key in removed_keys and key not in kept_keys):

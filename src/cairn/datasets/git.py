@@ -57,7 +57,7 @@ def split_repo_spec(spec: str) -> tuple[str, str | None]:
     spec = spec.strip()
     at = spec.rfind("@")
     if at > max(spec.rfind("/"), spec.rfind(":")):
-        url, ref = spec[:at], spec[at + 1:]
+        url, ref = spec[:at], spec[at + 1 :]
         if not url or not ref:
             raise DatasetError(f"bad repository {spec!r}: expected GIT_URL or GIT_URL@REF")
         return url, ref
@@ -86,8 +86,9 @@ def _tail(text: str, lines: int = 6) -> str:
     return " / ".join(kept[-lines:]) or "no message"
 
 
-def run_git(args: Sequence[str], *, cwd: Path | None = None, timeout_sec: float,
-            what: str) -> subprocess.CompletedProcess:
+def run_git(
+    args: Sequence[str], *, cwd: Path | None = None, timeout_sec: float, what: str
+) -> subprocess.CompletedProcess:
     """Run ``git ARGS``; the completed process is returned whatever its exit code.
 
     Args:
@@ -100,12 +101,21 @@ def run_git(args: Sequence[str], *, cwd: Path | None = None, timeout_sec: float,
         DatasetError: git is not installed, or the call timed out.
     """
     try:
-        return subprocess.run(["git", *args], cwd=cwd, env=_env(), capture_output=True,
-                              encoding="utf-8", errors="replace", timeout=timeout_sec, check=False,
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            ["git", *args],
+            cwd=cwd,
+            env=_env(),
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=timeout_sec,
+            check=False,
+            stdin=subprocess.DEVNULL,
+        )
     except FileNotFoundError:
-        raise DatasetError("the git client is not installed (needed for datasets and "
-                           "--repo); install git") from None
+        raise DatasetError(
+            "the git client is not installed (needed for datasets and --repo); install git"
+        ) from None
     except subprocess.TimeoutExpired:
         raise DatasetError(f"{what}: git did not finish within {timeout_sec:g} s") from None
 
@@ -116,8 +126,7 @@ def ls_remote(url: str) -> dict[str, str]:
     Raises:
         DatasetError: the repository cannot be reached (the URL and git's message).
     """
-    p = run_git(["ls-remote", "--", url], timeout_sec=LS_REMOTE_TIMEOUT_SEC,
-                what=f"reading refs of {url}")
+    p = run_git(["ls-remote", "--", url], timeout_sec=LS_REMOTE_TIMEOUT_SEC, what=f"reading refs of {url}")
     if p.returncode != 0:
         raise DatasetError(f"repository {url} is unreachable: {_tail(p.stderr)}")
     refs: dict[str, str] = {}
@@ -157,11 +166,14 @@ def resolve_ref(url: str, ref: str | None) -> str | None:
     if ref is not None and _SHORT_HEX.fullmatch(ref.lower()):
         return None
     if ref is None:
-        raise DatasetError(f"repository {url} has no HEAD (an empty repository?); give a "
-                           "branch, tag or commit")
+        raise DatasetError(
+            f"repository {url} has no HEAD (an empty repository?); give a branch, tag or commit"
+        )
     heads = sorted(n.removeprefix("refs/heads/") for n in refs if n.startswith("refs/heads/"))
-    raise DatasetError(f"repository {url} has no branch or tag {ref!r}"
-                       + (f"; branches: {', '.join(heads[:10])}" if heads else ""))
+    raise DatasetError(
+        f"repository {url} has no branch or tag {ref!r}"
+        + (f"; branches: {', '.join(heads[:10])}" if heads else "")
+    )
 
 
 def _sparse_dirs(paths: Sequence[str]) -> list[str] | None:
@@ -179,11 +191,12 @@ def _init(dest: Path, url: str, sparse: list[str] | None, *, lazy_blobs: bool) -
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    steps = [["init", "-q"], ["remote", "add", "origin", url],
-             ["config", "advice.detachedHead", "false"]]
+    steps = [["init", "-q"], ["remote", "add", "origin", url], ["config", "advice.detachedHead", "false"]]
     if lazy_blobs:
-        steps += [["config", "remote.origin.promisor", "true"],
-                  ["config", "remote.origin.partialclonefilter", "blob:none"]]
+        steps += [
+            ["config", "remote.origin.promisor", "true"],
+            ["config", "remote.origin.partialclonefilter", "blob:none"],
+        ]
     if sparse is not None:
         steps += [["sparse-checkout", "set", "--cone", *sparse]]
     for args in steps:
@@ -193,8 +206,12 @@ def _init(dest: Path, url: str, sparse: list[str] | None, *, lazy_blobs: bool) -
 
 
 def _checkout(dest: Path, commit: str, url: str) -> subprocess.CompletedProcess:
-    return run_git(["checkout", "-q", "--detach", commit], cwd=dest,
-                   timeout_sec=FETCH_TIMEOUT_SEC, what=f"checking out {commit} of {url}")
+    return run_git(
+        ["checkout", "-q", "--detach", commit],
+        cwd=dest,
+        timeout_sec=FETCH_TIMEOUT_SEC,
+        what=f"checking out {commit} of {url}",
+    )
 
 
 def checkout_commit(url: str, commit: str, paths: Sequence[str], dest: Path) -> tuple[str, str]:
@@ -224,8 +241,12 @@ def checkout_commit(url: str, commit: str, paths: Sequence[str], dest: Path) -> 
             args = ["fetch", "-q", "--no-tags", "--depth", "1"]
             if lazy:
                 args.append("--filter=blob:none")
-            p = run_git([*args, "origin", commit], cwd=dest, timeout_sec=FETCH_TIMEOUT_SEC,
-                        what=f"fetching {commit} from {url}")
+            p = run_git(
+                [*args, "origin", commit],
+                cwd=dest,
+                timeout_sec=FETCH_TIMEOUT_SEC,
+                what=f"fetching {commit} from {url}",
+            )
             if p.returncode == 0:
                 if "filtering not recognized" in p.stderr:
                     how = "shallow"  # the server sent every file of the commit
@@ -236,17 +257,26 @@ def checkout_commit(url: str, commit: str, paths: Sequence[str], dest: Path) -> 
             else:
                 first_error = first_error or _tail(p.stderr)
     _init(dest, url, sparse, lazy_blobs=False)
-    p = run_git(["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
-                cwd=dest, timeout_sec=FETCH_TIMEOUT_SEC, what=f"fetching {url}")
+    p = run_git(
+        ["fetch", "-q", "--tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+        cwd=dest,
+        timeout_sec=FETCH_TIMEOUT_SEC,
+        what=f"fetching {url}",
+    )
     if p.returncode != 0:
         raise DatasetError(f"repository {url} is unreachable: {_tail(p.stderr)}")
-    r = run_git(["rev-parse", "-q", "--verify", f"{commit}^{{commit}}"], cwd=dest,
-                timeout_sec=60, what=f"looking up {commit} in {url}")
+    r = run_git(
+        ["rev-parse", "-q", "--verify", f"{commit}^{{commit}}"],
+        cwd=dest,
+        timeout_sec=60,
+        what=f"looking up {commit} in {url}",
+    )
     full = r.stdout.strip()
     if r.returncode != 0 or not _HEX40.fullmatch(full):
-        raise DatasetError(f"commit {commit} does not exist in repository {url} (on no "
-                           "branch or tag it has)"
-                           + (f"; the server said: {first_error}" if first_error else ""))
+        raise DatasetError(
+            f"commit {commit} does not exist in repository {url} (on no "
+            "branch or tag it has)" + (f"; the server said: {first_error}" if first_error else "")
+        )
     c = _checkout(dest, full, url)
     if c.returncode != 0:
         raise DatasetError(f"cannot check out commit {full} of {url}: {_tail(c.stderr)}")

@@ -30,8 +30,7 @@ from typing import Any
 
 from cairn.errors import DatasetError
 
-DEFAULT_REGISTRY_URL = \
-    "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json"
+DEFAULT_REGISTRY_URL = "https://raw.githubusercontent.com/laude-institute/harbor/main/registry.json"
 """Harbor's public registry: the default of ``harbor run --registry-url`` (harbor 0.26,
 ``harbor.constants.DEFAULT_REGISTRY_URL``)."""
 
@@ -141,8 +140,7 @@ def version_order(versions: set[str] | list[str]) -> list[str]:
     """
     versions = set(versions)
     head = ["head"] if "head" in versions else []
-    numeric = sorted((v for v in versions if _NUMERIC_VERSION.fullmatch(v)), key=version_key,
-                     reverse=True)
+    numeric = sorted((v for v in versions if _NUMERIC_VERSION.fullmatch(v)), key=version_key, reverse=True)
     rest = sorted((v for v in versions - set(numeric) - set(head)), reverse=True)
     return head + numeric + rest
 
@@ -177,8 +175,7 @@ def parse_registry(data: Any, source: str, base_dir: Path | None = None) -> Regi
             or two entries share a name and version.
     """
     if not isinstance(data, list):
-        raise DatasetError(f"registry {source}: expected a JSON list of datasets, got "
-                           f"{type(data).__name__}")
+        raise DatasetError(f"registry {source}: expected a JSON list of datasets, got {type(data).__name__}")
     out: list[RegistryDataset] = []
     seen: set[tuple[str, str]] = set()
     for i, d in enumerate(data):
@@ -209,12 +206,23 @@ def parse_registry(data: Any, source: str, base_dir: Path | None = None) -> Regi
             commit = _opt(t.get("git_commit_id"), tw, "git_commit_id")
             if git_url is None and not path:
                 raise DatasetError(f"{tw}: has neither 'git_url' nor 'path'")
-            tasks.append(RegistryTask(name=tname, path=path or "", git_url=git_url or None,
-                                      git_commit_id=(commit or "").strip() or None))
+            tasks.append(
+                RegistryTask(
+                    name=tname,
+                    path=path or "",
+                    git_url=git_url or None,
+                    git_commit_id=(commit or "").strip() or None,
+                )
+            )
         desc = d.get("description")
-        out.append(RegistryDataset(name=name, version=version,
-                                   description=desc if isinstance(desc, str) else "",
-                                   tasks=tuple(tasks)))
+        out.append(
+            RegistryDataset(
+                name=name,
+                version=version,
+                description=desc if isinstance(desc, str) else "",
+                tasks=tuple(tasks),
+            )
+        )
     return Registry(source=source, datasets=tuple(out), base_dir=base_dir)
 
 
@@ -243,8 +251,7 @@ def fetch_registry_text(url: str, *, timeout_sec: float = REGISTRY_TIMEOUT_SEC) 
         DatasetError: the URL is unreachable or answers with an error status (the URL and the
             client's message), or the body is over :data:`MAX_REGISTRY_BYTES` or not UTF-8.
     """
-    req = urllib.request.Request(url, headers={"User-Agent": "cairn",
-                                               "Accept": "application/json"})
+    req = urllib.request.Request(url, headers={"User-Agent": "cairn", "Accept": "application/json"})
     try:
         with urllib.request.urlopen(req, timeout=timeout_sec) as resp:  # noqa: S310 - user URL
             body = resp.read(MAX_REGISTRY_BYTES + 1)
@@ -261,8 +268,9 @@ def fetch_registry_text(url: str, *, timeout_sec: float = REGISTRY_TIMEOUT_SEC) 
         raise DatasetError(f"registry {url} is not UTF-8 text: {exc}") from None
 
 
-def load_registry(*, url: str | None = None, path: Path | None = None,
-                  cache_dir: Path | None = None) -> Registry:
+def load_registry(
+    *, url: str | None = None, path: Path | None = None, cache_dir: Path | None = None
+) -> Registry:
     """Read the registry a job names: a file (``--registry-path``), else a URL
     (``--registry-url``, default :data:`DEFAULT_REGISTRY_URL`).
 
@@ -294,8 +302,7 @@ def load_registry(*, url: str | None = None, path: Path | None = None,
         if saved is None:
             raise
         text, saved_at = saved
-        warning = (f"{exc}; using the copy saved on {saved_at} (datasets may have changed "
-                   "since)")
+        warning = f"{exc}; using the copy saved on {saved_at} (datasets may have changed since)"
         return _parse_text(text, url, warnings=(warning,))
     registry = _parse_text(text, url)
     cache.save_registry_copy(url, text, cache_dir)
@@ -329,22 +336,31 @@ def resolve_dataset(registry: Registry, spec: str) -> tuple[RegistryDataset, str
     names = sorted({d.name for d in registry.datasets})
     if name not in names:
         close = difflib.get_close_matches(name, names, n=3, cutoff=0.5)
-        hint = f"; did you mean {', '.join(close)}?" if close else \
-            (f"; it lists {len(names)} dataset(s) (cairn datasets list)" if names else
-             "; it lists no dataset")
+        hint = (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else (
+                f"; it lists {len(names)} dataset(s) (cairn datasets list)"
+                if names
+                else "; it lists no dataset"
+            )
+        )
         raise DatasetError(f"unknown dataset {name!r} in registry {registry.source}{hint}")
     versions = registry.versions(name)
     if version is None:
         chosen = versions[0]
         why = "head" if chosen == "head" else "the highest"
-        note = f"dataset {name}: no version given, using {why}, {name}@{chosen}" + \
-            (f" (also: {', '.join(versions[1:])})" if len(versions) > 1 else "")
+        note = f"dataset {name}: no version given, using {why}, {name}@{chosen}" + (
+            f" (also: {', '.join(versions[1:])})" if len(versions) > 1 else ""
+        )
     else:
         if version not in versions:
             close = difflib.get_close_matches(version, versions, n=3, cutoff=0.3)
             hint = f"; did you mean {', '.join(f'{name}@{v}' for v in close)}?" if close else ""
-            raise DatasetError(f"unknown version {name}@{version} in registry "
-                               f"{registry.source}; versions: {', '.join(versions)}{hint}")
+            raise DatasetError(
+                f"unknown version {name}@{version} in registry "
+                f"{registry.source}; versions: {', '.join(versions)}{hint}"
+            )
         chosen, note = version, None
     ds = next(d for d in registry.datasets if d.name == name and d.version == chosen)
     return ds, note

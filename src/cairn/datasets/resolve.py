@@ -40,8 +40,6 @@ class ResolvedTask:
     source: TaskSource
 
 
-
-
 @dataclass
 class Resolution:
     """What :func:`resolve_sources` found.
@@ -89,8 +87,9 @@ def _check_relative(path: str, where: str) -> str:
     return p.as_posix() if str(p) != "." else ""
 
 
-def _fetch_group(cache: TaskCache, url: str, commit: str | None, wants: list[_Want],
-                 notify: Notify) -> dict[str, CachedTask]:
+def _fetch_group(
+    cache: TaskCache, url: str, commit: str | None, wants: list[_Want], notify: Notify
+) -> dict[str, CachedTask]:
     """Have every wanted path of (url, commit) in the cache; path → cached task.
 
     Holds the (url, commit) lock so that a concurrent job waits and then reuses the entries.
@@ -133,15 +132,14 @@ def _fetch_group(cache: TaskCache, url: str, commit: str | None, wants: list[_Wa
             for w in missing:
                 src = work / w.path if w.path else work
                 if not src.is_dir() or src.is_symlink() or not is_task_dir(src):
-                    what = "does not exist" if not src.exists() else \
-                        "is not a task (no task.toml or task.md)"
-                    raise DatasetError(f"{w.where}: path {w.path or '.'!r} at commit {full} "
-                                       f"of {url} {what}")
+                    what = "does not exist" if not src.exists() else "is not a task (no task.toml or task.md)"
+                    raise DatasetError(f"{w.where}: path {w.path or '.'!r} at commit {full} of {url} {what}")
                 try:
                     out[w.path] = cache.store(url, full, w.path, src, w.name)
                 except OSError as exc:
-                    raise DatasetError(f"task cache {cache.root}: cannot store "
-                                       f"{w.path or '.'} of {url}@{full}: {exc}") from None
+                    raise DatasetError(
+                        f"task cache {cache.root}: cannot store {w.path or '.'} of {url}@{full}: {exc}"
+                    ) from None
             notify(f"fetched {url} at {full[:12]} ({how}); {len(paths)} task(s) cached")
         finally:
             remove_tree(work)
@@ -150,28 +148,32 @@ def _fetch_group(cache: TaskCache, url: str, commit: str | None, wants: list[_Wa
         lock.__exit__(None, None, None)
 
 
-def _registry_task_list(ds: RegistryDataset, registry: Registry) -> list[tuple[str, str | None,
-                                                                            str | None, str]]:
+def _registry_task_list(
+    ds: RegistryDataset, registry: Registry
+) -> list[tuple[str, str | None, str | None, str]]:
     """(name, git_url, git_commit_id, path) of every task of a dataset, paths normalised."""
     out = []
     for t in ds.tasks:
         where = f"dataset {ds.spec}: task {t.name}"
         path = _check_relative(t.path, where) if t.git_url else t.path
-        out.append((t.name, git.normalize_url(t.git_url) if t.git_url else None,
-                    t.git_commit_id, path))
+        out.append((t.name, git.normalize_url(t.git_url) if t.git_url else None, t.git_commit_id, path))
     return out
 
 
 def _previous(previous: Sequence[dict] | None, kind: str, **match: Any) -> dict | None:
     for rec in previous or ():
-        if isinstance(rec, dict) and rec.get("kind") == kind and \
-                all(rec.get(k) == v for k, v in match.items()):
+        if (
+            isinstance(rec, dict)
+            and rec.get("kind") == kind
+            and all(rec.get(k) == v for k, v in match.items())
+        ):
             return rec
     return None
 
 
-def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resolution,
-                     prev: dict | None, notify: Notify) -> None:
+def _resolve_dataset(
+    spec: str, registry: Registry, cache: TaskCache, res: Resolution, prev: dict | None, notify: Notify
+) -> None:
     from cairn.datasets.registry import resolve_dataset
 
     ds, note = resolve_dataset(registry, spec)
@@ -180,20 +182,31 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
     listed = _registry_task_list(ds, registry)
     if not listed:
         raise DatasetError(f"dataset {ds.spec} in registry {registry.source} lists no task")
-    prev_tasks = {(t.get("name"), t.get("git_url"), t.get("path")): t
-                  for t in (prev or {}).get("tasks", []) if isinstance(t, dict)}
+    prev_tasks = {
+        (t.get("name"), t.get("git_url"), t.get("path")): t
+        for t in (prev or {}).get("tasks", [])
+        if isinstance(t, dict)
+    }
     if prev is not None:
         now = [(n, u, c if git.is_full_commit(c) else None, p) for n, u, c, p in listed]
-        before = [(t.get("name"), t.get("git_url"),
-                   t.get("commit") if t.get("git_ref") is None else None, t.get("path"))
-                  for t in prev.get("tasks", []) if isinstance(t, dict)]
+        before = [
+            (
+                t.get("name"),
+                t.get("git_url"),
+                t.get("commit") if t.get("git_ref") is None else None,
+                t.get("path"),
+            )
+            for t in prev.get("tasks", [])
+            if isinstance(t, dict)
+        ]
         if [tuple(x) for x in now] != [tuple(x) for x in before]:
             changed = sorted({str(x[0]) for x in set(now) ^ set(before)})
             raise DatasetError(
                 f"dataset {ds.spec} in registry {registry.source} resolves differently than "
                 f"when this job started (tasks or commits changed: {', '.join(changed[:8])}"
                 f"{' …' if len(changed) > 8 else ''}); refusing to mix them in one job — "
-                "start a new job (another --job-name)")
+                "start a new job (another --job-name)"
+            )
     wants: list[_Want] = []
     local: list[tuple[int, ResolvedTask]] = []
     records: list[dict[str, Any]] = []
@@ -201,20 +214,19 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
         where = f"dataset {ds.spec}: task {name}"
         if url is None:
             if registry.base_dir is None:
-                raise DatasetError(f"{where} has no git_url; a task given by path alone needs a "
-                                   f"registry file (--registry-path), not a URL "
-                                   f"({registry.source})")
+                raise DatasetError(
+                    f"{where} has no git_url; a task given by path alone needs a "
+                    f"registry file (--registry-path), not a URL "
+                    f"({registry.source})"
+                )
             folder = (registry.base_dir / path).absolute()
             from cairn.task.load import is_task_dir
 
             if not folder.is_dir() or not is_task_dir(folder):
-                raise DatasetError(f"{where}: {folder} is not a task folder (no task.toml or "
-                                   "task.md)")
-            src = TaskSource(registry=registry.source, dataset=ds.name,
-                             dataset_version=ds.version, path=path)
+                raise DatasetError(f"{where}: {folder} is not a task folder (no task.toml or task.md)")
+            src = TaskSource(registry=registry.source, dataset=ds.name, dataset_version=ds.version, path=path)
             local.append((i, ResolvedTask(folder, src)))
-            records.append({"name": name, "git_url": None, "git_ref": None, "commit": None,
-                            "path": path})
+            records.append({"name": name, "git_url": None, "git_ref": None, "commit": None, "path": path})
             continue
         ref: str | None = None
         if git.is_full_commit(commit_id):
@@ -227,14 +239,18 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
             else:
                 commit = git.resolve_ref(url, commit_id)
                 if commit_id is None:
-                    res.notes.append(Note.warn(f"{where} has no git_commit_id pin; using {url} "
-                                               f"HEAD = {commit} (recorded in job.json)"))
+                    res.notes.append(
+                        Note.warn(
+                            f"{where} has no git_commit_id pin; using {url} "
+                            f"HEAD = {commit} (recorded in job.json)"
+                        )
+                    )
                 elif commit is not None:
-                    res.notes.append(Note.warn(f"{where} names ref {commit_id!r}, not a "
-                                               f"commit; using {commit}"))
+                    res.notes.append(
+                        Note.warn(f"{where} names ref {commit_id!r}, not a commit; using {commit}")
+                    )
         wants.append(_Want(url, commit, ref, path, _folder_name(path, name), where))
-        records.append({"name": name, "git_url": url, "git_ref": ref, "commit": commit,
-                        "path": path})
+        records.append({"name": name, "git_url": url, "git_ref": ref, "commit": commit, "path": path})
     fetched: dict[tuple[str, str | None, str], CachedTask] = {}
     groups: dict[tuple[str, str | None, str | None], list[_Want]] = {}
     for w in wants:
@@ -251,17 +267,40 @@ def _resolve_dataset(spec: str, registry: Registry, cache: TaskCache, res: Resol
         hit = fetched[(w.git_url, w.commit, w.path)]
         rec["commit"] = hit.commit
         rec["content_hash"] = hit.content_hash
-        tasks.append((i, ResolvedTask(hit.path, TaskSource(
-            registry=registry.source, dataset=ds.name, dataset_version=ds.version,
-            git_url=w.git_url, git_ref=w.ref, commit=hit.commit, path=w.path))))
+        tasks.append(
+            (
+                i,
+                ResolvedTask(
+                    hit.path,
+                    TaskSource(
+                        registry=registry.source,
+                        dataset=ds.name,
+                        dataset_version=ds.version,
+                        git_url=w.git_url,
+                        git_ref=w.ref,
+                        commit=hit.commit,
+                        path=w.path,
+                    ),
+                ),
+            )
+        )
     tasks.sort(key=lambda x: x[0])
     res.tasks.extend(t for _, t in tasks)
-    res.records.append({"kind": "dataset", "spec": spec, "name": ds.name, "version": ds.version,
-                        "registry": registry.source, "tasks": records})
+    res.records.append(
+        {
+            "kind": "dataset",
+            "spec": spec,
+            "name": ds.name,
+            "version": ds.version,
+            "registry": registry.source,
+            "tasks": records,
+        }
+    )
 
 
-def _resolve_repo(spec: str, sub: str, cache: TaskCache, res: Resolution, prev: dict | None,
-                  notify: Notify) -> None:
+def _resolve_repo(
+    spec: str, sub: str, cache: TaskCache, res: Resolution, prev: dict | None, notify: Notify
+) -> None:
     from cairn.task.load import find_tasks
 
     url, ref = git.split_repo_spec(spec)
@@ -270,8 +309,9 @@ def _resolve_repo(spec: str, sub: str, cache: TaskCache, res: Resolution, prev: 
     if prev is not None and git.is_full_commit(prev.get("commit")):
         commit: str | None = prev["commit"]
         if ref is not None and not git.is_full_commit(ref):
-            res.notes.append(Note(f"repository {url}@{ref}: running commit {commit}, "
-                                  "resolved when the job started"))
+            res.notes.append(
+                Note(f"repository {url}@{ref}: running commit {commit}, resolved when the job started")
+            )
     else:
         commit = git.resolve_ref(url, ref)
     where = f"repository {url}" + (f"@{ref}" if ref else "")
@@ -285,14 +325,16 @@ def _resolve_repo(spec: str, sub: str, cache: TaskCache, res: Resolution, prev: 
         try:
             work = git.temp_checkout_dir(cache.tmp)
             try:
-                notify(f"fetching {url} at {commit or ref}"
-                       + (f" (folder {sub})" if sub else ""))
+                notify(f"fetching {url} at {commit or ref}" + (f" (folder {sub})" if sub else ""))
                 full, how = git.checkout_commit(url, commit or str(ref), [sub], work)
                 base = work / sub if sub else work
                 dirs = find_tasks(base) if base.is_dir() else []
                 if not dirs:
-                    what = "does not exist" if not base.exists() else \
-                        "is not a task and holds no task folders (task.toml or task.md)"
+                    what = (
+                        "does not exist"
+                        if not base.exists()
+                        else "is not a task and holds no task folders (task.toml or task.md)"
+                    )
                     raise DatasetError(f"{where}: path {sub or '.'!r} at commit {full} {what}")
                 paths = []
                 for d in dirs:
@@ -314,12 +356,21 @@ def _resolve_repo(spec: str, sub: str, cache: TaskCache, res: Resolution, prev: 
     recs = []
     for w in wants:
         hit = hits[w.path]
-        res.tasks.append(ResolvedTask(hit.path, TaskSource(
-            git_url=url, git_ref=None if git.is_full_commit(ref) else (ref or "HEAD"),
-            commit=hit.commit, path=w.path)))
+        res.tasks.append(
+            ResolvedTask(
+                hit.path,
+                TaskSource(
+                    git_url=url,
+                    git_ref=None if git.is_full_commit(ref) else (ref or "HEAD"),
+                    commit=hit.commit,
+                    path=w.path,
+                ),
+            )
+        )
         recs.append({"path": w.path, "content_hash": hit.content_hash})
-    res.records.append({"kind": "repo", "spec": spec, "url": url, "ref": ref, "commit": commit,
-                        "path": sub, "tasks": recs})
+    res.records.append(
+        {"kind": "repo", "spec": spec, "url": url, "ref": ref, "commit": commit, "path": sub, "tasks": recs}
+    )
 
 
 def _repo_name(url: str) -> str:
@@ -327,10 +378,17 @@ def _repo_name(url: str) -> str:
     return name.removesuffix(".git") or "task"
 
 
-def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
-                    registry_url: str | None = None, registry_path: Path | None = None,
-                    repo_path: str | None = None, previous: Sequence[dict] | None = None,
-                    cache: TaskCache | None = None, notify: Notify | None = None) -> Resolution:
+def resolve_sources(
+    *,
+    datasets: Sequence[str] = (),
+    repos: Sequence[str] = (),
+    registry_url: str | None = None,
+    registry_path: Path | None = None,
+    repo_path: str | None = None,
+    previous: Sequence[dict] | None = None,
+    cache: TaskCache | None = None,
+    notify: Notify | None = None,
+) -> Resolution:
     """Resolve datasets and repositories to cached task folders (fetching what is missing).
 
     Args:
@@ -361,11 +419,13 @@ def resolve_sources(*, datasets: Sequence[str] = (), repos: Sequence[str] = (),
         try:
             registry = load_registry(url=registry_url, path=registry_path, cache_dir=cache.root)
         except DatasetError:
-            if previous is None or not all(_previous(previous, "dataset", spec=s)
-                                           for s in datasets):
+            if previous is None or not all(_previous(previous, "dataset", spec=s) for s in datasets):
                 raise
-            res.notes.append(Note.warn("the registry cannot be read; running the tasks and "
-                                       "commits recorded when the job started"))
+            res.notes.append(
+                Note.warn(
+                    "the registry cannot be read; running the tasks and commits recorded when the job started"
+                )
+            )
         if registry is not None:
             res.notes.extend(Note.warn(w) for w in registry.warnings)
         for spec in datasets:
@@ -386,13 +446,19 @@ def _replay_dataset(prev: dict, cache: TaskCache, res: Resolution, notify: Notif
     groups: dict[tuple[str, str], list[_Want]] = {}
     order: list[tuple[dict, _Want]] = []
     for t in prev.get("tasks", []):
-        if not isinstance(t, dict) or not t.get("git_url") or not git.is_full_commit(
-                t.get("commit")):
-            raise DatasetError(f"dataset {prev.get('spec')}: the registry cannot be read and "
-                               "job.json records a task that is not a pinned git task")
-        w = _Want(t["git_url"], t["commit"], t.get("git_ref"), str(t.get("path") or ""),
-                  _folder_name(str(t.get("path") or ""), str(t.get("name"))),
-                  f"dataset {prev.get('spec')}: task {t.get('name')}")
+        if not isinstance(t, dict) or not t.get("git_url") or not git.is_full_commit(t.get("commit")):
+            raise DatasetError(
+                f"dataset {prev.get('spec')}: the registry cannot be read and "
+                "job.json records a task that is not a pinned git task"
+            )
+        w = _Want(
+            t["git_url"],
+            t["commit"],
+            t.get("git_ref"),
+            str(t.get("path") or ""),
+            _folder_name(str(t.get("path") or ""), str(t.get("name"))),
+            f"dataset {prev.get('spec')}: task {t.get('name')}",
+        )
         groups.setdefault((w.git_url, t["commit"]), []).append(w)
         order.append((t, w))
     hits: dict[tuple[str, str, str], CachedTask] = {}
@@ -401,10 +467,20 @@ def _replay_dataset(prev: dict, cache: TaskCache, res: Resolution, notify: Notif
             hits[(url, commit, p)] = hit
     for _t, w in order:
         hit = hits[(w.git_url, str(w.commit), w.path)]
-        res.tasks.append(ResolvedTask(hit.path, TaskSource(
-            registry=prev.get("registry"), dataset=prev.get("name"),
-            dataset_version=prev.get("version"), git_url=w.git_url, git_ref=w.ref,
-            commit=hit.commit, path=w.path)))
+        res.tasks.append(
+            ResolvedTask(
+                hit.path,
+                TaskSource(
+                    registry=prev.get("registry"),
+                    dataset=prev.get("name"),
+                    dataset_version=prev.get("version"),
+                    git_url=w.git_url,
+                    git_ref=w.ref,
+                    commit=hit.commit,
+                    path=w.path,
+                ),
+            )
+        )
     res.records.append(dict(prev))
 
 
@@ -426,8 +502,10 @@ def export_tasks(tasks: Sequence[ResolvedTask], out_dir: Path) -> list[Path]:
     for t in tasks:
         n = t.path.name
         if n in names and names[n] != t.path:
-            raise DatasetError(f"two tasks would be exported as {out_dir / n} ({names[n]} and "
-                               f"{t.path}); export them one dataset at a time")
+            raise DatasetError(
+                f"two tasks would be exported as {out_dir / n} ({names[n]} and "
+                f"{t.path}); export them one dataset at a time"
+            )
         names[n] = t.path
         if (out_dir / n).exists():
             raise DatasetError(f"{out_dir / n} exists; remove it or choose another -o")

@@ -42,37 +42,80 @@ from cairn.errors import UsageError
 from cairn.plan import JobConfig
 from cairn.task.keylines import KeyLines, KeyPath, yaml_key_lines
 
-FLAG_KEYS = {"from": "from_trial", "k": "attempts", "n": "n_concurrent", "a": "agent",
-             "m": "model", "e": "backend", "p": "paths", "path": "paths", "env": "backend",
-             "ak": "agent_kwargs", "ae": "agent_env", "ve": "verifier_env", "i": "include",
-             "x": "exclude", "no_verify": "verify", "d": "datasets", "dataset": "datasets",
-             "repo": "repos", "l": "n_tasks", "r": "max_retries", "artifact": "artifacts",
-             "extra_instruction": "extra_instructions",
-             "extra_instruction_path": "extra_instruction_paths",
-             "environment_build_timeout_multiplier": "build_timeout_multiplier",
-             "n_attempts": "attempts"}
+FLAG_KEYS = {
+    "from": "from_trial",
+    "k": "attempts",
+    "n": "n_concurrent",
+    "a": "agent",
+    "m": "model",
+    "e": "backend",
+    "p": "paths",
+    "path": "paths",
+    "env": "backend",
+    "ak": "agent_kwargs",
+    "ae": "agent_env",
+    "ve": "verifier_env",
+    "i": "include",
+    "x": "exclude",
+    "no_verify": "verify",
+    "d": "datasets",
+    "dataset": "datasets",
+    "repo": "repos",
+    "l": "n_tasks",
+    "r": "max_retries",
+    "artifact": "artifacts",
+    "extra_instruction": "extra_instructions",
+    "extra_instruction_path": "extra_instruction_paths",
+    "environment_build_timeout_multiplier": "build_timeout_multiplier",
+    "n_attempts": "attempts",
+}
 """Flag spellings (and Harbor's names of the same option) accepted in a cairn-shaped file."""
 
-LIST_KEYS = ("paths", "include", "exclude", "datasets", "repos", "artifacts",
-             "extra_instructions", "extra_instruction_paths", "agent_hosts")
+LIST_KEYS = (
+    "paths",
+    "include",
+    "exclude",
+    "datasets",
+    "repos",
+    "artifacts",
+    "extra_instructions",
+    "extra_instruction_paths",
+    "agent_hosts",
+)
 """Keys whose value is a list (a single string is taken as a list of one)."""
 
 MAP_KEYS = ("agent_kwargs", "agent_env", "verifier_env", "add_hosts")
 """Keys whose value is a mapping: merged key by key across files."""
 
-AGENT_KEYS = ("agent", "model", "agent_kwargs", "agent_env", "agent_hosts",
-              "resume_agent_session")
+AGENT_KEYS = ("agent", "model", "agent_kwargs", "agent_env", "agent_hosts", "resume_agent_session")
 """What one entry of a Harbor file's ``agents`` list sets: that file replaces all of them (an
 absent field takes its default), as the list replaces an earlier file's list."""
 
 CLI_KEYS = ("quiet",)
 """Keys a file may hold that the command line uses (display), not the job config."""
 
-HARBOR_ONLY_KEYS = frozenset({
-    "schema_version", "n_attempts", "install_only", "skip_credential_checks",
-    "environment_build_timeout_multiplier", "debug", "n_concurrent_trials", "retry",
-    "override_error_policy", "environment", "verifier", "metrics", "agents", "user_agent",
-    "tasks", "source_jobs", "orchestrator", "plugins"})
+HARBOR_ONLY_KEYS = frozenset(
+    {
+        "schema_version",
+        "n_attempts",
+        "install_only",
+        "skip_credential_checks",
+        "environment_build_timeout_multiplier",
+        "debug",
+        "n_concurrent_trials",
+        "retry",
+        "override_error_policy",
+        "environment",
+        "verifier",
+        "metrics",
+        "agents",
+        "user_agent",
+        "tasks",
+        "source_jobs",
+        "orchestrator",
+        "plugins",
+    }
+)
 """Top-level keys of Harbor 0.26's ``JobConfig`` (and its legacy ``orchestrator``/``plugins``)
 that a cairn job.yaml never has: any of them makes a file Harbor-shaped."""
 
@@ -168,8 +211,7 @@ def read_config_file(path: Path) -> ConfigFile:
         text = read_input_text(path)
         data = load_yaml(text, path) or {}
     except InputFileError as exc:
-        raise UsageError(str(exc) if exc.line is None else f"{path}:{exc.line}: {exc.reason}"
-                         ) from None
+        raise UsageError(str(exc) if exc.line is None else f"{path}:{exc.line}: {exc.reason}") from None
     except yaml.YAMLError as exc:
         raise UsageError(f"{path}: {exc}") from None
     if not isinstance(data, dict):
@@ -181,16 +223,19 @@ def read_config_file(path: Path) -> ConfigFile:
     if is_harbor_shaped(data):
         reader = _HarborReader(path, lines)
         out = _with_instruction_files(reader.translate(data), path, lines)
-        _check_values(out, path, lines, {v[0]: k for k, v in _SAME_KEYS.items()}
-                      | {"n_concurrent": "n_concurrent_trials"})
+        _check_values(
+            out,
+            path,
+            lines,
+            {v[0]: k for k, v in _SAME_KEYS.items()} | {"n_concurrent": "n_concurrent_trials"},
+        )
         return ConfigFile(path, True, out, reader.notes, frozenset(reader.replaces))
     out = _with_instruction_files(_cairn_keys(data), path, lines)
     _check_values(out, path, lines, {_cairn_name(str(k)): str(k) for k in data})
     return ConfigFile(path, False, out)
 
 
-def _check_values(data: Mapping[str, Any], path: Path, lines: KeyLines,
-                  spelled: Mapping[str, str]) -> None:
+def _check_values(data: Mapping[str, Any], path: Path, lines: KeyLines, spelled: Mapping[str, str]) -> None:
     """Validate one file's JobConfig keys on their own (JobConfig has no cross-field rules),
     so a wrong value is refused with the file and line of its key, not after the merge.
 
@@ -257,8 +302,9 @@ def _with_instruction_files(data: dict[str, Any], path: Path, lines: KeyLines) -
             texts.append(_read_instruction_file(Path(str(f)).expanduser()))
         except OSError as exc:
             line = lines.line(("extra_instruction_paths", i))
-            raise UsageError(f"{path}:{line or '?'}: extra instruction file {f}: "
-                             f"{exc.strerror or exc}") from None
+            raise UsageError(
+                f"{path}:{line or '?'}: extra instruction file {f}: {exc.strerror or exc}"
+            ) from None
     data["extra_instructions"] = texts + list(data.get("extra_instructions") or [])
     return data
 
@@ -307,8 +353,9 @@ def merge_configs(layers: Sequence[Mapping[str, Any] | ConfigFile]) -> dict[str,
     """
     out: dict[str, Any] = {}
     for layer in layers:
-        data, replaces = ((layer.data, layer.replaces) if isinstance(layer, ConfigFile)
-                          else (layer, frozenset()))
+        data, replaces = (
+            (layer.data, layer.replaces) if isinstance(layer, ConfigFile) else (layer, frozenset())
+        )
         for k in replaces:
             out.pop(k, None)
         for k, v in data.items():
@@ -329,8 +376,7 @@ class _HarborReader:
         self.replaces: set[str] = set()
 
     def ignore(self, key: KeyPath, why: str) -> None:
-        self.notes.append(ConfigNote(self.path, self.lines.line(key), _dotted(key),
-                                     f"ignored: {why}"))
+        self.notes.append(ConfigNote(self.path, self.lines.line(key), _dotted(key), f"ignored: {why}"))
 
     def refuse(self, key: KeyPath, why: str) -> UsageError:
         line = self.lines.line(key)
@@ -395,23 +441,28 @@ class _HarborReader:
         with contextlib.suppress(OSError, ValueError):
             if (Path(parent) / name).resolve() == self.path.absolute().parent.resolve():
                 del out["job_name"], out["jobs_dir"]
-                self.ignore(("job_name",), f"job_name {name!r} and jobs_dir name the Harbor "
-                            "job folder this file is in; cairn runs it as a new job (default "
-                            "./jobs; give --job-name/-o)")
+                self.ignore(
+                    ("job_name",),
+                    f"job_name {name!r} and jobs_dir name the Harbor "
+                    "job folder this file is in; cairn runs it as a new job (default "
+                    "./jobs; give --job-name/-o)",
+                )
 
     def _k_cairn(self, value: Any, out: dict[str, Any]) -> None:
-        if isinstance(value, dict) and str(value.get("schema", "")).startswith(
-                "cairn.harbor-export/"):
-            self.ignore(("cairn",), "cairn's export record of the job (cairn.config); the run "
-                        "takes the Harbor keys")
+        if isinstance(value, dict) and str(value.get("schema", "")).startswith("cairn.harbor-export/"):
+            self.ignore(
+                ("cairn",), "cairn's export record of the job (cairn.config); the run takes the Harbor keys"
+            )
         else:
             self.ignore(("cairn",), "not a key of Harbor 0.26's JobConfig, nor of cairn's")
 
     # ---- top-level keys with a translation ---------------------------------------------
     def _k_schema_version(self, value: Any, out: dict[str, Any]) -> None:
         if value not in (1, "1", None):
-            raise self.refuse(("schema_version",), f"Harbor job config version {value!r} is "
-                              "not known (cairn reads version 1, Harbor 0.26)")
+            raise self.refuse(
+                ("schema_version",),
+                f"Harbor job config version {value!r} is not known (cairn reads version 1, Harbor 0.26)",
+            )
 
     def _k_n_concurrent_trials(self, value: Any, out: dict[str, Any]) -> None:
         out["n_concurrent"] = self.want(("n_concurrent_trials",), value, "integer")
@@ -432,8 +483,11 @@ class _HarborReader:
                 self._retry(v, out, key)
             elif k == "type":
                 if self.want(key, v, "string", optional=True) not in (None, "local"):
-                    raise self.refuse(key, f"orchestrator type {v!r}: cairn orchestrates "
-                                      "locally (or on Ray with --executor ray)")
+                    raise self.refuse(
+                        key,
+                        f"orchestrator type {v!r}: cairn orchestrates "
+                        "locally (or on Ray with --executor ray)",
+                    )
             else:
                 self.ignore(key, "no cairn meaning")
 
@@ -451,12 +505,17 @@ class _HarborReader:
                 out["retry_backoff_sec"] = self.want(key, v, "number")
             elif k in ("include_exceptions", "exclude_exceptions"):
                 if v is not None:
-                    self.ignore(key, "cairn retries by error category (infrastructure errors "
-                                "only), not by exception type")
+                    self.ignore(
+                        key,
+                        "cairn retries by error category (infrastructure errors only), not by exception type",
+                    )
             elif k in ("wait_multiplier", "max_wait_sec"):
                 if v != _RETRY_DEFAULTS[str(k)]:
-                    self.ignore(key, "cairn doubles the retry delay each time, from "
-                                "retry_backoff_sec (min_wait_sec), without a cap")
+                    self.ignore(
+                        key,
+                        "cairn doubles the retry delay each time, from "
+                        "retry_backoff_sec (min_wait_sec), without a cap",
+                    )
             else:
                 self.ignore(key, "not a Harbor 0.26 retry key")
 
@@ -470,8 +529,9 @@ class _HarborReader:
                 if self.want(key, v, "string", optional=True) is None:
                     continue
                 if v not in HARBOR_ENV_TYPES:
-                    raise self.refuse(key, f"environment type {v!r}: cairn runs sandboxes on "
-                                      "docker or local (give -e)")
+                    raise self.refuse(
+                        key, f"environment type {v!r}: cairn runs sandboxes on docker or local (give -e)"
+                    )
                 out["backend"] = HARBOR_ENV_TYPES[v]
             elif k == "force_build":
                 out["force_build"] = self.want(key, v, "bool")
@@ -483,13 +543,16 @@ class _HarborReader:
                 if v is None:
                     continue
                 if v not in CAIRN_ENV_IMPORT_PATHS:
-                    raise self.refuse(key, "a custom environment class: cairn's backends are "
-                                      "docker and local")
+                    raise self.refuse(
+                        key, "a custom environment class: cairn's backends are docker and local"
+                    )
                 imported = CAIRN_ENV_IMPORT_PATHS[v]
             elif k == "delete":
                 if self.want(key, v, "bool") is False:
-                    self.ignore(key, "cairn removes every sandbox; --keep-sandbox keeps "
-                                "those of trials that did not pass")
+                    self.ignore(
+                        key,
+                        "cairn removes every sandbox; --keep-sandbox keeps those of trials that did not pass",
+                    )
             elif k in ("override_gpus", "override_tpu"):
                 if v is not None:
                     raise self.refuse(key, "cairn does not override a task's GPUs/TPUs")
@@ -510,11 +573,15 @@ class _HarborReader:
             elif k == "disable":
                 out["verify"] = not self.want(key, v, "bool")
             elif k == "import_path" and v is not None:
-                raise self.refuse(key, "a custom verifier class: cairn runs the task's "
-                                  "tests/test.sh (or its judge)")
+                raise self.refuse(
+                    key, "a custom verifier class: cairn runs the task's tests/test.sh (or its judge)"
+                )
             elif k in ("override_timeout_sec", "max_timeout_sec") and v is not None:
-                self.ignore(key, "cairn takes verifier timeouts from the task; scale them "
-                            "with verifier_timeout_multiplier")
+                self.ignore(
+                    key,
+                    "cairn takes verifier timeouts from the task; scale them "
+                    "with verifier_timeout_multiplier",
+                )
             elif v in (None, [], {}):
                 continue
             else:
@@ -524,8 +591,10 @@ class _HarborReader:
         if not isinstance(value, list) or not value:
             raise self.refuse(("agents",), "expected a list of one agent")
         if len(value) > 1:
-            raise self.refuse(("agents", 1), "cairn runs one agent per job; split the agents "
-                              "into one config (or -a flag) per job")
+            raise self.refuse(
+                ("agents", 1),
+                "cairn runs one agent per job; split the agents into one config (or -a flag) per job",
+            )
         agent = value[0]
         if not isinstance(agent, dict):
             raise self.refuse(("agents", 0), "expected a mapping")
@@ -549,13 +618,21 @@ class _HarborReader:
                 out["agent_hosts"] = self.strings(key, v)
             elif k == "resume_trajectory":
                 out["resume_agent_session"] = self.want(key, v, "bool")
-            elif k in ("override_timeout_sec", "override_setup_timeout_sec",
-                       "max_timeout_sec") and v is not None:
-                self.ignore(key, "cairn takes agent timeouts from the task; scale them with "
-                            "agent_timeout_multiplier / agent_setup_timeout_multiplier")
+            elif (
+                k in ("override_timeout_sec", "override_setup_timeout_sec", "max_timeout_sec")
+                and v is not None
+            ):
+                self.ignore(
+                    key,
+                    "cairn takes agent timeouts from the task; scale them with "
+                    "agent_timeout_multiplier / agent_setup_timeout_multiplier",
+                )
             elif k in ("load_trajectory",) and v is not None:
-                raise self.refuse(key, "cairn does not load a recorded session into the first "
-                                  "step (--start-step with --from starts from a snapshot)")
+                raise self.refuse(
+                    key,
+                    "cairn does not load a recorded session into the first "
+                    "step (--start-step with --from starts from a snapshot)",
+                )
             elif v in (None, [], {}, False):
                 continue
             else:
@@ -572,8 +649,11 @@ class _HarborReader:
             if not isinstance(t, dict):
                 raise self.refuse(key, "expected a mapping with path")
             if t.get("git_url") or t.get("name"):
-                raise self.refuse(key, "a git or package task: give cairn the repository "
-                                  "(--repo URL@COMMIT --repo-path PATH) or a local folder")
+                raise self.refuse(
+                    key,
+                    "a git or package task: give cairn the repository "
+                    "(--repo URL@COMMIT --repo-path PATH) or a local folder",
+                )
             if not t.get("path"):
                 raise self.refuse(key, "a task needs path")
             paths.append(self.want((*key, "path"), t["path"], "string"))
@@ -595,8 +675,11 @@ class _HarborReader:
             if not isinstance(d, dict):
                 raise self.refuse(key, "expected a mapping (path, or name and version)")
             if d.get("repo"):
-                raise self.refuse((*key, "repo"), "a git registry: give cairn a registry "
-                                  "file (registry_path) or the task repository (--repo)")
+                raise self.refuse(
+                    (*key, "repo"),
+                    "a git registry: give cairn a registry "
+                    "file (registry_path) or the task repository (--repo)",
+                )
             for k in ("path", "name", "registry_url", "registry_path"):
                 self.want((*key, k), d.get(k), "string", optional=True)
             for k in ("version", "ref"):
@@ -605,8 +688,7 @@ class _HarborReader:
                 out.setdefault("paths", []).append(str(d["path"]))
             elif d.get("name"):
                 ref = d.get("version") or d.get("ref")
-                out.setdefault("datasets", []).append(f"{d['name']}@{ref}" if ref
-                                                      else str(d["name"]))
+                out.setdefault("datasets", []).append(f"{d['name']}@{ref}" if ref else str(d["name"]))
             else:
                 raise self.refuse(key, "a dataset needs path or name")
             sources += 1
@@ -617,8 +699,7 @@ class _HarborReader:
                 if k in ("registry_url", "registry_path"):
                     if v is not None:
                         if out.get(k) not in (None, str(v)):
-                            raise self.refuse(sub, "cairn reads every dataset of a job from "
-                                              "one registry")
+                            raise self.refuse(sub, "cairn reads every dataset of a job from one registry")
                         out[k] = str(v)
                 elif k in ("task_names", "exclude_task_names", "n_tasks"):
                     if k == "n_tasks":
@@ -628,23 +709,34 @@ class _HarborReader:
                     if v is not None:
                         filters.append((sub, str(k), v))
                 elif v not in (None, False):
-                    self.ignore(sub, "cairn caches fetched tasks by content itself"
-                                if k in ("overwrite", "download_dir") else "no cairn meaning")
+                    self.ignore(
+                        sub,
+                        "cairn caches fetched tasks by content itself"
+                        if k in ("overwrite", "download_dir")
+                        else "no cairn meaning",
+                    )
         for sub, k, v in filters:  # cairn's filters apply to the whole job
-            target = {"task_names": "include", "exclude_task_names": "exclude",
-                      "n_tasks": "n_tasks"}[k]
+            target = {"task_names": "include", "exclude_task_names": "exclude", "n_tasks": "n_tasks"}[k]
             if target == "n_tasks":
                 if sources > 1:
-                    self.ignore(sub, "cairn's n_tasks limits the whole job, not one dataset "
-                                "of several (give n_tasks at the top)")
+                    self.ignore(
+                        sub,
+                        "cairn's n_tasks limits the whole job, not one dataset "
+                        "of several (give n_tasks at the top)",
+                    )
                     continue
                 out["n_tasks"] = v
             else:
                 out.setdefault(target, []).extend([v] if isinstance(v, str) else list(v))
                 if sources > 1:
-                    self.notes.append(ConfigNote(self.path, self.lines.line(sub), _dotted(sub),
-                                                 f"applied to every task of the job ({target})"
-                                                 ", not only this dataset's"))
+                    self.notes.append(
+                        ConfigNote(
+                            self.path,
+                            self.lines.line(sub),
+                            _dotted(sub),
+                            f"applied to every task of the job ({target}), not only this dataset's",
+                        )
+                    )
 
     def _k_artifacts(self, value: Any, out: dict[str, Any]) -> None:
         items = []
@@ -655,8 +747,10 @@ class _HarborReader:
                 items.append(self.want(("artifacts", i, "source"), a["source"], "string"))
                 for k, v in a.items():
                     if k != "source" and v not in (None, [], "main"):
-                        self.ignore(("artifacts", i, str(k)), "an --artifact path is kept "
-                                    "under its own path in the step's artifacts/")
+                        self.ignore(
+                            ("artifacts", i, str(k)),
+                            "an --artifact path is kept under its own path in the step's artifacts/",
+                        )
             else:
                 raise self.refuse(("artifacts", i), "expected a path or {source: PATH}")
         out["artifacts"] = items
@@ -669,43 +763,56 @@ class _HarborReader:
 
 
 _SAME_KEYS: dict[str, tuple[str, str, bool]] = {
-    "job_name": ("job_name", "string", False), "jobs_dir": ("jobs_dir", "string", False),
+    "job_name": ("job_name", "string", False),
+    "jobs_dir": ("jobs_dir", "string", False),
     "n_attempts": ("attempts", "integer", False),
     "timeout_multiplier": ("timeout_multiplier", "number", False),
     "agent_timeout_multiplier": ("agent_timeout_multiplier", "number", True),
     "verifier_timeout_multiplier": ("verifier_timeout_multiplier", "number", True),
     "agent_setup_timeout_multiplier": ("agent_setup_timeout_multiplier", "number", True),
-    "environment_build_timeout_multiplier": ("build_timeout_multiplier", "number", True)}
+    "environment_build_timeout_multiplier": ("build_timeout_multiplier", "number", True),
+}
 """Harbor keys taken as they are: (cairn's name, the kind of value, whether ``None`` — Harbor's
 default for the optional multipliers — is allowed and means cairn's default)."""
 
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
-    "mapping": ((dict,), "a mapping"), "list": ((list,), "a list"),
-    "string": ((str,), "a string"), "scalar": ((str, int, float), "a string"),
-    "number": ((int, float), "a number"), "integer": ((int,), "an integer"),
-    "bool": ((bool,), "true or false")}
+    "mapping": ((dict,), "a mapping"),
+    "list": ((list,), "a list"),
+    "string": ((str,), "a string"),
+    "scalar": ((str, int, float), "a string"),
+    "number": ((int, float), "a number"),
+    "integer": ((int,), "an integer"),
+    "bool": ((bool,), "true or false"),
+}
 """The value kinds :meth:`_HarborReader.want` checks: accepted Python types, name in errors."""
 
 _RETRY_DEFAULTS = {"wait_multiplier": 1.0, "max_wait_sec": 60.0}
 """Harbor 0.26 ``RetryConfig`` defaults of the keys cairn ignores: at these, no note."""
 
 _ENVIRONMENT_DEFAULTS: dict[str, Any] = {
-    "stream": False, "cpu_enforcement_policy": "auto", "memory_enforcement_policy": "auto",
-    "mounts": None, "extra_docker_compose": [], "kwargs": {}, "extra_allowed_hosts": [],
-    "env": {}, "suppress_override_warnings": False}
+    "stream": False,
+    "cpu_enforcement_policy": "auto",
+    "memory_enforcement_policy": "auto",
+    "mounts": None,
+    "extra_docker_compose": [],
+    "kwargs": {},
+    "extra_allowed_hosts": [],
+    "env": {},
+    "suppress_override_warnings": False,
+}
 """Harbor 0.26 ``EnvironmentConfig`` defaults of the keys cairn ignores: at these, no note."""
 
 _IGNORED_TOP = {
     "debug": "set CAIRN_DEBUG=1 for tracebacks; cairn's logs are always written",
     "skip_credential_checks": "cairn checks an agent's options before the job and its "
-                              "credentials when the model is first called",
+    "credentials when the model is first called",
     "override_error_policy": "cairn's error vocabulary decides what is retried (design §6)",
     "metrics": "cairn reports the mean reward, pass rate and pass@k (cairn report)",
     "plugins": "cairn has no job plugins",
 }
 _REFUSED_TOP = {
     "install_only": "cairn has no install-only mode (cairn agents prepare installs CLI agents "
-                    "ahead of a run)",
+    "ahead of a run)",
     "user_agent": "cairn has no simulated user",
     "source_jobs": "use `cairn regrade JOB_DIR` to re-grade a job",
 }
@@ -716,8 +823,7 @@ _ENVIRONMENT_IGNORED = {
     "extra_docker_compose": "cairn uses the task's own compose file only",
     "env": "cairn passes the task's [environment.env] only",
     "kwargs": "cairn's backends take no keyword arguments",
-    "extra_allowed_hosts": "cairn takes the task's allowlist (and --allow-agent-host for "
-                           "agent phases)",
+    "extra_allowed_hosts": "cairn takes the task's allowlist (and --allow-agent-host for agent phases)",
     "stream": "no cairn meaning",
     "suppress_override_warnings": "no effect in Harbor either",
 }
@@ -735,5 +841,12 @@ _AGENT_IGNORED = {
 }
 
 
-__all__ = ["CLI_KEYS", "ConfigFile", "ConfigNote", "is_harbor_shaped", "merge_configs",
-           "read_config_file", "read_instruction_files"]
+__all__ = [
+    "CLI_KEYS",
+    "ConfigFile",
+    "ConfigNote",
+    "is_harbor_shaped",
+    "merge_configs",
+    "read_config_file",
+    "read_instruction_files",
+]

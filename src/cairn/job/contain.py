@@ -86,21 +86,31 @@ def internal_result(plan: TrialPlan, exc: BaseException, started_at: datetime) -
     cause = _masker(plan).mask(cause_line(exc))
     now = datetime.now(UTC)
     return TrialResult(
-        trial_id=plan.trial_id, trial_name=plan.trial_name, attempt=plan.attempt,
+        trial_id=plan.trial_id,
+        trial_name=plan.trial_name,
+        attempt=plan.attempt,
         task=TaskRef(name=task.name, content_hash=task.content_hash, source=plan.source),
-        agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)), model=plan.model,
-        backend=plan.backend, outcome=Outcome.ERRORED,
-        error=ErrorInfo(kind=ErrorKind.INTERNAL, category=Category.INFRA,
-                        message=f"internal error: {cause}",
-                        detail={"exception": type(exc).__name__}),
-        strategy=task.config.multi_step_reward_strategy, steps_total=len(task.steps),
-        started_at=started_at, finished_at=now,
-        steps=[StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN)
-               for s in task.steps])
+        agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)),
+        model=plan.model,
+        backend=plan.backend,
+        outcome=Outcome.ERRORED,
+        error=ErrorInfo(
+            kind=ErrorKind.INTERNAL,
+            category=Category.INFRA,
+            message=f"internal error: {cause}",
+            detail={"exception": type(exc).__name__},
+        ),
+        strategy=task.config.multi_step_reward_strategy,
+        steps_total=len(task.steps),
+        started_at=started_at,
+        finished_at=now,
+        steps=[StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in task.steps],
+    )
 
 
-def record_internal(plan: TrialPlan, exc: BaseException, started_at: datetime,
-                    emit: EventSink) -> TrialResult:
+def record_internal(
+    plan: TrialPlan, exc: BaseException, started_at: datetime, emit: EventSink
+) -> TrialResult:
     """Record ``exc`` as the trial's own error: traceback into ``trial.log``, result.json,
     one warning line for the job. Writing is best effort: when the trial folder itself cannot
     be written (the store is what failed), the result is still returned (counted by the job,
@@ -122,28 +132,26 @@ def record_internal(plan: TrialPlan, exc: BaseException, started_at: datetime,
     store = TrialStore(TrialPaths(plan.trial_dir), masker)
     where = " (traceback in trial.log)"
     try:
-        store.append_log(f"internal error: the trial ended on an exception no stage "
-                         f"handled:\n{tb}")
+        store.append_log(f"internal error: the trial ended on an exception no stage handled:\n{tb}")
         store.create().write_result(result)
     except (OSError, ValueError) as write_exc:
         spill = Path(plan.job_dir) / INTERNAL_ERRORS_LOG
         where = f"; its folder could not be written ({cause_line(write_exc, 160)})"
         try:
             with open(spill, "a", encoding="utf-8") as f:
-                f.write(f"trial {plan.trial_id} ({plan.task.name}, attempt {plan.attempt}):\n"
-                        f"{tb}\n")
+                f.write(f"trial {plan.trial_id} ({plan.task.name}, attempt {plan.attempt}):\n{tb}\n")
             where += f", traceback in {spill}"
         except OSError:
             log.error("trial %s: internal error\n%s", plan.trial_id, tb)
     tag = plan.task.name if plan.attempt == 1 else f"{plan.task.name} #{plan.attempt}"
     message = result.error.message if result.error is not None else "internal error"
-    emit(Event(EventKind.WARNING, f"[{tag}] {message}{where}", task=plan.task.name,
-               trial_id=plan.trial_id))
+    emit(Event(EventKind.WARNING, f"[{tag}] {message}{where}", task=plan.task.name, trial_id=plan.trial_id))
     return result
 
 
-async def contain_trial(plan: TrialPlan, run: Callable[[TrialPlan], Awaitable[TrialResult]],
-                        emit: EventSink) -> TrialResult:
+async def contain_trial(
+    plan: TrialPlan, run: Callable[[TrialPlan], Awaitable[TrialResult]], emit: EventSink
+) -> TrialResult:
     """Run ``run(plan)`` (the job's retrying trial runner) so that no exception escapes it
     but the ones that stop the job: cancellation and a full filesystem.
 

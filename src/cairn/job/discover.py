@@ -92,8 +92,9 @@ def previous_sources(job_dir: Path) -> list[dict[str, Any]] | None:
         return None
 
 
-def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
-                    on_event: Callable[[str], None] | None = None) -> JobInputs:
+def discover_inputs(
+    config: JobConfig, *, resume_dir: Path | None = None, on_event: Callable[[str], None] | None = None
+) -> JobInputs:
     """Find, fetch, filter (``-i``/``-x``), limit (``-l``) and load a job's tasks.
 
     ``-p`` folders come first, then each ``-d`` dataset (registry order), then each
@@ -114,8 +115,9 @@ def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
             bad dataset, registry, repository, commit or path.
     """
     if not (config.paths or config.datasets or config.repos):
-        raise UsageError("give at least one task or dataset folder (-p), dataset (-d) or "
-                         "git repository (--repo)")
+        raise UsageError(
+            "give at least one task or dataset folder (-p), dataset (-d) or git repository (--repo)"
+        )
     found: list[tuple[Path, TaskSource | None]] = []
     if config.paths:
         found += [(d, None) for d in _folder_tasks(config.paths)]
@@ -126,10 +128,15 @@ def discover_inputs(config: JobConfig, *, resume_dir: Path | None = None,
         from cairn.datasets.resolve import resolve_sources
 
         previous = previous_sources(resume_dir) if resume_dir is not None else None
-        res = resolve_sources(datasets=config.datasets, repos=config.repos,
-                              registry_url=config.registry_url,
-                              registry_path=config.registry_path, repo_path=config.repo_path,
-                              previous=previous, notify=on_event)
+        res = resolve_sources(
+            datasets=config.datasets,
+            repos=config.repos,
+            registry_url=config.registry_url,
+            registry_path=config.registry_path,
+            repo_path=config.repo_path,
+            previous=previous,
+            notify=on_event,
+        )
         found += [(t.path, t.source) for t in res.tasks]
         sources, notes = res.records, res.notes
     return JobInputs(_load_entries(found, config), sources, [*nested, *notes])
@@ -173,10 +180,14 @@ def _folder_tasks(paths: Iterable[Path]) -> list[Path]:
         dirs = find_tasks(p)
         if not dirs:
             down = nested_datasets(p)
-            hint = ("; it holds datasets one level down, give them: "
-                    + " ".join(f"-p {d}" for d, _ in down)) if down else ""
-            raise UsageError(f"{p} is not a task folder (no task.toml or task.md) and holds "
-                             f"no task folders{hint}")
+            hint = (
+                ("; it holds datasets one level down, give them: " + " ".join(f"-p {d}" for d, _ in down))
+                if down
+                else ""
+            )
+            raise UsageError(
+                f"{p} is not a task folder (no task.toml or task.md) and holds no task folders{hint}"
+            )
         out += dirs
     return out
 
@@ -209,10 +220,17 @@ def nested_notes(paths: Iterable[Path], command: str = "-p") -> list[Note]:
         if not find_tasks(Path(p)):
             continue  # a folder with no task at all is refused with the same hint
         for d, n in nested_datasets(Path(p)):
-            hint = (f"not included: add -p {shown_path(d)}" if command == "-p"
-                    else f"not checked: {command} {shown_path(d)}")
-            out.append(Note.warn(f"{shown_path(d)} holds {n} task(s) one level down (folders "
-                                 f"are read one level deep), {hint}"))
+            hint = (
+                f"not included: add -p {shown_path(d)}"
+                if command == "-p"
+                else f"not checked: {command} {shown_path(d)}"
+            )
+            out.append(
+                Note.warn(
+                    f"{shown_path(d)} holds {n} task(s) one level down (folders "
+                    f"are read one level deep), {hint}"
+                )
+            )
     return out
 
 
@@ -226,8 +244,7 @@ def _describe(entry: TaskEntry) -> str:
     return f"{where}({entry.path})"
 
 
-def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig
-                  ) -> list[TaskEntry]:
+def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig) -> list[TaskEntry]:
     """Load each task folder once; filter, limit and check names.
 
     Raises:
@@ -247,27 +264,43 @@ def _load_entries(found: list[tuple[Path, TaskSource | None]], config: JobConfig
         except TaskFormatError as exc:
             lines = [str(f) for f in exc.findings] or [str(exc)]
             name, steps = _fallback_identity(d)
-            entries.append(TaskEntry(d, name, error="\n".join(lines),
-                                     content_hash=task_content_hash(d), steps=steps,
-                                     source=source))
+            entries.append(
+                TaskEntry(
+                    d,
+                    name,
+                    error="\n".join(lines),
+                    content_hash=task_content_hash(d),
+                    steps=steps,
+                    source=source,
+                )
+            )
             continue
-        entries.append(TaskEntry(d, task.name, task=task, content_hash=task.content_hash,
-                                 steps=[s.name for s in task.steps], source=source))
+        entries.append(
+            TaskEntry(
+                d,
+                task.name,
+                task=task,
+                content_hash=task.content_hash,
+                steps=[s.name for s in task.steps],
+                source=source,
+            )
+        )
     if config.include:
         entries = [e for e in entries if _matches(e, config.include)]
     if config.exclude:
         entries = [e for e in entries if not _matches(e, config.exclude)]
     if config.n_tasks is not None:
-        entries = entries[:config.n_tasks]
+        entries = entries[: config.n_tasks]
     if not entries:
-        raise UsageError("no task matched the given sources and filters (-p, -d, --repo, "
-                         "-i, -x)")
+        raise UsageError("no task matched the given sources and filters (-p, -d, --repo, -i, -x)")
     names: dict[str, TaskEntry] = {}
     for e in entries:
         if e.name in names and names[e.name].path != e.path:
-            raise UsageError(f"two tasks are named {e.name!r}: {_describe(names[e.name])} and "
-                             f"{_describe(e)}; task names identify trials and results — run "
-                             "them in separate jobs, or rename one ([task].name)")
+            raise UsageError(
+                f"two tasks are named {e.name!r}: {_describe(names[e.name])} and "
+                f"{_describe(e)}; task names identify trials and results — run "
+                "them in separate jobs, or rename one ([task].name)"
+            )
         names[e.name] = e
     return entries
 
@@ -277,8 +310,9 @@ MAX_WARNING_LINES = 12
 counted, with the ``cairn tasks check`` command that lists them)."""
 
 
-def task_warning_lines(entries: Iterable[TaskEntry], *, cwd: Path | None = None,
-                       limit: int = MAX_WARNING_LINES) -> list[str]:
+def task_warning_lines(
+    entries: Iterable[TaskEntry], *, cwd: Path | None = None, limit: int = MAX_WARNING_LINES
+) -> list[str]:
     """The validation warnings of a job's tasks, as the lines a job prints before its first
     trial (issue 27: a typo such as ``min_rewrad`` must not pass a run in silence).
 
@@ -307,14 +341,13 @@ def task_warning_lines(entries: Iterable[TaskEntry], *, cwd: Path | None = None,
     errors = 0
     prefix = str(base) + os.sep
     for e in entries:  # a task of k attempts comes k times
-        if e.path in seen or (e.task is None and not e.error) or (
-                e.task is not None and not e.task.warnings):
+        if e.path in seen or (e.task is None and not e.error) or (e.task is not None and not e.task.warnings):
             continue
         seen.add(e.path)
         shown = []
         if e.task is None:  # invalid (under --strict: its promoted warnings)
             for line in (e.error or "").splitlines():
-                shown.append(line[len(prefix):] if line.startswith(prefix) else line)
+                shown.append(line[len(prefix) :] if line.startswith(prefix) else line)
             errors += len(shown)
         else:
             for w in e.task.warnings:
@@ -336,15 +369,21 @@ def task_warning_lines(entries: Iterable[TaskEntry], *, cwd: Path | None = None,
             hidden.append(e)
     if len(lines) < total:
         folders = " ".join(dict.fromkeys(rel(e.path) for e in hidden))
-        lines.append(f"warning: {total - len(lines)} more validation finding(s) in "
-                     f"{len(hidden)} task(s) not shown; list them: cairn tasks check {folders}")
+        lines.append(
+            f"warning: {total - len(lines)} more validation finding(s) in "
+            f"{len(hidden)} task(s) not shown; list them: cairn tasks check {folders}"
+        )
     warned = sum(1 for e, _ in found if e.task is not None)
     if total - errors:
-        lines.append(f"warning: {total - errors} task validation warning(s) in {warned} "
-                     "task(s); those tasks run as written (--strict makes warnings errors)")
+        lines.append(
+            f"warning: {total - errors} task validation warning(s) in {warned} "
+            "task(s); those tasks run as written (--strict makes warnings errors)"
+        )
     if errors:
-        lines.append(f"warning: {len(found) - warned} invalid task(s) end config_error "
-                     "without a sandbox (the findings above)")
+        lines.append(
+            f"warning: {len(found) - warned} invalid task(s) end config_error "
+            "without a sandbox (the findings above)"
+        )
     return lines
 
 
@@ -381,8 +420,12 @@ def task_templates(task: Task) -> list[Mapping[str, str]]:
     return tables
 
 
-def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = None, *,
-                    verifier_env: Mapping[str, str] | None = None) -> None:
+def check_templates(
+    tasks: Iterable[Task],
+    environ: Mapping[str, str] | None = None,
+    *,
+    verifier_env: Mapping[str, str] | None = None,
+) -> None:
     """Check that every ``${VAR}`` template of the given tasks resolves on this host.
 
     design §9: an unresolved ``${VAR}`` is a job-level error (exit 2), all checked before
@@ -412,17 +455,19 @@ def check_templates(tasks: Iterable[Task], environ: Mapping[str, str] | None = N
         if missing:
             problems.append(f"{task.name}: {', '.join(sorted(missing))}")
     if problems:
-        raise UsageError("environment variables not set on the host (needed by ${VAR} "
-                         "templates in task.toml): " + "; ".join(problems))
+        raise UsageError(
+            "environment variables not set on the host (needed by ${VAR} "
+            "templates in task.toml): " + "; ".join(problems)
+        )
 
 
 def _not_run(steps: Iterable[str]) -> list[StepResult]:
-    return [StepResult(index=i, name=n, source=StepSource.NOT_RUN)
-            for i, n in enumerate(steps, start=1)]
+    return [StepResult(index=i, name=n, source=StepSource.NOT_RUN) for i, n in enumerate(steps, start=1)]
 
 
-def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, attempt: int,
-                        trial_id: str) -> TrialResult:
+def config_error_result(
+    entry: TaskEntry, config: JobConfig, *, backend: str, attempt: int, trial_id: str
+) -> TrialResult:
     """The result of a trial whose task is invalid: outcome ``errored``, kind ``config_error``.
 
     Args:
@@ -438,14 +483,25 @@ def config_error_result(entry: TaskEntry, config: JobConfig, *, backend: str, at
     now = datetime.now(UTC)
     steps = entry.steps or ["main"]
     return TrialResult(
-        trial_id=trial_id, trial_name=trial_dir_name(entry.name, attempt, trial_id),
-        attempt=attempt, task=TaskRef(name=entry.name, content_hash=entry.content_hash,
-                                      source=entry.source),
-        agent=AgentRef(name=config.agent, kwargs=dict(config.agent_kwargs)), model=config.model,
-        backend=backend, outcome=Outcome.ERRORED,
-        error=ErrorInfo(kind=ErrorKind.CONFIG_ERROR, category=Category.TASK,
-                        phase=Phase.ENVIRONMENT, message=entry.error or "invalid task"),
-        steps_total=len(steps), started_at=now, finished_at=now, steps=_not_run(steps))
+        trial_id=trial_id,
+        trial_name=trial_dir_name(entry.name, attempt, trial_id),
+        attempt=attempt,
+        task=TaskRef(name=entry.name, content_hash=entry.content_hash, source=entry.source),
+        agent=AgentRef(name=config.agent, kwargs=dict(config.agent_kwargs)),
+        model=config.model,
+        backend=backend,
+        outcome=Outcome.ERRORED,
+        error=ErrorInfo(
+            kind=ErrorKind.CONFIG_ERROR,
+            category=Category.TASK,
+            phase=Phase.ENVIRONMENT,
+            message=entry.error or "invalid task",
+        ),
+        steps_total=len(steps),
+        started_at=now,
+        finished_at=now,
+        steps=_not_run(steps),
+    )
 
 
 def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
@@ -461,11 +517,22 @@ def cancelled_result(plan: TrialPlan, why: str) -> TrialResult:
     now = datetime.now(UTC)
     task = plan.task
     return TrialResult(
-        trial_id=plan.trial_id, trial_name=plan.trial_name, attempt=plan.attempt,
+        trial_id=plan.trial_id,
+        trial_name=plan.trial_name,
+        attempt=plan.attempt,
         task=TaskRef(name=task.name, content_hash=task.content_hash, source=plan.source),
-        agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)), model=plan.model,
-        backend=plan.backend, outcome=Outcome.CANCELLED,
-        error=ErrorInfo(kind=ErrorKind.CANCELLED, category=Category.JOB,
-                        message=f"not started: the job stopped early ({why})"),
-        strategy=task.config.multi_step_reward_strategy, steps_total=len(task.steps),
-        started_at=now, finished_at=now, steps=_not_run(s.name for s in task.steps))
+        agent=AgentRef(name=plan.agent_name, kwargs=dict(plan.agent_kwargs)),
+        model=plan.model,
+        backend=plan.backend,
+        outcome=Outcome.CANCELLED,
+        error=ErrorInfo(
+            kind=ErrorKind.CANCELLED,
+            category=Category.JOB,
+            message=f"not started: the job stopped early ({why})",
+        ),
+        strategy=task.config.multi_step_reward_strategy,
+        steps_total=len(task.steps),
+        started_at=now,
+        finished_at=now,
+        steps=_not_run(s.name for s in task.steps),
+    )

@@ -74,13 +74,15 @@ class DryRun:
         n_run = sum(t.action == "run" for t in self.trials)
         n_keep = sum(t.action == "keep" for t in self.trials)
         where = str(self.job_dir) if self.job_dir else "a new folder named at the start time"
-        out = ["dry run: nothing was built, started or written",
-               f"backend: {self.backend} (executor {self.executor})",
-               f"job: {where}" + (f" (exists: a resume keeps {n_keep}, runs {n_run})"
-                                  if self.existing else " (new)"),
-               f"tasks: {len(self.tasks)}, attempts: {attempts}, trials: {len(self.trials)} "
-               f"({n_run} to run, {n_keep} kept, "
-               f"{sum(t.action == 'invalid' for t in self.trials)} invalid)"]
+        out = [
+            "dry run: nothing was built, started or written",
+            f"backend: {self.backend} (executor {self.executor})",
+            f"job: {where}"
+            + (f" (exists: a resume keeps {n_keep}, runs {n_run})" if self.existing else " (new)"),
+            f"tasks: {len(self.tasks)}, attempts: {attempts}, trials: {len(self.trials)} "
+            f"({n_run} to run, {n_keep} kept, "
+            f"{sum(t.action == 'invalid' for t in self.trials)} invalid)",
+        ]
         for t in self.trials:
             what = f"keep ({t.kept})" if t.action == "keep" else t.action
             out.append(f"  {t.task}  attempt {t.attempt}  {t.folder}  {what}")
@@ -141,15 +143,24 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
     backend = resolve_backend(config.backend)
     if root is not None and existing and (refusal := backend_refusal(root, backend)):
         raise refusal
-    config = config.model_copy(update={
-        "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
+    config = config.model_copy(
+        update={"paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend}
+    )
     inputs = discover_inputs(config, resume_dir=Path(job_dir) if existing and job_dir else None)
     entries = inputs.entries
-    plan = DryRun(backend=backend, executor=config.executor, job_dir=job_dir,
-                  existing=existing, tasks=[e.name for e in entries], notes=list(inputs.notes))
+    plan = DryRun(
+        backend=backend,
+        executor=config.executor,
+        job_dir=job_dir,
+        existing=existing,
+        tasks=[e.name for e in entries],
+        notes=list(inputs.notes),
+    )
     if existing:
-        plan.notes.append(f"{job_dir} holds a job: the plan is what `cairn resume {job_dir}` "
-                          "(or --resume) does, with the job's stored config")
+        plan.notes.append(
+            f"{job_dir} holds a job: the plan is what `cairn resume {job_dir}` "
+            "(or --resume) does, with the job's stored config"
+        )
     if config.start_step or config.from_trial or config.snapshot_steps:
         from cairn.trial.snapshot import check_start_options
 
@@ -158,15 +169,13 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
         except UsageError as exc:
             plan.problems.append(str(exc))
     folder = scan_folder(JobPaths(Path(job_dir))) if existing and job_dir else FolderState()
-    decisions = plan_trials(config, entries, backend=backend, folder=folder,
-                            folder_name=trial_dir_name)
+    decisions = plan_trials(config, entries, backend=backend, folder=folder, folder_name=trial_dir_name)
     for d in decisions:
         kept = None
         if d.kept is not None:
             reward = f" {d.kept.reward:.2f}" if d.kept.reward is not None else ""
             kept = f"{d.kept.outcome.value}{reward}"
-        plan.trials.append(PlannedTrial(d.entry.name, d.attempt, d.trial_id, d.folder,
-                                        d.action.value, kept))
+        plan.trials.append(PlannedTrial(d.entry.name, d.attempt, d.trial_id, d.folder, d.action.value, kept))
     for e in entries:
         if e.task is None:
             first = (e.error or "invalid task").splitlines()[0]
@@ -175,15 +184,15 @@ def dry_run(config: JobConfig, *, job_dir: Path | None = None, resume: bool = Fa
         for f in backend_findings(config.effective_task(e.task), backend):
             (plan.problems if f.severity == ERROR else plan.notes).append(f"{e.name}: {f.text}")
     # the task validation warnings the run prints before its first trial (issue 27)
-    plan.notes += list(task_warning_lines(d.entry for d in decisions
-                                                 if d.action is TrialAction.RUN))
-    to_run = [d.entry.task for d in decisions
-              if d.action is TrialAction.RUN and d.entry.task is not None]
+    plan.notes += list(task_warning_lines(d.entry for d in decisions if d.action is TrialAction.RUN))
+    to_run = [d.entry.task for d in decisions if d.action is TrialAction.RUN and d.entry.task is not None]
     if config.artifacts:  # as the run warns at its start
-        named = {d.entry.name: d.entry.task for d in decisions
-                 if d.action is TrialAction.RUN and d.entry.task is not None}
-        plan.notes += [f"warning: {w}" for w in artifact_warnings(config.artifacts,
-                                                                   named.items())]
+        named = {
+            d.entry.name: d.entry.task
+            for d in decisions
+            if d.action is TrialAction.RUN and d.entry.task is not None
+        }
+        plan.notes += [f"warning: {w}" for w in artifact_warnings(config.artifacts, named.items())]
     try:
         check_templates(to_run, verifier_env=config.verifier_env)
     except UsageError as exc:

@@ -65,13 +65,16 @@ def check_jobs_dir(jobs_dir: Path) -> None:
     if path.is_symlink():
         target = os.readlink(path)
         if path.exists():
-            raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) is a symlink to {target}, "
-                             "a file, not a folder; point it at a folder or choose another -o")
-        raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) is a dangling symlink: its "
-                         f"target {target} does not exist; create that folder or choose "
-                         "another -o")
-    raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) exists and is not a folder; "
-                     "choose another -o")
+            raise UsageError(
+                f"the jobs folder {path} (-o/--jobs-dir) is a symlink to {target}, "
+                "a file, not a folder; point it at a folder or choose another -o"
+            )
+        raise UsageError(
+            f"the jobs folder {path} (-o/--jobs-dir) is a dangling symlink: its "
+            f"target {target} does not exist; create that folder or choose "
+            "another -o"
+        )
+    raise UsageError(f"the jobs folder {path} (-o/--jobs-dir) exists and is not a folder; choose another -o")
 
 
 def lock_job(paths: JobPaths, *, backend: str, resume: bool) -> tuple[JobLock, bool]:
@@ -115,8 +118,10 @@ def backend_refusal(root: Path, backend: str) -> UsageError | None:
     with contextlib.suppress(OSError, ValueError):
         previous = read_job_json(Path(root)).backend
     if previous and previous != backend:
-        return UsageError(f"job {Path(root).name} ran on backend {previous!r}; refusing to "
-                          f"resume it on {backend!r} (pass -e {previous})")
+        return UsageError(
+            f"job {Path(root).name} ran on backend {previous!r}; refusing to "
+            f"resume it on {backend!r} (pass -e {previous})"
+        )
     return None
 
 
@@ -129,22 +134,27 @@ def _foreign(paths: JobPaths) -> bool:
         names = {p.name for p in paths.root.iterdir()}
     except OSError:
         return False
-    return any(n not in ("lock", "job.log") and not (n.startswith(".job.json.")
-                                                     and n.endswith(".tmp")) for n in names)
+    return any(
+        n not in ("lock", "job.log") and not (n.startswith(".job.json.") and n.endswith(".tmp"))
+        for n in names
+    )
 
 
 def not_a_job_error(root: Path) -> UsageError:
     """The refusal of a new run (or its dry run) into a folder that holds files but no cairn
     job (no job.json, no trials/): a Harbor job folder, an export, anything else."""
-    return UsageError(f"{Path(root).absolute()} exists and is not a job folder; choose "
-                      "another --job-name (or -o)")
+    return UsageError(
+        f"{Path(root).absolute()} exists and is not a job folder; choose another --job-name (or -o)"
+    )
 
 
 def job_exists_error(root: Path) -> UsageError:
     """The refusal of a new run (or its dry run) whose job folder already holds a job."""
     root = Path(root).absolute()
-    return UsageError(f"job folder {root} exists; resume it with `cairn resume {root}` (or "
-                      "--resume) or choose another --job-name")
+    return UsageError(
+        f"job folder {root} exists; resume it with `cairn resume {root}` (or "
+        "--resume) or choose another --job-name"
+    )
 
 
 def undo_empty(paths: JobPaths, created: bool) -> None:
@@ -155,8 +165,9 @@ def undo_empty(paths: JobPaths, created: bool) -> None:
             paths.root.rmdir()
 
 
-def clean_own_leftovers(paths: JobPaths, emit: EventSink,
-                        clean: Callable[..., CleanReport] | None = None) -> None:
+def clean_own_leftovers(
+    paths: JobPaths, emit: EventSink, clean: Callable[..., CleanReport] | None = None
+) -> None:
     """design §3: a run or resume first removes its own job's left-over sandboxes.
 
     Args:
@@ -177,8 +188,7 @@ def clean_own_leftovers(paths: JobPaths, emit: EventSink,
         return
     n = len(report.containers) + len(report.networks) + len(report.folders)
     if n:
-        emit(Event(EventKind.JOB, f"removed {n} left-over resource(s) of an earlier run of job "
-                   f"{job_id}"))
+        emit(Event(EventKind.JOB, f"removed {n} left-over resource(s) of an earlier run of job {job_id}"))
 
 
 def scan_folder(paths: JobPaths) -> FolderState:
@@ -202,8 +212,9 @@ def scan_folder(paths: JobPaths) -> FolderState:
     return FolderState(by_name=by_name, by_prefix=by_prefix)
 
 
-def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[TrialDecision], *,
-                    backend: str, emit: EventSink) -> tuple[list[TrialPlan], list[TrialResult]]:
+def apply_decisions(
+    paths: JobPaths, config: JobConfig, decisions: Sequence[TrialDecision], *, backend: str, emit: EventSink
+) -> tuple[list[TrialPlan], list[TrialResult]]:
     """Carry the decisions out: move superseded folders aside, write ``config_error`` results
     of invalid tasks, and build the plans of the trials to run.
 
@@ -222,38 +233,65 @@ def apply_decisions(paths: JobPaths, config: JobConfig, decisions: Sequence[Tria
         tp = TrialPaths(paths.trials_dir / d.folder)
         if d.unreadable:
             why = (d.unreadable.splitlines() or ["unreadable"])[0][:200]
-            emit(Event(EventKind.JOB, f"[{e.name}] unreadable {tp.result_json} ({why}); "
-                       f"re-running attempt {d.attempt}", task=e.name))
+            emit(
+                Event(
+                    EventKind.JOB,
+                    f"[{e.name}] unreadable {tp.result_json} ({why}); re-running attempt {d.attempt}",
+                    task=e.name,
+                )
+            )
         for name in d.superseded:
             _supersede(TrialPaths(paths.trials_dir / name), tp, d, config, backend, emit)
         if d.action is TrialAction.INVALID:
             move_attempt_aside(tp)
-            result = config_error_result(e, config, backend=backend, attempt=d.attempt,
-                                         trial_id=d.trial_id)
+            result = config_error_result(e, config, backend=backend, attempt=d.attempt, trial_id=d.trial_id)
             TrialStore(tp).create().write_result(result)
             first = (e.error or "").splitlines()[0] if e.error else ""
-            emit(Event(EventKind.VERDICT, f"[{e.name}] ERRORED config_error: {first}",
-                       task=e.name, trial_id=d.trial_id))
+            emit(
+                Event(
+                    EventKind.VERDICT,
+                    f"[{e.name}] ERRORED config_error: {first}",
+                    task=e.name,
+                    trial_id=d.trial_id,
+                )
+            )
             done.append(result)
             continue
         assert e.task is not None
-        plans.append(TrialPlan(
-            task=config.effective_task(e.task), agent_name=config.agent,
-            agent_kwargs=dict(config.agent_kwargs),
-            model=config.model, backend=backend, attempt=d.attempt, trial_id=d.trial_id,
-            trial_dir=tp.root, job_id=paths.root.name, job_dir=paths.root, options=opts,
-            source=e.source))
+        plans.append(
+            TrialPlan(
+                task=config.effective_task(e.task),
+                agent_name=config.agent,
+                agent_kwargs=dict(config.agent_kwargs),
+                model=config.model,
+                backend=backend,
+                attempt=d.attempt,
+                trial_id=d.trial_id,
+                trial_dir=tp.root,
+                job_id=paths.root.name,
+                job_dir=paths.root,
+                options=opts,
+                source=e.source,
+            )
+        )
     return plans, done
 
 
-def _supersede(old: TrialPaths, new: TrialPaths, d: TrialDecision, config: JobConfig,
-               backend: str, emit: EventSink) -> None:
+def _supersede(
+    old: TrialPaths, new: TrialPaths, d: TrialDecision, config: JobConfig, backend: str, emit: EventSink
+) -> None:
     """A trial folder of the same (task, attempt) under another id: the task, or an input of
     the trial id, changed since (design §8). Reported with what changed, old → new, and moved
     into the new trial's ``attempts/`` (never deleted)."""
-    emit(Event(EventKind.JOB, f"[{d.entry.name}] {_what_changed(old, d, config, backend)}; "
-               f"attempt {d.attempt} re-runs as trial {new.root.name}, the old folder "
-               f"{old.root.name} is kept under its attempts/", task=d.entry.name))
+    emit(
+        Event(
+            EventKind.JOB,
+            f"[{d.entry.name}] {_what_changed(old, d, config, backend)}; "
+            f"attempt {d.attempt} re-runs as trial {new.root.name}, the old folder "
+            f"{old.root.name} is kept under its attempts/",
+            task=d.entry.name,
+        )
+    )
     move_superseded(old, new)
 
 
@@ -265,9 +303,8 @@ def _shown(value: Any) -> str:
 
 
 def _short(value: Any, limit: int = 80) -> str:
-    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) \
-        else value
-    return text if len(text) <= limit else text[:limit - 1] + "…"
+    text = json.dumps(value, sort_keys=True, default=str) if not isinstance(value, str) else value
+    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend: str) -> str:
@@ -277,60 +314,96 @@ def _what_changed(old: TrialPaths, d: TrialDecision, config: JobConfig, backend:
         c = read_config(old.config_json)
         opts = c.options
         was: dict[str, Any] = {
-            "content": c.task.content_hash[:12], "agent": c.agent.name,
-            "agent kwargs": dict(c.agent.kwargs or {}), "model": c.model,
-            "backend": c.backend, "start step": opts.start_step,
+            "content": c.task.content_hash[:12],
+            "agent": c.agent.name,
+            "agent kwargs": dict(c.agent.kwargs or {}),
+            "model": c.model,
+            "backend": c.backend,
+            "start step": opts.start_step,
             "from": Path(opts.fork_from).name if opts.fork_from else None,
             "extra instructions": list(opts.extra_instructions),
-            "resource overrides": dict(opts.resource_overrides)}
+            "resource overrides": dict(opts.resource_overrides),
+        }
     except (OSError, ValueError):
-        return (f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
-                f"→ {d.trial_id[:8]}; the old config.json is unreadable)")
+        return (
+            f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
+            f"→ {d.trial_id[:8]}; the old config.json is unreadable)"
+        )
     now: dict[str, Any] = {
-        "content": d.entry.content_hash[:12], "agent": config.agent,
-        "agent kwargs": dict(config.agent_kwargs), "model": config.model, "backend": backend,
+        "content": d.entry.content_hash[:12],
+        "agent": config.agent,
+        "agent kwargs": dict(config.agent_kwargs),
+        "model": config.model,
+        "backend": backend,
         "start step": config.start_step,
         "from": Path(config.from_trial).name if config.from_trial else None,
         "extra instructions": list(config.extra_instructions),
-        "resource overrides": {k.removeprefix("override_"): v
-                               for k, v in config.task_overrides().items()
-                               if k.startswith("override_")}}
-    diffs = [f"{k} {_short(was[k])} → {_short(now[k])}" for k in now
-             if json.dumps(was[k], sort_keys=True, default=str)
-             != json.dumps(now[k], sort_keys=True, default=str)]
+        "resource overrides": {
+            k.removeprefix("override_"): v
+            for k, v in config.task_overrides().items()
+            if k.startswith("override_")
+        },
+    }
+    diffs = [
+        f"{k} {_short(was[k])} → {_short(now[k])}"
+        for k in now
+        if json.dumps(was[k], sort_keys=True, default=str) != json.dumps(now[k], sort_keys=True, default=str)
+    ]
     if diffs and diffs[0].startswith("content "):
         head = "task changed since the last run"
     elif diffs:
         head = "the trial's options changed since the last run (the task did not)"
     else:
-        return (f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
-                f"→ {d.trial_id[:8]}, with the same task and options: an older cairn's ids)")
+        return (
+            f"the trial id changed since the last run ({old.root.name.rsplit('__', 1)[-1]} "
+            f"→ {d.trial_id[:8]}, with the same task and options: an older cairn's ids)"
+        )
     return f"{head} ({', '.join(diffs)})"
 
 
-def write_job_meta(paths: JobPaths, config: JobConfig, *, backend: str,
-                   engine_version: str | None, started_at: datetime,
-                   stopped_by: JobStop | None, finished: bool = False,
-                   sources: list[dict[str, Any]] | None = None) -> None:
+def write_job_meta(
+    paths: JobPaths,
+    config: JobConfig,
+    *,
+    backend: str,
+    engine_version: str | None,
+    started_at: datetime,
+    stopped_by: JobStop | None,
+    finished: bool = False,
+    sources: list[dict[str, Any]] | None = None,
+) -> None:
     """Write job.json (:class:`~cairn.results.model.JobMeta`): the resolved config with
     ``--ae`` values masked, versions, why the job stopped, and the resolved datasets and
     repositories (``sources``)."""
     cfg = config.model_dump(mode="json")
     cfg["agent_env"] = {k: MASKED for k in config.agent_env}
     cfg["verifier_env"] = {k: MASKED for k in config.verifier_env}
-    write_job_json(paths.root, JobMeta(
-        job_name=paths.root.name, cairn_version=__version__, backend=backend,
-        engine_version=engine_version, config=cfg, stopped_by=stopped_by,
-        started_at=started_at, finished_at=datetime.now(UTC) if finished else None,
-        sources=list(sources or [])))
+    write_job_json(
+        paths.root,
+        JobMeta(
+            job_name=paths.root.name,
+            cairn_version=__version__,
+            backend=backend,
+            engine_version=engine_version,
+            config=cfg,
+            stopped_by=stopped_by,
+            started_at=started_at,
+            finished_at=datetime.now(UTC) if finished else None,
+            sources=list(sources or []),
+        ),
+    )
 
 
-def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
-                  environ: Mapping[str, str] | None = None,
-                  overrides: Mapping[str, Any] | None = None,
-                  emit: EventSink | None = None,
-                  verifier_env: Mapping[str, str] | None = None,
-                  keep_lost_verifier_env: bool = False) -> JobConfig:
+def resume_config(
+    job_dir: Path,
+    *,
+    agent_env: Mapping[str, str] | None = None,
+    environ: Mapping[str, str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    emit: EventSink | None = None,
+    verifier_env: Mapping[str, str] | None = None,
+    keep_lost_verifier_env: bool = False,
+) -> JobConfig:
     """The config of an existing job, from its job.json, ready to resume.
 
     ``--ae`` values are masked in job.json; each is taken from ``agent_env``, else from the
@@ -367,10 +440,15 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
         backend, cfg = _config_from_trials(Path(job_dir), why)
         if emit is not None:
-            emit(Event(EventKind.WARNING, f"{meta_path} is unreadable ({why}); the job's config "
-                       f"is rebuilt from its trials' config.json ({len(cfg['paths'])} task(s), "
-                       f"agent {cfg['agent']!r}, {cfg['attempts']} attempt(s)); job.json is "
-                       "rewritten"))
+            emit(
+                Event(
+                    EventKind.WARNING,
+                    f"{meta_path} is unreadable ({why}); the job's config "
+                    f"is rebuilt from its trials' config.json ({len(cfg['paths'])} task(s), "
+                    f"agent {cfg['agent']!r}, {cfg['attempts']} attempt(s)); job.json is "
+                    "rewritten",
+                )
+            )
     environ = os.environ if environ is None else environ
     given = dict(agent_env or {})
     env: dict[str, str] = {}
@@ -385,9 +463,11 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
         else:
             missing.append(k)
     if missing:
-        raise UsageError("the job's agent env values are not stored; give them again with "
-                         + " ".join(f"--ae {k}=..." for k in missing)
-                         + " (or set them in the environment)")
+        raise UsageError(
+            "the job's agent env values are not stored; give them again with "
+            + " ".join(f"--ae {k}=..." for k in missing)
+            + " (or set them in the environment)"
+        )
     cfg["agent_env"] = {**env, **given}
     # --ve values are masked the same way; each comes back from the host environment
     ve = dict(cfg.get("verifier_env") or {})
@@ -396,8 +476,9 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
     lost = [k for k, v in ve.items() if v == MASKED and k not in again]
     if lost and not keep_lost_verifier_env:
         raise _lost_verifier_env(lost)
-    cfg["verifier_env"] = {k: (again.get(k, MASKED) if v == MASKED or k in given_ve else v)
-                           for k, v in ve.items()}
+    cfg["verifier_env"] = {
+        k: (again.get(k, MASKED) if v == MASKED or k in given_ve else v) for k, v in ve.items()
+    }
     cfg["backend"] = backend or cfg.get("backend", "auto")
     cfg.update(overrides or {})
     try:
@@ -408,8 +489,10 @@ def resume_config(job_dir: Path, *, agent_env: Mapping[str, str] | None = None,
 
 def _lost_verifier_env(keys: Sequence[str]) -> UsageError:
     """The refusal of a resume whose masked ``--ve`` values ``keys`` are not available."""
-    return UsageError("the job's verifier env (--ve) values are not stored; set them in the "
-                      "environment to resume: " + ", ".join(keys))
+    return UsageError(
+        "the job's verifier env (--ve) values are not stored; set them in the "
+        "environment to resume: " + ", ".join(keys)
+    )
 
 
 RESUME_OVERRIDES = ("n_concurrent", "max_cost_usd", "executor", "ray_address")
@@ -419,9 +502,13 @@ RESUME_OVERRIDES = ("n_concurrent", "max_cost_usd", "executor", "ray_address")
 _PATH_FIELDS = ("registry_path", "from_trial", "jobs_dir")
 
 
-def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
-                        environ: Mapping[str, str] | None = None,
-                        emit: EventSink | None = None) -> JobConfig:
+def resume_with_options(
+    job_dir: Path,
+    given: Mapping[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    emit: EventSink | None = None,
+) -> JobConfig:
     """``cairn run --resume`` (or ``-c job.yaml --resume``): the job's stored config, as
     :func:`resume_config` gives it, checked against the options given (design §8: a resume
     re-reads the job's configuration; Harbor 0.26 refuses to resume a job folder "with a
@@ -452,8 +539,15 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
     overrides = {k: given.pop(k) for k in RESUME_OVERRIDES if k in given}
     agent_env = dict(given.pop("agent_env", None) or {})
     ve = dict(given.pop("verifier_env", None) or {})
-    stored = resume_config(job_dir, agent_env=agent_env, environ=environ, overrides=overrides,
-                           emit=emit, verifier_env=ve, keep_lost_verifier_env=True)
+    stored = resume_config(
+        job_dir,
+        agent_env=agent_env,
+        environ=environ,
+        overrides=overrides,
+        emit=emit,
+        verifier_env=ve,
+        keep_lost_verifier_env=True,
+    )
     diffs: list[str] = []
     # a --ve key the job has no --ve for differs from it (the values are secrets: masked here
     # as in job.json); named before the job's own masked values that were not given again
@@ -477,8 +571,9 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
         if isinstance(a, dict) and isinstance(b, dict):  # name the keys that differ
             for sub in sorted(set(a) | set(b), key=str):
                 if a.get(sub, _NONE) != b.get(sub, _NONE):
-                    diffs.append(f"{k}.{sub}: the job's {_shown(a.get(sub, _NONE))}, given "
-                                 f"{_shown(b.get(sub, _NONE))}")
+                    diffs.append(
+                        f"{k}.{sub}: the job's {_shown(a.get(sub, _NONE))}, given {_shown(b.get(sub, _NONE))}"
+                    )
         else:
             diffs.append(f"{k}: the job's {_short(a)}, given {_short(b)}")
     if diffs:
@@ -486,7 +581,8 @@ def resume_with_options(job_dir: Path, given: Mapping[str, Any], *,
             f"--resume continues {Path(job_dir)} with the config it was started with "
             f"(job.json), and the options given differ from it: {'; '.join(diffs)}. Resume "
             f"it as it is (`cairn resume {Path(job_dir)}`, or the same command without those "
-            "options), or run the new options as a new job (another --job-name)")
+            "options), or run the new options as a new job (another --job-name)"
+        )
     if lost := [k for k, v in stored.verifier_env.items() if v == MASKED]:
         raise _lost_verifier_env(lost)
     return stored
@@ -502,18 +598,36 @@ def _config_from_trials(job_dir: Path, why: str) -> tuple[str | None, dict[str, 
     for trial in JobPaths(job_dir).trial_dirs():
         with contextlib.suppress(OSError, ValueError):
             c = read_config(trial.config_json)
-            rows.append((c.task.path, c.agent.name, dict(c.agent.kwargs or {}), c.model,
-                         c.backend, c.attempt, c.options.model_dump(mode="json")))
+            rows.append(
+                (
+                    c.task.path,
+                    c.agent.name,
+                    dict(c.agent.kwargs or {}),
+                    c.model,
+                    c.backend,
+                    c.attempt,
+                    c.options.model_dump(mode="json"),
+                )
+            )
     if not rows:
-        raise UsageError(f"{job_dir / 'job.json'}: unreadable job.json ({why}) and no trial "
-                         "config.json to rebuild it from")
+        raise UsageError(
+            f"{job_dir / 'job.json'}: unreadable job.json ({why}) and no trial config.json to rebuild it from"
+        )
     first = rows[0]
     opts = first[6]
-    cfg = {"paths": sorted({r[0] for r in rows}), "agent": first[1], "agent_kwargs": first[2],
-           "model": first[3], "backend": first[4], "attempts": max(r[5] for r in rows),
-           "job_name": job_dir.name, "jobs_dir": str(job_dir.parent),
-           "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
-           "verify": opts.get("verify", True), "hardened_verify": opts.get("hardened_verify", False)}
+    cfg = {
+        "paths": sorted({r[0] for r in rows}),
+        "agent": first[1],
+        "agent_kwargs": first[2],
+        "model": first[3],
+        "backend": first[4],
+        "attempts": max(r[5] for r in rows),
+        "job_name": job_dir.name,
+        "jobs_dir": str(job_dir.parent),
+        "timeout_multiplier": opts.get("timeout_multiplier", 1.0),
+        "verify": opts.get("verify", True),
+        "hardened_verify": opts.get("hardened_verify", False),
+    }
     # what the job changed in its tasks (it enters the trial ids) and its specific multipliers
     cfg["extra_instructions"] = list(opts.get("extra_instructions") or [])
     cfg["artifacts"] = list(opts.get("extra_artifacts") or [])

@@ -46,8 +46,7 @@ class GroupsIncompleteError(CairnError):
             job stopped starting trials, else ``None``.
     """
 
-    def __init__(self, message: str, short: dict[str, list[int]],
-                 stopped_by: str | None = None) -> None:
+    def __init__(self, message: str, short: dict[str, list[int]], stopped_by: str | None = None) -> None:
         super().__init__(message)
         self.short = short
         self.stopped_by = stopped_by
@@ -101,9 +100,14 @@ def _scored(r: TrialResult) -> bool:
     return not should_rerun(r, retry_errors=False)
 
 
-async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_refills: int = 3,
-                      hardened_verify: bool = True, observer: JobObserver | None = None,
-                      ) -> AsyncIterator[AttemptGroup]:
+async def iter_groups(
+    config: JobConfig,
+    *,
+    job_dir: Path | None = None,
+    max_refills: int = 3,
+    hardened_verify: bool = True,
+    observer: JobObserver | None = None,
+) -> AsyncIterator[AttemptGroup]:
     """Run ``config.attempts`` attempts of every task and yield each task's group whole.
 
     Example (a GRPO-style loop; ``advantages`` as in docs/export.md)::
@@ -150,8 +154,9 @@ async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_ref
     failed_once: dict[str, set[int]] = {}
     done: set[str] = set()
     for round_no in range(max_refills + 1):
-        trials: Any = iter_trials(config, job_dir=target, resume=round_no > 0,
-                                  observer=observer)  # an async generator: closed early too
+        trials: Any = iter_trials(
+            config, job_dir=target, resume=round_no > 0, observer=observer
+        )  # an async generator: closed early too
         async with contextlib.aclosing(trials) as results:
             async for r in results:
                 gid = group_id(target.name, r)
@@ -165,11 +170,17 @@ async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_ref
                 if len(got) == k and all(_scored(x) for x in got.values()):
                     done.add(gid)
                     yield AttemptGroup(
-                        group_id=gid, task=r.task.name, job_dir=target,
+                        group_id=gid,
+                        task=r.task.name,
+                        job_dir=target,
                         results=tuple(got[a] for a in sorted(got)),
-                        refilled=tuple(sorted(failed_once.get(gid, ()))))
-        short = {g: sorted(set(range(1, k + 1)) - {a for a, x in m.items() if _scored(x)})
-                 for g, m in members.items() if g not in done}
+                        refilled=tuple(sorted(failed_once.get(gid, ()))),
+                    )
+        short = {
+            g: sorted(set(range(1, k + 1)) - {a for a, x in m.items() if _scored(x)})
+            for g, m in members.items()
+            if g not in done
+        }
         if not short:
             return
         stopped_by: Any = None
@@ -179,7 +190,11 @@ async def iter_groups(config: JobConfig, *, job_dir: Path | None = None, max_ref
             raise GroupsIncompleteError(
                 f"the job stopped ({stopped_by}) with {len(short)} group(s) short: "
                 + ", ".join(f"{g} (attempts {a})" for g, a in short.items()),
-                short, stopped_by)
+                short,
+                stopped_by,
+            )
     raise GroupsIncompleteError(
         f"{len(short)} group(s) still short after {max_refills} refill round(s): "
-        + ", ".join(f"{g} (attempts {a})" for g, a in short.items()), short)
+        + ", ".join(f"{g} (attempts {a})" for g, a in short.items()),
+        short,
+    )

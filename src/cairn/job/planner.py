@@ -114,9 +114,15 @@ class FolderNamer(Protocol):
         ...
 
 
-def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str,
-                folder: FolderState, retry_errors: bool = False,
-                folder_name: FolderNamer) -> list[TrialDecision]:
+def plan_trials(
+    config: JobConfig,
+    entries: Sequence[TaskEntry],
+    *,
+    backend: str,
+    folder: FolderState,
+    retry_errors: bool = False,
+    folder_name: FolderNamer,
+) -> list[TrialDecision]:
     """Decide, for every (task, attempt) of the job, whether to keep, run or refuse it.
 
     Args:
@@ -134,20 +140,39 @@ def plan_trials(config: JobConfig, entries: Sequence[TaskEntry], *, backend: str
     overrides = config.task_overrides()
     for e in entries:
         for attempt in range(1, config.attempts + 1):
-            tid = trial_id(e.name, e.content_hash, config.agent, dict(config.agent_kwargs),
-                           config.model, backend, attempt, start_step=config.start_step,
-                           fork_from=Path(config.from_trial).name if config.from_trial
-                           else None, overrides=overrides)
+            tid = trial_id(
+                e.name,
+                e.content_hash,
+                config.agent,
+                dict(config.agent_kwargs),
+                config.model,
+                backend,
+                attempt,
+                start_step=config.start_step,
+                fork_from=Path(config.from_trial).name if config.from_trial else None,
+                overrides=overrides,
+            )
             name = folder_name(e.name, attempt, tid)
             prefix = name.rsplit("__", 1)[0]
             superseded = tuple(n for n in folder.by_prefix.get(prefix, ()) if n != name)
             found = folder.by_name.get(name)
-            if found is not None and found.result is not None \
-                    and not should_rerun(found.result, retry_errors=retry_errors):
-                out.append(TrialDecision(TrialAction.KEEP, e, attempt, tid, name,
-                                         kept=found.result))
+            if (
+                found is not None
+                and found.result is not None
+                and not should_rerun(found.result, retry_errors=retry_errors)
+            ):
+                out.append(TrialDecision(TrialAction.KEEP, e, attempt, tid, name, kept=found.result))
                 continue
             action = TrialAction.INVALID if e.task is None else TrialAction.RUN
-            out.append(TrialDecision(action, e, attempt, tid, name, superseded=superseded,
-                                     unreadable=found.unreadable if found else None))
+            out.append(
+                TrialDecision(
+                    action,
+                    e,
+                    attempt,
+                    tid,
+                    name,
+                    superseded=superseded,
+                    unreadable=found.unreadable if found else None,
+                )
+            )
     return out

@@ -34,7 +34,8 @@ def template_findings(task: Task, environ: Mapping[str, str] | None = None) -> l
     source = task.path / "task.toml"
     tables: list[tuple[str, Mapping[str, str]]] = [
         ("[environment.env]", task.environment.env),
-        ("[solution.env]", task.config.solution.env)]
+        ("[solution.env]", task.config.solution.env),
+    ]
     seen: set[str] = set()
     for step in task.steps:
         tables.append((f"verifier env of step {step.name}", step.verifier_env))
@@ -44,9 +45,16 @@ def template_findings(task: Task, environ: Mapping[str, str] | None = None) -> l
             if var in seen:
                 continue
             seen.add(var)
-            out.append(Finding(source, None, WARNING,
-                               f"{where}: ${{{var}}} is not set in this shell; a run without "
-                               "it stops before any sandbox starts", "template-unset"))
+            out.append(
+                Finding(
+                    source,
+                    None,
+                    WARNING,
+                    f"{where}: ${{{var}}} is not set in this shell; a run without "
+                    "it stops before any sandbox starts",
+                    "template-unset",
+                )
+            )
     return out
 
 
@@ -56,11 +64,17 @@ def unsupported_key_findings(task: Task) -> list[Finding]:
     cfg = task.config
     out: list[Finding] = []
     if cfg.environment.skills_dir or cfg.environment.mcp_servers:
-        out.append(Finding(source, None, WARNING,
-                           "[environment].skills_dir/mcp_servers: a run refuses agents that "
-                           "take no skills or cannot use the MCP servers (MCP: unless "
-                           "--ak ignore_mcp=true; the oracle and nop run)",
-                           "unsupported-key"))
+        out.append(
+            Finding(
+                source,
+                None,
+                WARNING,
+                "[environment].skills_dir/mcp_servers: a run refuses agents that "
+                "take no skills or cannot use the MCP servers (MCP: unless "
+                "--ak ignore_mcp=true; the oracle and nop run)",
+                "unsupported-key",
+            )
+        )
     return out
 
 
@@ -80,23 +94,36 @@ def backend_findings(task: Task, backend: str) -> list[Finding]:
 
     source = task.path / "task.toml"
     e = task.environment
-    spec = SandboxSpec(env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir,
-                       cpus=e.cpus, memory_mb=e.memory_mb, storage_mb=e.storage_mb,
-                       gpus=e.gpus, network_mode=e.effective_network_mode,
-                       env={k: "" for k in e.env}, env_hash=task.env_hash, name=task.slug)
+    spec = SandboxSpec(
+        env_dir=task.env_dir,
+        docker_image=e.docker_image,
+        workdir=e.workdir,
+        cpus=e.cpus,
+        memory_mb=e.memory_mb,
+        storage_mb=e.storage_mb,
+        gpus=e.gpus,
+        network_mode=e.effective_network_mode,
+        env={k: "" for k in e.env},
+        env_hash=task.env_hash,
+        name=task.slug,
+    )
     out: list[Finding] = []
     try:
         cls = get_backend(backend, compose=task.compose_file is not None)
         for w in cls.check(spec):
-            out.append(Finding(source, None, WARNING, f"backend {backend}: {w}",
-                               "backend-limit"))
+            out.append(Finding(source, None, WARNING, f"backend {backend}: {w}", "backend-limit"))
     except UnsupportedError as exc:
-        out.append(Finding(source, None, ERROR, f"backend {backend}: {exc}",
-                           "backend-unsupported"))
+        out.append(Finding(source, None, ERROR, f"backend {backend}: {exc}", "backend-unsupported"))
     except (SandboxLostError, TrialFailure) as exc:
-        out.append(Finding(source, None, WARNING,
-                           f"backend {backend} could not be asked ({exc}); not checked",
-                           "backend-unavailable"))
+        out.append(
+            Finding(
+                source,
+                None,
+                WARNING,
+                f"backend {backend} could not be asked ({exc}); not checked",
+                "backend-unavailable",
+            )
+        )
     return out
 
 
@@ -104,9 +131,9 @@ def _same_place(a: Any, b: Any) -> bool:
     """Two artifact entries stored at the same destination from different sources."""
     import posixpath
 
-    return (posixpath.normpath(a.effective_destination or ".")
-            == posixpath.normpath(b.effective_destination or ".")
-            and posixpath.normpath(a.source) != posixpath.normpath(b.source))
+    return posixpath.normpath(a.effective_destination or ".") == posixpath.normpath(
+        b.effective_destination or "."
+    ) and posixpath.normpath(a.source) != posixpath.normpath(b.source)
 
 
 def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]]) -> list[str]:
@@ -131,14 +158,17 @@ def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]
     out: list[str] = []
     for a in extra:
         if (overlap := artifact_log_overlap(a.source)) is not None:
-            out.append(f"--artifact {a.source} {overlap.relation}: {overlap.why}; "
-                       f"{overlap.fix(artifact='collect the output from')} "
-                       "(artifact-log-overlap)")
+            out.append(
+                f"--artifact {a.source} {overlap.relation}: {overlap.why}; "
+                f"{overlap.fix(artifact='collect the output from')} "
+                "(artifact-log-overlap)"
+            )
     for j, b in enumerate(extra):
         for a in extra[:j]:
             if (why := artifact_overlap(a, b)) is not None:
-                out.append(f"--artifact {b.source} overlaps --artifact {a.source}: {why} "
-                           "(overlapping-artifacts)")
+                out.append(
+                    f"--artifact {b.source} overlaps --artifact {a.source}: {why} (overlapping-artifacts)"
+                )
     for name, task in tasks:
         seen: set[tuple[str, str]] = set()
         for step in task.steps:
@@ -150,12 +180,16 @@ def artifact_warnings(artifacts: Sequence[str], tasks: Iterable[tuple[str, Task]
                         continue
                     why = artifact_overlap(own, a)
                     if why is None and _same_place(own, a):  # a task cannot say this twice
-                        why = (f"both are stored at `{a.effective_destination}` in the step's "
-                               "artifacts/ (the later copy wins)")
+                        why = (
+                            f"both are stored at `{a.effective_destination}` in the step's "
+                            "artifacts/ (the later copy wins)"
+                        )
                     if why is not None:
                         seen.add((a.source, own.source))
-                        out.append(f"{name}: --artifact {a.source} overlaps the task's artifact "
-                                   f"{own.source}: {why} (overlapping-artifacts)")
+                        out.append(
+                            f"{name}: --artifact {a.source} overlaps the task's artifact "
+                            f"{own.source}: {why} (overlapping-artifacts)"
+                        )
     return out
 
 
@@ -181,12 +215,15 @@ def preflight_findings(path: Path, backend: str | None) -> list[Finding]:
         out += backend_findings(task, backend)
     named = Path(path) / (task.path / "task.toml").name
     # Findings name the file as the caller named the task (relative stays relative).
-    return [Finding(named if f.path == task.path / "task.toml" else f.path, f.line, f.severity,
-                    f.text, f.rule) for f in out]
+    return [
+        Finding(named if f.path == task.path / "task.toml" else f.path, f.line, f.severity, f.text, f.rule)
+        for f in out
+    ]
 
 
-def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
-                       environ: Mapping[str, str] | None = None) -> tuple[list[Any], list[str]]:
+def refuse_unsupported(
+    decisions: list[Any], config: Any, backend: str, environ: Mapping[str, str] | None = None
+) -> tuple[list[Any], list[str]]:
     """The job's capability check, once per task before any trial is queued (design §3).
 
     Each task that is to run is asked once: does the job's agent take it (skills, MCP
@@ -236,12 +273,23 @@ def refuse_unsupported(decisions: list[Any], config: Any, backend: str,
         if why is None:
             out.append(d)
             continue
-        refused = TaskEntry(d.entry.path, d.entry.name, error=why,
-                            content_hash=d.entry.content_hash, steps=list(d.entry.steps),
-                            source=d.entry.source)
+        refused = TaskEntry(
+            d.entry.path,
+            d.entry.name,
+            error=why,
+            content_hash=d.entry.content_hash,
+            steps=list(d.entry.steps),
+            source=d.entry.source,
+        )
         out.append(dataclasses.replace(d, action=TrialAction.INVALID, entry=refused))
     return out, lines
 
 
-__all__ = ["artifact_warnings", "backend_findings", "preflight_findings", "refuse_unsupported",
-           "template_findings", "unsupported_key_findings"]
+__all__ = [
+    "artifact_warnings",
+    "backend_findings",
+    "preflight_findings",
+    "refuse_unsupported",
+    "template_findings",
+    "unsupported_key_findings",
+]

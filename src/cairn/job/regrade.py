@@ -53,8 +53,7 @@ from cairn.results.model import (
 from cairn.task.model import Step, Task
 from cairn.trial.snapshot import restore_spec
 
-RegradeHow = Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped",
-                     "unchanged"]
+RegradeHow = Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped", "unchanged"]
 """How a step was regraded (:class:`~cairn.results.model.RegradeStep`'s ``how``)."""
 RegradeStatus = Literal["regraded", "regrade_partial", "not_regradable"]
 
@@ -102,8 +101,7 @@ class RegradeResult:
         job would only copy the old scores; issue 27)."""
         if self.infra_failed:
             return 1
-        return 1 if self.results and not (self._status("regraded")
-                                           or self._status("regrade_partial")) else 0
+        return 1 if self.results and not (self._status("regraded") or self._status("regrade_partial")) else 0
 
     def lines(self) -> list[str]:
         """What the terminal shows after the report: how many trials were regraded, why the
@@ -117,28 +115,38 @@ class RegradeResult:
             return []
         done, partial = self._status("regraded"), self._status("regrade_partial")
         nope = self._status("not_regradable")
-        out = [f"regrade: {len(done)} of {len(self.results)} trial(s) regraded"
-               + (f", {len(partial)} partial" if partial else "")
-               + (f", {len(nope)} not regradable" if nope else "")]
+        out = [
+            f"regrade: {len(done)} of {len(self.results)} trial(s) regraded"
+            + (f", {len(partial)} partial" if partial else "")
+            + (f", {len(nope)} not regradable" if nope else "")
+        ]
         no_snap = [r for r in nope if r.regrade and "no snapshot" in r.regrade.message]
         if no_snap:
-            out.append(f"  {len(no_snap)} trial(s) have no step snapshots: the job was run "
-                       "without --snapshot-steps; a regradable job is recorded by "
-                       + (self.rerun_command or "cairn run ... --snapshot-steps"))
+            out.append(
+                f"  {len(no_snap)} trial(s) have no step snapshots: the job was run "
+                "without --snapshot-steps; a regradable job is recorded by "
+                + (self.rerun_command or "cairn run ... --snapshot-steps")
+            )
         for r in nope:
             if r not in no_snap and r.regrade is not None:
                 out.append(f"  {r.trial_name}: {r.regrade.message}")
         for r in partial:
             assert r.regrade is not None
-            unreached = [s.name for s in r.regrade.steps if s.how == "not-run"
-                         and s.index >= next((x.index for x in r.regrade.steps
-                                              if x.name == r.regrade.unreached_step), 0)]
-            out.append(f"  {r.trial_name}: partial: step(s) {', '.join(unreached)} never ran "
-                       "in the recorded trial and have no score; a full regrade needs them "
-                       f"run: cairn run {self.source_args} -i {shlex.quote(r.task.name)} "
-                       f"--start-step {r.regrade.unreached_step} --from "
-                       f"{shlex.quote(str(self.source_dir / 'trials' / r.trial_name))} "
-                       f"-a {shlex.quote(r.agent.name)}")
+            unreached = [
+                s.name
+                for s in r.regrade.steps
+                if s.how == "not-run"
+                and s.index
+                >= next((x.index for x in r.regrade.steps if x.name == r.regrade.unreached_step), 0)
+            ]
+            out.append(
+                f"  {r.trial_name}: partial: step(s) {', '.join(unreached)} never ran "
+                "in the recorded trial and have no score; a full regrade needs them "
+                f"run: cairn run {self.source_args} -i {shlex.quote(r.task.name)} "
+                f"--start-step {r.regrade.unreached_step} --from "
+                f"{shlex.quote(str(self.source_dir / 'trials' / r.trial_name))} "
+                f"-a {shlex.quote(r.agent.name)}"
+            )
         return out
 
 
@@ -178,16 +186,26 @@ def _recorded_task(trial_dir: Path, cache: dict[str, Task | None]) -> Task | Non
 class _TrialRegrade:
     """Regrade one trial into its copy in the derived job."""
 
-    def __init__(self, task: Task, old: TrialResult, trial_dir: Path, *, job_id: str,
-                 job_dir: Path, timeouts: Timeouts, emit: RegradeSink,
-                 add_hosts: tuple[tuple[str, str], ...] = ()) -> None:
+    def __init__(
+        self,
+        task: Task,
+        old: TrialResult,
+        trial_dir: Path,
+        *,
+        job_id: str,
+        job_dir: Path,
+        timeouts: Timeouts,
+        emit: RegradeSink,
+        add_hosts: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         from cairn.results.store import Masker
 
         self.task, self.old, self.dir = task, old, trial_dir
         self.job_id, self.job_dir, self.timeouts = job_id, job_dir, timeouts
         self.emit = emit
-        self.spec, secrets = restore_spec(task, job_id=job_id, trial_id=old.trial_id,
-                                        job_dir=job_dir, timeout_multiplier=timeouts.build)
+        self.spec, secrets = restore_spec(
+            task, job_id=job_id, trial_id=old.trial_id, job_dir=job_dir, timeout_multiplier=timeouts.build
+        )
         self.spec = dataclasses.replace(self.spec, add_hosts=add_hosts)  # the run's --add-host
         from cairn.task.envvars import resolve_env, secret_values
 
@@ -209,15 +227,26 @@ class _TrialRegrade:
         if step.verifier_mode == "separate":
             from cairn.trial.separate_verifier import plan_separate_verifier, run_separate_verifier
 
-            plan = plan_separate_verifier(self.task, step, self.spec, self.old.backend,
-                                          timeout_multiplier=self.timeouts.build,
-                                          verifier_env=venv)
+            plan = plan_separate_verifier(
+                self.task,
+                step,
+                self.spec,
+                self.old.backend,
+                timeout_multiplier=self.timeouts.build,
+                verifier_env=venv,
+            )
             self.masker = type(self.masker)(set(self.masker.secrets) | set(plan.secrets))
             empty_folder(sp.verifier)
-            v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
-                                            verifier_dir=sp.verifier, artifacts_dir=sp.artifacts,
-                                            mask=self.masker.mask,
-                                            timeout_multiplier=self.timeouts.default)
+            v = await run_separate_verifier(
+                plan,
+                step,
+                env=venv,
+                timeout_sec=timeout,
+                verifier_dir=sp.verifier,
+                artifacts_dir=sp.artifacts,
+                mask=self.masker.mask,
+                timeout_multiplier=self.timeouts.default,
+            )
             how: RegradeHow = "artifacts"
         else:
             from cairn.task.judge import judge_hosts
@@ -226,42 +255,70 @@ class _TrialRegrade:
             assert snap is not None
             cls = get_backend(self.old.backend, compose=self.task.compose_file is not None)
             # the verifier phase's own policy, with an LLM judge's opening, as in the run
-            policy = self.task.verifier_network(step).with_model_hosts(
-                judge_hosts(step.verifier_env, venv)).effective()
+            policy = (
+                self.task.verifier_network(step)
+                .with_model_hosts(judge_hosts(step.verifier_env, venv))
+                .effective()
+            )
             switch = policy != self.task.environment.network_policy.effective()
-            spec = dataclasses.replace(self.spec, snapshot=snap.ref,
-                                       network_phases=(policy,) if switch else ())
+            spec = dataclasses.replace(
+                self.spec, snapshot=snap.ref, network_phases=(policy,) if switch else ()
+            )
             empty_folder(sp.verifier)
             async with cls(spec) as sandbox:
                 hc = self.task.environment.healthcheck
                 if hc is not None:
                     from cairn.trial.healthcheck import run_healthcheck
 
-                    await run_healthcheck(sandbox, hc,
-                                          timeout_multiplier=self.timeouts.default)
+                    await run_healthcheck(sandbox, hc, timeout_multiplier=self.timeouts.default)
                 if switch:
                     await sandbox.set_network(policy, phase="verifier")
-                v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
-                                       verifier_dir=sp.verifier, mask=self.masker.mask)
+                v = await run_verifier(
+                    sandbox,
+                    step,
+                    env=venv,
+                    timeout_sec=timeout,
+                    verifier_dir=sp.verifier,
+                    mask=self.masker.mask,
+                )
             how = "snapshot"
-        keep: dict[str, Any] = dict(index=step.index, name=step.name, agent_exit=old_row.agent_exit,
-                    tokens=old_row.tokens, cost_usd=old_row.cost_usd, snapshot=old_row.snapshot,
-                    judge=v.judge,  # the new verification's LLM-judge spend (#22)
-                    warnings=[*old_row.warnings, *(f"regrade: {w}" for w in v.warnings)],
-                    timings=StepTimings(setup_sec=old_row.timings.setup_sec,
-                                        agent_sec=old_row.timings.agent_sec,
-                                        verifier_sec=v.elapsed_sec))
+        keep: dict[str, Any] = dict(
+            index=step.index,
+            name=step.name,
+            agent_exit=old_row.agent_exit,
+            tokens=old_row.tokens,
+            cost_usd=old_row.cost_usd,
+            snapshot=old_row.snapshot,
+            judge=v.judge,  # the new verification's LLM-judge spend (#22)
+            warnings=[*old_row.warnings, *(f"regrade: {w}" for w in v.warnings)],
+            timings=StepTimings(
+                setup_sec=old_row.timings.setup_sec,
+                agent_sec=old_row.timings.agent_sec,
+                verifier_sec=v.elapsed_sec,
+            ),
+        )
         if v.error is not None:
             from cairn.trial.classify import error_info
 
             err = error_info(v.error, step=step, phase=Phase.VERIFIER, mask=self.masker.mask)
-            return StepResult(source=StepSource.ERROR, error=err, verifier_exit_code=v.exit_code,
-                              reward_file=v.reward_file, **keep), how
+            return StepResult(
+                source=StepSource.ERROR,
+                error=err,
+                verifier_exit_code=v.exit_code,
+                reward_file=v.reward_file,
+                **keep,
+            ), how
         gates = evaluate_gates(step.min_reward, v.rewards) if step.min_reward is not None else []
-        return StepResult(source=StepSource.VERIFIER, reward=primary_reward(v.rewards),
-                          rewards=v.rewards, passed=step_passed(step.min_reward, v.rewards, True),
-                          verifier_exit_code=v.exit_code, reward_file=v.reward_file,
-                          gates=gates, **keep), how
+        return StepResult(
+            source=StepSource.VERIFIER,
+            reward=primary_reward(v.rewards),
+            rewards=v.rewards,
+            passed=step_passed(step.min_reward, v.rewards, True),
+            verifier_exit_code=v.exit_code,
+            reward_file=v.reward_file,
+            gates=gates,
+            **keep,
+        ), how
 
     async def run(self) -> TrialResult:
         old, task = self.old, self.task
@@ -270,8 +327,7 @@ class _TrialRegrade:
         stop = None
         error = None
         partial: str | None = None
-        first = next((r.index for r in old.steps if r.source is not StepSource.NOT_RUN
-                      or step_reached(r)), 1)
+        first = next((r.index for r in old.steps if r.source is not StepSource.NOT_RUN or step_reached(r)), 1)
         n = len(task.steps)
         for step, old_row in zip(task.steps, old.steps, strict=True):
             how: RegradeHow
@@ -279,9 +335,15 @@ class _TrialRegrade:
             reached = old_row.source is not StepSource.NOT_RUN or step_reached(old_row)
             if ended:
                 if reached and old_row.source is not StepSource.ORACLE and partial is None:
-                    new, how = StepResult(index=step.index, name=step.name,
-                                          source=StepSource.NOT_RUN, snapshot=old_row.snapshot), \
-                        "dropped"
+                    new, how = (
+                        StepResult(
+                            index=step.index,
+                            name=step.name,
+                            source=StepSource.NOT_RUN,
+                            snapshot=old_row.snapshot,
+                        ),
+                        "dropped",
+                    )
                 else:
                     new, how = old_row, "not-run" if not reached else "unchanged"
             elif old_row.source is StepSource.ORACLE:
@@ -290,10 +352,15 @@ class _TrialRegrade:
                 if step.index > first or (old.start_step is None and step.index == 1):
                     partial = step.name  # the new gates let the trial go on to a step never run
                 new, how = old_row, "not-run"
-            elif old_row.source is StepSource.CANDIDATE_ERROR or (
-                    old_row.source is StepSource.ERROR and old_row.error is not None
-                    and old_row.error.phase is not Phase.VERIFIER) or \
-                    old_row.agent_exit is None:
+            elif (
+                old_row.source is StepSource.CANDIDATE_ERROR
+                or (
+                    old_row.source is StepSource.ERROR
+                    and old_row.error is not None
+                    and old_row.error.phase is not Phase.VERIFIER
+                )
+                or old_row.agent_exit is None
+            ):
                 new, how = old_row, "unchanged"  # no verifier ran: nothing to grade again
             elif step.verifier_mode != "separate" and old_row.snapshot is None:
                 new, how = old_row, "not_regradable"
@@ -305,64 +372,127 @@ class _TrialRegrade:
                 except TrialFailure as exc:
                     self.notes.append(f"step {step.name}: {exc.kind.value}: {exc}")
                     new, how = old_row, "not_regradable"
-            info.append(RegradeStep(index=step.index, name=step.name, how=how,
-                                    old_source=old_row.source, old_reward=old_row.reward,
-                                    new_source=new.source, new_reward=new.reward))
+            info.append(
+                RegradeStep(
+                    index=step.index,
+                    name=step.name,
+                    how=how,
+                    old_source=old_row.source,
+                    old_reward=old_row.reward,
+                    new_source=new.source,
+                    new_reward=new.reward,
+                )
+            )
             rows.append(new)
             if ended or how in ("oracle", "not-run"):
                 continue
-            if new.source is StepSource.ERROR and new.error is not None and \
-                    new.error.category is not Category.CANDIDATE:
+            if (
+                new.source is StepSource.ERROR
+                and new.error is not None
+                and new.error.category is not Category.CANDIDATE
+            ):
                 error = new.error
                 continue
             stop = stop_decision(new, step.min_reward, is_last=step.index == n, verify=True)
         hows = {s.how for s in info}
-        status: RegradeStatus = "regrade_partial" if partial is not None else \
-            "regraded" if hows & {"snapshot", "artifacts"} else "not_regradable"
+        status: RegradeStatus = (
+            "regrade_partial"
+            if partial is not None
+            else "regraded"
+            if hows & {"snapshot", "artifacts"}
+            else "not_regradable"
+        )
         stop_reason = stop
         if partial is not None and stop is None:
             stop_reason = old.stop_reason  # what ended the recorded run; the rest never ran
         n_replayed = sum(r.source is StepSource.ORACLE for r in rows)
-        score = score_trial(task.config.multi_step_reward_strategy, rows,
-                            steps_total=old.steps_total + n_replayed, stop_reason=stop_reason,
-                            error=error)
+        score = score_trial(
+            task.config.multi_step_reward_strategy,
+            rows,
+            steps_total=old.steps_total + n_replayed,
+            stop_reason=stop_reason,
+            error=error,
+        )
         message = ""
         if partial is not None:
-            message = (f"the new gates let the trial go on to step {partial!r}, which never ran "
-                       "in the recorded trial: it has no score (run the agent again, e.g. "
-                       f"--start-step {partial} --from this trial)")
+            message = (
+                f"the new gates let the trial go on to step {partial!r}, which never ran "
+                "in the recorded trial: it has no score (run the agent again, e.g. "
+                f"--start-step {partial} --from this trial)"
+            )
         elif "not_regradable" in hows:
             missing = [s.name for s in info if s.how == "not_regradable"]
-            message = ("no snapshot (run with --snapshot-steps) for step(s) "
-                       + ", ".join(missing) + "; copied unchanged")
+            message = (
+                "no snapshot (run with --snapshot-steps) for step(s) "
+                + ", ".join(missing)
+                + "; copied unchanged"
+            )
         if self.notes:
             message = "; ".join([*([message] if message else []), *self.notes])
         outcome = score.outcome
         passed = score.passed and partial is None
-        regrade = RegradeInfo(status=status, unreached_step=partial, old_reward=old.reward,
-                              old_outcome=old.outcome, steps=info, message=message)
-        return old.model_copy(update=dict(
-            outcome=outcome, error=score.error, reward=score.reward, rewards=score.rewards,
-            reward_all_steps=score.reward_all_steps, passed=passed,
-            strategy=task.config.multi_step_reward_strategy,
-            steps_run=sum(step_reached(r) and r.source is not StepSource.ORACLE for r in rows),
-            stopped_after=score.stopped_after, stop_reason=score.stop_reason, steps=rows,
-            judge=sum_judge(r.judge for r in rows), regrade=regrade))
+        regrade = RegradeInfo(
+            status=status,
+            unreached_step=partial,
+            old_reward=old.reward,
+            old_outcome=old.outcome,
+            steps=info,
+            message=message,
+        )
+        return old.model_copy(
+            update=dict(
+                outcome=outcome,
+                error=score.error,
+                reward=score.reward,
+                rewards=score.rewards,
+                reward_all_steps=score.reward_all_steps,
+                passed=passed,
+                strategy=task.config.multi_step_reward_strategy,
+                steps_run=sum(step_reached(r) and r.source is not StepSource.ORACLE for r in rows),
+                stopped_after=score.stopped_after,
+                stop_reason=score.stop_reason,
+                steps=rows,
+                judge=sum_judge(r.judge for r in rows),
+                regrade=regrade,
+            )
+        )
 
 
 def _unchanged(old: TrialResult, why: str) -> TrialResult:
-    steps = [RegradeStep(index=r.index, name=r.name, how="not_regradable", old_source=r.source,
-                         old_reward=r.reward, new_source=r.source, new_reward=r.reward)
-             for r in old.steps]
-    return old.model_copy(update={"regrade": RegradeInfo(
-        status="not_regradable", old_reward=old.reward, old_outcome=old.outcome, steps=steps,
-        message=why)})
+    steps = [
+        RegradeStep(
+            index=r.index,
+            name=r.name,
+            how="not_regradable",
+            old_source=r.source,
+            old_reward=r.reward,
+            new_source=r.source,
+            new_reward=r.reward,
+        )
+        for r in old.steps
+    ]
+    return old.model_copy(
+        update={
+            "regrade": RegradeInfo(
+                status="not_regradable",
+                old_reward=old.reward,
+                old_outcome=old.outcome,
+                steps=steps,
+                message=why,
+            )
+        }
+    )
 
 
-async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
-                       job_name: str | None = None, n_concurrent: int = 4,
-                       max_cost_usd: float | None = None,
-                       on_event: RegradeSink | None = None) -> RegradeResult:
+async def aregrade_job(
+    job_dir: Path,
+    *,
+    paths: Sequence[Path] | None = None,
+    job_name: str | None = None,
+    n_concurrent: int = 4,
+    max_cost_usd: float | None = None,
+    on_event: RegradeSink | None = None,
+) -> RegradeResult:
     """Regrade a finished job into a new derived job folder next to it (async).
 
     Args:
@@ -418,19 +548,20 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
     if dest.exists():
         raise UsageError(f"{dest} exists; choose another --job-name")
     timeouts = Timeouts.recorded(meta.config)
-    add_hosts = tuple(sorted((str(k), str(v)) for k, v in
-                             (meta.config.get("add_hosts") or {}).items()))
+    add_hosts = tuple(sorted((str(k), str(v)) for k, v in (meta.config.get("add_hosts") or {}).items()))
     copy_job_folder(src, dest)
     lock = JobLock(dest)
     lock.acquire()
     try:
         job_id = dest.name
         derived = DerivedFrom(
-            kind="regrade", job_dir=str(src), job_name=src.name,
+            kind="regrade",
+            job_dir=str(src),
+            job_name=src.name,
             tasks=[str(Path(p).absolute()) for p in paths] if paths else "recorded",
-            at=datetime.now(UTC))
-        write_job_json(dest, meta.model_copy(update={"job_name": job_id,
-                                                     "derived_from": derived}))
+            at=datetime.now(UTC),
+        )
+        write_job_json(dest, meta.model_copy(update={"job_name": job_id, "derived_from": derived}))
         cache: dict[str, Task | None] = {}
         olds = []
         for rf in iter_trial_results(src):
@@ -446,11 +577,13 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
 
         async def one(i: int, old: TrialResult) -> None:
             trial_dir = dest / "trials" / old.trial_name
-            task = tasks.get(old.task.name) if paths else \
-                _recorded_task(src / "trials" / old.trial_name, cache)
+            task = (
+                tasks.get(old.task.name) if paths else _recorded_task(src / "trials" / old.trial_name, cache)
+            )
             if task is None:
-                new = _unchanged(old, "the task was not found" + (" under -p" if paths else
-                                                                 " at its recorded path"))
+                new = _unchanged(
+                    old, "the task was not found" + (" under -p" if paths else " at its recorded path")
+                )
             elif [s.name for s in task.steps] != [r.name for r in old.steps]:
                 new = _unchanged(old, "the task's steps changed since the run")
             elif old.outcome is Outcome.CANCELLED:
@@ -462,27 +595,36 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
                     if max_cost_usd is not None and spent[0] >= max_cost_usd:
                         if not stopped:
                             stopped.append("max_cost")
-                            emit(f"--max-cost-usd {max_cost_usd:g} reached (judge spend "
-                                 f"${spent[0]:.4f}); no further trial is regraded")
-                        new = _unchanged(old, f"--max-cost-usd {max_cost_usd:g} reached: the "
-                                              f"regrade's judge spend was ${spent[0]:.4f}")
+                            emit(
+                                f"--max-cost-usd {max_cost_usd:g} reached (judge spend "
+                                f"${spent[0]:.4f}); no further trial is regraded"
+                            )
+                        new = _unchanged(
+                            old,
+                            f"--max-cost-usd {max_cost_usd:g} reached: the "
+                            f"regrade's judge spend was ${spent[0]:.4f}",
+                        )
                     else:
                         new, category = await _regrade_one(
-                            task, old, trial_dir, job_id, dest, timeouts, emit, add_hosts)
+                            task, old, trial_dir, job_id, dest, timeouts, emit, add_hosts
+                        )
                         if category is Category.INFRA:
                             infra_failed.append(old.trial_id)
                         if new.regrade is not None and new.regrade.status != "not_regradable":
-                            spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps
-                                            if r.judge is not None)
+                            spent[0] += sum(r.judge.cost_usd or 0.0 for r in new.steps if r.judge is not None)
             store = TrialStore(TrialPaths(trial_dir))
             store.write_steps(new.steps)
             store.write_result(new)
             results[i] = new
             for s in new.regrade.steps if new.regrade else []:
-                emit(f"[{old.trial_name}] step {s.index} {s.name}: {_r(s.old_reward)} → "
-                     f"{_r(s.new_reward)} ({s.how})")
-            emit(f"[{old.trial_name}] {new.regrade.status if new.regrade else '?'}: reward "
-                 f"{_r(old.reward)} → {_r(new.reward)}")
+                emit(
+                    f"[{old.trial_name}] step {s.index} {s.name}: {_r(s.old_reward)} → "
+                    f"{_r(s.new_reward)} ({s.how})"
+                )
+            emit(
+                f"[{old.trial_name}] {new.regrade.status if new.regrade else '?'}: reward "
+                f"{_r(old.reward)} → {_r(new.reward)}"
+            )
 
         async with asyncio.TaskGroup() as tg:
             for i, old in enumerate(olds):
@@ -491,19 +633,30 @@ async def aregrade_job(job_dir: Path, *, paths: Sequence[Path] | None = None,
         for r in results:
             declared.setdefault(r.task.name, [s.name for s in r.steps])
         write_summary(dest, summarize_job(results, declared))
-        return RegradeResult(job_dir=dest, source_dir=src, results=results,
-                             stopped_by=stopped[0] if stopped else None,
-                             judge_cost_usd=spent[0], infra_failed=infra_failed,
-                             rerun_command=_rerun_command(meta.config),
-                             source_args=shlex.join(_source_args(meta.config)))
+        return RegradeResult(
+            job_dir=dest,
+            source_dir=src,
+            results=results,
+            stopped_by=stopped[0] if stopped else None,
+            judge_cost_usd=spent[0],
+            infra_failed=infra_failed,
+            rerun_command=_rerun_command(meta.config),
+            source_args=shlex.join(_source_args(meta.config)),
+        )
     finally:
         lock.release()
 
 
-async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: str, dest: Path,
-                       timeouts: Timeouts, emit: RegradeSink,
-                       add_hosts: tuple[tuple[str, str], ...]
-                       ) -> tuple[TrialResult, Category | None]:
+async def _regrade_one(
+    task: Task,
+    old: TrialResult,
+    trial_dir: Path,
+    job_id: str,
+    dest: Path,
+    timeouts: Timeouts,
+    emit: RegradeSink,
+    add_hosts: tuple[tuple[str, str], ...],
+) -> tuple[TrialResult, Category | None]:
     """One trial's regrade; a failure that stops it copies the trial unchanged with why.
 
     Returns:
@@ -511,8 +664,16 @@ async def _regrade_one(task: Task, old: TrialResult, trial_dir: Path, job_id: st
         stopped its regrade (else ``None``).
     """
     try:
-        return await _TrialRegrade(task, old, trial_dir, job_id=job_id, job_dir=dest,
-                                   timeouts=timeouts, emit=emit, add_hosts=add_hosts).run(), None
+        return await _TrialRegrade(
+            task,
+            old,
+            trial_dir,
+            job_id=job_id,
+            job_dir=dest,
+            timeouts=timeouts,
+            emit=emit,
+            add_hosts=add_hosts,
+        ).run(), None
     except SandboxLostError as exc:
         return _unchanged(old, f"infra: {exc.kind.value}: {exc}"), Category.INFRA
     except (TrialFailure, UsageError) as exc:

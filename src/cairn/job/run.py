@@ -142,9 +142,14 @@ def _job_dir(config: JobConfig, job_dir: Path | None) -> Path:
     return Path(config.jobs_dir) / config.job_name
 
 
-async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume: bool = False,
-                      retry_errors: bool = False, observer: JobObserver | None = None,
-                      ) -> AsyncIterator[TrialResult]:
+async def iter_trials(
+    config: JobConfig,
+    *,
+    job_dir: Path | None = None,
+    resume: bool = False,
+    retry_errors: bool = False,
+    observer: JobObserver | None = None,
+) -> AsyncIterator[TrialResult]:
     """Run a job and yield each :class:`TrialResult` as it finishes (for training loops).
 
     Results already final in a resumed job are yielded first. At most ``config.n_concurrent``
@@ -180,8 +185,9 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             _unclaim(Path(job_dir))
         raise
     try:
-        inner = _iter_trials(executor, config, job_dir=job_dir, resume=resume,
-                             retry_errors=retry_errors, observer=observer)
+        inner = _iter_trials(
+            executor, config, job_dir=job_dir, resume=resume, retry_errors=retry_errors, observer=observer
+        )
         async with contextlib.aclosing(inner) as results:
             async for r in results:
                 yield r
@@ -192,19 +198,33 @@ async def iter_trials(config: JobConfig, *, job_dir: Path | None = None, resume:
             executor.close()
 
 
-async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path | None,
-                       resume: bool, retry_errors: bool, observer: JobObserver | None,
-                       ) -> AsyncGenerator[TrialResult, None]:
+async def _iter_trials(
+    executor: Executor,
+    config: JobConfig,
+    *,
+    job_dir: Path | None,
+    resume: bool,
+    retry_errors: bool,
+    observer: JobObserver | None,
+) -> AsyncGenerator[TrialResult, None]:
     """:func:`iter_trials` with its executor open."""
     target = _job_dir(config, job_dir)
     if config.job_name is None and job_dir is None:  # a default name, claimed exclusively
         config = config.model_copy(update={"job_name": target.name})
     try:
         backend = executor.resolve_backend(config.backend)
-        config = config.model_copy(update={
-            "paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend})
-        job = JobRun(config, backend, target, resume=resume,
-                     retry_errors=retry_errors, observer=observer, executor=executor)
+        config = config.model_copy(
+            update={"paths": tuple(Path(p).absolute() for p in config.paths), "backend": backend}
+        )
+        job = JobRun(
+            config,
+            backend,
+            target,
+            resume=resume,
+            retry_errors=retry_errors,
+            observer=observer,
+            executor=executor,
+        )
         observer = job.observer
         # datasets and --repo are fetched in a thread (minutes, for a large one) so that
         # Ctrl-C is still heard; its progress lines reach the observer on the loop's thread
@@ -213,9 +233,9 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         def fetch_progress(line: str) -> None:
             loop.call_soon_threadsafe(job.notice, line)
 
-        inputs = await asyncio.to_thread(discover_inputs, config,
-                                         resume_dir=job.job_dir if resume else None,
-                                         on_event=fetch_progress)
+        inputs = await asyncio.to_thread(
+            discover_inputs, config, resume_dir=job.job_dir if resume else None, on_event=fetch_progress
+        )
         entries = inputs.entries
         job.sources = inputs.sources
         if config.start_step or config.from_trial or config.snapshot_steps:  # design §4.7
@@ -232,12 +252,19 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         remove_partial_installs(job.paths)  # a driver that died installing a remote trial
         for e in entries:
             job.declared_steps[e.name] = list(e.steps)
-        decisions = plan_trials(config, entries, backend=backend, folder=scan_folder(job.paths),
-                                retry_errors=retry_errors, folder_name=trial_dir_name)
+        decisions = plan_trials(
+            config,
+            entries,
+            backend=backend,
+            folder=scan_folder(job.paths),
+            retry_errors=retry_errors,
+            folder_name=trial_dir_name,
+        )
         try:
-            check_templates((d.entry.task for d in decisions
-                             if d.action is TrialAction.RUN and d.entry.task is not None),
-                            verifier_env=config.verifier_env)
+            check_templates(
+                (d.entry.task for d in decisions if d.action is TrialAction.RUN and d.entry.task is not None),
+                verifier_env=config.verifier_env,
+            )
         except UsageError:
             undo_empty(job.paths, created)
             raise
@@ -246,30 +273,35 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
         begun = True
         job.open_log()
         job.write_job_json()  # first: a job killed from here on can be resumed
-        job.notice(f"job {job.job_id}: {'resumed' if resume else 'started'} "
-                   f"(cairn {__version__}, agent {config.agent}"
-                   + (f", model {config.model}" if config.model else "")
-                   + f", backend {backend}"
-                   + (f", executor {executor.name})" if executor.name != "local" else ")"))
+        job.notice(
+            f"job {job.job_id}: {'resumed' if resume else 'started'} "
+            f"(cairn {__version__}, agent {config.agent}"
+            + (f", model {config.model}" if config.model else "")
+            + f", backend {backend}"
+            + (f", executor {executor.name})" if executor.name != "local" else ")")
+        )
         for note in inputs.notes:
             job.notice(str(note), EventKind.WARNING if note.warning else EventKind.JOB)
         for line in refused:
             job.notice(line, EventKind.WARNING)
         # each task's validation warnings, once per job, before the first trial (issue 27)
-        for line in task_warning_lines(d.entry for d in decisions
-                                       if d.action in (TrialAction.RUN, TrialAction.INVALID)):
+        for line in task_warning_lines(
+            d.entry for d in decisions if d.action in (TrialAction.RUN, TrialAction.INVALID)
+        ):
             job.notice(line, EventKind.WARNING)
         if config.artifacts:  # the task lint's artifact rules, for the job's --artifact paths
-            to_run = {d.entry.name: d.entry.task for d in decisions
-                      if d.action is TrialAction.RUN and d.entry.task is not None}
+            to_run = {
+                d.entry.name: d.entry.task
+                for d in decisions
+                if d.action is TrialAction.RUN and d.entry.task is not None
+            }
             for line in artifact_warnings(config.artifacts, to_run.items()):
                 job.notice(f"warning: {line}", EventKind.WARNING)
         if not created:  # a folder this run just created has no earlier run to clean up after
             clean_own_leftovers(job.paths, job.emit, executor.clean)
         if resume:
             _report_torn_summary(job)
-        plans, done = apply_decisions(job.paths, config, decisions, backend=backend,
-                                      emit=job.emit)
+        plans, done = apply_decisions(job.paths, config, decisions, backend=backend, emit=job.emit)
         observer.planned(len(plans), len(done))
         for r in done:
             job.record(r, write=False)
@@ -290,7 +322,8 @@ async def _iter_trials(executor: Executor, config: JobConfig, *, job_dir: Path |
             raise JobStorageFullError(
                 f"the filesystem holding {job.job_dir} is full ({full}); the job stopped, "
                 "results already written are kept; free space and run "
-                f"`cairn resume {job.job_dir}`") from None
+                f"`cairn resume {job.job_dir}`"
+            ) from None
     finally:
         if begun:
             await _settle_sandboxes(job)
@@ -311,8 +344,7 @@ def _storage_full(exc: BaseException) -> OSError | None:
         found = _storage_full(inner)
         if found is not None:
             return found
-    if exc.__context__ is not None and exc.__context__ is not exc and isinstance(
-            exc.__context__, OSError):
+    if exc.__context__ is not None and exc.__context__ is not exc and isinstance(exc.__context__, OSError):
         return _storage_full(exc.__context__)
     return None
 
@@ -327,8 +359,10 @@ def _report_torn_summary(job: JobRun) -> None:
             read_summary(job.job_dir)
         except (OSError, ValueError) as exc:
             why = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
-            job.notice(f"{job.paths.summary_json} is unreadable ({why}); rebuilt from the "
-                       "trials' result.json files", EventKind.WARNING)
+            job.notice(
+                f"{job.paths.summary_json} is unreadable ({why}); rebuilt from the trials' result.json files",
+                EventKind.WARNING,
+            )
 
 
 async def _settle_sandboxes(job: JobRun) -> None:
@@ -342,12 +376,14 @@ async def _settle_sandboxes(job: JobRun) -> None:
     except Exception as exc:  # noqa: BLE001 - the trials' results are already on disk
         failed = [f"check failed: {exc}"]
     for line in failed:
-        job.notice(f"could not remove a sandbox of job {job.job_id}: {line}; "
-                   "`cairn clean` removes it once the engine allows", EventKind.WARNING)
+        job.notice(
+            f"could not remove a sandbox of job {job.job_id}: {line}; "
+            "`cairn clean` removes it once the engine allows",
+            EventKind.WARNING,
+        )
 
 
-async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
-                   **kwargs: Any) -> JobResult:
+async def arun_job(config: JobConfig, *, job_dir: Path | None = None, **kwargs: Any) -> JobResult:
     """Run a job to its end (async). Arguments as :func:`iter_trials`.
 
     Returns:
@@ -372,8 +408,7 @@ async def arun_job(config: JobConfig, *, job_dir: Path | None = None,
         declared: dict[str, list[str]] = {}
         for r in results:
             declared.setdefault(r.task.name, [s.name for s in r.steps])
-        job = dataclasses.replace(job, results=results,
-                                  summary=summarize_job(results, declared))
+        job = dataclasses.replace(job, results=results, summary=summarize_job(results, declared))
     return job
 
 
@@ -389,9 +424,14 @@ def run_job(config: JobConfig, **kwargs: Any) -> JobResult:
     return asyncio.run(arun_job(config, **kwargs))
 
 
-def resume_job(job_dir: Path, *, retry_errors: bool = False, observer: JobObserver | None = None,
-               overrides: Mapping[str, Any] | None = None,
-               agent_env: Mapping[str, str] | None = None) -> JobResult:
+def resume_job(
+    job_dir: Path,
+    *,
+    retry_errors: bool = False,
+    observer: JobObserver | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    agent_env: Mapping[str, str] | None = None,
+) -> JobResult:
     """Resume a job from its folder (blocking): runs trials with no result.json, cancelled ones
     and infra-errored ones (``retry_errors`` adds task errors). Genuine scores never re-run;
     a task whose content changed since is reported and re-run under a new trial id.
@@ -409,10 +449,15 @@ def resume_job(job_dir: Path, *, retry_errors: bool = False, observer: JobObserv
     Raises:
         UsageError: not a job folder, locked by a running process, or as :func:`iter_trials`.
     """
-    config = resume_config(job_dir, agent_env=agent_env, overrides=overrides,
-                           emit=observer.event if observer is not None else None)
-    return asyncio.run(arun_job(config, job_dir=Path(job_dir), resume=True,
-                                retry_errors=retry_errors, observer=observer))
+    config = resume_config(
+        job_dir,
+        agent_env=agent_env,
+        overrides=overrides,
+        emit=observer.event if observer is not None else None,
+    )
+    return asyncio.run(
+        arun_job(config, job_dir=Path(job_dir), resume=True, retry_errors=retry_errors, observer=observer)
+    )
 
 
 def read_job(job_dir: Path) -> JobResult:
@@ -441,5 +486,6 @@ def read_job(job_dir: Path) -> JobResult:
     if (job_dir / "job.json").is_file():
         with contextlib.suppress(OSError, ValueError):
             stopped = read_job_json(job_dir).stopped_by
-    return JobResult(job_dir=job_dir, results=results, summary=summarize_job(results, declared),
-                     stopped_by=stopped)
+    return JobResult(
+        job_dir=job_dir, results=results, summary=summarize_job(results, declared), stopped_by=stopped
+    )

@@ -40,13 +40,22 @@ from cairn.trial.context import JobServices
 
 log = logging.getLogger("cairn.job")
 
+
 class JobRun:
     """One run of a job (fresh or resumed): infra retries, the job's stop rules, summary.json
     and job.log (planning is :mod:`cairn.job.planner`, the lock :mod:`cairn.job.folder`)."""
 
-    def __init__(self, config: JobConfig, backend: str, job_dir: Path, *, resume: bool,
-                 retry_errors: bool, observer: JobObserver | None,
-                 executor: Executor | None = None) -> None:
+    def __init__(
+        self,
+        config: JobConfig,
+        backend: str,
+        job_dir: Path,
+        *,
+        resume: bool,
+        retry_errors: bool,
+        observer: JobObserver | None,
+        executor: Executor | None = None,
+    ) -> None:
         self.config = config
         self.executor = executor or Executor(config)
         """Where the trials run (``--executor``; default in this process)."""
@@ -126,17 +135,30 @@ class JobRun:
             move_attempt_aside(tp)
             result = await self.executor.run_trial(plan, self.emit, services)
             error = result.error if result.outcome is Outcome.ERRORED else None
-            if (error is None or error.category is not Category.INFRA  # not retryable
-                    or runs > self.config.max_retries or self.stopped_by
-                    or error.detail.get("unreachable")):  # a model host that is not there
+            if (
+                error is None
+                or error.category is not Category.INFRA  # not retryable
+                or runs > self.config.max_retries
+                or self.stopped_by
+                or error.detail.get("unreachable")
+            ):  # a model host that is not there
                 return result
             if error.kind is ErrorKind.SANDBOX_LOST and not await wait_for_engine(
-                    get_backend(self.backend), self.emit, plan.task.name):
+                get_backend(self.backend), self.emit, plan.task.name
+            ):
                 return result  # the engine stayed away: the trial keeps its infra error
             cause = (error.message.splitlines() or [""])[0][:200]
-            self.emit(Retrying(tag=plan.task.name, task=plan.task.name, error_kind=error.kind.value,
-                               delay_sec=delay, run=runs + 1, of=self.config.max_retries + 1,
-                               cause=cause))
+            self.emit(
+                Retrying(
+                    tag=plan.task.name,
+                    task=plan.task.name,
+                    error_kind=error.kind.value,
+                    delay_sec=delay,
+                    run=runs + 1,
+                    of=self.config.max_retries + 1,
+                    cause=cause,
+                )
+            )
             await asyncio.sleep(delay)
             delay *= 2
 
@@ -158,14 +180,19 @@ class JobRun:
         before = self.stopped_by
         if result.error is not None and result.error.kind is ErrorKind.MODEL_AUTH_FAILED:
             self.stopped_by = self.stopped_by or JobStop.MODEL_AUTH_FAILED
-        if result.error is not None and result.error.kind is ErrorKind.MODEL_UNAVAILABLE and \
-                result.error.detail.get("unreachable"):  # every trial would meet the same host
+        if (
+            result.error is not None
+            and result.error.kind is ErrorKind.MODEL_UNAVAILABLE
+            and result.error.detail.get("unreachable")
+        ):  # every trial would meet the same host
             self.stopped_by = self.stopped_by or JobStop.MODEL_UNREACHABLE
         if self.config.max_cost_usd is not None and self.spent_usd >= self.config.max_cost_usd:
             self.stopped_by = self.stopped_by or JobStop.MAX_COST
         if self.stopped_by != before:
-            self.notice(f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
-                      "trial starts, the remaining ones are recorded cancelled")
+            self.notice(
+                f"job stopping: {self.stopped_by} (spent ${self.spent_usd:.4f}); no new "
+                "trial starts, the remaining ones are recorded cancelled"
+            )
             self.write_job_json()
         if write:
             self.write_summary()
@@ -175,9 +202,16 @@ class JobRun:
         if not self._engine_known:  # asked once per run: an engine round trip
             self._engine_version = get_backend(self.backend).engine_version()
             self._engine_known = True
-        write_job_meta(self.paths, self.config, backend=self.backend,
-                       engine_version=self._engine_version, started_at=self.started_at,
-                       stopped_by=self.stopped_by, finished=finished, sources=self.sources)
+        write_job_meta(
+            self.paths,
+            self.config,
+            backend=self.backend,
+            engine_version=self._engine_version,
+            started_at=self.started_at,
+            stopped_by=self.stopped_by,
+            finished=finished,
+            sources=self.sources,
+        )
 
     def summary(self) -> JobSummary:
         """The job's summary (design §7) over the results recorded so far; every task of the
@@ -210,14 +244,16 @@ class JobRun:
                 raise  # a full disk stops the job (cairn.job.run turns it into one error)
             log.warning("could not write summary.json: %s", exc)
 
+
 ENGINE_WAIT_SEC = float(os.environ.get("CAIRN_ENGINE_WAIT_SEC", "180"))
 """How long a trial that lost the Docker engine waits for it to answer again before its
 retry, seconds (``CAIRN_ENGINE_WAIT_SEC``); past it the trial keeps its ``sandbox_lost``
 infra error and ``cairn resume`` re-runs it."""
 
 
-async def wait_for_engine(backend: type[Sandbox], emit: EventSink, task: str,
-                          wait_sec: float | None = None) -> bool:
+async def wait_for_engine(
+    backend: type[Sandbox], emit: EventSink, task: str, wait_sec: float | None = None
+) -> bool:
     """Wait, with backoff (1 s doubling to 15 s), until the backend's engine answers a ping
     (:meth:`Sandbox.engine_answers`; a backend without an engine answers at once).
 
@@ -253,13 +289,19 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
     queue: asyncio.Queue[TrialResult | None] = asyncio.Queue()
     # the job's services: deferred removals, --prestart's sandboxes started ahead for waiting
     # trials and the reusable gateways (these two in this process only)
-    services = JobServices.for_job(plans, prestart=job.config.prestart,
-                                   limit=job.config.n_concurrent,
-                                   in_process=job.executor.name == "local")
+    services = JobServices.for_job(
+        plans,
+        prestart=job.config.prestart,
+        limit=job.config.n_concurrent,
+        in_process=job.executor.name == "local",
+    )
     pool = services.prestarts
     if job.config.prestart and pool is None:
-        job.notice(f"--prestart applies to the in-process executor only; ignored under "
-                   f"--executor {job.executor.name}", EventKind.WARNING)
+        job.notice(
+            f"--prestart applies to the in-process executor only; ignored under "
+            f"--executor {job.executor.name}",
+            EventKind.WARNING,
+        )
 
     async def one(plan: TrialPlan) -> None:
         started = False
@@ -273,8 +315,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
                     started = True
                     job.observer.trial_started(plan)
                     try:  # issue #29: an exception escaping the trial is its own error
-                        result = await contain_trial(
-                            plan, lambda p: job.run_one(p, services), job.emit)
+                        result = await contain_trial(plan, lambda p: job.run_one(p, services), job.emit)
                     finally:
                         job.observer.trial_finished(plan)
                 if pool is not None:

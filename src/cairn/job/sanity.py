@@ -38,13 +38,21 @@ class SanityReport:
 
     def lines(self) -> list[str]:
         """One line per task: ``name: ok`` or ``name: FAIL: problem; problem``."""
-        return [f"{name}: ok" if not p else f"{name}: FAIL: {'; '.join(p)}"
-                for name, p in sorted(self.problems.items())]
+        return [
+            f"{name}: ok" if not p else f"{name}: FAIL: {'; '.join(p)}"
+            for name, p in sorted(self.problems.items())
+        ]
 
 
-def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 4,
-               jobs_dir: Path = Path("jobs"), observer: JobObserver | None = None,
-               strict: bool = False) -> SanityReport:
+def run_sanity(
+    paths: list[Path],
+    *,
+    backend: str = "auto",
+    n_concurrent: int = 4,
+    jobs_dir: Path = Path("jobs"),
+    observer: JobObserver | None = None,
+    strict: bool = False,
+) -> SanityReport:
     """Run each task with ``oracle`` and with ``nop`` (two jobs) and compare.
 
     A task fails sanity when the oracle trial does not pass every step, or when the nop trial
@@ -69,13 +77,20 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
     report = SanityReport()
 
     async def both() -> tuple[JobResult, JobResult]:
-        base: dict[str, Any] = {"paths": tuple(paths), "backend": backend,
-                                "n_concurrent": n_concurrent, "jobs_dir": jobs_dir,
-                                "max_retries": 1, "strict": strict}
-        oracle = await arun_job(JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base),
-                                observer=observer)
-        nop = await arun_job(JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base),
-                             observer=observer)
+        base: dict[str, Any] = {
+            "paths": tuple(paths),
+            "backend": backend,
+            "n_concurrent": n_concurrent,
+            "jobs_dir": jobs_dir,
+            "max_retries": 1,
+            "strict": strict,
+        }
+        oracle = await arun_job(
+            JobConfig(agent="oracle", job_name=f"sanity-oracle-{stamp}", **base), observer=observer
+        )
+        nop = await arun_job(
+            JobConfig(agent="nop", job_name=f"sanity-nop-{stamp}", **base), observer=observer
+        )
         return oracle, nop
 
     oracle, nop = asyncio.run(both())
@@ -84,8 +99,9 @@ def run_sanity(paths: list[Path], *, backend: str = "auto", n_concurrent: int = 
         probs = report.problems.setdefault(r.task.name, [])
         if r.outcome.value == "errored" and r.error is not None:
             first = (r.error.message or "").strip().splitlines()[:1]
-            probs.append(f"oracle errored ({r.error.kind.value}"
-                         + (f": {first[0][:200]}" if first else "") + ")")
+            probs.append(
+                f"oracle errored ({r.error.kind.value}" + (f": {first[0][:200]}" if first else "") + ")"
+            )
         failing = [s.name for s in r.steps if not s.passed]
         if failing and r.outcome.value != "errored":
             probs.append(f"oracle does not pass step(s) {', '.join(failing)}")

@@ -15,13 +15,31 @@ if TYPE_CHECKING:
     from cairn.relay.server import ModelRelay, RelayConfig, Upstream
     from cairn.relay.usage import Usage
 
-__all__ = ["BudgetStop", "CallRecord", "Limits", "ModelRelay", "Price", "RelayConfig",
-           "StepCalls", "TrialLease", "Upstream", "Usage"]
+__all__ = [
+    "BudgetStop",
+    "CallRecord",
+    "Limits",
+    "ModelRelay",
+    "Price",
+    "RelayConfig",
+    "StepCalls",
+    "TrialLease",
+    "Upstream",
+    "Usage",
+]
 
-_WHERE = {"BudgetStop": "ledger", "CallRecord": "ledger", "Limits": "ledger",
-          "StepCalls": "ledger", "TrialLease": "ledger", "Price": "prices",
-          "ModelRelay": "server", "RelayConfig": "server", "Upstream": "server",
-          "Usage": "usage"}
+_WHERE = {
+    "BudgetStop": "ledger",
+    "CallRecord": "ledger",
+    "Limits": "ledger",
+    "StepCalls": "ledger",
+    "TrialLease": "ledger",
+    "Price": "prices",
+    "ModelRelay": "server",
+    "RelayConfig": "server",
+    "Upstream": "server",
+    "Usage": "usage",
+}
 
 
 def __getattr__(name: str) -> Any:

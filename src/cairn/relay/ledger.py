@@ -60,13 +60,19 @@ class BudgetStop:
     def message(self) -> str:
         """The sentence the refused calls carry."""
         unit = "tokens" if self.limit == "trial_tokens" else "USD"
-        return (f"cairn relay: budget exceeded ({self.limit} limit {self.limit_value:g} {unit}, "
-                f"spent {self.spent:g} {unit}); no more model calls in this trial")
+        return (
+            f"cairn relay: budget exceeded ({self.limit} limit {self.limit_value:g} {unit}, "
+            f"spent {self.spent:g} {unit}); no more model calls in this trial"
+        )
 
     def as_dict(self) -> dict[str, Any]:
         """The stop as a JSON object."""
-        return {"limit": self.limit, "limit_value": self.limit_value, "spent": self.spent,
-                "crossing_call": self.crossing_call}
+        return {
+            "limit": self.limit,
+            "limit_value": self.limit_value,
+            "spent": self.spent,
+            "crossing_call": self.crossing_call,
+        }
 
 
 @dataclass
@@ -149,13 +155,18 @@ class StepCalls:
 
 def summarise(calls: list[CallRecord]) -> StepCalls:
     """Sum a list of call records (billed calls only; refused calls cost nothing)."""
-    billed = [c for c in calls if c.kind == "generate" and c.error != "budget_exceeded"
-              and c.status is not None and c.status < 400]
+    billed = [
+        c
+        for c in calls
+        if c.kind == "generate" and c.error != "budget_exceeded" and c.status is not None and c.status < 400
+    ]
     costs = [c.cost_usd for c in billed]
-    return StepCalls(tuple(calls), sum_usage(c.usage for c in billed),
-                     None if any(c is None for c in costs) else sum(c for c in costs
-                                                                    if c is not None),
-                     sum(1 for c in billed if not c.complete))
+    return StepCalls(
+        tuple(calls),
+        sum_usage(c.usage for c in billed),
+        None if any(c is None for c in costs) else sum(c for c in costs if c is not None),
+        sum(1 for c in billed if not c.complete),
+    )
 
 
 def _now_iso() -> str:
@@ -187,8 +198,13 @@ class TrialLease:
         stop: why the model was closed, or ``None``.
     """
 
-    def __init__(self, trial_id: str, ledger: JobLedger, limits: Limits,
-                 on_stop: Callable[[BudgetStop], None] | None = None) -> None:
+    def __init__(
+        self,
+        trial_id: str,
+        ledger: JobLedger,
+        limits: Limits,
+        on_stop: Callable[[BudgetStop], None] | None = None,
+    ) -> None:
         self.trial_id = trial_id
         self.token = "cairn-" + secrets.token_urlsafe(32)
         self._ledger = ledger
@@ -225,7 +241,7 @@ class TrialLease:
 
     def end_step(self) -> StepCalls:
         """Close the current step; return what its calls add up to."""
-        calls = self.records[self._step_start:]
+        calls = self.records[self._step_start :]
         self._step, self._path = None, None
         self._step_start = len(self.records)
         return summarise(calls)
@@ -246,8 +262,9 @@ class TrialLease:
             if self._on_stop is not None:
                 self._on_stop(stop)
 
-    def new_call(self, *, endpoint: str, family: str, kind: str, model: str | None,
-                 stream: bool, request_key: bytes) -> CallRecord:
+    def new_call(
+        self, *, endpoint: str, family: str, kind: str, model: str | None, stream: bool, request_key: bytes
+    ) -> CallRecord:
         """Open the record of an arriving call.
 
         Args:
@@ -260,9 +277,18 @@ class TrialLease:
                 failed or was cut short makes this one its retry.
         """
         digest = hashlib.sha256(request_key).hexdigest()
-        rec = CallRecord(seq=len(self.records) + 1, time=_now_iso(), trial=self.trial_id,
-                         step=self._step, endpoint=endpoint, family=family, kind=kind,
-                         model=model, stream=stream, retry_of=self._failed.get(digest))
+        rec = CallRecord(
+            seq=len(self.records) + 1,
+            time=_now_iso(),
+            trial=self.trial_id,
+            step=self._step,
+            endpoint=endpoint,
+            family=family,
+            kind=kind,
+            model=model,
+            stream=stream,
+            retry_of=self._failed.get(digest),
+        )
         self._digests[rec.seq] = digest
         self.records.append(rec)
         return rec
@@ -270,8 +296,12 @@ class TrialLease:
     def finish_call(self, rec: CallRecord) -> None:
         """Account a finished call: spend, limits, retry bookkeeping, its JSONL line."""
         digest = self._digests.pop(rec.seq, None)
-        ok = rec.status is not None and rec.status < 400 and rec.error is None and (
-            rec.complete or rec.kind != "generate")
+        ok = (
+            rec.status is not None
+            and rec.status < 400
+            and rec.error is None
+            and (rec.complete or rec.kind != "generate")
+        )
         if digest is not None:
             if ok:
                 self._failed.pop(digest, None)
@@ -293,8 +323,11 @@ class TrialLease:
 
     def _check(self, seq: int) -> None:
         lim, job = self.limits, self._ledger
-        if job.stop is None and job.limits.job_cost_usd is not None \
-                and job.cost_usd >= job.limits.job_cost_usd:
+        if (
+            job.stop is None
+            and job.limits.job_cost_usd is not None
+            and job.cost_usd >= job.limits.job_cost_usd
+        ):
             job.stop = BudgetStop("job_cost_usd", job.limits.job_cost_usd, job.cost_usd, seq)
         if self.stop is not None:
             return

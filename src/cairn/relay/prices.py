@@ -49,10 +49,12 @@ class Price:
         read = usage.cache_read_tokens or 0
         write = usage.cache_write_tokens or 0
         plain = max(0, (usage.input_tokens or 0) - read - write)
-        return (plain * self.input
-                + read * (self.input if self.cache_read is None else self.cache_read)
-                + write * (self.input if self.cache_write is None else self.cache_write)
-                + (usage.output_tokens or 0) * self.output)
+        return (
+            plain * self.input
+            + read * (self.input if self.cache_read is None else self.cache_read)
+            + write * (self.input if self.cache_write is None else self.cache_write)
+            + (usage.output_tokens or 0) * self.output
+        )
 
 
 def _num(entry: dict[str, object], key: str) -> float | None:
@@ -60,8 +62,12 @@ def _num(entry: dict[str, object], key: str) -> float | None:
     return float(value) if isinstance(value, int | float) else None
 
 
-_PREFIXES = {"anthropic": ("anthropic/",), "chat": ("openai/",), "responses": ("openai/",),
-             "gemini": ("gemini/",)}
+_PREFIXES = {
+    "anthropic": ("anthropic/",),
+    "chat": ("openai/",),
+    "responses": ("openai/",),
+    "gemini": ("gemini/",),
+}
 
 
 class PriceBook:
@@ -72,8 +78,7 @@ class PriceBook:
         map_path: the price map file; default LiteLLM's bundled backup map, when installed.
     """
 
-    def __init__(self, overrides: Mapping[str, Price] | None = None,
-                 map_path: Path | None = None) -> None:
+    def __init__(self, overrides: Mapping[str, Price] | None = None, map_path: Path | None = None) -> None:
         self._overrides = dict(overrides or {})
         self._map_path = map_path
         self._map: dict[str, dict[str, object]] | None = None
@@ -107,10 +112,11 @@ class PriceBook:
         name = model.removeprefix("models/")
         for key in (name, *(p + name for p in _PREFIXES.get(family, ()))):
             entry = table.get(key)
-            if isinstance(entry, dict) and isinstance(entry.get("input_cost_per_token"),
-                                                      int | float):
-                return Price(input=float(entry["input_cost_per_token"]),  # type: ignore[arg-type]
-                             output=_num(entry, "output_cost_per_token") or 0.0,
-                             cache_read=_num(entry, "cache_read_input_token_cost"),
-                             cache_write=_num(entry, "cache_creation_input_token_cost"))
+            if isinstance(entry, dict) and isinstance(entry.get("input_cost_per_token"), int | float):
+                return Price(
+                    input=float(entry["input_cost_per_token"]),  # type: ignore[arg-type]
+                    output=_num(entry, "output_cost_per_token") or 0.0,
+                    cache_read=_num(entry, "cache_read_input_token_cost"),
+                    cache_write=_num(entry, "cache_creation_input_token_cost"),
+                )
         return None

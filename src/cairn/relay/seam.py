@@ -75,8 +75,7 @@ class RelaySeam:
         options: the job's relay flags (issue 30), laid over each agent's :class:`RelayWanted`.
     """
 
-    def __init__(self, job_max_cost_usd: float | None,
-                 options: JobRelayOptions | None = None) -> None:
+    def __init__(self, job_max_cost_usd: float | None, options: JobRelayOptions | None = None) -> None:
         self._job_cost = job_max_cost_usd
         self._options = options or JobRelayOptions()
         self._relay: ModelRelay | None = None
@@ -107,15 +106,24 @@ class RelaySeam:
             return None
         o = self._options
         wanted = RelayWanted(
-            provider=wanted.provider, upstream=wanted.upstream,
-            limits=Limits(trial_cost_usd=_lower(wanted.limits.trial_cost_usd, o.trial_cost_usd),
-                          trial_tokens=_lower(wanted.limits.trial_tokens, o.trial_tokens)),
+            provider=wanted.provider,
+            upstream=wanted.upstream,
+            limits=Limits(
+                trial_cost_usd=_lower(wanted.limits.trial_cost_usd, o.trial_cost_usd),
+                trial_tokens=_lower(wanted.limits.trial_tokens, o.trial_tokens),
+            ),
             record_bodies=wanted.record_bodies or o.record_bodies,
-            rollout=wanted.rollout or o.rollout)
+            rollout=wanted.rollout or o.rollout,
+        )
         relay = await self._start(wanted)
-        lease = relay.open_trial(trial_id, limits=Limits(
-            job_cost_usd=self._job_cost, trial_cost_usd=wanted.limits.trial_cost_usd,
-            trial_tokens=wanted.limits.trial_tokens))
+        lease = relay.open_trial(
+            trial_id,
+            limits=Limits(
+                job_cost_usd=self._job_cost,
+                trial_cost_usd=wanted.limits.trial_cost_usd,
+                trial_tokens=wanted.limits.trial_tokens,
+            ),
+        )
         agent.use_relay(relay.url, lease)
         return lease
 
@@ -129,10 +137,14 @@ class RelaySeam:
             if self._relay is None:
                 from cairn.relay.server import ModelRelay, RelayConfig
 
-                relay = ModelRelay(RelayConfig(
-                    upstreams={wanted.provider: wanted.upstream},
-                    limits=Limits(job_cost_usd=self._job_cost),
-                    record_bodies=wanted.record_bodies, rollout=wanted.rollout))
+                relay = ModelRelay(
+                    RelayConfig(
+                        upstreams={wanted.provider: wanted.upstream},
+                        limits=Limits(job_cost_usd=self._job_cost),
+                        record_bodies=wanted.record_bodies,
+                        rollout=wanted.rollout,
+                    )
+                )
                 await relay.start()
                 self._relay = relay
             return self._relay

@@ -42,16 +42,26 @@ from cairn.results.masking import Masker
 if TYPE_CHECKING:
     from aiohttp import ClientResponse, ClientSession, web
 
-HOP_BY_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization",
-                        "proxy-connection", "te", "trailer", "trailers", "transfer-encoding",
-                        "upgrade"})
+HOP_BY_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "trailers",
+        "transfer-encoding",
+        "upgrade",
+    }
+)
 """RFC 9110 §7.6.1 hop-by-hop headers, never forwarded either way."""
 
 AUTH_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-key"})
 """Where a client puts its key; the per-trial token is read from any one of them."""
 
-_DROP_REQUEST = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "cookie",
-                                             "accept-encoding", "expect"}
+_DROP_REQUEST = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "cookie", "accept-encoding", "expect"}
 _DROP_RESPONSE = HOP_BY_HOP | {"content-length", "content-encoding", "set-cookie"}
 
 
@@ -75,15 +85,14 @@ class Upstream:
         base = self.base_url.rstrip("/")
         for version in ("/v1beta", "/v1"):
             if base.endswith(version) and path.startswith(version + "/"):
-                return base + path[len(version):]
+                return base + path[len(version) :]
         return base + path
 
     def auth_headers(self, provider: str) -> dict[str, str]:
         """The upstream auth header for ``provider``'s calls."""
         if not self.api_key:
             return {}
-        style = self.auth or {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}.get(
-            provider, "bearer")
+        style = self.auth or {"anthropic": "x-api-key", "gemini": "x-goog-api-key"}.get(provider, "bearer")
         if style == "bearer":
             return {"Authorization": f"Bearer {self.api_key}"}
         return {style: self.api_key}
@@ -128,8 +137,11 @@ def _token_hash(token: str) -> str:
 def _guess_family(request: web.Request) -> str:
     if request.path.startswith(("/v1beta", "/models")) or "x-goog-api-key" in request.headers:
         return GEMINI
-    if request.path.startswith("/v1/messages") or "x-api-key" in request.headers \
-            or "anthropic-version" in request.headers:
+    if (
+        request.path.startswith("/v1/messages")
+        or "x-api-key" in request.headers
+        or "anthropic-version" in request.headers
+    ):
         return ANTHROPIC
     return CHAT
 
@@ -169,8 +181,9 @@ class ModelRelay:
         self._prices = PriceBook(config.prices)
         self._leases: dict[str, TrialLease] = {}
         self._inflight: dict[str, set[asyncio.Task[Any]]] = {}
-        self._masker = Masker([u.api_key for u in config.upstreams.values() if u.api_key]
-                              + list(config.mask_secrets))
+        self._masker = Masker(
+            [u.api_key for u in config.upstreams.values() if u.api_key] + list(config.mask_secrets)
+        )
         self._runner: Any = None
         self._session: ClientSession | None = None
         self._preload: asyncio.Future[None] | None = None
@@ -201,8 +214,7 @@ class ModelRelay:
         except ImportError as exc:
             from cairn.errors import UsageError
 
-            raise UsageError("the model relay needs aiohttp: pip install 'cairn-eval[relay]'"
-                             ) from exc
+            raise UsageError("the model relay needs aiohttp: pip install 'cairn-eval[relay]'") from exc
         app = web.Application(client_max_size=self.config.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
         runner = web.AppRunner(app, access_log=None, handle_signals=False)
@@ -218,9 +230,11 @@ class ModelRelay:
         self._preload = asyncio.get_running_loop().run_in_executor(None, self._prices.load)
         self._session = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
-            timeout=aiohttp.ClientTimeout(total=None, sock_connect=10,
-                                          sock_read=self.config.upstream_idle_sec),
-            auto_decompress=True)
+            timeout=aiohttp.ClientTimeout(
+                total=None, sock_connect=10, sock_read=self.config.upstream_idle_sec
+            ),
+            auto_decompress=True,
+        )
 
     async def aclose(self) -> None:
         """Revoke every trial, stop serving and close the upstream connections."""
@@ -237,8 +251,13 @@ class ModelRelay:
             self._preload = None
 
     # ---- trials ------------------------------------------------------------------------------
-    def open_trial(self, trial_id: str, *, limits: Limits | None = None,
-                   on_stop: Callable[[BudgetStop], None] | None = None) -> TrialLease:
+    def open_trial(
+        self,
+        trial_id: str,
+        *,
+        limits: Limits | None = None,
+        on_stop: Callable[[BudgetStop], None] | None = None,
+    ) -> TrialLease:
         """Mint a trial's token.
 
         Args:
@@ -262,12 +281,20 @@ class ModelRelay:
             task.cancel()
 
     # ---- serving -------------------------------------------------------------------------------
-    async def _error(self, request: web.Request, family: str, status: int, message: str,
-                     code: str, headers: Mapping[str, str] | None = None) -> web.StreamResponse:
+    async def _error(
+        self,
+        request: web.Request,
+        family: str,
+        status: int,
+        message: str,
+        code: str,
+        headers: Mapping[str, str] | None = None,
+    ) -> web.StreamResponse:
         from aiohttp import web
 
-        resp = web.json_response(error_body(family, status, message, code), status=status,
-                                 headers=dict(headers or {}))
+        resp = web.json_response(
+            error_body(family, status, message, code), status=status, headers=dict(headers or {})
+        )
         await resp.prepare(request)
         await resp.write_eof()
         return resp
@@ -283,13 +310,21 @@ class ModelRelay:
         tokens = _tokens_of(request)
         lease = self._leases.get(_token_hash(next(iter(tokens)))) if len(tokens) == 1 else None
         if lease is None or lease.revoked:
-            return await self._error(request, family, 401,
-                                     "cairn relay: missing, unknown or expired trial token",
-                                     "invalid_api_key")
+            return await self._error(
+                request,
+                family,
+                401,
+                "cairn relay: missing, unknown or expired trial token",
+                "invalid_api_key",
+            )
         if route is None:
-            return await self._error(request, family, 404,
-                                     f"cairn relay: no model route {request.method} "
-                                     f"{request.path}", "not_found")
+            return await self._error(
+                request,
+                family,
+                404,
+                f"cairn relay: no model route {request.method} {request.path}",
+                "not_found",
+            )
         raw = await request.read()
         try:
             body = json.loads(raw) if raw else None
@@ -297,12 +332,20 @@ class ModelRelay:
             body = None
         model = route.model or (body.get("model") if isinstance(body, dict) else None)
         stream = wants_stream(route, body, dict(request.query))
-        rec = lease.new_call(endpoint=route.path, family=family, kind=route.kind,
-                             model=str(model) if model is not None else None, stream=stream,
-                             request_key=route.path.encode() + b"\0" + raw)
+        rec = lease.new_call(
+            endpoint=route.path,
+            family=family,
+            kind=route.kind,
+            model=str(model) if model is not None else None,
+            stream=stream,
+            request_key=route.path.encode() + b"\0" + raw,
+        )
         if self.config.record_bodies:
-            rec.request_body = self._masker.mask_json(body) if body is not None else (
-                self._masker.mask(raw.decode("utf-8", "replace")))
+            rec.request_body = (
+                self._masker.mask_json(body)
+                if body is not None
+                else (self._masker.mask(raw.decode("utf-8", "replace")))
+            )
         task = asyncio.current_task()
         if task is not None:
             self._inflight.setdefault(lease.token, set()).add(task)
@@ -311,9 +354,14 @@ class ModelRelay:
             if stop is not None and route.kind == "generate":
                 lease.refuse(stop)
                 rec.error, rec.status = "budget_exceeded", self.config.stop_status
-                resp = await self._error(request, family, self.config.stop_status,
-                                         stop.message(), "insufficient_quota",
-                                         {"x-should-retry": "false"})
+                resp = await self._error(
+                    request,
+                    family,
+                    self.config.stop_status,
+                    stop.message(),
+                    "insufficient_quota",
+                    {"x-should-retry": "false"},
+                )
                 rec.ttfb_sec = time.perf_counter() - t0
                 return resp
             return await self._forward(request, lease, route, body, raw, stream, rec, t0)
@@ -336,20 +384,28 @@ class ModelRelay:
         return ups.get(PROVIDER_OF[route.family]) or ups.get("*")
 
     def _out_headers(self, up: ClientResponse) -> dict[str, str]:
-        return {k: self._masker.mask(v) for k, v in up.headers.items()
-                if k.lower() not in _DROP_RESPONSE}
+        return {k: self._masker.mask(v) for k, v in up.headers.items() if k.lower() not in _DROP_RESPONSE}
 
-    async def _forward(self, request: web.Request, lease: TrialLease, route: Route, body: Any,
-                       raw: bytes, stream: bool, rec: CallRecord,
-                       t0: float) -> web.StreamResponse:
+    async def _forward(
+        self,
+        request: web.Request,
+        lease: TrialLease,
+        route: Route,
+        body: Any,
+        raw: bytes,
+        stream: bool,
+        rec: CallRecord,
+        t0: float,
+    ) -> web.StreamResponse:
         import aiohttp
 
         upstream = self._upstream(route)
         session = self._session
         if upstream is None or session is None:
             rec.error, rec.status = "no_upstream", 502
-            return await self._error(request, route.family, 502,
-                                     "cairn relay: no upstream for this provider", "no_upstream")
+            return await self._error(
+                request, route.family, 502, "cairn relay: no upstream for this provider", "no_upstream"
+            )
         stripped: list[str] = []
         if not lease.provider_tools:
             body, stripped = strip_provider_tools(route, body)
@@ -361,17 +417,23 @@ class ModelRelay:
             data = json.dumps(body).encode()
         else:
             data = raw
-        query = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=True)
-                 if k != "key"]
+        query = [(k, v) for k, v in parse_qsl(request.query_string, keep_blank_values=True) if k != "key"]
         url = upstream.url(route.path) + (f"?{urlencode(query)}" if query else "")
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _DROP_REQUEST
-                   and not k.lower().startswith("x-cairn-")}
+        headers = {
+            k: v
+            for k, v in request.headers.items()
+            if k.lower() not in _DROP_REQUEST and not k.lower().startswith("x-cairn-")
+        }
         headers.update(upstream.auth_headers(PROVIDER_OF[route.family]))
-        rollout = RolloutTap() if self.config.rollout and route.family == CHAT \
-            and route.kind == "generate" else None
+        rollout = (
+            RolloutTap()
+            if self.config.rollout and route.family == CHAT and route.kind == "generate"
+            else None
+        )
         try:
-            async with session.request(request.method, url, data=data if raw else None,
-                                       headers=headers, allow_redirects=False) as up:
+            async with session.request(
+                request.method, url, data=data if raw else None, headers=headers, allow_redirects=False
+            ) as up:
                 rec.status = up.status
                 ctype = up.headers.get("Content-Type", "")
                 if up.status < 400 and "text/event-stream" in ctype:
@@ -384,21 +446,45 @@ class ModelRelay:
                 rec.error = rec.error or "upstream_broke"
                 raise  # an answer had started: closing it must not look like success
             rec.error, rec.status = "upstream_unreachable", 502
-            return await self._error(request, route.family, 502,
-                                     f"cairn relay: upstream failed: {_connect_cause(exc)}",
-                                     "upstream_unreachable")
+            return await self._error(
+                request,
+                route.family,
+                502,
+                f"cairn relay: upstream failed: {_connect_cause(exc)}",
+                "upstream_unreachable",
+            )
         finally:
             if rollout is not None:
                 sent = rewrite.body if rewrite.body is not None else body
-                rec.rollout = rollout.as_dict({k: sent[k] for k in
-                                               ("temperature", "top_p", "top_k", "max_tokens",
-                                                "max_completion_tokens", "seed", "logprobs",
-                                                "top_logprobs", "stop", "n")
-                                               if isinstance(sent, dict) and k in sent})
+                rec.rollout = rollout.as_dict(
+                    {
+                        k: sent[k]
+                        for k in (
+                            "temperature",
+                            "top_p",
+                            "top_k",
+                            "max_tokens",
+                            "max_completion_tokens",
+                            "seed",
+                            "logprobs",
+                            "top_logprobs",
+                            "stop",
+                            "n",
+                        )
+                        if isinstance(sent, dict) and k in sent
+                    }
+                )
 
-    async def _relay_whole(self, request: web.Request, up: ClientResponse, route: Route,
-                           rewrite: Rewrite, rollout: RolloutTap | None, rec: CallRecord,
-                           t0: float) -> web.StreamResponse:
+    async def _relay_whole(
+        self,
+        request: web.Request,
+        up: ClientResponse,
+        route: Route,
+        rewrite: Rewrite,
+        rollout: RolloutTap | None,
+        rec: CallRecord,
+        t0: float,
+    ) -> web.StreamResponse:
         from aiohttp import web
 
         data = await up.read()
@@ -416,17 +502,25 @@ class ModelRelay:
             rec.complete = True
         data = self._masker.mask_bytes(data)
         if self.config.record_bodies:
-            rec.response_body = self._masker.mask_json(parsed) if parsed is not None else (
-                data.decode("utf-8", "replace"))
+            rec.response_body = (
+                self._masker.mask_json(parsed) if parsed is not None else (data.decode("utf-8", "replace"))
+            )
         resp = web.Response(body=data, status=up.status, headers=self._out_headers(up))
         await resp.prepare(request)
         rec.ttfb_sec = time.perf_counter() - t0
         await resp.write_eof()
         return resp
 
-    async def _relay_sse(self, request: web.Request, up: ClientResponse, route: Route,
-                         rewrite: Rewrite, rollout: RolloutTap | None, rec: CallRecord,
-                         t0: float) -> web.StreamResponse:
+    async def _relay_sse(
+        self,
+        request: web.Request,
+        up: ClientResponse,
+        route: Route,
+        rewrite: Rewrite,
+        rollout: RolloutTap | None,
+        rec: CallRecord,
+        t0: float,
+    ) -> web.StreamResponse:
         import aiohttp
         from aiohttp import web
 
@@ -480,8 +574,9 @@ class ModelRelay:
         await resp.write_eof()
         return resp
 
-    async def _relay_raw(self, request: web.Request, up: ClientResponse, route: Route,
-                         rec: CallRecord, t0: float) -> web.StreamResponse:
+    async def _relay_raw(
+        self, request: web.Request, up: ClientResponse, route: Route, rec: CallRecord, t0: float
+    ) -> web.StreamResponse:
         """Gemini's ``streamGenerateContent`` without ``alt=sse``: one JSON array, streamed."""
         from aiohttp import web
 

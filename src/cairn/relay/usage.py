@@ -60,8 +60,9 @@ class Usage:
 
     def merged(self, later: Usage) -> Usage:
         """This usage overwritten field by field by the known fields of ``later``."""
-        changes = {f.name: getattr(later, f.name) for f in fields(later)
-                   if getattr(later, f.name) is not None}
+        changes = {
+            f.name: getattr(later, f.name) for f in fields(later) if getattr(later, f.name) is not None
+        }
         return replace(self, **changes)
 
 
@@ -94,29 +95,36 @@ def anthropic_usage(usage: Any) -> Usage:
     read = _int(usage.get("cache_read_input_tokens"))
     write = _int(usage.get("cache_creation_input_tokens"))
     total = None if base is None else base + (read or 0) + (write or 0)
-    return Usage(input_tokens=total, output_tokens=_int(usage.get("output_tokens")),
-                 cache_read_tokens=read, cache_write_tokens=write)
+    return Usage(
+        input_tokens=total,
+        output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=read,
+        cache_write_tokens=write,
+    )
 
 
 def chat_usage(usage: Any) -> Usage:
     """Read an OpenAI Chat Completions ``usage`` object."""
     if not isinstance(usage, Mapping):
         return Usage()
-    return Usage(input_tokens=_int(usage.get("prompt_tokens")),
-                 output_tokens=_int(usage.get("completion_tokens")),
-                 cache_read_tokens=_int(_get(usage, "prompt_tokens_details", "cached_tokens")),
-                 reasoning_tokens=_int(_get(usage, "completion_tokens_details",
-                                            "reasoning_tokens")))
+    return Usage(
+        input_tokens=_int(usage.get("prompt_tokens")),
+        output_tokens=_int(usage.get("completion_tokens")),
+        cache_read_tokens=_int(_get(usage, "prompt_tokens_details", "cached_tokens")),
+        reasoning_tokens=_int(_get(usage, "completion_tokens_details", "reasoning_tokens")),
+    )
 
 
 def responses_usage(usage: Any) -> Usage:
     """Read an OpenAI Responses ``response.usage`` object."""
     if not isinstance(usage, Mapping):
         return Usage()
-    return Usage(input_tokens=_int(usage.get("input_tokens")),
-                 output_tokens=_int(usage.get("output_tokens")),
-                 cache_read_tokens=_int(_get(usage, "input_tokens_details", "cached_tokens")),
-                 reasoning_tokens=_int(_get(usage, "output_tokens_details", "reasoning_tokens")))
+    return Usage(
+        input_tokens=_int(usage.get("input_tokens")),
+        output_tokens=_int(usage.get("output_tokens")),
+        cache_read_tokens=_int(_get(usage, "input_tokens_details", "cached_tokens")),
+        reasoning_tokens=_int(_get(usage, "output_tokens_details", "reasoning_tokens")),
+    )
 
 
 def gemini_usage(meta: Any) -> Usage:
@@ -132,9 +140,12 @@ def gemini_usage(meta: Any) -> Usage:
     cand = _int(meta.get("candidatesTokenCount"))
     thoughts = _int(meta.get("thoughtsTokenCount"))
     out = None if cand is None and thoughts is None else (cand or 0) + (thoughts or 0)
-    return Usage(input_tokens=None if prompt is None else prompt + (tool or 0),
-                 output_tokens=out, cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
-                 reasoning_tokens=thoughts)
+    return Usage(
+        input_tokens=None if prompt is None else prompt + (tool or 0),
+        output_tokens=out,
+        cache_read_tokens=_int(meta.get("cachedContentTokenCount")),
+        reasoning_tokens=thoughts,
+    )
 
 
 def usage_of_body(family: str, body: Any) -> Usage:

@@ -175,33 +175,49 @@ class RolloutTap:
             tok = choice.get("token_ids")
             meta = choice.get("meta_info") or obj.get("meta_info")
             if isinstance(tok, list):
-                self.completion_token_ids = (self.completion_token_ids or []) + [int(i)
-                                                                                for i in tok]
+                self.completion_token_ids = (self.completion_token_ids or []) + [int(i) for i in tok]
             elif isinstance(meta, dict) and isinstance(meta.get("output_token_logprobs"), list):
                 triples = [t for t in meta["output_token_logprobs"] if isinstance(t, list)]
-                self.completion_token_ids = (self.completion_token_ids or []) + [
-                    int(t[1]) for t in triples]
+                self.completion_token_ids = (self.completion_token_ids or []) + [int(t[1]) for t in triples]
                 self.logprobs = (self.logprobs or []) + [float(t[0]) for t in triples]
                 continue
             content = (choice.get("logprobs") or {}).get("content")
             if isinstance(content, list):
                 self.logprobs = (self.logprobs or []) + [
-                    float(c.get("logprob", 0.0)) for c in content if isinstance(c, dict)]
+                    float(c.get("logprob", 0.0)) for c in content if isinstance(c, dict)
+                ]
         del delta  # the same fields read either way; kept for the call sites' clarity
 
     def as_dict(self, sent: dict[str, Any]) -> dict[str, Any]:
         """The rollout record of this call (``sent``: the sampling parameters sent)."""
-        return {"prompt_token_ids": self.prompt_token_ids,
-                "completion_token_ids": self.completion_token_ids,
-                "logprobs": self.logprobs, "finish_reason": self.finish_reason,
-                "complete": self.prompt_token_ids is not None
-                and self.completion_token_ids is not None and self.logprobs is not None,
-                "sampling_params": sent}
+        return {
+            "prompt_token_ids": self.prompt_token_ids,
+            "completion_token_ids": self.completion_token_ids,
+            "logprobs": self.logprobs,
+            "finish_reason": self.finish_reason,
+            "complete": self.prompt_token_ids is not None
+            and self.completion_token_ids is not None
+            and self.logprobs is not None,
+            "sampling_params": sent,
+        }
 
 
-SAMPLING_KEYS = ("temperature", "top_p", "top_k", "min_p", "max_tokens", "max_completion_tokens",
-                 "seed", "stop", "presence_penalty", "frequency_penalty", "n", "logprobs",
-                 "top_logprobs", "repetition_penalty")
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "max_tokens",
+    "max_completion_tokens",
+    "seed",
+    "stop",
+    "presence_penalty",
+    "frequency_penalty",
+    "n",
+    "logprobs",
+    "top_logprobs",
+    "repetition_penalty",
+)
 
 
 @dataclass(frozen=True)
@@ -240,8 +256,7 @@ def rewrite_request(route: Route, body: Any, *, stream: bool, rollout: bool) -> 
     if stream:
         opts = new.get("stream_options")
         if not (isinstance(opts, dict) and opts.get("include_usage") is True):
-            new["stream_options"] = {**(opts if isinstance(opts, dict) else {}),
-                                     "include_usage": True}
+            new["stream_options"] = {**(opts if isinstance(opts, dict) else {}), "include_usage": True}
             injected = True
     if rollout:
         if new.get("return_token_ids") is not True:
@@ -318,14 +333,14 @@ class StreamTap:
         if self.family == ANTHROPIC:
             kind = obj.get("type")
             if kind == "message_start":
-                self.usage = self.usage.merged(anthropic_usage(
-                    (obj.get("message") or {}).get("usage")))
+                self.usage = self.usage.merged(anthropic_usage((obj.get("message") or {}).get("usage")))
             elif kind == "message_delta":
                 self.saw_output = True
                 delta = anthropic_usage(obj.get("usage"))
                 if delta.input_tokens is None or not delta.input_tokens:
-                    delta = Usage(output_tokens=delta.output_tokens,
-                                  cache_read_tokens=None, cache_write_tokens=None)
+                    delta = Usage(
+                        output_tokens=delta.output_tokens, cache_read_tokens=None, cache_write_tokens=None
+                    )
                 self.usage = self.usage.merged(delta)
             elif kind == "message_stop":
                 self.complete = True
@@ -347,8 +362,7 @@ class StreamTap:
             self.usage = self.usage.merged(gemini_usage(obj.get("usageMetadata")))
             self.saw_output = self.saw_output or "usageMetadata" in obj
             cands = obj.get("candidates")
-            if isinstance(cands, list) and any(isinstance(c, dict) and c.get("finishReason")
-                                               for c in cands):
+            if isinstance(cands, list) and any(isinstance(c, dict) and c.get("finishReason") for c in cands):
                 self.complete = True  # Gemini's last content chunk carries finishReason
             if "error" in obj:
                 self.error = json.dumps(obj["error"])
@@ -374,8 +388,7 @@ class StreamTap:
         return ev.raw
 
 
-def body_tap(family: str, body: Any, rewrite: Rewrite,
-             rollout: RolloutTap | None) -> tuple[Usage, Any]:
+def body_tap(family: str, body: Any, rewrite: Rewrite, rollout: RolloutTap | None) -> tuple[Usage, Any]:
     """Read a whole response body: its usage, and the body the client gets.
 
     Returns:
@@ -392,11 +405,22 @@ def body_tap(family: str, body: Any, rewrite: Rewrite,
 
 
 # ---- errors in each provider's own shape -----------------------------------------------------
-_ANTHROPIC_TYPES = {400: "invalid_request_error", 401: "authentication_error",
-                    403: "permission_error", 404: "not_found_error", 413: "request_too_large",
-                    429: "rate_limit_error"}
-_GOOGLE_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED",
-                  404: "NOT_FOUND", 413: "INVALID_ARGUMENT", 429: "RESOURCE_EXHAUSTED"}
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+}
+_GOOGLE_STATUS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    413: "INVALID_ARGUMENT",
+    429: "RESOURCE_EXHAUSTED",
+}
 
 
 def error_body(family: str, status: int, message: str, code: str) -> dict[str, Any]:
@@ -416,21 +440,38 @@ def error_body(family: str, status: int, message: str, code: str) -> dict[str, A
         The JSON body.
     """
     if family == ANTHROPIC:
-        return {"type": "error", "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"),
-                                           "message": message}}
+        return {
+            "type": "error",
+            "error": {"type": _ANTHROPIC_TYPES.get(status, "api_error"), "message": message},
+        }
     if family == GEMINI:
-        return {"error": {"code": status, "message": message,
-                          "status": _GOOGLE_STATUS.get(status, "FAILED_PRECONDITION")}}
+        return {
+            "error": {
+                "code": status,
+                "message": message,
+                "status": _GOOGLE_STATUS.get(status, "FAILED_PRECONDITION"),
+            }
+        }
     return {"error": {"message": message, "type": code, "param": None, "code": code}}
 
 
 # ---- provider-side tools -----------------------------------------------------------------
 _ANTHROPIC_SERVER_TOOLS = ("web_search_", "web_fetch_", "code_execution_")
-_OPENAI_SERVER_TOOLS = frozenset({"web_search", "web_search_preview", "code_interpreter",
-                                  "file_search", "image_generation", "mcp"})
-_GEMINI_SERVER_TOOLS = frozenset({"googleSearch", "google_search", "googleSearchRetrieval",
-                                  "google_search_retrieval", "codeExecution", "code_execution",
-                                  "urlContext", "url_context"})
+_OPENAI_SERVER_TOOLS = frozenset(
+    {"web_search", "web_search_preview", "code_interpreter", "file_search", "image_generation", "mcp"}
+)
+_GEMINI_SERVER_TOOLS = frozenset(
+    {
+        "googleSearch",
+        "google_search",
+        "googleSearchRetrieval",
+        "google_search_retrieval",
+        "codeExecution",
+        "code_execution",
+        "urlContext",
+        "url_context",
+    }
+)
 
 
 def strip_provider_tools(route: Route, body: Any) -> tuple[Any, list[str]]:
@@ -481,12 +522,12 @@ def _server_tool(family: str, tool: Any) -> str | None:
     kind = str(tool.get("type") or "")
     if family == ANTHROPIC and kind.startswith(_ANTHROPIC_SERVER_TOOLS):
         return kind
-    if family in (RESPONSES, CHAT) and (kind in _OPENAI_SERVER_TOOLS
-                                        or kind.startswith("web_search_preview")):
+    if family in (RESPONSES, CHAT) and (
+        kind in _OPENAI_SERVER_TOOLS or kind.startswith("web_search_preview")
+    ):
         return kind
     if family == GEMINI:
         hit = [k for k in tool if k in _GEMINI_SERVER_TOOLS]
-        if hit and not tool.get("functionDeclarations") and not tool.get(
-                "function_declarations"):
+        if hit and not tool.get("functionDeclarations") and not tool.get("function_declarations"):
             return hit[0]
     return None

@@ -45,9 +45,26 @@ _NAMES = {
 }
 
 __all__ = [
-    "AgentExit", "AgentRef", "ErrorInfo", "Gate", "JobSummary", "KeyStat", "Outcome",
-    "StepResult", "StepSource", "StepSummary", "StepTimings", "StepsFile", "StopReason",
-    "TaskRef", "TaskSource", "TaskSummary", "TimingSummary", "Tokens", "TrialResult", "TrialTimings",
+    "AgentExit",
+    "AgentRef",
+    "ErrorInfo",
+    "Gate",
+    "JobSummary",
+    "KeyStat",
+    "Outcome",
+    "StepResult",
+    "StepSource",
+    "StepSummary",
+    "StepTimings",
+    "StepsFile",
+    "StopReason",
+    "TaskRef",
+    "TaskSource",
+    "TaskSummary",
+    "TimingSummary",
+    "Tokens",
+    "TrialResult",
+    "TrialTimings",
     *_NAMES,
 ]
 __getattr__, __dir__ = lazy_face("cairn.results", _NAMES)

@@ -72,8 +72,7 @@ def _mean(values: Sequence[float]) -> float | None:
     return math.fsum(values) / len(values) if values else None
 
 
-def evaluate_gates(min_reward: MinReward | None,
-                   rewards: Mapping[str, float] | None) -> list[Gate]:
+def evaluate_gates(min_reward: MinReward | None, rewards: Mapping[str, float] | None) -> list[Gate]:
     """Evaluate a step's ``min_reward`` gates (design §5.4 rule 4).
 
     Args:
@@ -92,13 +91,13 @@ def evaluate_gates(min_reward: MinReward | None,
         targets = [(key, float(t), (rewards or {}).get(key)) for key, t in min_reward.items()]
     else:
         targets = [(PRIMARY_KEY, float(min_reward), primary_reward(rewards))]
-    return [Gate(key=key, value=value, threshold=threshold,
-                 passed=value is not None and value >= threshold)
-            for key, threshold, value in targets]
+    return [
+        Gate(key=key, value=value, threshold=threshold, passed=value is not None and value >= threshold)
+        for key, threshold, value in targets
+    ]
 
 
-def step_passed(min_reward: MinReward | None, rewards: Mapping[str, float] | None,
-                has_result: bool) -> bool:
+def step_passed(min_reward: MinReward | None, rewards: Mapping[str, float] | None, has_result: bool) -> bool:
     """Whether a step passes (design §5.2).
 
     Args:
@@ -134,8 +133,11 @@ def step_reached(step: StepResult) -> bool:
     if step.source is not StepSource.NOT_RUN:
         return True
     t = step.timings
-    return (step.agent_exit is not None or step.error is not None
-            or any(v is not None for v in (t.setup_sec, t.agent_sec, t.verifier_sec)))
+    return (
+        step.agent_exit is not None
+        or step.error is not None
+        or any(v is not None for v in (t.setup_sec, t.agent_sec, t.verifier_sec))
+    )
 
 
 def counted_rewards(step: StepResult) -> dict[str, float] | None:
@@ -155,8 +157,9 @@ def counted_rewards(step: StepResult) -> dict[str, float] | None:
     return None
 
 
-def trial_rewards(strategy: Strategy, steps: Sequence[StepResult]
-                  ) -> tuple[dict[str, float] | None, float | None]:
+def trial_rewards(
+    strategy: Strategy, steps: Sequence[StepResult]
+) -> tuple[dict[str, float] | None, float | None]:
     """A trial's rewards and primary reward from its steps (design §5.3).
 
     Args:
@@ -214,8 +217,9 @@ def reward_all_steps(steps: Sequence[StepResult], steps_total: int) -> float | N
     return math.fsum(primaries) / denominator  # type: ignore[arg-type]
 
 
-def stop_decision(step: StepResult, min_reward: MinReward | None, is_last: bool,
-                  verify: bool) -> StopReason | None:
+def stop_decision(
+    step: StepResult, min_reward: MinReward | None, is_last: bool, verify: bool
+) -> StopReason | None:
     """Apply the stop rules after a step (design §5.4).
 
     Args:
@@ -234,14 +238,16 @@ def stop_decision(step: StepResult, min_reward: MinReward | None, is_last: bool,
         return None
     failed_step = step.source in (StepSource.ERROR, StepSource.CANDIDATE_ERROR)
     if step.source is not StepSource.VERIFIER and (step.error is not None or failed_step):
-        return StopReason(kind="step_error", step=step.name,
-                          error_kind=step.error.kind if step.error is not None else None)
+        return StopReason(
+            kind="step_error", step=step.name, error_kind=step.error.kind if step.error is not None else None
+        )
     if min_reward is None or not verify:
         return None
     for gate in evaluate_gates(min_reward, step.rewards):
         if not gate.passed:
-            return StopReason(kind="min_reward", step=step.name, key=gate.key,
-                              value=gate.value, threshold=gate.threshold)
+            return StopReason(
+                kind="min_reward", step=step.name, key=gate.key, value=gate.value, threshold=gate.threshold
+            )
     return None
 
 
@@ -262,8 +268,13 @@ def trial_error(steps: Iterable[StepResult]) -> ErrorInfo | None:
     return None
 
 
-def trial_outcome(*, steps: Sequence[StepResult], stop_reason: StopReason | None,
-                  error: ErrorInfo | None = None, cancelled: bool = False) -> Outcome:
+def trial_outcome(
+    *,
+    steps: Sequence[StepResult],
+    stop_reason: StopReason | None,
+    error: ErrorInfo | None = None,
+    cancelled: bool = False,
+) -> Outcome:
     """A trial's outcome (design §6).
 
     Args:
@@ -330,9 +341,15 @@ class TrialScore:
     stop_reason: StopReason | None
 
 
-def score_trial(strategy: Strategy, steps: Sequence[StepResult], *,
-                steps_total: int | None = None, stop_reason: StopReason | None = None,
-                error: ErrorInfo | None = None, cancelled: bool = False) -> TrialScore:
+def score_trial(
+    strategy: Strategy,
+    steps: Sequence[StepResult],
+    *,
+    steps_total: int | None = None,
+    stop_reason: StopReason | None = None,
+    error: ErrorInfo | None = None,
+    cancelled: bool = False,
+) -> TrialScore:
     """Score a finished trial: rewards, outcome and passing in one call (design §5.3, §6).
 
     Rewards are computed from whatever steps have results also when the trial errored or was
@@ -351,8 +368,7 @@ def score_trial(strategy: Strategy, steps: Sequence[StepResult], *,
     """
     total = len(steps) if steps_total is None else steps_total
     rewards, reward = trial_rewards(strategy, steps)
-    outcome = trial_outcome(steps=steps, stop_reason=stop_reason, error=error,
-                            cancelled=cancelled)
+    outcome = trial_outcome(steps=steps, stop_reason=stop_reason, error=error, cancelled=cancelled)
     if error is None and outcome in (Outcome.ERRORED, Outcome.CANCELLED):
         error = trial_error(steps)
     stopped = outcome is Outcome.STOPPED
@@ -411,10 +427,24 @@ def pass_at_k_summary(per_task: Mapping[str, Sequence[bool]], k_max: int) -> dic
 
 
 __all__ = [
-    "PASS_THRESHOLD", "PRIMARY_KEY", "TrialScore", "candidate_error_rewards", "counted_rewards",
-    "evaluate_gates", "pass_at_k", "pass_at_k_summary", "primary_reward", "reward_all_steps",
-    "score_trial", "step_passed", "step_reached", "stop_decision", "trial_error",
-    "trial_outcome", "trial_passed", "trial_rewards",
+    "PASS_THRESHOLD",
+    "PRIMARY_KEY",
+    "TrialScore",
+    "candidate_error_rewards",
+    "counted_rewards",
+    "evaluate_gates",
+    "pass_at_k",
+    "pass_at_k_summary",
+    "primary_reward",
+    "reward_all_steps",
+    "score_trial",
+    "step_passed",
+    "step_reached",
+    "stop_decision",
+    "trial_error",
+    "trial_outcome",
+    "trial_passed",
+    "trial_rewards",
 ]
 
 
@@ -430,6 +460,9 @@ def sum_judge(usages: Iterable[JudgeUsage | None]) -> JudgeUsage | None:
     models: list[str] = []
     for u in got:
         models.extend(m for m in u.models if m not in models)
-    return JudgeUsage(tokens=Tokens.total(u.tokens for u in got),
-                      cost_usd=math.fsum(costs) if costs else None, models=models,
-                      calls=sum(u.calls for u in got))
+    return JudgeUsage(
+        tokens=Tokens.total(u.tokens for u in got),
+        cost_usd=math.fsum(costs) if costs else None,
+        models=models,
+        calls=sum(u.calls for u in got),
+    )

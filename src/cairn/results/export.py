@@ -41,10 +41,34 @@ EXPORT_SCHEMA = "cairn.export.step/1"
 FORMATS = ("jsonl", "sharegpt", "atif", "parquet", "rollouts")
 
 RECORD_FIELDS = (
-    "schema", "job", "task", "trial", "trial_id", "attempt", "step", "step_index", "steps_total",
-    "instruction", "messages", "reward", "rewards", "passed", "source", "replayed", "errored",
-    "error_kind", "error_category", "agent_exit", "outcome", "trial_reward", "trial_passed",
-    "agent", "model", "tokens", "cost_usd", "has_trajectory",
+    "schema",
+    "job",
+    "task",
+    "trial",
+    "trial_id",
+    "attempt",
+    "step",
+    "step_index",
+    "steps_total",
+    "instruction",
+    "messages",
+    "reward",
+    "rewards",
+    "passed",
+    "source",
+    "replayed",
+    "errored",
+    "error_kind",
+    "error_category",
+    "agent_exit",
+    "outcome",
+    "trial_reward",
+    "trial_passed",
+    "agent",
+    "model",
+    "tokens",
+    "cost_usd",
+    "has_trajectory",
 )
 """The fields of a jsonl record, in order."""
 
@@ -115,15 +139,24 @@ def atif_messages(trajectory: dict[str, Any]) -> list[dict[str, Any]]:
             m["reasoning_content"] = s["reasoning_content"]
         calls = [c for c in s.get("tool_calls") or [] if isinstance(c, dict)]
         if calls:
-            m["tool_calls"] = [{"id": c.get("tool_call_id"), "type": "function",
-                                "function": {"name": c.get("function_name"),
-                                             "arguments": _text(c.get("arguments", {}))}}
-                               for c in calls]
+            m["tool_calls"] = [
+                {
+                    "id": c.get("tool_call_id"),
+                    "type": "function",
+                    "function": {"name": c.get("function_name"), "arguments": _text(c.get("arguments", {}))},
+                }
+                for c in calls
+            ]
         out.append(m)
         for r in (s.get("observation") or {}).get("results") or []:
             if isinstance(r, dict):
-                out.append({"role": "tool", "tool_call_id": r.get("source_call_id"),
-                            "content": _text(r.get("content", ""))})
+                out.append(
+                    {
+                        "role": "tool",
+                        "tool_call_id": r.get("source_call_id"),
+                        "content": _text(r.get("content", "")),
+                    }
+                )
     return out
 
 
@@ -141,11 +174,20 @@ def _sharegpt(messages: Sequence[dict[str, Any]]) -> list[dict[str, str]]:
             if m.get("content"):
                 conv.append({"from": "gpt", "value": m["content"]})
             for c in m.get("tool_calls") or []:
-                conv.append({"from": "function_call", "value": json.dumps(
-                    {"name": c["function"]["name"],
-                     "arguments": json.loads(c["function"]["arguments"] or "{}")
-                     if _is_json(c["function"]["arguments"]) else c["function"]["arguments"]},
-                    ensure_ascii=False)})
+                conv.append(
+                    {
+                        "from": "function_call",
+                        "value": json.dumps(
+                            {
+                                "name": c["function"]["name"],
+                                "arguments": json.loads(c["function"]["arguments"] or "{}")
+                                if _is_json(c["function"]["arguments"])
+                                else c["function"]["arguments"],
+                            },
+                            ensure_ascii=False,
+                        ),
+                    }
+                )
     return conv
 
 
@@ -198,8 +240,9 @@ def _executed(row: StepResult) -> bool:
     return row.source is StepSource.ORACLE or step_reached(row)
 
 
-def step_records(job_dir: Path, flt: ExportFilter = ExportFilter()
-                 ) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
+def step_records(
+    job_dir: Path, flt: ExportFilter = ExportFilter()
+) -> Iterator[tuple[dict[str, Any], dict[str, Any] | None]]:
     """Every executed step of a job's finished trials, as export records.
 
     Args:
@@ -231,23 +274,36 @@ def step_records(job_dir: Path, flt: ExportFilter = ExportFilter()
                 instruction = next((m["content"] for m in messages if m["role"] == "user"), None)
             if not messages and instruction is not None:
                 messages = [{"role": "user", "content": instruction}]
-            errored = row.error is not None or row.source in (StepSource.ERROR,
-                                                              StepSource.CANDIDATE_ERROR)
+            errored = row.error is not None or row.source in (StepSource.ERROR, StepSource.CANDIDATE_ERROR)
             rec = {
-                "schema": EXPORT_SCHEMA, "job": job_dir.name, "task": r.task.name,
-                "trial": r.trial_name, "trial_id": r.trial_id, "attempt": r.attempt,
-                "step": row.name, "step_index": row.index, "steps_total": r.steps_total,
-                "instruction": instruction, "messages": messages, "reward": row.reward,
+                "schema": EXPORT_SCHEMA,
+                "job": job_dir.name,
+                "task": r.task.name,
+                "trial": r.trial_name,
+                "trial_id": r.trial_id,
+                "attempt": r.attempt,
+                "step": row.name,
+                "step_index": row.index,
+                "steps_total": r.steps_total,
+                "instruction": instruction,
+                "messages": messages,
+                "reward": row.reward,
                 "rewards": dict(row.rewards) if row.rewards is not None else None,
-                "passed": row.passed, "source": row.source.value,
-                "replayed": row.source is StepSource.ORACLE, "errored": errored,
+                "passed": row.passed,
+                "source": row.source.value,
+                "replayed": row.source is StepSource.ORACLE,
+                "errored": errored,
                 "error_kind": row.error.kind.value if row.error else None,
                 "error_category": row.error.category.value if row.error else None,
                 "agent_exit": row.agent_exit.value if row.agent_exit else None,
-                "outcome": r.outcome.value, "trial_reward": r.reward, "trial_passed": r.passed,
-                "agent": r.agent.name, "model": r.model,
+                "outcome": r.outcome.value,
+                "trial_reward": r.reward,
+                "trial_passed": r.passed,
+                "agent": r.agent.name,
+                "model": r.model,
                 "tokens": row.tokens.model_dump() if row.tokens else None,
-                "cost_usd": row.cost_usd, "has_trajectory": traj is not None,
+                "cost_usd": row.cost_usd,
+                "has_trajectory": traj is not None,
             }
             yield rec, traj
 
@@ -255,18 +311,25 @@ def step_records(job_dir: Path, flt: ExportFilter = ExportFilter()
 def _atif_record(rec: dict[str, Any], traj: dict[str, Any] | None) -> dict[str, Any]:
     meta = {k: v for k, v in rec.items() if k not in ("messages", "instruction")}
     if traj is None:
-        traj = {"schema_version": "ATIF-v1.7", "session_id": f"{rec['trial_id']}-{rec['step']}",
-                "agent": {"name": rec["agent"], "version": "", "model_name": rec["model"]},
-                "steps": ([{"step_id": 1, "source": "user", "message": rec["instruction"]}]
-                          if rec["instruction"] is not None else [])}
+        traj = {
+            "schema_version": "ATIF-v1.7",
+            "session_id": f"{rec['trial_id']}-{rec['step']}",
+            "agent": {"name": rec["agent"], "version": "", "model_name": rec["model"]},
+            "steps": (
+                [{"step_id": 1, "source": "user", "message": rec["instruction"]}]
+                if rec["instruction"] is not None
+                else []
+            ),
+        }
     else:
         traj = dict(traj)
     traj["extra"] = {**(traj.get("extra") or {}), "cairn": meta}
     return traj
 
 
-def export_job(job_dir: Path, fmt: str, out: TextIO | Path | str | None,
-               flt: ExportFilter = ExportFilter()) -> int:
+def export_job(
+    job_dir: Path, fmt: str, out: TextIO | Path | str | None, flt: ExportFilter = ExportFilter()
+) -> int:
     """Write a job's step records in one format.
 
     Args:
@@ -299,8 +362,7 @@ def export_job(job_dir: Path, fmt: str, out: TextIO | Path | str | None,
         for rec, _ in step_records(job_dir, flt):
             for k in RECORD_FIELDS:
                 v = rec[k]
-                cols[k].append(json.dumps(v, ensure_ascii=False)
-                               if isinstance(v, (dict, list)) else v)
+                cols[k].append(json.dumps(v, ensure_ascii=False) if isinstance(v, (dict, list)) else v)
         pq.write_table(pa.table(cols), str(out))
         return len(cols["schema"])
     if out is None or isinstance(out, (str, Path)):

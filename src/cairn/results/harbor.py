@@ -95,11 +95,20 @@ _EXCEPTION_TYPE: dict[ErrorKind, str] = {
 AGENT_TIMEOUT = "AgentTimeoutError"
 AGENT_NONZERO_EXIT = "NonZeroAgentExitCodeError"
 
-_NO_VALID_REWARD = frozenset({
-    "SandboxBuildFailedError", "EnvironmentStartTimeoutError", "HealthcheckError",
-    "VerifierTimeoutError", "RewardFileNotFoundError", "RewardFileEmptyError",
-    "VerifierOutputParseError", "AgentAuthenticationError", "ApiError", "CancelledError",
-})
+_NO_VALID_REWARD = frozenset(
+    {
+        "SandboxBuildFailedError",
+        "EnvironmentStartTimeoutError",
+        "HealthcheckError",
+        "VerifierTimeoutError",
+        "RewardFileNotFoundError",
+        "RewardFileEmptyError",
+        "VerifierOutputParseError",
+        "AgentAuthenticationError",
+        "ApiError",
+        "CancelledError",
+    }
+)
 """The names above for which Harbor 0.26's error policy says ``has_valid_reward = false``
 (``harbor.models.trial.error_policy``); every other name written here keeps the reward valid
 there (``AgentTimeoutError``, ``NonZeroAgentExitCodeError`` and the ``Cairn…Error`` names,
@@ -198,28 +207,35 @@ def _model_info(model: str | None) -> dict[str, Any] | None:
     if not model:
         return None
     provider, sep, name = model.partition("/")
-    return {"name": name, "provider": provider} if sep and name else \
-        {"name": model, "provider": None}
+    return {"name": name, "provider": provider} if sep and name else {"name": model, "provider": None}
 
 
 def _error_brief(err: ErrorInfo | None) -> dict[str, Any] | None:
     if err is None:
         return None
-    return {"kind": err.kind.value, "category": err.category.value,
-            "phase": err.phase.value if err.phase else None, "step": err.step,
-            "message": err.message}
+    return {
+        "kind": err.kind.value,
+        "category": err.category.value,
+        "phase": err.phase.value if err.phase else None,
+        "step": err.step,
+        "message": err.message,
+    }
 
 
 def _exception_info(err: ErrorInfo, at: datetime) -> dict[str, Any]:
-    lines = [f"cairn error kind={err.kind.value} category={err.category.value}"
-             + (f" phase={err.phase.value}" if err.phase else "")
-             + (f" step={err.step}" if err.step else "")]
+    lines = [
+        f"cairn error kind={err.kind.value} category={err.category.value}"
+        + (f" phase={err.phase.value}" if err.phase else "")
+        + (f" step={err.step}" if err.step else "")
+    ]
     if err.detail:
         lines.append(dumps_strict(err.detail).rstrip("\n"))
-    return {"exception_type": harbor_exception_type(err.kind),
-            "exception_message": err.message or err.kind.value,
-            "exception_traceback": "\n".join(lines) + "\n",
-            "occurred_at": _iso(at)}
+    return {
+        "exception_type": harbor_exception_type(err.kind),
+        "exception_message": err.message or err.kind.value,
+        "exception_traceback": "\n".join(lines) + "\n",
+        "occurred_at": _iso(at),
+    }
 
 
 def _agent_exit_exception(row: StepResult, at: datetime) -> dict[str, Any] | None:
@@ -229,17 +245,24 @@ def _agent_exit_exception(row: StepResult, at: datetime) -> dict[str, Any] | Non
         kind = AGENT_NONZERO_EXIT
     else:
         return None
-    return {"exception_type": kind,
-            "exception_message": f"agent phase of step {row.name} ended: {row.agent_exit.value}",
-            "exception_traceback": f"cairn agent_exit={row.agent_exit.value} step={row.name}\n",
-            "occurred_at": _iso(at)}
+    return {
+        "exception_type": kind,
+        "exception_message": f"agent phase of step {row.name} ended: {row.agent_exit.value}",
+        "exception_traceback": f"cairn agent_exit={row.agent_exit.value} step={row.name}\n",
+        "occurred_at": _iso(at),
+    }
 
 
 def _agent_context(tokens: Any, cost: float | None) -> dict[str, Any]:
-    return {"n_input_tokens": tokens.prompt if tokens is not None else None,
-            "n_cache_tokens": tokens.cached if tokens is not None else None,
-            "n_output_tokens": tokens.completion if tokens is not None else None,
-            "cost_usd": cost, "model_usage": None, "rollout_details": None, "metadata": None}
+    return {
+        "n_input_tokens": tokens.prompt if tokens is not None else None,
+        "n_cache_tokens": tokens.cached if tokens is not None else None,
+        "n_output_tokens": tokens.completion if tokens is not None else None,
+        "cost_usd": cost,
+        "model_usage": None,
+        "rollout_details": None,
+        "metadata": None,
+    }
 
 
 class _Clock:
@@ -267,16 +290,14 @@ def _single_step(r: TrialResult) -> bool:
     return r.steps_total == 1 and len(r.steps) == 1 and r.steps[0].name == "main"
 
 
-def _task_config(r: TrialResult, cfg: TrialConfigFile | None
-                 ) -> tuple[dict[str, Any], dict[str, Any]]:
+def _task_config(r: TrialResult, cfg: TrialConfigFile | None) -> tuple[dict[str, Any], dict[str, Any]]:
     """(TaskConfig, task_id) dicts for a trial."""
     src = r.task.source
     path = cfg.task.path if cfg is not None else r.task.name
     source_name = src.dataset if src is not None else None
     if src is not None and src.git_url:
         rel = (src.path or ".").lstrip("/") or "."
-        task = {"path": rel, "git_url": src.git_url, "git_commit_id": src.commit,
-                "source": source_name}
+        task = {"path": rel, "git_url": src.git_url, "git_commit_id": src.commit, "source": source_name}
         return task, {"git_url": src.git_url, "git_commit_id": src.commit, "path": rel}
     return {"path": path, "source": source_name}, {"path": path}
 
@@ -320,9 +341,16 @@ def _retried_attempts(trial: TrialPaths, trial_id: str) -> int:
     return n
 
 
-def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name: str,
-                     trial_dir: Path, job_uuid: str, timeout_multiplier: float,
-                     earlier_attempts: int = 0) -> dict[str, Any]:
+def trial_result_doc(
+    r: TrialResult,
+    cfg: TrialConfigFile | None,
+    *,
+    trial_name: str,
+    trial_dir: Path,
+    job_uuid: str,
+    timeout_multiplier: float,
+    earlier_attempts: int = 0,
+) -> dict[str, Any]:
     """A cairn trial result as Harbor 0.26's ``TrialResult`` JSON (with a ``cairn`` key).
 
     Args:
@@ -349,29 +377,37 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
         if not _reached(row):
             continue
         clock.skip(row.timings.setup_sec)
-        exc = (_exception_info(row.error, r.finished_at) if row.error is not None
-               else _agent_exit_exception(row, r.finished_at))
-        steps_out.append({
-            "step_name": row.name,
-            "agent_result": (_agent_context(row.tokens, row.cost_usd)
-                             if row.agent_exit is not None else None),
-            "verifier_result": ({"rewards": dict(row.rewards)}
-                                if row.rewards is not None else None),
-            "exception_info": exc,
-            "agent_execution": clock.span(row.timings.agent_sec),
-            "verifier": clock.span(row.timings.verifier_sec),
-            "cairn": {
-                "index": row.index, "source": row.source.value, "reward": row.reward,
-                "passed": row.passed,
-                "agent_exit": row.agent_exit.value if row.agent_exit else None,
-                "error": _error_brief(row.error),
-                "verifier_exit_code": row.verifier_exit_code, "reward_file": row.reward_file,
-                "gates": [g.model_dump(mode="json") for g in row.gates],
-                "timings": row.timings.model_dump(mode="json"),
-                "warnings": list(row.warnings),
-                "judge": row.judge.model_dump(mode="json") if row.judge else None,
-            },
-        })
+        exc = (
+            _exception_info(row.error, r.finished_at)
+            if row.error is not None
+            else _agent_exit_exception(row, r.finished_at)
+        )
+        steps_out.append(
+            {
+                "step_name": row.name,
+                "agent_result": (
+                    _agent_context(row.tokens, row.cost_usd) if row.agent_exit is not None else None
+                ),
+                "verifier_result": ({"rewards": dict(row.rewards)} if row.rewards is not None else None),
+                "exception_info": exc,
+                "agent_execution": clock.span(row.timings.agent_sec),
+                "verifier": clock.span(row.timings.verifier_sec),
+                "cairn": {
+                    "index": row.index,
+                    "source": row.source.value,
+                    "reward": row.reward,
+                    "passed": row.passed,
+                    "agent_exit": row.agent_exit.value if row.agent_exit else None,
+                    "error": _error_brief(row.error),
+                    "verifier_exit_code": row.verifier_exit_code,
+                    "reward_file": row.reward_file,
+                    "gates": [g.model_dump(mode="json") for g in row.gates],
+                    "timings": row.timings.model_dump(mode="json"),
+                    "warnings": list(row.warnings),
+                    "judge": row.judge.model_dump(mode="json") if row.judge else None,
+                },
+            }
+        )
     # A trial error not carried by a step row (a build failure, a cancelled trial) is the
     # trial's own; in a single-step trial every exception is the trial's (Harbor 0.26 keeps
     # step_results for multi-step trials only).
@@ -379,9 +415,12 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
     if r.error is not None and (single or r.error.step not in step_errors):
         trial_exc = _exception_info(r.error, r.finished_at)
     elif r.outcome is Outcome.CANCELLED and r.error is None:
-        trial_exc = {"exception_type": "CancelledError", "exception_message": "trial cancelled",
-                     "exception_traceback": "cairn outcome=cancelled\n",
-                     "occurred_at": _iso(r.finished_at)}
+        trial_exc = {
+            "exception_type": "CancelledError",
+            "exception_message": "trial cancelled",
+            "exception_traceback": "cairn outcome=cancelled\n",
+            "occurred_at": _iso(r.finished_at),
+        }
     one = steps_out[0] if single and steps_out else None
     if one is not None and trial_exc is None:
         trial_exc = one["exception_info"]
@@ -405,16 +444,19 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
             "verifier": {"disable": not verify},
             "job_id": job_uuid,
         },
-        "agent_info": {"name": r.agent.name, "version": r.agent.version or "unknown",
-                       "model_info": _model_info(r.model)},
+        "agent_info": {
+            "name": r.agent.name,
+            "version": r.agent.version or "unknown",
+            "model_info": _model_info(r.model),
+        },
         "agent_result": one["agent_result"] if one is not None else None,
         # only a trial cairn scores has a trial-level reward: an errored (or cancelled)
         # multi-step trial keeps the mean of the steps before its error in result.json
         # (design §5.3), which Harbor's tools would count as a valid reward whenever the
         # error's name is not one Harbor's policy voids (every Cairn<Kind>Error)
-        "verifier_result": ({"rewards": dict(r.rewards)}
-                            if r.rewards is not None and r.outcome in SCORED_OUTCOMES
-                            else None),
+        "verifier_result": (
+            {"rewards": dict(r.rewards)} if r.rewards is not None and r.outcome in SCORED_OUTCOMES else None
+        ),
         "verifier_environment_mode": None,
         "exception_info": trial_exc,
         "started_at": _iso(r.started_at),
@@ -426,17 +468,26 @@ def trial_result_doc(r: TrialResult, cfg: TrialConfigFile | None, *, trial_name:
         "step_results": None if single else steps_out,
         "cairn": {
             "schema": EXPORT_SCHEMA,
-            "trial_id": r.trial_id, "attempt": r.attempt, "outcome": r.outcome.value,
-            "passed": r.passed, "reward": r.reward, "reward_all_steps": r.reward_all_steps,
-            "strategy": r.strategy, "steps_total": r.steps_total, "steps_run": r.steps_run,
+            "trial_id": r.trial_id,
+            "attempt": r.attempt,
+            "outcome": r.outcome.value,
+            "passed": r.passed,
+            "reward": r.reward,
+            "reward_all_steps": r.reward_all_steps,
+            "strategy": r.strategy,
+            "steps_total": r.steps_total,
+            "steps_run": r.steps_run,
             "steps_not_run": [row.name for row in r.steps if not _reached(row)],
             "stopped_after": r.stopped_after,
             "stop_reason": r.stop_reason.model_dump(mode="json") if r.stop_reason else None,
             "error": _error_brief(r.error),
-            "backend": r.backend, "image_id": r.image_id, "engine_version": r.engine_version,
+            "backend": r.backend,
+            "image_id": r.image_id,
+            "engine_version": r.engine_version,
             "timings": r.timings.model_dump(mode="json"),
             "timings_reconstructed": True,
-            "tokens": r.tokens.model_dump(mode="json"), "cost_usd": r.cost_usd,
+            "tokens": r.tokens.model_dump(mode="json"),
+            "cost_usd": r.cost_usd,
             "judge": r.judge.model_dump(mode="json") if r.judge else None,
             "warnings": list(r.warnings),
             "start_step": r.start_step,
@@ -482,7 +533,7 @@ def harbor_pass_at_k(trials: Sequence[tuple[str, dict[str, float]]]) -> dict[str
     if not per_task:
         return {}
     most = min(len(v) for v in per_task.values())
-    ks = {k for k in (2 ** i for i in range(1, most.bit_length() + 1)) if k <= most}
+    ks = {k for k in (2**i for i in range(1, most.bit_length() + 1)) if k <= most}
     ks |= set(range(5, most + 1, 5))
     out: dict[str, float] = {}
     for k in sorted(ks):
@@ -494,8 +545,9 @@ def harbor_pass_at_k(trials: Sequence[tuple[str, dict[str, float]]]) -> dict[str
     return out
 
 
-def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
-              n_running: int, n_retries: int) -> dict[str, Any]:
+def job_stats(
+    docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *, n_running: int, n_retries: int
+) -> dict[str, Any]:
     """Harbor 0.26's ``JobStats`` for exported trials (as Harbor counts them).
 
     A trial counts as completed when it has a result; as errored when it records any
@@ -521,16 +573,23 @@ def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
     for doc, r in zip(docs, results, strict=True):
         key = _eval_key(doc)
         groups[key].append(r)
-        ev = evals.setdefault(key, {"n_trials": 0, "n_errors": 0, "metrics": [],
-                                    "pass_at_k": {}, "reward_stats": {},
-                                    "exception_stats": {}})
+        ev = evals.setdefault(
+            key,
+            {
+                "n_trials": 0,
+                "n_errors": 0,
+                "metrics": [],
+                "pass_at_k": {},
+                "reward_stats": {},
+                "exception_stats": {},
+            },
+        )
         if reward_valid(doc):
             ev["n_trials"] += 1
             rewards = doc["verifier_result"]["rewards"]
             valid_rewards[key].append(rewards)
             for k, v in rewards.items():
-                ev["reward_stats"].setdefault(k, {}).setdefault(repr(float(v)), []).append(
-                    doc["trial_name"])
+                ev["reward_stats"].setdefault(k, {}).setdefault(repr(float(v)), []).append(doc["trial_name"])
         types = sorted(set(_exception_types(doc)))
         for t in types:
             ev["exception_stats"].setdefault(t, []).append(doc["trial_name"])
@@ -538,12 +597,17 @@ def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
             ev["n_errors"] += 1
             n_errored += 1
             n_cancelled += "CancelledError" in types
-        contexts = ([doc["agent_result"]] if doc["agent_result"] is not None else
-                    [s["agent_result"] for s in doc["step_results"] or []
-                     if s["agent_result"] is not None])
+        contexts = (
+            [doc["agent_result"]]
+            if doc["agent_result"] is not None
+            else [s["agent_result"] for s in doc["step_results"] or [] if s["agent_result"] is not None]
+        )
         for c in contexts:
-            for name, src in (("in", "n_input_tokens"), ("cache", "n_cache_tokens"),
-                              ("out", "n_output_tokens")):
+            for name, src in (
+                ("in", "n_input_tokens"),
+                ("cache", "n_cache_tokens"),
+                ("out", "n_output_tokens"),
+            ):
                 if c[src] is not None:
                     tokens[name] = (tokens[name] or 0) + c[src]
             if c["cost_usd"] is not None:
@@ -552,25 +616,39 @@ def job_stats(docs: Sequence[dict[str, Any]], results: Sequence[TrialResult], *,
         rewards = valid_rewards[key]
         keys = sorted({k for rw in rewards for k in rw})
         if rewards and len(keys) <= 1:
-            ev["metrics"] = [{"mean": sum(next(iter(rw.values()), 0) for rw in rewards)
-                              / len(rewards)}]
+            ev["metrics"] = [{"mean": sum(next(iter(rw.values()), 0) for rw in rewards) / len(rewards)}]
         elif rewards:
-            ev["metrics"] = [{k: sum(rw.get(k, 0) for rw in rewards) / len(rewards)
-                              for k in keys}]
+            ev["metrics"] = [{k: sum(rw.get(k, 0) for rw in rewards) / len(rewards) for k in keys}]
         ev["pass_at_k"] = harbor_pass_at_k(
-            [(d["task_name"], d["verifier_result"]["rewards"]) for d in docs
-             if _eval_key(d) == key and reward_valid(d)])
+            [
+                (d["task_name"], d["verifier_result"]["rewards"])
+                for d in docs
+                if _eval_key(d) == key and reward_valid(d)
+            ]
+        )
         ev["cairn"] = {"pass_at_k": summarize_job(groups[key]).pass_at_k}
-    return {"n_completed_trials": len(docs), "n_errored_trials": n_errored,
-            "n_running_trials": n_running, "n_pending_trials": 0,
-            "n_cancelled_trials": n_cancelled, "n_retries": n_retries, "evals": evals,
-            "n_input_tokens": tokens["in"], "n_cache_tokens": tokens["cache"],
-            "n_output_tokens": tokens["out"], "cost_usd": cost}
+    return {
+        "n_completed_trials": len(docs),
+        "n_errored_trials": n_errored,
+        "n_running_trials": n_running,
+        "n_pending_trials": 0,
+        "n_cancelled_trials": n_cancelled,
+        "n_retries": n_retries,
+        "evals": evals,
+        "n_input_tokens": tokens["in"],
+        "n_cache_tokens": tokens["cache"],
+        "n_output_tokens": tokens["out"],
+        "cost_usd": cost,
+    }
 
 
-def job_config_doc(meta: JobMeta | None, job_name: str, out_dir: Path,
-                   results: Sequence[TrialResult], configs: Sequence[TrialConfigFile | None]
-                   ) -> dict[str, Any]:
+def job_config_doc(
+    meta: JobMeta | None,
+    job_name: str,
+    out_dir: Path,
+    results: Sequence[TrialResult],
+    configs: Sequence[TrialConfigFile | None],
+) -> dict[str, Any]:
     """Harbor 0.26's job ``config.json`` (``JobConfig``) for a cairn job.
 
     Args:
@@ -588,7 +666,7 @@ def job_config_doc(meta: JobMeta | None, job_name: str, out_dir: Path,
     agent = c.get("agent") or (first.agent.name if first else "oracle")
     model = c.get("model") if meta is not None else (first.model if first else None)
     kwargs = c.get("agent_kwargs") or (dict(first.agent.kwargs) if first else {})
-    backend = (meta.backend if meta is not None else (first.backend if first else "docker"))
+    backend = meta.backend if meta is not None else (first.backend if first else "docker")
     tasks: list[dict[str, Any]] = []
     seen: set[str] = set()
     for r, cfg in zip(results, configs, strict=True):
@@ -609,8 +687,11 @@ def job_config_doc(meta: JobMeta | None, job_name: str, out_dir: Path,
         "verifier": {"disable": not c.get("verify", True)},
         "agents": [_agent_config(agent, model, dict(kwargs))],
         "tasks": tasks,
-        "cairn": {"schema": EXPORT_SCHEMA, "config": c,
-                  "cairn_version": meta.cairn_version if meta is not None else None},
+        "cairn": {
+            "schema": EXPORT_SCHEMA,
+            "config": c,
+            "cairn_version": meta.cairn_version if meta is not None else None,
+        },
     }
 
 
@@ -653,9 +734,9 @@ def portable_name(name: str) -> str:
             out.append(raw.decode("utf-8"))
             break
         except UnicodeDecodeError as exc:
-            out.append(raw[:exc.start].decode("utf-8"))
+            out.append(raw[: exc.start].decode("utf-8"))
             out.append(f"%{raw[exc.start]:02X}")
-            raw = raw[exc.start + 1:]
+            raw = raw[exc.start + 1 :]
     return "".join(out)
 
 
@@ -664,8 +745,9 @@ def _shown(name: str) -> str:
     return os.fsencode(name).decode("utf-8", "backslashreplace")
 
 
-def copy_tree_safely(src: Path, dst: Path, skipped: list[str], rel: str,
-                     renamed: list[str] | None = None) -> None:
+def copy_tree_safely(
+    src: Path, dst: Path, skipped: list[str], rel: str, renamed: list[str] | None = None
+) -> None:
     """Copy a folder of agent or verifier output, never leaving it.
 
     Regular files are copied byte for byte; folders are walked without following symlinks;
@@ -758,18 +840,24 @@ def _harbor_manifest(rows: list[ArtifactEntry], artifacts_dir: Path) -> list[dic
         dest = row.destination or "."
         target = artifacts_dir if dest in ("", ".") else artifacts_dir / dest
         status = {"copied": "ok", "failed": "failed"}.get(row.status, "failed")
-        out.append({"source": row.source,
-                    "destination": "artifacts" if dest in ("", ".") else f"artifacts/{dest}",
-                    "type": "directory" if target.is_dir() and not target.is_symlink()
-                    else "file",
-                    "status": status, "service": row.service,
-                    "exclude": list(row.excluded),
-                    "bytes": row.bytes, "error": row.error})
+        out.append(
+            {
+                "source": row.source,
+                "destination": "artifacts" if dest in ("", ".") else f"artifacts/{dest}",
+                "type": "directory" if target.is_dir() and not target.is_symlink() else "file",
+                "status": status,
+                "service": row.service,
+                "exclude": list(row.excluded),
+                "bytes": row.bytes,
+                "error": row.error,
+            }
+        )
     return out
 
 
-def _copy_step(sp: StepPaths, dest: Path, skipped: list[str], rel: str,
-               renamed: list[str], oracle: bool) -> None:
+def _copy_step(
+    sp: StepPaths, dest: Path, skipped: list[str], rel: str, renamed: list[str], oracle: bool
+) -> None:
     for folder in (sp.root.parent, sp.root):
         if folder.is_symlink():
             skipped.append(f"{rel}: {folder.name} is a symlink")
@@ -791,29 +879,38 @@ def _check_out_dir(job_dir: Path, out_dir: Path, force: bool) -> bool:
     """Refuse an output folder that would lose something; returns whether one is replaced."""
     job_abs, out_abs = job_dir.resolve(), out_dir.absolute().resolve()
     if out_abs == job_abs or job_abs in out_abs.parents or out_abs in job_abs.parents:
-        raise HarborExportError(f"{out_dir} overlaps the job folder {job_dir}; "
-                                "choose an output folder outside it")
+        raise HarborExportError(
+            f"{out_dir} overlaps the job folder {job_dir}; choose an output folder outside it"
+        )
     if out_dir.is_symlink() and not out_dir.exists():
-        raise HarborExportError(f"{out_dir} is a dangling symlink (its target "
-                                f"{os.readlink(out_dir)} does not exist); choose another -o")
+        raise HarborExportError(
+            f"{out_dir} is a dangling symlink (its target "
+            f"{os.readlink(out_dir)} does not exist); choose another -o"
+        )
     if out_dir.exists() and not out_dir.is_dir():
-        raise HarborExportError(f"{out_dir} exists and is not a folder"
-                                + (f" (a symlink to the file {os.readlink(out_dir)})"
-                                   if out_dir.is_symlink() else ""))
+        raise HarborExportError(
+            f"{out_dir} exists and is not a folder"
+            + (f" (a symlink to the file {os.readlink(out_dir)})" if out_dir.is_symlink() else "")
+        )
     if not out_dir.exists() or not any(out_dir.iterdir()):
         return False
     if not force:
-        raise HarborExportError(f"{out_dir} is not empty; pass --force to replace an earlier "
-                                "cairn export there, or choose another -o")
+        raise HarborExportError(
+            f"{out_dir} is not empty; pass --force to replace an earlier "
+            "cairn export there, or choose another -o"
+        )
     if not (out_dir / MARKER).is_file():
-        raise HarborExportError(f"{out_dir} is not empty and is not a cairn Harbor export "
-                                f"(no {MARKER}); --force replaces only those. Nothing was "
-                                "changed; choose another -o")
+        raise HarborExportError(
+            f"{out_dir} is not empty and is not a cairn Harbor export "
+            f"(no {MARKER}); --force replaces only those. Nothing was "
+            "changed; choose another -o"
+        )
     return True
 
 
-def export_harbor(job_dir: Path, out_dir: Path, *, force: bool = False, partial: bool = False,
-                  job_running: bool = False) -> HarborExport:
+def export_harbor(
+    job_dir: Path, out_dir: Path, *, force: bool = False, partial: bool = False, job_running: bool = False
+) -> HarborExport:
     """Write a cairn job folder as a Harbor 0.26 job folder.
 
     Args:
@@ -842,8 +939,10 @@ def export_harbor(job_dir: Path, out_dir: Path, *, force: bool = False, partial:
     if not paths.job_json.is_file() and not paths.trials_dir.is_dir():
         raise HarborExportError(f"{job_dir} is not a job folder (no job.json, no trials/)")
     if job_running and not partial:
-        raise HarborExportError(f"job {job_dir.name} is running; export it after it ends, or "
-                                "pass --partial to export its finished trials now")
+        raise HarborExportError(
+            f"job {job_dir.name} is running; export it after it ends, or "
+            "pass --partial to export its finished trials now"
+        )
     replaced = _check_out_dir(job_dir, out_dir, force)
     if out_dir.is_symlink():  # a link to a folder: the export goes into the folder itself
         out_dir = out_dir.resolve()  # (written beside it and renamed into its place)
@@ -882,8 +981,9 @@ def _move_into_place(tmp: Path, out_dir: Path, replaced: bool) -> None:
     tmp.rename(out_dir)
 
 
-def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
-                  report: HarborExport) -> None:
+def _write_export(
+    job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None, report: HarborExport
+) -> None:
     paths = JobPaths(job_dir)
     job_name = out_dir.name
     job_uuid = _uuid_of(f"{job_dir.name}@{_iso(meta.started_at) if meta else ''}")
@@ -913,29 +1013,42 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
         name = trial.root.name
         dest = tmp / name
         dest.mkdir()
-        doc = trial_result_doc(r, cfg, trial_name=name, trial_dir=out_dir / name,
-                               job_uuid=job_uuid, timeout_multiplier=tm,
-                               earlier_attempts=earlier)
+        doc = trial_result_doc(
+            r,
+            cfg,
+            trial_name=name,
+            trial_dir=out_dir / name,
+            job_uuid=job_uuid,
+            timeout_multiplier=tm,
+            earlier_attempts=earlier,
+        )
         _copy_trial_files(r, trial, dest, report.skipped, rel, report.renamed)
         _write_json(dest / "config.json", doc["config"])
         if (info := doc["exception_info"]) is not None:
             (dest / "exception.txt").write_bytes(
                 f"{info['exception_type']}: {info['exception_message']}\n"
-                f"{info['exception_traceback']}".encode("utf-8", "replace"))
+                f"{info['exception_traceback']}".encode("utf-8", "replace")
+            )
         _write_json(dest / "result.json", doc)
         docs.append(doc)
         results.append(r)
         configs.append(cfg)
         report.trials.append(name)
     _copy_one(paths.job_log, tmp / "job.log", report.skipped, JOB_LOG)
-    _write_json(tmp / "config.json", job_config_doc(meta, job_name, out_dir, results,
-                                                          configs))
+    _write_json(tmp / "config.json", job_config_doc(meta, job_name, out_dir, results, configs))
     n_running = len(report.unfinished) if report.running else 0
-    started = meta.started_at if meta else (min(r.started_at for r in results) if results
-                                            else datetime.now(UTC))
-    finished = None if report.running else (meta.finished_at if meta and meta.finished_at
-                                            else (max(r.finished_at for r in results)
-                                                  if results else None))
+    started = (
+        meta.started_at if meta else (min(r.started_at for r in results) if results else datetime.now(UTC))
+    )
+    finished = (
+        None
+        if report.running
+        else (
+            meta.finished_at
+            if meta and meta.finished_at
+            else (max(r.finished_at for r in results) if results else None)
+        )
+    )
     now = datetime.now(UTC)
     job_doc = {
         "schema_version": 1,
@@ -946,11 +1059,13 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
         "n_total_trials": len(docs) + n_running,
         "stats": job_stats(docs, results, n_running=n_running, n_retries=n_retries),
         "cairn": {
-            "schema": EXPORT_SCHEMA, "job_name": job_dir.name,
+            "schema": EXPORT_SCHEMA,
+            "job_name": job_dir.name,
             "cairn_version": meta.cairn_version if meta else None,
             "backend": meta.backend if meta else None,
             "stopped_by": meta.stopped_by if meta else None,
-            "exported_at": _iso(now), "partial": report.running,
+            "exported_at": _iso(now),
+            "partial": report.running,
             "unfinished_trials": list(report.unfinished),
             "unreadable_trials": list(report.unreadable),
             "skipped_files": list(report.skipped),
@@ -958,13 +1073,20 @@ def _write_export(job_dir: Path, out_dir: Path, tmp: Path, meta: JobMeta | None,
         },
     }
     _write_json(tmp / "result.json", job_doc)
-    _write_json(tmp / MARKER, {"schema": EXPORT_SCHEMA, "harbor": HARBOR_VERSION,
-                                     "source_job": str(job_dir.absolute()),
-                                     "exported_at": _iso(now)})
+    _write_json(
+        tmp / MARKER,
+        {
+            "schema": EXPORT_SCHEMA,
+            "harbor": HARBOR_VERSION,
+            "source_job": str(job_dir.absolute()),
+            "exported_at": _iso(now),
+        },
+    )
 
 
-def _copy_trial_files(r: TrialResult, trial: TrialPaths, dest: Path, skipped: list[str],
-                      rel: str, renamed: list[str]) -> None:
+def _copy_trial_files(
+    r: TrialResult, trial: TrialPaths, dest: Path, skipped: list[str], rel: str, renamed: list[str]
+) -> None:
     oracle = r.agent.name == "oracle"
     _copy_one(trial.root / TRIAL_LOG, dest / "trial.log", skipped, f"{rel}/{TRIAL_LOG}")
     if _single_step(r):
@@ -975,5 +1097,4 @@ def _copy_trial_files(r: TrialResult, trial: TrialPaths, dest: Path, skipped: li
         if not _reached(row):
             continue
         sp = trial.step(row.index, row.name)
-        _copy_step(sp, dest / "steps" / row.name, skipped, f"{rel}/steps/{sp.root.name}",
-                   renamed, oracle)
+        _copy_step(sp, dest / "steps" / row.name, skipped, f"{rel}/steps/{sp.root.name}", renamed, oracle)

@@ -118,10 +118,11 @@ class Tokens(_Persisted):
         """The sum of ``parts``; ``cached`` is ``None`` when any part's is ``None``."""
         items = list(parts)
         cached = [t.cached for t in items]
-        return cls(prompt=sum(t.prompt for t in items),
-                   completion=sum(t.completion for t in items),
-                   cached=None if any(c is None for c in cached)
-                   else sum(c for c in cached if c is not None))
+        return cls(
+            prompt=sum(t.prompt for t in items),
+            completion=sum(t.completion for t in items),
+            cached=None if any(c is None for c in cached) else sum(c for c in cached if c is not None),
+        )
 
 
 class JudgeUsage(_Persisted):
@@ -176,6 +177,8 @@ class StepSnapshot(_Persisted):
     """Disk the snapshot adds (docker: the committed layer; local: bytes copied)."""
     seconds: float
     """Time taken to make it."""
+
+
 class NetworkCounts(_Persisted):
     """What the egress gateway saw in one step (``steps/<nn>-<name>/network.jsonl`` has every
     attempt)."""
@@ -246,8 +249,7 @@ class StepResult(_Persisted):
     @property
     def has_result(self) -> bool:
         """Whether the step counts in aggregation: a verifier result or a candidate-error 0."""
-        return self.source in (StepSource.VERIFIER, StepSource.CANDIDATE_ERROR) and \
-            self.rewards is not None
+        return self.source in (StepSource.VERIFIER, StepSource.CANDIDATE_ERROR) and self.rewards is not None
 
 
 class TaskSource(_Persisted):
@@ -321,6 +323,8 @@ class ExecutorRef(_Persisted):
     """The node's id within the executor (a Ray node id, hex)."""
     host: str | None = None
     """The node's host name."""
+
+
 class ForkRef(_Persisted):
     """Where a ``--start-step NAME --from TRIAL_DIR`` trial started from."""
 
@@ -338,8 +342,7 @@ class RegradeStep(_Persisted):
 
     index: int
     name: str
-    how: Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped",
-                 "unchanged"]
+    how: Literal["snapshot", "artifacts", "not_regradable", "not-run", "oracle", "dropped", "unchanged"]
     """``snapshot`` (shared verifier on the step's snapshot), ``artifacts`` (separate verifier
     on the recorded artifacts), ``not_regradable`` (no snapshot: copied unchanged), ``not-run``
     (the step never ran), ``oracle`` (replayed, not scored), ``dropped`` (the new gates stop

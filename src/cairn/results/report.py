@@ -61,20 +61,28 @@ def key_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[t
                     steps[row.name] = None
                     values.append(v)
         label = "reward (primary)" if key == "reward" else f"reward[{key}]"
-        trial_mean = (f"per-trial mean {_f(stat.mean)}, missing steps as 0 (n={stat.n} trials)"
-                      if len(steps) < len(declared) or not results
-                      else f"per-trial mean {_f(stat.mean)} (n={stat.n} trials)")
+        trial_mean = (
+            f"per-trial mean {_f(stat.mean)}, missing steps as 0 (n={stat.n} trials)"
+            if len(steps) < len(declared) or not results
+            else f"per-trial mean {_f(stat.mean)} (n={stat.n} trials)"
+        )
         if not results or not values:
             rows.append((label, trial_mean))
             continue
         which = ", ".join(steps) if len(steps) <= 4 else f"{', '.join(list(steps)[:4])}, …"
-        rows.append((label, f"reported by {len(steps)} of {len(declared)} step(s) ({which}); "
-                            f"mean over those {_f(sum(values) / len(values))}; {trial_mean}"))
+        rows.append(
+            (
+                label,
+                f"reported by {len(steps)} of {len(declared)} step(s) ({which}); "
+                f"mean over those {_f(sum(values) / len(values))}; {trial_mean}",
+            )
+        )
     return rows
 
 
-def summary_rows(summary: JobSummary, stopped_by: str | None = None,
-                 results: Sequence[TrialResult] = ()) -> list[tuple[str, str]]:
+def summary_rows(
+    summary: JobSummary, stopped_by: str | None = None, results: Sequence[TrialResult] = ()
+) -> list[tuple[str, str]]:
     """The headline figures as (label, value) pairs.
 
     Args:
@@ -99,19 +107,28 @@ def summary_rows(summary: JobSummary, stopped_by: str | None = None,
         rows.append(("error categories", _counts(s.error_categories)))
     rows += key_rows(s, results)
     if s.tokens.prompt or s.tokens.completion:
-        rows.append(("tokens", f"prompt {s.tokens.prompt}, completion {s.tokens.completion}, "
-                               "cached " + ("not reported" if s.tokens.cached is None
-                                            else str(s.tokens.cached))))
+        rows.append(
+            (
+                "tokens",
+                f"prompt {s.tokens.prompt}, completion {s.tokens.completion}, "
+                "cached " + ("not reported" if s.tokens.cached is None else str(s.tokens.cached)),
+            )
+        )
     if s.cost_usd is not None:
         rows.append(("cost", f"${s.cost_usd:.4f}"))
     if s.judge is not None:  # an LLM judge's spend, apart from the agents'
         j = s.judge
-        rows.append(("judge", f"{j.calls} call(s), prompt {j.tokens.prompt}, completion "
-                              f"{j.tokens.completion}"
-                              + (f", ${j.cost_usd:.4f}" if j.cost_usd is not None else "")))
+        rows.append(
+            (
+                "judge",
+                f"{j.calls} call(s), prompt {j.tokens.prompt}, completion "
+                f"{j.tokens.completion}" + (f", ${j.cost_usd:.4f}" if j.cost_usd is not None else ""),
+            )
+        )
     if s.timings.total_sec_mean is not None:
-        rows.append(("trial time", f"mean {s.timings.total_sec_mean:.1f} s, "
-                                   f"sum {s.timings.total_sec_sum:.1f} s"))
+        rows.append(
+            ("trial time", f"mean {s.timings.total_sec_mean:.1f} s, sum {s.timings.total_sec_sum:.1f} s")
+        )
     if stopped_by:
         rows.append(("stopped early", stopped_by))
     return rows
@@ -148,10 +165,12 @@ def _ends_by_step(results: Sequence[TrialResult]) -> dict[tuple[str, str], Count
     step it could not reach, which never ran in the recorded trial; issue 27)."""
     ends: dict[tuple[str, str], Counter[str]] = {}
     for r in results:
-        if r.regrade is not None and r.regrade.status == "regrade_partial" and \
-                r.regrade.unreached_step:  # the old stop is gone: the regrade ran out of steps
-            ends.setdefault((r.task.name, r.regrade.unreached_step),
-                            Counter())["regrade could not reach"] += 1
+        if (
+            r.regrade is not None and r.regrade.status == "regrade_partial" and r.regrade.unreached_step
+        ):  # the old stop is gone: the regrade ran out of steps
+            ends.setdefault((r.task.name, r.regrade.unreached_step), Counter())[
+                "regrade could not reach"
+            ] += 1
         elif r.outcome is Outcome.STOPPED and r.stopped_after:
             ends.setdefault((r.task.name, r.stopped_after), Counter())["stopped"] += 1
         elif r.outcome is Outcome.ERRORED and r.error is not None and r.error.step:
@@ -168,17 +187,24 @@ def task_rows(summary: JobSummary, results: Sequence[TrialResult] = ()) -> list[
     ends = _ends_by_step(results)
     rows: list[list[str]] = []
     for t in summary.tasks:
-        rows.append([t.name, str(t.n_trials), _f(t.mean_reward), f"{t.n_passed}/{t.n_scored}",
-                     _counts(t.outcomes)])
+        rows.append(
+            [t.name, str(t.n_trials), _f(t.mean_reward), f"{t.n_passed}/{t.n_scored}", _counts(t.outcomes)]
+        )
         if len(t.steps) > 1:
             for st in t.steps:
                 here = ends.get((t.name, st.name), Counter())
-                notes = {(k if k.startswith("regrade") else f"{k} here"): v
-                         for k, v in sorted(here.items())}
+                notes = {(k if k.startswith("regrade") else f"{k} here"): v for k, v in sorted(here.items())}
                 if st.n_replayed:
                     notes["replayed by oracle (not scored)"] = st.n_replayed
-                rows.append([f"  {st.index}. {st.name}", str(st.n_reached), _f(st.mean_reward),
-                             f"{st.n_passed}/{st.n_reached}", _counts(notes)])
+                rows.append(
+                    [
+                        f"  {st.index}. {st.name}",
+                        str(st.n_reached),
+                        _f(st.mean_reward),
+                        f"{st.n_passed}/{st.n_reached}",
+                        _counts(notes),
+                    ]
+                )
     return rows
 
 
@@ -196,11 +222,21 @@ def network_rows(results: Sequence[TrialResult]) -> list[list[str]]:
         for st in r.steps:
             if st.network is None:
                 continue
-            rows.append((st.network.denied, [r.trial_name, f"{st.index}. {st.name}",
-                                             str(st.network.denied), str(st.network.allowed),
-                                             ", ".join(st.network.denied_hosts)]))
+            rows.append(
+                (
+                    st.network.denied,
+                    [
+                        r.trial_name,
+                        f"{st.index}. {st.name}",
+                        str(st.network.denied),
+                        str(st.network.allowed),
+                        ", ".join(st.network.denied_hosts),
+                    ],
+                )
+            )
     rows.sort(key=lambda item: -item[0])
     return [row for _, row in rows]
+
 
 SURVIVOR_HEAD = ["trial", "step", "pid", "user", "before the verifier", "command"]
 
@@ -215,11 +251,27 @@ def survivor_rows(results: Sequence[TrialResult]) -> list[list[str]]:
             fate = "killed" if st.survivors_killed else "ran into it"
             for sv in st.survivors:
                 user = sv.user or (str(sv.uid) if sv.uid is not None else "?")
-                rows.append([r.trial_name, f"{st.index}. {st.name}", str(sv.pid),
-                             printable(user, 64), fate, printable(sv.cmdline, 120)])
+                rows.append(
+                    [
+                        r.trial_name,
+                        f"{st.index}. {st.name}",
+                        str(sv.pid),
+                        printable(user, 64),
+                        fate,
+                        printable(sv.cmdline, 120),
+                    ]
+                )
             if st.survivors_total > len(st.survivors):
-                rows.append([r.trial_name, f"{st.index}. {st.name}", "", "", fate,
-                             f"(+{st.survivors_total - len(st.survivors)} more)"])
+                rows.append(
+                    [
+                        r.trial_name,
+                        f"{st.index}. {st.name}",
+                        "",
+                        "",
+                        fate,
+                        f"(+{st.survivors_total - len(st.survivors)} more)",
+                    ]
+                )
     return rows
 
 
@@ -237,8 +289,7 @@ def regrade_rows(results: Sequence[TrialResult]) -> list[list[str]]:
         status = g.status + (f" (could not reach {g.unreached_step})" if g.unreached_step else "")
         rows.append([r.trial_name, _f(g.old_reward), _f(r.reward), status])
         for st in g.steps:
-            rows.append([f"  {st.index}. {st.name}", _f(st.old_reward), _f(st.new_reward),
-                         st.how])
+            rows.append([f"  {st.index}. {st.name}", _f(st.old_reward), _f(st.new_reward), st.how])
     return rows
 
 
@@ -271,8 +322,13 @@ def render(job: JobResult, fmt: str = "text") -> str:
     net = network_rows(results)
     head = summary_rows(summary, stopped_by, results) + source_rows(results)
     if net:
-        head.append(("network denied", f"{sum(int(r[2]) for r in net)} connection attempts "
-                                       f"in {sum(1 for r in net if r[2] != '0')} steps"))
+        head.append(
+            (
+                "network denied",
+                f"{sum(int(r[2]) for r in net)} connection attempts "
+                f"in {sum(1 for r in net if r[2] != '0')} steps",
+            )
+        )
     if fmt == "markdown":
         out = [f"# cairn job `{job.job_dir.name}`", "", "| | |", "|---|---|"]
         out += [f"| {k} | {v} |" for k, v in head]
@@ -296,14 +352,12 @@ def render(job: JobResult, fmt: str = "text") -> str:
         widths = [max(len(r[i]) for r in [*rows, HEAD]) for i in range(len(HEAD))]
         out.append("")
         out.append("  ".join(h.ljust(w) for h, w in zip(HEAD, widths, strict=True)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                for r in rows]
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
     if net:
         widths = [max(len(r[i]) for r in [*net, NET_HEAD]) for i in range(len(NET_HEAD))]
         out += ["", "network (egress gateway)"]
         out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
-        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
-                for r in net]
+        out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in net]
     survivors = survivor_rows(results)
     if survivors:
         out += ["", "processes left running by agent phases (docs/guarantees.md)"]

@@ -174,13 +174,11 @@ class RolloutStep(_Record):
     has_model_calls: bool
     """Whether the step has a ``model_calls.jsonl`` (none: the agent used no relay)."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False,
-                              populate_by_name=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False, populate_by_name=True)
 
     def as_json(self) -> str:
         """The record as one JSON line (``schema`` under its name, no NaN)."""
-        return json.dumps(self.model_dump(mode="json", by_alias=True), ensure_ascii=False,
-                          allow_nan=False)
+        return json.dumps(self.model_dump(mode="json", by_alias=True), ensure_ascii=False, allow_nan=False)
 
 
 def group_id(job: str, result: TrialResult) -> str:
@@ -246,13 +244,11 @@ def rollout_call(line: dict[str, Any]) -> RolloutCall | None:
     prompt = _int_list(ro.get("prompt_token_ids"))
     completion = _int_list(ro.get("completion_token_ids"))
     logprobs = _float_list(ro.get("logprobs"))
-    answered = status is not None and status < 400 and error is None \
-        and line.get("complete") is True
+    answered = status is not None and status < 400 and error is None and line.get("complete") is True
     reason: str | None = None
     if not answered:
         reason = "failed_call"
-    elif not ro or all(ro.get(k) is None for k in
-                       ("prompt_token_ids", "completion_token_ids", "logprobs")):
+    elif not ro or all(ro.get(k) is None for k in ("prompt_token_ids", "completion_token_ids", "logprobs")):
         reason = "no_token_ids"
     elif prompt is None or completion is None:
         reason = "bad_token_ids"
@@ -263,17 +259,30 @@ def rollout_call(line: dict[str, Any]) -> RolloutCall | None:
     if prompt is not None and completion is not None:
         mask = [0] * len(prompt) + [1 if trainable else 0] * len(completion)
     raw_usage = line.get("usage")
-    usage = ({k: _opt_int(v) for k, v in raw_usage.items() if isinstance(k, str)}
-             if isinstance(raw_usage, dict) else None)
+    usage = (
+        {k: _opt_int(v) for k, v in raw_usage.items() if isinstance(k, str)}
+        if isinstance(raw_usage, dict)
+        else None
+    )
     sp = ro.get("sampling_params")
     try:
         return RolloutCall(
-            seq=seq, endpoint=endpoint, model=_opt_str(line.get("model")), status=status,
-            error=error, retry_of=_opt_int(line.get("retry_of")),
-            finish_reason=_opt_str(ro.get("finish_reason")), prompt_token_ids=prompt,
-            completion_token_ids=completion, logprobs=logprobs, loss_mask=mask,
-            trainable=trainable, not_trainable_reason=reason,
-            sampling_params=sp if isinstance(sp, dict) else None, usage=usage)
+            seq=seq,
+            endpoint=endpoint,
+            model=_opt_str(line.get("model")),
+            status=status,
+            error=error,
+            retry_of=_opt_int(line.get("retry_of")),
+            finish_reason=_opt_str(ro.get("finish_reason")),
+            prompt_token_ids=prompt,
+            completion_token_ids=completion,
+            logprobs=logprobs,
+            loss_mask=mask,
+            trainable=trainable,
+            not_trainable_reason=reason,
+            sampling_params=sp if isinstance(sp, dict) else None,
+            usage=usage,
+        )
     except ValueError:  # e.g. a sampling parameter that is NaN
         return None
 
@@ -346,12 +355,12 @@ def rollout_steps(job_dir: Path, flt: StepFilter | None = None) -> Iterator[Roll
     for rf in iter_trial_results(job_dir):
         if rf.result is None:
             continue
-        yield from trial_rollout_steps(job_dir.name, rf.result, TrialPaths(rf.path.parent),
-                                       flt)
+        yield from trial_rollout_steps(job_dir.name, rf.result, TrialPaths(rf.path.parent), flt)
 
 
-def trial_rollout_steps(job: str, r: TrialResult, trial: Any, flt: StepFilter | None = None
-                        ) -> Iterator[RolloutStep]:
+def trial_rollout_steps(
+    job: str, r: TrialResult, trial: Any, flt: StepFilter | None = None
+) -> Iterator[RolloutStep]:
     """The rollout records of one trial (see :func:`rollout_steps`).
 
     Args:
@@ -374,23 +383,39 @@ def trial_rollout_steps(job: str, r: TrialResult, trial: Any, flt: StepFilter | 
         path = sp.agent / MODEL_CALLS_FILE
         calls, bad = read_model_calls(path)
         answered = [c for c in calls if c.not_trainable_reason != "failed_call"]
-        errored = row.error is not None or row.source in (StepSource.ERROR,
-                                                          StepSource.CANDIDATE_ERROR)
+        errored = row.error is not None or row.source in (StepSource.ERROR, StepSource.CANDIDATE_ERROR)
         yield RolloutStep(
-            schema=ROLLOUT_SCHEMA, job=job, task=r.task.name, task_hash=r.task.content_hash, group_id=gid,
-            trial=r.trial_name, trial_id=r.trial_id, attempt=r.attempt, step=row.name,
-            step_index=row.index, steps_total=r.steps_total, is_last_step=row.index == last,
-            reward=row.reward, rewards=dict(row.rewards) if row.rewards is not None else None,
-            passed=row.passed, source=row.source.value,
-            replayed=row.source is StepSource.ORACLE, errored=errored,
+            schema=ROLLOUT_SCHEMA,
+            job=job,
+            task=r.task.name,
+            task_hash=r.task.content_hash,
+            group_id=gid,
+            trial=r.trial_name,
+            trial_id=r.trial_id,
+            attempt=r.attempt,
+            step=row.name,
+            step_index=row.index,
+            steps_total=r.steps_total,
+            is_last_step=row.index == last,
+            reward=row.reward,
+            rewards=dict(row.rewards) if row.rewards is not None else None,
+            passed=row.passed,
+            source=row.source.value,
+            replayed=row.source is StepSource.ORACLE,
+            errored=errored,
             error_kind=row.error.kind.value if row.error else None,
             error_category=row.error.category.value if row.error else None,
-            trial_reward=r.reward, trial_passed=r.passed, outcome=r.outcome.value,
-            agent=r.agent.name, model=r.model, calls=calls,
+            trial_reward=r.reward,
+            trial_passed=r.passed,
+            outcome=r.outcome.value,
+            agent=r.agent.name,
+            model=r.model,
+            calls=calls,
             complete=bool(answered) and all(c.trainable for c in answered),
-            n_trainable_tokens=sum(len(c.completion_token_ids or ()) for c in calls
-                                   if c.trainable),
-            unreadable_calls=bad, has_model_calls=path.is_file() and not path.is_symlink())
+            n_trainable_tokens=sum(len(c.completion_token_ids or ()) for c in calls if c.trainable),
+            unreadable_calls=bad,
+            has_model_calls=path.is_file() and not path.is_symlink(),
+        )
 
 
 def export_rollouts(job_dir: Path, out: Any, flt: StepFilter | None = None) -> int:

@@ -63,13 +63,38 @@ ARTIFACTS_MANIFEST = "manifest.json"
 
 
 __all__ = [
-    "FILE_MODE", "JobPaths", "Masker", "ResultFile", "StepPaths", "TrialPaths", "TrialStore",
-    "find_secrets", "iter_trial_results", "mask_tree", "move_attempt_aside", "read_json",
-    "read_result", "read_job_json", "read_status", "read_steps", "read_summary", "move_superseded",
-    "read_config", "read_artifacts_manifest", "read_trajectory", "write_artifacts_manifest",
-    "trial_dir_group", "legacy_step_dir_name", "step_dir_name", "task_slug", "trial_dir_name",
+    "FILE_MODE",
+    "JobPaths",
+    "Masker",
+    "ResultFile",
+    "StepPaths",
+    "TrialPaths",
+    "TrialStore",
+    "find_secrets",
+    "iter_trial_results",
+    "mask_tree",
+    "move_attempt_aside",
+    "read_json",
+    "read_result",
+    "read_job_json",
+    "read_status",
+    "read_steps",
+    "read_summary",
+    "move_superseded",
+    "read_config",
+    "read_artifacts_manifest",
+    "read_trajectory",
+    "write_artifacts_manifest",
+    "trial_dir_group",
+    "legacy_step_dir_name",
+    "step_dir_name",
+    "task_slug",
+    "trial_dir_name",
     "TRIAL_SLUG_MAX_BYTES",
-    "write_bytes_atomic", "write_job_json", "write_json_atomic", "write_summary",
+    "write_bytes_atomic",
+    "write_job_json",
+    "write_json_atomic",
+    "write_summary",
 ]
 
 
@@ -205,8 +230,10 @@ class TrialPaths:
     result_json = property(lambda self: self.root / RESULT_JSON, doc="Written last.")
     steps_json = property(lambda self: self.root / STEPS_JSON, doc="Rewritten after each step.")
     trial_log = property(lambda self: self.root / TRIAL_LOG, doc="The trial's log.")
-    status_json = property(lambda self: self.root / STATUS_JSON,
-                           doc="Live phase of a running trial (advisory; see write_status).")
+    status_json = property(
+        lambda self: self.root / STATUS_JSON,
+        doc="Live phase of a running trial (advisory; see write_status).",
+    )
     steps_dir = property(lambda self: self.root / STEPS, doc="Parent of the step folders.")
     attempts_dir = property(lambda self: self.root / ATTEMPTS, doc="Earlier attempts.")
 
@@ -250,8 +277,11 @@ class JobPaths:
         """Every trial folder present, sorted by name (finished or not)."""
         if not self.trials_dir.is_dir():
             return []
-        return [TrialPaths(p) for p in sorted(self.trials_dir.iterdir())
-                if p.is_dir() and not p.name.startswith(INCOMING_PREFIX)]
+        return [
+            TrialPaths(p)
+            for p in sorted(self.trials_dir.iterdir())
+            if p.is_dir() and not p.name.startswith(INCOMING_PREFIX)
+        ]
 
 
 def trial_dir_group(name: str) -> str:
@@ -261,8 +291,11 @@ def trial_dir_group(name: str) -> str:
 
 
 def _next_attempt_dir(trial: TrialPaths) -> Path:
-    used = [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()] \
-        if trial.attempts_dir.is_dir() else []
+    used = (
+        [int(p.name) for p in trial.attempts_dir.glob("*") if p.name.isdigit()]
+        if trial.attempts_dir.is_dir()
+        else []
+    )
     return trial.attempt(max(used, default=0) + 1)
 
 
@@ -336,10 +369,8 @@ class TrialStore:
         """
         return self.paths.step(index, name).create()
 
-    def _write_json(self, path: Path, obj: Any, *, durable: bool = True,
-                    sync_dir: bool = True) -> None:
-        write_json_atomic(path, self.masker.mask_json(to_jsonable(obj)), durable=durable,
-                          sync_dir=sync_dir)
+    def _write_json(self, path: Path, obj: Any, *, durable: bool = True, sync_dir: bool = True) -> None:
+        write_json_atomic(path, self.masker.mask_json(to_jsonable(obj)), durable=durable, sync_dir=sync_dir)
 
     def write_config(self, config: Any) -> None:
         """Write ``config.json`` (the trial's plan: task, agent, model, backend, image id).
@@ -378,12 +409,12 @@ class TrialStore:
         Args:
             result: the finished trial.
         """
-        self._write_json(self.paths.steps_json, StepsFile(steps=list(result.steps)),
-                         sync_dir=False)
+        self._write_json(self.paths.steps_json, StepsFile(steps=list(result.steps)), sync_dir=False)
         self._write_json(self.paths.result_json, result)
 
-    def append_network_records(self, index: int, name: str,
-                               records: Sequence[Mapping[str, Any]]) -> NetworkCounts:
+    def append_network_records(
+        self, index: int, name: str, records: Sequence[Mapping[str, Any]]
+    ) -> NetworkCounts:
         """Append connection records to the step's ``network.jsonl`` (one JSON object a line,
         masked; hostile text stays inside JSON strings) and count them.
 
@@ -417,8 +448,7 @@ class TrialStore:
         return NetworkCounts(allowed=allowed, denied=denied, denied_hosts=denied_hosts)
 
     # ---- live status (read by `cairn view`; advisory, never part of the result) ----------
-    def write_status(self, phase: str, step_index: int | None = None,
-                     step_name: str | None = None) -> None:
+    def write_status(self, phase: str, step_index: int | None = None, step_name: str | None = None) -> None:
         """Record where a running trial is: ``status.json`` ``{phase, step_index, step, at}``.
 
         Rewritten atomically at each phase change. Advisory: a viewer shows it only while
@@ -431,9 +461,12 @@ class TrialStore:
         """
         from datetime import UTC, datetime
 
-        status = TrialStatus(phase=str(phase), step_index=step_index, step=step_name,
-                             at=datetime.now(UTC).isoformat(timespec="milliseconds")
-                             ).model_dump(mode="json")
+        status = TrialStatus(
+            phase=str(phase),
+            step_index=step_index,
+            step=step_name,
+            at=datetime.now(UTC).isoformat(timespec="milliseconds"),
+        ).model_dump(mode="json")
         target = self.paths.status_json
         tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
         try:  # atomic for readers (rename), but no fsync: the file is advisory and frequent
@@ -451,8 +484,7 @@ class TrialStore:
             name: the step name.
             text: the instruction, canary lines already removed.
         """
-        self.write_text(self.paths.step(index, name).instruction.relative_to(self.paths.root),
-                        text)
+        self.write_text(self.paths.step(index, name).instruction.relative_to(self.paths.root), text)
 
     def append_log(self, text: str) -> None:
         """Append text to ``trial.log`` (masked; a newline is added when missing).
@@ -489,8 +521,7 @@ class TrialStore:
 
     def _inside(self, path: Path | str) -> Path:
         root = self.paths.root.resolve()
-        target = (root / path).resolve() if not Path(path).is_absolute() \
-            else Path(path).resolve()
+        target = (root / path).resolve() if not Path(path).is_absolute() else Path(path).resolve()
         if target != root and root not in target.parents:
             raise ValueError(f"{path} is outside the trial folder {root}")
         return target
@@ -508,12 +539,16 @@ class TrialStore:
         if not self.masker:
             return []
         skip = {self.paths.attempts_dir}
-        artifact_dirs = sorted(self.paths.steps_dir.glob(f"*/{STEP_SUBDIRS[2]}")) \
-            if self.paths.steps_dir.is_dir() else []
+        artifact_dirs = (
+            sorted(self.paths.steps_dir.glob(f"*/{STEP_SUBDIRS[2]}")) if self.paths.steps_dir.is_dir() else []
+        )
         mask_tree(self.paths.root, self.masker, skip=skip | set(artifact_dirs))
         rel = self.paths.root
-        return [f"artifact {p.relative_to(rel)} contains a secret value (kept as collected)"
-                for d in artifact_dirs for p in find_secrets(d, self.masker)]
+        return [
+            f"artifact {p.relative_to(rel)} contains a secret value (kept as collected)"
+            for d in artifact_dirs
+            for p in find_secrets(d, self.masker)
+        ]
 
 
 def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> list[str]:
@@ -544,8 +579,9 @@ def install_trial(paths: TrialPaths, archive: bytes, result: TrialResult) -> lis
     from cairn._util.tar import extract_tar_stream
 
     paths.root.parent.mkdir(parents=True, exist_ok=True)
-    incoming = Path(tempfile.mkdtemp(prefix=f"{INCOMING_PREFIX}{paths.root.name[:40]}-",
-                                     dir=paths.root.parent))
+    incoming = Path(
+        tempfile.mkdtemp(prefix=f"{INCOMING_PREFIX}{paths.root.name[:40]}-", dir=paths.root.parent)
+    )
     try:
         report = extract_tar_stream([archive], incoming / "t")
         paths.root.mkdir(parents=True, exist_ok=True)
@@ -658,8 +694,9 @@ def write_artifacts_manifest(artifacts_dir: Path, rows: Sequence[ArtifactEntry])
         The manifest's path.
     """
     path = Path(artifacts_dir) / ARTIFACTS_MANIFEST
-    write_json_atomic(path, [r.model_dump(mode="json", exclude={"service"} if r.service is None
-                                          else set()) for r in rows])
+    write_json_atomic(
+        path, [r.model_dump(mode="json", exclude={"service"} if r.service is None else set()) for r in rows]
+    )
     return path
 
 
@@ -767,6 +804,7 @@ def iter_trial_results(job_dir: Path) -> Iterator[ResultFile]:
 
 # ------------------------------------------------------------------------------------------
 # Derived jobs (cairn regrade)
+
 
 def copy_job_folder(src: Path, dest: Path) -> None:
     """Copy a job folder to a new one for a derived job (``cairn regrade``): every file as it

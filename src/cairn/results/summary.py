@@ -65,8 +65,9 @@ def _pass_rate(scored: Sequence[TrialResult]) -> float | None:
     return sum(r.passed for r in with_reward) / len(with_reward) if with_reward else None
 
 
-def _step_names(task: str, results: Sequence[TrialResult],
-                declared_steps: Mapping[str, Sequence[str]] | None) -> list[str]:
+def _step_names(
+    task: str, results: Sequence[TrialResult], declared_steps: Mapping[str, Sequence[str]] | None
+) -> list[str]:
     if declared_steps is not None and task in declared_steps:
         return list(declared_steps[task])
     names: dict[str, int] = {}
@@ -81,16 +82,20 @@ def _step_summary(index: int, name: str, scored: Sequence[TrialResult]) -> StepS
     rows = [s for s in every if s.source is not StepSource.ORACLE]  # the funnel: agent steps
     counted = [c for c in map(counted_rewards, rows) if c is not None]
     primaries = [p for p in map(primary_reward, counted) if p is not None]
-    return StepSummary(index=index, name=name,
-                       n_reached=sum(step_reached(s) for s in rows),
-                       n_results=len(counted),
-                       n_passed=sum(s.passed for s in rows),
-                       mean_reward=_mean(primaries),
-                       n_replayed=len(every) - len(rows))
+    return StepSummary(
+        index=index,
+        name=name,
+        n_reached=sum(step_reached(s) for s in rows),
+        n_results=len(counted),
+        n_passed=sum(s.passed for s in rows),
+        mean_reward=_mean(primaries),
+        n_replayed=len(every) - len(rows),
+    )
 
 
-def _task_summary(task: str, results: Sequence[TrialResult],
-                  declared_steps: Mapping[str, Sequence[str]] | None) -> TaskSummary:
+def _task_summary(
+    task: str, results: Sequence[TrialResult], declared_steps: Mapping[str, Sequence[str]] | None
+) -> TaskSummary:
     scored = [r for r in results if is_scored(r)]
     names = _step_names(task, results, declared_steps)
     return TaskSummary(
@@ -101,8 +106,7 @@ def _task_summary(task: str, results: Sequence[TrialResult],
         n_passed=sum(r.passed for r in scored),
         pass_rate=_pass_rate(scored),
         mean_reward=_mean([r.reward for r in scored if r.reward is not None]),
-        reward_all_steps_mean=_mean([r.reward_all_steps for r in scored
-                                     if r.reward_all_steps is not None]),
+        reward_all_steps_mean=_mean([r.reward_all_steps for r in scored if r.reward_all_steps is not None]),
         steps=[_step_summary(i, n, scored) for i, n in enumerate(names, start=1)],
     )
 
@@ -115,8 +119,9 @@ def _error_of(result: TrialResult) -> tuple[ErrorKind, Category] | None:
     return None
 
 
-def summarize_job(results: Sequence[TrialResult],
-                  declared_steps: Mapping[str, Sequence[str]] | None = None) -> JobSummary:
+def summarize_job(
+    results: Sequence[TrialResult], declared_steps: Mapping[str, Sequence[str]] | None = None
+) -> JobSummary:
     """Summarize a job's trial results (design §6, §7 summary.json).
 
     Args:
@@ -154,8 +159,9 @@ def summarize_job(results: Sequence[TrialResult],
     task_names = list(declared_steps or {})
     task_names += sorted(t for t in by_task if t not in (declared_steps or {}))
 
-    per_task_passes = {t: [r.passed for r in rs if is_scored(r) and r.reward is not None]
-                       for t, rs in by_task.items()}
+    per_task_passes = {
+        t: [r.passed for r in rs if is_scored(r) and r.reward is not None] for t, rs in by_task.items()
+    }
     per_task_passes = {t: v for t, v in per_task_passes.items() if v}
     k_max = max((len(v) for v in per_task_passes.values()), default=0)
 
@@ -174,8 +180,7 @@ def summarize_job(results: Sequence[TrialResult],
         mean_reward=rewards_sum / len(with_reward) if with_reward else None,
         mean_reward_errors_as_zero=rewards_sum / n_with_errors if n_with_errors else None,
         rewards={k: KeyStat(mean=math.fsum(v) / len(v), n=len(v)) for k, v in key_values.items()},
-        reward_all_steps_mean=_mean([r.reward_all_steps for r in scored
-                                     if r.reward_all_steps is not None]),
+        reward_all_steps_mean=_mean([r.reward_all_steps for r in scored if r.reward_all_steps is not None]),
         n_passed=sum(r.passed for r in scored),
         pass_rate=_pass_rate(scored),
         pass_at_k=pass_at_k_summary(per_task_passes, k_max),
@@ -183,6 +188,5 @@ def summarize_job(results: Sequence[TrialResult],
         tokens=Tokens.total(r.tokens for r in results),
         cost_usd=math.fsum(costs) if costs else None,
         judge=sum_judge(r.judge for r in results),
-        timings=TimingSummary(n=len(totals), total_sec_sum=math.fsum(totals),
-                              total_sec_mean=_mean(totals)),
+        timings=TimingSummary(n=len(totals), total_sec_sum=math.fsum(totals), total_sec_mean=_mean(totals)),
     )

@@ -54,8 +54,7 @@ LOG_TAIL_LINES = 8
 LOG_TAIL_WIDTH = 200
 """Characters of each such line shown, at most."""
 
-_TAIL_KINDS = ("build_failed", "build_timeout", "image_not_found", "service_exited",
-               "start_failed")
+_TAIL_KINDS = ("build_failed", "build_timeout", "image_not_found", "service_exited", "start_failed")
 
 
 def _log_tail(err: ErrorInfo | None) -> str:
@@ -106,10 +105,11 @@ def verdict_line(result: TrialResult) -> str:
         return f"{head}{why} ({run_of}){took}" + _log_tail(err)
     r = f"{result.reward:.2f}" if result.reward is not None else "none"
     if result.outcome is Outcome.STOPPED:
-        where = _step_pos(result, result.stopped_after or (
-            result.stop_reason.step if result.stop_reason else None))
+        where = _step_pos(
+            result, result.stopped_after or (result.stop_reason.step if result.stop_reason else None)
+        )
         why = f": {_stop_text(result.stop_reason)}" if result.stop_reason is not None else ""
-        return (f"STOPPED after {where}{why} ({result.strategy} {r} over {run_of}){took}")
+        return f"STOPPED after {where}{why} ({result.strategy} {r} over {run_of}){took}"
     verdict = "PASS" if result.passed else "FAIL"
     how = f"{result.strategy} of {result.steps_total} steps"
     if result.steps_run < result.steps_total:

@@ -81,9 +81,11 @@ def resolve_backend(name: str) -> str:
     if name not in BACKEND_NAMES:
         raise UsageError(f"unknown sandbox backend {name!r}; use auto, " + ", ".join(BACKEND_NAMES))
     if name == "docker" and not docker_answers(5.0, early=True):
-        raise UsageError("-e docker: no Docker engine answers (DOCKER_HOST="
-                         f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}); "
-                         "start one, or use -e local / -e auto")
+        raise UsageError(
+            "-e docker: no Docker engine answers (DOCKER_HOST="
+            f"{os.environ.get('DOCKER_HOST', 'unix:///var/run/docker.sock')}); "
+            "start one, or use -e local / -e auto"
+        )
     return name
 
 

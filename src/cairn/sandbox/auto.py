@@ -63,15 +63,13 @@ def docker_answers(timeout_sec: float = PING_TIMEOUT_SEC, *, early: bool = False
         if answer is not None:
             return answer
     result: list[bool] = []
-    t = threading.Thread(target=_ping, args=(timeout_sec, result), name="cairn-docker-ping",
-                         daemon=True)
+    t = threading.Thread(target=_ping, args=(timeout_sec, result), name="cairn-docker-ping", daemon=True)
     t.start()
     t.join(timeout_sec)
     return bool(result and result[0])
 
 
-def resolve_auto(name: str, *, stream: TextIO | None = None,
-                    timeout_sec: float = PING_TIMEOUT_SEC) -> str:
+def resolve_auto(name: str, *, stream: TextIO | None = None, timeout_sec: float = PING_TIMEOUT_SEC) -> str:
     """Resolve ``auto`` to ``docker`` or ``local`` by pinging the engine (no other checks;
     :func:`cairn.sandbox.resolve_backend` is the one entry point that also validates names).
 
@@ -90,7 +88,10 @@ def resolve_auto(name: str, *, stream: TextIO | None = None,
         print("cairn: -e auto: using the docker backend (a Docker engine answered)", file=out)
         return "docker"
     where = os.environ.get("DOCKER_HOST") or "the default Docker socket"
-    print(f"cairn: warning: no Docker engine answered at {where} within {timeout_sec:g} s; "
-          "-e auto: using the local backend (namespaces + overlayfs on this host, for trusted "
-          "agents; see docs/local-backend.md)", file=out)
+    print(
+        f"cairn: warning: no Docker engine answered at {where} within {timeout_sec:g} s; "
+        "-e auto: using the local backend (namespaces + overlayfs on this host, for trusted "
+        "agents; see docs/local-backend.md)",
+        file=out,
+    )
     return "local"

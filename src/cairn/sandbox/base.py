@@ -349,8 +349,11 @@ class SandboxEnd:
 
     def detail(self) -> dict[str, object]:
         """The facts for an error's ``detail``."""
-        return {"sandbox_exit_code": self.exit_code, "oom_killed": self.oom_killed,
-                "from_outside": self.from_outside}
+        return {
+            "sandbox_exit_code": self.exit_code,
+            "oom_killed": self.oom_killed,
+            "from_outside": self.from_outside,
+        }
 
 
 class Sandbox(ABC):
@@ -409,24 +412,29 @@ class Sandbox(ABC):
         policies = spec.network_policies
         for policy in policies:
             if policy.mode not in caps.network_modes:
-                raise UnsupportedError(f"unsupported network mode {policy.mode.value!r} on "
-                                       f"backend {cls.name!r}{hint}")
+                raise UnsupportedError(
+                    f"unsupported network mode {policy.mode.value!r} on backend {cls.name!r}{hint}"
+                )
             if policy.needs_gateway and not caps.gateway:
-                raise UnsupportedError(f"backend {cls.name!r} cannot enforce the network policy "
-                                       f"{policy.describe()}{hint}")
+                raise UnsupportedError(
+                    f"backend {cls.name!r} cannot enforce the network policy {policy.describe()}{hint}"
+                )
         if len(policies) > 1 and not caps.gateway:
             raise UnsupportedError(
                 f"backend {cls.name!r} cannot switch the network between phases "
-                f"({' / '.join(p.describe() for p in policies)}){hint}")
+                f"({' / '.join(p.describe() for p in policies)}){hint}"
+            )
         if spec.mounts and not caps.read_only_mounts:
-            raise UnsupportedError(f"backend {cls.name!r} cannot bind host folders read-only "
-                                   "into a sandbox (mounts)")
+            raise UnsupportedError(
+                f"backend {cls.name!r} cannot bind host folders read-only into a sandbox (mounts)"
+            )
         if spec.gpus and not caps.gpus:
-            raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox "
-                                   f"(gpus = {spec.gpus})")
+            raise UnsupportedError(f"backend {cls.name!r} cannot give GPUs to a sandbox (gpus = {spec.gpus})")
         if spec.storage_mb and not caps.storage_limit:
-            warnings.append(f"backend {cls.name!r} cannot apply storage_mb = {spec.storage_mb}; "
-                            "the sandbox runs without a disk limit")
+            warnings.append(
+                f"backend {cls.name!r} cannot apply storage_mb = {spec.storage_mb}; "
+                "the sandbox runs without a disk limit"
+            )
         if spec.cpus and not caps.cpu_limit:
             warnings.append(f"backend {cls.name!r} cannot apply cpus = {spec.cpus}")
         if spec.memory_mb and not caps.memory_limit:
@@ -479,8 +487,7 @@ class Sandbox(ABC):
         from cairn.errors import UnsupportedError
 
         if policy.effective() != self.spec.network_policy.effective():
-            raise UnsupportedError(f"backend {self.name!r} cannot switch the network to "
-                                   f"{policy.describe()}")
+            raise UnsupportedError(f"backend {self.name!r} cannot switch the network to {policy.describe()}")
 
     async def service_exit(self) -> ServiceExit | None:
         """The start-up service's end, if the image ENTRYPOINT the sandbox started has ended
@@ -527,8 +534,9 @@ class Sandbox(ABC):
             return self
         from cairn.errors import UnsupportedError
 
-        raise UnsupportedError(f"backend {self.name!r} runs no compose services "
-                               f"(asked for service {service!r})")
+        raise UnsupportedError(
+            f"backend {self.name!r} runs no compose services (asked for service {service!r})"
+        )
 
     # ---- operations -------------------------------------------------------------------
     @property
@@ -544,9 +552,12 @@ class Sandbox(ABC):
     def sandbox_info(self) -> SandboxInfo:
         """:attr:`info` as a typed :class:`SandboxInfo`."""
         raw = dict(self.info)
-        return SandboxInfo(backend=str(raw.pop("backend", None) or self.name),
-                           image_id=raw.pop("image_id", None),
-                           engine_version=raw.pop("engine_version", None), extra=raw)
+        return SandboxInfo(
+            backend=str(raw.pop("backend", None) or self.name),
+            image_id=raw.pop("image_id", None),
+            engine_version=raw.pop("engine_version", None),
+            extra=raw,
+        )
 
     def connection(self, *, user: str | int | None = None) -> SandboxConnection:
         """How a person gets into this running sandbox (the default: :meth:`shell_argv`, when
@@ -561,8 +572,7 @@ class Sandbox(ABC):
             argv = tuple(self.shell_argv(user=user))
         except (UnsupportedError, SandboxError):
             argv = ()
-        return SandboxConnection(type=self.name, hint=f"{self.name} sandbox {self.info}",
-                                 argv=argv)
+        return SandboxConnection(type=self.name, hint=f"{self.name} sandbox {self.info}", argv=argv)
 
     @classmethod
     async def engine_answers(cls, timeout_sec: float) -> bool:
@@ -652,8 +662,7 @@ class Sandbox(ABC):
             if it.world_writable:
                 fix.append(f"chmod -R a+rwX {shlex.quote(it.sandbox_path)}")
             for name in it.crlf:
-                fix.append(f"sed -i 's/\\r$//' "
-                           f"{shlex.quote(sandbox_path_join(it.sandbox_path, name))}")
+                fix.append(f"sed -i 's/\\r$//' {shlex.quote(sandbox_path_join(it.sandbox_path, name))}")
         if fix:
             # sh, not the exec's default bash: an agent may have removed bash, and the
             # verifier that follows is what reports that (design §6 sandbox_unusable)
@@ -661,8 +670,10 @@ class Sandbox(ABC):
             if not r.ok:
                 from cairn.errors import ErrorKind, SandboxError
 
-                raise SandboxError(f"upload fix-ups failed (exit {r.exit_code}): "
-                                   f"{r.stderr.strip()[-300:]}", kind=ErrorKind.TRANSFER_FAILED)
+                raise SandboxError(
+                    f"upload fix-ups failed (exit {r.exit_code}): {r.stderr.strip()[-300:]}",
+                    kind=ErrorKind.TRANSFER_FAILED,
+                )
 
     @property
     def boot_clock(self) -> bool:
@@ -700,7 +711,6 @@ class Sandbox(ABC):
         Raises:
             SandboxError: the kill could not be sent.
         """
-
 
     # ---- snapshots (design §4.7; docs/snapshots.md) ---------------------------------------
     async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:

@@ -65,8 +65,14 @@ class CleanReport:
     @property
     def removed(self) -> int:
         """Number of resources removed."""
-        return (len(self.containers) + len(self.networks) + len(self.volumes) + len(self.images)
-                + len(self.folders) + len(self.snapshots))
+        return (
+            len(self.containers)
+            + len(self.networks)
+            + len(self.volumes)
+            + len(self.images)
+            + len(self.folders)
+            + len(self.snapshots)
+        )
 
 
 def leftover_reason(labels: Mapping[str, str], *, own_job_dir: Path | None = None) -> str | None:
@@ -102,8 +108,14 @@ def _matches_job(labels: Mapping[str, str], job: str | None) -> bool:
     return labels.get(LABEL_JOB) == job or (bool(job_dir) and Path(job_dir).name == job)
 
 
-def clean(*, job: str | None = None, images: bool = False, own_job_dir: Path | None = None,
-          client: Any = None, snapshots: bool = False) -> CleanReport:
+def clean(
+    *,
+    job: str | None = None,
+    images: bool = False,
+    own_job_dir: Path | None = None,
+    client: Any = None,
+    snapshots: bool = False,
+) -> CleanReport:
     """Remove left-over cairn containers and networks (and, with ``images``, cairn images),
     left-over local-backend sandbox folders, and step snapshots whose job folder is gone.
 
@@ -158,29 +170,49 @@ _Item = tuple[Any, str, Any]
 verdict looks at: labels or a marker)``."""
 
 
-def _docker_kinds(client: Any, filters: dict[str, str],
-                  ) -> dict[str, tuple[Callable[[], list[_Item]], Callable[[str], Any]]]:
+def _docker_kinds(
+    client: Any,
+    filters: dict[str, str],
+) -> dict[str, tuple[Callable[[], list[_Item]], Callable[[str], Any]]]:
     """The labelled Docker resources a sweep removes, containers first (they hold the
     networks and volumes): ``kind -> (list them under filters, remove one by id)``."""
     api = client.api
     return {
-        "container": (lambda: [(c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"),
-                                c.get("Labels") or {})
-                               for c in api.containers(all=True, filters=filters)],
-                      lambda ident: api.remove_container(ident, force=True, v=True)),
-        "network": (lambda: [(n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
-                             for n in api.networks(filters=filters)],
-                    api.remove_network),
-        "volume": (lambda: [(v["Name"], v["Name"], v.get("Labels") or {}) for v in
-                            (api.volumes(filters=filters) or {}).get("Volumes") or []],
-                   api.remove_volume),
+        "container": (
+            lambda: [
+                (c["Id"], (c.get("Names") or [c["Id"][:12]])[0].lstrip("/"), c.get("Labels") or {})
+                for c in api.containers(all=True, filters=filters)
+            ],
+            lambda ident: api.remove_container(ident, force=True, v=True),
+        ),
+        "network": (
+            lambda: [
+                (n["Id"], n.get("Name") or n["Id"][:12], n.get("Labels") or {})
+                for n in api.networks(filters=filters)
+            ],
+            api.remove_network,
+        ),
+        "volume": (
+            lambda: [
+                (v["Name"], v["Name"], v.get("Labels") or {})
+                for v in (api.volumes(filters=filters) or {}).get("Volumes") or []
+            ],
+            api.remove_volume,
+        ),
     }
 
 
-def _remove_each(kind: str, items: list[_Item], remove: Callable[[Any], Any],
-                 verdict: Callable[[Any], str | None], removed: list[str], report: CleanReport,
-                 *, gone: tuple[type[BaseException], ...] = (),
-                 failed: tuple[type[BaseException], ...] = (Exception,)) -> None:
+def _remove_each(
+    kind: str,
+    items: list[_Item],
+    remove: Callable[[Any], Any],
+    verdict: Callable[[Any], str | None],
+    removed: list[str],
+    report: CleanReport,
+    *,
+    gone: tuple[type[BaseException], ...] = (),
+    failed: tuple[type[BaseException], ...] = (Exception,),
+) -> None:
     """The one removal loop of the sweeps: remove each item ``verdict`` lets go.
 
     Args:
@@ -209,8 +241,10 @@ def _remove_each(kind: str, items: list[_Item], remove: Callable[[Any], Any],
             report.errors.append(f"{kind} {name}: {getattr(exc, 'explanation', None) or exc}")
 
 
-def _remove_local_sandboxes(verdict: Callable[[dict], str | None], report: CleanReport,
-                            ) -> None:
+def _remove_local_sandboxes(
+    verdict: Callable[[dict], str | None],
+    report: CleanReport,
+) -> None:
     """Remove the local-backend sandbox folders ``verdict`` (given a folder's marker, see
     :func:`_remove_each`) lets go; nothing when the local backend is not installed."""
     try:
@@ -218,12 +252,12 @@ def _remove_local_sandboxes(verdict: Callable[[dict], str | None], report: Clean
     except ImportError:
         return
     items = [(folder, str(folder), marker) for folder, marker in find_local_sandboxes()]
-    _remove_each("folder", items, remove_local_sandbox, verdict, report.folders, report,
-                 failed=(OSError, ValueError))
+    _remove_each(
+        "folder", items, remove_local_sandbox, verdict, report.folders, report, failed=(OSError, ValueError)
+    )
 
 
-def _clean_labelled(client: Any, job: str | None, own_job_dir: Path | None,
-                    report: CleanReport) -> None:
+def _clean_labelled(client: Any, job: str | None, own_job_dir: Path | None, report: CleanReport) -> None:
     """Remove left-over labelled containers (with their anonymous volumes), networks
     (per-trial and compose networks) and volumes (compose projects' named volumes)."""
     import docker.errors
@@ -234,12 +268,19 @@ def _clean_labelled(client: Any, job: str | None, own_job_dir: Path | None,
         return leftover_reason(labels, own_job_dir=own_job_dir) or None
 
     for kind, (listing, remove) in _docker_kinds(client, {"label": LABEL_JOB}).items():
-        _remove_each(kind, listing(), remove, verdict, getattr(report, f"{kind}s"), report,
-                     gone=(docker.errors.NotFound,), failed=(docker.errors.APIError,))
+        _remove_each(
+            kind,
+            listing(),
+            remove,
+            verdict,
+            getattr(report, f"{kind}s"),
+            report,
+            gone=(docker.errors.NotFound,),
+            failed=(docker.errors.APIError,),
+        )
 
 
-def snapshot_leftover(labels: Mapping[str, str], *, job: str | None, all_of_them: bool
-                      ) -> str | None:
+def snapshot_leftover(labels: Mapping[str, str], *, job: str | None, all_of_them: bool) -> str | None:
     """Whether a step snapshot is to be removed: ``None`` to remove it, else why it is kept.
 
     A snapshot whose job folder is gone is always removed; with ``all_of_them``
@@ -257,8 +298,7 @@ def snapshot_leftover(labels: Mapping[str, str], *, job: str | None, all_of_them
     return None
 
 
-def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool,
-                           report: CleanReport) -> None:
+def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool, report: CleanReport) -> None:
     """Step snapshot images (label ``cairn.snapshot``) whose job is gone, or all with
     ``--snapshots``."""
     import docker.errors
@@ -287,8 +327,11 @@ def _clean_snapshot_images(client: Any, job: str | None, all_of_them: bool,
                 report.errors.append(f"snapshot {ident[:19]}: {exc.explanation or exc}")
 
 
-def _snapshot_verdict(labels: Mapping[str, str], job: str | None, all_of_them: bool,
-                      ) -> str | None:
+def _snapshot_verdict(
+    labels: Mapping[str, str],
+    job: str | None,
+    all_of_them: bool,
+) -> str | None:
     """:func:`snapshot_leftover` as a :func:`_remove_each` verdict: a kept snapshot is
     reported only with ``--snapshots`` and only when it is of the job asked for."""
     reason = snapshot_leftover(labels, job=job, all_of_them=all_of_them)
@@ -311,8 +354,15 @@ def _clean_local_snapshots(job: str | None, all_of_them: bool, report: CleanRepo
         return _snapshot_verdict(labels, job, all_of_them)
 
     items = [(folder, str(folder), marker) for folder, marker in find_local_snapshots()]
-    _remove_each("snapshot", items, remove_local_snapshot, verdict, report.snapshots, report,
-                 failed=(OSError, ValueError))
+    _remove_each(
+        "snapshot",
+        items,
+        remove_local_snapshot,
+        verdict,
+        report.snapshots,
+        report,
+        failed=(OSError, ValueError),
+    )
 
 
 def _clean_images(client: Any, report: CleanReport) -> None:
@@ -355,8 +405,7 @@ def _clean_local(job: str | None, own_job_dir: Path | None, report: CleanReport)
     def verdict(marker: dict) -> str | None:
         if "unreadable" in marker:
             return "marker unreadable"
-        labels = {LABEL_JOB: str(marker.get("job_id") or ""),
-                  LABEL_JOB_DIR: str(marker.get("job_dir") or "")}
+        labels = {LABEL_JOB: str(marker.get("job_id") or ""), LABEL_JOB_DIR: str(marker.get("job_dir") or "")}
         if marker.get("owner"):
             labels[LABEL_OWNER] = str(marker["owner"])
         elif str(marker.get("owner_pid") or "").isdigit():
@@ -391,8 +440,9 @@ def remove_trial_sandboxes(trial_id: str) -> CleanReport:
         return report
     try:
         listing, remove = _docker_kinds(client, {"label": f"cairn.trial={trial_id}"})["container"]
-        _remove_each("container", listing(), remove, lambda labels: None, report.containers,
-                     report)  # any failure is reported, the next one is still tried
+        _remove_each(
+            "container", listing(), remove, lambda labels: None, report.containers, report
+        )  # any failure is reported, the next one is still tried
     except Exception as exc:  # noqa: BLE001 - best effort; reported
         report.errors.append(f"docker engine: {exc}")
     finally:
@@ -405,8 +455,9 @@ SETTLE_WAIT_SEC = 60.0
 """How long :func:`settle_job` waits for the engine to finish removing a job's sandboxes."""
 
 
-def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC,
-               client: Any = None) -> list[str]:
+def settle_job(
+    job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC, client: Any = None
+) -> list[str]:
     """Make sure no sandbox of a job is left once its trials have all ended.
 
     Called by the job (which holds the job's lock) after its last trial ended — also when a
@@ -447,7 +498,7 @@ def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC
         while True:
             left: list[str] = []
             for kind, (listing, remove) in listers.items():  # containers first: they hold
-                try:                                          # the networks and volumes
+                try:  # the networks and volumes
                     items = listing()
                 except Exception as exc:  # noqa: BLE001 - an engine not answering: retried
                     errors[f"{kind}s"] = str(exc)
@@ -475,6 +526,5 @@ def settle_job(job_dir: Path, backend: str, *, wait_sec: float = SETTLE_WAIT_SEC
 
 def _settle_local(job_dir: Path) -> list[str]:
     report = CleanReport()
-    _remove_local_sandboxes(
-        lambda m: None if str(m.get("job_dir") or "") == str(job_dir) else "", report)
+    _remove_local_sandboxes(lambda m: None if str(m.get("job_dir") or "") == str(job_dir) else "", report)
     return report.errors

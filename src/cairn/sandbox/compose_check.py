@@ -42,13 +42,18 @@ def compose_file_problem(path: Path, *, main_supplied: bool) -> tuple[str, int |
         return exc.reason, exc.line
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
-        return (f"not readable as YAML: {exc}".replace("\n", " "),
-                mark.line + 1 if mark is not None else None)
+        return (
+            f"not readable as YAML: {exc}".replace("\n", " "),
+            mark.line + 1 if mark is not None else None,
+        )
     services = doc.get("services") if isinstance(doc, dict) else None
     if not isinstance(services, dict):
         return "a compose environment needs a `services` table", None
     if MAIN_SERVICE not in services and not main_supplied:
-        return (f"no service named `{MAIN_SERVICE}` (the agent's container) and nothing to "
-                "make it from: add one, or add environment/Dockerfile or "
-                f"[environment].docker_image; found {sorted(map(str, services))}", None)
+        return (
+            f"no service named `{MAIN_SERVICE}` (the agent's container) and nothing to "
+            "make it from: add one, or add environment/Dockerfile or "
+            f"[environment].docker_image; found {sorted(map(str, services))}",
+            None,
+        )
     return None

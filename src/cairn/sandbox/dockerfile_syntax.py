@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 _DIRECTIVE_RE = re.compile(r"^\s*#\s*(?P<key>[A-Za-z]+)\s*=\s*(?P<value>\S.*?)\s*$")
 _STOCK_FRONTEND_RE = re.compile(
-    r"^(docker\.io/)?docker/dockerfile(-upstream)?(:[0-9][0-9A-Za-z.\-]*)?(@sha256:[0-9a-f]{64})?$")
+    r"^(docker\.io/)?docker/dockerfile(-upstream)?(:[0-9][0-9A-Za-z.\-]*)?(@sha256:[0-9a-f]{64})?$"
+)
 _INSTR_RE = re.compile(r"^\s*(?P<instr>[A-Za-z]+)\s+(?P<rest>.*)$", re.DOTALL)
 _HEREDOC_RE = re.compile(r"<<-?\s*(?P<q>[\"']?)(?P<word>[A-Za-z_][A-Za-z0-9_]*)(?P=q)")
 _LINK_RE = re.compile(r"(?<=\s)--link(?:=(?:true|false))?(?:[ \t]+|(?=\s))", re.IGNORECASE)
@@ -159,8 +160,10 @@ def rewrite_for_builtin_frontend(text: str) -> tuple[str, list[str]]:
             image = m.group("value") if m else ""
             if is_stock_frontend(image):
                 lines[f.line - 1] = "\n"
-                notes.append(f"line {f.line}: `# syntax={image}` ignored: the engine's "
-                             "built-in Dockerfile frontend builds it (no registry to pull from)")
+                notes.append(
+                    f"line {f.line}: `# syntax={image}` ignored: the engine's "
+                    "built-in Dockerfile frontend builds it (no registry to pull from)"
+                )
     link_lines = {f.line for f in features if f.name == "copy-link"}
     for n in sorted(link_lines):
         i = n - 1
@@ -191,5 +194,11 @@ def unsupported_by(features: list[Feature], supported: frozenset[str]) -> list[F
     return out
 
 
-__all__ = ["Feature", "buildkit_features", "is_stock_frontend", "rewrite_for_builtin_frontend",
-           "syntax_frontend", "unsupported_by"]
+__all__ = [
+    "Feature",
+    "buildkit_features",
+    "is_stock_frontend",
+    "rewrite_for_builtin_frontend",
+    "syntax_frontend",
+    "unsupported_by",
+]

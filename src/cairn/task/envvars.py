@@ -85,8 +85,9 @@ def resolve_env(templates: Mapping[str, str], environ: Mapping[str, str]) -> dic
     """
     missing = missing_variables(templates, environ)
     if missing:
-        users = sorted(k for k, v in templates.items()
-                       if (p := parse_template(v)) is not None and p[0] in missing)
+        users = sorted(
+            k for k, v in templates.items() if (p := parse_template(v)) is not None and p[0] in missing
+        )
         raise TrialFailure(
             ErrorKind.CONFIG_ERROR,
             f"environment variable{'s' if len(missing) > 1 else ''} {', '.join(missing)} "

@@ -129,8 +129,9 @@ class FindingSink:
         self.findings: list[Finding] = []
         self.error_paths: set[tuple[str | int, ...]] = set()
 
-    def key(self, path: tuple[str | int, ...], severity: Severity, text: str,
-            rule: str = INVALID_CONFIG) -> None:
+    def key(
+        self, path: tuple[str | int, ...], severity: Severity, text: str, rule: str = INVALID_CONFIG
+    ) -> None:
         """Record a finding about a task.toml key path (located by its line).
 
         Args:
@@ -143,8 +144,9 @@ class FindingSink:
             self.error_paths.add(path)
         self.findings.append(Finding(self.source, self.line_of(path), severity, text, rule))
 
-    def file(self, path: Path, severity: Severity, text: str, line: int | None = None,
-             rule: str = INVALID_FILES) -> None:
+    def file(
+        self, path: Path, severity: Severity, text: str, line: int | None = None, rule: str = INVALID_FILES
+    ) -> None:
         """Record a finding about a file or folder of the task.
 
         Args:

@@ -38,8 +38,7 @@ def env_hash(env_dir: Path | None, *, docker_image: str | None, workdir: str | N
         64 hex characters.
     """
     h = hashlib.sha256(b"cairn-env-v1\0")
-    h.update(json.dumps({"docker_image": docker_image, "workdir": workdir},
-                        sort_keys=True).encode() + b"\0")
+    h.update(json.dumps({"docker_image": docker_image, "workdir": workdir}, sort_keys=True).encode() + b"\0")
     if env_dir is not None and env_dir.is_dir():
         _update_tree(h, env_dir)
     return h.hexdigest()

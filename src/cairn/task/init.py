@@ -28,13 +28,16 @@ _TEST_HEADER = """\
 mkdir -p /logs/verifier
 """
 
-_SINGLE_TEST = _TEST_HEADER + """\
+_SINGLE_TEST = (
+    _TEST_HEADER
+    + """\
 if [ "$(cat /app/hello.txt 2>/dev/null)" = "hello" ]; then
   echo 1 > /logs/verifier/reward.txt
 else
   echo 0 > /logs/verifier/reward.txt
 fi
 """
+)
 
 _SINGLE_SOLVE = """\
 #!/usr/bin/env bash
@@ -79,8 +82,12 @@ def _task_toml(name: str, steps: Sequence[str]) -> str:
         "memory_mb = 1024",
     ]
     for step in steps:
-        lines += ["", "[[steps]]", f"name = {_toml_str(step)}",
-                  "min_reward = 1.0  # stop the trial when this step does not pass"]
+        lines += [
+            "",
+            "[[steps]]",
+            f"name = {_toml_str(step)}",
+            "min_reward = 1.0  # stop the trial when this step does not pass",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -88,9 +95,10 @@ def _step_files(steps: Sequence[str], k: int) -> dict[str, str]:
     name = steps[k]
     expected = "".join(f"{s}\\n" for s in steps[: k + 1])
     before = ", ".join(f"`{s}`" for s in steps[:k])
-    context = (f" The file already holds the lines {before} from the earlier steps; keep them."
-               if k else "")
-    test = _TEST_HEADER + f"""\
+    context = f" The file already holds the lines {before} from the earlier steps; keep them." if k else ""
+    test = (
+        _TEST_HEADER
+        + f"""\
 expected="$(printf '{expected}')"
 if [ -f /app/log.txt ] && [ "$(cat /app/log.txt)" = "$expected" ]; then
   echo 1 > /logs/verifier/reward.txt
@@ -98,12 +106,11 @@ else
   echo 0 > /logs/verifier/reward.txt
 fi
 """
+    )
     return {
-        f"steps/{name}/instruction.md":
-            f"Append the line `{name}` to the file `/app/log.txt` (create it if needed).{context}\n",
+        f"steps/{name}/instruction.md": f"Append the line `{name}` to the file `/app/log.txt` (create it if needed).{context}\n",  # noqa: E501
         f"steps/{name}/tests/test.sh": test,
-        f"steps/{name}/solution/solve.sh":
-            f"#!/usr/bin/env bash\n# Oracle solution of step {name}.\necho {name} >> /app/log.txt\n",
+        f"steps/{name}/solution/solve.sh": f"#!/usr/bin/env bash\n# Oracle solution of step {name}.\necho {name} >> /app/log.txt\n",  # noqa: E501
     }
 
 
@@ -119,15 +126,21 @@ def skeleton_files(name: str, steps: Sequence[str] = ()) -> dict[str, str]:
     """
     files = {"task.toml": _task_toml(name, steps), "environment/Dockerfile": DOCKERFILE}
     if not steps:
-        files.update({"instruction.md": _SINGLE_INSTRUCTION, "tests/test.sh": _SINGLE_TEST,
-                      "solution/solve.sh": _SINGLE_SOLVE})
+        files.update(
+            {
+                "instruction.md": _SINGLE_INSTRUCTION,
+                "tests/test.sh": _SINGLE_TEST,
+                "solution/solve.sh": _SINGLE_SOLVE,
+            }
+        )
     for k in range(len(steps)):
         files.update(_step_files(steps, k))
     return files
 
 
-def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path("."), *,
-              root: Path | None = None) -> Path:
+def init_task(
+    name: str, steps: Sequence[str] = (), parent: Path = Path("."), *, root: Path | None = None
+) -> Path:
     """Write a task skeleton into ``root`` (default ``parent/<last part of name>``).
 
     Args:
@@ -148,13 +161,16 @@ def init_task(name: str, steps: Sequence[str] = (), parent: Path = Path("."), *,
     parts = name.split("/")
     folder = parts[-1]
     if len(parts) > 2 or not all(STEP_NAME_RE.match(p) for p in parts):
-        raise UsageError(f"invalid task name {name!r}: use letters, digits, `.`, `_` and `-` "
-                         "(optionally `org/` in front)")
+        raise UsageError(
+            f"invalid task name {name!r}: use letters, digits, `.`, `_` and `-` (optionally `org/` in front)"
+        )
     steps = [s.strip() for s in steps]
     for s in steps:
         if not STEP_NAME_RE.match(s):
-            raise UsageError(f"invalid step name {s!r}: use letters, digits, `.`, `_` and `-`, "
-                             "starting with a letter or digit")
+            raise UsageError(
+                f"invalid step name {s!r}: use letters, digits, `.`, `_` and `-`, "
+                "starting with a letter or digit"
+            )
     dupes = sorted({s for s in steps if steps.count(s) > 1})
     if dupes:
         raise UsageError(f"duplicate step name(s): {', '.join(dupes)}")

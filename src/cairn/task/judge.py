@@ -33,8 +33,7 @@ class JudgeProvider:
 
 
 JUDGE_PROVIDERS: tuple[JudgeProvider, ...] = (
-    JudgeProvider("ANTHROPIC_API_KEY", "api.anthropic.com",
-                  ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE")),
+    JudgeProvider("ANTHROPIC_API_KEY", "api.anthropic.com", ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_BASE")),
     JudgeProvider("OPENAI_API_KEY", "api.openai.com", ("OPENAI_BASE_URL", "OPENAI_API_BASE")),
 )
 
@@ -48,8 +47,11 @@ def judge_credentials(templates: Mapping[str, str]) -> list[JudgeProvider]:
     Returns:
         The recognised providers, in :data:`JUDGE_PROVIDERS` order.
     """
-    return [p for p in JUDGE_PROVIDERS
-            if p.credential in templates and parse_template(templates[p.credential]) is not None]
+    return [
+        p
+        for p in JUDGE_PROVIDERS
+        if p.credential in templates and parse_template(templates[p.credential]) is not None
+    ]
 
 
 def judge_hosts(templates: Mapping[str, str], resolved: Mapping[str, str]) -> list[str]:

@@ -148,16 +148,16 @@ class _TomlScanner:
             if c == '"':
                 start = self.i
                 self._basic_string()
-                parts.append(tomllib.loads("k = " + self.s[start:self.i])["k"])
+                parts.append(tomllib.loads("k = " + self.s[start : self.i])["k"])
             elif c == "'":
                 end = self.s.index("'", self.i + 1)
-                parts.append(self.s[self.i + 1:end])
+                parts.append(self.s[self.i + 1 : end])
                 self.i = end + 1
             else:
                 start = self.i
                 while self.i < self.n and self.s[self.i] in _BARE:
                     self.i += 1
-                parts.append(self.s[start:self.i])
+                parts.append(self.s[start : self.i])
             self._skip_inline_ws()
             if self._peek() == ".":
                 self.i += 1

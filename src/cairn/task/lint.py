@@ -64,59 +64,86 @@ class Rule:
     summary: str
 
 
-RULES: dict[str, Rule] = {r.id: r for r in (
-    # errors: never deselected (a run refuses the task)
-    Rule(INVALID_CONFIG, ERROR, "a task.toml key or value the run refuses"),
-    Rule(INVALID_FILES, ERROR, "a missing, unreadable or misplaced task file or folder"),
-    Rule("backend-unsupported", ERROR, "something the chosen backend cannot run (-e)"),
-    # validation warnings (also in a run's warnings)
-    Rule("unknown-config-field", WARNING, "a task.toml key cairn does not know"),
-    Rule("undeclared-step-folder", WARNING, "a steps/<name>/ folder no [[steps]] entry declares"),
-    Rule("unused-instruction", WARNING, "a root instruction.md in a multi-step task"),
-    Rule("unpinned-image", WARNING, "an image without a tag or with :latest (Dockerfile FROM, "
-         "compose image:, docker_image)"),
-    Rule("script-crlf", WARNING, "test.sh, solve.sh or setup.sh with CRLF line endings"),
-    Rule("too-big-to-check", WARNING, "a script or Dockerfile over the 1 MiB cairn reads for "
-         "its checks (it still runs)"),
-    Rule("script-set-e", WARNING, "a test.sh using set -e that may exit before its reward"),
-    Rule("mcp-download-no-network", WARNING, "an npx/uvx MCP server under a no-network agent"),
-    Rule("mcp-remote-no-network", WARNING, "an sse/streamable-http MCP server outside the "
-         "sandbox under a no-network agent"),
-    Rule("judge-no-network", WARNING, "a judge credential under a no-network verifier"),
-    Rule("harbor-task-name", WARNING, "a [task].name that Harbor 0.26 refuses"),
-    Rule("deprecated-size-key", WARNING, "legacy memory/storage instead of memory_mb/storage_mb"),
-    Rule("gpu-types-without-gpus", WARNING, "gpu_types without gpus > 0"),
-    # preflight warnings (what the run says before it starts)
-    Rule("template-unset", WARNING, "a ${VAR} template whose variable is unset in this shell"),
-    Rule("unsupported-key", WARNING, "a Harbor 0.26 key cairn reads but does not apply"),
-    Rule("backend-limit", WARNING, "a setting the chosen backend cannot apply"),
-    Rule("backend-unavailable", WARNING, "the backend could not be asked"),
-    # lint rules (tasks check only)
-    Rule("compose-privileged", WARNING, "a compose service with privileged: true (or host "
-         "namespaces, devices, unconfined security options)"),
-    Rule("compose-additional-capabilities", WARNING, "a compose service with cap_add"),
-    Rule("compose-external-bind-mount", WARNING, "a bind mount of a host path outside the task "
-         "folder"),
-    Rule("compose-writable-bind-mount", WARNING, "a writable bind mount of the task's own files"),
-    Rule("compose-symlink-bind-mount", WARNING, "a bind source that goes through a symlink"),
-    Rule("compose-external-volume", WARNING, "a compose volume declared external: true"),
-    Rule("agent-image-test-leak", WARNING, "the task's tests or solution copied or mounted into "
-         "the agent's image or sandbox"),
-    Rule("verifier-install-no-network", WARNING, "a verifier that downloads or installs at run "
-         "time although its phase has no network"),
-    Rule("overlapping-artifacts", WARNING, "artifacts whose destinations nest (one entry's "
-         "files land inside another's)"),
-    Rule("artifact-log-overlap", WARNING, "an artifact source under /logs or containing it "
-         "(/)"),
-    Rule("agent-user-root", WARNING, "a root agent user where the task declares a non-root one"),
-    Rule("lint-internal-error", WARNING, "the lint itself failed on a task (a cairn bug)"),
-    Rule("unpinned-python-dependency", WARNING, "a verifier's Python dependency without an exact "
-         "version (PEP 723 block, pip/uv/uvx command)"),
-)}
+RULES: dict[str, Rule] = {
+    r.id: r
+    for r in (
+        # errors: never deselected (a run refuses the task)
+        Rule(INVALID_CONFIG, ERROR, "a task.toml key or value the run refuses"),
+        Rule(INVALID_FILES, ERROR, "a missing, unreadable or misplaced task file or folder"),
+        Rule("backend-unsupported", ERROR, "something the chosen backend cannot run (-e)"),
+        # validation warnings (also in a run's warnings)
+        Rule("unknown-config-field", WARNING, "a task.toml key cairn does not know"),
+        Rule("undeclared-step-folder", WARNING, "a steps/<name>/ folder no [[steps]] entry declares"),
+        Rule("unused-instruction", WARNING, "a root instruction.md in a multi-step task"),
+        Rule(
+            "unpinned-image",
+            WARNING,
+            "an image without a tag or with :latest (Dockerfile FROM, compose image:, docker_image)",
+        ),
+        Rule("script-crlf", WARNING, "test.sh, solve.sh or setup.sh with CRLF line endings"),
+        Rule(
+            "too-big-to-check",
+            WARNING,
+            "a script or Dockerfile over the 1 MiB cairn reads for its checks (it still runs)",
+        ),
+        Rule("script-set-e", WARNING, "a test.sh using set -e that may exit before its reward"),
+        Rule("mcp-download-no-network", WARNING, "an npx/uvx MCP server under a no-network agent"),
+        Rule(
+            "mcp-remote-no-network",
+            WARNING,
+            "an sse/streamable-http MCP server outside the sandbox under a no-network agent",
+        ),
+        Rule("judge-no-network", WARNING, "a judge credential under a no-network verifier"),
+        Rule("harbor-task-name", WARNING, "a [task].name that Harbor 0.26 refuses"),
+        Rule("deprecated-size-key", WARNING, "legacy memory/storage instead of memory_mb/storage_mb"),
+        Rule("gpu-types-without-gpus", WARNING, "gpu_types without gpus > 0"),
+        # preflight warnings (what the run says before it starts)
+        Rule("template-unset", WARNING, "a ${VAR} template whose variable is unset in this shell"),
+        Rule("unsupported-key", WARNING, "a Harbor 0.26 key cairn reads but does not apply"),
+        Rule("backend-limit", WARNING, "a setting the chosen backend cannot apply"),
+        Rule("backend-unavailable", WARNING, "the backend could not be asked"),
+        # lint rules (tasks check only)
+        Rule(
+            "compose-privileged",
+            WARNING,
+            "a compose service with privileged: true (or host "
+            "namespaces, devices, unconfined security options)",
+        ),
+        Rule("compose-additional-capabilities", WARNING, "a compose service with cap_add"),
+        Rule("compose-external-bind-mount", WARNING, "a bind mount of a host path outside the task folder"),
+        Rule("compose-writable-bind-mount", WARNING, "a writable bind mount of the task's own files"),
+        Rule("compose-symlink-bind-mount", WARNING, "a bind source that goes through a symlink"),
+        Rule("compose-external-volume", WARNING, "a compose volume declared external: true"),
+        Rule(
+            "agent-image-test-leak",
+            WARNING,
+            "the task's tests or solution copied or mounted into the agent's image or sandbox",
+        ),
+        Rule(
+            "verifier-install-no-network",
+            WARNING,
+            "a verifier that downloads or installs at run time although its phase has no network",
+        ),
+        Rule(
+            "overlapping-artifacts",
+            WARNING,
+            "artifacts whose destinations nest (one entry's files land inside another's)",
+        ),
+        Rule("artifact-log-overlap", WARNING, "an artifact source under /logs or containing it (/)"),
+        Rule("agent-user-root", WARNING, "a root agent user where the task declares a non-root one"),
+        Rule("lint-internal-error", WARNING, "the lint itself failed on a task (a cairn bug)"),
+        Rule(
+            "unpinned-python-dependency",
+            WARNING,
+            "a verifier's Python dependency without an exact version (PEP 723 block, pip/uv/uvx command)",
+        ),
+    )
+}
 """The rule catalogue, id → :class:`Rule` (docs/lint.md documents each)."""
 
 
 # -- selection -------------------------------------------------------------------------------
+
 
 def _split(values: Iterable[str] | None) -> list[str]:
     return [v.strip() for raw in values or () for v in raw.split(",") if v.strip()]
@@ -163,10 +190,14 @@ class RuleSelection:
         warnings = [r.id for r in RULES.values() if r.severity == WARNING]
         for s in sel + ign:
             if not any(_matches(s, r) for r in warnings):
-                hint = (" (an error rule: errors are always reported)"
-                        if any(_matches(s, r) for r in RULES) else "")
-                raise UsageError(f"unknown rule {s!r}{hint}; known warning rules: "
-                                 f"{', '.join(sorted(warnings))}")
+                hint = (
+                    " (an error rule: errors are always reported)"
+                    if any(_matches(s, r) for r in RULES)
+                    else ""
+                )
+                raise UsageError(
+                    f"unknown rule {s!r}{hint}; known warning rules: {', '.join(sorted(warnings))}"
+                )
         return cls(sel, ign)
 
     def keeps(self, finding: Finding) -> bool:
@@ -200,8 +231,7 @@ def task_ignores(doc: dict[str, Any]) -> tuple[str, ...]:
     values = node
     if not isinstance(values, list):
         return ()
-    return tuple(v for v in values if isinstance(v, str) and v in RULES
-                 and RULES[v].severity == WARNING)
+    return tuple(v for v in values if isinstance(v, str) and v in RULES and RULES[v].severity == WARNING)
 
 
 # -- the lint --------------------------------------------------------------------------------
@@ -210,7 +240,8 @@ _ROOT_USERS = frozenset({"root", "0"})
 _DEPENDENCY_MANIFESTS = re.compile(
     r"^(requirements.*\.txt|constraints.*\.txt|pyproject\.toml|uv\.lock|poetry\.lock|"
     r"package(-lock)?\.json|yarn\.lock|pnpm-lock\.yaml|Pipfile(\.lock)?|setup\.cfg|"
-    r"\.gitignore|\.dockerignore|__init__\.py|conftest\.py)$")
+    r"\.gitignore|\.dockerignore|__init__\.py|conftest\.py)$"
+)
 _MAX_WALK = 5000
 _MAX_HASH_BYTES = 8 << 20
 
@@ -254,8 +285,10 @@ class _Lint:
         dirs = [self.base / "tests", self.base / "solution"]
         for step in self.task.steps:
             if self.task.multi_step:
-                dirs += [self.base / "steps" / step.name / "tests",
-                         self.base / "steps" / step.name / "solution"]
+                dirs += [
+                    self.base / "steps" / step.name / "tests",
+                    self.base / "steps" / step.name / "solution",
+                ]
         return [d for d in dirs if d.is_dir()]
 
     def secrets(self) -> _Secrets:
@@ -266,8 +299,7 @@ class _Lint:
 
     def protected_under(self, path: Path) -> list[Path]:
         """The protected folders that ``path`` is, lies in, or contains."""
-        return [d for d in self.protected
-                if path == d or _inside(path, d) or _inside(d, path)]
+        return [d for d in self.protected if path == d or _inside(path, d) or _inside(d, path)]
 
 
 def _inside(path: Path, parent: Path) -> bool:
@@ -323,6 +355,7 @@ def _is_root_user(user: Any) -> bool:
 
 # -- images ----------------------------------------------------------------------------------
 
+
 def image_pin_problem(image: str) -> str | None:
     """Why an image reference is not pinned, or ``None``.
 
@@ -346,8 +379,10 @@ def image_pin_problem(image: str) -> str | None:
 
 # -- compose ---------------------------------------------------------------------------------
 
-_VAR_RE = re.compile(r"\$(?:\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:?[-?+])?"
-                     r"(?P<arg>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+_VAR_RE = re.compile(
+    r"\$(?:\$|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?P<op>:?[-?+])?"
+    r"(?P<arg>[^}]*)\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
 
 
 def interpolate(value: str, variables: dict[str, str]) -> tuple[str, list[str]]:
@@ -382,16 +417,25 @@ def interpolate(value: str, variables: dict[str, str]) -> tuple[str, list[str]]:
 
 
 COMPOSE_VARIABLES: dict[str, str] = {
-    "MAIN_IMAGE_NAME": "cairn-env:main", "CONTEXT_DIR": "{env_dir}", "CPUS": "1",
-    "MEMORY": "1024M", "TEST_DIR": "/tests",
-    "HOST_AGENT_LOGS_PATH": "cairn_logs_agent", "HOST_VERIFIER_LOGS_PATH": "cairn_logs_verifier",
-    "HOST_ARTIFACTS_PATH": "cairn_logs_artifacts", "ENV_AGENT_LOGS_PATH": "/logs/agent",
-    "ENV_VERIFIER_LOGS_PATH": "/logs/verifier", "ENV_ARTIFACTS_PATH": "/logs/artifacts",
+    "MAIN_IMAGE_NAME": "cairn-env:main",
+    "CONTEXT_DIR": "{env_dir}",
+    "CPUS": "1",
+    "MEMORY": "1024M",
+    "TEST_DIR": "/tests",
+    "HOST_AGENT_LOGS_PATH": "cairn_logs_agent",
+    "HOST_VERIFIER_LOGS_PATH": "cairn_logs_verifier",
+    "HOST_ARTIFACTS_PATH": "cairn_logs_artifacts",
+    "ENV_AGENT_LOGS_PATH": "/logs/agent",
+    "ENV_VERIFIER_LOGS_PATH": "/logs/verifier",
+    "ENV_ARTIFACTS_PATH": "/logs/artifacts",
     "T_BENCH_TASK_DOCKER_CLIENT_IMAGE_NAME": "cairn-env:main",
     "T_BENCH_TASK_DOCKER_CLIENT_CONTAINER_NAME": "cairn-main",
-    "T_BENCH_TASK_DOCKER_NAME_PREFIX": "cairn", "T_BENCH_TEST_DIR": "/tests",
-    "T_BENCH_CONTAINER_LOGS_PATH": "/logs", "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
-    "T_BENCH_TASK_LOGS_PATH": "cairn_logs", "T_BENCH_TASK_AGENT_LOGS_PATH": "cairn_logs_agent",
+    "T_BENCH_TASK_DOCKER_NAME_PREFIX": "cairn",
+    "T_BENCH_TEST_DIR": "/tests",
+    "T_BENCH_CONTAINER_LOGS_PATH": "/logs",
+    "T_BENCH_CONTAINER_AGENT_LOGS_PATH": "/logs/agent",
+    "T_BENCH_TASK_LOGS_PATH": "cairn_logs",
+    "T_BENCH_TASK_AGENT_LOGS_PATH": "cairn_logs_agent",
 }
 """The variables a run gives a compose file (the names of
 :func:`cairn.sandbox.docker.compose_files.harbor_variables`, a test keeps them equal), with
@@ -447,8 +491,7 @@ def _short_volume(spec: str) -> dict[str, Any]:
     src, dst = parts[0], parts[1]
     mode = parts[2] if len(parts) > 2 else ""
     kind = "bind" if src.startswith((".", "/", "~", "$")) or "/" in src else "volume"
-    return {"type": kind, "source": src, "target": dst,
-            "read_only": "ro" in mode.split(",")}
+    return {"type": kind, "source": src, "target": dst, "read_only": "ro" in mode.split(",")}
 
 
 def _check_compose(lint: _Lint, cf: _ComposeFile) -> None:
@@ -457,11 +500,17 @@ def _check_compose(lint: _Lint, cf: _ComposeFile) -> None:
     where = lint.shown(cf.path)
     for name, vol in (volumes_top or {}).items():
         if isinstance(vol, dict) and vol.get("external") not in (None, False):
-            lint.findings.append(Finding(
-                where, cf.lines.line(("volumes", name, "external")), WARNING,
-                f"volume `{name}` is external: it lives outside the trial's compose project, "
-                "so every trial (and the host) shares its contents; use a volume of the "
-                "project (drop `external`)", "compose-external-volume"))
+            lint.findings.append(
+                Finding(
+                    where,
+                    cf.lines.line(("volumes", name, "external")),
+                    WARNING,
+                    f"volume `{name}` is external: it lives outside the trial's compose project, "
+                    "so every trial (and the host) shares its contents; use a volume of the "
+                    "project (drop `external`)",
+                    "compose-external-volume",
+                )
+            )
     if not isinstance(services, dict):
         return
     built: set[str] = set()
@@ -478,11 +527,16 @@ def _check_compose(lint: _Lint, cf: _ComposeFile) -> None:
             value, unknown = interpolate(image, cf.variables)
             problem = None if unknown else image_pin_problem(value)
             if problem:
-                lint.findings.append(Finding(
-                    where, cf.lines.line(base + ("image",)), WARNING,
-                    f"service `{name}`: image `{value}` {problem}; pin a version so that runs "
-                    "are reproducible (nothing is pulled: the image must exist locally)",
-                    "unpinned-image"))
+                lint.findings.append(
+                    Finding(
+                        where,
+                        cf.lines.line(base + ("image",)),
+                        WARNING,
+                        f"service `{name}`: image `{value}` {problem}; pin a version so that runs "
+                        "are reproducible (nothing is pulled: the image must exist locally)",
+                        "unpinned-image",
+                    )
+                )
         vols = svc.get("volumes")
         for k, entry in enumerate(vols if isinstance(vols, list) else []):
             _check_volume(lint, cf, name, entry, base + ("volumes", k), volumes_top or {})
@@ -498,24 +552,25 @@ def _compose_true(value: Any, variables: dict[str, str]) -> bool:
     or a ``${VAR:-true}`` template, interpolated first) spelling true in any case."""
     if value is True:
         return True
-    return isinstance(value, str) and \
-        interpolate(value, variables)[0].strip().lower() in _TRUE_WORDS
+    return isinstance(value, str) and interpolate(value, variables)[0].strip().lower() in _TRUE_WORDS
 
 
-def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, Any],
-                      base: KeyPath) -> None:
+def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, Any], base: KeyPath) -> None:
     where = lint.shown(cf.path)
 
     def emit(key: KeyPath, text: str, rule: str = "compose-privileged") -> None:
-        lint.findings.append(Finding(where, cf.lines.line(base + key), WARNING,
-                                     f"service `{name}`: {text}", rule))
+        lint.findings.append(
+            Finding(where, cf.lines.line(base + key), WARNING, f"service `{name}`: {text}", rule)
+        )
 
     def text(value: Any) -> str:  # a value as compose sees it: strings interpolated
         return interpolate(value, cf.variables)[0] if isinstance(value, str) else str(value)
 
     if _compose_true(svc.get("privileged"), cf.variables):
-        emit(("privileged",), "`privileged: true` gives the container every capability and "
-             "the host's devices; remove it")
+        emit(
+            ("privileged",),
+            "`privileged: true` gives the container every capability and the host's devices; remove it",
+        )
     hooks: list[tuple[str, int, Any]] = []
     for h in ("post_start", "pre_stop"):
         entries = svc.get(h)
@@ -527,29 +582,40 @@ def _check_privileges(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, A
         if text(svc.get(key)).strip() == "host":
             emit((key,), f"`{key}: host` shares the host's namespace with the container")
     if text(svc.get("network_mode")).strip() == "host":
-        emit(("network_mode",), "`network_mode: host` puts the container on the host's "
-             "network (no isolation, no network policy)")
+        emit(
+            ("network_mode",),
+            "`network_mode: host` puts the container on the host's network (no isolation, no network policy)",
+        )
     devices = svc.get("devices")
     if isinstance(devices, list) and devices:
-        emit(("devices",), f"`devices` maps host devices into the container "
-             f"({', '.join(text(d) for d in devices[:3])})")
+        emit(
+            ("devices",),
+            f"`devices` maps host devices into the container ({', '.join(text(d) for d in devices[:3])})",
+        )
     opts = svc.get("security_opt")
     for k, opt in enumerate(opts if isinstance(opts, list) else []):
         shown = text(opt)
         flat = shown.replace("=", ":")
-        if flat in ("seccomp:unconfined", "apparmor:unconfined", "label:disable",
-                    "systempaths:unconfined") or flat.startswith("no-new-privileges:false"):
+        if flat in (
+            "seccomp:unconfined",
+            "apparmor:unconfined",
+            "label:disable",
+            "systempaths:unconfined",
+        ) or flat.startswith("no-new-privileges:false"):
             emit(("security_opt", k), f"`security_opt: {shown}` turns off a confinement")
     caps = svc.get("cap_add")
     if isinstance(caps, list) and caps:
-        emit(("cap_add",), f"`cap_add` adds {', '.join(text(c) for c in caps)}; review "
-             "whether the task needs them", "compose-additional-capabilities")
+        emit(
+            ("cap_add",),
+            f"`cap_add` adds {', '.join(text(c) for c in caps)}; review whether the task needs them",
+            "compose-additional-capabilities",
+        )
 
 
-def _check_volume(lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: KeyPath,
-                  volumes_top: dict[str, Any]) -> None:
-    mount = _short_volume(interpolate(entry, cf.variables)[0]) if isinstance(entry, str) \
-        else entry
+def _check_volume(
+    lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: KeyPath, volumes_top: dict[str, Any]
+) -> None:
+    mount = _short_volume(interpolate(entry, cf.variables)[0]) if isinstance(entry, str) else entry
     if not isinstance(mount, dict):
         return
     kind = mount.get("type", "volume")
@@ -562,9 +628,16 @@ def _check_volume(lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: 
         top = volumes_top.get(source)
         if isinstance(top, dict):
             if top.get("external") not in (None, False):
-                lint.findings.append(Finding(
-                    where, line, WARNING, f"{label} mounts external volume `{source}`: every "
-                    "trial (and the host) shares its contents", "compose-external-volume"))
+                lint.findings.append(
+                    Finding(
+                        where,
+                        line,
+                        WARNING,
+                        f"{label} mounts external volume `{source}`: every "
+                        "trial (and the host) shares its contents",
+                        "compose-external-volume",
+                    )
+                )
             raw_opts = top.get("driver_opts")
             opts: dict[str, Any] = raw_opts if isinstance(raw_opts, dict) else {}
             flags = str(opts.get("o", "")).split(",")
@@ -576,53 +649,97 @@ def _check_volume(lint: _Lint, cf: _ComposeFile, service: str, entry: Any, key: 
     value, unknown = interpolate(source, cf.variables)
     target = mount.get("target", "")
     if unknown:
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} binds `{source}`, a host path set by "
-            f"${{{unknown[0]}}} on the host running the trial; mount a path inside the task "
-            "folder or use a volume", "compose-external-bind-mount"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} binds `{source}`, a host path set by "
+                f"${{{unknown[0]}}} on the host running the trial; mount a path inside the task "
+                "folder or use a volume",
+                "compose-external-bind-mount",
+            )
+        )
         return
     project = cf.path.parent
     host = Path(os.path.expanduser(value)) if value.startswith("~") else None
     path = host if host is not None else _norm(project / value)
     if value == "/var/run/docker.sock" or value.endswith("/docker.sock"):
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} binds the Docker socket `{value}`: the container "
-            "controls the host's Docker engine (every other trial, the host's files)",
-            "compose-external-bind-mount"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} binds the Docker socket `{value}`: the container "
+                "controls the host's Docker engine (every other trial, the host's files)",
+                "compose-external-bind-mount",
+            )
+        )
         return
     if host is not None or not (path == lint.base or _inside(path, lint.base)):
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} binds host path `{value}` (outside the task folder) "
-            f"at `{target}`{'' if read_only else ', writable'}: the trial depends on and can "
-            "change the host's files; copy the files into the image or use a volume",
-            "compose-external-bind-mount"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} binds host path `{value}` (outside the task folder) "
+                f"at `{target}`{'' if read_only else ', writable'}: the trial depends on and can "
+                "change the host's files; copy the files into the image or use a volume",
+                "compose-external-bind-mount",
+            )
+        )
         return
     link = _symlink_on(path, lint.base)
     if link is not None:
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} binds `{value}`, which goes through the symlink "
-            f"`{lint.rel(link)}` (→ `{os.readlink(link)}`): what is mounted depends on where "
-            "the link points on the host running the trial", "compose-symlink-bind-mount"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} binds `{value}`, which goes through the symlink "
+                f"`{lint.rel(link)}` (→ `{os.readlink(link)}`): what is mounted depends on where "
+                "the link points on the host running the trial",
+                "compose-symlink-bind-mount",
+            )
+        )
         try:
             real = path.resolve()
         except (OSError, RuntimeError):
             real = path
         if not (real == lint.base.resolve() or lint.base.resolve() in real.parents):
-            lint.findings.append(Finding(
-                where, line, WARNING, f"{label} binds `{value}`, which resolves to `{real}` "
-                "outside the task folder", "compose-external-bind-mount"))
+            lint.findings.append(
+                Finding(
+                    where,
+                    line,
+                    WARNING,
+                    f"{label} binds `{value}`, which resolves to `{real}` outside the task folder",
+                    "compose-external-bind-mount",
+                )
+            )
     leaked = lint.protected_under(path)
     if leaked and cf.agent:
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} mounts `{value}` into service `{service}`, exposing "
-            f"{_names(lint, leaked)} to the agent; the verifier gets /tests itself",
-            "agent-image-test-leak"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} mounts `{value}` into service `{service}`, exposing "
+                f"{_names(lint, leaked)} to the agent; the verifier gets /tests itself",
+                "agent-image-test-leak",
+            )
+        )
     if not read_only:
-        lint.findings.append(Finding(
-            where, line, WARNING, f"{label} binds the task's own `{lint.rel(path)}` writable at "
-            f"`{target}`: the agent can change the task's files on the host (and the next trial "
-            "sees the change); add `:ro` or copy the files into the image",
-            "compose-writable-bind-mount"))
+        lint.findings.append(
+            Finding(
+                where,
+                line,
+                WARNING,
+                f"{label} binds the task's own `{lint.rel(path)}` writable at "
+                f"`{target}`: the agent can change the task's files on the host (and the next trial "
+                "sees the change); add `:ro` or copy the files into the image",
+                "compose-writable-bind-mount",
+            )
+        )
 
 
 def _symlink_on(path: Path, base: Path) -> Path | None:
@@ -645,8 +762,9 @@ def _names(lint: _Lint, dirs: Sequence[Path]) -> str:
     return ", ".join(f"`{lint.rel(d)}/`" for d in dirs)
 
 
-def _build_of(svc: dict[str, Any], project: Path,
-              variables: dict[str, str]) -> tuple[Path, Path, KeyPath] | None:
+def _build_of(
+    svc: dict[str, Any], project: Path, variables: dict[str, str]
+) -> tuple[Path, Path, KeyPath] | None:
     build = svc.get("build")
     key: KeyPath
     if isinstance(build, str):
@@ -667,25 +785,33 @@ def _build_of(svc: dict[str, Any], project: Path,
     return context, _norm(context / df_value), key
 
 
-def _check_compose_build(lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, Any],
-                         base: KeyPath) -> None:
+def _check_compose_build(
+    lint: _Lint, cf: _ComposeFile, name: str, svc: dict[str, Any], base: KeyPath
+) -> None:
     found = _build_of(svc, cf.path.parent, cf.variables)
     if found is None:
         return
     context, dockerfile, key = found
-    leaked = [d for d in lint.protected if (d == context or _inside(d, context))
-              and not _left_out(context, d)]
+    leaked = [
+        d for d in lint.protected if (d == context or _inside(d, context)) and not _left_out(context, d)
+    ]
     if leaked:
-        lint.findings.append(Finding(
-            lint.shown(cf.path), cf.lines.line(base + key), WARNING,
-            f"service `{name}`: the build context `{lint.rel(context)}` holds "
-            f"{_names(lint, leaked)}, so the image can copy them (`COPY . …`); build from "
-            "environment/ (Harbor's and cairn's context) or exclude them in .dockerignore",
-            "agent-image-test-leak"))
+        lint.findings.append(
+            Finding(
+                lint.shown(cf.path),
+                cf.lines.line(base + key),
+                WARNING,
+                f"service `{name}`: the build context `{lint.rel(context)}` holds "
+                f"{_names(lint, leaked)}, so the image can copy them (`COPY . …`); build from "
+                "environment/ (Harbor's and cairn's context) or exclude them in .dockerignore",
+                "agent-image-test-leak",
+            )
+        )
     lint.builds.add((dockerfile, context))
 
 
 # -- Dockerfiles -----------------------------------------------------------------------------
+
 
 def _dockerignore(context: Path) -> list[tuple[bool, str]]:
     text = _read(context / ".dockerignore")
@@ -710,8 +836,7 @@ def _left_out(context: Path, path: Path) -> bool:
     return all(_dockerignored(context, f, rules) for f in _walk_files(path))
 
 
-def _dockerignored(context: Path, path: Path,
-                   rules: list[tuple[bool, str]] | None = None) -> bool:
+def _dockerignored(context: Path, path: Path, rules: list[tuple[bool, str]] | None = None) -> bool:
     """Whether ``.dockerignore`` of ``context`` leaves ``path`` out of the build context
     (``rules``: the file already read by :func:`_dockerignore`)."""
     try:
@@ -725,16 +850,20 @@ def _dockerignored(context: Path, path: Path,
     ignored = False
     for negate, pattern in rules:
         pat = pattern.replace("**/", "*/") if pattern.startswith("**/") else pattern
-        hit = any(fnmatchcase(p, pat) or fnmatchcase(p, pattern) or
-                  (pattern.startswith("**/") and fnmatchcase(p.rsplit("/", 1)[-1], pattern[3:]))
-                  for p in prefixes)
+        hit = any(
+            fnmatchcase(p, pat)
+            or fnmatchcase(p, pattern)
+            or (pattern.startswith("**/") and fnmatchcase(p.rsplit("/", 1)[-1], pattern[3:]))
+            for p in prefixes
+        )
         if hit:
             ignored = not negate
     return ignored
 
 
-def _check_dockerfile(lint: _Lint, dockerfile: Path, context: Path, *, agent: bool,
-                      from_rule: bool) -> str | None:
+def _check_dockerfile(
+    lint: _Lint, dockerfile: Path, context: Path, *, agent: bool, from_rule: bool
+) -> str | None:
     """COPY/ADD leaks (agent images) and FROM pins (``from_rule``); returns the final stage's
     ``USER`` when it sets one."""
     text = _read(dockerfile)
@@ -749,9 +878,12 @@ def _check_dockerfile(lint: _Lint, dockerfile: Path, context: Path, *, agent: bo
             if from_rule and image.lower() not in stages:
                 problem = image_pin_problem(image)
                 if problem:
-                    lint.file(dockerfile, inst.line, "unpinned-image",
-                              f"`FROM {image}` {problem}; pin a version so that builds are "
-                              "reproducible")
+                    lint.file(
+                        dockerfile,
+                        inst.line,
+                        "unpinned-image",
+                        f"`FROM {image}` {problem}; pin a version so that builds are reproducible",
+                    )
             if len(inst.args) >= 3 and inst.args[1].lower() == "as":
                 stages.add(inst.args[2].lower())
         elif inst.keyword == "USER" and inst.args:
@@ -761,8 +893,9 @@ def _check_dockerfile(lint: _Lint, dockerfile: Path, context: Path, *, agent: bo
     return user
 
 
-def _check_copy(lint: _Lint, dockerfile: Path, context: Path, keyword: str,
-                args: tuple[str, ...], line: int) -> None:
+def _check_copy(
+    lint: _Lint, dockerfile: Path, context: Path, keyword: str, args: tuple[str, ...], line: int
+) -> None:
     sources = [a for a in args[:-1] if not a.startswith("<<")]
     for src in sources:
         if "://" in src or src.startswith("git@") or "$" in src:
@@ -782,17 +915,25 @@ def _check_copy(lint: _Lint, dockerfile: Path, context: Path, keyword: str,
                 if twin is not None:
                     copies.append((f, twin))
         if leaked:
-            lint.file(dockerfile, line, "agent-image-test-leak",
-                      f"`{keyword} {src}` copies {_names(lint, leaked)} into the agent's "
-                      "image: the agent can read the tests or the solution; cairn uploads "
-                      "them itself (the verifier's /tests, the oracle's /solution)")
+            lint.file(
+                dockerfile,
+                line,
+                "agent-image-test-leak",
+                f"`{keyword} {src}` copies {_names(lint, leaked)} into the agent's "
+                "image: the agent can read the tests or the solution; cairn uploads "
+                "them itself (the verifier's /tests, the oracle's /solution)",
+            )
         elif copies:
             f, twin = copies[0]
             more = f" and {len(copies) - 1} more" if len(copies) > 1 else ""
-            lint.file(dockerfile, line, "agent-image-test-leak",
-                      f"`{keyword} {src}` copies `{lint.rel(f)}`, the same file as "
-                      f"`{lint.rel(twin)}`{more}, into the agent's image: the agent can read "
-                      "it; keep verifier and solution files out of environment/")
+            lint.file(
+                dockerfile,
+                line,
+                "agent-image-test-leak",
+                f"`{keyword} {src}` copies `{lint.rel(f)}`, the same file as "
+                f"`{lint.rel(twin)}`{more}, into the agent's image: the agent can read "
+                "it; keep verifier and solution files out of environment/",
+            )
 
 
 def _expand(context: Path, src: str) -> list[Path]:
@@ -880,13 +1021,18 @@ def _check_workdirs(lint: _Lint) -> None:
         for f in _walk_files(step.workdir_dir):
             twin = secrets.twin(f)
             if twin is not None:
-                lint.file(f, None, "agent-image-test-leak",
-                          f"`{lint.rel(f)}` is the same file as `{lint.rel(twin)}`, and the "
-                          f"workdir is copied into the sandbox before step `{step.name}`'s "
-                          "agent runs: the agent can read it")
+                lint.file(
+                    f,
+                    None,
+                    "agent-image-test-leak",
+                    f"`{lint.rel(f)}` is the same file as `{lint.rel(twin)}`, and the "
+                    f"workdir is copied into the sandbox before step `{step.name}`'s "
+                    "agent runs: the agent can read it",
+                )
 
 
 # -- the verifier's scripts ----------------------------------------------------------------
+
 
 def _verifier_offline(task: Task, step: Step) -> bool:
     if step.verifier_mode == "separate":
@@ -930,9 +1076,13 @@ def _check_verifier(lint: _Lint) -> None:
             metadata_seen.add(py)
             for req, line in meta.dependencies:
                 if requirement_pinned(req) is False:
-                    lint.file(py, line, "unpinned-python-dependency",
-                              f"inline script dependency `{req}` has no exact version; pin it "
-                              "(`==X.Y.Z`) so the verifier does not change under the task")
+                    lint.file(
+                        py,
+                        line,
+                        "unpinned-python-dependency",
+                        f"inline script dependency `{req}` has no exact version; pin it "
+                        "(`==X.Y.Z`) so the verifier does not change under the task",
+                    )
         if step.test_sh is None:
             continue
         offline = _verifier_offline(task, step)
@@ -957,8 +1107,7 @@ def _called_scripts(step: Step) -> list[Path]:
     return out
 
 
-def _check_script(lint: _Lint, script: Path, step: Step, offline: bool,
-                  deps: dict[str, list[str]]) -> None:
+def _check_script(lint: _Lint, script: Path, step: Step, offline: bool, deps: dict[str, list[str]]) -> None:
     text = _read(script)
     if text is None:
         return
@@ -971,20 +1120,29 @@ def _check_script(lint: _Lint, script: Path, step: Step, offline: bool,
             what = fetch_of(cmd, env, deps)
             if what and (cmd.line, "fetch") not in reported:
                 reported.add((cmd.line, "fetch"))
-                lint.file(script, cmd.line, "verifier-install-no-network",
-                          f"{where}the verifier runs `{what}` but its phase has no network "
-                          "(no-network): it fails at run time; install it in the image (or give "
-                          "the verifier `network_mode = \"allowlist\"` with the hosts it needs)")
+                lint.file(
+                    script,
+                    cmd.line,
+                    "verifier-install-no-network",
+                    f"{where}the verifier runs `{what}` but its phase has no network "
+                    "(no-network): it fails at run time; install it in the image (or give "
+                    'the verifier `network_mode = "allowlist"` with the hosts it needs)',
+                )
         loose = [r for r in command_python_requirements(cmd) if requirement_pinned(r) is False]
         if loose and (cmd.line, "pin") not in reported:
             reported.add((cmd.line, "pin"))
-            lint.file(script, cmd.line, "unpinned-python-dependency",
-                      f"`{cmd.program}` installs {', '.join(f'`{r}`' for r in loose)} without an "
-                      "exact version; pin (`==X.Y.Z`) so the verifier does not change under the "
-                      "task")
+            lint.file(
+                script,
+                cmd.line,
+                "unpinned-python-dependency",
+                f"`{cmd.program}` installs {', '.join(f'`{r}`' for r in loose)} without an "
+                "exact version; pin (`==X.Y.Z`) so the verifier does not change under the "
+                "task",
+            )
 
 
 # -- artifacts -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class LogOverlap:
@@ -1030,43 +1188,54 @@ def artifact_log_overlap(source: str) -> LogOverlap | None:
     """
     src = posixpath.normpath("/" + source.lstrip("/"))
     if src == ARTIFACTS_DIR or src.startswith(ARTIFACTS_DIR + "/"):
-        return LogOverlap(f"is under {LOGS_DIR}", f"`{ARTIFACTS_DIR}` is collected after every "
-                          "step anyway (the entry copies it twice)")
+        return LogOverlap(
+            f"is under {LOGS_DIR}",
+            f"`{ARTIFACTS_DIR}` is collected after every step anyway (the entry copies it twice)",
+        )
     if src == AGENT_LOGS_DIR or src.startswith(AGENT_LOGS_DIR + "/"):
-        return LogOverlap(f"is under {LOGS_DIR}", f"`{AGENT_LOGS_DIR}` is moved to the step's "
-                          "agent/ folder before artifacts are collected (the entry finds "
-                          "nothing; the logs are kept anyway)")
+        return LogOverlap(
+            f"is under {LOGS_DIR}",
+            f"`{AGENT_LOGS_DIR}` is moved to the step's "
+            "agent/ folder before artifacts are collected (the entry finds "
+            "nothing; the logs are kept anyway)",
+        )
     if src == VERIFIER_LOGS_DIR or src.startswith(VERIFIER_LOGS_DIR + "/"):
-        return LogOverlap(f"is under {LOGS_DIR}", f"`{VERIFIER_LOGS_DIR}` is emptied before "
-                          "artifacts are collected (what the agent left there is kept as "
-                          "planted-verifier-logs), and a separate verifier gets the artifacts "
-                          "at their paths, over its own logs")
+        return LogOverlap(
+            f"is under {LOGS_DIR}",
+            f"`{VERIFIER_LOGS_DIR}` is emptied before "
+            "artifacts are collected (what the agent left there is kept as "
+            "planted-verifier-logs), and a separate verifier gets the artifacts "
+            "at their paths, over its own logs",
+        )
     folders = f"{LOGS_DIR} holds cairn's agent, verifier and artifact folders"
     if src == LOGS_DIR or src.startswith(LOGS_DIR + "/"):
-        return LogOverlap(f"is {LOGS_DIR} itself" if src == LOGS_DIR else f"is under {LOGS_DIR}",
-                          folders)
+        return LogOverlap(f"is {LOGS_DIR} itself" if src == LOGS_DIR else f"is under {LOGS_DIR}", folders)
     if src == "/" or LOGS_DIR.startswith(src + "/"):
-        relation = (f"is the whole filesystem, which contains {LOGS_DIR}" if src == "/"
-                    else f"contains {LOGS_DIR}")
-        return LogOverlap(relation, f"{LOGS_DIR} holds cairn's own folders, which it collects "
-                          f"its own way (`{ARTIFACTS_DIR}` after every step, `{AGENT_LOGS_DIR}` "
-                          "moved to the step's agent/ folder and "
-                          f"`{VERIFIER_LOGS_DIR}` emptied before artifacts are collected): the "
-                          f"entry copies `{ARTIFACTS_DIR}` a second time, and a separate "
-                          "verifier gets the files over its own logs",
-                          contains=True)
+        relation = (
+            f"is the whole filesystem, which contains {LOGS_DIR}" if src == "/" else f"contains {LOGS_DIR}"
+        )
+        return LogOverlap(
+            relation,
+            f"{LOGS_DIR} holds cairn's own folders, which it collects "
+            f"its own way (`{ARTIFACTS_DIR}` after every step, `{AGENT_LOGS_DIR}` "
+            "moved to the step's agent/ folder and "
+            f"`{VERIFIER_LOGS_DIR}` emptied before artifacts are collected): the "
+            f"entry copies `{ARTIFACTS_DIR}` a second time, and a separate "
+            "verifier gets the files over its own logs",
+            contains=True,
+        )
     return None
 
 
 def _check_artifacts(lint: _Lint) -> None:
     cfg = lint.task.config
     lists: list[list[tuple[KeyPath, Artifact]]] = []
-    task_level: list[tuple[KeyPath, Artifact]] = [
-        (("artifacts", k), a) for k, a in enumerate(cfg.artifacts)]
+    task_level: list[tuple[KeyPath, Artifact]] = [(("artifacts", k), a) for k, a in enumerate(cfg.artifacts)]
     lists.append(task_level)
     for i, sc in enumerate(cfg.steps):
         own: list[tuple[KeyPath, Artifact]] = [
-            (("steps", i, "artifacts", k), a) for k, a in enumerate(sc.artifacts)]
+            (("steps", i, "artifacts", k), a) for k, a in enumerate(sc.artifacts)
+        ]
         if own:
             lists.append(task_level + own)
     seen_logs: set[KeyPath] = set()
@@ -1081,8 +1250,11 @@ def _check_artifacts(lint: _Lint) -> None:
                 fix = overlap.fix(artifact="write the output")
                 if not overlap.contains:
                     fix += f" (or to {ARTIFACTS_DIR} without an entry)"
-                lint.key(path, "artifact-log-overlap",
-                         f"artifact `{art.source}` {overlap.relation}: {overlap.why}; {fix}")
+                lint.key(
+                    path,
+                    "artifact-log-overlap",
+                    f"artifact `{art.source}` {overlap.relation}: {overlap.why}; {fix}",
+                )
         for j, (path_b, b) in enumerate(entries):
             for path_a, a in entries[:j]:
                 if (path_a, path_b) in seen_pairs or (a.service or "main") != (b.service or "main"):
@@ -1090,9 +1262,11 @@ def _check_artifacts(lint: _Lint) -> None:
                 why = artifact_overlap(a, b)
                 if why:
                     seen_pairs.add((path_a, path_b))
-                    lint.key(path_b, "overlapping-artifacts",
-                             f"artifact `{b.source}` overlaps `{a.source}` "
-                             f"(`{_key_text(path_a)}`): {why}")
+                    lint.key(
+                        path_b,
+                        "overlapping-artifacts",
+                        f"artifact `{b.source}` overlaps `{a.source}` (`{_key_text(path_a)}`): {why}",
+                    )
 
 
 def _key_text(path: KeyPath) -> str:
@@ -1112,8 +1286,10 @@ def artifact_overlap(a: Artifact, b: Artifact) -> str | None:
         return None  # the same destination twice is an error of validation
     if _covers(a, b) or _covers(b, a):
         return None
-    return (f"their destinations `{da}` and `{db}` nest, so one entry's files land inside "
-            "the other's (the later copy wins)")
+    return (
+        f"their destinations `{da}` and `{db}` nest, so one entry's files land inside "
+        "the other's (the later copy wins)"
+    )
 
 
 def _covers(outer: Artifact, inner: Artifact) -> bool:
@@ -1133,14 +1309,16 @@ def _nested(a: str, b: str) -> bool:
 
 # -- agent user ------------------------------------------------------------------------------
 
+
 def _check_agent_user(lint: _Lint, image_says: str | None) -> None:
     """A root agent user set in task.toml where the task says non-root: the task's own
     ``[agent].user`` (for a step's override) or the image (the Dockerfile's final ``USER``,
     compose ``main``'s ``user:``)."""
     cfg = lint.task.config
     task_user = cfg.agent.user
-    task_says = (f"`agent.user` is {task_user!r}"
-                 if task_user is not None and not _is_root_user(task_user) else None)
+    task_says = (
+        f"`agent.user` is {task_user!r}" if task_user is not None and not _is_root_user(task_user) else None
+    )
     entries: list[tuple[KeyPath, Any, str | None]] = []
     for i, sc in enumerate(cfg.steps):
         if sc.agent.user is not None:
@@ -1150,13 +1328,17 @@ def _check_agent_user(lint: _Lint, image_says: str | None) -> None:
     for path, user, says in entries:
         if says is None or not _is_root_user(user):
             continue
-        lint.key(path, "agent-user-root",
-                 f"`{_key_text(path)}` = {user!r} runs the agent as root although {says}: "
-                 "the agent can read and change everything in the sandbox; drop the override "
-                 "or use the non-root user")
+        lint.key(
+            path,
+            "agent-user-root",
+            f"`{_key_text(path)}` = {user!r} runs the agent as root although {says}: "
+            "the agent can read and change everything in the sandbox; drop the override "
+            "or use the non-root user",
+        )
 
 
 # -- entry point -----------------------------------------------------------------------------
+
 
 def lint_task(root: Path, task: Task, lines: KeyLines) -> list[Finding]:
     """Run every lint rule on a loaded task.
@@ -1189,20 +1371,23 @@ def lint_task(root: Path, task: Task, lines: KeyLines) -> list[Finding]:
         # FROM pins of environment/Dockerfile are a validation warning already (same rule id)
         user = _check_dockerfile(lint, env_dockerfile, env_dir, agent=True, from_rule=False)
         lint.builds.discard((_norm(env_dockerfile), _norm(env_dir)))
-        if (image_says is None and user is not None and not _is_root_user(user)
-                and "$" not in user):
+        if image_says is None and user is not None and not _is_root_user(user) and "$" not in user:
             image_says = f"`{lint.rel(env_dockerfile)}` ends with `USER {user}`"
     for dockerfile, context in sorted(lint.builds):
         if dockerfile.is_file():
-            _check_dockerfile(lint, dockerfile, context, agent=True,
-                              from_rule=dockerfile != _norm(env_dockerfile))
+            _check_dockerfile(
+                lint, dockerfile, context, agent=True, from_rule=dockerfile != _norm(env_dockerfile)
+            )
     _check_verifier_environments(lint)
     if task.environment.docker_image:
         problem = image_pin_problem(task.environment.docker_image)
         if problem:
-            lint.key(("environment", "docker_image"), "unpinned-image",
-                     f"`environment.docker_image` `{task.environment.docker_image}` {problem}; "
-                     "pin a version so that runs are reproducible")
+            lint.key(
+                ("environment", "docker_image"),
+                "unpinned-image",
+                f"`environment.docker_image` `{task.environment.docker_image}` {problem}; "
+                "pin a version so that runs are reproducible",
+            )
     _check_workdirs(lint)
     _check_verifier(lint)
     _check_artifacts(lint)
@@ -1214,8 +1399,9 @@ def _check_verifier_environments(lint: _Lint) -> None:
     """Separate verifiers: their compose files (privileges, mounts, images), Dockerfile FROM
     pins and ``docker_image`` pins."""
     task = lint.task
-    dirs = [task.path / "tests"] + [task.path / "steps" / s.name / "tests"
-                                    for s in task.steps if task.multi_step]
+    dirs = [task.path / "tests"] + [
+        task.path / "steps" / s.name / "tests" for s in task.steps if task.multi_step
+    ]
     for d in dirs:
         compose = find_compose_file(d)
         if compose is not None:
@@ -1224,18 +1410,31 @@ def _check_verifier_environments(lint: _Lint) -> None:
                 _check_compose(lint, cf)
         if (d / "Dockerfile").is_file():
             _check_dockerfile(lint, d / "Dockerfile", d, agent=False, from_rule=True)
-    tables: list[tuple[KeyPath, Any]] = [(("verifier", "environment"),
-                                          task.config.verifier.environment)]
-    tables += [(("steps", i, "verifier", "environment"), sc.verifier.environment)
-               for i, sc in enumerate(task.config.steps)]
+    tables: list[tuple[KeyPath, Any]] = [(("verifier", "environment"), task.config.verifier.environment)]
+    tables += [
+        (("steps", i, "verifier", "environment"), sc.verifier.environment)
+        for i, sc in enumerate(task.config.steps)
+    ]
     for path, env in tables:
         if env is not None and env.docker_image:
             problem = image_pin_problem(env.docker_image)
             if problem:
-                lint.key(path + ("docker_image",), "unpinned-image",
-                         f"`{_key_text(path + ('docker_image',))}` `{env.docker_image}` "
-                         f"{problem}; pin a version so that runs are reproducible")
+                lint.key(
+                    path + ("docker_image",),
+                    "unpinned-image",
+                    f"`{_key_text(path + ('docker_image',))}` `{env.docker_image}` "
+                    f"{problem}; pin a version so that runs are reproducible",
+                )
 
 
-__all__ = ["RULES", "LogOverlap", "Rule", "RuleSelection", "artifact_log_overlap",
-           "artifact_overlap", "image_pin_problem", "interpolate", "lint_task"]
+__all__ = [
+    "RULES",
+    "LogOverlap",
+    "Rule",
+    "RuleSelection",
+    "artifact_log_overlap",
+    "artifact_overlap",
+    "image_pin_problem",
+    "interpolate",
+    "lint_task",
+]

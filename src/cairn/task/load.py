@@ -53,6 +53,7 @@ _TOML_POS_RE = re.compile(r"at line (\d+), column (\d+)")
 
 # -- task or dataset -----------------------------------------------------------------------------
 
+
 def is_task_dir(path: Path) -> bool:
     """Whether ``path`` is a task folder: it holds ``task.toml`` or ``task.md``.
 
@@ -96,8 +97,7 @@ def task_dirs(path: Path) -> list[Path]:
     path = Path(path)
     if not path.is_dir():
         return []
-    return sorted((c for c in path.iterdir() if c.is_dir() and is_task_dir(c)),
-                  key=lambda c: c.name)
+    return sorted((c for c in path.iterdir() if c.is_dir() and is_task_dir(c)), key=lambda c: c.name)
 
 
 def nested_datasets(path: Path) -> list[tuple[Path, int]]:
@@ -136,12 +136,12 @@ def load_dataset(path: Path) -> list[Path]:
     """
     tasks = find_tasks(path)
     if not tasks:
-        raise TaskFormatError(f"{path}: not a task (no task.toml or task.md) and holds no task "
-                              "folders")
+        raise TaskFormatError(f"{path}: not a task (no task.toml or task.md) and holds no task folders")
     return tasks
 
 
 # -- reading -------------------------------------------------------------------------------------
+
 
 @dataclass
 class _Analysis:
@@ -153,8 +153,9 @@ class _Analysis:
     lines: KeyLines | None = None  # where each key of task.toml (or the front-matter) is
 
 
-def _parse_toml(text: str, source: Path, line_offset: int, sink: FindingSink) -> tuple[
-        dict[str, Any] | None, KeyLines]:
+def _parse_toml(
+    text: str, source: Path, line_offset: int, sink: FindingSink
+) -> tuple[dict[str, Any] | None, KeyLines]:
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
@@ -172,16 +173,21 @@ def _parse_toml(text: str, source: Path, line_offset: int, sink: FindingSink) ->
     return doc, lines
 
 
-def _parse_yaml(text: str, source: Path, line_offset: int, sink: FindingSink) -> tuple[
-        dict[str, Any] | None, KeyLines]:
+def _parse_yaml(
+    text: str, source: Path, line_offset: int, sink: FindingSink
+) -> tuple[dict[str, Any] | None, KeyLines]:
     import yaml
 
     try:
         doc = load_yaml(text, source)
         lines = yaml_key_lines(text, line_offset=line_offset)
     except InputFileError as exc:
-        sink.file(source, ERROR, f"not valid YAML: {exc.reason}",
-                  exc.line + line_offset if exc.line is not None else None)
+        sink.file(
+            source,
+            ERROR,
+            f"not valid YAML: {exc.reason}",
+            exc.line + line_offset if exc.line is not None else None,
+        )
         return None, KeyLines()
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -194,8 +200,7 @@ def _parse_yaml(text: str, source: Path, line_offset: int, sink: FindingSink) ->
     if doc is None:
         doc = {}
     if not isinstance(doc, dict):
-        sink.file(source, ERROR, "the YAML front-matter must be a mapping of task.toml keys",
-                  line_offset + 1)
+        sink.file(source, ERROR, "the YAML front-matter must be a mapping of task.toml keys", line_offset + 1)
         return None, KeyLines()
     return doc, lines
 
@@ -211,7 +216,7 @@ def _split_front_matter(text: str) -> tuple[str, str, str] | None:
         return None
     for j in range(1, len(lines)):
         if lines[j].strip() == fence:
-            return kind, "".join(lines[1:j]), "".join(lines[j + 1:])
+            return kind, "".join(lines[1:j]), "".join(lines[j + 1 :])
     return None
 
 
@@ -251,8 +256,13 @@ def _analyse(root: Path) -> _Analysis:
     else:
         split = _split_front_matter(text)
         if split is None:
-            sink.file(source, ERROR, "task.md must start with a front-matter header between "
-                      "`+++` lines (TOML) or `---` lines (YAML)", 1)
+            sink.file(
+                source,
+                ERROR,
+                "task.md must start with a front-matter header between "
+                "`+++` lines (TOML) or `---` lines (YAML)",
+                1,
+            )
             return out
         kind, header, out.body = split
         parse = _parse_toml if kind == "toml" else _parse_yaml
@@ -263,13 +273,13 @@ def _analyse(root: Path) -> _Analysis:
     out.lines = lines
     out.doc = doc
     check_document(doc, sink)
-    check_task_folder(root, doc, sink,
-                      instruction_in_header=bool(out.body and out.body.strip()))
+    check_task_folder(root, doc, sink, instruction_in_header=bool(out.body and out.body.strip()))
     out.config = validate_config(doc, sink)
     return out
 
 
 # -- public checks ---------------------------------------------------------------------------------
+
 
 def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[Finding]:
     """Validate a task folder without starting anything (design §2), then lint it.
@@ -294,9 +304,15 @@ def check_task(path: Path, strict: bool = False, *, lint: bool = True) -> list[F
         try:
             findings += lint_task(Path(path), task, analysis.lines or KeyLines())
         except Exception as exc:  # noqa: BLE001 (a lint bug must not hide the other tasks' results)
-            findings.append(Finding(Path(path), None, "warning", "the lint stopped on this task "
-                                    f"({type(exc).__name__}: {exc}); please report it",
-                                    "lint-internal-error"))
+            findings.append(
+                Finding(
+                    Path(path),
+                    None,
+                    "warning",
+                    f"the lint stopped on this task ({type(exc).__name__}: {exc}); please report it",
+                    "lint-internal-error",
+                )
+            )
         ignored = task_ignores(analysis.doc or {})
         findings = [f for f in findings if f.is_error or f.rule not in ignored]
     return promote_warnings(findings) if strict else findings
@@ -320,8 +336,7 @@ class TaskCheck:
         return not has_errors(self.findings)
 
 
-def check_paths(paths: Sequence[Path], strict: bool = False, *,
-                lint: bool = True) -> list[TaskCheck]:
+def check_paths(paths: Sequence[Path], strict: bool = False, *, lint: bool = True) -> list[TaskCheck]:
     """Check tasks and dataset folders (``cairn tasks check``).
 
     Args:
@@ -338,10 +353,17 @@ def check_paths(paths: Sequence[Path], strict: bool = False, *,
         tasks = find_tasks(p)
         if not tasks:
             down = nested_datasets(p)
-            text = ("does not exist" if not p.exists()
-                    else "not a task (no task.toml or task.md) and holds no task folders"
-                    + ("; it holds datasets one level down, check them: cairn tasks check "
-                       + " ".join(str(d) for d, _ in down) if down else ""))
+            text = (
+                "does not exist"
+                if not p.exists()
+                else "not a task (no task.toml or task.md) and holds no task folders"
+                + (
+                    "; it holds datasets one level down, check them: cairn tasks check "
+                    + " ".join(str(d) for d, _ in down)
+                    if down
+                    else ""
+                )
+            )
             out.append(TaskCheck(p, (Finding(p, None, ERROR, text, INVALID_FILES),)))
         for t in tasks:
             out.append(TaskCheck(t, tuple(check_task(t, strict=strict, lint=lint))))
@@ -349,6 +371,7 @@ def check_paths(paths: Sequence[Path], strict: bool = False, *,
 
 
 # -- loading ---------------------------------------------------------------------------------------
+
 
 def load_task(path: Path, strict: bool = False) -> Task:
     """Load and validate a task folder into a resolved :class:`Task`.
@@ -396,33 +419,39 @@ def _read_instruction(path: Path) -> str:
     return decode_utf8(read_input(path)).replace("\r\n", "\n")
 
 
-def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...],
-           *, hashes: bool = True) -> Task:
+def _build(
+    root: Path, config: TaskConfig, body: str | None, warnings: tuple[Finding, ...], *, hashes: bool = True
+) -> Task:
     task_agent, task_verifier = config.agent, config.verifier
     if config.steps:
         steps = tuple(_build_step(root, config, k, sc) for k, sc in enumerate(config.steps, 1))
     else:
-        instruction = body.replace("\r\n", "\n") if body is not None and body.strip() else \
-            _read_instruction(root / "instruction.md")
-        steps = (Step(
-            index=1,
-            name=SINGLE_STEP_NAME,
-            instruction=instruction,
-            test_sh=_first_file(root / "tests" / "test.sh"),
-            tests_dirs=_existing(root / "tests"),
-            solution_dirs=_existing(root / "solution"),
-            solve_sh=_first_file(root / "solution" / "solve.sh"),
-            agent_timeout_sec=_pick(task_agent.timeout_sec, DEFAULT_AGENT_TIMEOUT_SEC),
-            agent_user=task_agent.user,
-            verifier_timeout_sec=_pick(task_verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT_SEC),
-            verifier_user=task_verifier.user,
-            verifier_env=dict(task_verifier.env),
-            verifier_mode=task_verifier.declared_mode or "shared",
-            verifier_environment=task_verifier.environment,
-            artifacts=config.artifacts,
-            pre_artifacts_sh=_first_file(root / PRE_ARTIFACTS_SH),
-            collect=task_verifier.collect,
-        ),)
+        instruction = (
+            body.replace("\r\n", "\n")
+            if body is not None and body.strip()
+            else _read_instruction(root / "instruction.md")
+        )
+        steps = (
+            Step(
+                index=1,
+                name=SINGLE_STEP_NAME,
+                instruction=instruction,
+                test_sh=_first_file(root / "tests" / "test.sh"),
+                tests_dirs=_existing(root / "tests"),
+                solution_dirs=_existing(root / "solution"),
+                solve_sh=_first_file(root / "solution" / "solve.sh"),
+                agent_timeout_sec=_pick(task_agent.timeout_sec, DEFAULT_AGENT_TIMEOUT_SEC),
+                agent_user=task_agent.user,
+                verifier_timeout_sec=_pick(task_verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT_SEC),
+                verifier_user=task_verifier.user,
+                verifier_env=dict(task_verifier.env),
+                verifier_mode=task_verifier.declared_mode or "shared",
+                verifier_environment=task_verifier.environment,
+                artifacts=config.artifacts,
+                pre_artifacts_sh=_first_file(root / PRE_ARTIFACTS_SH),
+                collect=task_verifier.collect,
+            ),
+        )
     env = config.environment
     return Task(
         path=root,
@@ -431,8 +460,9 @@ def _build(root: Path, config: TaskConfig, body: str | None, warnings: tuple[Fin
         steps=steps,
         multi_step=bool(config.steps),
         content_hash=task_content_hash(root) if hashes else "",
-        env_hash=env_hash(root / "environment", docker_image=env.docker_image,
-                          workdir=env.workdir) if hashes else "",
+        env_hash=env_hash(root / "environment", docker_image=env.docker_image, workdir=env.workdir)
+        if hashes
+        else "",
         warnings=warnings,
     )
 
@@ -455,11 +485,11 @@ def _build_step(root: Path, config: TaskConfig, index: int, sc: StepConfig) -> S
         solution_dirs=_existing(root / "solution", step_dir / "solution"),
         solve_sh=_first_file(step_dir / "solution" / "solve.sh", root / "solution" / "solve.sh"),
         workdir_dir=workdir if workdir.is_dir() else None,
-        agent_timeout_sec=_pick(sc.agent.timeout_sec, agent.timeout_sec,
-                                DEFAULT_AGENT_TIMEOUT_SEC),
+        agent_timeout_sec=_pick(sc.agent.timeout_sec, agent.timeout_sec, DEFAULT_AGENT_TIMEOUT_SEC),
         agent_user=sc.agent.user if sc.agent.user is not None else agent.user,
-        verifier_timeout_sec=_pick(sc.verifier.timeout_sec, verifier.timeout_sec,
-                                   DEFAULT_VERIFIER_TIMEOUT_SEC),
+        verifier_timeout_sec=_pick(
+            sc.verifier.timeout_sec, verifier.timeout_sec, DEFAULT_VERIFIER_TIMEOUT_SEC
+        ),
         verifier_user=sc.verifier.user if sc.verifier.user is not None else verifier.user,
         verifier_env={**verifier.env, **sc.verifier.env},
         # Harbor 0.26 precedence: the step's explicit mode, a step environment table (separate),

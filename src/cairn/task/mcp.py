@@ -13,8 +13,9 @@ from typing import Any
 
 Transport = str
 STDIO, SSE, HTTP = "stdio", "sse", "streamable-http"
-_ALIASES = {"stdio": STDIO, "sse": SSE, "streamable-http": HTTP, "http": HTTP,
-            "streamable_http": HTTP}
+_ALIASES = {"stdio": STDIO, "sse": SSE, "streamable-http": HTTP, "http": HTTP, "streamable_http": HTTP}
+
+
 @dataclass(frozen=True)
 class McpServer:
     """One MCP server a task declares.
@@ -61,8 +62,7 @@ def parse_mcp_servers(entries: Sequence[Mapping[str, Any]]) -> list[McpServer]:
         if not isinstance(raw, Mapping):
             raise ValueError(f"{where}: must be a table")
         name = raw.get("name")
-        if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-"
-                                                            for c in name):
+        if not isinstance(name, str) or not name or not all(c.isalnum() or c in "_-" for c in name):
             raise ValueError(f"{where}: `name` must be letters, digits, '_' or '-'")
         where = f"mcp server {name!r}"
         kind = raw.get("transport", raw.get("type"))
@@ -70,8 +70,7 @@ def parse_mcp_servers(entries: Sequence[Mapping[str, Any]]) -> list[McpServer]:
             kind = STDIO if "command" in raw else HTTP if "url" in raw else None
         transport = _ALIASES.get(str(kind).lower()) if kind is not None else None
         if transport is None:
-            raise ValueError(f"{where}: `transport` must be stdio, sse or streamable-http "
-                             f"(got {kind!r})")
+            raise ValueError(f"{where}: `transport` must be stdio, sse or streamable-http (got {kind!r})")
         args = raw.get("args") or []
         env = raw.get("env") or {}
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
@@ -85,10 +84,16 @@ def parse_mcp_servers(entries: Sequence[Mapping[str, Any]]) -> list[McpServer]:
             raise ValueError(f"{where}: a {transport} server needs `url` (http://… or https://…)")
         if any(s.name == name for s in out):
             raise ValueError(f"{where}: declared twice")
-        out.append(McpServer(name=name, transport=transport,
-                             command=command if transport == STDIO else None,
-                             args=tuple(args), env=dict(env),
-                             url=url if transport != STDIO else None))
+        out.append(
+            McpServer(
+                name=name,
+                transport=transport,
+                command=command if transport == STDIO else None,
+                args=tuple(args),
+                env=dict(env),
+                url=url if transport != STDIO else None,
+            )
+        )
     return out
 
 
@@ -119,8 +124,8 @@ def self_download_command(server: McpServer) -> str | None:
     if prog not in ("npx", "uvx", "bunx") and not sub:
         return None
     shown = argv[:2] if sub else argv[:1]
-    if written[-len(argv):] == argv:  # the wrappers as written, then the downloader
-        shown = written[:len(written) - len(argv) + len(shown)]
+    if written[-len(argv) :] == argv:  # the wrappers as written, then the downloader
+        shown = written[: len(written) - len(argv) + len(shown)]
     return " ".join(shown)
 
 

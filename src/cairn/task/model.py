@@ -91,8 +91,9 @@ def parse_size_mb(text: str) -> int | None:
     if not m:
         return None
     number, unit = float(m.group(1)), m.group(2).upper()
-    return int(number * 1024) if unit == "G" else int(number) if unit == "M" \
-        else int(number / 1024)
+    return int(number * 1024) if unit == "G" else int(number) if unit == "M" else int(number / 1024)
+
+
 DEFAULT_SETUP_TIMEOUT_SEC = 600.0
 DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC = 300.0
 """Bound on ``pre_artifacts.sh`` (× the timeout multiplier), seconds."""
@@ -240,8 +241,9 @@ class EnvironmentConfig(_Model):
         return NetworkPolicy(self.effective_network_mode, tuple(hosts))
 
 
-def _phase_policy(configs: tuple[AgentConfig | VerifierConfig, ...],
-                  fallback: NetworkPolicy) -> NetworkPolicy:
+def _phase_policy(
+    configs: tuple[AgentConfig | VerifierConfig, ...], fallback: NetworkPolicy
+) -> NetworkPolicy:
     """The first config (step's, then task's) that sets ``network_mode`` decides; else
     ``fallback``."""
     for cfg in configs:
@@ -463,8 +465,7 @@ class Task(BaseModel):
         """The task's prior agent context, if it ships one: ``trajectory.json`` (ATIF) beside
         the first step's instruction — the task root for a single-step task,
         ``steps/<first>/`` for a multi-step one (Harbor 0.26 task-level seeding)."""
-        first = self.path / "steps" / self.steps[0].name if self.multi_step and self.steps \
-            else self.path
+        first = self.path / "steps" / self.steps[0].name if self.multi_step and self.steps else self.path
         p = first / "trajectory.json"
         return p if p.is_file() else None
 

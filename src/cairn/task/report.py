@@ -85,9 +85,13 @@ class CheckReport(BaseModel):
 
 def finding_out(finding: Finding) -> CheckFinding:
     """A :class:`~cairn.task.findings.Finding` as its JSON entry."""
-    return CheckFinding(rule=finding.rule or ("invalid-task-files" if finding.is_error else ""),
-                        severity=finding.severity, path=str(finding.path), line=finding.line,
-                        message=finding.text)
+    return CheckFinding(
+        rule=finding.rule or ("invalid-task-files" if finding.is_error else ""),
+        severity=finding.severity,
+        path=str(finding.path),
+        line=finding.line,
+        message=finding.text,
+    )
 
 
 def check_report(tasks: Sequence[tuple[Path, Sequence[Finding]]], *, strict: bool) -> CheckReport:
@@ -106,10 +110,16 @@ def check_report(tasks: Sequence[tuple[Path, Sequence[Finding]]], *, strict: boo
         entries = [finding_out(f) for f in findings]
         counts.error += sum(1 for f in findings if f.is_error)
         counts.warning += sum(1 for f in findings if not f.is_error)
-        out.append(CheckedTask(path=str(path), ok=not any(f.is_error for f in findings),
-                               findings=entries))
+        out.append(CheckedTask(path=str(path), ok=not any(f.is_error for f in findings), findings=entries))
     return CheckReport(ok=all(t.ok for t in out), strict=strict, counts=counts, tasks=out)
 
 
-__all__ = ["CHECK_SCHEMA_VERSION", "CheckCounts", "CheckFinding", "CheckReport", "CheckedTask",
-           "check_report", "finding_out"]
+__all__ = [
+    "CHECK_SCHEMA_VERSION",
+    "CheckCounts",
+    "CheckFinding",
+    "CheckReport",
+    "CheckedTask",
+    "check_report",
+    "finding_out",
+]

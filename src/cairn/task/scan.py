@@ -32,8 +32,27 @@ from cairn.task.keylines import toml_key_lines
 
 _HEREDOC_RE = re.compile(r"""(?<!<)<<(-?)(?!<)\s*(['"]?)([A-Za-z_][A-Za-z0-9_]*)\2""")
 _PUNCT = frozenset(";&|()")
-_KEYWORDS = frozenset({"if", "then", "else", "elif", "fi", "do", "done", "while", "until",
-                       "case", "esac", "{", "}", "!", "time", "[[", "]]"})
+_KEYWORDS = frozenset(
+    {
+        "if",
+        "then",
+        "else",
+        "elif",
+        "fi",
+        "do",
+        "done",
+        "while",
+        "until",
+        "case",
+        "esac",
+        "{",
+        "}",
+        "!",
+        "time",
+        "[[",
+        "]]",
+    }
+)
 _ASSIGN_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _SHELLS = frozenset({"sh", "bash", "dash", "zsh", "ash"})
 
@@ -155,17 +174,30 @@ def unwrap_command(words: Sequence[str]) -> tuple[dict[str, str], list[str]]:
                     break
                 elif a in ("-S", "--split-string") or a.startswith(("-S", "--split-string=")):
                     inline = a != "-S" and a != "--split-string"
-                    text = (a.partition("=")[2] if a.startswith("--") else a[2:]) if inline \
+                    text = (
+                        (a.partition("=")[2] if a.startswith("--") else a[2:])
+                        if inline
                         else (words[i + 1] if i + 1 < len(words) else "")
+                    )
                     try:
                         split = shlex.split(text)
                     except ValueError:  # an unterminated quote: nothing reliable to read
                         return env, []
-                    inner_env, argv = unwrap_command(split + words[i + (1 if inline else 2):])
+                    inner_env, argv = unwrap_command(split + words[i + (1 if inline else 2) :])
                     return {**env, **inner_env}, argv
                 i += 2 if a in ("-u", "-C", "--unset", "--chdir") else 1
-        elif name in ("timeout", "nice", "ionice", "stdbuf", "nohup", "command", "exec", "xargs",
-                      "chronic", "retry"):
+        elif name in (
+            "timeout",
+            "nice",
+            "ionice",
+            "stdbuf",
+            "nohup",
+            "command",
+            "exec",
+            "xargs",
+            "chronic",
+            "retry",
+        ):
             i += 1
             while i < len(words) and words[i].startswith("-"):
                 i += 2 if words[i] in ("-n", "-s", "-k", "-c", "-I", "-L", "-P") else 1
@@ -209,20 +241,71 @@ def shell_commands(text: str, *, _depth: int = 0) -> list[Command]:
 # -- what a command fetches --------------------------------------------------------------------
 
 _LOCAL_HOSTS = frozenset({"localhost", "0.0.0.0", "::1", "host.cairn.internal"})
-_PIP_VALUE_FLAGS = frozenset({
-    "-r", "--requirement", "-c", "--constraint", "-i", "--index-url", "--extra-index-url",
-    "-t", "--target", "--prefix", "--root", "--cache-dir", "--python", "-p", "--log", "--src",
-    "-f", "--find-links", "--platform", "--config-settings", "-C", "--index",
-    "--default-index", "--from", "--python-version", "--implementation", "--abi",
-    "--upgrade-strategy", "--progress-bar", "--report", "--trusted-host", "--proxy",
-    "--timeout", "--retries", "--exists-action", "--only-binary", "--no-binary", "--group",
-    "--extra", "--directory", "--project", "--package", "--env-file", "--python-platform",
-    "--with", "--with-requirements", "--with-editable", "-w"})
+_PIP_VALUE_FLAGS = frozenset(
+    {
+        "-r",
+        "--requirement",
+        "-c",
+        "--constraint",
+        "-i",
+        "--index-url",
+        "--extra-index-url",
+        "-t",
+        "--target",
+        "--prefix",
+        "--root",
+        "--cache-dir",
+        "--python",
+        "-p",
+        "--log",
+        "--src",
+        "-f",
+        "--find-links",
+        "--platform",
+        "--config-settings",
+        "-C",
+        "--index",
+        "--default-index",
+        "--from",
+        "--python-version",
+        "--implementation",
+        "--abi",
+        "--upgrade-strategy",
+        "--progress-bar",
+        "--report",
+        "--trusted-host",
+        "--proxy",
+        "--timeout",
+        "--retries",
+        "--exists-action",
+        "--only-binary",
+        "--no-binary",
+        "--group",
+        "--extra",
+        "--directory",
+        "--project",
+        "--package",
+        "--env-file",
+        "--python-platform",
+        "--with",
+        "--with-requirements",
+        "--with-editable",
+        "-w",
+    }
+)
 """Options of pip/uv/uvx that take a value (the next word is not a package)."""
 _UV_FETCH_SUBCOMMANDS = frozenset({"add", "sync", "lock", "export"})
 _OS_INSTALLERS = {
-    "apt-get": {"install", "update", "upgrade", "dist-upgrade", "full-upgrade", "source",
-                "download", "build-dep"},
+    "apt-get": {
+        "install",
+        "update",
+        "upgrade",
+        "dist-upgrade",
+        "full-upgrade",
+        "source",
+        "download",
+        "build-dep",
+    },
     "apt": {"install", "update", "upgrade", "full-upgrade", "reinstall", "source", "download"},
     "aptitude": {"install", "update", "upgrade"},
     "apk": {"add", "update", "upgrade", "fetch"},
@@ -292,19 +375,29 @@ def external_host(arg: str) -> str | None:
     if not host or "$" in arg.split("/")[2 if "://" in arg else 0] or "{" in host:
         return None
     host = host.lower().rstrip(".")
-    if (host in _LOCAL_HOSTS or host.endswith(".localhost") or host.startswith("127.")
-            or "." not in host and ":" not in host):
+    if (
+        host in _LOCAL_HOSTS
+        or host.endswith(".localhost")
+        or host.startswith("127.")
+        or "." not in host
+        and ":" not in host
+    ):
         return None
     return host
 
 
 def _offline_env(env: Mapping[str, str]) -> bool:
-    return any(env.get(k, "").lower() in ("1", "true", "yes")
-               for k in ("UV_OFFLINE", "PIP_NO_INDEX", "NPM_CONFIG_OFFLINE", "UV_NO_INDEX"))
+    return any(
+        env.get(k, "").lower() in ("1", "true", "yes")
+        for k in ("UV_OFFLINE", "PIP_NO_INDEX", "NPM_CONFIG_OFFLINE", "UV_NO_INDEX")
+    )
 
 
-def fetch_of(cmd: Command, script_env: Mapping[str, str] | None = None,
-             script_deps: Mapping[str, list[str]] | None = None) -> str | None:
+def fetch_of(
+    cmd: Command,
+    script_env: Mapping[str, str] | None = None,
+    script_deps: Mapping[str, list[str]] | None = None,
+) -> str | None:
     """What a command downloads or installs at run time, if anything.
 
     Args:
@@ -335,7 +428,7 @@ def fetch_of(cmd: Command, script_env: Mapping[str, str] | None = None,
     if prog == "uv":
         if offline:
             return None
-        rest = args[args.index(first) + 1:] if first in args else ()
+        rest = args[args.index(first) + 1 :] if first in args else ()
         if first == "pip":
             inner = _positionals(rest, _PIP_VALUE_FLAGS)[:1]
             if inner and inner[0] in ("install", "sync", "compile"):
@@ -351,8 +444,7 @@ def fetch_of(cmd: Command, script_env: Mapping[str, str] | None = None,
         if first in _UV_FETCH_SUBCOMMANDS:
             return f"uv {first}"
         if first == "run":
-            if _flag_values(tuple(rest), ("--with", "-w", "--with-requirements",
-                                          "--with-editable")):
+            if _flag_values(tuple(rest), ("--with", "-w", "--with-requirements", "--with-editable")):
                 return "uv run --with"
             target = _positionals(rest, _PIP_VALUE_FLAGS)[:1]
             if target and target[0].endswith(".py") and script_deps is not None:
@@ -427,12 +519,19 @@ def command_python_requirements(cmd: Command) -> list[str]:
 
 
 def _is_local_requirement(req: str) -> bool:
-    return (not req or "$" in req or req.startswith((".", "/", "~", "file:"))
-            or req.endswith((".whl", ".tar.gz", ".zip", ".txt")) and "://" not in req)
+    return (
+        not req
+        or "$" in req
+        or req.startswith((".", "/", "~", "file:"))
+        or req.endswith((".whl", ".tar.gz", ".zip", ".txt"))
+        and "://" not in req
+    )
 
 
-_REQ_RE = re.compile(r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
-                     r"(?:\[[^\]]*\])?\s*(?P<rest>[^;]*)")
+_REQ_RE = re.compile(
+    r"^\s*(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*"
+    r"(?:\[[^\]]*\])?\s*(?P<rest>[^;]*)"
+)
 _EXACT_RE = re.compile(r"^(===\s*\S+|==\s*[^*\s,]+)$")
 
 
@@ -465,6 +564,7 @@ def requirement_pinned(req: str) -> bool | None:
 
 
 # -- Dockerfiles -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Instruction:
@@ -552,13 +652,16 @@ def _instruction(line: int, text: str) -> Instruction | None:
         if not m:
             break
         flags.append(m.group(1))
-        rest = rest[m.end():]
+        rest = rest[m.end() :]
     args: tuple[str, ...]
     if rest.lstrip().startswith("["):
         try:
             value = json.loads(rest)
-            args = tuple(value) if isinstance(value, list) and all(
-                isinstance(v, str) for v in value) else (rest,)
+            args = (
+                tuple(value)
+                if isinstance(value, list) and all(isinstance(v, str) for v in value)
+                else (rest,)
+            )
         except ValueError:
             args = (rest,)
     else:
@@ -571,8 +674,7 @@ def _instruction(line: int, text: str) -> Instruction | None:
 
 # -- PEP 723 inline script metadata -----------------------------------------------------------
 
-_PEP723_RE = re.compile(
-    r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
+_PEP723_RE = re.compile(r"(?m)^# /// (?P<type>[a-zA-Z0-9-]+)$\s(?P<content>(^#(| .*)$\s)+)^# ///$")
 """The reference regular expression of PEP 723 (packaging.python.org, "Inline script
 metadata")."""
 
@@ -606,8 +708,10 @@ def script_metadata(text: str) -> ScriptMetadata | None:
         if m.group("type") != "script":
             continue
         opener = text.count("\n", 0, m.start()) + 1
-        content = "".join(line[2:] if line.startswith("# ") else line[1:]
-                          for line in m.group("content").splitlines(keepends=True))
+        content = "".join(
+            line[2:] if line.startswith("# ") else line[1:]
+            for line in m.group("content").splitlines(keepends=True)
+        )
         try:
             doc = tomllib.loads(content)
         except (tomllib.TOMLDecodeError, RecursionError) as exc:
@@ -616,12 +720,28 @@ def script_metadata(text: str) -> ScriptMetadata | None:
         if not isinstance(deps, list):
             return ScriptMetadata(opener)
         lines = toml_key_lines(content, line_offset=opener)
-        return ScriptMetadata(opener, tuple(
-            (d, lines.line(("dependencies", k)) or opener)
-            for k, d in enumerate(deps) if isinstance(d, str)))
+        return ScriptMetadata(
+            opener,
+            tuple(
+                (d, lines.line(("dependencies", k)) or opener)
+                for k, d in enumerate(deps)
+                if isinstance(d, str)
+            ),
+        )
     return None
 
 
-__all__ = ["Command", "Instruction", "ScriptMetadata", "command_python_requirements",
-           "dockerfile_instructions", "external_host", "fetch_of", "requirement_pinned",
-           "script_metadata", "shell_commands", "shell_lines", "unwrap_command"]
+__all__ = [
+    "Command",
+    "Instruction",
+    "ScriptMetadata",
+    "command_python_requirements",
+    "dockerfile_instructions",
+    "external_host",
+    "fetch_of",
+    "requirement_pinned",
+    "script_metadata",
+    "shell_commands",
+    "shell_lines",
+    "unwrap_command",
+]

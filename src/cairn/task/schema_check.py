@@ -70,14 +70,14 @@ def _describe(ann: Any) -> str:
         value_ann = get_args(ann)[1] if len(get_args(ann)) == 2 else Any
         if value_ann is Any:
             return "a table"
-        return "a table of " + {float: "numbers", int: "integers", str: "strings"}.get(
-            value_ann, "values")
+        return "a table of " + {float: "numbers", int: "integers", str: "strings"}.get(value_ann, "values")
     if ann is Artifact:
         return "a path string or a table"
     if isinstance(ann, type) and issubclass(ann, BaseModel):
         return "a table"
     return {bool: "a boolean", int: "an integer", float: "a number", str: "a string"}.get(
-        ann, getattr(ann, "__name__", str(ann)))
+        ann, getattr(ann, "__name__", str(ann))
+    )
 
 
 def _describe_value(value: Any) -> str:
@@ -138,8 +138,7 @@ def check_document(doc: dict[str, Any], sink: FindingSink) -> None:
     _check_table(doc, TaskConfig, (), sink)
 
 
-def _check_table(raw: dict[str, Any], model: type[BaseModel], path: KeyPath,
-                 sink: FindingSink) -> None:
+def _check_table(raw: dict[str, Any], model: type[BaseModel], path: KeyPath, sink: FindingSink) -> None:
     fields = _field_map(model)
     if model is TaskConfig:
         extra = {k: fields[v] for k, v in _ROOT_EXTRA_KEYS.items()}
@@ -151,14 +150,14 @@ def _check_table(raw: dict[str, Any], model: type[BaseModel], path: KeyPath,
             _check_value(value, fields[key], here, sink)
         elif key in extra:
             if not isinstance(value, (str, int, float)) or isinstance(value, bool):
-                sink.key(here, ERROR, f"`{format_key_path(here)}` must be a string, "
-                         f"got {_describe_value(value)}")
+                sink.key(
+                    here, ERROR, f"`{format_key_path(here)}` must be a string, got {_describe_value(value)}"
+                )
         else:
             where = f" in [{format_key_path(path)}]" if path else ""
             hint = difflib.get_close_matches(str(key), list(fields), n=1, cutoff=_HINT_CUTOFF)
             suggestion = f" (did you mean `{hint[0]}`?)" if hint else ""
-            sink.key(here, WARNING, f"unknown key `{key}`{where}{suggestion}",
-                     rule="unknown-config-field")
+            sink.key(here, WARNING, f"unknown key `{key}`{where}{suggestion}", rule="unknown-config-field")
 
 
 def _check_value(value: Any, ann: Any, path: KeyPath, sink: FindingSink) -> None:
@@ -182,12 +181,10 @@ def _check_value(value: Any, ann: Any, path: KeyPath, sink: FindingSink) -> None
             sink.key(path, ERROR, f"`{format_key_path(path)}` must not be negative, got {value}")
     elif origin is Literal:
         if value not in get_args(ann):
-            sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, "
-                     f"got {value!r}")
+            sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, got {value!r}")
     elif isinstance(ann, type) and issubclass(ann, enum.Enum):
         if value not in {m.value for m in ann}:
-            sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, "
-                     f"got {value!r}")
+            sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, got {value!r}")
     elif isinstance(ann, type) and issubclass(ann, BaseModel):
         if isinstance(value, dict):
             _check_table(value, ann, path, sink)
@@ -205,8 +202,7 @@ def _check_value(value: Any, ann: Any, path: KeyPath, sink: FindingSink) -> None
 
 
 def _type_error(value: Any, ann: Any, path: KeyPath, sink: FindingSink) -> None:
-    sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, "
-             f"got {_describe_value(value)}")
+    sink.key(path, ERROR, f"`{format_key_path(path)}` must be {_describe(ann)}, got {_describe_value(value)}")
 
 
 def validate_config(doc: dict[str, Any], sink: FindingSink) -> TaskConfig | None:
@@ -224,7 +220,7 @@ def validate_config(doc: dict[str, Any], sink: FindingSink) -> TaskConfig | None
     except ValidationError as exc:
         for err in exc.errors(include_url=False):
             path = _trim_loc(doc, tuple(err.get("loc", ())), missing=err.get("type") == "missing")
-            if any(path[:len(p)] == p or p[:len(path)] == path for p in sink.error_paths):
+            if any(path[: len(p)] == p or p[: len(path)] == path for p in sink.error_paths):
                 continue
             where = format_key_path(path) or "task.toml"
             sink.key(path, ERROR, f"`{where}`: {err.get('msg', 'invalid value')}")
@@ -237,8 +233,13 @@ def _trim_loc(doc: Any, loc: tuple, *, missing: bool) -> KeyPath:
     For a missing required key (``missing``), the key itself is kept so the message names it;
     its line falls back to its table's.
     """
-    if loc and loc[0] == "schema_version" and isinstance(doc, dict) \
-            and "schema_version" not in doc and "version" in doc:
+    if (
+        loc
+        and loc[0] == "schema_version"
+        and isinstance(doc, dict)
+        and "schema_version" not in doc
+        and "version" in doc
+    ):
         loc = ("version",) + loc[1:]
     out: list[str | int] = []
     node = doc

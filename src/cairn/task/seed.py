@@ -75,8 +75,7 @@ def _call_problem(call: Any, field: str) -> str | None:
 def _problem(doc: Any, line_of: LineOf) -> tuple[str, int | None] | None:
     """The first thing wrong with a parsed seed, with the line of the object it is in."""
     if not isinstance(doc, dict) or not str(doc.get("schema_version", "")).startswith("ATIF-"):
-        return ("not an ATIF document (no `schema_version` \"ATIF-v…\" in a top-level "
-                "object)", line_of(doc))
+        return ('not an ATIF document (no `schema_version` "ATIF-v…" in a top-level object)', line_of(doc))
     steps = doc.get("steps")
     if not isinstance(steps, list) or not steps:
         return "no steps (`steps` must be a non-empty list)", line_of(doc)
@@ -86,8 +85,7 @@ def _problem(doc: Any, line_of: LineOf) -> tuple[str, int | None] | None:
             return f"{where} is not an object", line_of(doc)
         line = line_of(step)
         if step.get("source") not in SOURCES:
-            return (f"{where} has no source system/user/agent (`source` is "
-                    f"{step.get('source')!r})", line)
+            return (f"{where} has no source system/user/agent (`source` is {step.get('source')!r})", line)
         if not isinstance(step.get("message", ""), str):
             return f"{where}: `message` is not a string", line
         calls = step.get("tool_calls") or []
@@ -96,8 +94,10 @@ def _problem(doc: Any, line_of: LineOf) -> tuple[str, int | None] | None:
         for k, call in enumerate(calls):
             what = _call_problem(call, f"steps[{i}].tool_calls[{k}]")
             if what is not None:
-                return (f"{where}: tool_calls need tool_call_id, function_name and arguments "
-                        f"(an object): {what}", line_of(call) or line)
+                return (
+                    f"{where}: tool_calls need tool_call_id, function_name and arguments (an object): {what}",
+                    line_of(call) or line,
+                )
         observation = step.get("observation") or {}
         if not isinstance(observation, dict):
             return f"{where}: `observation` is not an object", line
@@ -106,8 +106,11 @@ def _problem(doc: Any, line_of: LineOf) -> tuple[str, int | None] | None:
             return f"{where}: `observation.results` is not a list", line
         for k, result in enumerate(results):
             if not isinstance(result, dict) or not isinstance(result.get("content", ""), str):
-                return (f"{where}: observation.results must be objects with text content "
-                        f"(`steps[{i}].observation.results[{k}]`)", line_of(result) or line)
+                return (
+                    f"{where}: observation.results must be objects with text content "
+                    f"(`steps[{i}].observation.results[{k}]`)",
+                    line_of(result) or line,
+                )
     return None
 
 
@@ -154,13 +157,11 @@ def read_seed(path: Path) -> list[dict[str, Any]]:
     except InputFileError as exc:
         raise SeedError(path, exc.reason) from None
     except UnicodeDecodeError as exc:
-        raise SeedError(path, f"not JSON: not UTF-8 ({exc.reason} at byte "
-                        f"{exc.start})") from None
+        raise SeedError(path, f"not JSON: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SeedError(path, f"not JSON: {exc.msg} (column {exc.colno})",
-                        exc.lineno) from None
+        raise SeedError(path, f"not JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
     except RecursionError:
         raise SeedError(path, "not JSON: nested too deeply") from None
     problem = _problem(doc, lambda _obj: None)

@@ -26,7 +26,6 @@ from cairn.task.model import MAIN_SERVICE, STEP_NAME_RE, parse_size_mb
 KeyPath = tuple[str | int, ...]
 
 
-
 def _table(node: Any, *keys: str | int) -> dict[str, Any]:
     """``node[k1][k2]…`` when every level exists and the end is a table, else ``{}``."""
     for k in keys:
@@ -70,8 +69,9 @@ def declared_verifier_mode(verifier: dict[str, Any]) -> str | None:
     return None
 
 
-def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
-                      instruction_in_header: bool = False) -> None:
+def check_task_folder(
+    root: Path, doc: dict[str, Any], sink: FindingSink, *, instruction_in_header: bool = False
+) -> None:
     """Run every folder and semantic check of design §2.
 
     Args:
@@ -83,9 +83,15 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
     """
     steps = declared_steps(doc)
     check_special_files(root, sink)
-    refused = check_links(root, [e["name"] for e in steps if isinstance(e, dict)
-                       and isinstance(e.get("name"), str) and STEP_NAME_RE.match(e["name"])],
-                sink)
+    refused = check_links(
+        root,
+        [
+            e["name"]
+            for e in steps
+            if isinstance(e, dict) and isinstance(e.get("name"), str) and STEP_NAME_RE.match(e["name"])
+        ],
+        sink,
+    )
     valid_names = _check_steps(root, doc, steps, sink) if steps else []
     if "steps" in doc and not isinstance(doc["steps"], list):
         pass  # a type error already reported; whether the task is multi-step is unknown
@@ -97,9 +103,12 @@ def check_task_folder(root: Path, doc: dict[str, Any], sink: FindingSink, *,
         if _missing(root / "tests" / "test.sh") and root / "tests" not in refused:
             sink.file(root, ERROR, "missing `tests/test.sh` (the verifier of a single-step task)")
     elif (root / "instruction.md").is_file():
-        sink.file(root / "instruction.md", WARNING,
-                  "not used by a multi-step task (each step reads steps/<name>/instruction.md)",
-                  rule="unused-instruction")
+        sink.file(
+            root / "instruction.md",
+            WARNING,
+            "not used by a multi-step task (each step reads steps/<name>/instruction.md)",
+            rule="unused-instruction",
+        )
     _check_undeclared_step_dirs(root, steps, sink)
     _check_environment_definition(root, doc, sink)
     _check_artifacts(doc, steps, sink)
@@ -191,20 +200,38 @@ def check_special_files(root: Path, sink: FindingSink) -> None:
                 continue
             if stat.S_ISREG(mode) or stat.S_ISLNK(mode):
                 continue
-            kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
-                    else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
-                    else "a special file")
-            sink.file(path, ERROR, f"is {kind}, not a regular file: a task holds regular "
-                      "files, folders and symlinks only (cairn does not open it)")
+            kind = (
+                "a FIFO"
+                if stat.S_ISFIFO(mode)
+                else "a socket"
+                if stat.S_ISSOCK(mode)
+                else "a device"
+                if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+                else "a special file"
+            )
+            sink.file(
+                path,
+                ERROR,
+                f"is {kind}, not a regular file: a task holds regular "
+                "files, folders and symlinks only (cairn does not open it)",
+            )
 
 
 _UPLOADED_FOLDERS = ("tests", "solution")
 """Folders cairn uploads into the sandbox as they are (also ``steps/<name>/…`` and ``workdir``)."""
 
-_LINKED_ENTRIES = ("instruction.md", "environment", "steps", "tests/test.sh",
-                   "solution/solve.sh", "environment/Dockerfile",
-                   "environment/docker-compose.yaml", "environment/docker-compose.yml",
-                   "environment/compose.yaml", "environment/compose.yml")
+_LINKED_ENTRIES = (
+    "instruction.md",
+    "environment",
+    "steps",
+    "tests/test.sh",
+    "solution/solve.sh",
+    "environment/Dockerfile",
+    "environment/docker-compose.yaml",
+    "environment/docker-compose.yml",
+    "environment/compose.yaml",
+    "environment/compose.yml",
+)
 """Entries cairn reads (or builds from) on the host, through links (task.toml/task.md: on
 load)."""
 
@@ -236,15 +263,19 @@ def link_problem(root: Path, path: Path, *, uploaded: bool) -> str | None:
     except OSError:
         target = "?"
     if uploaded:
-        return (f"is a symlink (to {target}): cairn uploads this folder into the sandbox "
-                "without following links, so the sandbox would get the link, not the files; "
-                "make it a real folder")
+        return (
+            f"is a symlink (to {target}): cairn uploads this folder into the sandbox "
+            "without following links, so the sandbox would get the link, not the files; "
+            "make it a real folder"
+        )
     resolved = path.resolve()
     base = root.resolve()
     if not (resolved == base or base in resolved.parents):
-        return (f"is a symlink to {target}, outside the task folder: a task must hold its "
-                "own files (its content hash and copies keep the link, not what it points "
-                "to); copy them in")
+        return (
+            f"is a symlink to {target}, outside the task folder: a task must hold its "
+            "own files (its content hash and copies keep the link, not what it points "
+            "to); copy them in"
+        )
     if not resolved.exists():
         return f"is a symlink to {target}, which does not exist"
     return None
@@ -266,8 +297,10 @@ def check_links(root: Path, step_names: list[str], sink: FindingSink) -> set[Pat
     read = list(_LINKED_ENTRIES)
     for name in step_names:
         uploaded += [f"steps/{name}/{d}" for d in ("tests", "solution", "workdir")]
-        read += [f"steps/{name}", *(f"steps/{name}/{f}" for f in
-                                    ("instruction.md", "tests/test.sh", "solution/solve.sh"))]
+        read += [
+            f"steps/{name}",
+            *(f"steps/{name}/{f}" for f in ("instruction.md", "tests/test.sh", "solution/solve.sh")),
+        ]
     for rel, up in [(f, True) for f in uploaded] + [(f, False) for f in read]:
         why = link_problem(root, root / rel, uploaded=up)
         if why is not None:
@@ -301,20 +334,29 @@ def _check_links_inside(folder: Path, rel: str, sink: FindingSink) -> set[Path]:
                 continue
             inside = posixpath.relpath(path.parent.as_posix(), folder.as_posix())
             if posixpath.isabs(target):
-                sink.file(path, WARNING, f"is a symlink to {target}: it is uploaded as a link, "
-                          f"so in the sandbox it points at the sandbox's {target}, not at a "
-                          "file of the task")
+                sink.file(
+                    path,
+                    WARNING,
+                    f"is a symlink to {target}: it is uploaded as a link, "
+                    f"so in the sandbox it points at the sandbox's {target}, not at a "
+                    "file of the task",
+                )
                 continue
             landed = posixpath.normpath(posixpath.join(inside, target))
             if landed == ".." or landed.startswith("../"):
-                sink.file(path, ERROR, f"is a symlink to {target}, which leaves {rel}/: cairn "
-                          "uploads links as links, so in the sandbox it points at nothing; "
-                          f"copy the file into {rel}/ (or link to one inside it)")
+                sink.file(
+                    path,
+                    ERROR,
+                    f"is a symlink to {target}, which leaves {rel}/: cairn "
+                    "uploads links as links, so in the sandbox it points at nothing; "
+                    f"copy the file into {rel}/ (or link to one inside it)",
+                )
                 refused.add(path)
     return refused
 
 
 # -- steps ---------------------------------------------------------------------------------
+
 
 def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> list[str]:
     """Names, folders, instructions and tests of declared steps; returns the usable names."""
@@ -336,12 +378,15 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
             sink.key(where, ERROR, f"[[steps]] entry {i + 1} has an empty name")
             continue
         if not STEP_NAME_RE.match(name):
-            sink.key(where, ERROR, f"step name {name!r} is not allowed: use letters, digits, "
-                     "`.`, `_` and `-`, starting with a letter or digit (no `/`, no `..`)")
+            sink.key(
+                where,
+                ERROR,
+                f"step name {name!r} is not allowed: use letters, digits, "
+                "`.`, `_` and `-`, starting with a letter or digit (no `/`, no `..`)",
+            )
             continue
         if name in seen:
-            sink.key(where, ERROR, f"duplicate step name `{name}` "
-                     f"(also [[steps]] entry {seen[name] + 1})")
+            sink.key(where, ERROR, f"duplicate step name `{name}` (also [[steps]] entry {seen[name] + 1})")
             continue
         seen[name] = i
         step_dir = root / "steps" / name
@@ -355,8 +400,11 @@ def _check_steps(root: Path, doc: dict[str, Any], steps: list[Any], sink: Findin
             check_utf8(step_dir / "instruction.md", sink)
         mode = declared_verifier_mode(_table(entry, "verifier")) or task_mode or "shared"
         if mode == "shared" and not shared_test and _missing(step_dir / "tests" / "test.sh"):
-            sink.key(where, ERROR, f"step `{name}` has no test: neither "
-                     f"`steps/{name}/tests/test.sh` nor `tests/test.sh` exists")
+            sink.key(
+                where,
+                ERROR,
+                f"step `{name}` has no test: neither `steps/{name}/tests/test.sh` nor `tests/test.sh` exists",
+            )
     return valid
 
 
@@ -367,11 +415,16 @@ def _check_undeclared_step_dirs(root: Path, steps: list[Any], sink: FindingSink)
     declared = {e.get("name") for e in steps if isinstance(e, dict)}
     for child in sorted(steps_dir.iterdir()):
         if child.is_dir() and child.name not in declared:
-            sink.file(child, WARNING, f"`steps/{child.name}/` is not declared by any "
-                      "[[steps]] entry in task.toml (it is ignored)", rule="undeclared-step-folder")
+            sink.file(
+                child,
+                WARNING,
+                f"`steps/{child.name}/` is not declared by any [[steps]] entry in task.toml (it is ignored)",
+                rule="undeclared-step-folder",
+            )
 
 
 # -- environment -----------------------------------------------------------------------------
+
 
 def _check_environment_definition(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
     image = _table(doc, "environment").get("docker_image")
@@ -380,9 +433,12 @@ def _check_environment_definition(root: Path, doc: dict[str, Any], sink: Finding
         return
     if (env_dir / "Dockerfile").is_file() or find_compose_file(env_dir) is not None:
         return
-    sink.key(("environment", "docker_image"), ERROR,
-             "no environment definition: add `environment/Dockerfile` (or "
-             "`environment/docker-compose.yaml`) or set [environment].docker_image")
+    sink.key(
+        ("environment", "docker_image"),
+        ERROR,
+        "no environment definition: add `environment/Dockerfile` (or "
+        "`environment/docker-compose.yaml`) or set [environment].docker_image",
+    )
 
 
 def _environment_tables(doc: dict[str, Any], steps: list[Any]) -> list[KeyPath]:
@@ -402,8 +458,11 @@ def _phase_tables(doc: dict[str, Any], steps: list[Any]) -> list[KeyPath]:
 def _check_environment_table(env: dict[str, Any], path: KeyPath, sink: FindingSink) -> None:
     os_name = env.get("os")
     if isinstance(os_name, str) and os_name != "linux":
-        sink.key(path + ("os",), ERROR, f"`{format_key_path(path + ('os',))}` is {os_name!r}: "
-                 "only \"linux\" is supported")
+        sink.key(
+            path + ("os",),
+            ERROR,
+            f'`{format_key_path(path + ("os",))}` is {os_name!r}: only "linux" is supported',
+        )
     _check_network_keys(env, path, sink)
 
 
@@ -415,7 +474,7 @@ def _check_network_keys(table: dict[str, Any], path: KeyPath, sink: FindingSink)
         return
     key = path + ("allowed_hosts",)
     if hosts and table.get("network_mode") != "allowlist":
-        sink.key(key, ERROR, f"`{format_key_path(key)}` needs `network_mode = \"allowlist\"`")
+        sink.key(key, ERROR, f'`{format_key_path(key)}` needs `network_mode = "allowlist"`')
     for i, entry in enumerate(hosts):
         if not isinstance(entry, str):
             continue  # a type error, already reported by the schema check
@@ -426,19 +485,27 @@ def _check_network_keys(table: dict[str, Any], path: KeyPath, sink: FindingSink)
 
 
 def _check_env_tables(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
-    paths: list[KeyPath] = [("environment", "env"), ("verifier", "env"), ("solution", "env"),
-                            ("verifier", "environment", "env")]
+    paths: list[KeyPath] = [
+        ("environment", "env"),
+        ("verifier", "env"),
+        ("solution", "env"),
+        ("verifier", "environment", "env"),
+    ]
     for i in range(len(steps)):
         paths += [("steps", i, "verifier", "env"), ("steps", i, "verifier", "environment", "env")]
     for path in paths:
         for key, value in _table(doc, *path).items():
             if isinstance(value, str) and embedded_template(value):
-                sink.key(path + (key,), ERROR,
-                         f"`{format_key_path(path + (key,))}` = {value!r}: a template must be "
-                         "the whole value (`${VAR}` or `${VAR:-default}`)")
+                sink.key(
+                    path + (key,),
+                    ERROR,
+                    f"`{format_key_path(path + (key,))}` = {value!r}: a template must be "
+                    "the whole value (`${VAR}` or `${VAR:-default}`)",
+                )
 
 
 # -- MCP servers and LLM judges (issue 22) ---------------------------------------------------
+
 
 def _mode(*tables: dict[str, Any]) -> str:
     """A phase's network mode from its tables, most specific first (``public`` by default)."""
@@ -501,8 +568,7 @@ def compose_hosts(root: Path) -> frozenset[str] | None:
     return frozenset(names)
 
 
-def _check_mcp_servers(root: Path, doc: dict[str, Any], steps: list[Any],
-                       sink: FindingSink) -> None:
+def _check_mcp_servers(root: Path, doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
     """Each ``[[environment.mcp_servers]]`` entry readable; under a ``no-network`` agent phase,
     a stdio server that downloads itself (``npx``/``uvx``, also behind ``env``) and a remote
     one whose URL is neither the sandbox's loopback nor a compose service are warned about."""
@@ -525,16 +591,19 @@ def _check_mcp_servers(root: Path, doc: dict[str, Any], steps: list[Any],
     offline = _offline_agent_phases(doc, steps)
     if not offline:
         return
-    phase = "the agent phase" if offline == ["agent"] else \
-        f"the agent phase of {', '.join(offline)}"
+    phase = "the agent phase" if offline == ["agent"] else f"the agent phase of {', '.join(offline)}"
     services: frozenset[str] | None = None
     for i, server in enumerate(servers):
         downloader = self_download_command(server)
         if downloader is not None:
-            sink.key(path + (i,), WARNING,
-                     f"MCP server {server.name!r} runs `{downloader} …`, which downloads "
-                     f"the server when it starts, but {phase} has no network: install "
-                     "it in the image instead", rule="mcp-download-no-network")
+            sink.key(
+                path + (i,),
+                WARNING,
+                f"MCP server {server.name!r} runs `{downloader} …`, which downloads "
+                f"the server when it starts, but {phase} has no network: install "
+                "it in the image instead",
+                rule="mcp-download-no-network",
+            )
         host = remote_host(server)
         if host is None or is_loopback_host(host):
             continue
@@ -542,15 +611,21 @@ def _check_mcp_servers(root: Path, doc: dict[str, Any], steps: list[Any],
             services = compose_hosts(root) or frozenset()
         if host in services:
             continue
-        reach = ("its own loopback and the compose services "
-                 f"({', '.join(sorted(services))})" if services else "its own loopback")
-        sink.key(path + (i,), WARNING,
-                 f"MCP server {server.name!r} ({server.transport}) is at `{server.url}`, "
-                 f"but {phase} has no network (no-network): the agent runs in the sandbox and "
-                 f"reaches only {reach}, not `{host}`; run the server in the sandbox "
-                 "(`localhost`) or as a compose service, or let the agent phase reach it "
-                 f"(`network_mode = \"allowlist\"` with `{host}` in `allowed_hosts`)",
-                 rule="mcp-remote-no-network")
+        reach = (
+            f"its own loopback and the compose services ({', '.join(sorted(services))})"
+            if services
+            else "its own loopback"
+        )
+        sink.key(
+            path + (i,),
+            WARNING,
+            f"MCP server {server.name!r} ({server.transport}) is at `{server.url}`, "
+            f"but {phase} has no network (no-network): the agent runs in the sandbox and "
+            f"reaches only {reach}, not `{host}`; run the server in the sandbox "
+            "(`localhost`) or as a compose service, or let the agent phase reach it "
+            f'(`network_mode = "allowlist"` with `{host}` in `allowed_hosts`)',
+            rule="mcp-remote-no-network",
+        )
 
 
 def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> None:
@@ -561,18 +636,23 @@ def _check_judges(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -> N
     env, verifier = _table(doc, "environment"), _table(doc, "verifier")
     tables: list[tuple[KeyPath, str]] = [(("verifier", "env"), _mode(verifier, env))]
     for i in range(len(steps)):
-        tables.append((("steps", i, "verifier", "env"),
-                       _mode(_table(doc, "steps", i, "verifier"), verifier, env)))
+        tables.append(
+            (("steps", i, "verifier", "env"), _mode(_table(doc, "steps", i, "verifier"), verifier, env))
+        )
     for path, mode in tables:
         t = {k: v for k, v in _table(doc, *path).items() if isinstance(v, str)}
         found = judge_credentials(t)
         if found and mode == "no-network":
             names = ", ".join(p.credential for p in found)
-            sink.key(path + (found[0].credential,), WARNING,
-                     f"`{format_key_path(path)}` asks for a judge credential ({names}) under a "
-                     f"{mode} verifier: cairn opens the judge's host for the verifier through "
-                     "the egress gateway, which only the docker backend has (-e local refuses "
-                     "this task)", rule="judge-no-network")
+            sink.key(
+                path + (found[0].credential,),
+                WARNING,
+                f"`{format_key_path(path)}` asks for a judge credential ({names}) under a "
+                f"{mode} verifier: cairn opens the judge's host for the verifier through "
+                "the egress gateway, which only the docker backend has (-e local refuses "
+                "this task)",
+                rule="judge-no-network",
+            )
 
 
 # -- Harbor 0.26 rules ---------------------------------------------------------------------
@@ -592,18 +672,24 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
     """What Harbor 0.26's task models refuse or migrate, checked the same way here."""
     name = _table(doc, "task").get("name")
     if isinstance(name, str) and name and (not _ORG_NAME_RE.match(name) or ".." in name):
-        sink.key(("task", "name"), WARNING,
-                 f"`task.name` = {name!r} is not in `org/name` form: cairn accepts it, "
-                 "Harbor 0.26 refuses to load the task", rule="harbor-task-name")
+        sink.key(
+            ("task", "name"),
+            WARNING,
+            f"`task.name` = {name!r} is not in `org/name` form: cairn accepts it, "
+            "Harbor 0.26 refuses to load the task",
+            rule="harbor-task-name",
+        )
     for path in _verifier_tables(steps):
         verifier = _table(doc, *path)
-        if verifier.get("environment_mode") == "shared" and isinstance(
-                verifier.get("environment"), dict):
+        if verifier.get("environment_mode") == "shared" and isinstance(verifier.get("environment"), dict):
             where = format_key_path(path)
-            sink.key(path + ("environment_mode",), ERROR,
-                     f"`{where}.environment_mode = \"shared\"` conflicts with "
-                     f"[{where}.environment]: a shared verifier has no environment of its "
-                     "own; drop the table or set `environment_mode = \"separate\"`")
+            sink.key(
+                path + ("environment_mode",),
+                ERROR,
+                f'`{where}.environment_mode = "shared"` conflicts with '
+                f"[{where}.environment]: a shared verifier has no environment of its "
+                'own; drop the table or set `environment_mode = "separate"`',
+            )
         hooks = verifier.get("collect")
         for k, hook in enumerate(hooks if isinstance(hooks, list) else []):
             if isinstance(hook, dict):
@@ -619,22 +705,41 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
                 continue  # a type error, already reported
             mb = parse_size_mb(raw)
             if mb is None:
-                sink.key(here, ERROR, f"`{format_key_path(here)}` = {raw!r}: expected a size "
-                         f"like \"1G\" or \"512M\" (better: `{field}` in MiB)")
+                sink.key(
+                    here,
+                    ERROR,
+                    f"`{format_key_path(here)}` = {raw!r}: expected a size "
+                    f'like "1G" or "512M" (better: `{field}` in MiB)',
+                )
             elif isinstance(env.get(field), int) and env[field] != mb:
-                sink.key(here, ERROR, f"`{format_key_path(here)}` = {raw!r} ({mb} MiB) "
-                         f"conflicts with `{field}` = {env[field]}")
+                sink.key(
+                    here,
+                    ERROR,
+                    f"`{format_key_path(here)}` = {raw!r} ({mb} MiB) conflicts with `{field}` = {env[field]}",
+                )
             else:
-                sink.key(here, WARNING, f"`{format_key_path(here)}` is deprecated: applied "
-                         f"as `{field} = {mb}`; write that instead", rule="deprecated-size-key")
+                sink.key(
+                    here,
+                    WARNING,
+                    f"`{format_key_path(here)}` is deprecated: applied "
+                    f"as `{field} = {mb}`; write that instead",
+                    rule="deprecated-size-key",
+                )
         if isinstance(env.get("tpu"), dict):
-            sink.key(path + ("tpu",), ERROR, f"`{format_key_path(path + ('tpu',))}`: cairn "
-                     "has no backend that attaches TPUs; this task cannot run here")
+            sink.key(
+                path + ("tpu",),
+                ERROR,
+                f"`{format_key_path(path + ('tpu',))}`: cairn "
+                "has no backend that attaches TPUs; this task cannot run here",
+            )
         gpu_types = env.get("gpu_types")
         if isinstance(gpu_types, list) and gpu_types and not env.get("gpus"):
-            sink.key(path + ("gpu_types",), WARNING,
-                     f"`{format_key_path(path + ('gpu_types',))}` has no effect without "
-                     "`gpus` > 0", rule="gpu-types-without-gpus")
+            sink.key(
+                path + ("gpu_types",),
+                WARNING,
+                f"`{format_key_path(path + ('gpu_types',))}` has no effect without `gpus` > 0",
+                rule="gpu-types-without-gpus",
+            )
     for base in [("artifacts",)] + [("steps", i, "artifacts") for i in range(len(steps))]:
         entries = _table(doc, *base[:-1]).get(base[-1]) if len(base) > 1 else doc.get(base[0])
         for k, entry in enumerate(entries if isinstance(entries, list) else []):
@@ -644,9 +749,13 @@ def _check_harbor_rules(doc: dict[str, Any], steps: list[Any], sink: FindingSink
 
 def _check_service(value: Any, path: KeyPath, sink: FindingSink) -> None:
     if isinstance(value, str) and not _SERVICE_RE.match(value.strip()):
-        sink.key(path, ERROR, f"`{format_key_path(path)}` = {value!r} is not a compose "
-                 "service name (letters, digits, `_`, `.`, `-`, starting with a letter or "
-                 "digit)")
+        sink.key(
+            path,
+            ERROR,
+            f"`{format_key_path(path)}` = {value!r} is not a compose "
+            "service name (letters, digits, `_`, `.`, `-`, starting with a letter or "
+            "digit)",
+        )
 
 
 def _check_compose(root: Path, doc: dict[str, Any], sink: FindingSink) -> None:
@@ -672,9 +781,13 @@ def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) ->
         return
     compose = find_compose_file(root / "environment")
     if compose is None:
-        sink.file(root, ERROR, f"artifacts or [[verifier.collect]] name service(s) "
-                  f"{', '.join(sorted(wanted))}, but the task has no "
-                  "environment/docker-compose.yaml")
+        sink.file(
+            root,
+            ERROR,
+            f"artifacts or [[verifier.collect]] name service(s) "
+            f"{', '.join(sorted(wanted))}, but the task has no "
+            "environment/docker-compose.yaml",
+        )
         return
     import yaml
 
@@ -686,8 +799,11 @@ def _check_services_exist(root: Path, doc: dict[str, Any], sink: FindingSink) ->
     if isinstance(services, dict):
         missing = sorted(wanted - set(services))
         if missing:
-            sink.file(compose, ERROR, f"no service {', '.join(missing)} (named by artifacts "
-                      "or [[verifier.collect]] in task.toml)")
+            sink.file(
+                compose,
+                ERROR,
+                f"no service {', '.join(missing)} (named by artifacts or [[verifier.collect]] in task.toml)",
+            )
 
 
 def uses_services(doc: dict[str, Any]) -> set[str]:
@@ -716,6 +832,7 @@ def uses_services(doc: dict[str, Any]) -> set[str]:
 
 # -- artifacts -------------------------------------------------------------------------------
 
+
 def _artifact_parts(entry: Any) -> tuple[str | None, str | None]:
     if isinstance(entry, str):
         return entry, None
@@ -729,8 +846,7 @@ def _has_dotdot(p: str) -> bool:
     return ".." in p.replace("\\", "/").split("/")
 
 
-def _check_artifact_list(entries: Any, base: KeyPath, sink: FindingSink,
-                         taken: dict[str, KeyPath]) -> None:
+def _check_artifact_list(entries: Any, base: KeyPath, sink: FindingSink, taken: dict[str, KeyPath]) -> None:
     if not isinstance(entries, list):
         return
     for k, entry in enumerate(entries):
@@ -743,13 +859,15 @@ def _check_artifact_list(entries: Any, base: KeyPath, sink: FindingSink,
         elif _has_dotdot(src):
             sink.key(path, ERROR, f"artifact source {src!r} must not contain `..`")
         if dst is not None and (dst.startswith("/") or _has_dotdot(dst)):
-            sink.key(path, ERROR, f"artifact destination {dst!r} must be a relative path "
-                     "without `..`")
+            sink.key(path, ERROR, f"artifact destination {dst!r} must be a relative path without `..`")
         effective = dst if dst is not None else src.lstrip("/")
         norm = posixpath.normpath(effective) if effective else "."
         if norm in taken:
-            sink.key(path, ERROR, f"two artifacts have the destination {norm!r} "
-                     f"(also `{format_key_path(taken[norm])}`)")
+            sink.key(
+                path,
+                ERROR,
+                f"two artifacts have the destination {norm!r} (also `{format_key_path(taken[norm])}`)",
+            )
         else:
             taken[norm] = path
 
@@ -759,8 +877,7 @@ def _check_artifacts(doc: dict[str, Any], steps: list[Any], sink: FindingSink) -
     _check_artifact_list(doc.get("artifacts"), ("artifacts",), sink, task_level)
     for i, entry in enumerate(steps):
         if isinstance(entry, dict):
-            _check_artifact_list(entry.get("artifacts"), ("steps", i, "artifacts"), sink,
-                                 dict(task_level))
+            _check_artifact_list(entry.get("artifacts"), ("steps", i, "artifacts"), sink, dict(task_level))
 
 
 # -- files -----------------------------------------------------------------------------------
@@ -780,9 +897,13 @@ def _too_big_to_lint(path: Path, sink: FindingSink) -> bool:
         return False
     if size <= MAX_INPUT_BYTES or not path.is_file():
         return False
-    sink.file(path, WARNING, f"is {size / (1 << 20):.1f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB "
-              "cairn reads for its checks: not checked (it still runs as it is)",
-              rule="too-big-to-check")
+    sink.file(
+        path,
+        WARNING,
+        f"is {size / (1 << 20):.1f} MiB, over the {MAX_INPUT_BYTES >> 20} MiB "
+        "cairn reads for its checks: not checked (it still runs as it is)",
+        rule="too-big-to-check",
+    )
     return True
 
 
@@ -821,12 +942,22 @@ def _check_dockerfile(dockerfile: Path, sink: FindingSink) -> None:
             continue
         last = image.rsplit("/", 1)[-1]
         if ":" not in last:
-            sink.file(dockerfile, WARNING, f"`FROM {image}` has no tag; pin one "
-                      "(e.g. `debian:bookworm-slim`) so that builds are reproducible", start,
-                      rule=UNPINNED_IMAGE)
+            sink.file(
+                dockerfile,
+                WARNING,
+                f"`FROM {image}` has no tag; pin one "
+                "(e.g. `debian:bookworm-slim`) so that builds are reproducible",
+                start,
+                rule=UNPINNED_IMAGE,
+            )
         elif last.endswith(":latest"):
-            sink.file(dockerfile, WARNING, f"`FROM {image}` uses `:latest`; pin a version "
-                      "so that builds are reproducible", start, rule=UNPINNED_IMAGE)
+            sink.file(
+                dockerfile,
+                WARNING,
+                f"`FROM {image}` uses `:latest`; pin a version so that builds are reproducible",
+                start,
+                rule=UNPINNED_IMAGE,
+            )
 
 
 _SET_E_RE = re.compile(r"^\s*set\s+(?P<opts>.*)$")
@@ -879,16 +1010,13 @@ def set_e_risk(text: str) -> int | None:
 
 
 def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None:
-    tests = [root / "tests" / "test.sh"] + [root / "steps" / n / "tests" / "test.sh"
-                                            for n in step_names]
+    tests = [root / "tests" / "test.sh"] + [root / "steps" / n / "tests" / "test.sh" for n in step_names]
     others = [root / "solution" / "solve.sh"]
     for n in step_names:
-        others += [root / "steps" / n / "solution" / "solve.sh",
-                   root / "steps" / n / "workdir" / "setup.sh"]
+        others += [root / "steps" / n / "solution" / "solve.sh", root / "steps" / n / "workdir" / "setup.sh"]
     for script in tests + others:
         if script.is_dir():
-            sink.file(script, ERROR, "is a folder: cairn runs this path as a script, it must "
-                      "be a file")
+            sink.file(script, ERROR, "is a folder: cairn runs this path as a script, it must be a file")
             continue
         if not script.is_file():
             continue  # missing (reported where it is required), a FIFO or a refused link
@@ -900,11 +1028,21 @@ def _check_scripts(root: Path, step_names: list[str], sink: FindingSink) -> None
             sink.file(script, ERROR, exc.reason, exc.line)
             continue
         if b"\r\n" in data:
-            sink.file(script, WARNING, "CRLF line endings (cairn normalises them when it runs "
-                      "the script; convert the file to LF)", rule="script-crlf")
+            sink.file(
+                script,
+                WARNING,
+                "CRLF line endings (cairn normalises them when it runs the script; convert the file to LF)",
+                rule="script-crlf",
+            )
         if script in tests:
             line = set_e_risk(data.decode("utf-8", errors="replace"))
             if line is not None:
-                sink.file(script, WARNING, "uses `set -e` and could exit before writing a "
-                          "reward; write the reward in a `trap … EXIT` or guard the commands "
-                          "that may fail", line, rule="script-set-e")
+                sink.file(
+                    script,
+                    WARNING,
+                    "uses `set -e` and could exit before writing a "
+                    "reward; write the reward in a `trap … EXIT` or guard the commands "
+                    "that may fail",
+                    line,
+                    rule="script-set-e",
+                )

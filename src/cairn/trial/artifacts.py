@@ -53,8 +53,9 @@ def _remove_excluded(root: Path, patterns: tuple[str, ...]) -> list[str]:
 
 async def _size_bytes(sandbox: Sandbox, source: str) -> int | None:
     """Total size of a sandbox path in bytes (``du -sb``, not following links); None if absent."""
-    r = await sandbox.exec(f"du -sb --apparent-size {shlex.quote(source)} 2>/dev/null | tail -n1",
-                           user="root")
+    r = await sandbox.exec(
+        f"du -sb --apparent-size {shlex.quote(source)} 2>/dev/null | tail -n1", user="root"
+    )
     try:
         return int(r.stdout.split()[0])
     except (IndexError, ValueError):
@@ -70,12 +71,16 @@ async def _logs_artifacts_hold_files(sandbox: Sandbox, known: bool | None) -> bo
     return bool(r.stdout.strip())
 
 
-async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], dest_dir: Path, *,
-                            cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
-                            logs_artifacts_written: bool | None = None,
-                            include_logs: bool = True,
-                            sized: dict[str, tuple[int | None, str]] | None = None
-                            ) -> list[ArtifactEntry]:
+async def collect_artifacts(
+    sandbox: Sandbox,
+    entries: tuple[Artifact, ...],
+    dest_dir: Path,
+    *,
+    cap_bytes: int = DEFAULT_ARTIFACT_CAP_BYTES,
+    logs_artifacts_written: bool | None = None,
+    include_logs: bool = True,
+    sized: dict[str, tuple[int | None, str]] | None = None,
+) -> list[ArtifactEntry]:
     """Copy ``entries`` and ``/logs/artifacts`` from the sandbox into ``dest_dir``.
 
     Args:
@@ -99,17 +104,23 @@ async def collect_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...], des
         SandboxLostError: the engine is gone (every other failure is recorded per entry).
     """
     rows: list[dict[str, Any]] = []
-    all_entries = [*entries] + ([Artifact(source=LOGS_ARTIFACTS, destination=".")]
-                                if include_logs else [])
+    all_entries = [*entries] + ([Artifact(source=LOGS_ARTIFACTS, destination=".")] if include_logs else [])
     for entry in all_entries:
         dest_rel = entry.effective_destination
-        row: dict[str, Any] = {"source": entry.source, "destination": dest_rel, "status": "failed",
-                     "bytes": None, "error": None, "excluded": []}
+        row: dict[str, Any] = {
+            "source": entry.source,
+            "destination": dest_rel,
+            "status": "failed",
+            "bytes": None,
+            "error": None,
+            "excluded": [],
+        }
         rows.append(row)
         target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
         try:
-            if entry.source == LOGS_ARTIFACTS and \
-                    not await _logs_artifacts_hold_files(sandbox, logs_artifacts_written):
+            if entry.source == LOGS_ARTIFACTS and not await _logs_artifacts_hold_files(
+                sandbox, logs_artifacts_written
+            ):
                 rows.pop()
                 continue
             known = (sized or {}).get(entry.source)
@@ -161,8 +172,9 @@ def _service_of(entry: Artifact | CollectHook) -> str:
     return svc or MAIN_SERVICE
 
 
-async def run_collect_hooks(sandbox: Sandbox, hooks: tuple[CollectHook, ...], *,
-                            timeout_multiplier: float = 1.0) -> list[str]:
+async def run_collect_hooks(
+    sandbox: Sandbox, hooks: tuple[CollectHook, ...], *, timeout_multiplier: float = 1.0
+) -> list[str]:
     """Run ``[[verifier.collect]]`` hooks in their services, in order; best effort.
 
     Args:
@@ -182,28 +194,37 @@ async def run_collect_hooks(sandbox: Sandbox, hooks: tuple[CollectHook, ...], *,
         svc = _service_of(hook)
         try:
             target = await sandbox.for_service(svc)
-            r = await target.exec(hook.command, user=hook.user,
-                                  timeout_sec=hook.timeout_sec * timeout_multiplier)
+            r = await target.exec(
+                hook.command, user=hook.user, timeout_sec=hook.timeout_sec * timeout_multiplier
+            )
         except SandboxLostError:
             raise
         except Exception as exc:  # noqa: BLE001 - best effort, recorded
             warnings.append(f"collect hook in service {svc} failed ({hook.command!r}): {exc}")
             continue
         if r.timed_out:
-            warnings.append(f"collect hook in service {svc} timed out after "
-                            f"{hook.timeout_sec * timeout_multiplier:g} s ({hook.command!r})")
+            warnings.append(
+                f"collect hook in service {svc} timed out after "
+                f"{hook.timeout_sec * timeout_multiplier:g} s ({hook.command!r})"
+            )
         elif r.exit_code != 0:
-            warnings.append(f"collect hook in service {svc} exited {r.exit_code} "
-                            f"({hook.command!r}): {r.stderr.strip()[-300:]}")
+            warnings.append(
+                f"collect hook in service {svc} exited {r.exit_code} "
+                f"({hook.command!r}): {r.stderr.strip()[-300:]}"
+            )
     return warnings
 
 
-async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...],
-                                 hooks: tuple[CollectHook, ...], dest_dir: Path, *,
-                                 timeout_multiplier: float = 1.0,
-                                 logs_artifacts_written: bool | None = None,
-                                 sized: dict[str, tuple[int | None, str]] | None = None
-                                 ) -> tuple[list[ArtifactEntry], list[str]]:
+async def collect_step_artifacts(
+    sandbox: Sandbox,
+    entries: tuple[Artifact, ...],
+    hooks: tuple[CollectHook, ...],
+    dest_dir: Path,
+    *,
+    timeout_multiplier: float = 1.0,
+    logs_artifacts_written: bool | None = None,
+    sized: dict[str, tuple[int | None, str]] | None = None,
+) -> tuple[list[ArtifactEntry], list[str]]:
     """A step's collection pass, as Harbor 0.26 orders it: hooks on ``main``, ``main``'s
     artifacts (and ``/logs/artifacts``), then hooks on the other services, then their
     artifacts (each entry's ``service``).
@@ -226,9 +247,13 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
     main_hooks = tuple(h for h in hooks if _service_of(h) == MAIN_SERVICE)
     warnings = await run_collect_hooks(sandbox, main_hooks, timeout_multiplier=timeout_multiplier)
     main_entries = tuple(e for e in entries if _service_of(e) == MAIN_SERVICE)
-    rows = await collect_artifacts(sandbox, main_entries, dest_dir,
-                                   logs_artifacts_written=logs_artifacts_written,
-                                   sized=sized if not main_hooks else None)
+    rows = await collect_artifacts(
+        sandbox,
+        main_entries,
+        dest_dir,
+        logs_artifacts_written=logs_artifacts_written,
+        sized=sized if not main_hooks else None,
+    )
     side_hooks = tuple(h for h in hooks if _service_of(h) != MAIN_SERVICE)
     warnings += await run_collect_hooks(sandbox, side_hooks, timeout_multiplier=timeout_multiplier)
     services = sorted({_service_of(e) for e in entries} - {MAIN_SERVICE})
@@ -239,9 +264,16 @@ async def collect_step_artifacts(sandbox: Sandbox, entries: tuple[Artifact, ...]
         except SandboxLostError:
             raise
         except Exception as exc:  # noqa: BLE001 - recorded per entry
-            rows += [ArtifactEntry(source=e.source, destination=e.effective_destination,
-                                   service=svc, status="failed",
-                                   error=f"service {svc}: {exc}") for e in svc_entries]
+            rows += [
+                ArtifactEntry(
+                    source=e.source,
+                    destination=e.effective_destination,
+                    service=svc,
+                    status="failed",
+                    error=f"service {svc}: {exc}",
+                )
+                for e in svc_entries
+            ]
             continue
         svc_rows = await collect_artifacts(target, svc_entries, dest_dir, include_logs=False)
         rows += [row.model_copy(update={"service": svc}) for row in svc_rows]

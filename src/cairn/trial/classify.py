@@ -25,22 +25,36 @@ from cairn.sandbox.base import Sandbox, SandboxEnd
 from cairn.task.model import Step
 
 PHASE_OF: dict[ErrorKind, Phase] = {
-    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT, ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
-    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT, ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
-    ErrorKind.START_FAILED: Phase.ENVIRONMENT, ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.CONFIG_ERROR: Phase.ENVIRONMENT,
+    ErrorKind.BUILD_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.BUILD_TIMEOUT: Phase.ENVIRONMENT,
+    ErrorKind.IMAGE_NOT_FOUND: Phase.ENVIRONMENT,
+    ErrorKind.START_FAILED: Phase.ENVIRONMENT,
+    ErrorKind.ENV_HEALTHCHECK_FAILED: Phase.ENVIRONMENT,
     ErrorKind.SERVICE_EXITED: Phase.ENVIRONMENT,
-    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP, ErrorKind.SETUP_FAILED: Phase.SETUP,
-    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK, ErrorKind.TEST_MISSING: Phase.VERIFIER,
-    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER, ErrorKind.REWARD_MISSING: Phase.VERIFIER,
-    ErrorKind.REWARD_EMPTY: Phase.VERIFIER, ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
-    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT, ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
+    ErrorKind.AGENT_SETUP_FAILED: Phase.AGENT_SETUP,
+    ErrorKind.SETUP_FAILED: Phase.SETUP,
+    ErrorKind.HEALTHCHECK_FAILED: Phase.HEALTHCHECK,
+    ErrorKind.TEST_MISSING: Phase.VERIFIER,
+    ErrorKind.VERIFIER_TIMEOUT: Phase.VERIFIER,
+    ErrorKind.REWARD_MISSING: Phase.VERIFIER,
+    ErrorKind.REWARD_EMPTY: Phase.VERIFIER,
+    ErrorKind.REWARD_PARSE_ERROR: Phase.VERIFIER,
+    ErrorKind.MODEL_AUTH_FAILED: Phase.AGENT,
+    ErrorKind.MODEL_UNAVAILABLE: Phase.AGENT,
     ErrorKind.BUDGET_EXCEEDED: Phase.AGENT,
 }
 """The phase a kind always belongs to; kinds not listed take the phase that was running."""
 
 
-def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | None = None,
-               after_agent: bool = False, mask: Callable[[str], str] = lambda s: s) -> ErrorInfo:
+def error_info(
+    exc: TrialFailure,
+    *,
+    step: Step | None = None,
+    phase: Phase | None = None,
+    after_agent: bool = False,
+    mask: Callable[[str], str] = lambda s: s,
+) -> ErrorInfo:
     """Classify a :class:`TrialFailure` into the persisted ``error`` (design §6).
 
     Args:
@@ -58,26 +72,36 @@ def error_info(exc: TrialFailure, *, step: Step | None = None, phase: Phase | No
         is not retried as infra.
     """
     step_index = step.index if step is not None else 1
-    detail = {k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items()
-              if not k.startswith("_")}
+    detail = {
+        k: (mask(v) if isinstance(v, str) else v) for k, v in exc.detail.items() if not k.startswith("_")
+    }
     category = category_of(exc.kind, step_index=step_index, after_agent=after_agent)
     if exc.task_fault:  # a start the task's own definition breaks: not infra
         category = Category.TASK
-    return ErrorInfo(kind=exc.kind, category=category,
-                     phase=phase or PHASE_OF.get(exc.kind), step=step.name if step else None,
-                     message=mask(str(exc)), detail=detail)
+    return ErrorInfo(
+        kind=exc.kind,
+        category=category,
+        phase=phase or PHASE_OF.get(exc.kind),
+        step=step.name if step else None,
+        message=mask(str(exc)),
+        detail=detail,
+    )
 
 
-def as_start_failure(exc: Exception, message: str | None = None,
-                     detail: dict[str, Any] | None = None) -> TrialFailure:
+def as_start_failure(
+    exc: Exception, message: str | None = None, detail: dict[str, Any] | None = None
+) -> TrialFailure:
     """A sandbox that could not be made usable while starting is ``start_failed`` (infra).
 
     Used for the trial's own sandbox and for a separate verifier's sandbox.
     """
     known = exc if isinstance(exc, TrialFailure) else None
-    return TrialFailure(ErrorKind.START_FAILED, message if message is not None else str(exc),
-                        detail=(known.detail if known else {}) if detail is None else detail,
-                        task_fault=known.task_fault if known else False)
+    return TrialFailure(
+        ErrorKind.START_FAILED,
+        message if message is not None else str(exc),
+        detail=(known.detail if known else {}) if detail is None else detail,
+        task_fault=known.task_fault if known else False,
+    )
 
 
 async def with_sandbox_end(exc: TrialFailure, sandbox: Sandbox | None) -> TrialFailure:
@@ -115,5 +139,4 @@ def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:
 
 def as_transfer_failure(exc: TrialFailure) -> TrialFailure:
     """A sandbox that broke before the agent ran is a failed transfer (infra), not a candidate fault."""
-    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail,
-                        task_fault=exc.task_fault)
+    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail, task_fault=exc.task_fault)

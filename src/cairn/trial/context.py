@@ -108,11 +108,17 @@ class TrialSettings:
     n_steps: int = 1
 
     @classmethod
-    def of(cls, opts: RunOptions, *, networks: PhaseNetworks | None,
-           verifier_envs: Sequence[Mapping[str, str]], mask: Callable[[str], str],
-           separate: Mapping[int, SeparatePlan] | None = None,
-           snapshot: SnapshotHook | None = None,
-           solution_env: Mapping[str, str] | None = None) -> TrialSettings:
+    def of(
+        cls,
+        opts: RunOptions,
+        *,
+        networks: PhaseNetworks | None,
+        verifier_envs: Sequence[Mapping[str, str]],
+        mask: Callable[[str], str],
+        separate: Mapping[int, SeparatePlan] | None = None,
+        snapshot: SnapshotHook | None = None,
+        solution_env: Mapping[str, str] | None = None,
+    ) -> TrialSettings:
         """The settings of a trial under ``opts``.
 
         Args:
@@ -124,13 +130,21 @@ class TrialSettings:
             snapshot: the ``--snapshot-steps`` hook.
             solution_env: the resolved ``[solution.env]``.
         """
-        return cls(timeouts=opts.timeouts, verify=opts.verify, hardened=opts.hardened_verify,
-                   agent_env=dict(opts.agent_env), resume_session=opts.resume_agent_session,
-                   networks=networks,
-                   verifier_envs={i: dict(v) for i, v in enumerate(verifier_envs, start=1)},
-                   separate=dict(separate or {}), snapshot=snapshot,
-                   sandbox_outlives_trial=opts.keep_sandbox, mask=mask,
-                   solution_env=dict(solution_env or {}), n_steps=len(verifier_envs))
+        return cls(
+            timeouts=opts.timeouts,
+            verify=opts.verify,
+            hardened=opts.hardened_verify,
+            agent_env=dict(opts.agent_env),
+            resume_session=opts.resume_agent_session,
+            networks=networks,
+            verifier_envs={i: dict(v) for i, v in enumerate(verifier_envs, start=1)},
+            separate=dict(separate or {}),
+            snapshot=snapshot,
+            sandbox_outlives_trial=opts.keep_sandbox,
+            mask=mask,
+            solution_env=dict(solution_env or {}),
+            n_steps=len(verifier_envs),
+        )
 
     def verifier_env(self, step: int) -> dict[str, str]:
         """Step ``step``'s resolved verifier env (empty when none was resolved)."""
@@ -177,8 +191,15 @@ class JobServices:
         return cls()
 
     @classmethod
-    def for_job(cls, plans: Sequence[TrialPlan], *, prestart: bool, limit: int,
-                in_process: bool, resources: Sequence[JobResource] = ()) -> JobServices:
+    def for_job(
+        cls,
+        plans: Sequence[TrialPlan],
+        *,
+        prestart: bool,
+        limit: int,
+        in_process: bool,
+        resources: Sequence[JobResource] = (),
+    ) -> JobServices:
         """The services of one job run.
 
         Args:
@@ -192,11 +213,12 @@ class JobServices:
         from cairn.sandbox.pools import ResourcePool
         from cairn.trial.prestart import PrestartPool
 
-        return cls(removals=set(),
-                   prestarts=PrestartPool(plans, limit=limit) if prestart and in_process
-                   else None,
-                   pool=ResourcePool() if in_process else None,
-                   resources=tuple(resources))
+        return cls(
+            removals=set(),
+            prestarts=PrestartPool(plans, limit=limit) if prestart and in_process else None,
+            pool=ResourcePool() if in_process else None,
+            resources=tuple(resources),
+        )
 
     async def open(self) -> None:
         """Open the job-lifetime :attr:`resources`, in order."""

@@ -14,8 +14,9 @@ import asyncio
 from collections.abc import Awaitable, Callable
 
 
-async def stop_sandbox(stop: Callable[[], Awaitable[None]], *, cancelled: bool,
-                       pending: set[asyncio.Task[None]] | None) -> None:
+async def stop_sandbox(
+    stop: Callable[[], Awaitable[None]], *, cancelled: bool, pending: set[asyncio.Task[None]] | None
+) -> None:
     """Remove a trial's sandbox: now (shielded from cancellation) when the trial was cancelled
     or no job collects removals; else as a task the job awaits before it ends.
 

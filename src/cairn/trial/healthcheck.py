@@ -27,8 +27,9 @@ class HealthcheckOutcome:
     last_output: str
 
 
-async def run_healthcheck(sandbox: Sandbox, check: Healthcheck, *, user: str | int | None = None,
-                          timeout_multiplier: float = 1.0) -> HealthcheckOutcome:
+async def run_healthcheck(
+    sandbox: Sandbox, check: Healthcheck, *, user: str | int | None = None, timeout_multiplier: float = 1.0
+) -> HealthcheckOutcome:
     """Probe ``check.command`` (``sh -c``) until it passes or fails (Docker's semantics).
 
     During ``start_period_sec`` probes run every ``start_interval_sec`` and failures do not count
@@ -51,9 +52,12 @@ async def run_healthcheck(sandbox: Sandbox, check: Healthcheck, *, user: str | i
     probes = 0
     while True:
         probes += 1
-        r = await sandbox.exec(["sh", "-c", check.command], user=user,
-                               timeout_sec=check.timeout_sec * timeout_multiplier,
-                               max_output_bytes=4096)
+        r = await sandbox.exec(
+            ["sh", "-c", check.command],
+            user=user,
+            timeout_sec=check.timeout_sec * timeout_multiplier,
+            max_output_bytes=4096,
+        )
         output = (r.stdout + r.stderr)[-2000:]
         if r.ok:
             return HealthcheckOutcome(True, probes, r.exit_code, output)

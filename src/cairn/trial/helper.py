@@ -106,8 +106,9 @@ class AfterAgent:
     users: dict[int, str] = field(default_factory=dict)
 
 
-def after_agent_argv(artifact_sources: list[str], *, prepare_tests: bool,
-                     list_processes: bool = False) -> list[str]:
+def after_agent_argv(
+    artifact_sources: list[str], *, prepare_tests: bool, list_processes: bool = False
+) -> list[str]:
     """The exec's argv (run it as root).
 
     Args:
@@ -116,8 +117,16 @@ def after_agent_argv(artifact_sources: list[str], *, prepare_tests: bool,
         list_processes: also list the sandbox's processes and users (``PS=1``).
     """
     planted = f"{PLANTED_PREFIX}{uuid.uuid4().hex[:12]}"
-    return ["/bin/sh", "-c", AFTER_AGENT_SCRIPT, "cairn-after-agent", planted,
-            "1" if prepare_tests else "0", "1" if list_processes else "0", *artifact_sources]
+    return [
+        "/bin/sh",
+        "-c",
+        AFTER_AGENT_SCRIPT,
+        "cairn-after-agent",
+        planted,
+        "1" if prepare_tests else "0",
+        "1" if list_processes else "0",
+        *artifact_sources,
+    ]
 
 
 def _parse_processes(text: str) -> list[ProcessInfo]:
@@ -138,9 +147,15 @@ def _parse_processes(text: str) -> list[ProcessInfo]:
             continue
         if pid == own or ppid == own or fields[0] in ("Z", "X"):
             continue
-        procs.append(ProcessInfo(pid=pid, ppid=ppid, start_ticks=start,
-                                 cmdline=cmd.replace("\n", " ").strip(),
-                                 uid=int(uid_text) if uid_text.isdigit() else None))
+        procs.append(
+            ProcessInfo(
+                pid=pid,
+                ppid=ppid,
+                start_ticks=start,
+                cmdline=cmd.replace("\n", " ").strip(),
+                uid=int(uid_text) if uid_text.isdigit() else None,
+            )
+        )
     return procs
 
 
@@ -169,8 +184,7 @@ def parse_after_agent(stdout: str, n_artifacts: int) -> AfterAgent:
         out.users = _parse_passwd(passwd)
     for line in stdout.splitlines():
         parts = line.split(" ")
-        if len(parts) == 2 and parts[0] in ("full", "odd") and parts[1] in (AGENT_LOGS_DIR,
-                                                                            ARTIFACTS_DIR):
+        if len(parts) == 2 and parts[0] in ("full", "odd") and parts[1] in (AGENT_LOGS_DIR, ARTIFACTS_DIR):
             getattr(out, parts[0]).add(parts[1])
         elif len(parts) == 2 and parts[0] == "free" and parts[1].isdigit():
             out.free_kb = int(parts[1])
@@ -194,20 +208,20 @@ def reset_dirs_cmd(*dirs: str) -> str:
     Returns:
         ``mkdir -p D && find D -mindepth 1 -delete; chmod 777 D`` for each, joined by ``; ``.
     """
-    return "; ".join(f"mkdir -p {d} && find {d} -mindepth 1 -delete; chmod 777 {d}"
-                     for d in dirs)
+    return "; ".join(f"mkdir -p {d} && find {d} -mindepth 1 -delete; chmod 777 {d}" for d in dirs)
 
 
 CLEAR_EVIDENCE_CMD = (
-    f"find {AGENT_LOGS_DIR} -mindepth 1 -delete; rm -rf {PLANTED_PREFIX}*; "
-    f"chmod 777 {AGENT_LOGS_DIR}")
+    f"find {AGENT_LOGS_DIR} -mindepth 1 -delete; rm -rf {PLANTED_PREFIX}*; chmod 777 {AGENT_LOGS_DIR}"
+)
 """After the agent's logs and planted verifier files were downloaded (one exec, root): both
 leave the sandbox, so neither the verifier nor a later agent sees them (design §11)."""
 
 VERIFIER_CLEANUP_CMD = (
     f"rm -rf {TESTS_DIR} {PLANTED_PREFIX}*; d={VERIFIER_LOGS_DIR}; "
     'if [ -L "$d" ] || [ ! -d "$d" ]; then rm -rf "$d"; mkdir -p "$d"; chmod 777 "$d"; fi; '
-    'find "$d" -mindepth 1 -delete')
+    'find "$d" -mindepth 1 -delete'
+)
 """After a shared verifier (one exec, root): ``/tests`` goes, and so does what the verifier left
 in ``/logs/verifier`` (on the host already): the next step's agent must not read them, nor be
 blamed for them (design §4.6 item 5)."""

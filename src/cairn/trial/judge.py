@@ -40,19 +40,23 @@ def _one(item: Any) -> JudgeUsage:
     if not isinstance(item, dict):
         raise ValueError("each entry must be a JSON object")
     cost = item.get("cost_usd")
-    if cost is not None and (isinstance(cost, bool) or not isinstance(cost, int | float)
-                             or not math.isfinite(cost) or cost < 0):
+    if cost is not None and (
+        isinstance(cost, bool) or not isinstance(cost, int | float) or not math.isfinite(cost) or cost < 0
+    ):
         raise ValueError(f"cost_usd must be a non-negative number, got {cost!r}")
     model = item.get("model")
     if model is not None and not isinstance(model, str):
         raise ValueError("model must be a string")
     return JudgeUsage(
-        tokens=Tokens(prompt=_count(item, "prompt_tokens", "input_tokens"),
-                      completion=_count(item, "completion_tokens", "output_tokens"),
-                      cached=_count(item, "cached_tokens")),
+        tokens=Tokens(
+            prompt=_count(item, "prompt_tokens", "input_tokens"),
+            completion=_count(item, "completion_tokens", "output_tokens"),
+            cached=_count(item, "cached_tokens"),
+        ),
         cost_usd=float(cost) if cost is not None else None,
         models=[model[:_MAX_MODEL_CHARS]] if model else [],
-        calls=_count(item, "calls"))
+        calls=_count(item, "calls"),
+    )
 
 
 def read_judge_usage(verifier_dir: Path) -> tuple[JudgeUsage | None, list[str]]:

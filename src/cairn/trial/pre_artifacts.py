@@ -19,9 +19,14 @@ from cairn.task.model import DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC, Step
 PRE_ARTIFACTS_SCRIPT = "/tmp/.cairn-pre-artifacts.sh"
 
 
-async def run_pre_artifacts(sandbox: Sandbox, step: Step, agent_dir: Path, *,
-                            timeout_multiplier: float = 1.0,
-                            mask: Callable[[str], str] = lambda s: s) -> list[str]:
+async def run_pre_artifacts(
+    sandbox: Sandbox,
+    step: Step,
+    agent_dir: Path,
+    *,
+    timeout_multiplier: float = 1.0,
+    mask: Callable[[str], str] = lambda s: s,
+) -> list[str]:
     """Run the step's ``pre_artifacts.sh``, if it has one.
 
     Args:
@@ -43,17 +48,17 @@ async def run_pre_artifacts(sandbox: Sandbox, step: Step, agent_dir: Path, *,
     if b"\r\n" in script.read_bytes():
         await sandbox.exec(["sed", "-i", "s/\\r$//", PRE_ARTIFACTS_SCRIPT], user="root")
     timeout = DEFAULT_PRE_ARTIFACTS_TIMEOUT_SEC * timeout_multiplier
-    r = await sandbox.exec(["bash", PRE_ARTIFACTS_SCRIPT], user=step.agent_user,
-                           timeout_sec=timeout)
+    r = await sandbox.exec(["bash", PRE_ARTIFACTS_SCRIPT], user=step.agent_user, timeout_sec=timeout)
     await sandbox.exec(["rm", "-f", PRE_ARTIFACTS_SCRIPT], user="root")
     agent_dir.mkdir(parents=True, exist_ok=True)
     (agent_dir / "pre-artifacts.txt").write_text(
         f"exit_code: {r.exit_code}\ntimed_out: {r.timed_out}\n"
         f"--- stdout (tail) ---\n{mask(r.stdout[-4000:])}\n"
-        f"--- stderr (tail) ---\n{mask(r.stderr[-4000:])}\n", encoding="utf-8")
+        f"--- stderr (tail) ---\n{mask(r.stderr[-4000:])}\n",
+        encoding="utf-8",
+    )
     if r.ok:
         return []
     why = f"timed out after {timeout:g} s" if r.timed_out else f"exited {r.exit_code}"
     tail = mask(r.stderr.strip()[-300:])
-    return [f"pre_artifacts.sh {why}; artifacts collected anyway"
-            + (f": {tail}" if tail else "")]
+    return [f"pre_artifacts.sh {why}; artifacts collected anyway" + (f": {tail}" if tail else "")]

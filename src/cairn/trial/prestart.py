@@ -35,6 +35,7 @@ from cairn.sandbox.base import Sandbox, SandboxSpec
 
 log = logging.getLogger("cairn.trial.prestart")
 
+
 def _task_key(plan: TrialPlan) -> tuple[str, str, str]:
     """Trials whose sandboxes may be alike: same task (folder and content), same backend."""
     return str(plan.task.path), plan.task.content_hash, plan.backend
@@ -137,12 +138,12 @@ class PrestartPool:
         if self.closed or len(self._held) >= self.limit:
             return None
         key = _task_key(plan)
-        nxt = next((p for p in self._waiting.values()
-                    if p.trial_id not in self._held and _task_key(p) == key), None)
+        nxt = next(
+            (p for p in self._waiting.values() if p.trial_id not in self._held and _task_key(p) == key), None
+        )
         if nxt is None:
             return None
-        entry = Prestarted(cls(dataclasses.replace(spec, trial_id=nxt.trial_id)),
-                           begun=time.monotonic())
+        entry = Prestarted(cls(dataclasses.replace(spec, trial_id=nxt.trial_id)), begun=time.monotonic())
         entry.task = asyncio.ensure_future(entry._bring_up())
         entry.task.add_done_callback(_quiet)
         self._held[nxt.trial_id] = entry
@@ -198,8 +199,7 @@ class PrestartPool:
         interrupted = False
         while self._retiring:
             try:
-                await asyncio.shield(asyncio.gather(*list(self._retiring),
-                                                    return_exceptions=True))
+                await asyncio.shield(asyncio.gather(*list(self._retiring), return_exceptions=True))
             except asyncio.CancelledError:
                 interrupted = True
         if interrupted:

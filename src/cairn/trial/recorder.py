@@ -74,8 +74,15 @@ class TrialRecorder:
             ``--prestart`` offer); ``None`` does nothing.
     """
 
-    def __init__(self, task: Task, store: TrialStore, emit: EventSink | None = None, *,
-                 tag: str | None = None, trial_id: str | None = None) -> None:
+    def __init__(
+        self,
+        task: Task,
+        store: TrialStore,
+        emit: EventSink | None = None,
+        *,
+        tag: str | None = None,
+        trial_id: str | None = None,
+    ) -> None:
         self.task = task
         self.store = store
         self.emit: EventSink = emit or _ignore
@@ -85,7 +92,8 @@ class TrialRecorder:
         self.step: Step | None = None
         self._status_at: tuple[Phase, int | None] | None = None
         self.rows: list[StepResult] = [
-            StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in task.steps]
+            StepResult(index=s.index, name=s.name, source=StepSource.NOT_RUN) for s in task.steps
+        ]
         self.error: ErrorInfo | None = None
         self.stop_reason: StopReason | None = None
         self.after_agent = False
@@ -112,9 +120,16 @@ class TrialRecorder:
 
     # ---- the phase switch ------------------------------------------------------------------
     @asynccontextmanager
-    async def phase(self, phase: Phase, step: Step | None = None, *,
-                    network: NetworkPolicy | None = None, network_as: str | None = None,
-                    span: str | None = None, timed: bool = True) -> AsyncIterator[None]:
+    async def phase(
+        self,
+        phase: Phase,
+        step: Step | None = None,
+        *,
+        network: NetworkPolicy | None = None,
+        network_as: str | None = None,
+        span: str | None = None,
+        timed: bool = True,
+    ) -> AsyncIterator[None]:
         """Run the body as ``phase`` (of ``step``, or of the trial itself).
 
         On entry: the phase is set, status.json written (a repeated place is not rewritten),
@@ -164,11 +179,16 @@ class TrialRecorder:
         where = (phase, self.step.index if self.step else None)
         if where != self._status_at:
             self._status_at = where
-            self.store.write_status(phase, self.step.index if self.step else None,
-                                    self.step.name if self.step else None)
+            self.store.write_status(
+                phase, self.step.index if self.step else None, self.step.name if self.step else None
+            )
         last = len(self.task.steps)
-        if phase is Phase.VERIFIER and self.step is not None and self.step.index == last \
-                and self.on_last_verifier is not None:
+        if (
+            phase is Phase.VERIFIER
+            and self.step is not None
+            and self.step.index == last
+            and self.on_last_verifier is not None
+        ):
             offer, self.on_last_verifier = self.on_last_verifier, None
             offer()
 
@@ -214,13 +234,13 @@ class TrialRecorder:
 
     def event(self, line: str, kind: EventKind = EventKind.TRIAL) -> None:
         """Log a line in trial.log and emit it as a :class:`TrialLine` (``[tag] line``)."""
-        self.send(TrialLine(tag=self.tag, line=line, line_kind=kind, task=self.task.name,
-                            trial_id=self.trial_id))
+        self.send(
+            TrialLine(tag=self.tag, line=line, line_kind=kind, task=self.task.name, trial_id=self.trial_id)
+        )
 
     def warning(self, key: str) -> None:
         """Emit a :class:`TrialWarning` (``[tag] warning: key``), not recorded in the result."""
-        self.send(TrialWarning(tag=self.tag, key=key, task=self.task.name,
-                               trial_id=self.trial_id))
+        self.send(TrialWarning(tag=self.tag, key=key, task=self.task.name, trial_id=self.trial_id))
 
     def warn(self, warnings: Sequence[str]) -> None:
         """Record trial warnings (result.json ``warnings``) and emit each."""

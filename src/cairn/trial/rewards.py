@@ -71,11 +71,13 @@ def _parse_error(file_name: str, data: bytes, why: str) -> TrialFailure:
 
 def _check_size(file_name: str, data: bytes) -> None:
     if len(data) == 0:
-        raise TrialFailure(ErrorKind.REWARD_EMPTY, f"{file_name} is empty (0 bytes)",
-                           detail={"file": file_name, "size_bytes": 0})
+        raise TrialFailure(
+            ErrorKind.REWARD_EMPTY,
+            f"{file_name} is empty (0 bytes)",
+            detail={"file": file_name, "size_bytes": 0},
+        )
     if len(data) > REWARD_FILE_CAP_BYTES:
-        raise _parse_error(file_name, data,
-                           f"larger than the {REWARD_FILE_CAP_BYTES}-byte cap")
+        raise _parse_error(file_name, data, f"larger than the {REWARD_FILE_CAP_BYTES}-byte cap")
 
 
 def parse_reward_txt(data: bytes) -> dict[str, float]:
@@ -142,20 +144,21 @@ def parse_reward_json(data: bytes) -> dict[str, float]:
     """
     _check_size(REWARD_JSON, data)
     try:
-        doc = json.loads(data, parse_constant=_reject_constant,
-                         object_pairs_hook=_reject_duplicates)
+        doc = json.loads(data, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
     except (ValueError, RecursionError) as exc:  # JSONDecodeError and UnicodeDecodeError too
         raise _parse_error(REWARD_JSON, data, f"invalid JSON ({exc})") from None
     if not isinstance(doc, dict):
-        raise _parse_error(REWARD_JSON, data,
-                           f"top level is a JSON {_json_type(doc)}, not an object of numbers")
+        raise _parse_error(
+            REWARD_JSON, data, f"top level is a JSON {_json_type(doc)}, not an object of numbers"
+        )
     if not doc:
         raise _parse_error(REWARD_JSON, data, "the object has no keys")
     rewards: dict[str, float] = {}
     for key, value in doc.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise _parse_error(REWARD_JSON, data,
-                               f"value of key {key!r} is a JSON {_json_type(value)}, not a number")
+            raise _parse_error(
+                REWARD_JSON, data, f"value of key {key!r} is a JSON {_json_type(value)}, not a number"
+            )
         try:
             number = float(value)
         except OverflowError:
@@ -189,8 +192,11 @@ def range_warnings(rewards: dict[str, float]) -> list[str]:
     Returns:
         One warning per value below 0 or above 1, in key order.
     """
-    return [f"reward {key!r} = {value!r} is outside [0, 1] (kept as written)"
-            for key, value in rewards.items() if not 0.0 <= value <= 1.0]
+    return [
+        f"reward {key!r} = {value!r} is outside [0, 1] (kept as written)"
+        for key, value in rewards.items()
+        if not 0.0 <= value <= 1.0
+    ]
 
 
 def read_reward(files: dict[str, bytes | None]) -> RewardRead:
@@ -213,16 +219,18 @@ def read_reward(files: dict[str, bytes | None]) -> RewardRead:
     warnings: list[str] = []
     if json_data is not None:
         if txt_data is not None:
-            warnings.append("both reward.json and reward.txt were written; "
-                            "reward.json was used and reward.txt ignored")
+            warnings.append(
+                "both reward.json and reward.txt were written; reward.json was used and reward.txt ignored"
+            )
         rewards = parse_reward_json(json_data)
         name = REWARD_JSON
     elif txt_data is not None:
         rewards = parse_reward_txt(txt_data)
         name = REWARD_TXT
     else:
-        raise TrialFailure(ErrorKind.REWARD_MISSING,
-                           "the verifier wrote neither /logs/verifier/reward.json "
-                           "nor /logs/verifier/reward.txt")
+        raise TrialFailure(
+            ErrorKind.REWARD_MISSING,
+            "the verifier wrote neither /logs/verifier/reward.json nor /logs/verifier/reward.txt",
+        )
     warnings.extend(range_warnings(rewards))
     return RewardRead(rewards=rewards, reward_file=name, warnings=warnings)

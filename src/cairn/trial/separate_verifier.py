@@ -90,10 +90,16 @@ def verifier_build_context(task: Task, step: Step) -> Path | None:
     return None
 
 
-def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: str, *,
-                           environ: Mapping[str, str] | None = None,
-                           timeout_multiplier: float = 1.0,
-                           verifier_env: Mapping[str, str] | None = None) -> SeparatePlan:
+def plan_separate_verifier(
+    task: Task,
+    step: Step,
+    base: SandboxSpec,
+    backend: str,
+    *,
+    environ: Mapping[str, str] | None = None,
+    timeout_multiplier: float = 1.0,
+    verifier_env: Mapping[str, str] | None = None,
+) -> SeparatePlan:
     """Resolve the separate verifier sandbox of ``step``.
 
     Args:
@@ -122,37 +128,53 @@ def plan_separate_verifier(task: Task, step: Step, base: SandboxSpec, backend: s
         # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
         # (pristine: none of the agent's changes, only the declared artifacts).
         context = task.env_dir
-        if context is None or (find_compose_file(context) is None
-                               and not (context / "Dockerfile").is_file()):
+        if context is None or (find_compose_file(context) is None and not (context / "Dockerfile").is_file()):
             raise TrialFailure(
                 ErrorKind.CONFIG_ERROR,
                 f"step {step.name!r} verifies in a separate environment but it has nothing to "
                 "start: set [verifier.environment].docker_image, add tests/Dockerfile, or give "
-                "the task an environment/Dockerfile")
-        fallback_note = ("separate verifier: no verifier image given; using a fresh copy of the "
-                         "task's environment",)
+                "the task an environment/Dockerfile",
+            )
+        fallback_note = (
+            "separate verifier: no verifier image given; using a fresh copy of the task's environment",
+        )
     env = resolve_env(cfg.env, os.environ if environ is None else environ)
     compose = find_compose_file(context) is not None
     judge = judge_hosts(step.verifier_env, verifier_env) if verifier_env is not None else []
     policy = cfg.network_policy.with_model_hosts(judge) if judge else None
     spec = dataclasses.replace(
-        base, env_dir=context, docker_image=cfg.docker_image, workdir=cfg.workdir,
-        cpus=cfg.cpus, memory_mb=cfg.memory_mb, storage_mb=cfg.storage_mb, gpus=cfg.gpus,
+        base,
+        env_dir=context,
+        docker_image=cfg.docker_image,
+        workdir=cfg.workdir,
+        cpus=cfg.cpus,
+        memory_mb=cfg.memory_mb,
+        storage_mb=cfg.storage_mb,
+        gpus=cfg.gpus,
         network_mode=cfg.effective_network_mode,
         allowed_hosts=cfg.network_policy.allowed_hosts,
-        network_phases=(policy,) if policy is not None else (), env=env,
+        network_phases=(policy,) if policy is not None else (),
+        env=env,
         build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
-        name=f"{task.slug}-verifier", keep=False)
+        name=f"{task.slug}-verifier",
+        keep=False,
+    )
     cls = get_backend(backend, compose=compose)
     try:
         warnings = cls.check(spec)
     except UnsupportedError as exc:
-        raise TrialFailure(ErrorKind.CONFIG_ERROR,
-                           f"separate verifier of step {step.name!r}: {exc}") from None
-    return SeparatePlan(backend=cls, spec=spec, healthcheck=cfg.healthcheck,
-                        secrets=frozenset(secret_values(cfg.env, env)),
-                        warnings=(*fallback_note, *warnings), verifier_policy=policy)
+        raise TrialFailure(
+            ErrorKind.CONFIG_ERROR, f"separate verifier of step {step.name!r}: {exc}"
+        ) from None
+    return SeparatePlan(
+        backend=cls,
+        spec=spec,
+        healthcheck=cfg.healthcheck,
+        secrets=frozenset(secret_values(cfg.env, env)),
+        warnings=(*fallback_note, *warnings),
+        verifier_policy=policy,
+    )
 
 
 def _declared_rows(artifacts_dir: Path) -> list[ArtifactEntry]:
@@ -168,8 +190,9 @@ def _inside(root: Path, rel: str) -> Path | None:
     return root if str(p) in ("", ".") else root / p
 
 
-async def restore_artifacts(sandbox: Sandbox, artifacts_dir: Path,
-                            owner: str | int | None = None) -> list[str]:
+async def restore_artifacts(
+    sandbox: Sandbox, artifacts_dir: Path, owner: str | int | None = None
+) -> list[str]:
     """Copy the step's collected artifacts into ``sandbox`` at their original paths.
 
     Every manifest row with status ``copied`` goes back to its ``source`` path; the files
@@ -230,10 +253,17 @@ async def _give_to(sandbox: Sandbox, paths: list[str], owner: str | int) -> None
         await sandbox.exec(["chmod", "-R", "a+rX", "--", *paths], user="root")
 
 
-async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str, str],
-                                timeout_sec: float, verifier_dir: Path, artifacts_dir: Path,
-                                mask: Callable[[str], str] = str, timeout_multiplier: float = 1.0
-                                ) -> VerifierRun:
+async def run_separate_verifier(
+    plan: SeparatePlan,
+    step: Step,
+    *,
+    env: dict[str, str],
+    timeout_sec: float,
+    verifier_dir: Path,
+    artifacts_dir: Path,
+    mask: Callable[[str], str] = str,
+    timeout_multiplier: float = 1.0,
+) -> VerifierRun:
     """Verify ``step`` in a fresh sandbox holding only its declared artifacts.
 
     Args:
@@ -259,17 +289,26 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
             if plan.healthcheck is not None:
                 hc = await run_healthcheck(sb, plan.healthcheck, timeout_multiplier=timeout_multiplier)
                 if not hc.healthy:
-                    return VerifierRun(error=TrialFailure(
-                        ErrorKind.ENV_HEALTHCHECK_FAILED,
-                        f"the separate verifier environment of step {step.name!r} failed its "
-                        f"healthcheck after {hc.probes} probes",
-                        detail={"exit_code": hc.last_exit_code,
-                                "output_tail": mask(hc.last_output)}))
+                    return VerifierRun(
+                        error=TrialFailure(
+                            ErrorKind.ENV_HEALTHCHECK_FAILED,
+                            f"the separate verifier environment of step {step.name!r} failed its "
+                            f"healthcheck after {hc.probes} probes",
+                            detail={"exit_code": hc.last_exit_code, "output_tail": mask(hc.last_output)},
+                        )
+                    )
             restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
             if plan.verifier_policy is not None:  # the judge's opening, for test.sh only
                 await sb.set_network(plan.verifier_policy, phase="verifier")
-            run = await run_verifier(sb, step, env=env, timeout_sec=timeout_sec,
-                                     verifier_dir=verifier_dir, mask=mask, image_tests=True)
+            run = await run_verifier(
+                sb,
+                step,
+                env=env,
+                timeout_sec=timeout_sec,
+                verifier_dir=verifier_dir,
+                mask=mask,
+                image_tests=True,
+            )
             run.network_records = list(await sb.network_records())
             run.warnings.extend(plan.warnings)
             if not restored:
@@ -278,14 +317,23 @@ async def run_separate_verifier(plan: SeparatePlan, step: Step, *, env: dict[str
     except SandboxLostError:
         raise
     except BuildError as exc:
-        return VerifierRun(error=TrialFailure(
-            exc.kind, f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
-            detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()}))
+        return VerifierRun(
+            error=TrialFailure(
+                exc.kind,
+                f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
+                detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()},
+            )
+        )
     except (SandboxError, UnsupportedError) as exc:
-        return VerifierRun(error=as_start_failure(
-            exc, f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
-            detail={k: mask(v) if isinstance(v, str) else v
-                    for k, v in getattr(exc, "detail", {}).items()}))
+        return VerifierRun(
+            error=as_start_failure(
+                exc,
+                f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
+                detail={
+                    k: mask(v) if isinstance(v, str) else v for k, v in getattr(exc, "detail", {}).items()
+                },
+            )
+        )
     except TrialFailure as exc:
         if exc.kind is ErrorKind.CONFIG_ERROR:
             return VerifierRun(error=exc)

@@ -30,11 +30,10 @@ async def check_services(sandbox: Sandbox, *, when: str = "before the agent star
     ended = await sandbox.service_exit()
     if ended is None or ended.exit_code == 0:
         return
-    what = (f"compose service {ended.service!r}" if ended.service
-            else "the image's start-up service (ENTRYPOINT)")
-    detail: dict[str, object] = {"exit_code": ended.exit_code,
-                                 "log_tail": ended.log_tail[-4000:]}
+    what = (
+        f"compose service {ended.service!r}" if ended.service else "the image's start-up service (ENTRYPOINT)"
+    )
+    detail: dict[str, object] = {"exit_code": ended.exit_code, "log_tail": ended.log_tail[-4000:]}
     if ended.service:
         detail["service"] = ended.service
-    raise TrialFailure(ErrorKind.SERVICE_EXITED, f"{what} exited {ended.exit_code} {when}",
-                       detail=detail)
+    raise TrialFailure(ErrorKind.SERVICE_EXITED, f"{what} exited {ended.exit_code} {when}", detail=detail)

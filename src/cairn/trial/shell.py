@@ -32,11 +32,9 @@ def pick_step(result: TrialResult, step: str | None) -> StepResult:
     if step is not None:
         row = next((r for r in rows if r.name == step), None)
         if row is None:
-            raise UsageError(f"the trial has no step {step!r} (steps: "
-                             f"{', '.join(r.name for r in rows)})")
+            raise UsageError(f"the trial has no step {step!r} (steps: {', '.join(r.name for r in rows)})")
         if row.snapshot is None:
-            raise UsageError(f"step {step!r} has no snapshot (run the job with "
-                             "--snapshot-steps)")
+            raise UsageError(f"step {step!r} has no snapshot (run the job with --snapshot-steps)")
         return row
     with_snap = [r for r in rows if r.snapshot is not None]
     if not with_snap:
@@ -60,8 +58,13 @@ def _load(trial_dir: Path) -> tuple[TrialResult, Task]:
     return result, task
 
 
-async def open_shell(trial_dir: Path, *, step: str | None = None, command: str | None = None,
-                     on_event: Callable[[str], None] | None = None) -> int:
+async def open_shell(
+    trial_dir: Path,
+    *,
+    step: str | None = None,
+    command: str | None = None,
+    on_event: Callable[[str], None] | None = None,
+) -> int:
     """Open a shell (or run ``command``) in a fresh sandbox from a step's snapshot.
 
     Args:
@@ -95,9 +98,11 @@ async def open_shell(trial_dir: Path, *, step: str | None = None, command: str |
         for d in the_step.solution_dirs:
             await sandbox.upload(d, "/solution")
         await sandbox.exec(_READ_ONLY, user="root")
-        say(f"cairn shell: {result.backend} sandbox from the snapshot of step {row.index} "
+        say(
+            f"cairn shell: {result.backend} sandbox from the snapshot of step {row.index} "
             f"{row.name!r} of trial {result.trial_name} (files as the agent left them; no "
-            "processes). /tests and /solution hold the step's tests and solution, read-only.")
+            "processes). /tests and /solution hold the step's tests and solution, read-only."
+        )
         if command is not None:
             r = await sandbox.exec(command, user=the_step.agent_user)
             sys.stdout.write(r.stdout)

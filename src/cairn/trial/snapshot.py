@@ -38,13 +38,17 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, RunOptions
 
 
-def snapshot_labels(*, job_id: str, trial_id: str, job_dir: Path | None, step: Step
-                    ) -> dict[str, str]:
+def snapshot_labels(*, job_id: str, trial_id: str, job_dir: Path | None, step: Step) -> dict[str, str]:
     """The ownership labels of a step snapshot: ``cairn.job``, ``cairn.trial``, ``cairn.step``,
     ``cairn.step_index``, ``cairn.job_dir`` (so ``cairn clean`` finds snapshots whose job
     folder is gone) and ``cairn.snapshot``."""
-    labels = {"cairn.job": job_id, "cairn.trial": trial_id, "cairn.step": step.name,
-              "cairn.step_index": str(step.index), SNAPSHOT_LABEL: "1"}
+    labels = {
+        "cairn.job": job_id,
+        "cairn.trial": trial_id,
+        "cairn.step": step.name,
+        "cairn.step_index": str(step.index),
+        SNAPSHOT_LABEL: "1",
+    }
     if job_dir is not None:
         labels["cairn.job_dir"] = str(Path(job_dir).absolute())
     return labels
@@ -67,8 +71,9 @@ def snapshot_taker(*, job_id: str, trial_id: str, job_dir: Path | None) -> Snaps
             raise
         except (SandboxError, OSError) as exc:
             return None, [f"snapshot of step {step.name!r} failed: {exc}"]
-        return StepSnapshot(backend=ref.backend, ref=ref.ref, size_bytes=ref.size_bytes,
-                            seconds=round(ref.seconds, 6)), []
+        return StepSnapshot(
+            backend=ref.backend, ref=ref.ref, size_bytes=ref.size_bytes, seconds=round(ref.seconds, 6)
+        ), []
 
     return take
 
@@ -85,8 +90,10 @@ def start_index(task: Task, start_step: str | None) -> int:
     for s in task.steps:
         if s.name == start_step:
             return s.index
-    raise TrialFailure(ErrorKind.CONFIG_ERROR, f"--start-step {start_step!r}: the task has no "
-                       f"such step ({', '.join(s.name for s in task.steps)})")
+    raise TrialFailure(
+        ErrorKind.CONFIG_ERROR,
+        f"--start-step {start_step!r}: the task has no such step ({', '.join(s.name for s in task.steps)})",
+    )
 
 
 def agent_steps_total(task: Task, start_step: str | None) -> int:
@@ -95,8 +102,7 @@ def agent_steps_total(task: Task, start_step: str | None) -> int:
     return len(task.steps) - (start_index(task, start_step) - 1)
 
 
-async def replay_step(run: Callable[[], Awaitable[StepResult]], step: Step, *,
-                      verify: bool) -> StepResult:
+async def replay_step(run: Callable[[], Awaitable[StepResult]], step: Step, *, verify: bool) -> StepResult:
     """Run one step before ``--start-step`` with the oracle and verify it (design §4.7).
 
     Args:
@@ -121,26 +127,36 @@ async def replay_step(run: Callable[[], Awaitable[StepResult]], step: Step, *,
     except TrialFailure as exc:
         if category_of(exc.kind, step_index=step.index, after_agent=True) is Category.INFRA:
             raise
-        raise TrialFailure(ErrorKind.ORACLE_REPLAY_FAILED,
-                           f"--start-step: the oracle replay of step {step.name!r} failed: "
-                           f"{exc.kind.value}: {exc}",
-                           detail={"cause": exc.kind.value, **{k: v for k, v in exc.detail.items()
-                                                               if not k.startswith("_")}}) from exc
+        raise TrialFailure(
+            ErrorKind.ORACLE_REPLAY_FAILED,
+            f"--start-step: the oracle replay of step {step.name!r} failed: {exc.kind.value}: {exc}",
+            detail={
+                "cause": exc.kind.value,
+                **{k: v for k, v in exc.detail.items() if not k.startswith("_")},
+            },
+        ) from exc
     if not verify:
         return row.model_copy(update={"source": StepSource.ORACLE})
     if row.source is not StepSource.VERIFIER or not row.passed:
-        why = (f"reward {row.reward}" if row.source is StepSource.VERIFIER else
-               f"{row.error.kind.value}: {row.error.message}" if row.error else row.source.value)
-        raise TrialFailure(ErrorKind.ORACLE_REPLAY_FAILED,
-                           f"--start-step: the oracle solution of step {step.name!r} does not "
-                           f"pass its verifier ({why}); the agent cannot start from a correct "
-                           "state", detail={"reward": row.reward, "rewards": row.rewards})
+        why = (
+            f"reward {row.reward}"
+            if row.source is StepSource.VERIFIER
+            else f"{row.error.kind.value}: {row.error.message}"
+            if row.error
+            else row.source.value
+        )
+        raise TrialFailure(
+            ErrorKind.ORACLE_REPLAY_FAILED,
+            f"--start-step: the oracle solution of step {step.name!r} does not "
+            f"pass its verifier ({why}); the agent cannot start from a correct "
+            "state",
+            detail={"reward": row.reward, "rewards": row.rewards},
+        )
     return row.model_copy(update={"source": StepSource.ORACLE})
 
 
 # ---- --from -------------------------------------------------------------------------------
-def read_fork_source(trial_dir: Path, task: Task, start_step: str, backend: str
-                     ) -> tuple[str, ForkRef]:
+def read_fork_source(trial_dir: Path, task: Task, start_step: str, backend: str) -> tuple[str, ForkRef]:
     """The snapshot a ``--start-step NAME --from TRIAL_DIR`` trial starts from.
 
     Args:
@@ -167,25 +183,31 @@ def read_fork_source(trial_dir: Path, task: Task, start_step: str, backend: str
         raise UsageError(
             f"--from {trial_dir}: refused: it ran task {source.task.name!r} with content "
             f"{source.task.content_hash[:12]}, this job runs {task.name!r} with content "
-            f"{task.content_hash[:12]} (a fork needs the same task content)")
+            f"{task.content_hash[:12]} (a fork needs the same task content)"
+        )
     if source.backend != backend:
-        raise UsageError(f"--from {trial_dir}: its snapshots were made by backend "
-                         f"{source.backend!r}; run the fork with -e {source.backend}")
+        raise UsageError(
+            f"--from {trial_dir}: its snapshots were made by backend "
+            f"{source.backend!r}; run the fork with -e {source.backend}"
+        )
     k = start_index(task, start_step)
     if k < 2:
-        raise UsageError(f"--from needs a --start-step after the first step ({start_step!r} is "
-                         "the first)")
+        raise UsageError(f"--from needs a --start-step after the first step ({start_step!r} is the first)")
     prev = task.steps[k - 2]
     row = next((r for r in source.steps if r.index == prev.index), None)
     if row is None or row.snapshot is None:
-        raise UsageError(f"--from {trial_dir}: step {prev.name!r} has no snapshot (run the "
-                         "source job with --snapshot-steps)")
-    return row.snapshot.ref, ForkRef(trial_dir=str(trial_dir), trial_id=source.trial_id,
-                                     step=prev.name, snapshot=row.snapshot.ref)
+        raise UsageError(
+            f"--from {trial_dir}: step {prev.name!r} has no snapshot (run the "
+            "source job with --snapshot-steps)"
+        )
+    return row.snapshot.ref, ForkRef(
+        trial_dir=str(trial_dir), trial_id=source.trial_id, step=prev.name, snapshot=row.snapshot.ref
+    )
 
 
-def start_spec(spec: SandboxSpec, task: Task, options: RunOptions, backend: str
-               ) -> tuple[SandboxSpec, ForkRef | None]:
+def start_spec(
+    spec: SandboxSpec, task: Task, options: RunOptions, backend: str
+) -> tuple[SandboxSpec, ForkRef | None]:
     """The sandbox spec of a trial: with ``--from``, started from the recorded snapshot.
 
     Raises:
@@ -200,9 +222,15 @@ def start_spec(spec: SandboxSpec, task: Task, options: RunOptions, backend: str
     return dataclasses.replace(spec, snapshot=ref), fork
 
 
-def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None,
-                 timeout_multiplier: float = 1.0, environ: Mapping[str, str] | None = None
-                 ) -> tuple[SandboxSpec, set[str]]:
+def restore_spec(
+    task: Task,
+    *,
+    job_id: str,
+    trial_id: str,
+    job_dir: Path | None,
+    timeout_multiplier: float = 1.0,
+    environ: Mapping[str, str] | None = None,
+) -> tuple[SandboxSpec, set[str]]:
     """The sandbox spec a trial of ``task`` runs with (set ``snapshot`` to start from one),
     for ``cairn regrade`` and ``cairn shell``, and the secret values its env resolved.
 
@@ -216,11 +244,22 @@ def restore_spec(task: Task, *, job_id: str, trial_id: str, job_dir: Path | None
     e = task.environment
     env = resolve_env(e.env, os.environ if environ is None else environ)
     spec = SandboxSpec(
-        env_dir=task.env_dir, docker_image=e.docker_image, workdir=e.workdir, cpus=e.cpus,
-        memory_mb=e.memory_mb, storage_mb=e.storage_mb, gpus=e.gpus,
-        network_mode=e.effective_network_mode, env=env,
-        build_timeout_sec=e.build_timeout_sec * timeout_multiplier, job_id=job_id, trial_id=trial_id,
-        env_hash=task.env_hash, name=task.slug, job_dir=job_dir)
+        env_dir=task.env_dir,
+        docker_image=e.docker_image,
+        workdir=e.workdir,
+        cpus=e.cpus,
+        memory_mb=e.memory_mb,
+        storage_mb=e.storage_mb,
+        gpus=e.gpus,
+        network_mode=e.effective_network_mode,
+        env=env,
+        build_timeout_sec=e.build_timeout_sec * timeout_multiplier,
+        job_id=job_id,
+        trial_id=trial_id,
+        env_hash=task.env_hash,
+        name=task.slug,
+        job_dir=job_dir,
+    )
     return spec, set(secret_values(e.env, env))
 
 
@@ -251,19 +290,23 @@ def check_start_options(config: JobConfig, tasks: Iterable[Task | None], backend
         if needs_snapshots:
             cls = get_backend(backend, compose=task.compose_file is not None)
             if not cls.capabilities.snapshot:
-                raise UsageError(f"task {task.name}: backend {cls.name!r} cannot snapshot "
-                                 "sandboxes (--snapshot-steps / --from)")
+                raise UsageError(
+                    f"task {task.name}: backend {cls.name!r} cannot snapshot "
+                    "sandboxes (--snapshot-steps / --from)"
+                )
         if start is None:
             continue
         k = start_index_or_usage(task, start)
         if fork is not None:
             read_fork_source(Path(fork), task, start, backend)
             continue
-        missing = [s.name for s in task.steps[:k - 1] if s.solve_sh is None]
+        missing = [s.name for s in task.steps[: k - 1] if s.solve_sh is None]
         if missing:
-            raise UsageError(f"--start-step {start}: task {task.name}: step(s) "
-                             f"{', '.join(missing)} before it have no solution/solve.sh, so the "
-                             "oracle cannot replay them")
+            raise UsageError(
+                f"--start-step {start}: task {task.name}: step(s) "
+                f"{', '.join(missing)} before it have no solution/solve.sh, so the "
+                "oracle cannot replay them"
+            )
 
 
 def start_index_or_usage(task: Task, start_step: str) -> int:
@@ -271,5 +314,7 @@ def start_index_or_usage(task: Task, start_step: str) -> int:
     try:
         return start_index(task, start_step)
     except TrialFailure:
-        raise UsageError(f"--start-step {start_step}: task {task.name} has no such step "
-                         f"(steps: {', '.join(s.name for s in task.steps)})") from None
+        raise UsageError(
+            f"--start-step {start_step}: task {task.name} has no such step "
+            f"(steps: {', '.join(s.name for s in task.steps)})"
+        ) from None

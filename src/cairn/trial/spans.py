@@ -35,13 +35,17 @@ class SpanClock:
             return
         phase, started, t0 = self._open
         self._open = None
-        self.spans.append(PhaseSpan(phase=phase, started_at=started,
-                                    finished_at=started + timedelta(seconds=time.monotonic() - t0)))
+        self.spans.append(
+            PhaseSpan(
+                phase=phase,
+                started_at=started,
+                finished_at=started + timedelta(seconds=time.monotonic() - t0),
+            )
+        )
 
     def seconds(self, *phases: str) -> float | None:
         """Seconds the closed spans of ``phases`` lasted together; ``None`` when none ran."""
-        found = [(s.finished_at - s.started_at).total_seconds() for s in self.spans
-                 if s.phase in phases]
+        found = [(s.finished_at - s.started_at).total_seconds() for s in self.spans if s.phase in phases]
         return sum(found) if found else None
 
     def failed_step_timings(self) -> StepTimings:
@@ -49,7 +53,10 @@ class SpanClock:
         now) and the durations they give (``setup_sec`` stays ``None``: it counts
         ``setup.sh`` alone, which the setup span does not separate)."""
         self.end()
-        return StepTimings(agent_sec=self.seconds("agent"), verifier_sec=self.seconds("verifier"),
-                           healthcheck_sec=self.seconds("healthcheck"),
-                           artifacts_sec=self.seconds("pre_artifacts", "artifacts"),
-                           spans=list(self.spans))
+        return StepTimings(
+            agent_sec=self.seconds("agent"),
+            verifier_sec=self.seconds("verifier"),
+            healthcheck_sec=self.seconds("healthcheck"),
+            artifacts_sec=self.seconds("pre_artifacts", "artifacts"),
+            spans=list(self.spans),
+        )

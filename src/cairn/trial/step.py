@@ -62,10 +62,11 @@ PYTHON_HOOKS_CMD = (
     "find / -xdev \\( -path /proc -o -path /sys -o -path /tests \\) -prune -o "
     "\\( -name sitecustomize.py -o -name usercustomize.py -o -name conftest.py \\) "
     "-newer /proc/1/cmdline -type f -print -delete 2>/dev/null; "
-    "for d in $(python3 -c 'import site,sys; print(\" \".join(site.getsitepackages()+"
+    'for d in $(python3 -c \'import site,sys; print(" ".join(site.getsitepackages()+'
     "[site.getusersitepackages()]))' 2>/dev/null); do "
     "find \"$d\" -maxdepth 1 -name '*.pth' -newer /proc/1/cmdline -type f -print -delete "
-    "2>/dev/null; done; true")
+    "2>/dev/null; done; true"
+)
 
 
 def strip_canary(text: str) -> str:
@@ -130,9 +131,9 @@ async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
     return killed
 
 
-async def _kill_for_wider(sandbox: Sandbox, s: TrialSettings, rec: TrialRecorder,
-                          before: Baseline, wider: str, warnings: list[str]
-                          ) -> tuple[list[Survivor], int, str]:
+async def _kill_for_wider(
+    sandbox: Sandbox, s: TrialSettings, rec: TrialRecorder, before: Baseline, wider: str, warnings: list[str]
+) -> tuple[list[Survivor], int, str]:
     """Issue #34 L4 (:mod:`cairn.trial.survivors`): the verifier's openings or secrets go
     beyond the agent's, so record what the agent phase left running and kill every process
     the trial's agent phases started, as ``--hardened-verify`` does, before the network
@@ -144,8 +145,10 @@ async def _kill_for_wider(sandbox: Sandbox, s: TrialSettings, rec: TrialRecorder
     listed, total = await list_survivors(sandbox, before)
     killed = await _kill_new(sandbox, rec.trial_baseline or before)
     if killed:
-        warnings.append(f"killed {len(killed)} agent process(es) before the verifier: its "
-                        f"access goes beyond the agent's ({wider})")
+        warnings.append(
+            f"killed {len(killed)} agent process(es) before the verifier: its "
+            f"access goes beyond the agent's ({wider})"
+        )
     return listed, total, "hardened_verify" if s.hardened else f"verifier_wider: {wider}"
 
 
@@ -164,8 +167,9 @@ async def _copy_workdir(sandbox: Sandbox, step: Step) -> None:
     if owner is None:
         owner = (await sandbox.exec(["id", "-u"])).stdout.strip() or "0"
     if str(owner) not in ("0", "root"):
-        await sandbox.exec(["chown", "-R", str(owner), *[f"{wd.rstrip('/')}/{p.name}" for p in entries]],
-                           user="root")
+        await sandbox.exec(
+            ["chown", "-R", str(owner), *[f"{wd.rstrip('/')}/{p.name}" for p in entries]], user="root"
+        )
 
 
 async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) -> float:
@@ -187,15 +191,23 @@ async def _run_setup(sandbox: Sandbox, step: Step, timeout_multiplier: float) ->
     await sandbox.exec(["rm", "-f", SETUP_SCRIPT], user="root")
     if not r.ok:
         why = f"timed out after {timeout:g} s" if r.timed_out else f"exited {r.exit_code}"
-        raise TrialFailure(ErrorKind.SETUP_FAILED, f"setup.sh of step {step.name!r} {why}",
-                           detail={"exit_code": r.exit_code, "timed_out": r.timed_out,
-                                   "stderr_tail": r.stderr[-2000:]})
+        raise TrialFailure(
+            ErrorKind.SETUP_FAILED,
+            f"setup.sh of step {step.name!r} {why}",
+            detail={"exit_code": r.exit_code, "timed_out": r.timed_out, "stderr_tail": r.stderr[-2000:]},
+        )
     return time.monotonic() - started
 
 
-async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_tests: bool,
-                    size_artifacts: bool, list_processes: bool = False
-                    ) -> tuple[list[str], AfterAgent, list[str]]:
+async def _evidence(
+    sandbox: Sandbox,
+    step: Step,
+    agent_dir: Path,
+    *,
+    prepare_tests: bool,
+    size_artifacts: bool,
+    list_processes: bool = False,
+) -> tuple[list[str], AfterAgent, list[str]]:
     """End-of-agent-phase evidence (§11), with one exec in the common case
     (:mod:`cairn.trial.helper`): remove ``/solution``, find which log folders hold files, move
     planted verifier files aside, maybe prepare the shared verifier's folders and size the
@@ -221,13 +233,19 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
         SandboxError: the exec or a download failed.
     """
     warnings: list[str] = []
-    sources = [*(a.source for a in step.artifacts if (a.service or MAIN_SERVICE).strip()
-                 in (MAIN_SERVICE, "")), ARTIFACTS_DIR] if size_artifacts else []
-    r = await sandbox.exec(after_agent_argv(sources, prepare_tests=prepare_tests,
-                                            list_processes=list_processes), user="root")
+    sources = (
+        [
+            *(a.source for a in step.artifacts if (a.service or MAIN_SERVICE).strip() in (MAIN_SERVICE, "")),
+            ARTIFACTS_DIR,
+        ]
+        if size_artifacts
+        else []
+    )
+    r = await sandbox.exec(
+        after_agent_argv(sources, prepare_tests=prepare_tests, list_processes=list_processes), user="root"
+    )
     if not r.ok:
-        raise SandboxError(f"the after-agent exec failed (exit {r.exit_code}): "
-                           f"{r.stderr.strip()[-300:]}")
+        raise SandboxError(f"the after-agent exec failed (exit {r.exit_code}): {r.stderr.strip()[-300:]}")
     report = parse_after_agent(r.stdout, len(sources))
     for d in sorted(report.odd):
         warnings.append(f"the agent replaced {d} by a link or a file; it was recreated empty")
@@ -237,8 +255,10 @@ async def _evidence(sandbox: Sandbox, step: Step, agent_dir: Path, *, prepare_te
         planted = agent_dir / "planted-verifier-logs"
         planted.mkdir(parents=True, exist_ok=True)
         await sandbox.download(report.planted, planted)
-        warnings.append(f"the agent wrote into {VERIFIER_LOGS_DIR}; kept as evidence in "
-                        "agent/planted-verifier-logs and never read as a reward")
+        warnings.append(
+            f"the agent wrote into {VERIFIER_LOGS_DIR}; kept as evidence in "
+            "agent/planted-verifier-logs and never read as a reward"
+        )
     if AGENT_LOGS_DIR in report.full or report.planted is not None:
         await sandbox.exec(CLEAR_EVIDENCE_CMD, user="root")
     return warnings, report, sources
@@ -274,22 +294,29 @@ class _Step:
     def row_fields(self) -> dict[str, Any]:
         """The row fields every step that ran its agent carries (the agent's side)."""
         ctx = self.context
-        return {"agent_exit": self.agent_exit, "warnings": self.warnings,
-                "tokens": ctx.tokens if ctx else None, "cost_usd": ctx.cost_usd if ctx else None,
-                "snapshot": self.snapshot, "survivors": self.survivors,
-                "survivors_total": self.survivors_total,
-                "survivors_killed": self.survivors_killed}
+        return {
+            "agent_exit": self.agent_exit,
+            "warnings": self.warnings,
+            "tokens": ctx.tokens if ctx else None,
+            "cost_usd": ctx.cost_usd if ctx else None,
+            "snapshot": self.snapshot,
+            "survivors": self.survivors,
+            "survivors_total": self.survivors_total,
+            "survivors_killed": self.survivors_killed,
+        }
 
     def timings(self, clock: SpanClock, verifier_sec: float | None = None) -> StepTimings:
-        return StepTimings(setup_sec=self.setup_sec, agent_sec=self.agent_sec,
-                           verifier_sec=verifier_sec,
-                           healthcheck_sec=clock.seconds("healthcheck"),
-                           artifacts_sec=clock.seconds("pre_artifacts", "artifacts"),
-                           spans=list(clock.spans))
+        return StepTimings(
+            setup_sec=self.setup_sec,
+            agent_sec=self.agent_sec,
+            verifier_sec=verifier_sec,
+            healthcheck_sec=clock.seconds("healthcheck"),
+            artifacts_sec=clock.seconds("pre_artifacts", "artifacts"),
+            spans=list(clock.spans),
+        )
 
 
-async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                       rec: TrialRecorder) -> None:
+async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> None:
     """2–3. The workdir copy and ``setup.sh``, in the environment's network (step 1 starts in
     it, later steps switch back to it)."""
     step = st.step
@@ -303,8 +330,7 @@ async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
             st.setup_sec = await _run_setup(sandbox, step, s.timeouts.default)
 
 
-async def _healthcheck_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                             rec: TrialRecorder) -> None:
+async def _healthcheck_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> None:
     """4. The step's healthcheck (no phase when the step declares none).
 
     Raises:
@@ -314,17 +340,20 @@ async def _healthcheck_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
     if step.healthcheck is None:
         return
     async with rec.phase(Phase.HEALTHCHECK, step):
-        hc = await run_healthcheck(sandbox, step.healthcheck, user=step.agent_user,
-                                   timeout_multiplier=s.timeouts.default)
+        hc = await run_healthcheck(
+            sandbox, step.healthcheck, user=step.agent_user, timeout_multiplier=s.timeouts.default
+        )
     if not hc.healthy:
-        raise TrialFailure(ErrorKind.HEALTHCHECK_FAILED,
-                           f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
-                           detail={"exit_code": hc.last_exit_code,
-                                   "output_tail": hc.last_output})
+        raise TrialFailure(
+            ErrorKind.HEALTHCHECK_FAILED,
+            f"healthcheck of step {step.name!r} failed after {hc.probes} probes",
+            detail={"exit_code": hc.last_exit_code, "output_tail": hc.last_output},
+        )
 
 
-async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s: TrialSettings,
-                       rec: TrialRecorder) -> None:
+async def _agent_phase(
+    sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s: TrialSettings, rec: TrialRecorder
+) -> None:
     """5. The agent phase, under its own network policy; the span times the agent's run.
 
     Raises:
@@ -333,10 +362,16 @@ async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s:
     step = st.step
     timeout = step.agent_timeout_sec * s.timeouts.agent
     context = st.context = AgentContext(
-        task=task, step=step, logs_dir=st.paths.agent, timeout_sec=timeout,
-        user=step.agent_user, env=dict(s.agent_env), resume_session=s.resume_session,
+        task=task,
+        step=step,
+        logs_dir=st.paths.agent,
+        timeout_sec=timeout,
+        user=step.agent_user,
+        env=dict(s.agent_env),
+        resume_session=s.resume_session,
         solution_env=dict(s.solution_env),
-        notify=lambda line: rec.event(line, EventKind.RETRY))  # model retries (issue 27)
+        notify=lambda line: rec.event(line, EventKind.RETRY),
+    )  # model retries (issue 27)
     async with rec.phase(Phase.AGENT, step, timed=False):
         st.before = await take_baseline(sandbox)
         if rec.trial_baseline is None:
@@ -356,7 +391,8 @@ async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s:
             except Exception:  # noqa: BLE001 - an agent crash is recorded, the verifier still runs
                 st.agent_exit = AgentExit.ERROR
                 (st.paths.agent / "agent-error.txt").write_text(
-                    s.mask(traceback.format_exc()), encoding="utf-8")
+                    s.mask(traceback.format_exc()), encoding="utf-8"
+                )
         st.agent_sec = time.monotonic() - started
     if st.agent_exit is AgentExit.OK and context.exit is not None:
         st.agent_exit = context.exit
@@ -366,8 +402,7 @@ async def _agent_phase(sandbox: Sandbox, agent: Agent, task: Task, st: _Step, s:
         st.warnings.append(f"model calls retried {context.model_retries} time(s)")
 
 
-async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                           rec: TrialRecorder) -> None:
+async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> None:
     """6. End the agent phase (§4.4): close its network openings, kill what a timed-out or
     crashed agent started, bring the evidence out (one exec), ``pre_artifacts.sh`` (6a) and
     the ``--snapshot-steps`` snapshot (6b)."""
@@ -379,46 +414,63 @@ async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
     # what still runs is recorded, and killed before a verifier whose openings or secrets go
     # beyond the agent's, before the network switches to it (issue 24, #34 L4)
     wider = verifier_wider(step, s)
-    early = await _kill_for_wider(sandbox, s, rec, st.before, wider, st.warnings) \
-        if wider is not None and st.before is not None else None
+    early = (
+        await _kill_for_wider(sandbox, s, rec, st.before, wider, st.warnings)
+        if wider is not None and st.before is not None
+        else None
+    )
     if s.networks is not None:
-        await rec.switch(s.networks.after_agent(step.index),
-                         "verifier" if s.verify else "after-agent")
+        await rec.switch(s.networks.after_agent(step.index), "verifier" if s.verify else "after-agent")
     st.quiet = step.pre_artifacts_sh is None and s.snapshot is None and not step.collect
-    st.prepared = st.quiet and s.verify and step.verifier_mode != "separate" and \
-        step.test_sh is not None and not s.hardened
+    st.prepared = (
+        st.quiet
+        and s.verify
+        and step.verifier_mode != "separate"
+        and step.test_sh is not None
+        and not s.hardened
+    )
     evidence_warnings, st.report, st.sources = await _evidence(
-        sandbox, step, st.paths.agent, prepare_tests=st.prepared, size_artifacts=st.quiet,
-        list_processes=early is None)
+        sandbox,
+        step,
+        st.paths.agent,
+        prepare_tests=st.prepared,
+        size_artifacts=st.quiet,
+        list_processes=early is None,
+    )
     st.warnings.extend(evidence_warnings)
     if early is not None:
         st.survivors, st.survivors_total, st.survivors_killed = early
     elif st.before is not None:
         st.survivors, st.survivors_total = survivors_from(
-            st.report.processes or [], st.report.users, st.before)
+            st.report.processes or [], st.report.users, st.before
+        )
         st.survivors_killed = "hardened_verify" if s.hardened and s.verify else None
     if step.pre_artifacts_sh is not None:  # 6a. Evolve (#22): never fatal
         with rec.span("pre_artifacts", step):
-            st.warnings.extend(await run_pre_artifacts(
-                sandbox, step, st.paths.agent, mask=s.mask,
-                timeout_multiplier=s.timeouts.default))
+            st.warnings.extend(
+                await run_pre_artifacts(
+                    sandbox, step, st.paths.agent, mask=s.mask, timeout_multiplier=s.timeouts.default
+                )
+            )
     if s.snapshot is not None:  # 6b. the end-of-agent files (design §4.7)
         st.snapshot, snapshot_warnings = await s.snapshot(sandbox, step)
         st.warnings.extend(snapshot_warnings)
 
 
-async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                           rec: TrialRecorder) -> None:
+async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> None:
     """7. Collect the step's artifacts and write their manifest."""
     step, report = st.step, st.report
     quiet = st.quiet and report is not None
     async with rec.phase(Phase.ARTIFACTS, step):
         manifest, hook_warnings = await collect_step_artifacts(
-            sandbox, step.artifacts, step.collect, st.paths.artifacts,
+            sandbox,
+            step.artifacts,
+            step.collect,
+            st.paths.artifacts,
             timeout_multiplier=s.timeouts.default,
             logs_artifacts_written=ARTIFACTS_DIR in report.full if quiet and report else None,
-            sized=dict(zip(st.sources, report.artifacts, strict=True))
-            if quiet and report else None)
+            sized=dict(zip(st.sources, report.artifacts, strict=True)) if quiet and report else None,
+        )
         st.warnings.extend(hook_warnings)
         write_artifacts_manifest(st.paths.artifacts, manifest)
         rec.artifacts_left = not quiet or (report is not None and ARTIFACTS_DIR in report.full)
@@ -426,12 +478,13 @@ async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
         if entry.status != "copied":
             st.warnings.append(f"artifact {entry.source} not collected: {entry.error}")
         elif entry.skipped_too_long_count:  # issue 24 (manifest.json lists them)
-            st.warnings.append(f"artifact {entry.source}: {entry.skipped_too_long_count} "
-                               "path(s) too long for the host skipped (listed in manifest.json)")
+            st.warnings.append(
+                f"artifact {entry.source}: {entry.skipped_too_long_count} "
+                "path(s) too long for the host skipped (listed in manifest.json)"
+            )
 
 
-async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                          rec: TrialRecorder) -> None:
+async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> None:
     """What runs between the end of the agent's work and the verifier phase (the seam for
     checks of the agent's leftovers): under ``--hardened-verify``, kill every process the
     agent phases started and remove planted Python start-up hooks (design §4.4)."""
@@ -445,8 +498,7 @@ async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings,
     await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
 
 
-async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
-                          rec: TrialRecorder) -> VerifierRun:
+async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> VerifierRun:
     """8. The verifier, shared or separate (design §4.6).
 
     Raises:
@@ -463,21 +515,34 @@ async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings,
 
             plan = s.separate.get(step.index)
             if plan is None:
-                raise TrialFailure(ErrorKind.CONFIG_ERROR,
-                                   f"step {step.name!r}: separate verifier was not planned")
-            v = await run_separate_verifier(plan, step, env=venv, timeout_sec=timeout,
-                                            verifier_dir=st.paths.verifier,
-                                            artifacts_dir=st.paths.artifacts, mask=s.mask,
-                                            timeout_multiplier=s.timeouts.default)
+                raise TrialFailure(
+                    ErrorKind.CONFIG_ERROR, f"step {step.name!r}: separate verifier was not planned"
+                )
+            v = await run_separate_verifier(
+                plan,
+                step,
+                env=venv,
+                timeout_sec=timeout,
+                verifier_dir=st.paths.verifier,
+                artifacts_dir=st.paths.artifacts,
+                mask=s.mask,
+                timeout_multiplier=s.timeouts.default,
+            )
             rec.network_records = list(v.network_records)
             return v
         last = step.index == s.n_steps
         report = st.report
-        v = await run_verifier(sandbox, step, env=venv, timeout_sec=timeout,
-                               verifier_dir=st.paths.verifier, mask=s.mask,
-                               prepared=st.prepared,
-                               prepared_free_kb=report.free_kb if report else None,
-                               cleanup=not last or s.sandbox_outlives_trial)
+        v = await run_verifier(
+            sandbox,
+            step,
+            env=venv,
+            timeout_sec=timeout,
+            verifier_dir=st.paths.verifier,
+            mask=s.mask,
+            prepared=st.prepared,
+            prepared_free_kb=report.free_kb if report else None,
+            cleanup=not last or s.sandbox_outlives_trial,
+        )
         if v.error is not None:  # a verifier that killed its sandbox (out of memory) says so
             v.error = with_end(v.error, await sandbox.ended())
         return v
@@ -487,23 +552,39 @@ def _verified_row(st: _Step, v: VerifierRun, rec: TrialRecorder) -> StepResult:
     """The row of a step whose verifier ran."""
     step = st.step
     st.warnings.extend(v.warnings)
-    row = StepResult(index=step.index, name=step.name, source=StepSource.ERROR,
-                     **st.row_fields(),
-                     judge=v.judge,  # an LLM judge's spend, apart from the agent's (#22)
-                     verifier_exit_code=v.exit_code, reward_file=v.reward_file,
-                     timings=st.timings(rec.step_clock, v.elapsed_sec))
+    row = StepResult(
+        index=step.index,
+        name=step.name,
+        source=StepSource.ERROR,
+        **st.row_fields(),
+        judge=v.judge,  # an LLM judge's spend, apart from the agent's (#22)
+        verifier_exit_code=v.exit_code,
+        reward_file=v.reward_file,
+        timings=st.timings(rec.step_clock, v.elapsed_sec),
+    )
     if v.error is not None:
-        return row.model_copy(update={"error": error_info(v.error, step=step,
-                                                           phase=Phase.VERIFIER)})
+        return row.model_copy(update={"error": error_info(v.error, step=step, phase=Phase.VERIFIER)})
     gates = list(evaluate_gates(step.min_reward, v.rewards)) if step.min_reward is not None else []
-    return row.model_copy(update={
-        "source": StepSource.VERIFIER, "reward": primary_reward(v.rewards),
-        "rewards": v.rewards, "passed": step_passed(step.min_reward, v.rewards, True),
-        "gates": gates})
+    return row.model_copy(
+        update={
+            "source": StepSource.VERIFIER,
+            "reward": primary_reward(v.rewards),
+            "rewards": v.rewards,
+            "passed": step_passed(step.min_reward, v.rewards, True),
+            "gates": gates,
+        }
+    )
 
 
-async def run_step(sandbox: Sandbox, agent: Agent, step: Step, paths: StepPaths,
-                   s: TrialSettings, rec: TrialRecorder, task: Task) -> StepResult:
+async def run_step(
+    sandbox: Sandbox,
+    agent: Agent,
+    step: Step,
+    paths: StepPaths,
+    s: TrialSettings,
+    rec: TrialRecorder,
+    task: Task,
+) -> StepResult:
     """Run one step (design §4.2 items 2–8) and return its row.
 
     Failures of design §6's vocabulary raised by the phases are left to the caller (the trial),
@@ -535,8 +616,13 @@ async def run_step(sandbox: Sandbox, agent: Agent, step: Step, paths: StepPaths,
     # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
     await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
     if not s.verify:
-        return StepResult(index=step.index, name=step.name, source=StepSource.NOT_RUN,
-                          **st.row_fields(), timings=st.timings(rec.step_clock))
+        return StepResult(
+            index=step.index,
+            name=step.name,
+            source=StepSource.NOT_RUN,
+            **st.row_fields(),
+            timings=st.timings(rec.step_clock),
+        )
     v = await _verifier_phase(sandbox, st, s, rec)
     return _verified_row(st, v, rec)
 

@@ -37,6 +37,7 @@ MAX_LISTED = 50
 CMDLINE_MAX_CHARS = 512
 """The longest command line recorded, characters (a longer one ends with ``…``)."""
 
+
 def clean_cmdline(text: str, limit: int = CMDLINE_MAX_CHARS) -> str:
     """A command line safe to record and show (:func:`cairn._util.text.printable`)."""
     return printable(text, limit)
@@ -107,8 +108,7 @@ async def _user_names(sandbox: Sandbox, uids: set[int]) -> dict[int, str]:
     if not uids:
         return {}
     try:
-        r = await sandbox.exec(["/bin/sh", "-c", "head -c 262144 /etc/passwd"], user="root",
-                               timeout_sec=20)
+        r = await sandbox.exec(["/bin/sh", "-c", "head -c 262144 /etc/passwd"], user="root", timeout_sec=20)
     except (SandboxError, OSError):
         return {}
     names: dict[int, str] = {}
@@ -119,8 +119,9 @@ async def _user_names(sandbox: Sandbox, uids: set[int]) -> dict[int, str]:
     return names
 
 
-def survivors_from(procs: Sequence[ProcessInfo], users: Mapping[int, str], before: Baseline
-                   ) -> tuple[list[Survivor], int]:
+def survivors_from(
+    procs: Sequence[ProcessInfo], users: Mapping[int, str], before: Baseline
+) -> tuple[list[Survivor], int]:
     """The processes of ``procs`` started since ``before`` (never pid 1), as records.
 
     Args:
@@ -132,11 +133,14 @@ def survivors_from(procs: Sequence[ProcessInfo], users: Mapping[int, str], befor
         ``(the first MAX_LISTED survivors by pid, how many there are)``.
     """
     new = sorted((p for p in procs if before.is_new(p) and p.pid != 1), key=lambda p: p.pid)
+
     def user(uid: int | None) -> str | None:
         return clean_cmdline(users[uid], 64) if uid is not None and uid in users else None
 
-    return [Survivor(pid=p.pid, uid=p.uid, user=user(p.uid), cmdline=clean_cmdline(p.cmdline))
-            for p in new[:MAX_LISTED]], len(new)
+    return [
+        Survivor(pid=p.pid, uid=p.uid, user=user(p.uid), cmdline=clean_cmdline(p.cmdline))
+        for p in new[:MAX_LISTED]
+    ], len(new)
 
 
 async def list_survivors(sandbox: Sandbox, before: Baseline) -> tuple[list[Survivor], int]:

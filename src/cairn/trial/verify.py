@@ -83,8 +83,9 @@ def _same(text: str) -> str:
 def _read_capped(path: Path) -> bytes | None:
     """Read a downloaded reward file without following links; ``None`` when absent."""
     if path.is_symlink():
-        raise TrialFailure(ErrorKind.REWARD_PARSE_ERROR,
-                           f"{path.name} is a symbolic link; a reward must be a regular file")
+        raise TrialFailure(
+            ErrorKind.REWARD_PARSE_ERROR, f"{path.name} is a symbolic link; a reward must be a regular file"
+        )
     if not path.exists():
         return None
     if not path.is_file():
@@ -93,8 +94,9 @@ def _read_capped(path: Path) -> bytes | None:
         return fh.read(REWARD_FILE_CAP_BYTES + 1)
 
 
-async def _prepare_tests(sandbox: Sandbox, step: Step, run: VerifierRun, *, prepared: bool,
-                         prepared_free_kb: int | None) -> int | None:
+async def _prepare_tests(
+    sandbox: Sandbox, step: Step, run: VerifierRun, *, prepared: bool, prepared_free_kb: int | None
+) -> int | None:
     """Give the verifier an empty ``/logs/verifier`` and a fresh ``/tests`` (the step's
     tests folders, or the image's own ``/tests/test.sh``); sets ``run.error`` to
     ``test_missing`` when there is no test.sh at all.
@@ -105,52 +107,66 @@ async def _prepare_tests(sandbox: Sandbox, step: Step, run: VerifierRun, *, prep
     if step.test_sh is None:
         await empty_verifier_logs(sandbox)
         if not (await sandbox.exec(["test", "-f", f"{TESTS_DIR}/test.sh"], user="root")).ok:
-            run.error = TrialFailure(ErrorKind.TEST_MISSING,
-                                     f"step {step.name!r} has no test.sh, nor has the "
-                                     f"verifier's image a {TESTS_DIR}/test.sh")
+            run.error = TrialFailure(
+                ErrorKind.TEST_MISSING,
+                f"step {step.name!r} has no test.sh, nor has the verifier's image a {TESTS_DIR}/test.sh",
+            )
             return None
         await sandbox.exec(f"chmod -R a+rwX {TESTS_DIR}", user="root")
         return None
     free_kb = prepared_free_kb  # the after-agent exec measured it (cairn.trial.helper)
     if not prepared:  # one exec: empty /logs/verifier, fresh /tests, the space left
         prep = await sandbox.exec(
-            f"{reset_dirs_cmd(VERIFIER_LOGS)}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}",
-            user="root")
+            f"{reset_dirs_cmd(VERIFIER_LOGS)}; rm -rf {TESTS_DIR}; {FREE_KB_PROBE}", user="root"
+        )
         free_kb = parse_free_kb(prep.stdout)
     crlf: tuple[str, ...] = ()
     if b"\r\n" in step.test_sh.read_bytes():
         run.warnings.append("test.sh has CRLF line endings; normalised in the uploaded copy")
         crlf = ("test.sh",)
     # one archive: every tests folder (later ones over earlier), a+rwX, test.sh LF
-    await sandbox.upload_many([UploadItem(d, TESTS_DIR, world_writable=True, crlf=crlf)
-                               for d in step.tests_dirs])
+    await sandbox.upload_many(
+        [UploadItem(d, TESTS_DIR, world_writable=True, crlf=crlf) for d in step.tests_dirs]
+    )
     return free_kb
 
 
-async def _run_test_sh(sandbox: Sandbox, step: Step, run: VerifierRun, *,
-                       env: dict[str, str], timeout_sec: float) -> ExecResult:
+async def _run_test_sh(
+    sandbox: Sandbox, step: Step, run: VerifierRun, *, env: dict[str, str], timeout_sec: float
+) -> ExecResult:
     """Run ``/tests/test.sh`` as the verifier user; its exit code and time go to ``run``.
 
     Raises:
         SandboxError: bash itself no longer runs (the sandbox is broken, not the verifier).
     """
     started = time.monotonic()
-    result = await sandbox.exec(["bash", f"{TESTS_DIR}/test.sh"], user=step.verifier_user,
-                                cwd=TESTS_DIR, env=env, timeout_sec=timeout_sec)
+    result = await sandbox.exec(
+        ["bash", f"{TESTS_DIR}/test.sh"],
+        user=step.verifier_user,
+        cwd=TESTS_DIR,
+        env=env,
+        timeout_sec=timeout_sec,
+    )
     run.elapsed_sec = time.monotonic() - started
     run.exit_code = result.exit_code
-    if result.exit_code in (126, 127) and not (
-            await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
+    if result.exit_code in (126, 127) and not (await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
         # bash itself no longer runs: whatever ran before broke the sandbox (design §6
         # sandbox_unusable), not the task's verifier
-        raise SandboxError("bash no longer runs in the sandbox, so the verifier cannot: "
-                           f"{result.stderr.strip()[-300:]}",
-                           detail={"exit_code": result.exit_code})
+        raise SandboxError(
+            f"bash no longer runs in the sandbox, so the verifier cannot: {result.stderr.strip()[-300:]}",
+            detail={"exit_code": result.exit_code},
+        )
     return result
 
 
-def _read_rewards(run: VerifierRun, result: ExecResult, verifier_dir: Path, *,
-                  free_kb: int | None, mask: Callable[[str], str]) -> None:
+def _read_rewards(
+    run: VerifierRun,
+    result: ExecResult,
+    verifier_dir: Path,
+    *,
+    free_kb: int | None,
+    mask: Callable[[str], str],
+) -> None:
     """Read the downloaded reward file into ``run`` (or its failure into ``run.error``).
 
     Raises:
@@ -164,8 +180,11 @@ def _read_rewards(run: VerifierRun, result: ExecResult, verifier_dir: Path, *,
         read = read_reward(files)
     except TrialFailure as exc:
         detail = dict(exc.detail)
-        detail.update(exit_code=result.exit_code, stdout_tail=mask(result.stdout[-2000:]),
-                      stderr_tail=mask(result.stderr[-2000:]))
+        detail.update(
+            exit_code=result.exit_code,
+            stdout_tail=mask(result.stdout[-2000:]),
+            stderr_tail=mask(result.stderr[-2000:]),
+        )
         if free_kb is not None and free_kb < FULL_KB:
             # the agent left no room for the verifier's reward: the agent's fault (design
             # §6 sandbox_unusable, scored 0), not the task's
@@ -173,7 +192,8 @@ def _read_rewards(run: VerifierRun, result: ExecResult, verifier_dir: Path, *,
                 f"the sandbox's disk was full when the verifier started ({free_kb} kB free "
                 f"on {VERIFIER_LOGS}), so the verifier could not leave a reward "
                 f"({exc.kind.value}: {mask(str(exc))})",
-                detail={**detail, "free_kb": free_kb}) from exc
+                detail={**detail, "free_kb": free_kb},
+            ) from exc
         run.error = TrialFailure(exc.kind, mask(str(exc)), detail=detail)
         return
     run.rewards = dict(read.rewards)
@@ -181,11 +201,19 @@ def _read_rewards(run: VerifierRun, result: ExecResult, verifier_dir: Path, *,
     run.warnings.extend(read.warnings)
 
 
-async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], timeout_sec: float,
-                       verifier_dir: Path, mask: Callable[[str], str] = _same,
-                       image_tests: bool = False, prepared: bool = False,
-                       prepared_free_kb: int | None = None,
-                       cleanup: bool = True) -> VerifierRun:
+async def run_verifier(
+    sandbox: Sandbox,
+    step: Step,
+    *,
+    env: dict[str, str],
+    timeout_sec: float,
+    verifier_dir: Path,
+    mask: Callable[[str], str] = _same,
+    image_tests: bool = False,
+    prepared: bool = False,
+    prepared_free_kb: int | None = None,
+    cleanup: bool = True,
+) -> VerifierRun:
     """Verify one step in the shared sandbox.
 
     Args:
@@ -219,8 +247,9 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
     try:
-        free_kb = await _prepare_tests(sandbox, step, run, prepared=prepared,
-                                       prepared_free_kb=prepared_free_kb)
+        free_kb = await _prepare_tests(
+            sandbox, step, run, prepared=prepared, prepared_free_kb=prepared_free_kb
+        )
         if run.error is not None:
             return run
         result = await _run_test_sh(sandbox, step, run, env=env, timeout_sec=timeout_sec)
@@ -233,7 +262,8 @@ async def run_verifier(sandbox: Sandbox, step: Step, *, env: dict[str, str], tim
             run.error = TrialFailure(
                 ErrorKind.VERIFIER_TIMEOUT,
                 f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
-                detail={"timeout_sec": timeout_sec})
+                detail={"timeout_sec": timeout_sec},
+            )
             return run
         _read_rewards(run, result, verifier_dir, free_kb=free_kb, mask=mask)
         return run

@@ -50,8 +50,9 @@ def bind(host: str = LOOPBACK, port: int = 8321) -> socket.socket:
     return sock
 
 
-def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
-          on_ready: Callable[[str], None] | None = None) -> None:
+def serve(
+    root: Path, host: str = LOOPBACK, port: int = 8321, on_ready: Callable[[str], None] | None = None
+) -> None:
     """Serve the viewer until interrupted.
 
     Binds ``127.0.0.1`` by default; any other address gets a warning on stderr, since the
@@ -75,9 +76,12 @@ def serve(root: Path, host: str = LOOPBACK, port: int = 8321,
 
     app = create_app(root)
     if not is_loopback(host):
-        print(f"cairn view: warning: listening on {host}, not loopback: anyone who can reach "
-              "this address can read every log, trajectory and artifact of these jobs",
-              file=sys.stderr, flush=True)
+        print(
+            f"cairn view: warning: listening on {host}, not loopback: anyone who can reach "
+            "this address can read every log, trajectory and artifact of these jobs",
+            file=sys.stderr,
+            flush=True,
+        )
     sock = bind(host, port)
     actual = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host

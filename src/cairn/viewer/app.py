@@ -40,11 +40,14 @@ from cairn.viewer.data import (
 from cairn.viewer.pages import render_compare, render_job, render_jobs, render_trial
 from cairn.viewer.render import CSP_FILE, CSP_LIVE, PACKAGE, Urls, render_page
 
-STATIC = {"viewer.css": "text/css; charset=utf-8",
-          "viewer.js": "text/javascript; charset=utf-8"}
+STATIC = {"viewer.css": "text/css; charset=utf-8", "viewer.js": "text/javascript; charset=utf-8"}
 
-_COMMON = {"X-Content-Type-Options": "nosniff", "Referrer-Policy": "no-referrer",
-           "Cache-Control": "no-store", "Cross-Origin-Resource-Policy": "same-origin"}
+_COMMON = {
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
 
 
 def _headers(csp: str = CSP_LIVE, **extra: str) -> dict[str, str]:
@@ -56,8 +59,9 @@ def _page(html: str, status: int = 200) -> HTMLResponse:
 
 
 def _not_found(message: str = "Not found.") -> HTMLResponse:
-    return _page(render_page("error.html", u=Urls(), bundle=False, status="404 not found",
-                             message=message), 404)
+    return _page(
+        render_page("error.html", u=Urls(), bundle=False, status="404 not found", message=message), 404
+    )
 
 
 def create_app(root: Path) -> Starlette:
@@ -85,8 +89,7 @@ def create_app(root: Path) -> Starlette:
         if j is None:
             return _not_found("No such job.")
         q = TrialQuery.from_params(request.query_params)
-        return _page(render_job(j, q, u, single=lib.single,
-                                poll=u.version(j.name)))
+        return _page(render_job(j, q, u, single=lib.single, poll=u.version(j.name)))
 
     async def trial(request: Request) -> Response:
         j = lib.job(request.path_params["job"])
@@ -100,23 +103,32 @@ def create_app(root: Path) -> Starlette:
         j = lib.job(request.path_params["job"])
         path = safe_path(j.root, request.path_params["path"]) if j is not None else None
         if path is None:
-            return Response("not found\n", status_code=404, media_type="text/plain",
-                            headers=_headers(CSP_FILE))
+            return Response(
+                "not found\n", status_code=404, media_type="text/plain", headers=_headers(CSP_FILE)
+            )
         download = request.query_params.get("download") == "1" or not is_text_file(path)
         name = path.name.replace('"', "_").replace("\r", "_").replace("\n", "_")
         if download:
-            return FileResponse(path, media_type="application/octet-stream",
-                                headers=_headers(CSP_FILE, **{
-                                    "Content-Disposition": f'attachment; filename="{name}"'}))
-        return FileResponse(path, media_type="text/plain; charset=utf-8",
-                            headers=_headers(CSP_FILE))
+            return FileResponse(
+                path,
+                media_type="application/octet-stream",
+                headers=_headers(CSP_FILE, **{"Content-Disposition": f'attachment; filename="{name}"'}),
+            )
+        return FileResponse(path, media_type="text/plain; charset=utf-8", headers=_headers(CSP_FILE))
 
     async def compare(request: Request) -> Response:
         names = request.query_params.getlist("job")
         if len(names) != 2:
-            return _page(render_page("error.html", u=u, bundle=False, status="pick two jobs",
-                                     message="Select exactly two jobs on the jobs page to "
-                                             "compare them."), 400)
+            return _page(
+                render_page(
+                    "error.html",
+                    u=u,
+                    bundle=False,
+                    status="pick two jobs",
+                    message="Select exactly two jobs on the jobs page to compare them.",
+                ),
+                400,
+            )
         a, b = lib.job(names[0]), lib.job(names[1])
         if a is None or b is None:
             return _not_found("No such job.")
@@ -130,10 +142,14 @@ def create_app(root: Path) -> Starlette:
         if j is None:
             return JSONResponse({"error": "no such job"}, status_code=404)
         rows = j.refresh(REFRESH_SEC)
-        return JSONResponse({"version": j.version,
-                             "running": sum(r.outcome == "running" for r in rows),
-                             "finished": sum(r.outcome != "running" for r in rows)},
-                            headers=_headers())
+        return JSONResponse(
+            {
+                "version": j.version,
+                "running": sum(r.outcome == "running" for r in rows),
+                "finished": sum(r.outcome != "running" for r in rows),
+            },
+            headers=_headers(),
+        )
 
     async def trial_ver(request: Request) -> Response:
         j = lib.job(request.path_params["job"])
@@ -145,8 +161,9 @@ def create_app(root: Path) -> Starlette:
     async def static(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in STATIC:
-            return Response("not found\n", status_code=404, media_type="text/plain",
-                            headers=_headers(CSP_FILE))
+            return Response(
+                "not found\n", status_code=404, media_type="text/plain", headers=_headers(CSP_FILE)
+            )
         body = resources.files(PACKAGE).joinpath("static", name).read_bytes()
         return Response(body, media_type=STATIC[name], headers=_headers())
 

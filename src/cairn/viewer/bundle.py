@@ -53,27 +53,39 @@ def write_bundle(root: Path, out_dir: Path) -> Path:
         if job is None:
             continue
         rows = job.refresh()
-        _write(out / "jobs" / job.name / "index.html",
-               render_job(job, everything, Urls(bundle=True, depth=2), single=lib.single,
-                          bundle=True))
+        _write(
+            out / "jobs" / job.name / "index.html",
+            render_job(job, everything, Urls(bundle=True, depth=2), single=lib.single, bundle=True),
+        )
         if lib.single:
-            _write(out / "index.html",
-                   render_job(job, everything, Urls(bundle=True, depth=0), single=True,
-                              bundle=True))
+            _write(
+                out / "index.html",
+                render_job(job, everything, Urls(bundle=True, depth=0), single=True, bundle=True),
+            )
         for r in rows:
             t = load_trial(job, r.name)
             if t is None:
                 continue
-            _write(out / "jobs" / job.name / "trials" / t.name / "index.html",
-                   render_trial(t, Urls(bundle=True, depth=4), single=lib.single, bundle=True))
-            files = [f for s in t.steps for f in (*s.agent_files, *s.verifier_files,
-                                                  *([s.reward_file] if s.reward_file else []),
-                                                  *s.artifacts)]
+            _write(
+                out / "jobs" / job.name / "trials" / t.name / "index.html",
+                render_trial(t, Urls(bundle=True, depth=4), single=lib.single, bundle=True),
+            )
+            files = [
+                f
+                for s in t.steps
+                for f in (
+                    *s.agent_files,
+                    *s.verifier_files,
+                    *([s.reward_file] if s.reward_file else []),
+                    *s.artifacts,
+                )
+            ]
             if t.trial_log is not None:
                 files.append(t.trial_log)
             for f in files:
-                dest = out / "jobs" / job.name / "files" / (f.rel + (".txt" if f.text is not None
-                                                                      else ".bin"))
+                dest = (
+                    out / "jobs" / job.name / "files" / (f.rel + (".txt" if f.text is not None else ".bin"))
+                )
                 dest.parent.mkdir(parents=True, exist_ok=True)
                 shutil.copyfile(job.root / f.rel, dest, follow_symlinks=False)
     if not lib.single:

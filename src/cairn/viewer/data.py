@@ -130,7 +130,7 @@ def read_text_preview(path: Path, limit: int = TEXT_PREVIEW_BYTES) -> tuple[str 
     except UnicodeDecodeError as exc:
         if exc.start < len(data) - 4:
             return None, truncated
-        text = data[:exc.start].decode("utf-8")
+        text = data[: exc.start].decode("utf-8")
     return text, truncated
 
 
@@ -199,17 +199,30 @@ def _task_of_dir(name: str) -> tuple[str, int]:
 def _row_from_result(name: str, d: dict[str, Any], earlier: int) -> TrialRow:
     err = d.get("error") or {}
     outcome = d.get("outcome", "errored")
-    ended = d.get("stopped_after") if outcome == Outcome.STOPPED else \
-        (err.get("step") if outcome in (Outcome.ERRORED, Outcome.CANCELLED) else None)
+    ended = (
+        d.get("stopped_after")
+        if outcome == Outcome.STOPPED
+        else (err.get("step") if outcome in (Outcome.ERRORED, Outcome.CANCELLED) else None)
+    )
     tok = d.get("tokens") or {}
     return TrialRow(
-        name=name, task=(d.get("task") or {}).get("name", name), attempt=int(d.get("attempt", 1)),
-        outcome=outcome, reward=d.get("reward"), passed=bool(d.get("passed")),
-        error_kind=err.get("kind"), error_category=err.get("category"), ended_at=ended,
-        steps_run=int(d.get("steps_run", 0)), steps_total=int(d.get("steps_total", 0)),
+        name=name,
+        task=(d.get("task") or {}).get("name", name),
+        attempt=int(d.get("attempt", 1)),
+        outcome=outcome,
+        reward=d.get("reward"),
+        passed=bool(d.get("passed")),
+        error_kind=err.get("kind"),
+        error_category=err.get("category"),
+        ended_at=ended,
+        steps_run=int(d.get("steps_run", 0)),
+        steps_total=int(d.get("steps_total", 0)),
         total_sec=(d.get("timings") or {}).get("total_sec"),
         tokens=int(tok.get("prompt", 0)) + int(tok.get("completion", 0)),
-        cost_usd=d.get("cost_usd"), started_at=d.get("started_at"), earlier_attempts=earlier)
+        cost_usd=d.get("cost_usd"),
+        started_at=d.get("started_at"),
+        earlier_attempts=earlier,
+    )
 
 
 def _running_row(trial: TrialPaths, earlier: int) -> TrialRow:
@@ -231,10 +244,17 @@ def _running_row(trial: TrialPaths, earlier: int) -> TrialRow:
     step = None
     if status is not None and status.step:
         step = f"{status.step_index}/{total or '?'} {status.step}"
-    return TrialRow(name=trial.root.name, task=task, attempt=attempt, outcome=RUNNING,
-                    steps_run=steps_run, steps_total=total,
-                    phase=status.phase if status is not None else None,
-                    step=step, earlier_attempts=earlier)
+    return TrialRow(
+        name=trial.root.name,
+        task=task,
+        attempt=attempt,
+        outcome=RUNNING,
+        steps_run=steps_run,
+        steps_total=total,
+        phase=status.phase if status is not None else None,
+        step=step,
+        earlier_attempts=earlier,
+    )
 
 
 def _count_attempts(trial_root: Path) -> int:
@@ -248,8 +268,19 @@ def _count_attempts(trial_root: Path) -> int:
 # A job
 
 
-SORT_KEYS = ("name", "task", "attempt", "outcome", "reward", "ended_at", "steps_run",
-             "total_sec", "tokens", "cost_usd", "error_kind")
+SORT_KEYS = (
+    "name",
+    "task",
+    "attempt",
+    "outcome",
+    "reward",
+    "ended_at",
+    "steps_run",
+    "total_sec",
+    "tokens",
+    "cost_usd",
+    "error_kind",
+)
 
 
 @dataclass
@@ -279,23 +310,37 @@ class TrialQuery:
     @classmethod
     def from_params(cls, params: Any) -> TrialQuery:
         """Build from a mapping of query parameters; bad values fall back to defaults."""
+
         def num(key: str, default: int, lo: int, hi: int) -> int:
             try:
                 return min(hi, max(lo, int(params.get(key, default))))
             except (TypeError, ValueError):
                 return default
+
         sort = params.get("sort", "name")
-        return cls(task=params.get("task", ""), outcome=params.get("outcome", ""),
-                   error=params.get("error", ""), step=params.get("step", ""),
-                   sort=sort if sort in SORT_KEYS else "name",
-                   desc=params.get("desc", "") in ("1", "true"),
-                   page=num("page", 1, 1, 10**9), per_page=num("per_page", 50, 1, 500))
+        return cls(
+            task=params.get("task", ""),
+            outcome=params.get("outcome", ""),
+            error=params.get("error", ""),
+            step=params.get("step", ""),
+            sort=sort if sort in SORT_KEYS else "name",
+            desc=params.get("desc", "") in ("1", "true"),
+            page=num("page", 1, 1, 10**9),
+            per_page=num("per_page", 50, 1, 500),
+        )
 
     def params(self, **changes: Any) -> dict[str, str]:
         """The non-default parameters, with ``changes`` applied (for links)."""
-        values = {"task": self.task, "outcome": self.outcome, "error": self.error,
-                  "step": self.step, "sort": self.sort, "desc": "1" if self.desc else "",
-                  "page": str(self.page), "per_page": str(self.per_page)}
+        values = {
+            "task": self.task,
+            "outcome": self.outcome,
+            "error": self.error,
+            "step": self.step,
+            "sort": self.sort,
+            "desc": "1" if self.desc else "",
+            "page": str(self.page),
+            "per_page": str(self.per_page),
+        }
         values.update({k: ("" if v is None else str(v)) for k, v in changes.items()})
         defaults = {"sort": "name", "page": "1", "per_page": "50"}
         return {k: v for k, v in values.items() if v and defaults.get(k) != v}
@@ -384,8 +429,9 @@ class JobIndex:
             seen: dict[str, tuple[tuple[int, int], TrialRow]] = {}
             digest = hashlib.blake2b(digest_size=12)
             try:
-                entries = sorted((e for e in os.scandir(self.paths.trials_dir) if e.is_dir()),
-                                 key=lambda e: e.name)
+                entries = sorted(
+                    (e for e in os.scandir(self.paths.trials_dir) if e.is_dir()), key=lambda e: e.name
+                )
             except OSError:
                 entries = []
             full = not self.version or time.monotonic() - self._full_at >= FULL_RESCAN_SEC
@@ -418,9 +464,13 @@ class JobIndex:
                         row = _row_from_result(e.name, data, earlier)
                     except (OSError, ValueError, TypeError) as exc:
                         task, attempt = _task_of_dir(e.name)
-                        row = TrialRow(name=e.name, task=task, attempt=attempt,
-                                       outcome=Outcome.ERRORED.value,
-                                       load_error=f"{type(exc).__name__}: {exc}")
+                        row = TrialRow(
+                            name=e.name,
+                            task=task,
+                            attempt=attempt,
+                            outcome=Outcome.ERRORED.value,
+                            load_error=f"{type(exc).__name__}: {exc}",
+                        )
                     seen[e.name] = (key, row)
                 digest.update(f"{e.name}|{key}\n".encode())
             self._rows = seen
@@ -451,8 +501,7 @@ class JobIndex:
         key = (self.version, q.task, q.outcome, q.error, q.step, q.sort, q.desc)
         all_rows = self.rows()
         with self._lock:
-            cached = self._ordered if self._ordered is not None and self._ordered[0] == key \
-                else None
+            cached = self._ordered if self._ordered is not None and self._ordered[0] == key else None
         if cached is not None:
             rows = cached[1]
         else:
@@ -463,8 +512,7 @@ class JobIndex:
         page = min(q.page, pages)
         q = TrialQuery(**{**q.__dict__, "page": page})
         start = (page - 1) * q.per_page
-        return TrialPage(rows=rows[start:start + q.per_page], total=len(rows), pages=pages,
-                         query=q)
+        return TrialPage(rows=rows[start : start + q.per_page], total=len(rows), pages=pages, query=q)
 
     def facets(self) -> dict[str, Any]:
         """What the job page derives from every row, cached until the rows change.
@@ -570,8 +618,7 @@ class Library:
         if self.single:
             return [self.root]
         try:
-            dirs = [p for p in self.root.iterdir()
-                    if p.is_dir() and not p.is_symlink() and is_job_dir(p)]
+            dirs = [p for p in self.root.iterdir() if p.is_dir() and not p.is_symlink() and is_job_dir(p)]
         except OSError:
             return []
         return sorted(dirs, key=lambda p: p.name, reverse=True)
@@ -584,10 +631,8 @@ class Library:
         if self.single:
             path = self.root if name == self.root.name else None
         else:
-            path = self.root / name if name and "/" not in name and name not in (".", "..") \
-                else None
-            if path is not None and (path.is_symlink() or not path.is_dir()
-                                     or not is_job_dir(path)):
+            path = self.root / name if name and "/" not in name and name not in (".", "..") else None
+            if path is not None and (path.is_symlink() or not path.is_dir() or not is_job_dir(path)):
                 path = None
         if path is None:
             return None
@@ -606,14 +651,23 @@ class Library:
             raw_cfg = meta.get("config")
             cfg: dict[str, Any] = raw_cfg if isinstance(raw_cfg, dict) else {}
             s = job.summary()
-            cards.append(JobCard(
-                name=d.name, agent=cfg.get("agent"), model=cfg.get("model"),
-                backend=meta.get("backend") or cfg.get("backend"),
-                started_at=meta.get("started_at"), finished_at=meta.get("finished_at"),
-                n_trials=s.n_trials, n_running=sum(r.outcome == RUNNING for r in rows),
-                mean_reward=s.mean_reward, pass_rate=s.pass_rate,
-                error_categories={str(k.value): v for k, v in s.error_categories.items()},
-                tokens=s.tokens.prompt + s.tokens.completion, cost_usd=s.cost_usd))
+            cards.append(
+                JobCard(
+                    name=d.name,
+                    agent=cfg.get("agent"),
+                    model=cfg.get("model"),
+                    backend=meta.get("backend") or cfg.get("backend"),
+                    started_at=meta.get("started_at"),
+                    finished_at=meta.get("finished_at"),
+                    n_trials=s.n_trials,
+                    n_running=sum(r.outcome == RUNNING for r in rows),
+                    mean_reward=s.mean_reward,
+                    pass_rate=s.pass_rate,
+                    error_categories={str(k.value): v for k, v in s.error_categories.items()},
+                    tokens=s.tokens.prompt + s.tokens.completion,
+                    cost_usd=s.cost_usd,
+                )
+            )
         return cards
 
     def version(self) -> str:
@@ -693,8 +747,7 @@ class TrialView:
     load_error: str | None = None
 
 
-def _listing(job_root: Path, folder: Path, *, preview: bool, skip: Iterable[str] = ()
-             ) -> list[FileEntry]:
+def _listing(job_root: Path, folder: Path, *, preview: bool, skip: Iterable[str] = ()) -> list[FileEntry]:
     out: list[FileEntry] = []
     if not folder.is_dir() or folder.is_symlink():
         return out
@@ -722,8 +775,13 @@ def _file(job_root: Path, path: Path) -> FileEntry | None:
     if not path.is_file() or path.is_symlink():
         return None
     text, truncated = read_text_preview(path)
-    return FileEntry(rel=path.relative_to(job_root).as_posix(), name=path.name,
-                     size=path.stat().st_size, text=text, truncated=truncated)
+    return FileEntry(
+        rel=path.relative_to(job_root).as_posix(),
+        name=path.name,
+        size=path.stat().st_size,
+        text=text,
+        truncated=truncated,
+    )
 
 
 def _read_trajectory(path: Path) -> tuple[dict | None, str | None]:
@@ -775,24 +833,26 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
     steps: list[StepView] = []
     for row in rows:
         sp = trial.step(row.index, row.name)
-        v = StepView(row=row, dir_rel=sp.root.relative_to(job_root).as_posix()
-                     if sp.root.is_dir() else None)
+        v = StepView(row=row, dir_rel=sp.root.relative_to(job_root).as_posix() if sp.root.is_dir() else None)
         if sp.root.is_dir() and not sp.root.is_symlink():
             if sp.instruction.is_file() and not sp.instruction.is_symlink():
                 v.instruction = read_text_preview(sp.instruction)[0]
             v.trajectory, v.trajectory_error = _read_trajectory(sp.agent / "trajectory.json")
             v.agent_files = _listing(job_root, sp.agent, preview=True, skip={"trajectory.json"})
             reward_names = set(REWARD_FILES)
-            v.verifier_files = [f for f in _listing(job_root, sp.verifier, preview=True)
-                                if f.name not in reward_names]
+            v.verifier_files = [
+                f for f in _listing(job_root, sp.verifier, preview=True) if f.name not in reward_names
+            ]
             for rn in ((row.reward_file,) if row.reward_file else ()) + tuple(sorted(reward_names)):
                 if v.reward_file is None and rn:
                     v.reward_file = _file(job_root, sp.verifier / rn)
             v.manifest = read_artifacts_manifest(sp.artifacts)
             v.artifacts = _listing(job_root, sp.artifacts, preview=True, skip={"manifest.json"})
             if v.instruction is None and v.trajectory:
-                first_user = next((s for s in v.trajectory["steps"]
-                                   if isinstance(s, dict) and s.get("source") == "user"), None)
+                first_user = next(
+                    (s for s in v.trajectory["steps"] if isinstance(s, dict) and s.get("source") == "user"),
+                    None,
+                )
                 if first_user and isinstance(first_user.get("message"), str):
                     v.instruction = first_user["message"]
         if status is not None and status.step_index == row.index:
@@ -804,8 +864,9 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
         config = {}
     attempts: list[AttemptView] = []
     if trial.attempts_dir.is_dir():
-        for p in sorted((p for p in trial.attempts_dir.iterdir() if p.name.isdigit()),
-                        key=lambda p: int(p.name)):
+        for p in sorted(
+            (p for p in trial.attempts_dir.iterdir() if p.name.isdigit()), key=lambda p: int(p.name)
+        ):
             a = TrialPaths(p)
             outcome, error, arows = None, None, []
             try:
@@ -818,12 +879,18 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
                     arows = list(read_steps(a.steps_json).steps)
                 except (OSError, ValueError):
                     pass
-            attempts.append(AttemptView(number=int(p.name), outcome=outcome, error=error,
-                                        steps=arows))
-    return TrialView(job=job.name, name=name, result=result, steps=steps, config=config,
-                     status=status.model_dump(mode="json") if status is not None else None,
-                     attempts=attempts, load_error=load_error,
-                     trial_log=_file(job_root, trial.trial_log))
+            attempts.append(AttemptView(number=int(p.name), outcome=outcome, error=error, steps=arows))
+    return TrialView(
+        job=job.name,
+        name=name,
+        result=result,
+        steps=steps,
+        config=config,
+        status=status.model_dump(mode="json") if status is not None else None,
+        attempts=attempts,
+        load_error=load_error,
+        trial_log=_file(job_root, trial.trial_log),
+    )
 
 
 def trial_version(job: JobIndex, name: str) -> str:

@@ -20,9 +20,11 @@ import jinja2
 
 PACKAGE = "cairn.viewer"
 
-CSP_LIVE = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-            "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
-            "frame-ancestors 'none'")
+CSP_LIVE = (
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; "
+    "frame-ancestors 'none'"
+)
 """The Content-Security-Policy of every page the server sends: no inline script at all."""
 
 CSP_FILE = "default-src 'none'; sandbox"
@@ -41,8 +43,9 @@ def bundle_csp(css: str) -> str:
         css: the exact text of the page's one ``<style>`` element.
     """
     digest = base64.b64encode(hashlib.sha256(css.encode("utf-8")).digest()).decode()
-    return (f"default-src 'none'; style-src 'sha256-{digest}'; img-src data:; "
-            "base-uri 'none'; form-action 'none'")
+    return (
+        f"default-src 'none'; style-src 'sha256-{digest}'; img-src data:; base-uri 'none'; form-action 'none'"
+    )
 
 
 def _seg(name: str) -> str:
@@ -190,8 +193,15 @@ def environment() -> jinja2.Environment:
             lstrip_blocks=True,
             auto_reload=False,  # the templates ship in the package: no stat per page
         )
-        env.filters.update(num=fmt_num, pct=fmt_pct, sec=fmt_sec, time=fmt_time,
-                           size=fmt_size, pretty=pretty_json, v=enum_value)
+        env.filters.update(
+            num=fmt_num,
+            pct=fmt_pct,
+            sec=fmt_sec,
+            time=fmt_time,
+            size=fmt_size,
+            pretty=pretty_json,
+            v=enum_value,
+        )
         _ENV = env
     return _ENV
 

@@ -31,13 +31,21 @@ LABELS = {"cairn.job": "j1", "cairn.trial": "t1"}
 def _model() -> dict:
     return {
         "services": {
-            "main": {"build": {"context": "/x"}, "image": "shared:1", "ports": ["8080:80"],
-                     "container_name": "fixed", "cpus": 2.0},
+            "main": {
+                "build": {"context": "/x"},
+                "image": "shared:1",
+                "ports": ["8080:80"],
+                "container_name": "fixed",
+                "cpus": 2.0,
+            },
             "db": {"image": "postgres:16", "networks": {"back": None}},
             "worker": {"image": "shared:1"},
         },
-        "networks": {"default": {"name": "p_default"}, "back": {"name": "fixed-net"},
-                     "ext": {"name": "outside", "external": True}},
+        "networks": {
+            "default": {"name": "p_default"},
+            "back": {"name": "fixed-net"},
+            "ext": {"name": "outside", "external": True},
+        },
         "volumes": {"data": {"name": "mydata"}, "cache": {"name": "c", "external": True}},
     }
 
@@ -66,16 +74,18 @@ def test_cairn_file_owns_names_labels_ports_and_limits():
     assert "deploy" not in db
     assert doc["networks"]["back"]["name"] == "cairn-p_back"
     assert "ext" not in doc["networks"] and "internal" not in doc["networks"]["back"]
-    assert doc["volumes"] == {"data": {"name": "cairn-p_data",
-                                       "labels": {**LABELS, "cairn.compose_project": "cairn-p"}}}
+    assert doc["volumes"] == {
+        "data": {"name": "cairn-p_data", "labels": {**LABELS, "cairn.compose_project": "cairn-p"}}
+    }
     assert "ports: !reset []" in dump_yaml(doc)
 
 
 def test_no_network_makes_every_project_network_internal_without_a_host_address():
     model = _model()
     del model["networks"]["ext"]
-    doc = cairn_file(model, SandboxSpec(network_mode=NetworkMode.NO_NETWORK), project="p",
-                     env_hash="0" * 64, labels=LABELS)
+    doc = cairn_file(
+        model, SandboxSpec(network_mode=NetworkMode.NO_NETWORK), project="p", env_hash="0" * 64, labels=LABELS
+    )
     for net in doc["networks"].values():
         assert net["internal"] is True and net["driver_opts"] == {INHIBIT_IPV4: "true"}
 
@@ -89,42 +99,60 @@ def test_behind_the_gateway_main_gets_a_known_host_name_and_no_proxy_names_it():
     model = _model()
     del model["networks"]["ext"]
     spec = SandboxSpec(network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",))
-    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS,
-                     gateway_env=proxy_env())
+    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS, gateway_env=proxy_env())
     main = doc["services"]["main"]
     assert main["hostname"] == "main"
     env = main["environment"]
     assert env["NODE_USE_ENV_PROXY"] == "1"
     for key in ("NO_PROXY", "no_proxy"):
-        assert set(env[key].split(",")) >= {"localhost", "127.0.0.1", "::1", "0.0.0.0",
-                                            "main", "db", "worker"}
+        assert set(env[key].split(",")) >= {
+            "localhost",
+            "127.0.0.1",
+            "::1",
+            "0.0.0.0",
+            "main",
+            "db",
+            "worker",
+        }
         assert "[" not in env[key]  # httpx fails every request on a bracketed entry
     model["services"]["main"]["hostname"] = "box"
-    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS,
-                     gateway_env=proxy_env())
+    doc = cairn_file(model, spec, project="p", env_hash="0" * 64, labels=LABELS, gateway_env=proxy_env())
     assert doc["services"]["main"]["hostname"] == "box"
     assert "box" in doc["services"]["main"]["environment"]["NO_PROXY"].split(",")
 
 
-@pytest.mark.parametrize("change, needle", [
-    (lambda m: None, "external"),
-    (lambda m: (m["networks"].pop("ext"), m["services"]["db"].update(network_mode="host")),
-     "service `db` sets network_mode: host"),
-    (lambda m: (m["networks"].pop("ext"), m["networks"]["back"].update(driver="macvlan")),
-     "driver 'macvlan'"),
-])
+@pytest.mark.parametrize(
+    "change, needle",
+    [
+        (lambda m: None, "external"),
+        (
+            lambda m: (m["networks"].pop("ext"), m["services"]["db"].update(network_mode="host")),
+            "service `db` sets network_mode: host",
+        ),
+        (
+            lambda m: (m["networks"].pop("ext"), m["networks"]["back"].update(driver="macvlan")),
+            "driver 'macvlan'",
+        ),
+    ],
+)
 def test_no_network_refuses_what_reaches_outside(change, needle):
     model = _model()
     change(model)
     with pytest.raises(UnsupportedError, match="no-network") as exc:
-        cairn_file(model, SandboxSpec(network_mode=NetworkMode.NO_NETWORK), project="p",
-                   env_hash="0" * 64, labels=LABELS)
+        cairn_file(
+            model,
+            SandboxSpec(network_mode=NetworkMode.NO_NETWORK),
+            project="p",
+            env_hash="0" * 64,
+            labels=LABELS,
+        )
     assert needle in str(exc.value)
 
 
 def test_harbor_variables_and_defaults(tmp_path):
-    spec = SandboxSpec(env_dir=tmp_path, cpus=2, memory_mb=1024,
-                       env={"FOO": "x$y", "PATH": "/opt/bin:/usr/bin"})
+    spec = SandboxSpec(
+        env_dir=tmp_path, cpus=2, memory_mb=1024, env={"FOO": "x$y", "PATH": "/opt/bin:/usr/bin"}
+    )
     v = harbor_variables(spec, "cairn-p", "img:1")
     assert v["CPUS"] == "2" and v["MEMORY"] == "1024M" and v["MAIN_IMAGE_NAME"] == "img:1"
     assert v["CONTEXT_DIR"] == str(tmp_path.resolve()) and v["TEST_DIR"] == "/tests"
@@ -169,8 +197,12 @@ volumes:
 
 
 def _sidecar_task(root: Path, name: str = "sidecar") -> Path:
-    return write_task(root, name, files={"environment/docker-compose.yaml": SIDECAR_COMPOSE},
-                      test=reward_if('[ "$(cat /shared/hello.txt)" = from-sidecar ]'))
+    return write_task(
+        root,
+        name,
+        files={"environment/docker-compose.yaml": SIDECAR_COMPOSE},
+        test=reward_if('[ "$(cat /shared/hello.txt)" = from-sidecar ]'),
+    )
 
 
 @pytest.mark.local
@@ -216,9 +248,11 @@ def _project_leftovers(project: str) -> list[str]:
     client = docker_mod.from_env()
     try:
         flt = {"label": [f"com.docker.compose.project={project}"]}
-        return ([c.name for c in client.containers.list(all=True, filters=flt)]
-                + [n.name for n in client.networks.list(filters=flt)]
-                + [v.name for v in client.volumes.list(filters=flt)])
+        return (
+            [c.name for c in client.containers.list(all=True, filters=flt)]
+            + [n.name for n in client.networks.list(filters=flt)]
+            + [v.name for v in client.volumes.list(filters=flt)]
+        )
     finally:
         client.close()
 
@@ -239,8 +273,10 @@ class _Recorder:
                 try:
                     self.seen = {
                         "project": sandbox.info["compose_project"],
-                        "containers": {c.labels["com.docker.compose.service"]: c.labels
-                                       for c in client.containers.list(all=True, filters=flt)},
+                        "containers": {
+                            c.labels["com.docker.compose.service"]: c.labels
+                            for c in client.containers.list(all=True, filters=flt)
+                        },
                         "networks": [n.name for n in client.networks.list(filters=flt)],
                         "volumes": [v.name for v in client.volumes.list(filters=flt)],
                     }
@@ -277,10 +313,19 @@ def _plan(task_path: Path, jobs: Path, attempt: int):
     task = load_task(task_path)
     tid = trial_id(task.name, task.content_hash, "nop", {}, None, "docker", attempt)
     job_dir = jobs / "job"
-    return TrialPlan(task=task, agent_name="nop", agent_kwargs={}, model=None, backend="docker",
-                     attempt=attempt, trial_id=tid,
-                     trial_dir=job_dir / "trials" / f"{task.slug}__{attempt}__{tid[:8]}",
-                     job_id="test-" + tid[:8], job_dir=job_dir, options=RunOptions())
+    return TrialPlan(
+        task=task,
+        agent_name="nop",
+        agent_kwargs={},
+        model=None,
+        backend="docker",
+        attempt=attempt,
+        trial_id=tid,
+        trial_dir=job_dir / "trials" / f"{task.slug}__{attempt}__{tid[:8]}",
+        job_id="test-" + tid[:8],
+        job_dir=job_dir,
+        options=RunOptions(),
+    )
 
 
 @pytest.mark.docker
@@ -288,18 +333,24 @@ def _plan(task_path: Path, jobs: Path, attempt: int):
 def test_two_compose_trials_at_once_do_not_collide(tmp_path):
     """Same task, same compose file with a fixed container_name, a named volume and a host port."""
     _docker_client()
-    compose = SIDECAR_COMPOSE.replace("    volumes:\n      - shared:/shared\n  sidecar:",
-                                      "    container_name: fixed-main\n    ports: ['18931:80']\n"
-                                      "    volumes:\n      - shared:/shared\n  sidecar:")
+    compose = SIDECAR_COMPOSE.replace(
+        "    volumes:\n      - shared:/shared\n  sidecar:",
+        "    container_name: fixed-main\n    ports: ['18931:80']\n"
+        "    volumes:\n      - shared:/shared\n  sidecar:",
+    )
     compose = compose.replace("  shared: {}\n", "  shared:\n    name: fixed-volume\n")
-    task = write_task(tmp_path / "tasks", "pair", files={"environment/docker-compose.yaml": compose},
-                      test=reward_if('[ "$(cat /shared/hello.txt)" = from-sidecar ] '
-                                     '&& [ ! -e /shared/other ] && touch /shared/other'))
+    task = write_task(
+        tmp_path / "tasks",
+        "pair",
+        files={"environment/docker-compose.yaml": compose},
+        test=reward_if(
+            '[ "$(cat /shared/hello.txt)" = from-sidecar ] && [ ! -e /shared/other ] && touch /shared/other'
+        ),
+    )
     from cairn.trial.run import run_trial
 
     async def both():
-        return await asyncio.gather(*(run_trial(_plan(task, tmp_path / "jobs", k))
-                                      for k in (1, 2)))
+        return await asyncio.gather(*(run_trial(_plan(task, tmp_path / "jobs", k)) for k in (1, 2)))
 
     results = asyncio.run(both())
     for r in results:
@@ -341,13 +392,18 @@ volumes:
 @pytest.mark.docker
 def test_harbor_pattern_env_reaches_main_startup_and_sidecar_nop_scores_1(tmp_path):
     _docker_client()
-    test = ('for i in $(seq 50); do [ -s /shared/helper.txt ] && break; sleep 0.1; done\n'
-            + reward_if('[ "$(cat /startup.txt)" = "main saw tok-42" ] '
-                        '&& [ "$(cat /shared/helper.txt)" = "helper saw tok-42" ] '
-                        '&& [ "$SHARED_TOKEN" = tok-42 ]'))
-    task = write_task(tmp_path / "tasks", "harbor-pattern",
-                      toml_extra='[environment.env]\nSHARED_TOKEN = "tok-42"\n',
-                      files={"environment/docker-compose.yaml": HARBOR_COMPOSE}, test=test)
+    test = "for i in $(seq 50); do [ -s /shared/helper.txt ] && break; sleep 0.1; done\n" + reward_if(
+        '[ "$(cat /startup.txt)" = "main saw tok-42" ] '
+        '&& [ "$(cat /shared/helper.txt)" = "helper saw tok-42" ] '
+        '&& [ "$SHARED_TOKEN" = tok-42 ]'
+    )
+    task = write_task(
+        tmp_path / "tasks",
+        "harbor-pattern",
+        toml_extra='[environment.env]\nSHARED_TOKEN = "tok-42"\n',
+        files={"environment/docker-compose.yaml": HARBOR_COMPOSE},
+        test=test,
+    )
     with (task / "task.toml").open("a") as f:  # the file ends inside [environment]
         f.write("memory_mb = 512\ncpus = 1\n")
     r = run_trial_sync(task, "nop", "docker", tmp_path / "jobs")
@@ -371,23 +427,35 @@ services:
       interval: 1s
       retries: 30
 """
-    test = reward_if("timeout 5 bash -c 'exec 3<>/dev/tcp/web/8080; "
-                     "printf \"GET / HTTP/1.0\\r\\n\\r\\n\" >&3; head -1 <&3' | grep -q 200")
-    task = write_task(tmp_path / "tasks", "nonet", files={"environment/docker-compose.yaml": compose},
-                      test=test)
+    test = reward_if(
+        "timeout 5 bash -c 'exec 3<>/dev/tcp/web/8080; "
+        'printf "GET / HTTP/1.0\\r\\n\\r\\n" >&3; head -1 <&3\' | grep -q 200'
+    )
+    task = write_task(
+        tmp_path / "tasks", "nonet", files={"environment/docker-compose.yaml": compose}, test=test
+    )
     r = run_trial_sync(task, "nop", "docker", tmp_path / "jobs")
     assert r.error is None, r.error
     assert r.reward == 1.0
 
 
 @pytest.mark.docker
-@pytest.mark.parametrize("compose, kind, needle", [
-    ("services:\n  main: {}\n  db:\n    image: cairn-absent-image:nope\n", "image_not_found",
-     "cairn-absent-image:nope"),
-    ("services:\n  main: {}\n  side:\n    image: debian:bookworm-slim\n    network_mode: host\n",
-     "config_error", "network_mode: host"),
-    ("services:\n  main:\n    depends_on: [ghost]\n", "config_error", "ghost"),
-])
+@pytest.mark.parametrize(
+    "compose, kind, needle",
+    [
+        (
+            "services:\n  main: {}\n  db:\n    image: cairn-absent-image:nope\n",
+            "image_not_found",
+            "cairn-absent-image:nope",
+        ),
+        (
+            "services:\n  main: {}\n  side:\n    image: debian:bookworm-slim\n    network_mode: host\n",
+            "config_error",
+            "network_mode: host",
+        ),
+        ("services:\n  main:\n    depends_on: [ghost]\n", "config_error", "ghost"),
+    ],
+)
 def test_compose_failures_are_classified_and_leave_nothing(tmp_path, compose, kind, needle):
     _docker_client()
     task = write_task(tmp_path / "tasks", "broken", files={"environment/docker-compose.yaml": compose})
@@ -400,9 +468,12 @@ def test_compose_failures_are_classified_and_leave_nothing(tmp_path, compose, ki
 @pytest.mark.docker
 def test_a_failing_main_build_is_build_failed_with_its_log(tmp_path):
     _docker_client()
-    task = write_task(tmp_path / "tasks", "badbuild",
-                      dockerfile="FROM debian:bookworm-slim\nRUN echo compose-boom-7 && exit 3\n",
-                      files={"environment/docker-compose.yaml": SIDECAR_COMPOSE})
+    task = write_task(
+        tmp_path / "tasks",
+        "badbuild",
+        dockerfile="FROM debian:bookworm-slim\nRUN echo compose-boom-7 && exit 3\n",
+        files={"environment/docker-compose.yaml": SIDECAR_COMPOSE},
+    )
     import docker
 
     client = docker.from_env()
@@ -412,8 +483,11 @@ def test_a_failing_main_build_is_build_failed_with_its_log(tmp_path):
     assert "compose-boom-7" in r.error.detail["log_tail"]
     assert _owned(r.trial_id) == []
     # nor an unlabelled intermediate container of the failed build (cairn clean can't see those)
-    left = [c for c in client.containers.list(all=True) if c.id not in before
-            and "compose-boom-7" in " ".join(c.attrs["Config"].get("Cmd") or [])]
+    left = [
+        c
+        for c in client.containers.list(all=True)
+        if c.id not in before and "compose-boom-7" in " ".join(c.attrs["Config"].get("Cmd") or [])
+    ]
     assert left == []
 
 
@@ -425,7 +499,8 @@ def _compose_factory(spec: SandboxSpec):
     assert spec.env_dir is not None
     (spec.env_dir / "docker-compose.yaml").write_text(
         "services:\n  main: {}\n  sidecar:\n    image: debian:bookworm-slim\n"
-        "    command: [sleep, infinity]\n    init: true\n")
+        "    command: [sleep, infinity]\n    init: true\n"
+    )
     return ComposeSandbox(spec)
 
 
@@ -473,8 +548,12 @@ def _compose_spec(tmp_path: Path, compose: str) -> SandboxSpec:
     env.mkdir()
     (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
     (env / "docker-compose.yaml").write_text(compose)
-    return SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="test-compose",
-                       trial_id=f"unhealthy-{tmp_path.name[-12:]}")
+    return SandboxSpec(
+        env_dir=env,
+        network_mode=NetworkMode.NO_NETWORK,
+        job_id="test-compose",
+        trial_id=f"unhealthy-{tmp_path.name[-12:]}",
+    )
 
 
 @pytest.mark.docker
@@ -517,16 +596,21 @@ def test_cairn_limits_replace_the_files_own_limits_on_main(tmp_path):
     _docker_client()
     from cairn.sandbox.docker.compose import ComposeSandbox
 
-    spec = _compose_spec(tmp_path, "services:\n  main:\n    mem_limit: 1g\n    cpus: 3\n"
-                                   "    deploy: {resources: {limits: {cpus: '3', memory: 1g}}}\n")
+    spec = _compose_spec(
+        tmp_path,
+        "services:\n  main:\n    mem_limit: 1g\n    cpus: 3\n"
+        "    deploy: {resources: {limits: {cpus: '3', memory: 1g}}}\n",
+    )
     spec = SandboxSpec(**{**spec.__dict__, "cpus": 1.5, "memory_mb": 300})
 
     async def go() -> str:
         async with ComposeSandbox(spec) as sb:
-            r = await sb.exec("cat /sys/fs/cgroup/memory.max 2>/dev/null "
-                              "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
-                              "cat /sys/fs/cgroup/cpu.max 2>/dev/null "
-                              "|| cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us")
+            r = await sb.exec(
+                "cat /sys/fs/cgroup/memory.max 2>/dev/null "
+                "|| cat /sys/fs/cgroup/memory/memory.limit_in_bytes; "
+                "cat /sys/fs/cgroup/cpu.max 2>/dev/null "
+                "|| cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us"
+            )
             return r.stdout
 
     mem, cpu = asyncio.run(go()).split("\n")[:2]

@@ -64,8 +64,9 @@ def test_timeout_kills_whole_tree_and_kill_spares_older(tmp_path):
             await sb.exec("nohup sleep 7770 >/dev/null 2>&1 &")
             before = {p.key for p in await sb.processes()}
             t0 = time.monotonic()
-            r = await sb.exec("(sleep 7774 &); setsid sleep 7775 & nohup sleep 7776 & sleep 7777",
-                              timeout_sec=3)
+            r = await sb.exec(
+                "(sleep 7774 &); setsid sleep 7775 & nohup sleep 7776 & sleep 7777", timeout_sec=3
+            )
             took = time.monotonic() - t0
             assert r.timed_out and r.exit_code is None
             assert 2.9 < took < 5.5
@@ -75,6 +76,7 @@ def test_timeout_kills_whole_tree_and_kill_spares_older(tmp_path):
             procs = await sb.processes()
             assert not _sleepers(procs, [7774, 7775, 7776, 7777])
             assert len(_sleepers(procs, [7770])) == 1
+
     asyncio.run(main())
 
 
@@ -92,12 +94,16 @@ def test_cancelled_exec_kills_its_tree(tmp_path):
             with pytest.raises(asyncio.CancelledError):
                 await task
             assert not _sleepers(await sb.processes(), [7781, 7782, 7783])
+
     asyncio.run(main())
 
 
 def _running_in(err: BuildError) -> set[str]:
-    return {line.split()[-1] for line in err.detail.get("log_tail", "").splitlines()
-            if line.strip().startswith("---> Running in")}
+    return {
+        line.split()[-1]
+        for line in err.detail.get("log_tail", "").splitlines()
+        if line.strip().startswith("---> Running in")
+    }
 
 
 def test_build_failed_once_for_four_trials_with_log_tail(tmp_path):
@@ -108,8 +114,11 @@ def test_build_failed_once_for_four_trials_with_log_tail(tmp_path):
     (env / "Dockerfile").write_text(df)
 
     async def one(i):
-        sb = DockerSandbox(SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK,
-                                       job_id="test-docker", trial_id=f"bf{i}"))
+        sb = DockerSandbox(
+            SandboxSpec(
+                env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="test-docker", trial_id=f"bf{i}"
+            )
+        )
         with pytest.raises(BuildError) as ei:
             async with sb:
                 pass
@@ -127,8 +136,7 @@ def test_build_failed_once_for_four_trials_with_log_tail(tmp_path):
 
 
 def test_build_timeout_at_about_ten_seconds(tmp_path):
-    spec = _spec(tmp_path, f"FROM {BASE}\nRUN echo {uuid.uuid4().hex} && sleep 3600\n",
-                 build_timeout_sec=10)
+    spec = _spec(tmp_path, f"FROM {BASE}\nRUN echo {uuid.uuid4().hex} && sleep 3600\n", build_timeout_sec=10)
 
     async def main():
         with pytest.raises(BuildError) as ei:
@@ -153,8 +161,10 @@ def test_missing_base_image_is_image_not_found(tmp_path):
                 pass
         return ei.value
 
-    specs = [_spec(tmp_path, "FROM no-such-image:1\nRUN true\n"),
-             _spec(tmp_path, None, docker_image="no-such-image:1")]
+    specs = [
+        _spec(tmp_path, "FROM no-such-image:1\nRUN true\n"),
+        _spec(tmp_path, None, docker_image="no-such-image:1"),
+    ]
     for spec in specs:
         assert asyncio.run(main(spec)).kind is ErrorKind.IMAGE_NOT_FOUND
         flt = {"label": [f"cairn.trial={spec.trial_id}"]}
@@ -212,9 +222,12 @@ def test_no_network_fails_fast_public_connects(tmp_path):
 def test_check_accepts_allowlist_and_refuses_gpus(tmp_path):
     """The docker backend enforces allowlists (tests/sandbox/docker/test_network.py); its
     check() accepts them and still refuses GPUs."""
-    assert DockerSandbox.check(_spec(tmp_path, docker_image=BASE,
-                                     network_mode=NetworkMode.ALLOWLIST,
-                                     allowed_hosts=("a.test",))) == []
+    assert (
+        DockerSandbox.check(
+            _spec(tmp_path, docker_image=BASE, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",))
+        )
+        == []
+    )
     with pytest.raises(UnsupportedError, match="GPUs"):
         DockerSandbox.check(_spec(tmp_path, docker_image=BASE, gpus=1))
 
@@ -224,8 +237,9 @@ def test_memory_and_cpu_limits_in_cgroup_v1(tmp_path):
         spec = _spec(tmp_path, docker_image=BASE, memory_mb=256, cpus=1)
         async with DockerSandbox(spec) as sb:
             mem = await sb.exec("cat /sys/fs/cgroup/memory/memory.limit_in_bytes")
-            cpu = await sb.exec("cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us "
-                                "/sys/fs/cgroup/cpu/cpu.cfs_period_us")
+            cpu = await sb.exec(
+                "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us"
+            )
             return mem.stdout.split(), cpu.stdout.split()
 
     mem, cpu = asyncio.run(main())
@@ -235,10 +249,12 @@ def test_memory_and_cpu_limits_in_cgroup_v1(tmp_path):
 
 
 def test_entrypoint_runs_first_and_init_is_pid1(tmp_path):
-    df = (f"FROM {BASE}\n"
-          "RUN printf '#!/bin/sh\\necho up > /tmp/service-up\\nexec \"$@\"\\n' > /entry.sh "
-          "&& chmod +x /entry.sh\n"
-          'ENTRYPOINT ["/entry.sh"]\nCMD ["sleep", "infinity"]\n')
+    df = (
+        f"FROM {BASE}\n"
+        "RUN printf '#!/bin/sh\\necho up > /tmp/service-up\\nexec \"$@\"\\n' > /entry.sh "
+        "&& chmod +x /entry.sh\n"
+        'ENTRYPOINT ["/entry.sh"]\nCMD ["sleep", "infinity"]\n'
+    )
 
     async def main():
         async with DockerSandbox(_spec(tmp_path, df)) as sb:
@@ -269,14 +285,21 @@ def test_labels_info_reuse_and_force_build(tmp_path):
     job_dir = tmp_path / "jobs" / "j1"
 
     async def main():
-        spec = SandboxSpec(env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="j1",
-                           trial_id="trial-a", job_dir=job_dir, name="my task/x")
+        spec = SandboxSpec(
+            env_dir=env,
+            network_mode=NetworkMode.NO_NETWORK,
+            job_id="j1",
+            trial_id="trial-a",
+            job_dir=job_dir,
+            name="my task/x",
+        )
         async with DockerSandbox(spec) as sb:
             labels = _client().api.inspect_container(sb.container_id)["Config"]["Labels"]
             first = (sb.image, sb.info, labels)
         async with DockerSandbox(spec) as sb:
             second = sb.image
         from dataclasses import replace
+
         async with DockerSandbox(replace(spec, force_build=True)) as sb:
             third = sb.image
         return first, second, third
@@ -317,6 +340,7 @@ def test_failed_start_leaves_nothing(tmp_path):
         cid = sb.container_id
         client.api.remove_container(cid, force=True)  # the sandbox dies under us
         from cairn.errors import SandboxError
+
         with pytest.raises(SandboxError):
             await sb.exec("true")
         await sb.stop()
@@ -353,9 +377,16 @@ def test_two_processes_build_a_hash_once(tmp_path):
     (env / "Dockerfile").write_text(f"FROM {BASE}\nRUN sleep 2 && echo {uuid.uuid4().hex} > /x\n")
     src = str(Path(__file__).resolve().parents[3] / "src")
     penv = {**os.environ, "PYTHONPATH": src}
-    procs = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(env), f"p{i}"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=penv)
-             for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _BUILDER, str(env), f"p{i}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env=penv,
+        )
+        for i in range(2)
+    ]
     outs = [p.communicate(timeout=180) for p in procs]
     assert all(p.returncode == 0 for p in procs), outs
     words = sorted(o[0].split()[0] for o in outs)
@@ -404,6 +435,7 @@ def test_ended_tells_a_kill_from_outside_from_the_sandbox_s_own_end(tmp_path, ho
     (a ``kill`` in its event log, or the container gone) and are ``from_outside``; a process
     inside killing every other one (``kill -9 -1`` as root takes the keeper, the init's child,
     and the init then exits with the same 137 a ``docker kill`` leaves) is the sandbox's own."""
+
     async def main():
         async with DockerSandbox(_spec(tmp_path, docker_image=BASE)) as sb:
             api = _client().api

@@ -16,8 +16,7 @@ from cairn.sandbox.docker.build import ensure_image
 
 
 def test_an_image_lookup_without_an_engine_is_sandbox_lost(tmp_path):
-    client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41",
-                                 timeout=5)
+    client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41", timeout=5)
     spec = SandboxSpec(env_dir=None, docker_image="debian:bookworm-slim")
     try:
         with pytest.raises(SandboxLostError, match="looking up image debian:bookworm-slim"):
@@ -30,8 +29,7 @@ def test_a_build_tag_lookup_without_an_engine_is_sandbox_lost(tmp_path):
     env = tmp_path / "environment"
     env.mkdir()
     (env / "Dockerfile").write_text("FROM debian:bookworm-slim\n")
-    client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41",
-                                 timeout=5)
+    client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41", timeout=5)
     spec = SandboxSpec(env_dir=env, env_hash="0" * 64)
     try:
         with pytest.raises(SandboxLostError):

@@ -27,7 +27,7 @@ from nethosts import host_containers  # noqa: E402
 
 pytestmark = pytest.mark.docker
 
-LOGGER = r'''
+LOGGER = r"""
 import socket, sys, threading
 name = sys.argv[1]
 def tcp():
@@ -62,7 +62,7 @@ threading.Thread(target=udp, daemon=True).start()
 threading.Thread(target=tcp, daemon=True).start()
 print("serving", flush=True)
 threading.Event().wait()
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -120,18 +120,23 @@ def test_l1_nul_under_a_wildcard_reaches_no_denied_container(tmp_path, hosts):
 
     async def go():
         async with DockerSandbox(spec) as sb:
-            r = await _script(sb, tmp_path, RAW,
-                              f"GET http://{denied}\\x00.wild.test/ HTTP/1.1\\r\\n\\r\\n",
-                              f"CONNECT {denied}\\x00.wild.test:80 HTTP/1.1\\r\\n\\r\\n",
-                              f"GET http://{denied}%00.wild.test/ HTTP/1.1\\r\\n\\r\\n")
+            r = await _script(
+                sb,
+                tmp_path,
+                RAW,
+                f"GET http://{denied}\\x00.wild.test/ HTTP/1.1\\r\\n\\r\\n",
+                f"CONNECT {denied}\\x00.wild.test:80 HTTP/1.1\\r\\n\\r\\n",
+                f"GET http://{denied}%00.wild.test/ HTTP/1.1\\r\\n\\r\\n",
+            )
             return r, await sb.network_records()
 
     r, records = asyncio.run(go())
     assert r.exit_code == 0, r.stderr
     assert all("400" in line for line in r.stdout.splitlines()), r.stdout
     assert _seen(hosts, "denied.test")[before:] == []
-    assert len(records) == 3 and all(x["verdict"] == "denied" and x["address"] is None
-                                     for x in records), records
+    assert len(records) == 3 and all(x["verdict"] == "denied" and x["address"] is None for x in records), (
+        records
+    )
 
 
 FRAMES = """
@@ -172,8 +177,12 @@ def test_l2_tagged_and_crafted_frames_go_nowhere(tmp_path, hosts):
     was routed on to any IPv4 address, even on a no-network task that opens only a model
     host. The sandbox keeps ``NET_RAW`` (tasks rely on it); the gateway must route nothing."""
     policy = NetworkPolicy(NetworkMode.NO_NETWORK, (), ("model.test",))
-    spec = _spec(tmp_path, network_mode=NetworkMode.NO_NETWORK, network_phases=(policy,),
-                 add_hosts=(("model.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.NO_NETWORK,
+        network_phases=(policy,),
+        add_hosts=(("model.test", hosts["allowed.test"]),),
+    )
     before = len(_seen(hosts, "denied.test"))
 
     async def go():
@@ -210,8 +219,12 @@ def test_l3_a_head_begun_in_the_agent_phase_reaches_nothing_after_the_switch(tmp
     switch to a no-network verifier was connected upstream under the agent's allowlist."""
     agent = NetworkPolicy(NetworkMode.ALLOWLIST, ("allowed.test",))
     verifier = NetworkPolicy(NetworkMode.NO_NETWORK)
-    spec = _spec(tmp_path, network_mode=NetworkMode.NO_NETWORK, network_phases=(agent,),
-                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.NO_NETWORK,
+        network_phases=(agent,),
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     before = len(_seen(hosts, "allowed.test"))
 
     async def go():
@@ -261,21 +274,35 @@ def _attack_from_bridge(gateway_id: str, network: str) -> str:
     nets = client.api.inspect_container(gateway_id)["NetworkSettings"]["Networks"]
     via = nets["bridge"]["IPAddress"]
     internal = nets[network]
-    subnet = ipaddress.ip_network(f"{internal['IPAddress']}/{internal['IPPrefixLen']}",
-                                  strict=False)
+    subnet = ipaddress.ip_network(f"{internal['IPAddress']}/{internal['IPPrefixLen']}", strict=False)
     return client.containers.run(
-        "python:3.12-slim", ["python3", "-c", ATTACK, str(subnet.network_address),
-                             str(subnet.netmask), via, internal["IPAddress"]],
-        remove=True, network="bridge", cap_add=["NET_ADMIN"],
-        labels={"cairn.test-host": "1"}).decode()
+        "python:3.12-slim",
+        [
+            "python3",
+            "-c",
+            ATTACK,
+            str(subnet.network_address),
+            str(subnet.netmask),
+            via,
+            internal["IPAddress"],
+        ],
+        remove=True,
+        network="bridge",
+        cap_add=["NET_ADMIN"],
+        labels={"cairn.test-host": "1"},
+    ).decode()
 
 
 def test_l5_the_proxy_does_not_answer_from_its_egress_side(tmp_path, hosts):
     """L5: a container on the engine's default bridge, with a route to the trial's internal
     subnet through the gateway's bridge address, used the proxy, and its request was
     recorded as the agent's. Now it is refused (and recorded as a foreign peer)."""
-    spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",),
-                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.ALLOWLIST,
+        allowed_hosts=("allowed.test",),
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     before = len(_seen(hosts, "allowed.test"))
 
     async def go():
@@ -311,8 +338,12 @@ def test_a_connection_still_open_at_the_end_is_recorded_with_its_bytes(tmp_path,
     record the trial reads last, with its peer, the address it went to and its bytes; and
     nothing reaches out after that read, before the gateway is removed."""
     verifier = NetworkPolicy(NetworkMode.ALLOWLIST, ("allowed.test",))
-    spec = _spec(tmp_path, network_mode=NetworkMode.NO_NETWORK, network_phases=(verifier,),
-                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.NO_NETWORK,
+        network_phases=(verifier,),
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     before = len(_seen(hosts, "allowed.test"))
 
     async def go():
@@ -325,8 +356,7 @@ def test_a_connection_still_open_at_the_end_is_recorded_with_its_bytes(tmp_path,
                 await asyncio.sleep(0.05)
             await asyncio.sleep(0.3)
             records = await sb.network_records()
-            late = await _script(sb, tmp_path, RAW,
-                                 "GET http://allowed.test/ HTTP/1.1\\r\\n\\r\\n")
+            late = await _script(sb, tmp_path, RAW, "GET http://allowed.test/ HTTP/1.1\\r\\n\\r\\n")
             await run
             return records, late, await sb.network_records()
 
@@ -365,19 +395,23 @@ def test_regression_blocked_attempts_from_a_sandbox(tmp_path, hosts):
     addresses, IPv4-mapped IPv6, userinfo, a suffix trick and an encoded dot through the proxy;
     direct TCP, UDP and ICMP; no Docker socket. Nothing reaches the denied container."""
     denied = hosts["denied.test"]
-    spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST,
-                 allowed_hosts=("allowed.test", "*.wild.test"),
-                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.ALLOWLIST,
+        allowed_hosts=("allowed.test", "*.wild.test"),
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     before = len(_seen(hosts, "denied.test"))
     mapped = f"::ffff:{denied}"
-    proxied = [f"GET http://{denied}/ HTTP/1.1\\r\\n\\r\\n",
-               f"CONNECT {denied}:80 HTTP/1.1\\r\\n\\r\\n",
-               f"GET http://[{mapped}]/ HTTP/1.1\\r\\n\\r\\n",
-               f"GET http://allowed.test@{denied}/ HTTP/1.1\\r\\n\\r\\n",
-               "GET http://allowed.test.evil.test/ HTTP/1.1\\r\\n\\r\\n",
-               "GET http://allowed%2etest/ HTTP/1.1\\r\\n\\r\\n",
-               f"GET http://{int.from_bytes(bytes(map(int, denied.split('.'))), 'big')}/ "
-               "HTTP/1.1\\r\\n\\r\\n"]
+    proxied = [
+        f"GET http://{denied}/ HTTP/1.1\\r\\n\\r\\n",
+        f"CONNECT {denied}:80 HTTP/1.1\\r\\n\\r\\n",
+        f"GET http://[{mapped}]/ HTTP/1.1\\r\\n\\r\\n",
+        f"GET http://allowed.test@{denied}/ HTTP/1.1\\r\\n\\r\\n",
+        "GET http://allowed.test.evil.test/ HTTP/1.1\\r\\n\\r\\n",
+        "GET http://allowed%2etest/ HTTP/1.1\\r\\n\\r\\n",
+        f"GET http://{int.from_bytes(bytes(map(int, denied.split('.'))), 'big')}/ HTTP/1.1\\r\\n\\r\\n",
+    ]
 
     async def go():
         async with DockerSandbox(spec) as sb:
@@ -403,20 +437,34 @@ def test_a_trial_records_the_verifiers_tunnel_still_open_at_its_end(tmp_path, ho
     from taskgen import write_task
     from testbed import run_trial_sync
 
-    verifier = textwrap.dedent("""\
+    verifier = (
+        textwrap.dedent("""\
         cat > /tmp/hold.py <<'PY'
-        """) + HOLD + textwrap.dedent("""\
+        """)
+        + HOLD
+        + textwrap.dedent("""\
         PY
         setsid python3 /tmp/hold.py > /dev/null 2>&1 < /dev/null &
         for i in $(seq 200); do [ -e /tmp/ready ] && break; sleep 0.05; done
         echo 1 > /logs/verifier/reward.txt
         """)
-    task = write_task(tmp_path, "open-tunnel", network="no-network", dockerfile=DOCKERFILE,
-                      files={"environment/probe.py": PROBE}, test=verifier,
-                      toml_extra='[verifier]\nnetwork_mode = "allowlist"\n'
-                                 'allowed_hosts = ["allowed.test"]\n')
-    result = run_trial_sync(task, ProbeAgent([]), "docker", tmp_path / "jobs",
-                            add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    )
+    task = write_task(
+        tmp_path,
+        "open-tunnel",
+        network="no-network",
+        dockerfile=DOCKERFILE,
+        files={"environment/probe.py": PROBE},
+        test=verifier,
+        toml_extra='[verifier]\nnetwork_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n',
+    )
+    result = run_trial_sync(
+        task,
+        ProbeAgent([]),
+        "docker",
+        tmp_path / "jobs",
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     assert result.error is None, result.error
     trial_dir = next((tmp_path / "jobs" / "job" / "trials").iterdir())
     lines = (trial_dir / "steps" / "01-main" / "network.jsonl").read_text().splitlines()
@@ -455,8 +503,9 @@ def test_compose_gateway_holds_l1_l2_l5(tmp_path, hosts):
             self.out: dict[str, str] = {}
 
         async def run(self, instruction, sandbox, context) -> None:
-            r = await _script(sandbox, tmp_path, RAW,
-                              f"GET http://{denied}\\x00.wild.test/ HTTP/1.1\\r\\n\\r\\n")
+            r = await _script(
+                sandbox, tmp_path, RAW, f"GET http://{denied}\\x00.wild.test/ HTTP/1.1\\r\\n\\r\\n"
+            )
             self.out["raw"] = r.stdout + r.stderr
             r = await _script(sandbox, tmp_path, FRAMES, denied)
             self.out["frames"] = r.stdout + r.stderr
@@ -464,24 +513,31 @@ def test_compose_gateway_holds_l1_l2_l5(tmp_path, hosts):
             nets = docker.from_env().api.inspect_container(gw)["NetworkSettings"]["Networks"]
             project = next(n for n in nets if n != "bridge")
             self.out["attack"] = await asyncio.to_thread(_attack_from_bridge, gw, project)
-            self.out["caps"] = str(docker.from_env().api.inspect_container(gw)["HostConfig"]
-                                   ["CapDrop"])
+            self.out["caps"] = str(docker.from_env().api.inspect_container(gw)["HostConfig"]["CapDrop"])
 
-    task = write_task(tmp_path, "composed", network="allowlist", dockerfile=DOCKERFILE,
-                      files={"environment/probe.py": PROBE,
-                             "environment/docker-compose.yaml": COMPOSE})
+    task = write_task(
+        tmp_path,
+        "composed",
+        network="allowlist",
+        dockerfile=DOCKERFILE,
+        files={"environment/probe.py": PROBE, "environment/docker-compose.yaml": COMPOSE},
+    )
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace(
-        'network_mode = "allowlist"\n', 'network_mode = "allowlist"\n'
-        'allowed_hosts = ["allowed.test", "*.wild.test"]\n'))
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "allowlist"\n',
+            'network_mode = "allowlist"\nallowed_hosts = ["allowed.test", "*.wild.test"]\n',
+        )
+    )
     agent = Hostile()
-    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                            add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    result = run_trial_sync(
+        task, agent, "docker", tmp_path / "jobs", add_hosts=(("allowed.test", hosts["allowed.test"]),)
+    )
     assert result.error is None, result.error
     assert "400" in agent.out["raw"], agent.out
     assert agent.out["frames"].startswith("sent"), agent.out
     assert agent.out["attack"].startswith(("refused", "answer b''")), agent.out
     assert agent.out["caps"] == "['ALL']"
     time.sleep(0.5)
-    assert _seen(hosts, "denied.test")[seen_before[0]:] == []
-    assert _seen(hosts, "allowed.test")[seen_before[1]:] == []
+    assert _seen(hosts, "denied.test")[seen_before[0] :] == []
+    assert _seen(hosts, "allowed.test")[seen_before[1] :] == []

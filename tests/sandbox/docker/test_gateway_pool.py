@@ -42,15 +42,19 @@ HOLD = textwrap.dedent("""\
     """)
 
 # ESTABLISHED TCP connections of the gateway to port 80 (hex 0050), from its /proc/net/tcp.
-UPSTREAM = ("python3 -c \"import sys; print(sum(1 for l in open('/proc/net/tcp').readlines()[1:] "
-            "if l.split()[2].endswith(':0050') and l.split()[3] == '01'))\"")
+UPSTREAM = (
+    "python3 -c \"import sys; print(sum(1 for l in open('/proc/net/tcp').readlines()[1:] "
+    "if l.split()[2].endswith(':0050') and l.split()[3] == '01'))\""
+)
 
 
 def _job_resources(job: str) -> tuple[list[str], list[str]]:
     api = docker.from_env().api
     flt = {"label": f"cairn.job={job}"}
-    return ([c["Names"][0] for c in api.containers(all=True, filters=flt)],
-            [n["Name"] for n in api.networks(filters=flt)])
+    return (
+        [c["Names"][0] for c in api.containers(all=True, filters=flt)],
+        [n["Name"] for n in api.networks(filters=flt)],
+    )
 
 
 _POOLS: dict[Path, ResourcePool] = {}
@@ -70,8 +74,15 @@ def close_pool(job_dir: Path) -> None:
 
 
 def _spec(env: Path, job: str, job_dir: Path, **kw) -> SandboxSpec:
-    return SandboxSpec(env_dir=env, job_id=job, trial_id=uuid.uuid4().hex[:12],
-                       job_dir=job_dir, name="pool", pool=_pool(job_dir), **kw)
+    return SandboxSpec(
+        env_dir=env,
+        job_id=job,
+        trial_id=uuid.uuid4().hex[:12],
+        job_dir=job_dir,
+        name="pool",
+        pool=_pool(job_dir),
+        **kw,
+    )
 
 
 def _env(tmp_path: Path) -> Path:
@@ -99,10 +110,17 @@ def test_a_reused_gateway_gives_the_next_trial_only_its_own_allowlist(tmp_path, 
     job, job_dir = f"pool-{uuid.uuid4().hex[:6]}", tmp_path / "job"
     job_dir.mkdir()
     add = tuple(hosts.items())
-    first = _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST,
-                  allowed_hosts=("allowed.test",), add_hosts=add)
-    second = _spec(env, job, job_dir, network_mode=NetworkMode.NO_NETWORK, add_hosts=add,
-                   network_phases=(NetworkPolicy(NetworkMode.ALLOWLIST, ("denied.test",)),))
+    first = _spec(
+        env, job, job_dir, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",), add_hosts=add
+    )
+    second = _spec(
+        env,
+        job,
+        job_dir,
+        network_mode=NetworkMode.NO_NETWORK,
+        add_hosts=add,
+        network_phases=(NetworkPolicy(NetworkMode.ALLOWLIST, ("denied.test",)),),
+    )
     (tmp_path / "hold.py").write_text(HOLD)
 
     async def go():
@@ -111,8 +129,9 @@ def test_a_reused_gateway_gives_the_next_trial_only_its_own_allowlist(tmp_path, 
             a = DockerSandbox(first)
             await a.start()
             gw = a._net.gateway_id
-            got_a = parse_probe((await a.exec(["python3", "/probe.py", "http://allowed.test/a"],
-                                              timeout_sec=60)).stdout)
+            got_a = parse_probe(
+                (await a.exec(["python3", "/probe.py", "http://allowed.test/a"], timeout_sec=60)).stdout
+            )
             await a.upload(tmp_path / "hold.py", "/tmp/hold.py")
             hold = asyncio.ensure_future(a.exec(["python3", "/tmp/hold.py"], timeout_sec=120))
             for _ in range(200):
@@ -129,13 +148,29 @@ def test_a_reused_gateway_gives_the_next_trial_only_its_own_allowlist(tmp_path, 
             await b.start()
             try:
                 reused = b._net.gateway_id == gw
-                env_probe = parse_probe((await b.exec(
-                    ["python3", "/probe.py", "http://allowed.test/", "http://denied.test/"],
-                    timeout_sec=60)).stdout)
+                env_probe = parse_probe(
+                    (
+                        await b.exec(
+                            ["python3", "/probe.py", "http://allowed.test/", "http://denied.test/"],
+                            timeout_sec=60,
+                        )
+                    ).stdout
+                )
                 await b.set_network(second.network_phases[0], phase="agent")
-                agent_probe = parse_probe((await b.exec(
-                    ["python3", "/probe.py", "http://allowed.test/", "https://allowed.test/",
-                     "http://denied.test/d"], timeout_sec=60)).stdout)
+                agent_probe = parse_probe(
+                    (
+                        await b.exec(
+                            [
+                                "python3",
+                                "/probe.py",
+                                "http://allowed.test/",
+                                "https://allowed.test/",
+                                "http://denied.test/d",
+                            ],
+                            timeout_sec=60,
+                        )
+                    ).stdout
+                )
                 records_b = await b.network_records()
             finally:
                 await b.stop()
@@ -143,11 +178,22 @@ def test_a_reused_gateway_gives_the_next_trial_only_its_own_allowlist(tmp_path, 
         finally:
             close_pool(job_dir)
         left = await asyncio.to_thread(settle_job, job_dir, "docker")
-        return (got_a, held, records_a, after_stop, reused, env_probe, agent_probe, records_b,
-                pooled_left, left)
+        return (
+            got_a,
+            held,
+            records_a,
+            after_stop,
+            reused,
+            env_probe,
+            agent_probe,
+            records_b,
+            pooled_left,
+            left,
+        )
 
-    (got_a, held, records_a, after_stop, reused, env_probe, agent_probe, records_b,
-     pooled_left, left) = asyncio.run(go())
+    (got_a, held, records_a, after_stop, reused, env_probe, agent_probe, records_b, pooled_left, left) = (
+        asyncio.run(go())
+    )
     assert got_a["http://allowed.test/a"]["text"].startswith("host=allowed.test")
     assert held == 1 and after_stop == 0  # the first trial's tunnel was cut before hand-on
     assert any(r["host"] == "allowed.test" and r["verdict"] == "allowed" for r in records_a)
@@ -161,9 +207,12 @@ def test_a_reused_gateway_gives_the_next_trial_only_its_own_allowlist(tmp_path, 
     assert {r["phase"] for r in records_b} == {"environment", "agent"}
     assert not any(r["verdict"] == "allowed" and r["host"] == "allowed.test" for r in records_b)
     assert sorted((r["phase"], r["host"], r["verdict"]) for r in records_b) == [
-        ("agent", "allowed.test", "denied"), ("agent", "allowed.test", "denied"),
+        ("agent", "allowed.test", "denied"),
+        ("agent", "allowed.test", "denied"),
         ("agent", "denied.test", "allowed"),
-        ("environment", "allowed.test", "denied"), ("environment", "denied.test", "denied")]
+        ("environment", "allowed.test", "denied"),
+        ("environment", "denied.test", "denied"),
+    ]
     assert len(pooled_left[0]) == 1 and len(pooled_left[1]) == 1  # the idle gateway + network
     assert left == [] and _job_resources(first.job_id) == ([], [])
 
@@ -174,8 +223,7 @@ def test_concurrent_trials_never_share_a_gateway(tmp_path):
     job_dir.mkdir()
 
     def spec() -> SandboxSpec:
-        return _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST,
-                     allowed_hosts=("a.test",))
+        return _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",))
 
     async def go():
         open_pool(job_dir)
@@ -185,8 +233,7 @@ def test_concurrent_trials_never_share_a_gateway(tmp_path):
             a, b = DockerSandbox(spec()), DockerSandbox(spec())
             await asyncio.gather(a.start(), b.start())
             try:
-                return {a._net.gateway_id, b._net.gateway_id}, \
-                    {a._net.internal.name, b._net.internal.name}
+                return {a._net.gateway_id, b._net.gateway_id}, {a._net.internal.name, b._net.internal.name}
             finally:
                 await asyncio.gather(a.stop(), b.stop())
         finally:
@@ -226,8 +273,12 @@ def test_cairn_clean_removes_a_killed_jobs_pooled_gateways(tmp_path):
     job, job_dir = f"pool-kill-{uuid.uuid4().hex[:6]}", tmp_path / "job"
     job_dir.mkdir()
     penv = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_JOB, str(env), job, str(job_dir)],
-                            stdout=subprocess.PIPE, env=penv, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_JOB, str(env), job, str(job_dir)],
+        stdout=subprocess.PIPE,
+        env=penv,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
     finally:
@@ -249,8 +300,7 @@ def test_a_pooled_gateway_that_died_fails_the_start_as_infra_and_leaves_nothing(
     job_dir.mkdir()
 
     def spec() -> SandboxSpec:
-        return _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST,
-                     allowed_hosts=("a.test",))
+        return _spec(env, job, job_dir, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("a.test",))
 
     async def go():
         open_pool(job_dir)
@@ -276,7 +326,7 @@ def test_a_pooled_gateway_that_died_fails_the_start_as_infra_and_leaves_nothing(
     assert left == ([], [])  # the dead gateway and its network went with the failed start
 
 
-CHECK = r'''
+CHECK = r"""
 import json, sys
 got = {}
 for line in open("/tmp/probe.jsonl"):
@@ -284,20 +334,28 @@ for line in open("/tmp/probe.jsonl"):
     got[item["target"]] = item["ok"]
 want = json.loads(sys.argv[1])
 open("/logs/verifier/reward.txt", "w").write("1\n" if got == want else "0\n")
-'''
+"""
 
 
 def _probe_task(root: Path, name: str, allowed: str, want: dict[str, bool]) -> Path:
     from taskgen import write_task
 
     targets = " ".join(want)
-    task = write_task(root, name, network="allowlist", dockerfile=DOCKERFILE + "COPY check.py /check.py\n",
-                      files={"environment/probe.py": PROBE, "environment/check.py": CHECK},
-                      solve=f"python3 /probe.py {targets} > /tmp/probe.jsonl\n",
-                      test=f"python3 /check.py '{json.dumps(want)}'\n")
+    task = write_task(
+        root,
+        name,
+        network="allowlist",
+        dockerfile=DOCKERFILE + "COPY check.py /check.py\n",
+        files={"environment/probe.py": PROBE, "environment/check.py": CHECK},
+        solve=f"python3 /probe.py {targets} > /tmp/probe.jsonl\n",
+        test=f"python3 /check.py '{json.dumps(want)}'\n",
+    )
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace(
-        'network_mode = "allowlist"\n', f'network_mode = "allowlist"\nallowed_hosts = ["{allowed}"]\n'))
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "allowlist"\n', f'network_mode = "allowlist"\nallowed_hosts = ["{allowed}"]\n'
+        )
+    )
     return task
 
 
@@ -308,10 +366,13 @@ def test_a_job_hands_gateways_on_and_each_trial_sees_only_its_own_allowlist(tmp_
     from cairn.job.run import run_job
     from cairn.plan import JobConfig
 
-    first = _probe_task(tmp_path / "tasks", "first", "allowed.test",
-                        {"http://allowed.test/": True})
-    second = _probe_task(tmp_path / "tasks", "second", "denied.test",
-                         {"http://allowed.test/": False, "http://denied.test/": True})
+    first = _probe_task(tmp_path / "tasks", "first", "allowed.test", {"http://allowed.test/": True})
+    second = _probe_task(
+        tmp_path / "tasks",
+        "second",
+        "denied.test",
+        {"http://allowed.test/": False, "http://denied.test/": True},
+    )
     created: list[str] = []
     real = DockerSandbox.start
 
@@ -322,15 +383,29 @@ def test_a_job_hands_gateways_on_and_each_trial_sees_only_its_own_allowlist(tmp_
     job = f"pool-job-{uuid.uuid4().hex[:6]}"
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(DockerSandbox, "start", spy)
-        result = run_job(JobConfig(paths=(first, second), backend="docker", agent="oracle",
-                                   n_concurrent=1, jobs_dir=tmp_path / "jobs", job_name=job,
-                                   add_hosts=dict(hosts)))
+        result = run_job(
+            JobConfig(
+                paths=(first, second),
+                backend="docker",
+                agent="oracle",
+                n_concurrent=1,
+                jobs_dir=tmp_path / "jobs",
+                job_name=job,
+                add_hosts=dict(hosts),
+            )
+        )
     rewards = {r.task.name: r.reward for r in result.results}
     assert rewards == {"test/first": 1.0, "test/second": 1.0}, [r.error for r in result.results]
     assert len(created) == 2 and created[0] == created[1]  # one gateway, handed on
     second_trial = next(r for r in result.results if r.task.name == "test/second")
-    records = [json.loads(x) for x in (result.job_dir / "trials" / second_trial.trial_name
-                                       / "steps" / "01-main" / "network.jsonl").read_text().splitlines()]
-    assert {(x["host"], x["verdict"]) for x in records} == {("allowed.test", "denied"),
-                                                           ("denied.test", "allowed")}
+    records = [
+        json.loads(x)
+        for x in (result.job_dir / "trials" / second_trial.trial_name / "steps" / "01-main" / "network.jsonl")
+        .read_text()
+        .splitlines()
+    ]
+    assert {(x["host"], x["verdict"]) for x in records} == {
+        ("allowed.test", "denied"),
+        ("denied.test", "allowed"),
+    }
     assert _job_resources(job) == ([], [])

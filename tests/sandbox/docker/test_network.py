@@ -37,8 +37,10 @@ def _labelled(trial_id: str) -> tuple[list[str], list[str]]:
     """Names of the containers and networks that still carry ``cairn.trial=trial_id``."""
     api = docker.from_env().api
     flt = {"label": f"cairn.trial={trial_id}"}
-    return ([c["Names"][0] for c in api.containers(all=True, filters=flt)],
-            [n["Name"] for n in api.networks(filters=flt)])
+    return (
+        [c["Names"][0] for c in api.containers(all=True, filters=flt)],
+        [n["Name"] for n in api.networks(filters=flt)],
+    )
 
 
 def _spec(tmp_path: Path, **kw) -> SandboxSpec:
@@ -65,25 +67,39 @@ def hosts():
 
 def test_allowlist_trial_agent_reaches_only_allowed_and_verifier_nothing(tmp_path, hosts):
     denied_ip = hosts["denied.test"]
-    targets = ["http://allowed.test/a", "https://allowed.test/b", "http://denied.test/",
-               "https://denied.test/", f"http://{denied_ip}/", f"https://{denied_ip}/",
-               f"sock:{denied_ip}:80", f"sock:{hosts['allowed.test']}:80"]
+    targets = [
+        "http://allowed.test/a",
+        "https://allowed.test/b",
+        "http://denied.test/",
+        "https://denied.test/",
+        f"http://{denied_ip}/",
+        f"https://{denied_ip}/",
+        f"sock:{denied_ip}:80",
+        f"sock:{hosts['allowed.test']}:80",
+    ]
     verifier = textwrap.dedent("""\
         python3 /probe.py http://allowed.test/ https://allowed.test/ http://denied.test/ \\
             > /logs/verifier/probe.jsonl
         if grep -q '"ok": true' /logs/verifier/probe.jsonl; then echo 0; else echo 1; fi \\
             > /logs/verifier/reward.txt
         """)
-    task = write_task(tmp_path, "allow", network="allowlist", dockerfile=DOCKERFILE,
-                      files={"environment/probe.py": PROBE}, test=verifier,
-                      toml_extra='[verifier]\nnetwork_mode = "no-network"\n')
+    task = write_task(
+        tmp_path,
+        "allow",
+        network="allowlist",
+        dockerfile=DOCKERFILE,
+        files={"environment/probe.py": PROBE},
+        test=verifier,
+        toml_extra='[verifier]\nnetwork_mode = "no-network"\n',
+    )
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace(
-        'network_mode = "allowlist"\n', 'network_mode = "allowlist"\n'
-        'allowed_hosts = ["allowed.test"]\n'))
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "allowlist"\n', 'network_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n'
+        )
+    )
     agent = ProbeAgent(targets)
-    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                            add_hosts=tuple(hosts.items()))
+    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs", add_hosts=tuple(hosts.items()))
     assert result.error is None, result.error
     got = agent.results
     assert got["http://allowed.test/a"]["text"].startswith("host=allowed.test path=/a")
@@ -107,8 +123,7 @@ def test_allowlist_trial_agent_reaches_only_allowed_and_verifier_nothing(tmp_pat
     assert agent_recs[("CONNECT", "denied.test", 443)]["verdict"] == "denied"
     assert agent_recs[("GET", denied_ip, 80)]["verdict"] == "denied"
     ver = [r for r in records if r["phase"] == "verifier"]
-    assert {(r["host"], r["verdict"]) for r in ver} == {("allowed.test", "denied"),
-                                                        ("denied.test", "denied")}
+    assert {(r["host"], r["verdict"]) for r in ver} == {("allowed.test", "denied"), ("denied.test", "denied")}
     row = result.steps[0]
     assert row.network is not None and row.network.denied == 4 + 3
     assert row.network.allowed == 2
@@ -118,16 +133,27 @@ def test_allowlist_trial_agent_reaches_only_allowed_and_verifier_nothing(tmp_pat
 
 def test_wildcard_and_cidr_entries(tmp_path, hosts):
     allowed_ip, other_ip = hosts["allowed.test"], hosts["denied.test"]
-    spec = _spec(tmp_path, network_mode=NetworkMode.ALLOWLIST,
-                 allowed_hosts=("*.allowed.test", f"{allowed_ip}/32"),
-                 add_hosts=(("a.allowed.test", allowed_ip), ("allowed.test", allowed_ip),
-                            ("allowed.test.evil", other_ip)))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.ALLOWLIST,
+        allowed_hosts=("*.allowed.test", f"{allowed_ip}/32"),
+        add_hosts=(
+            ("a.allowed.test", allowed_ip),
+            ("allowed.test", allowed_ip),
+            ("allowed.test.evil", other_ip),
+        ),
+    )
 
     async def go():
         async with DockerSandbox(spec) as sb:
-            return await _probe(sb, "http://a.allowed.test/", "http://allowed.test/",
-                                "http://allowed.test.evil/", f"http://{allowed_ip}/",
-                                f"http://{other_ip}/")
+            return await _probe(
+                sb,
+                "http://a.allowed.test/",
+                "http://allowed.test/",
+                "http://allowed.test.evil/",
+                f"http://{allowed_ip}/",
+                f"http://{other_ip}/",
+            )
 
     got = asyncio.run(go())
     assert got["http://a.allowed.test/"]["ok"]
@@ -144,14 +170,30 @@ def test_no_network_with_in_sandbox_agent_reaches_its_model_only(tmp_path, hosts
         if grep -q '"ok": true' /logs/verifier/probe.jsonl; then echo 0; else echo 1; fi \\
             > /logs/verifier/reward.txt
         """)
-    task = write_task(tmp_path, "sealed", network="no-network", dockerfile=DOCKERFILE,
-                      files={"environment/probe.py": PROBE}, test=verifier)
-    agent = ProbeAgent(["http://model.test/v1/chat", "https://model.test/v1",
-                        "http://denied.test/", f"sock:{hosts['denied.test']}:80"],
-                       hosts=["model.test"])
-    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                            add_hosts=(("model.test", hosts["allowed.test"]),
-                                       ("denied.test", hosts["denied.test"])))
+    task = write_task(
+        tmp_path,
+        "sealed",
+        network="no-network",
+        dockerfile=DOCKERFILE,
+        files={"environment/probe.py": PROBE},
+        test=verifier,
+    )
+    agent = ProbeAgent(
+        [
+            "http://model.test/v1/chat",
+            "https://model.test/v1",
+            "http://denied.test/",
+            f"sock:{hosts['denied.test']}:80",
+        ],
+        hosts=["model.test"],
+    )
+    result = run_trial_sync(
+        task,
+        agent,
+        "docker",
+        tmp_path / "jobs",
+        add_hosts=(("model.test", hosts["allowed.test"]), ("denied.test", hosts["denied.test"])),
+    )
     assert result.error is None, result.error
     got = agent.results
     assert got["http://model.test/v1/chat"]["text"].startswith("host=allowed.test path=/v1/chat")
@@ -190,9 +232,12 @@ def test_public_trials_cannot_reach_each_other(tmp_path):
 
 def test_phase_switch_closes_open_tunnels(tmp_path, hosts):
     """A connection opened in the agent phase dies at the switch: no inherited opening."""
-    spec = _spec(tmp_path, network_mode=NetworkMode.NO_NETWORK,
-                 network_phases=(NetworkPolicy(NetworkMode.NO_NETWORK, (), ("allowed.test",)),),
-                 add_hosts=(("allowed.test", hosts["allowed.test"]),))
+    spec = _spec(
+        tmp_path,
+        network_mode=NetworkMode.NO_NETWORK,
+        network_phases=(NetworkPolicy(NetworkMode.NO_NETWORK, (), ("allowed.test",)),),
+        add_hosts=(("allowed.test", hosts["allowed.test"]),),
+    )
     hold = textwrap.dedent("""\
         import socket, sys, time
         s = socket.create_connection(("cairn-gateway", 3128), timeout=5)
@@ -264,9 +309,12 @@ def test_cairn_clean_removes_a_killed_trials_gateway_and_networks(tmp_path):
     job_dir.mkdir()
     job = f"net-clean-{uuid.uuid4().hex[:6]}"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(spec.env_dir), job,
-                             spec.trial_id, str(job_dir)], stdout=subprocess.PIPE, env=env,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _KILLED_RUN, str(spec.env_dir), job, spec.trial_id, str(job_dir)],
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+    )
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
     finally:
@@ -315,17 +363,29 @@ services:
 
 
 def test_compose_allowlist_services_reach_each_other_main_only_allowed(tmp_path, hosts):
-    task = write_task(tmp_path, "composed", network="allowlist", dockerfile=DOCKERFILE,
-                      files={"environment/probe.py": PROBE,
-                             "environment/docker-compose.yaml": COMPOSE})
+    task = write_task(
+        tmp_path,
+        "composed",
+        network="allowlist",
+        dockerfile=DOCKERFILE,
+        files={"environment/probe.py": PROBE, "environment/docker-compose.yaml": COMPOSE},
+    )
     toml = task / "task.toml"
-    toml.write_text(toml.read_text().replace(
-        'network_mode = "allowlist"\n', 'network_mode = "allowlist"\n'
-        'allowed_hosts = ["allowed.test"]\n'))
-    agent = ProbeAgent(["http://web:8080/", "http://allowed.test/", "https://allowed.test/",
-                        "http://denied.test/", f"sock:{hosts['denied.test']}:80"])
-    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs",
-                            add_hosts=tuple(hosts.items()))
+    toml.write_text(
+        toml.read_text().replace(
+            'network_mode = "allowlist"\n', 'network_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n'
+        )
+    )
+    agent = ProbeAgent(
+        [
+            "http://web:8080/",
+            "http://allowed.test/",
+            "https://allowed.test/",
+            "http://denied.test/",
+            f"sock:{hosts['denied.test']}:80",
+        ]
+    )
+    result = run_trial_sync(task, agent, "docker", tmp_path / "jobs", add_hosts=tuple(hosts.items()))
     assert result.error is None, result.error
     got = agent.results
     assert got["http://web:8080/"]["ok"], got["http://web:8080/"]  # NO_PROXY: straight there
@@ -348,8 +408,12 @@ def test_the_proxy_serves_only_the_sandbox_network(tmp_path):
             info = client.api.inspect_container(sb._net.gateway_id)["NetworkSettings"]
             egress_ip = info["Networks"]["bridge"]["IPAddress"]
             outside = client.containers.run(
-                "python:3.12-slim", ["python3", "-c", PROBE, f"sock:{egress_ip}:3128"],
-                remove=True, network="bridge", labels={"cairn.test-host": "1"})
+                "python:3.12-slim",
+                ["python3", "-c", PROBE, f"sock:{egress_ip}:3128"],
+                remove=True,
+                network="bridge",
+                labels={"cairn.test-host": "1"},
+            )
             inside = await _probe(sb, "sock:cairn-gateway:3128")
             return parse_probe(outside.decode()), inside
 

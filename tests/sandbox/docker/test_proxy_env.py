@@ -28,10 +28,12 @@ from nethosts import host_containers  # noqa: E402
 
 pytestmark = pytest.mark.docker
 
-DOCKERFILE = ("FROM python:3.12-slim\n"
-              "RUN apt-get update && apt-get install -y --no-install-recommends curl "
-              "&& rm -rf /var/lib/apt/lists/*\n"
-              "WORKDIR /app\nCOPY probe.py /probe.py\nCOPY fetch.js /fetch.js\n")
+DOCKERFILE = (
+    "FROM python:3.12-slim\n"
+    "RUN apt-get update && apt-get install -y --no-install-recommends curl "
+    "&& rm -rf /var/lib/apt/lists/*\n"
+    "WORKDIR /app\nCOPY probe.py /probe.py\nCOPY fetch.js /fetch.js\n"
+)
 
 FETCH_JS = r"""
 (async () => {
@@ -79,8 +81,7 @@ def node_runtime() -> Path:
     return rt.path
 
 
-def test_node_fetch_urllib_and_curl_use_the_proxy_and_never_for_local_names(tmp_path,
-                                                                            node_runtime):
+def test_node_fetch_urllib_and_curl_use_the_proxy_and_never_for_local_names(tmp_path, node_runtime):
     env = tmp_path / "env"
     env.mkdir()
     (env / "Dockerfile").write_text(DOCKERFILE)
@@ -89,30 +90,39 @@ def test_node_fetch_urllib_and_curl_use_the_proxy_and_never_for_local_names(tmp_
     (tmp_path / "curl.sh").write_text(CURL)
     (tmp_path / "local.py").write_text(LOCAL_SERVER)
     with host_containers("allowed.test") as hosts:
-        spec = SandboxSpec(env_dir=env, job_id="test-proxy-env", trial_id=uuid.uuid4().hex[:12],
-                           network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",),
-                           add_hosts=(("allowed.test", hosts["allowed.test"]),),
-                           mounts=((node_runtime, "/opt/node-rt"),))
+        spec = SandboxSpec(
+            env_dir=env,
+            job_id="test-proxy-env",
+            trial_id=uuid.uuid4().hex[:12],
+            network_mode=NetworkMode.ALLOWLIST,
+            allowed_hosts=("allowed.test",),
+            add_hosts=(("allowed.test", hosts["allowed.test"]),),
+            mounts=((node_runtime, "/opt/node-rt"),),
+        )
 
         async def go():
             async with DockerSandbox(spec) as sb:
                 await sb.upload(tmp_path / "curl.sh", "/tmp/curl.sh")
                 await sb.upload(tmp_path / "local.py", "/tmp/local.py")
-                server = asyncio.ensure_future(sb.exec(["python3", "/tmp/local.py"],
-                                                       timeout_sec=120))
+                server = asyncio.ensure_future(sb.exec(["python3", "/tmp/local.py"], timeout_sec=120))
                 for _ in range(200):
-                    if (await sb.exec(["python3", "-c", "import socket; socket.create_connection"
-                                       "(('127.0.0.1', 8000), timeout=1)"])).ok:
+                    if (
+                        await sb.exec(
+                            [
+                                "python3",
+                                "-c",
+                                "import socket; socket.create_connection(('127.0.0.1', 8000), timeout=1)",
+                            ]
+                        )
+                    ).ok:
                         break
                     await asyncio.sleep(0.05)
                 me = (await sb.exec(["hostname"])).stdout.strip()
                 env_out = (await sb.exec(["sh", "-c", "echo $NODE_USE_ENV_PROXY $no_proxy"])).stdout
-                local = [f"http://{h}:8000/" for h in ("localhost", "127.0.0.1", "[::1]",
-                                                       "0.0.0.0", me)]
+                local = [f"http://{h}:8000/" for h in ("localhost", "127.0.0.1", "[::1]", "0.0.0.0", me)]
                 targets = ["http://allowed.test/", *local]
                 runs = {
-                    "node": await sb.exec(["/opt/node-rt/bin/node", "/fetch.js", *targets],
-                                          timeout_sec=120),
+                    "node": await sb.exec(["/opt/node-rt/bin/node", "/fetch.js", *targets], timeout_sec=120),
                     "urllib": await sb.exec(["python3", "/probe.py", *targets], timeout_sec=120),
                     "curl": await sb.exec(["sh", "/tmp/curl.sh", *targets], timeout_sec=120),
                 }
@@ -134,6 +144,7 @@ def test_node_fetch_urllib_and_curl_use_the_proxy_and_never_for_local_names(tmp_
                 assert "403" not in got[url]["text"], (tool, url, got)
     # the gateway saw the allowed host once per tool, and nothing local but [::1] from Node
     # and urllib (NO_PROXY cannot name it: httpx fails on a bracketed entry; docs/network.md)
-    assert sorted((x["host"], x["verdict"]) for x in records) == \
-        [("::1", "denied")] * 2 + [("allowed.test", "allowed")] * 3, \
-        json.dumps(records, indent=1)
+    assert (
+        sorted((x["host"], x["verdict"]) for x in records)
+        == [("::1", "denied")] * 2 + [("allowed.test", "allowed")] * 3
+    ), json.dumps(records, indent=1)

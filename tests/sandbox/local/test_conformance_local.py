@@ -16,14 +16,12 @@ from cairn.sandbox.base import SandboxSpec
 from cairn.sandbox.local.backend import LocalSandbox, find_local_sandboxes
 from testbed import local_available
 
-pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
+pytestmark = [pytest.mark.local, pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 async def local_leftovers(spec: SandboxSpec) -> list[str]:
     """What is left of a stopped local sandbox: its folder (by marker) or its init process."""
-    left = [str(path) for path, marker in find_local_sandboxes()
-            if marker.get("trial_id") == spec.trial_id]
+    left = [str(path) for path, marker in find_local_sandboxes() if marker.get("trial_id") == spec.trial_id]
     needle = spec.trial_id.encode()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

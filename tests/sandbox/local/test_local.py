@@ -22,15 +22,15 @@ from testbed import local_available
 DOCKER_CAPS_MASK = "00000000a80425fb"
 
 
-
-
-pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
+pytestmark = [pytest.mark.local, pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _spec(**kw: object) -> SandboxSpec:
-    fields: dict[str, object] = {"network_mode": NetworkMode.NO_NETWORK, "job_id": "test-local",
-                                 "trial_id": f"t-{uuid.uuid4().hex[:10]}"}
+    fields: dict[str, object] = {
+        "network_mode": NetworkMode.NO_NETWORK,
+        "job_id": "test-local",
+        "trial_id": f"t-{uuid.uuid4().hex[:10]}",
+    }
     fields.update(kw)
     return SandboxSpec(**fields)  # type: ignore[arg-type]
 
@@ -51,9 +51,12 @@ def test_writes_to_system_folders_never_touch_the_host() -> None:
 
     async def main() -> None:
         async with LocalSandbox(_spec()) as sb:
-            await _sh(sb, f"echo in > /usr/bin/{probe} && echo in > /etc/{probe} "
-                          "&& echo 'intruder:x:0:0::/:/bin/sh' >> /etc/passwd "
-                          f"&& rm -f /usr/bin/env && mkdir -p /opt/{probe}")
+            await _sh(
+                sb,
+                f"echo in > /usr/bin/{probe} && echo in > /etc/{probe} "
+                "&& echo 'intruder:x:0:0::/:/bin/sh' >> /etc/passwd "
+                f"&& rm -f /usr/bin/env && mkdir -p /opt/{probe}",
+            )
             assert (await _sh(sb, f"cat /usr/bin/{probe} /etc/{probe}")) == "in\nin\n"
             assert "intruder" in await _sh(sb, "cat /etc/passwd")
             assert (await sb.exec("test -e /usr/bin/env")).exit_code == 1
@@ -74,14 +77,24 @@ def test_host_private_folders_and_secrets_are_not_visible(tmp_path: Path) -> Non
     for p in planted:
         p.write_text("host secret\n")
     try:
+
         async def main() -> None:
             async with LocalSandbox(_spec()) as sb:
                 for p in planted:
                     assert (await sb.exec(["test", "-e", str(p)])).exit_code == 1, p
                 assert (await _sh(sb, "ls -A /root /home /tmp /run")).split() == [
-                    "/home:", "/root:", "/run:", "/tmp:"]
-                for hidden in ("/work", "/var/lib/docker", "/var/lib/containerd",
-                               "/etc/shadow", "/etc/gshadow"):
+                    "/home:",
+                    "/root:",
+                    "/run:",
+                    "/tmp:",
+                ]
+                for hidden in (
+                    "/work",
+                    "/var/lib/docker",
+                    "/var/lib/containerd",
+                    "/etc/shadow",
+                    "/etc/gshadow",
+                ):
                     r = await sb.exec(["cat", hidden])
                     assert r.exit_code != 0 and r.stdout == "", hidden
                 r = await sb.exec("ls /etc/ssh/ | grep -c key || true")
@@ -112,15 +125,21 @@ def test_no_network_has_only_loopback_and_public_shares_the_host() -> None:
     async def main() -> tuple[list[str], list[str]]:
         async with LocalSandbox(_spec(network_mode=NetworkMode.NO_NETWORK)) as sb:
             none_ifaces = (await _sh(sb, "ls /sys/class/net")).split()
-            assert "UP" in await _sh(sb, "cat /sys/class/net/lo/operstate; ip link show lo "
-                                         "2>/dev/null || echo UP")
-            assert (await _sh(sb, "python3 -c \"import socket; s=socket.socket(); "
-                                  "s.bind(('127.0.0.1', 0)); s.listen(); "
-                                  "c=socket.create_connection(s.getsockname()); print('ok')\""
-                              )).strip() == "ok"
+            assert "UP" in await _sh(
+                sb, "cat /sys/class/net/lo/operstate; ip link show lo 2>/dev/null || echo UP"
+            )
+            assert (
+                await _sh(
+                    sb,
+                    'python3 -c "import socket; s=socket.socket(); '
+                    "s.bind(('127.0.0.1', 0)); s.listen(); "
+                    "c=socket.create_connection(s.getsockname()); print('ok')\"",
+                )
+            ).strip() == "ok"
         async with LocalSandbox(_spec(network_mode=NetworkMode.PUBLIC)) as sb:
-            public_ifaces = [ln.split(":")[0].strip() for ln in
-                             (await _sh(sb, "cat /proc/net/dev")).splitlines()[2:]]
+            public_ifaces = [
+                ln.split(":")[0].strip() for ln in (await _sh(sb, "cat /proc/net/dev")).splitlines()[2:]
+            ]
         return none_ifaces, public_ifaces
 
     none_ifaces, public_ifaces = asyncio.run(main())
@@ -129,12 +148,25 @@ def test_no_network_has_only_loopback_and_public_shares_the_host() -> None:
     assert sorted(public_ifaces) == host_ifaces
 
 
-@pytest.mark.parametrize("files, needle", [
-    ({"Dockerfile": "FROM golang:1.22 AS build\nRUN go build -o /app\n"
-                    "FROM debian:bookworm-slim\nCOPY --from=build /app /app\n"}, "multi-stage"),
-    ({"Dockerfile": "FROM debian:bookworm-slim\n",
-      "docker-compose.yaml": "services:\n  main:\n    build: .\n"}, "compose"),
-])
+@pytest.mark.parametrize(
+    "files, needle",
+    [
+        (
+            {
+                "Dockerfile": "FROM golang:1.22 AS build\nRUN go build -o /app\n"
+                "FROM debian:bookworm-slim\nCOPY --from=build /app /app\n"
+            },
+            "multi-stage",
+        ),
+        (
+            {
+                "Dockerfile": "FROM debian:bookworm-slim\n",
+                "docker-compose.yaml": "services:\n  main:\n    build: .\n",
+            },
+            "compose",
+        ),
+    ],
+)
 def test_refused_before_anything_runs(tmp_path: Path, files: dict[str, str], needle: str) -> None:
     for name, text in files.items():
         (tmp_path / name).write_text(text)
@@ -169,11 +201,19 @@ def test_model_host_under_no_network_and_phase_switches_refused() -> None:
     with pytest.raises(UnsupportedError, match="cannot enforce.*use -e docker"):
         LocalSandbox.check(_spec(network_mode=NetworkMode.NO_NETWORK, network_phases=(model,)))
     with pytest.raises(UnsupportedError, match="cannot switch the network between phases"):
-        LocalSandbox.check(_spec(network_mode=NetworkMode.PUBLIC,
-                                 network_phases=(NetworkPolicy(NetworkMode.NO_NETWORK),)))
+        LocalSandbox.check(
+            _spec(network_mode=NetworkMode.PUBLIC, network_phases=(NetworkPolicy(NetworkMode.NO_NETWORK),))
+        )
     # public with a model host is plain public: nothing to filter, nothing refused
-    assert LocalSandbox.check(_spec(network_mode=NetworkMode.PUBLIC, network_phases=(
-        NetworkPolicy(NetworkMode.PUBLIC, (), ("api.example.com",)),))) == []
+    assert (
+        LocalSandbox.check(
+            _spec(
+                network_mode=NetworkMode.PUBLIC,
+                network_phases=(NetworkPolicy(NetworkMode.PUBLIC, (), ("api.example.com",)),),
+            )
+        )
+        == []
+    )
 
 
 def test_timeout_kills_the_whole_tree_seen_from_the_host() -> None:
@@ -192,9 +232,11 @@ def test_timeout_kills_the_whole_tree_seen_from_the_host() -> None:
 
     async def main() -> None:
         async with LocalSandbox(_spec()) as sb:
-            r = await sb.exec(f"(sleep {tag}1 &); setsid sleep {tag}2 & nohup sleep {tag}3 "
-                              f">/dev/null 2>&1 & env -u HOME sleep {tag}4 & sleep {tag}5",
-                              timeout_sec=1.5)
+            r = await sb.exec(
+                f"(sleep {tag}1 &); setsid sleep {tag}2 & nohup sleep {tag}3 "
+                f">/dev/null 2>&1 & env -u HOME sleep {tag}4 & sleep {tag}5",
+                timeout_sec=1.5,
+            )
             assert r.timed_out and r.exit_code is None
             assert host_sleepers() == []
             assert (await _sh(sb, "echo alive")) == "alive\n"
@@ -209,8 +251,11 @@ def test_transfers_never_follow_planted_links_to_the_host(tmp_path: Path) -> Non
 
     async def main() -> None:
         async with LocalSandbox(_spec()) as sb:
-            await _sh(sb, "mkdir -p /app && ln -s /etc /app/etc-link && ln -s ../../../.. /app/up "
-                          "&& ln -s /etc/hostname /app/host-file")
+            await _sh(
+                sb,
+                "mkdir -p /app && ln -s /etc /app/etc-link && ln -s ../../../.. /app/up "
+                "&& ln -s /etc/hostname /app/host-file",
+            )
             await sb.upload(src, f"/app/etc-link/{probe}")
             await sb.upload(src, f"/app/up/{probe}")
             assert (await _sh(sb, f"cat /etc/{probe} /{probe}")) == "payload\npayload\n"
@@ -259,8 +304,7 @@ def test_stop_removes_the_sandbox_folder_and_processes() -> None:
     async def main() -> tuple[Path, int]:
         sb = LocalSandbox(spec)
         await sb.start()
-        [(path, marker)] = [(p, m) for p, m in find_local_sandboxes()
-                            if m.get("trial_id") == spec.trial_id]
+        [(path, marker)] = [(p, m) for p, m in find_local_sandboxes() if m.get("trial_id") == spec.trial_id]
         await _sh(sb, "nohup sleep 600 >/dev/null 2>&1 &")
         await sb.stop()
         await sb.stop()
@@ -299,8 +343,7 @@ def test_probe_refuses_without_root_or_user_namespaces(tmp_path: Path) -> None:
     assert "unprivileged_userns_clone = 0" in str(exc.value)
     (tmp_path / "sys" / "kernel" / "unprivileged_userns_clone").write_text("1\n")
     (tmp_path / "sys" / "user" / "max_user_namespaces").write_text("100\n")
-    assert not probe_host(euid=1000, proc_root=tmp_path,
-                          which=lambda _: "/usr/bin/unshare").privileged
+    assert not probe_host(euid=1000, proc_root=tmp_path, which=lambda _: "/usr/bin/unshare").privileged
     assert probe_host(euid=0, proc_root=tmp_path, which=lambda _: "/usr/bin/unshare").privileged
     with pytest.raises(UnsupportedError, match="unshare"):
         probe_host(euid=0, proc_root=tmp_path, which=lambda _: None)
@@ -340,8 +383,9 @@ def test_sandbox_ends_when_its_owner_dies(tmp_path: Path) -> None:
     script = tmp_path / "owner.py"
     script.write_text(CRASHING_OWNER)
     trial = f"crash-{uuid.uuid4().hex[:8]}"
-    out = subprocess.run([sys.executable, str(script), trial], capture_output=True, text=True,
-                         timeout=60, check=False)
+    out = subprocess.run(
+        [sys.executable, str(script), trial], capture_output=True, text=True, timeout=60, check=False
+    )
     assert out.returncode == 9, out.stderr
     pid = int(out.stdout.strip())
     deadline = time.monotonic() + 5
@@ -376,8 +420,10 @@ asyncio.run(main())
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
-                    reason="needs root to switch to an unprivileged user and /usr/bin/python3")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not Path("/usr/bin/python3").exists(),
+    reason="needs root to switch to an unprivileged user and /usr/bin/python3",
+)
 def test_unprivileged_user_namespace_mode(tmp_path: Path) -> None:
     """Run as ``nobody`` (unprivileged user namespace): layers build, execs run as root
     inside, other users are refused with a clear message."""
@@ -393,15 +439,27 @@ def test_unprivileged_user_namespace_mode(tmp_path: Path) -> None:
     src = Path(__file__).resolve().parents[3] / "src"
     try:
         out = subprocess.run(
-            ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--",
-             "/usr/bin/python3", str(work / "run.py"), str(env)],
-            capture_output=True, text=True, timeout=120, cwd=work, check=False,
-            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "CAIRN_LOCAL_DIR": str(state)})
+            [
+                "setpriv",
+                "--reuid=nobody",
+                "--regid=nogroup",
+                "--clear-groups",
+                "--",
+                "/usr/bin/python3",
+                str(work / "run.py"),
+                str(env),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=work,
+            check=False,
+            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(src), "CAIRN_LOCAL_DIR": str(state)},
+        )
         if out.returncode != 0 and "needs root or unprivileged user namespaces" in out.stderr:
             pytest.skip("unprivileged user namespaces are not available here")
         assert out.returncode == 0, out.stderr
-        assert out.stdout.splitlines() == ["0 0", "0 built", "0 /app", "0 w", "0 hidden",
-                                           "126 True"]
+        assert out.stdout.splitlines() == ["0 0", "0 built", "0 /app", "0 w", "0 hidden", "126 True"]
     finally:
         subprocess.run(["rm", "-rf", str(work)], check=False)
 

@@ -21,9 +21,11 @@ from cairn.sandbox.local.dockerfile import (
 
 
 def test_continuations_comments_and_flags() -> None:
-    text = ("# syntax=docker/dockerfile:1\nFROM debian:bookworm-slim AS base\n"
-            "RUN apt-get update \\\n  # a comment inside\n  && echo done\n\n"
-            "COPY --chown=agent:agent --chmod=755 a.sh /app/\nCMD [\"sleep\", \"1\"]\n")
+    text = (
+        "# syntax=docker/dockerfile:1\nFROM debian:bookworm-slim AS base\n"
+        "RUN apt-get update \\\n  # a comment inside\n  && echo done\n\n"
+        'COPY --chown=agent:agent --chmod=755 a.sh /app/\nCMD ["sleep", "1"]\n'
+    )
     ins = parse_dockerfile(text)
     assert [i.keyword for i in ins] == ["FROM", "RUN", "COPY", "CMD"]
     assert ins[1].args == "apt-get update   && echo done"
@@ -38,22 +40,24 @@ def test_words_quotes_and_variables() -> None:
     assert split_words("a 'b c' \"d $A\" e\\ f $A", env) == ["a", "b c", "d x y", "e f", "x y"]
     assert split_words("'$A' \"\\$A\"", env) == ["$A", "$A"]
     assert expand("${EMPTY:-dflt}/${A:+set}/${NOPE}end", env) == "dflt/set/end"
-    assert key_values('K=v K2="two words" K3=$A', env) == [("K", "v"), ("K2", "two words"),
-                                                           ("K3", "x y")]
+    assert key_values('K=v K2="two words" K3=$A', env) == [("K", "v"), ("K2", "two words"), ("K3", "x y")]
     assert key_values("LEGACY value with spaces", env) == [("LEGACY", "value with spaces")]
     with pytest.raises(DockerfileError, match="unterminated quote"):
         split_words("'unterminated", env)
 
 
-@pytest.mark.parametrize("text, needle", [
-    ("FROM a AS build\nRUN make\nFROM b\nCOPY --from=build /x /x\n", "multi-stage"),
-    ("FROM a\nCOPY --from=other:1 /x /x\n", "--from"),
-    ("FROM a\nADD https://example.com/f.tgz /x\n", "URL"),
-    ("FROM a\nRUN --mount=type=cache,target=/c make\n", "RUN --mount"),
-    ("FROM a\nENTRYPOINT [\"/start.sh\"]\n", "ENTRYPOINT"),
-    ("FROM a\nRUN cat <<EOF > /f\n", "heredoc"),
-    ("FROM a\nFROBNICATE x\n", "FROBNICATE"),
-])
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("FROM a AS build\nRUN make\nFROM b\nCOPY --from=build /x /x\n", "multi-stage"),
+        ("FROM a\nCOPY --from=other:1 /x /x\n", "--from"),
+        ("FROM a\nADD https://example.com/f.tgz /x\n", "URL"),
+        ("FROM a\nRUN --mount=type=cache,target=/c make\n", "RUN --mount"),
+        ('FROM a\nENTRYPOINT ["/start.sh"]\n', "ENTRYPOINT"),
+        ("FROM a\nRUN cat <<EOF > /f\n", "heredoc"),
+        ("FROM a\nFROBNICATE x\n", "FROBNICATE"),
+    ],
+)
 def test_outside_the_subset_is_refused(text: str, needle: str) -> None:
     with pytest.raises(UnsupportedError) as exc:
         analyze(parse_dockerfile(text))
@@ -62,10 +66,10 @@ def test_outside_the_subset_is_refused(text: str, needle: str) -> None:
 
 
 def test_subset_warns_about_from_and_ignored_instructions() -> None:
-    warnings = analyze(parse_dockerfile(
-        "FROM python:3.12-slim\nLABEL a=b\nEXPOSE 80\nHEALTHCHECK CMD true\nRUN true\n"))
-    assert any("host system stands in for the base image python:3.12-slim" in w
-               for w in warnings)
+    warnings = analyze(
+        parse_dockerfile("FROM python:3.12-slim\nLABEL a=b\nEXPOSE 80\nHEALTHCHECK CMD true\nRUN true\n")
+    )
+    assert any("host system stands in for the base image python:3.12-slim" in w for w in warnings)
     assert any("HEALTHCHECK is ignored" in w for w in warnings)
     assert len(warnings) == 2
 
@@ -85,7 +89,8 @@ def test_compose_file_refused(tmp_path: Path) -> None:
 
 def test_docker_image_without_dockerfile_warns(tmp_path: Path) -> None:
     assert check_env_dir(tmp_path, "python:3.12") == [
-        "local backend: the host system stands in for docker_image python:3.12"]
+        "local backend: the host system stands in for docker_image python:3.12"
+    ]
 
 
 def test_dockerignore() -> None:

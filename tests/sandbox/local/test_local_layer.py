@@ -21,8 +21,7 @@ from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir
 from testbed import local_available
 
-pytestmark = [pytest.mark.local,
-              pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
+pytestmark = [pytest.mark.local, pytest.mark.skipif(not local_available(), reason="no local sandbox support")]
 
 
 def _env(tmp_path: Path, dockerfile: str, files: dict[str, str | bytes] | None = None) -> Path:
@@ -55,9 +54,13 @@ def _remove_built_layers() -> Iterator[None]:
 
 def _spec(env: Path, **kw: object) -> SandboxSpec:
     _USED_KEYS.add(tree_hash(env))
-    fields: dict[str, object] = {"env_dir": env, "env_hash": tree_hash(env),
-                                 "network_mode": NetworkMode.NO_NETWORK, "job_id": "test-layer",
-                                 "trial_id": f"layer-{uuid.uuid4().hex[:8]}"}
+    fields: dict[str, object] = {
+        "env_dir": env,
+        "env_hash": tree_hash(env),
+        "network_mode": NetworkMode.NO_NETWORK,
+        "job_id": "test-layer",
+        "trial_id": f"layer-{uuid.uuid4().hex[:8]}",
+    }
     fields.update(kw)
     return SandboxSpec(**fields)  # type: ignore[arg-type]
 
@@ -103,13 +106,13 @@ def test_layer_built_once_reused_and_faster(tmp_path: Path) -> None:
 
 
 def test_concurrent_starts_build_once(tmp_path: Path) -> None:
-    env = _env(tmp_path, "FROM debian\nRUN date +%s%N > /stamp && sleep 0.5\n",
-               {"nonce": uuid.uuid4().hex})
+    env = _env(tmp_path, "FROM debian\nRUN date +%s%N > /stamp && sleep 0.5\n", {"nonce": uuid.uuid4().hex})
 
     async def main() -> list[str]:
         async def one() -> str:
             async with LocalSandbox(_spec(env)) as sb:
                 return await _sh(sb, "cat /stamp")
+
         return await asyncio.gather(one(), one(), one())
 
     stamps = asyncio.run(main())
@@ -141,10 +144,19 @@ RUN echo "${GREETING}-$BASH_VERSION" | cut -c1-7 > /opt/shell.txt; echo "[$UNUSE
 USER builder
 RUN id -un > /home/builder/whoami
 """
-    env = _env(tmp_path, dockerfile, {
-        "src/main.py": "print('hi')\n", "src/skip.log": "ignored\n", "a.txt": "A\n",
-        "b.txt": "B\n", "run.sh": "#!/bin/sh\necho ran\n", "bundle.tar.gz": buf.getvalue(),
-        ".dockerignore": "**/*.log\n"})
+    env = _env(
+        tmp_path,
+        dockerfile,
+        {
+            "src/main.py": "print('hi')\n",
+            "src/skip.log": "ignored\n",
+            "a.txt": "A\n",
+            "b.txt": "B\n",
+            "run.sh": "#!/bin/sh\necho ran\n",
+            "bundle.tar.gz": buf.getvalue(),
+            ".dockerignore": "**/*.log\n",
+        },
+    )
 
     async def main() -> None:
         async with LocalSandbox(_spec(env)) as sb:
@@ -153,11 +165,13 @@ RUN id -un > /home/builder/whoami
             assert (await _sh(sb, "id -un", user="root")) == "root\n"
             assert (await _sh(sb, "printenv PHRASE")) == "hello world\n"
             assert (await _sh(sb, "stat -c '%U:%G %n' src src/main.py")) == (
-                "builder:builder src\nbuilder:builder src/main.py\n")
+                "builder:builder src\nbuilder:builder src/main.py\n"
+            )
             assert (await sb.exec("test -e src/skip.log")).exit_code == 1, ".dockerignore"
             assert (await _sh(sb, "cat /opt/both/a.txt /opt/both/b.txt")) == "A\nB\n"
-            assert (await _sh(sb, "stat -c %a /usr/local/bin/cairn-run; cairn-run",
-                              user="root")) == "700\nran\n"
+            assert (
+                await _sh(sb, "stat -c %a /usr/local/bin/cairn-run; cairn-run", user="root")
+            ) == "700\nran\n"
             assert (await _sh(sb, "cat /opt/unpacked/pkg/inside.txt")) == "from the archive\n"
             assert (await _sh(sb, "test -d /data && cat /opt/shell.txt")) == "hello-5\n[]\n"
             assert (await _sh(sb, "cat /home/builder/whoami")) == "builder\n"
@@ -184,11 +198,14 @@ def test_failing_run_is_build_failed_with_log_tail(tmp_path: Path) -> None:
     assert not list(layers_dir().glob(f".build-{layer_key(spec)[:16]}-*"))
 
 
-@pytest.mark.parametrize("dockerfile, needle", [
-    ("FROM debian\nCOPY missing.txt /x\n", "missing.txt"),
-    ("FROM debian\nCOPY ../outside /x\n", "outside the build context"),
-    ("FROM debian\nUSER nobody-here\nRUN true\n", "unable to find user"),
-])
+@pytest.mark.parametrize(
+    "dockerfile, needle",
+    [
+        ("FROM debian\nCOPY missing.txt /x\n", "missing.txt"),
+        ("FROM debian\nCOPY ../outside /x\n", "outside the build context"),
+        ("FROM debian\nUSER nobody-here\nRUN true\n", "unable to find user"),
+    ],
+)
 def test_bad_steps_are_build_failed(tmp_path: Path, dockerfile: str, needle: str) -> None:
     env = _env(tmp_path, dockerfile)
 

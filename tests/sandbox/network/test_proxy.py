@@ -31,8 +31,7 @@ class _Hello(http.server.BaseHTTPRequestHandler):
         _Hello.seen.append(f"{self.command} {self.path}")
         n = int(self.headers.get("Content-Length") or 0)
         data = self.rfile.read(n) if n else b""
-        body = f"hello {self.headers.get('Host')} {self.path}".encode() + \
-            (b" body=" + data if data else b"")
+        body = f"hello {self.headers.get('Host')} {self.path}".encode() + (b" body=" + data if data else b"")
         self.send_response(200)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
@@ -57,19 +56,33 @@ def setup(tmp_path):
     threading.Thread(target=upstream.serve_forever, daemon=True).start()
     port = _free_port()
     state = tmp_path / "state.json"
-    initial = {"generation": 0, "phase": "agent",
-               "policy": {"mode": "allowlist", "allowed_hosts": ["up.test", "*.wild.test"]},
-               "hosts": {"up.test": "127.0.0.1", "a.wild.test": "127.0.0.1",
-                         "other.test": "127.0.0.1"}, "peers": ["127.0.0.0/8"]}
+    initial = {
+        "generation": 0,
+        "phase": "agent",
+        "policy": {"mode": "allowlist", "allowed_hosts": ["up.test", "*.wild.test"]},
+        "hosts": {"up.test": "127.0.0.1", "a.wild.test": "127.0.0.1", "other.test": "127.0.0.1"},
+        "peers": ["127.0.0.0/8"],
+    }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    proc = subprocess.Popen([sys.executable, "-u", str(PROXY), "serve", str(state), str(port),
-                             json.dumps(initial)], stdout=subprocess.PIPE, env=env, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", str(PROXY), "serve", str(state), str(port), json.dumps(initial)],
+        stdout=subprocess.PIPE,
+        env=env,
+        text=True,
+    )
     assert proc.stdout is not None
     assert json.loads(proc.stdout.readline())["event"] == "ready"
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler(
-        {"http": f"http://127.0.0.1:{port}", "https": f"http://127.0.0.1:{port}"}))
-    yield {"port": port, "up": upstream.server_address[1], "state": state, "proc": proc,
-           "open": opener.open, "env": env}
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({"http": f"http://127.0.0.1:{port}", "https": f"http://127.0.0.1:{port}"})
+    )
+    yield {
+        "port": port,
+        "up": upstream.server_address[1],
+        "state": state,
+        "proc": proc,
+        "open": opener.open,
+        "env": env,
+    }
     proc.kill()
     proc.wait(10)
     upstream.shutdown()
@@ -108,15 +121,18 @@ def test_http_by_name_allowed_and_denied(setup):
     recs = _records(setup["proc"], 1)
     assert setup["open"](f"http://a.wild.test:{up}/", timeout=10).read().startswith(b"hello")
     recs += _records(setup["proc"], 1)
-    for url in (f"http://other.test:{up}/", f"http://wild.test:{up}/",
-                f"http://127.0.0.1:{up}/"):
+    for url in (f"http://other.test:{up}/", f"http://wild.test:{up}/", f"http://127.0.0.1:{up}/"):
         with pytest.raises(urllib.error.HTTPError) as err:
             setup["open"](url, timeout=10)
         assert err.value.code == 403
         recs += _records(setup["proc"], 1)
     assert [(r["host"], r["verdict"]) for r in recs] == [
-        ("up.test", "allowed"), ("a.wild.test", "allowed"), ("other.test", "denied"),
-        ("wild.test", "denied"), ("127.0.0.1", "denied")]
+        ("up.test", "allowed"),
+        ("a.wild.test", "allowed"),
+        ("other.test", "denied"),
+        ("wild.test", "denied"),
+        ("127.0.0.1", "denied"),
+    ]
     assert recs[0]["phase"] == "agent" and recs[0]["port"] == up and recs[0]["bytes_in"] > 0
     assert recs[2]["reason"] == "not allowed (allowlist)"
 
@@ -144,7 +160,10 @@ def test_connect_tunnel_and_refusals(setup):
     raw.close()
     recs += _records(setup["proc"], 1)
     assert [(r["method"], r["verdict"]) for r in recs] == [
-        ("CONNECT", "allowed"), ("CONNECT", "denied"), ("GET", "denied")]
+        ("CONNECT", "allowed"),
+        ("CONNECT", "denied"),
+        ("GET", "denied"),
+    ]
     assert recs[0]["bytes_out"] > 0 and recs[0]["bytes_in"] > 0
     assert recs[2]["reason"] == "not a proxy request"
 
@@ -153,11 +172,20 @@ def test_switch_applies_at_once_and_cuts_open_tunnels(setup):
     port, up = setup["port"], setup["up"]
     s, head = _connect(port, f"up.test:{up}")
     assert head.startswith(b"HTTP/1.1 200")
-    new = {"generation": 1, "phase": "verifier", "policy": {"mode": "no-network"},
-           "hosts": {"up.test": "127.0.0.1"}, "peers": ["127.0.0.0/8"]}
+    new = {
+        "generation": 1,
+        "phase": "verifier",
+        "policy": {"mode": "no-network"},
+        "hosts": {"up.test": "127.0.0.1"},
+        "peers": ["127.0.0.0/8"],
+    }
     t0 = time.monotonic()
-    r = subprocess.run([sys.executable, str(PROXY), "set-state", str(setup["state"]),
-                        json.dumps(new)], env=setup["env"], capture_output=True, timeout=30)
+    r = subprocess.run(
+        [sys.executable, str(PROXY), "set-state", str(setup["state"]), json.dumps(new)],
+        env=setup["env"],
+        capture_output=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - t0 < 5
     s.settimeout(10)
@@ -181,7 +209,6 @@ def test_hostile_host_names_stay_data(setup):
     assert rec["verdict"] == "denied" and rec["reason"].startswith("bad request")
 
 
-
 # ---- a hostile client (issue 34): every attempt below must reach no upstream ------------------
 def _raw(port: int, data: bytes, *, wait: bool = True) -> bytes:
     """Send ``data`` on a fresh connection to the proxy; everything it answers."""
@@ -199,9 +226,11 @@ def test_l1_nul_under_a_wildcard_reaches_nothing(setup):
     # L1: `127.0.0.1\x00.wild.test` passed `*.wild.test` and the C resolver stopped at the
     # NUL, so the proxy connected to 127.0.0.1 (a host the list does not name).
     port, up = setup["port"], setup["up"]
-    for target in (f"http://127.0.0.1\x00.wild.test:{up}/nul",
-                   f"http://127.0.0.1%00.wild.test:{up}/pct",
-                   f"http://x.wild.test\t:{up}/tab"):
+    for target in (
+        f"http://127.0.0.1\x00.wild.test:{up}/nul",
+        f"http://127.0.0.1%00.wild.test:{up}/pct",
+        f"http://x.wild.test\t:{up}/tab",
+    ):
         out = _raw(port, f"GET {target} HTTP/1.1\r\nHost: x\r\n\r\n".encode("latin-1"))
         assert out.startswith(b"HTTP/1.1 400"), out
     out = _raw(port, f"CONNECT 127.0.0.1\x00.wild.test:{up} HTTP/1.1\r\n\r\n".encode("latin-1"))
@@ -231,13 +260,20 @@ def test_names_that_resolve_to_loopback_are_refused_unless_the_address_is_listed
     assert state.exists()
 
 
-def _set(setup, gen: int, hosts: list[str], *, phase: str | None = None,
-         mode: str = "allowlist") -> None:
-    new = {"generation": gen, "phase": phase or f"p{gen}",
-           "policy": {"mode": mode, "allowed_hosts": hosts},
-           "hosts": {"up.test": "127.0.0.1"}, "peers": ["127.0.0.0/8"]}
-    r = subprocess.run([sys.executable, str(PROXY), "set-state", str(setup["state"]),
-                        json.dumps(new)], env=setup["env"], capture_output=True, timeout=30)
+def _set(setup, gen: int, hosts: list[str], *, phase: str | None = None, mode: str = "allowlist") -> None:
+    new = {
+        "generation": gen,
+        "phase": phase or f"p{gen}",
+        "policy": {"mode": mode, "allowed_hosts": hosts},
+        "hosts": {"up.test": "127.0.0.1"},
+        "peers": ["127.0.0.0/8"],
+    }
+    r = subprocess.run(
+        [sys.executable, str(PROXY), "set-state", str(setup["state"]), json.dumps(new)],
+        env=setup["env"],
+        capture_output=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -308,25 +344,32 @@ def test_a_request_head_has_a_bounded_total_time(setup, monkeypatch):
 
 def test_pipelined_requests_are_recorded_one_by_one_and_only_the_first_served(setup):
     port, up = setup["port"], setup["up"]
-    data = (f"POST http://up.test:{up}/one HTTP/1.1\r\nHost: up.test\r\nContent-Length: 5\r\n"
-            f"\r\nhello"
-            f"GET http://up.test:{up}/two HTTP/1.1\r\nHost: up.test\r\n\r\n"
-            f"GET http://other.test:{up}/three HTTP/1.1\r\nHost: other.test\r\n\r\n").encode()
+    data = (
+        f"POST http://up.test:{up}/one HTTP/1.1\r\nHost: up.test\r\nContent-Length: 5\r\n"
+        f"\r\nhello"
+        f"GET http://up.test:{up}/two HTTP/1.1\r\nHost: up.test\r\n\r\n"
+        f"GET http://other.test:{up}/three HTTP/1.1\r\nHost: other.test\r\n\r\n"
+    ).encode()
     out = _raw(port, data)
     assert out.startswith(b"HTTP/1.") and b"Connection: close" in out
     assert out.endswith(b"body=hello")
     recs = sorted(_records(setup["proc"], 3), key=lambda r: r["request"])
     assert [(r["request"], r["host"], r["verdict"]) for r in recs] == [
-        (1, "up.test", "allowed"), (2, "up.test", "denied"), (3, "other.test", "denied")]
+        (1, "up.test", "allowed"),
+        (2, "up.test", "denied"),
+        (3, "other.test", "denied"),
+    ]
     assert len({r["conn"] for r in recs}) == 1
     assert _Hello.seen == ["POST /one"]
 
 
 def test_chunked_body_is_forwarded_and_nothing_after_it(setup):
     port, up = setup["port"], setup["up"]
-    data = (f"POST http://up.test:{up}/c HTTP/1.1\r\nHost: up.test\r\n"
-            f"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
-            f"GET /smuggled HTTP/1.1\r\nHost: up.test\r\n\r\n").encode()
+    data = (
+        f"POST http://up.test:{up}/c HTTP/1.1\r\nHost: up.test\r\n"
+        f"Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n"
+        f"GET /smuggled HTTP/1.1\r\nHost: up.test\r\n\r\n"
+    ).encode()
     out = _raw(port, data)
     assert out.startswith(b"HTTP/1.") and b"POST" not in out
     recs = sorted(_records(setup["proc"], 2), key=lambda r: r["request"])
@@ -336,11 +379,19 @@ def test_chunked_body_is_forwarded_and_nothing_after_it(setup):
 
 def test_a_peer_outside_the_trials_networks_is_refused(setup):
     # L5 on loopback: the state names the allowed clients; 127.0.0.1 is not among them
-    new = {"generation": 1, "phase": "agent",
-           "policy": {"mode": "allowlist", "allowed_hosts": ["up.test"]},
-           "hosts": {"up.test": "127.0.0.1"}, "peers": ["127.0.0.2/32"]}
-    r = subprocess.run([sys.executable, str(PROXY), "set-state", str(setup["state"]),
-                        json.dumps(new)], env=setup["env"], capture_output=True, timeout=30)
+    new = {
+        "generation": 1,
+        "phase": "agent",
+        "policy": {"mode": "allowlist", "allowed_hosts": ["up.test"]},
+        "hosts": {"up.test": "127.0.0.1"},
+        "peers": ["127.0.0.2/32"],
+    }
+    r = subprocess.run(
+        [sys.executable, str(PROXY), "set-state", str(setup["state"]), json.dumps(new)],
+        env=setup["env"],
+        capture_output=True,
+        timeout=30,
+    )
     assert r.returncode == 0, r.stderr
     out = _raw(setup["port"], f"GET http://up.test:{setup['up']}/ HTTP/1.1\r\n\r\n".encode())
     assert out == b""
@@ -350,15 +401,18 @@ def test_a_peer_outside_the_trials_networks_is_refused(setup):
     assert _Hello.seen == []
 
 
-@pytest.mark.parametrize("target", [
-    "http://up.test@other.test:{up}/",          # userinfo
-    "http://[::ffff:127.0.0.1]:{up}/",           # IPv4-mapped IPv6 of a denied address
-    "http://2130706433:{up}/",                   # a decimal address
-    "http://127.1:{up}/",                        # a short address
-    "http://up.test.:{up}:{up}/",                # two ports
-    "http://UP.test%2e:{up}/",                   # an encoded dot
-    "http://sub.wild.test.evil.test:{up}/",      # a suffix trick
-])
+@pytest.mark.parametrize(
+    "target",
+    [
+        "http://up.test@other.test:{up}/",  # userinfo
+        "http://[::ffff:127.0.0.1]:{up}/",  # IPv4-mapped IPv6 of a denied address
+        "http://2130706433:{up}/",  # a decimal address
+        "http://127.1:{up}/",  # a short address
+        "http://up.test.:{up}:{up}/",  # two ports
+        "http://UP.test%2e:{up}/",  # an encoded dot
+        "http://sub.wild.test.evil.test:{up}/",  # a suffix trick
+    ],
+)
 def test_regression_blocked_targets(setup, target):
     port, up = setup["port"], setup["up"]
     out = _raw(port, f"GET {target.format(up=up)} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
@@ -376,8 +430,13 @@ def test_a_state_rewritten_in_place_with_the_same_size_and_time_is_seen(setup):
     applied = Path(str(state) + ".applied")
     mtime = None
     for gen in (2, 3):
-        data = {"generation": gen, "phase": "closed", "policy": {"mode": "no-network"},
-                "hosts": {}, "peers": ["127.0.0.0/8"]}
+        data = {
+            "generation": gen,
+            "phase": "closed",
+            "policy": {"mode": "no-network"},
+            "hosts": {},
+            "peers": ["127.0.0.0/8"],
+        }
         with open(state, "r+", encoding="utf-8") as f:
             f.seek(0)
             f.write(json.dumps(data))

@@ -34,6 +34,7 @@ def test_the_values(env):
 def test_httpx_takes_them(env):
     httpx = pytest.importorskip("httpx")
     with httpx.Client() as client:  # a bracketed NO_PROXY entry made this raise
+
         def proxied(url: str) -> bool:
             transport = client._transport_for_url(httpx.URL(url))
             return transport is not client._transport

@@ -24,8 +24,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from cairn.trial.context import JobServices
 
 
-def _with_spend_source(plan: TrialPlan, result: TrialResult, source: str | None
-                       ) -> TrialResult:
+def _with_spend_source(plan: TrialPlan, result: TrialResult, source: str | None) -> TrialResult:
     """SEAM (issue 30): say in result.json where the trial's spend came from.
 
     The trial engine wrote result.json without it; it is read back (its stored, masked text),
@@ -87,8 +86,9 @@ class Executor:
 
         return resolve_backend(name)
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
-                        services: JobServices | None = None) -> TrialResult:
+    async def run_trial(
+        self, plan: TrialPlan, on_event: EventSink, services: JobServices | None = None
+    ) -> TrialResult:
         """Run one trial to its end and store it in ``plan.trial_dir`` (result.json last).
 
         Args:
@@ -111,21 +111,34 @@ class Executor:
                 from cairn.relay.seam import JobRelayOptions, RelaySeam
 
                 c = self.config
-                self.relay = RelaySeam(c.max_cost_usd, JobRelayOptions(
-                    rollout=c.rollout, record_bodies=c.record_model_bodies,
-                    trial_cost_usd=c.max_trial_cost_usd, trial_tokens=c.max_trial_tokens))
+                self.relay = RelaySeam(
+                    c.max_cost_usd,
+                    JobRelayOptions(
+                        rollout=c.rollout,
+                        record_bodies=c.record_model_bodies,
+                        trial_cost_usd=c.max_trial_cost_usd,
+                        trial_tokens=c.max_trial_tokens,
+                    ),
+                )
             lease = await self.relay.attach(agent, plan.trial_id)
         try:
             result = await run_trial(plan, services, agent=agent, on_event=on_event)
         finally:
             if self.relay is not None:
                 self.relay.detach(lease)  # the trial's token is dead from here on
-        source = "relay" if lease is not None else (
-            "agent" if model_driven or plan.model is not None else None)
+        source = (
+            "relay" if lease is not None else ("agent" if model_driven or plan.model is not None else None)
+        )
         return _with_spend_source(plan, result, source)
 
-    def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
-              images: bool = False, snapshots: bool = False) -> CleanReport:
+    def clean(
+        self,
+        *,
+        job: str | None = None,
+        own_job_dir: Path | None = None,
+        images: bool = False,
+        snapshots: bool = False,
+    ) -> CleanReport:
         """Remove left-over sandboxes where trials run (``cairn clean``, design §3).
 
         Args:
@@ -164,8 +177,9 @@ def get_executor(config: JobConfig) -> Executor:
     try:
         target = _EXECUTORS[config.executor]
     except KeyError:
-        raise UsageError(f"unknown executor {config.executor!r}; use "
-                         + " or ".join(EXECUTOR_NAMES)) from None
+        raise UsageError(
+            f"unknown executor {config.executor!r}; use " + " or ".join(EXECUTOR_NAMES)
+        ) from None
     module_name, _, attr = target.partition(":")
     cls: type[Executor] = getattr(importlib.import_module(module_name), attr)
     return cls(config)

@@ -98,8 +98,7 @@ class _EventBox:
 
 
 def _cache_root(node_id: str) -> Path:
-    base = os.environ.get("CAIRN_RAY_CACHE") or os.path.join(tempfile.gettempdir(),
-                                                             "cairn-ray-cache")
+    base = os.environ.get("CAIRN_RAY_CACHE") or os.path.join(tempfile.gettempdir(), "cairn-ray-cache")
     return Path(base) / node_id[:16]
 
 
@@ -130,8 +129,7 @@ def _where(ray: Any) -> dict[str, str]:
     return {"node": ray.get_runtime_context().get_node_id(), "host": socket.gethostname()}
 
 
-def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
-                events: Any) -> dict[str, Any]:
+def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any], events: Any) -> dict[str, Any]:
     """The Ray task body: one trial on this worker node (called by Ray, not by users).
 
     Args:
@@ -156,14 +154,16 @@ def run_on_node(driver_version: str, plan: TrialPlan, task_ref: list[Any],
     where = _where(ray)
     who = f"worker node {where['host']} ({where['node'][:12]})"
     if driver_version != __version__:
-        return {**where, "refused": f"{who} runs cairn {__version__}, the driver cairn "
-                f"{driver_version}: install the same version on every node"}
+        return {
+            **where,
+            "refused": f"{who} runs cairn {__version__}, the driver cairn "
+            f"{driver_version}: install the same version on every node",
+        }
     problem = host_problem(plan.backend)
     if problem is not None:
         return {**where, "lacks": problem}
     try:
-        task_dir = _cached_task(ray, plan.task.content_hash, plan.task.path.name, task_ref[0],
-                                where["node"])
+        task_dir = _cached_task(ray, plan.task.content_hash, plan.task.path.name, task_ref[0], where["node"])
         task = load_task(task_dir)
     except Exception as exc:  # noqa: BLE001 - any failure to get the task refuses the trial
         return {**where, "refused": f"{who} could not unpack the task: {exc}"}
@@ -207,8 +207,9 @@ def probe_node() -> dict[str, Any]:
     return {**_where(ray), "backends": {name: host_problem(name) for name in BACKEND_NAMES}}
 
 
-def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
-                  snapshots: bool = False) -> tuple[dict[str, str], Any]:
+def clean_on_node(
+    job: str | None, own_job_dir: str | None, images: bool, snapshots: bool = False
+) -> tuple[dict[str, str], Any]:
     """Ray task body of ``cairn clean --executor ray``: this node's left-over sandboxes.
 
     Returns:
@@ -218,8 +219,9 @@ def clean_on_node(job: str | None, own_job_dir: str | None, images: bool,
 
     from cairn.sandbox.cleanup import clean
 
-    return _where(ray), clean(job=job, own_job_dir=Path(own_job_dir) if own_job_dir else None,
-                              images=images, snapshots=snapshots)
+    return _where(ray), clean(
+        job=job, own_job_dir=Path(own_job_dir) if own_job_dir else None, images=images, snapshots=snapshots
+    )
 
 
 # ---- driver side --------------------------------------------------------------------------------
@@ -229,10 +231,12 @@ def _errored(plan: TrialPlan, kind: ErrorKind, message: str) -> TrialResult:
     from cairn.results.model import ErrorInfo, Outcome
 
     base = cancelled_result(plan, "not run")
-    return base.model_copy(update={
-        "outcome": Outcome.ERRORED,
-        "error": ErrorInfo(kind=kind, category=Category.INFRA, phase=Phase.ENVIRONMENT,
-                           message=message)})
+    return base.model_copy(
+        update={
+            "outcome": Outcome.ERRORED,
+            "error": ErrorInfo(kind=kind, category=Category.INFRA, phase=Phase.ENVIRONMENT, message=message),
+        }
+    )
 
 
 class RayExecutor(Executor):
@@ -263,29 +267,34 @@ class RayExecutor(Executor):
         if self._ray is not None:
             return
         if self.config.from_trial is not None or self.config.snapshot_steps:
-            raise UsageError("--executor ray does not take --from or --snapshot-steps yet: step "
-                             "snapshots stay on the node that made them (docs/scale-out.md)")
+            raise UsageError(
+                "--executor ray does not take --from or --snapshot-steps yet: step "
+                "snapshots stay on the node that made them (docs/scale-out.md)"
+            )
         ray = _ray()
         address = self.config.ray_address or os.environ.get("RAY_ADDRESS") or None
         if not ray.is_initialized():
             try:
                 if address:
-                    ray.init(address=address, logging_level=logging.WARNING,
-                             log_to_driver=False)
+                    ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
                 else:
-                    ray.init(address="local", include_dashboard=False,
-                             logging_level=logging.WARNING, log_to_driver=False,
-                             resources=self._local_resources())
+                    ray.init(
+                        address="local",
+                        include_dashboard=False,
+                        logging_level=logging.WARNING,
+                        log_to_driver=False,
+                        resources=self._local_resources(),
+                    )
             except (ConnectionError, RuntimeError, ValueError) as exc:
-                raise UsageError(f"--executor ray: cannot reach the Ray cluster at "
-                                 f"{address or 'a fresh local Ray'}: {exc}") from None
+                raise UsageError(
+                    f"--executor ray: cannot reach the Ray cluster at {address or 'a fresh local Ray'}: {exc}"
+                ) from None
             self._owns_ray = True
         self._ray = ray
         self._remote = ray.remote(max_retries=0)(run_on_node)
         here = ray.get_runtime_context().get_node_id()
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy(here, soft=True)
-        self._events = ray.remote(num_cpus=0)(_EventBox).options(
-            scheduling_strategy=strategy).remote()
+        self._events = ray.remote(num_cpus=0)(_EventBox).options(scheduling_strategy=strategy).remote()
 
     def _local_resources(self) -> dict[str, float]:
         from cairn.sandbox.auto import docker_answers
@@ -300,9 +309,12 @@ class RayExecutor(Executor):
         """What the cluster advertises (slots, pinned backends), its nodes probed once."""
         if self._nodes is None:
             have = self._ray.cluster_resources()
-            nodes = NodeMap(uses_slots=SLOT in have,
-                            pinned=frozenset(k.removeprefix(BACKEND_PREFIX) for k in have
-                                             if k.startswith(BACKEND_PREFIX)))
+            nodes = NodeMap(
+                uses_slots=SLOT in have,
+                pinned=frozenset(
+                    k.removeprefix(BACKEND_PREFIX) for k in have if k.startswith(BACKEND_PREFIX)
+                ),
+            )
             ids = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
             probe_nodes(self._ray, probe_node, nodes, ids)
             self._nodes = nodes
@@ -329,23 +341,29 @@ class RayExecutor(Executor):
 
         self.open()
         if name != "auto" and name not in BACKEND_NAMES:
-            raise UsageError(f"unknown sandbox backend {name!r}; use auto, "
-                             + ", ".join(BACKEND_NAMES))
+            raise UsageError(f"unknown sandbox backend {name!r}; use auto, " + ", ".join(BACKEND_NAMES))
         nodes = self._node_map()
         alive = [n["NodeID"] for n in trial_nodes(self._ray, nodes.uses_slots)]
         if not alive:
             need = f"a {SLOT} resource" if nodes.uses_slots else "CPUs"
-            raise UsageError(f"--executor ray: no alive node of the cluster has {need} to run "
-                             "trials on (docs/scale-out.md)")
+            raise UsageError(
+                f"--executor ray: no alive node of the cluster has {need} to run "
+                "trials on (docs/scale-out.md)"
+            )
         candidates = ("docker", "local") if name == "auto" else (name,)
         for known in (True, False):  # a backend some node was found to run comes first
             for candidate in candidates:
-                if candidate in nodes.pinned or nodes.able(candidate) or \
-                        (not known and self._unknown(nodes, candidate, alive)):
+                if (
+                    candidate in nodes.pinned
+                    or nodes.able(candidate)
+                    or (not known and self._unknown(nodes, candidate, alive))
+                ):
                     return candidate
         why = "; ".join(f"{c}: {nodes.why_not(c)}" for c in candidates)
-        raise UsageError(f"-e {name}: no node of the Ray cluster can run "
-                         f"{'a sandbox backend' if name == 'auto' else 'it'} ({why})")
+        raise UsageError(
+            f"-e {name}: no node of the Ray cluster can run "
+            f"{'a sandbox backend' if name == 'auto' else 'it'} ({why})"
+        )
 
     def _task_ref(self, plan: TrialPlan) -> Any:
         """The task folder's tar bytes in the object store, put once per content hash."""
@@ -366,8 +384,9 @@ class RayExecutor(Executor):
         return float(cpus) if cpus else 1.0
 
     def _options(self, plan: TrialPlan) -> dict[str, Any]:
-        return placement(self._node_map(), plan.backend, self._trial_cpus(plan),
-                         plan.task.config.environment.memory_mb)
+        return placement(
+            self._node_map(), plan.backend, self._trial_cpus(plan), plan.task.config.environment.memory_mb
+        )
 
     def _unplaceable(self, plan: TrialPlan) -> str | None:
         """Why no alive node can take the trial (backend, CPUs), or ``None``."""
@@ -377,14 +396,17 @@ class RayExecutor(Executor):
             lacking = set(nodes.lacking(plan.backend))
             alive = [n for n in alive if n["NodeID"] not in lacking]
             if not alive:
-                return (f"no alive node of the Ray cluster can run backend {plan.backend} "
-                        f"({nodes.why_not(plan.backend)})")
+                return (
+                    f"no alive node of the Ray cluster can run backend {plan.backend} "
+                    f"({nodes.why_not(plan.backend)})"
+                )
         cpus = self._trial_cpus(plan)
-        most = max((float((n.get("Resources") or {}).get("CPU", 0)) for n in alive),
-                   default=0.0)
+        most = max((float((n.get("Resources") or {}).get("CPU", 0)) for n in alive), default=0.0)
         if cpus > most:
-            return (f"the trial asks Ray for {cpus:g} CPUs and no node that runs backend "
-                    f"{plan.backend} has more than {most:g} (--ray-trial-cpus lowers it)")
+            return (
+                f"the trial asks Ray for {cpus:g} CPUs and no node that runs backend "
+                f"{plan.backend} has more than {most:g} (--ray-trial-cpus lowers it)"
+            )
         return None
 
     async def _poll(self) -> None:
@@ -403,8 +425,9 @@ class RayExecutor(Executor):
         with contextlib.suppress(Exception):
             self._dispatch(await self._events.take.remote())
 
-    async def run_trial(self, plan: TrialPlan, on_event: EventSink,
-                        services: JobServices | None = None) -> TrialResult:
+    async def run_trial(
+        self, plan: TrialPlan, on_event: EventSink, services: JobServices | None = None
+    ) -> TrialResult:
         """Run the trial on a worker node and install its folder here (module docstring).
 
         ``services`` stay in this process: a worker's trial runs with none (its sandbox
@@ -433,30 +456,39 @@ class RayExecutor(Executor):
                         TrialStore(tp).create().write_result(result)
                         return result
                     ref = self._remote.options(**self._options(plan)).remote(
-                        __version__, plan, [self._task_ref(plan)], self._events)
+                        __version__, plan, [self._task_ref(plan)], self._events
+                    )
                     known = set(self._node_map().lacking(plan.backend))
                     out = await ref
                     if "lacks" not in out:
                         break
                     if str(out["node"]) in known:  # the label selector was not honoured
-                        result = _errored(plan, ErrorKind.START_FAILED,
-                                          f"ray: placed again on node {out['host']}, which "
-                                          f"cannot run backend {plan.backend}: {out['lacks']}")
+                        result = _errored(
+                            plan,
+                            ErrorKind.START_FAILED,
+                            f"ray: placed again on node {out['host']}, which "
+                            f"cannot run backend {plan.backend}: {out['lacks']}",
+                        )
                         TrialStore(tp).create().write_result(result)
                         return result
-                    self._node_map().record(str(out["node"]), str(out["host"]), plan.backend,
-                                            str(out["lacks"]))
-                    on_event(Event(EventKind.WARNING,
-                                   f"[{plan.task.name}] node {out['host']} "
-                                   f"({str(out['node'])[:12]}) cannot run backend "
-                                   f"{plan.backend} ({out['lacks']}): placed elsewhere",
-                                   plan.task.name, plan.trial_id))
+                    self._node_map().record(
+                        str(out["node"]), str(out["host"]), plan.backend, str(out["lacks"])
+                    )
+                    on_event(
+                        Event(
+                            EventKind.WARNING,
+                            f"[{plan.task.name}] node {out['host']} "
+                            f"({str(out['node'])[:12]}) cannot run backend "
+                            f"{plan.backend} ({out['lacks']}): placed elsewhere",
+                            plan.task.name,
+                            plan.trial_id,
+                        )
+                    )
             except asyncio.CancelledError:
                 if ref is not None:  # KeyboardInterrupt in the worker: it removes its sandbox
                     ray.cancel(ref)
                     with contextlib.suppress(BaseException):
-                        await asyncio.wait_for(asyncio.wrap_future(ref.future()),
-                                               CANCEL_WAIT_SEC)
+                        await asyncio.wait_for(asyncio.wrap_future(ref.future()), CANCEL_WAIT_SEC)
                 from cairn.job.discover import cancelled_result
 
                 with contextlib.suppress(OSError):
@@ -464,9 +496,11 @@ class RayExecutor(Executor):
                 raise
             except ray.exceptions.RayError as exc:
                 first = (str(exc).strip().splitlines() or [""])[0][:300]
-                result = _errored(plan, ErrorKind.SANDBOX_LOST,
-                                  f"ray: the trial's worker was lost ({type(exc).__name__}: "
-                                  f"{first})")
+                result = _errored(
+                    plan,
+                    ErrorKind.SANDBOX_LOST,
+                    f"ray: the trial's worker was lost ({type(exc).__name__}: {first})",
+                )
                 TrialStore(tp).create().write_result(result)
                 return result
             # The trial has finished on its node: from here a Ctrl-C must not lose it (the CI
@@ -485,20 +519,31 @@ class RayExecutor(Executor):
                 if interrupted:
                     raise asyncio.CancelledError
                 return result
-            result = TrialResult.model_validate(out["result"]).model_copy(
-                update={"executor": node})
+            result = TrialResult.model_validate(out["result"]).model_copy(update={"executor": node})
             refused = install_trial(tp, out["archive"], result)
             if refused:
-                on_event(Event(EventKind.WARNING, f"[{plan.task.name}] trial archive: refused "
-                               f"{len(refused)} unsafe member(s)", plan.task.name, plan.trial_id))
+                on_event(
+                    Event(
+                        EventKind.WARNING,
+                        f"[{plan.task.name}] trial archive: refused {len(refused)} unsafe member(s)",
+                        plan.task.name,
+                        plan.trial_id,
+                    )
+                )
             if interrupted:
                 raise asyncio.CancelledError
             return result
         finally:
             self._sinks.pop(plan.trial_id, None)
 
-    def clean(self, *, job: str | None = None, own_job_dir: Path | None = None,
-              images: bool = False, snapshots: bool = False) -> CleanReport:
+    def clean(
+        self,
+        *,
+        job: str | None = None,
+        own_job_dir: Path | None = None,
+        images: bool = False,
+        snapshots: bool = False,
+    ) -> CleanReport:
         """Run the clean-up on every alive node of the cluster (and here), one report.
 
         Each line of the merged report names the node it came from.
@@ -509,20 +554,27 @@ class RayExecutor(Executor):
         ray = self._ray
         strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
         remote = ray.remote(num_cpus=0, max_retries=0)(clean_on_node)
-        refs = [remote.options(scheduling_strategy=strategy(n["NodeID"], soft=False)).remote(
-                    job, str(own_job_dir) if own_job_dir else None, images, snapshots)
-                for n in ray.nodes() if n.get("Alive")]
+        refs = [
+            remote.options(scheduling_strategy=strategy(n["NodeID"], soft=False)).remote(
+                job, str(own_job_dir) if own_job_dir else None, images, snapshots
+            )
+            for n in ray.nodes()
+            if n.get("Alive")
+        ]
         merged = clean(job=job, own_job_dir=own_job_dir, images=images, snapshots=snapshots)
         for where, rep in ray.get(refs, timeout=300):
             tag = f"{where['host']}/{where['node'][:12]}"
             merged = CleanReport(
                 containers=merged.containers + rep.containers,
-                networks=merged.networks + rep.networks, volumes=merged.volumes + rep.volumes,
-                images=merged.images + rep.images, folders=merged.folders + rep.folders,
+                networks=merged.networks + rep.networks,
+                volumes=merged.volumes + rep.volumes,
+                images=merged.images + rep.images,
+                folders=merged.folders + rep.folders,
                 snapshots=merged.snapshots + rep.snapshots,
                 kept=merged.kept + [f"{k} on {tag}" for k in rep.kept],
                 errors=merged.errors + [f"{tag}: {e}" for e in rep.errors],
-                engine_reachable=merged.engine_reachable or rep.engine_reachable)
+                engine_reachable=merged.engine_reachable or rep.engine_reachable,
+            )
         return merged
 
     def close(self) -> None:

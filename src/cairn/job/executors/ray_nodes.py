@@ -69,14 +69,12 @@ class NodeMap:
 
     def able(self, backend: str) -> list[str]:
         """Node ids found able to run ``backend`` (sorted)."""
-        return sorted(n for n, p in self.problems.items()
-                      if backend in p and p[backend] is None)
+        return sorted(n for n, p in self.problems.items() if backend in p and p[backend] is None)
 
     def why_not(self, backend: str, limit: int = 4) -> str:
         """The nodes that lack ``backend`` and why, for an error message."""
         nodes = self.lacking(backend)
-        parts = [f"{self.hosts.get(n, '?')} ({n[:12]}): {self.problems[n][backend]}"
-                 for n in nodes[:limit]]
+        parts = [f"{self.hosts.get(n, '?')} ({n[:12]}): {self.problems[n][backend]}" for n in nodes[:limit]]
         more = f"; and {len(nodes) - limit} more" if len(nodes) > limit else ""
         return "; ".join(parts) + more
 
@@ -100,8 +98,9 @@ def trial_nodes(ray: Any, uses_slots: bool) -> list[dict[str, Any]]:
     return out
 
 
-def probe_nodes(ray: Any, probe: Any, nodes: NodeMap, node_ids: list[str],
-                timeout_sec: float = PROBE_TIMEOUT_SEC) -> None:
+def probe_nodes(
+    ray: Any, probe: Any, nodes: NodeMap, node_ids: list[str], timeout_sec: float = PROBE_TIMEOUT_SEC
+) -> None:
     """Run ``probe`` (the Ray task body :func:`cairn.job.executors.ray.probe_node`) on each of
     ``node_ids`` (pinned, no CPU reserved) and record every backend's answer in ``nodes``.
     A node that does not answer within ``timeout_sec`` stays unknown (its first trial checks
@@ -118,8 +117,7 @@ def probe_nodes(ray: Any, probe: Any, nodes: NodeMap, node_ids: list[str],
         return
     affinity = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
     remote = ray.remote(num_cpus=0, max_retries=0)(probe)
-    refs = [remote.options(scheduling_strategy=affinity(n, soft=False)).remote()
-            for n in node_ids]
+    refs = [remote.options(scheduling_strategy=affinity(n, soft=False)).remote() for n in node_ids]
     ready, late = ray.wait(refs, num_returns=len(refs), timeout=timeout_sec)
     for ref in late:
         ray.cancel(ref, force=True)
@@ -132,8 +130,12 @@ def probe_nodes(ray: Any, probe: Any, nodes: NodeMap, node_ids: list[str],
             nodes.record(str(info["node"]), str(info["host"]), backend, problem)
 
 
-def placement(nodes: NodeMap, backend: str, cpus: float, memory_mb: int | None,
-              ) -> dict[str, Any]:
+def placement(
+    nodes: NodeMap,
+    backend: str,
+    cpus: float,
+    memory_mb: int | None,
+) -> dict[str, Any]:
     """Ray task options that place a trial of ``backend`` where it can run.
 
     Args:
@@ -160,5 +162,13 @@ def placement(nodes: NodeMap, backend: str, cpus: float, memory_mb: int | None,
     return opts
 
 
-__all__ = ["BACKEND_PREFIX", "NODE_ID_LABEL", "SLOT", "NodeMap", "backend_resource",
-           "placement", "probe_nodes", "trial_nodes"]
+__all__ = [
+    "BACKEND_PREFIX",
+    "NODE_ID_LABEL",
+    "SLOT",
+    "NodeMap",
+    "backend_resource",
+    "placement",
+    "probe_nodes",
+    "trial_nodes",
+]

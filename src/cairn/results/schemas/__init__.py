@@ -68,8 +68,7 @@ def generate_schema(name: str) -> dict[str, Any]:
     """
     file_name = schema_file_name(name)
     schema = SCHEMA_MODELS[name].model_json_schema(mode="serialization")
-    return {"$schema": JSON_SCHEMA_DIALECT, "$id": f"https://cairn.dev/schemas/{file_name}",
-            **schema}
+    return {"$schema": JSON_SCHEMA_DIALECT, "$id": f"https://cairn.dev/schemas/{file_name}", **schema}
 
 
 def schema_text(name: str) -> str:
@@ -109,7 +108,8 @@ def validate(name: str, instance: Any) -> None:
 
     schema = load_schema(name)
     jsonschema.Draft202012Validator(
-        schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
+        schema,
+        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER,
     ).validate(instance)
 
 

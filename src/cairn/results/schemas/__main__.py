@@ -22,8 +22,7 @@ def main(argv: list[str]) -> int:
     if argv == ["--check"]:
         stale = stale_schemas()
         for name in stale:
-            print(f"{name}.schema.json is out of date; run: python -m cairn.results.schemas",
-                  file=sys.stderr)
+            print(f"{name}.schema.json is out of date; run: python -m cairn.results.schemas", file=sys.stderr)
         return 1 if stale else 0
     for path in write_schemas():
         print(path)

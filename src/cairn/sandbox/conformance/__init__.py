@@ -142,8 +142,7 @@ def gaps_of(backend: type[Sandbox]) -> frozenset[str]:
     gaps = frozenset(getattr(backend, "known_conformance_gaps", frozenset()))
     unknown = gaps - set(CHECK_NAMES)
     if unknown:
-        raise ValueError(f"{backend.__name__}.known_conformance_gaps names unknown checks: "
-                         f"{sorted(unknown)}")
+        raise ValueError(f"{backend.__name__}.known_conformance_gaps names unknown checks: {sorted(unknown)}")
     return gaps
 
 
@@ -163,10 +162,15 @@ def print_gaps(backend: type[Sandbox]) -> None:
     print(format_gaps(backend))
 
 
-async def run_check(name: str, make_sandbox: SandboxFactory, tmp_path: Path, *,
-                    leftovers: LeftoverProbe | None = None,
-                    base_spec: dict[str, Any] | None = None,
-                    gaps: frozenset[str] = frozenset()) -> None:
+async def run_check(
+    name: str,
+    make_sandbox: SandboxFactory,
+    tmp_path: Path,
+    *,
+    leftovers: LeftoverProbe | None = None,
+    base_spec: dict[str, Any] | None = None,
+    gaps: frozenset[str] = frozenset(),
+) -> None:
     """Run one check.
 
     Args:
@@ -185,14 +189,18 @@ async def run_check(name: str, make_sandbox: SandboxFactory, tmp_path: Path, *,
     check = _BY_NAME[name]
     if name in gaps:
         raise CheckSkipped(f"{name}: known conformance gap")
-    ctx = CheckContext(make_sandbox=make_sandbox, tmp=tmp_path, check_name=name,
-                       leftovers=leftovers, base_spec=dict(base_spec or {}))
+    ctx = CheckContext(
+        make_sandbox=make_sandbox,
+        tmp=tmp_path,
+        check_name=name,
+        leftovers=leftovers,
+        base_spec=dict(base_spec or {}),
+    )
     async with asyncio.timeout(CHECK_TIMEOUT_SEC):
         await check.func(ctx)
 
 
-def run_check_sync(name: str, make_sandbox: SandboxFactory, tmp_path: Path,
-                   **kwargs: Any) -> None:
+def run_check_sync(name: str, make_sandbox: SandboxFactory, tmp_path: Path, **kwargs: Any) -> None:
     """:func:`run_check` in a fresh event loop (for plain pytest tests)."""
     asyncio.run(run_check(name, make_sandbox, tmp_path, **kwargs))
 
@@ -206,10 +214,14 @@ class SuiteReport:
     skipped: list[str]
 
 
-async def run_suite(backend: type[Sandbox], tmp_path: Path, *,
-                    make_sandbox: SandboxFactory | None = None,
-                    leftovers: LeftoverProbe | None = None,
-                    names: Sequence[str] | None = None) -> SuiteReport:
+async def run_suite(
+    backend: type[Sandbox],
+    tmp_path: Path,
+    *,
+    make_sandbox: SandboxFactory | None = None,
+    leftovers: LeftoverProbe | None = None,
+    names: Sequence[str] | None = None,
+) -> SuiteReport:
     """Run every check (or ``names``) one after another against ``backend`` and print gaps.
 
     Returns:
@@ -246,8 +258,9 @@ def pytest_params(backend: type[Sandbox]) -> list[Any]:
         if c.slow:
             marks.append(pytest.mark.slow)
         if c.name in gaps:
-            marks.append(pytest.mark.skip(
-                reason=f"known conformance gap of backend {getattr(backend, 'name', '?')!r}"))
+            marks.append(
+                pytest.mark.skip(reason=f"known conformance gap of backend {getattr(backend, 'name', '?')!r}")
+            )
         params.append(pytest.param(c.name, id=c.name, marks=marks))
     return params
 

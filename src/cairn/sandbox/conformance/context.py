@@ -68,8 +68,7 @@ class CheckContext:
             dockerfile: the Dockerfile text of the environment.
             **overrides: SandboxSpec fields to set.
         """
-        env_dir = self.env_dir(dockerfile, name="env-" + hashlib.sha256(
-            dockerfile.encode()).hexdigest()[:8])
+        env_dir = self.env_dir(dockerfile, name="env-" + hashlib.sha256(dockerfile.encode()).hexdigest()[:8])
         fields: dict[str, Any] = {
             "env_dir": env_dir,
             "env_hash": tree_hash(env_dir),
@@ -105,8 +104,11 @@ def expect(cond: object, message: str) -> None:
 async def run_ok(sb: Sandbox, command: str | Sequence[str], **kw: Any) -> str:
     """Run ``command``, fail the check unless it exits 0; return its stdout."""
     r = await sb.exec(command, **kw)
-    expect(r.ok, f"command {command!r} failed: exit {r.exit_code}, timed_out {r.timed_out}, "
-                  f"stderr {r.stderr[-500:]!r}")
+    expect(
+        r.ok,
+        f"command {command!r} failed: exit {r.exit_code}, timed_out {r.timed_out}, "
+        f"stderr {r.stderr[-500:]!r}",
+    )
     return r.stdout
 
 
@@ -116,8 +118,7 @@ def sleepers(procs: Sequence[ProcessInfo], numbers: Sequence[int]) -> list[Proce
     return [p for p in procs if " ".join(p.cmdline.split()) in wanted]
 
 
-async def processes_with(sb, numbers: Sequence[int], timeout_sec: float = 3.0
-                         ) -> list[ProcessInfo]:
+async def processes_with(sb, numbers: Sequence[int], timeout_sec: float = 3.0) -> list[ProcessInfo]:
     """``sb.processes()`` once every ``sleep <n>`` of ``numbers`` shows (or the time is up).
 
     A backgrounded ``sleep`` may not have exec'd yet when the command that started it returns
@@ -133,4 +134,3 @@ async def processes_with(sb, numbers: Sequence[int], timeout_sec: float = 3.0
         if len(sleepers(procs, numbers)) >= len(set(numbers)) or time.monotonic() > deadline:
             return procs
         await asyncio.sleep(0.05)
-

@@ -28,7 +28,7 @@ async def check_exec_stdout_stderr_separate(ctx: CheckContext) -> None:
         expect(r.stdout == "out\n", f"stdout {r.stdout!r}")
         expect(r.stderr == "err\n", f"stderr {r.stderr!r}")
         r = await sb.exec(["printf", "%s|", "a b", "it's", 'say "hi"', "$HOME", ""])
-        expect(r.stdout == "a b|it's|say \"hi\"|$HOME||", f"argv not passed verbatim: {r.stdout!r}")
+        expect(r.stdout == 'a b|it\'s|say "hi"|$HOME||', f"argv not passed verbatim: {r.stdout!r}")
         r = await sb.exec("echo ${BASH_VERSION:+bash}")
         expect(r.stdout.strip() == "bash", "a shell string does not run with bash")
         r = await sb.exec("kill -9 $$")
@@ -58,8 +58,7 @@ async def check_exec_background_returns(ctx: CheckContext) -> None:
         took = time.monotonic() - t0
         expect(r.exit_code == 0 and not r.timed_out, f"exit {r.exit_code}")
         expect(took < 5, f"exec waited {took:.1f} s for a background process")
-        expect(sleepers(await processes_with(sb, [7701]), [7701]),
-               "the background process is gone")
+        expect(sleepers(await processes_with(sb, [7701]), [7701]), "the background process is gone")
 
 
 async def check_exec_timeout(ctx: CheckContext) -> None:
@@ -81,22 +80,21 @@ async def check_exec_timeout_kills_tree(ctx: CheckContext) -> None:
     async with ctx.sandbox() as sb:
         await run_ok(sb, "nohup sleep 7773 >/dev/null 2>&1 &")
         t0 = time.monotonic()
-        r = await sb.exec("(sleep 7774 &); setsid sleep 7775 & nohup sleep 7776 & sleep 7777",
-                          timeout_sec=3)
+        r = await sb.exec("(sleep 7774 &); setsid sleep 7775 & nohup sleep 7776 & sleep 7777", timeout_sec=3)
         took = time.monotonic() - t0
         expect(r.timed_out, "timed_out not set")
         expect(took < 6, f"3 s timeout returned after {took:.1f} s")
         left = sleepers(await sb.processes(), [7774, 7775, 7776, 7777])
         expect(not left, f"processes survived the timeout: {[p.cmdline for p in left]}")
-        expect(sleepers(await sb.processes(), [7773]),
-                "a process started before the timed-out exec was killed")
+        expect(
+            sleepers(await sb.processes(), [7773]), "a process started before the timed-out exec was killed"
+        )
 
 
 async def check_exec_timeout_as_user(ctx: CheckContext) -> None:
     """A timeout also kills the tree of an exec run as a non-root user."""
     async with ctx.sandbox() as sb:
-        r = await sb.exec("setsid sleep 7778 & (sleep 7779 &); sleep 7780", user="agent",
-                          timeout_sec=2)
+        r = await sb.exec("setsid sleep 7778 & (sleep 7779 &); sleep 7780", user="agent", timeout_sec=2)
         expect(r.timed_out, "timed_out not set")
         left = sleepers(await sb.processes(), [7778, 7779, 7780])
         expect(not left, f"processes survived: {[p.cmdline for p in left]}")
@@ -106,18 +104,20 @@ async def check_output_cap(ctx: CheckContext) -> None:
     """Output is kept to a bounded tail per stream, flagged as truncated."""
     async with ctx.sandbox() as sb:
         cap = 1_000_000
-        r = await sb.exec("head -c 3000000 /dev/zero | tr '\\0' a; echo END; echo small >&2",
-                          max_output_bytes=cap)
+        r = await sb.exec(
+            "head -c 3000000 /dev/zero | tr '\\0' a; echo END; echo small >&2", max_output_bytes=cap
+        )
         expect(r.ok, f"exit {r.exit_code}")
         expect(len(r.stdout.encode()) <= cap, f"stdout kept {len(r.stdout)} bytes > cap {cap}")
         expect(len(r.stdout) >= cap - 4096, f"stdout kept only {len(r.stdout)} bytes")
         expect(r.stdout.endswith("aaaEND\n"), "the tail of stdout was not kept")
         expect(r.stdout_truncated and not r.stderr_truncated, "truncation flags wrong")
         expect(r.stderr == "small\n", f"stderr {r.stderr[:100]!r}")
-        r = await sb.exec("head -c 300000 /dev/zero | tr '\\0' b >&2; echo E >&2",
-                          max_output_bytes=1000)
-        expect(len(r.stderr) <= 1000 and r.stderr.endswith("bE\n") and r.stderr_truncated,
-                "stderr tail not capped")
+        r = await sb.exec("head -c 300000 /dev/zero | tr '\\0' b >&2; echo E >&2", max_output_bytes=1000)
+        expect(
+            len(r.stderr) <= 1000 and r.stderr.endswith("bE\n") and r.stderr_truncated,
+            "stderr tail not capped",
+        )
 
 
 # ---- users, cwd, env ----------------------------------------------------------------------
@@ -140,8 +140,10 @@ async def check_cwd(ctx: CheckContext) -> None:
         expect((await run_ok(sb, "pwd")).strip() == "/app", "default cwd is not the workdir")
         expect((await run_ok(sb, "cat present.txt")).strip() == "app-file", "image files missing")
         expect((await run_ok(sb, "pwd", cwd="/tmp")).strip() == "/tmp", "cwd ignored")
-        expect((await run_ok(sb, ["pwd"], cwd="/usr", user="agent")).strip() == "/usr",
-                "cwd ignored for argv as a user")
+        expect(
+            (await run_ok(sb, ["pwd"], cwd="/usr", user="agent")).strip() == "/usr",
+            "cwd ignored for argv as a user",
+        )
     async with ctx.sandbox(workdir="/srv/work dir") as sb:
         expect(sb.workdir == "/srv/work dir", f"workdir {sb.workdir!r}")
         expect((await run_ok(sb, "pwd")).strip() == "/srv/work dir", "spec.workdir not used")
@@ -156,9 +158,12 @@ async def check_env(ctx: CheckContext) -> None:
         async with ctx.sandbox(env=spec_env) as sb:
             out = await run_ok(sb, ["printenv", "CAIRN_CONF_IMAGE_ENV", "SPEC_VAR", "DOLLAR"])
             expect(out == "from image\nfrom spec\n$HOME and `x`\n", f"env: {out!r}")
-            out = await run_ok(sb, ["printenv", "OVERRIDE", "EXTRA", "MULTI"],
-                            env={"OVERRIDE": "exec", "EXTRA": "it's \"q\"", "MULTI": "a\nb"})
-            expect(out == "exec\nit's \"q\"\na\nb\n", f"exec env: {out!r}")
+            out = await run_ok(
+                sb,
+                ["printenv", "OVERRIDE", "EXTRA", "MULTI"],
+                env={"OVERRIDE": "exec", "EXTRA": 'it\'s "q"', "MULTI": "a\nb"},
+            )
+            expect(out == 'exec\nit\'s "q"\na\nb\n', f"exec env: {out!r}")
             out = await run_ok(sb, ["printenv", "SPEC_VAR"], user="agent")
             expect(out == "from spec\n", "spec env missing for another user")
             r = await sb.exec(["printenv", marker])
@@ -186,15 +191,20 @@ async def check_processes_and_kill(ctx: CheckContext) -> None:
         before = await processes_with(sb, [7783])
         expect(any(p.pid == 1 for p in before), "pid 1 not listed")
         expect(sleepers(before, [7783]), "a running process is not listed")
-        await run_ok(sb, "(sleep 7784 >/dev/null 2>&1 &); setsid sleep 7785 >/dev/null 2>&1 & "
-                      "nohup sleep 7786 >/dev/null 2>&1 &", user="agent")
+        await run_ok(
+            sb,
+            "(sleep 7784 >/dev/null 2>&1 &); setsid sleep 7785 >/dev/null 2>&1 & "
+            "nohup sleep 7786 >/dev/null 2>&1 &",
+            user="agent",
+        )
         after = await processes_with(sb, [7783, 7784, 7785, 7786])
         new = [p for p in after if p.key not in {q.key for q in before}]
-        expect(len(sleepers(new, [7784, 7785, 7786])) == 3,
-                f"new processes not all listed: {[p.cmdline for p in new]}")
+        expect(
+            len(sleepers(new, [7784, 7785, 7786])) == 3,
+            f"new processes not all listed: {[p.cmdline for p in new]}",
+        )
         s = sleepers(new, [7784])[0]
-        stale = ProcessInfo(pid=s.pid, ppid=s.ppid, start_ticks=s.start_ticks + 1,
-                            cmdline=s.cmdline)
+        stale = ProcessInfo(pid=s.pid, ppid=s.ppid, start_ticks=s.start_ticks + 1, cmdline=s.cmdline)
         await sb.kill_processes([stale] + [p for p in after if p.pid == 1])
         await asyncio.sleep(0.3)
         expect(sleepers(await sb.processes(), [7784]), "a pid with another start time was killed")
@@ -228,8 +238,11 @@ async def check_build_failed(ctx: CheckContext) -> None:
 async def check_stop_fast(ctx: CheckContext) -> None:
     """stop() is quick even with processes running inside."""
     async with ctx.sandbox() as sb:
-        await run_ok(sb, "nohup sleep 1000 >/dev/null 2>&1 & trap '' TERM; "
-                      "nohup sh -c 'trap \"\" TERM; sleep 1001' >/dev/null 2>&1 &")
+        await run_ok(
+            sb,
+            "nohup sleep 1000 >/dev/null 2>&1 & trap '' TERM; "
+            "nohup sh -c 'trap \"\" TERM; sleep 1001' >/dev/null 2>&1 &",
+        )
         t0 = time.monotonic()
         await sb.stop()
         took = time.monotonic() - t0
@@ -254,4 +267,3 @@ async def check_stop_removes_everything(ctx: CheckContext) -> None:
         pass
     else:
         raise ConformanceFailure("exec after stop did not raise SandboxError")
-

@@ -52,8 +52,7 @@ async def check_upload_download_roundtrip(ctx: CheckContext) -> None:
         expect((await run_ok(sb, "/data/run.sh")).strip() == "ran", "exec bit lost")
         await run_ok(sb, "test -d /data/empty_dir")
         await sb.upload(single, "/new/parent dir/copy.txt")
-        expect((await run_ok(sb, ["cat", "/new/parent dir/copy.txt"])) == "one file\n",
-                "single-file upload")
+        expect((await run_ok(sb, ["cat", "/new/parent dir/copy.txt"])) == "one file\n", "single-file upload")
         await sb.upload(src, "/fresh/target")
         back = ctx.tmp / "back"
         await sb.download("/fresh/target", back)
@@ -86,36 +85,53 @@ async def check_upload_many(ctx: CheckContext) -> None:
     single.write_text("single\n", encoding="utf-8")
     async with ctx.sandbox() as sb:
         await sb.upload_many([])
-        await sb.upload_many([
-            UploadItem(base, "/many", world_writable=True),
-            UploadItem(over, "/many", world_writable=True, crlf=("test.sh",)),
-            UploadItem(single, "/elsewhere/one.txt"),
-        ])
-        expect((await run_ok(sb, "cat /many/keep.txt /many/same.txt")) == "base\nover\n",
-               "items did not merge in order")
-        expect((await run_ok(sb, ["bash", "/many/test.sh"])) == "one\ntwo\n",
-               "CRLF not normalised")
+        await sb.upload_many(
+            [
+                UploadItem(base, "/many", world_writable=True),
+                UploadItem(over, "/many", world_writable=True, crlf=("test.sh",)),
+                UploadItem(single, "/elsewhere/one.txt"),
+            ]
+        )
+        expect(
+            (await run_ok(sb, "cat /many/keep.txt /many/same.txt")) == "base\nover\n",
+            "items did not merge in order",
+        )
+        expect((await run_ok(sb, ["bash", "/many/test.sh"])) == "one\ntwo\n", "CRLF not normalised")
         modes = await run_ok(sb, "stat -c '%a %n' /many /many/sub /many/sub/x.sh /many/keep.txt")
-        expect(modes.split() == ["777", "/many", "777", "/many/sub", "777", "/many/sub/x.sh",
-                                 "666", "/many/keep.txt"], f"not a+rwX: {modes!r}")
+        expect(
+            modes.split()
+            == ["777", "/many", "777", "/many/sub", "777", "/many/sub/x.sh", "666", "/many/keep.txt"],
+            f"not a+rwX: {modes!r}",
+        )
         expect((await run_ok(sb, "cat /elsewhere/one.txt")) == "single\n", "file item")
-        expect(over.joinpath("test.sh").read_bytes() == b"echo one\r\necho two\r\n",
-               "the host file was changed")
+        expect(
+            over.joinpath("test.sh").read_bytes() == b"echo one\r\necho two\r\n", "the host file was changed"
+        )
         if sb.boot_clock:  # the sandbox's process start times count the host's boot clock
             now, hz = host_boot_clock()
             before = int(now * hz)
             await asyncio.sleep((before + 1) / hz - now + 0.0005)  # into the next tick
             await run_ok(sb, "sleep 3 >/dev/null 2>&1 & echo started")
             new = [p for p in await sb.processes() if p.start_ticks > before]
-            expect(any("sleep 3" in p.cmdline for p in new),
-                   "a process started now does not count as started after the host's moment")
+            expect(
+                any("sleep 3" in p.cmdline for p in new),
+                "a process started now does not count as started after the host's moment",
+            )
             expect(all(p.pid != 1 for p in new), "pid 1 counted as new")
 
 
 ODD_NAMES = (
-    "with space.txt", "single'quote.txt", 'double"quote.txt', "back\\slash.txt",
-    "dollar$HOME.txt", "-leading-dash.txt", "ünïcødé ✓.txt", "semi;colon&amp.txt",
-    "star*and?.txt", "x" * 150 + ".txt", "sub dir/nested 'q' \"d\".txt",
+    "with space.txt",
+    "single'quote.txt",
+    'double"quote.txt',
+    "back\\slash.txt",
+    "dollar$HOME.txt",
+    "-leading-dash.txt",
+    "ünïcødé ✓.txt",
+    "semi;colon&amp.txt",
+    "star*and?.txt",
+    "x" * 150 + ".txt",
+    "sub dir/nested 'q' \"d\".txt",
 )
 """File names the suite round-trips (spaces, quotes, shell metacharacters, unicode, long)."""
 
@@ -146,23 +162,34 @@ async def check_symlink_not_followed(ctx: CheckContext) -> None:
     os.symlink("real.txt", src / "relative")
     async with ctx.sandbox() as sb:
         await sb.upload(src, "/up")
-        expect((await run_ok(sb, "readlink /up/to_host_file")).strip() == "/etc/hostname",
-                "host symlink not uploaded as a link")
+        expect(
+            (await run_ok(sb, "readlink /up/to_host_file")).strip() == "/etc/hostname",
+            "host symlink not uploaded as a link",
+        )
         expect((await run_ok(sb, "readlink /up/relative")).strip() == "real.txt", "relative link")
-        await run_ok(sb, "mkdir -p /links && cd /links && echo hi > f && ln -s /etc/passwd passwd "
-                      "&& ln -s ../../../../etc/shadow up && ln -s /nowhere dangling "
-                      "&& ln -s f rel && mkdir d && ln -s /etc d/etcdir")
+        await run_ok(
+            sb,
+            "mkdir -p /links && cd /links && echo hi > f && ln -s /etc/passwd passwd "
+            "&& ln -s ../../../../etc/shadow up && ln -s /nowhere dangling "
+            "&& ln -s f rel && mkdir d && ln -s /etc d/etcdir",
+        )
         back = ctx.tmp / "links-back"
         await sb.download("/links", back)
-        for name, target in (("passwd", "/etc/passwd"), ("up", "../../../../etc/shadow"),
-                             ("dangling", "/nowhere"), ("rel", "f"), ("d/etcdir", "/etc")):
+        for name, target in (
+            ("passwd", "/etc/passwd"),
+            ("up", "../../../../etc/shadow"),
+            ("dangling", "/nowhere"),
+            ("rel", "f"),
+            ("d/etcdir", "/etc"),
+        ):
             p = back / name
             expect(p.is_symlink(), f"{name} was not stored as a link")
             expect(os.readlink(p) == target, f"{name} -> {os.readlink(p)!r}, want {target!r}")
         one = ctx.tmp / "one-link"
         await sb.download("/links/passwd", one)
-        expect(one.is_symlink() and os.readlink(one) == "/etc/passwd",
-                "a downloaded single symlink was followed")
+        expect(
+            one.is_symlink() and os.readlink(one) == "/etc/passwd", "a downloaded single symlink was followed"
+        )
 
 
 async def check_download_stays_inside_target(ctx: CheckContext) -> None:
@@ -176,19 +203,20 @@ async def check_download_stays_inside_target(ctx: CheckContext) -> None:
     os.symlink(outside, target / "sub")
     os.symlink(victim, target / "file.txt")
     async with ctx.sandbox() as sb:
-        await run_ok(sb, "mkdir -p /esc/sub && echo evil > /esc/sub/planted.txt "
-                      "&& echo evil > /esc/file.txt && ln -s / /esc/root")
+        await run_ok(
+            sb,
+            "mkdir -p /esc/sub && echo evil > /esc/sub/planted.txt "
+            "&& echo evil > /esc/file.txt && ln -s / /esc/root",
+        )
         with contextlib.suppress(SandboxError):
             await sb.download("/esc", target)
-        expect(victim.read_text(encoding="utf-8") == "untouched\n",
-               "download wrote through a host symlink")
+        expect(victim.read_text(encoding="utf-8") == "untouched\n", "download wrote through a host symlink")
         expect(sorted(os.listdir(outside)) == ["victim.txt"], "download wrote outside target")
         ftarget = ctx.tmp / "file-link"
         os.symlink(victim, ftarget)
         with contextlib.suppress(SandboxError):
             await sb.download("/esc/file.txt", ftarget)
-        expect(victim.read_text(encoding="utf-8") == "untouched\n",
-               "file download followed a host symlink")
+        expect(victim.read_text(encoding="utf-8") == "untouched\n", "file download followed a host symlink")
 
 
 BIG_FILE_BYTES = 256 * 1024 * 1024
@@ -257,8 +285,10 @@ async def check_big_file_256mib(ctx: CheckContext) -> None:
                 h2.update(chunk)
         expect(h2.hexdigest() == digest, "downloaded bytes differ")
         for what, s in (("upload", up), ("download", down)):
-            expect(s.growth < RSS_GROWTH_LIMIT_BYTES,
-                    f"{what} of 256 MiB grew host memory by {s.growth >> 20} MiB")
+            expect(
+                s.growth < RSS_GROWTH_LIMIT_BYTES,
+                f"{what} of 256 MiB grew host memory by {s.growth >> 20} MiB",
+            )
 
 
 # ---- network ------------------------------------------------------------------------------
@@ -321,7 +351,9 @@ async def _candidate_addresses(sb: Sandbox) -> list[str]:
 async def _probe(sb: Sandbox, addrs: list[str], port: int) -> dict[str, bool]:
     script = "; ".join(
         f"if timeout 5 bash -c 'exec 3<>/dev/tcp/{a}/{port}' 2>/dev/null; "
-        f"then echo {a} ok; else echo {a} fail; fi" for a in addrs)
+        f"then echo {a} ok; else echo {a} fail; fi"
+        for a in addrs
+    )
     r = await sb.exec(script, timeout_sec=60)
     got = dict(line.split() for line in r.stdout.splitlines() if len(line.split()) == 2)
     return {a: got.get(a) == "ok" for a in addrs}
@@ -362,8 +394,7 @@ async def check_network_allowlist(ctx: CheckContext) -> None:
         except UnsupportedError as exc:
             expect("unsupported network mode" in str(exc), f"message: {exc}")
         else:
-            raise ConformanceFailure("an allowlist sandbox started on a backend without a "
-                                     "gateway")
+            raise ConformanceFailure("an allowlist sandbox started on a backend without a gateway")
         finally:
             await sb.stop()
         return
@@ -379,12 +410,15 @@ async def check_network_allowlist(ctx: CheckContext) -> None:
 
 
 # ---- resource limits ----------------------------------------------------------------------
-_MEMORY_LIMIT_SH = ("cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null "
-                    "|| cat /sys/fs/cgroup/memory.max")
-_CPU_LIMIT_SH = ("if [ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then "
-                 "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) "
-                 "$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us); "
-                 "else cat /sys/fs/cgroup/cpu.max; fi")
+_MEMORY_LIMIT_SH = (
+    "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+)
+_CPU_LIMIT_SH = (
+    "if [ -e /sys/fs/cgroup/cpu/cpu.cfs_quota_us ]; then "
+    "echo $(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us) "
+    "$(cat /sys/fs/cgroup/cpu/cpu.cfs_period_us); "
+    "else cat /sys/fs/cgroup/cpu.max; fi"
+)
 
 
 async def check_memory_limit(ctx: CheckContext) -> None:
@@ -398,8 +432,5 @@ async def check_cpu_limit(ctx: CheckContext) -> None:
     """cpus is applied as the sandbox's cgroup CPU quota."""
     async with ctx.sandbox(cpus=1) as sb:
         out = (await run_ok(sb, _CPU_LIMIT_SH)).split()
-        expect(len(out) == 2 and out[0].lstrip("-").isdigit() and out[1].isdigit(),
-                f"cpu quota {out!r}")
-        expect(int(out[0]) > 0 and int(out[0]) / int(out[1]) == 1.0,
-                f"cpu quota/period {out!r}, want 1 cpu")
-
+        expect(len(out) == 2 and out[0].lstrip("-").isdigit() and out[1].isdigit(), f"cpu quota {out!r}")
+        expect(int(out[0]) > 0 and int(out[0]) / int(out[1]) == 1.0, f"cpu quota/period {out!r}, want 1 cpu")

@@ -17,7 +17,8 @@ _WRITE = (
     "echo sys > /usr/local/share/cairn-conf/sys.txt && printf 'secret' > /app/private && "
     "chmod 600 /app/private && chown agent /app/private && ln -s deep/er/one.txt /app/link && "
     "echo linked > /app/h1 && ln /app/h1 /app/h2 && rm /app/present.txt && "
-    "echo scratch > /app/scratch && rm /app/scratch && echo planted > /logs/artifacts/a.txt")
+    "echo scratch > /app/scratch && rm /app/scratch && echo planted > /logs/artifacts/a.txt"
+)
 
 
 async def check_snapshot_roundtrip(ctx: CheckContext) -> None:
@@ -29,31 +30,43 @@ async def check_snapshot_roundtrip(ctx: CheckContext) -> None:
     try:
         async with ctx.sandbox() as a:
             await run_ok(a, _WRITE, user="root")
-            ref = await a.snapshot({"cairn.job": "cairn-conformance", "cairn.trial": "snap",
-                                    "cairn.step": "one"})
+            ref = await a.snapshot(
+                {"cairn.job": "cairn-conformance", "cairn.trial": "snap", "cairn.step": "one"}
+            )
             refs.append(ref.ref)
             expect(ref.backend == cls.name, f"snapshot backend {ref.backend!r}")
             expect(ref.seconds >= 0, "negative snapshot time")
             # later writes, in place and new, must not reach the snapshot
-            await run_ok(a, "echo changed >> /app/deep/er/one.txt; echo later > /app/later.txt; "
-                            "echo more >> /app/h1", user="root")
-            expect((await run_ok(a, "cat /app/deep/er/one.txt")) == "one\nchanged\n",
-                   "the sandbox did not keep running after its snapshot")
+            await run_ok(
+                a,
+                "echo changed >> /app/deep/er/one.txt; echo later > /app/later.txt; echo more >> /app/h1",
+                user="root",
+            )
+            expect(
+                (await run_ok(a, "cat /app/deep/er/one.txt")) == "one\nchanged\n",
+                "the sandbox did not keep running after its snapshot",
+            )
         async with ctx.sandbox(snapshot=ref.ref) as b:
-            out = await run_ok(b, "cat /app/deep/er/one.txt /usr/local/share/cairn-conf/sys.txt "
-                                  "/app/link; stat -c '%a %U' /app/private; "
-                                  "test ! -e /app/present.txt && echo deleted; "
-                                  "test ! -e /app/scratch && echo no-scratch; "
-                                  "test ! -e /app/later.txt && echo no-later; "
-                                  "[ /app/h1 -ef /app/h2 ] && echo hardlinked; cat /app/h1; "
-                                  "find /logs/artifacts /logs/verifier -mindepth 1 | wc -l; pwd",
-                               user="root")
-            expect(out == "one\nsys\none\n600 agent\ndeleted\nno-scratch\nno-later\n"
-                          "hardlinked\nlinked\n0\n/app\n",
-                   f"files from the snapshot differ: {out!r}")
+            out = await run_ok(
+                b,
+                "cat /app/deep/er/one.txt /usr/local/share/cairn-conf/sys.txt "
+                "/app/link; stat -c '%a %U' /app/private; "
+                "test ! -e /app/present.txt && echo deleted; "
+                "test ! -e /app/scratch && echo no-scratch; "
+                "test ! -e /app/later.txt && echo no-later; "
+                "[ /app/h1 -ef /app/h2 ] && echo hardlinked; cat /app/h1; "
+                "find /logs/artifacts /logs/verifier -mindepth 1 | wc -l; pwd",
+                user="root",
+            )
+            expect(
+                out == "one\nsys\none\n600 agent\ndeleted\nno-scratch\nno-later\n"
+                "hardlinked\nlinked\n0\n/app\n",
+                f"files from the snapshot differ: {out!r}",
+            )
             await run_ok(b, "echo two > /app/two.txt", user="root")
-            ref2 = await b.snapshot({"cairn.job": "cairn-conformance", "cairn.trial": "snap",
-                                     "cairn.step": "two"})
+            ref2 = await b.snapshot(
+                {"cairn.job": "cairn-conformance", "cairn.trial": "snap", "cairn.step": "two"}
+            )
             refs.append(ref2.ref)
         async with ctx.sandbox(snapshot=ref2.ref) as c:
             out = await run_ok(c, "cat /app/deep/er/one.txt /app/two.txt", user="root")

@@ -126,6 +126,8 @@ def _silence_at_end(state: dict[str, Any]) -> str | None:
         return None
     t = silent_near(float(stamp))
     return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
+
+
 """What :meth:`DockerSandbox._state` answers for a container the engine no longer knows."""
 
 _SETUP_SCRIPT = """
@@ -189,8 +191,16 @@ class DockerSandbox(Sandbox):
     name: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset(NetworkMode),
-        cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=False,
-        dockerfile="full", snapshot=True, gateway=True, read_only_mounts=True)
+        cpu_limit=True,
+        memory_limit=True,
+        storage_limit=False,
+        gpus=False,
+        compose=False,
+        dockerfile="full",
+        snapshot=True,
+        gateway=True,
+        read_only_mounts=True,
+    )
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
@@ -239,11 +249,13 @@ class DockerSandbox(Sandbox):
     @property
     def info(self) -> dict[str, str | None]:
         """``backend``, ``image_id``, ``engine_version``, plus ``image`` and ``container_id``."""
-        return {"backend": self.name,
-                "image_id": self._image.image_id if self._image else None,
-                "engine_version": self._engine_version,
-                "image": self._image.ref if self._image else None,
-                "container_id": self._cid}
+        return {
+            "backend": self.name,
+            "image_id": self._image.image_id if self._image else None,
+            "engine_version": self._engine_version,
+            "image": self._image.ref if self._image else None,
+            "container_id": self._cid,
+        }
 
     @property
     def image(self) -> ImageInfo | None:
@@ -260,8 +272,7 @@ class DockerSandbox(Sandbox):
         """
         warnings = super().check(spec)
         dockerfile = Path(spec.env_dir) / "Dockerfile" if spec.env_dir else None
-        if dockerfile is not None and dockerfile.is_file() and (
-                not spec.docker_image or spec.force_build):
+        if dockerfile is not None and dockerfile.is_file() and (not spec.docker_image or spec.force_build):
             from cairn.sandbox.docker.buildkit import check_dockerfile
 
             warnings += check_dockerfile(dockerfile)
@@ -285,12 +296,19 @@ class DockerSandbox(Sandbox):
         reused = await self._reuse_network(net)
         if reused is not None:
             net = self._net = reused
-        gateway_image = ensure_gateway_image(self._client) \
-            if net.layout is Layout.GATEWAY and reused is None else asyncio.sleep(0, None)
+        gateway_image = (
+            ensure_gateway_image(self._client)
+            if net.layout is Layout.GATEWAY and reused is None
+            else asyncio.sleep(0, None)
+        )
         # a reused gateway takes this trial's policy while the image is resolved
-        networks = net.create_networks() if reused is None else \
-            reused.adopt(self._client, self.spec.network_policy, "environment",
-                         dict(self.spec.add_hosts))
+        networks = (
+            net.create_networks()
+            if reused is None
+            else reused.adopt(
+                self._client, self.spec.network_policy, "environment", dict(self.spec.add_hosts)
+            )
+        )
         if self.spec.snapshot:  # the files of a step snapshot, the image config it recorded
             image = in_thread(snapshot_image_info, self._client, self.spec.snapshot)
         else:
@@ -299,7 +317,8 @@ class DockerSandbox(Sandbox):
         # An SDK error none of them translated is still the engine's (issue #29).
         with translate("starting the sandbox", kind=ErrorKind.START_FAILED):
             self._engine_version, self._image, gw_image, _ = await _gather(
-                in_thread(engine_version, self._client), image, gateway_image, networks)
+                in_thread(engine_version, self._client), image, gateway_image, networks
+            )
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
@@ -308,16 +327,18 @@ class DockerSandbox(Sandbox):
                     await self._prepare()
                 elif net.layout is Layout.GATEWAY:
                     # The gateway comes up (and says it listens) while the sandbox starts.
-                    await _gather(self._create_and_start(),
-                                  net.start_gateway(gw_image, self.spec.network_policy,
-                                                    "environment"))
+                    await _gather(
+                        self._create_and_start(),
+                        net.start_gateway(gw_image, self.spec.network_policy, "environment"),
+                    )
                     await _gather(self._prepare(), self._attach_public())
                 else:
                     await self._create_and_start()
                     await self._prepare()
         except TimeoutError:
-            raise SandboxError(f"the container did not start within {START_TIMEOUT_SEC:g} s",
-                               kind=ErrorKind.START_FAILED) from None
+            raise SandboxError(
+                f"the container did not start within {START_TIMEOUT_SEC:g} s", kind=ErrorKind.START_FAILED
+            ) from None
         self._ready = True
 
     def _make_network(self, client: Any) -> TrialNetwork:
@@ -325,10 +346,13 @@ class DockerSandbox(Sandbox):
         policies = spec.network_policies
         slug = re.sub(r"[^A-Za-z0-9_.-]+", "-", spec.name).strip("-.")[:24] or "sandbox"
         return TrialNetwork(
-            client, plan_layout(policies), container_labels(spec),
+            client,
+            plan_layout(policies),
+            container_labels(spec),
             f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}",
             needs_public=any(p.mode is NetworkMode.PUBLIC for p in policies),
-            hosts=dict(spec.add_hosts))
+            hosts=dict(spec.add_hosts),
+        )
 
     async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
         """A gateway and internal network an earlier trial of this job left in the job's pool
@@ -344,8 +368,7 @@ class DockerSandbox(Sandbox):
 
     async def _attach_public(self) -> None:
         """In the gateway layout, a sandbox whose start policy is public joins the public net."""
-        if self._net is not None and self._cid is not None and \
-                self.spec.network_mode is NetworkMode.PUBLIC:
+        if self._net is not None and self._cid is not None and self.spec.network_mode is NetworkMode.PUBLIC:
             await self._net.attach_public(self._cid, True)
 
     @property
@@ -365,20 +388,20 @@ class DockerSandbox(Sandbox):
         if net is not None and net.layout is Layout.GATEWAY:
             await net.apply(policy.effective(), phase, self._cid)
             return
-        if policy.effective() not in self.spec.network_policies or \
-                len(self.spec.network_policies) > 1:
+        if policy.effective() not in self.spec.network_policies or len(self.spec.network_policies) > 1:
             from cairn.errors import UnsupportedError
 
-            raise UnsupportedError(f"the sandbox was not started for the network policy "
-                                   f"{policy.describe()} (list it in network_phases)")
+            raise UnsupportedError(
+                f"the sandbox was not started for the network policy "
+                f"{policy.describe()} (list it in network_phases)"
+            )
 
     async def service_exit(self) -> ServiceExit | None:
         """The image ENTRYPOINT's exit status once it has ended (the keeper records it), with
         the container log's tail; see :meth:`Sandbox.service_exit`."""
         if not self._service or self._cid is None:
             return None
-        code, out, _ = await self._run(["/bin/sh", "-c", f"cat {SERVICE_EXIT_FILE} 2>/dev/null"],
-                                       user="0")
+        code, out, _ = await self._run(["/bin/sh", "-c", f"cat {SERVICE_EXIT_FILE} 2>/dev/null"], user="0")
         status = out.strip()
         if code != 0 or not status.isdigit():
             return None
@@ -406,8 +429,7 @@ class DockerSandbox(Sandbox):
             "network_mode": self._net.container_network,
         }
         if spec.mounts:
-            host_kw["binds"] = {str(host): {"bind": target, "mode": "ro"}
-                                for host, target in spec.mounts}
+            host_kw["binds"] = {str(host): {"bind": target, "mode": "ro"} for host, target in spec.mounts}
         if spec.cpus:
             host_kw["nano_cpus"] = int(float(spec.cpus) * 1e9)
         if spec.memory_mb:
@@ -427,15 +449,22 @@ class DockerSandbox(Sandbox):
         self._service = bool(service)
         with translate("creating the container", kind=ErrorKind.START_FAILED):
             host_config = api.create_host_config(**host_kw)
+
             def create() -> str:
                 # The id is recorded on the worker thread, so a start cancelled while the
                 # engine creates the container still lets stop() find and remove it.
                 created = api.create_container(
-                    img.image_id, entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
+                    img.image_id,
+                    entrypoint=["/bin/sh", "-c", KEEPER_SCRIPT, KEEPER_MARKER],
                     command=service,
-                    labels=container_labels(spec, env_hash), host_config=host_config, name=name,
-                    working_dir=self._workdir, environment=self._environment(hostname),
-                    hostname=hostname, detach=True)
+                    labels=container_labels(spec, env_hash),
+                    host_config=host_config,
+                    name=name,
+                    working_dir=self._workdir,
+                    environment=self._environment(hostname),
+                    hostname=hostname,
+                    detach=True,
+                )
                 self._cid = created["Id"]
                 return self._cid
 
@@ -448,33 +477,45 @@ class DockerSandbox(Sandbox):
                 why = task_fault_reason(exc.explanation or str(exc))
                 if why is None:
                     raise
-                raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED, task_fault=True) from exc
+                raise SandboxError(
+                    f"the task's image cannot start: {why}", kind=ErrorKind.START_FAILED, task_fault=True
+                ) from exc
 
     async def _prepare(self) -> None:
         before = time.clock_gettime(time.CLOCK_BOOTTIME)
         try:
-            code, out, err = await self._run(["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup",
-                                              self._workdir], user="0")
+            code, out, err = await self._run(
+                ["/bin/sh", "-c", _SETUP_SCRIPT, "cairn-setup", self._workdir], user="0"
+            )
         except SandboxError as exc:  # the container may already have exited by itself
             logs = await self._container_logs()
             exit_code = await self._exit_code()
             why = no_shell_reason(126 if exit_code is not None else None, logs)
             if why is None:
                 raise
-            raise SandboxError(f"the task's image cannot start: {why}",
-                               kind=ErrorKind.START_FAILED,
-                               detail={"logs": logs}, task_fault=True) from exc
+            raise SandboxError(
+                f"the task's image cannot start: {why}",
+                kind=ErrorKind.START_FAILED,
+                detail={"logs": logs},
+                task_fault=True,
+            ) from exc
         after = time.clock_gettime(time.CLOCK_BOOTTIME)
         if code != 0:
             logs = await self._container_logs()
             why = no_shell_reason(code, f"{err}\n{logs}")
             detail: dict[str, Any] = {"stderr": err[-4000:], "logs": logs}
             if why is not None:  # the task's image: the same on every attempt
-                raise SandboxError(f"the task's image cannot start: {why}",
-                                   kind=ErrorKind.START_FAILED, detail=detail, task_fault=True)
-            raise SandboxError(f"the container did not come up (exit {code}): {err.strip()} "
-                               f"{logs}".strip(), kind=ErrorKind.START_FAILED, detail=detail)
+                raise SandboxError(
+                    f"the task's image cannot start: {why}",
+                    kind=ErrorKind.START_FAILED,
+                    detail=detail,
+                    task_fault=True,
+                )
+            raise SandboxError(
+                f"the container did not come up (exit {code}): {err.strip()} {logs}".strip(),
+                kind=ErrorKind.START_FAILED,
+                detail=detail,
+            )
         lines = out.split()
         self._shell = "bash" if "bash" in lines[:1] else "sh"
         try:  # "<uptime> <idle>" after the shell's name
@@ -483,9 +524,15 @@ class DockerSandbox(Sandbox):
             uptime = -1.0
         self._boot_clock = before - BOOT_CLOCK_SLACK_SEC <= uptime <= after + BOOT_CLOCK_SLACK_SEC
         img, env_dir = self._image, self.spec.env_dir
-        if img is not None and not img.built and self.spec.docker_image and env_dir and \
-                not self.spec.snapshot and \
-                env_dir.is_dir() and not (env_dir / "Dockerfile").is_file():
+        if (
+            img is not None
+            and not img.built
+            and self.spec.docker_image
+            and env_dir
+            and not self.spec.snapshot
+            and env_dir.is_dir()
+            and not (env_dir / "Dockerfile").is_file()
+        ):
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in _ENV_SKIP:
                     await self.upload(entry, posixpath.join(self._workdir, entry.name))
@@ -522,8 +569,9 @@ class DockerSandbox(Sandbox):
                 await asyncio.sleep(0.05)
                 state = await self._state()
         if state is _GONE:
-            return SandboxEnd("its container was removed from outside the sandbox (docker rm, "
-                              "not cairn)", from_outside=True)
+            return SandboxEnd(
+                "its container was removed from outside the sandbox (docker rm, not cairn)", from_outside=True
+            )
         if state is _UNANSWERED:  # issue #29: the engine itself went away (a restart)
             return SandboxEnd("the Docker engine stopped answering", from_outside=True)
         if state is None or state.get("Running"):
@@ -533,25 +581,35 @@ class DockerSandbox(Sandbox):
         reason = f"its container exited (exit {code})"
         if oom:  # the sandbox's own: the limit is the task's and the agent's to keep
             reason += ": the sandbox ran out of memory" + (
-                f" (memory_mb = {int(self.spec.memory_mb)})" if self.spec.memory_mb else "")
+                f" (memory_mb = {int(self.spec.memory_mb)})" if self.spec.memory_mb else ""
+            )
             signals: list[int | str] = []
         else:  # an engine too slow to say counts as no kill (the sandbox's own end)
             try:
                 signals = await asyncio.wait_for(
-                    in_thread(engine_kills, self._client, self._cid, state), ENDED_SETTLE_SEC)
+                    in_thread(engine_kills, self._client, self._cid, state), ENDED_SETTLE_SEC
+                )
             except TimeoutError:
                 signals = []
         if signals:
-            reason = (f"its container was killed from outside the sandbox (the engine sent "
-                      f"signal {signals[0]}: docker kill, stop or rm -f, not cairn; exit {code})")
+            reason = (
+                f"its container was killed from outside the sandbox (the engine sent "
+                f"signal {signals[0]}: docker kill, stop or rm -f, not cairn; exit {code})"
+            )
         elif not oom and (silence := _silence_at_end(state)) is not None:
             # issue #29: stopped with the engine (a restart); the event log went with it
-            return SandboxEnd(f"its container was stopped with the Docker engine (exit {code}; "
-                              f"the engine did not answer at {silence} UTC: a restart)",
-                              exit_code=code if isinstance(code, int) else None,
-                              from_outside=True)
-        return SandboxEnd(reason, exit_code=code if isinstance(code, int) else None,
-                          oom_killed=oom, from_outside=bool(signals))
+            return SandboxEnd(
+                f"its container was stopped with the Docker engine (exit {code}; "
+                f"the engine did not answer at {silence} UTC: a restart)",
+                exit_code=code if isinstance(code, int) else None,
+                from_outside=True,
+            )
+        return SandboxEnd(
+            reason,
+            exit_code=code if isinstance(code, int) else None,
+            oom_killed=oom,
+            from_outside=bool(signals),
+        )
 
     async def _state(self) -> dict[str, Any] | None:
         """The container's engine ``State``; :data:`_GONE` when the engine no longer knows the
@@ -585,12 +643,18 @@ class DockerSandbox(Sandbox):
         resources already gone; with ``spec.keep`` a started sandbox is left running."""
         if self.spec.keep and self._cid and not self._stopped and self._ready:
             self._stopped = True
-            log.warning("keeping sandbox container %s (docker exec -it %s %s)", self._cid,
-                        self._cid[:12], self._shell)
+            log.warning(
+                "keeping sandbox container %s (docker exec -it %s %s)", self._cid, self._cid[:12], self._shell
+            )
             return
         pool = self.spec.pool
-        reuse = self._ready and self._net is not None and self._net.poolable and \
-            pool is not None and pool.expect(POOL_KIND)
+        reuse = (
+            self._ready
+            and self._net is not None
+            and self._net.poolable
+            and pool is not None
+            and pool.expect(POOL_KIND)
+        )
         try:
             if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
@@ -600,9 +664,14 @@ class DockerSandbox(Sandbox):
             net, self._net = self._net, None
             try:
                 # A gateway is handed on only once this trial's container is gone for sure.
-                kept = reuse and net is not None and self.removal_error is None and \
-                    await net.recycle() and \
-                    pool is not None and pool.give(POOL_KIND, net, limit=POOL_LIMIT)
+                kept = (
+                    reuse
+                    and net is not None
+                    and self.removal_error is None
+                    and await net.recycle()
+                    and pool is not None
+                    and pool.give(POOL_KIND, net, limit=POOL_LIMIT)
+                )
                 if net is not None and not kept:
                     await net.remove()
             finally:
@@ -649,28 +718,30 @@ class DockerSandbox(Sandbox):
         img = self._image
         assert img is not None
         t0 = time.monotonic()
-        meta = {**{k: str(v) for k, v in labels.items()}, SNAPSHOT_LABEL: "1",
-                "cairn.backend": "docker",
-                "cairn.image_entrypoint": json.dumps(list(img.entrypoint)),
-                "cairn.image_cmd": json.dumps(list(img.cmd)),
-                "cairn.image_workdir": img.workdir or ""}
+        meta = {
+            **{k: str(v) for k, v in labels.items()},
+            SNAPSHOT_LABEL: "1",
+            "cairn.backend": "docker",
+            "cairn.image_entrypoint": json.dumps(list(img.entrypoint)),
+            "cairn.image_cmd": json.dumps(list(img.cmd)),
+            "cairn.image_workdir": img.workdir or "",
+        }
         trial = re.sub(r"[^A-Za-z0-9]", "", str(labels.get("cairn.trial", "")))[:12] or "adhoc"
         step = re.sub(r"[^A-Za-z0-9_.-]+", "-", str(labels.get("cairn.step", "step")))[:40]
         tag = f"{trial}-{step}-{uuid.uuid4().hex[:8]}".strip("-.") or uuid.uuid4().hex
 
         def work() -> tuple[str, int | None]:
-            done = api.commit(cid, repository=SNAPSHOT_REPO, tag=tag, pause=True,
-                              conf={"Labels": meta})
+            done = api.commit(cid, repository=SNAPSHOT_REPO, tag=tag, pause=True, conf={"Labels": meta})
             image_id = done["Id"]
             size = api.inspect_image(image_id).get("Size")
             base = api.inspect_image(img.image_id).get("Size")
-            return image_id, (max(0, int(size) - int(base)) if size is not None and
-                              base is not None else None)
+            return image_id, (
+                max(0, int(size) - int(base)) if size is not None and base is not None else None
+            )
 
         with translate("snapshot (docker commit)", kind=ErrorKind.SANDBOX_UNUSABLE):
             image_id, size = await in_thread(work)
-        return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size,
-                           seconds=time.monotonic() - t0)
+        return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size, seconds=time.monotonic() - t0)
 
     @classmethod
     async def remove_snapshot(cls, ref: str) -> None:
@@ -681,6 +752,7 @@ class DockerSandbox(Sandbox):
         """
         client = await in_thread(make_client)
         try:
+
             def work() -> None:
                 try:
                     data = client.api.inspect_image(ref)
@@ -714,8 +786,9 @@ class DockerSandbox(Sandbox):
             argv = tuple(self.shell_argv(user=user))
         except SandboxError:
             argv = ()
-        return SandboxConnection(type=self.name, hint=f"docker exec -it {cid[:12]} bash",
-                                 argv=argv, container=self._cid)
+        return SandboxConnection(
+            type=self.name, hint=f"docker exec -it {cid[:12]} bash", argv=argv, container=self._cid
+        )
 
     def shell_argv(self, *, user: str | int | None = None, tty: bool = True) -> list[str]:
         """``docker exec -it <container> bash`` as ``user`` in the working dir."""
@@ -731,18 +804,17 @@ class DockerSandbox(Sandbox):
             raise SandboxError("the sandbox is not running")
         return self._client.api, self._cid
 
-    async def _run(self, argv: list[str], *, user: str | int | None = None,
-                   env: dict[str, str] | None = None) -> tuple[int | None, str, str]:
+    async def _run(
+        self, argv: list[str], *, user: str | int | None = None, env: dict[str, str] | None = None
+    ) -> tuple[int | None, str, str]:
         """An internal exec: no timeout machinery, small output, (exit code, stdout, stderr)."""
         api, cid = self._require()
 
         def work() -> tuple[int | None, str, str]:
-            ex = api.exec_create(cid, argv, stdout=True, stderr=True, user=_user(user),
-                                 environment=env)
+            ex = api.exec_create(cid, argv, stdout=True, stderr=True, user=_user(user), environment=env)
             out, err = api.exec_start(ex["Id"], demux=True)
             code = api.exec_inspect(ex["Id"]).get("ExitCode")
-            return code, (out or b"").decode("utf-8", "replace"), \
-                (err or b"").decode("utf-8", "replace")
+            return code, (out or b"").decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
 
         with translate("exec"):
             return await in_thread(work)
@@ -762,9 +834,16 @@ class DockerSandbox(Sandbox):
         loop = asyncio.get_running_loop()
         t0 = loop.time()
         with translate("exec"):
-            created = await in_thread(api.exec_create, cid, argv, stdout=True, stderr=True,
-                                      user=_user(user), workdir=cwd or self._workdir,
-                                      environment=environment)
+            created = await in_thread(
+                api.exec_create,
+                cid,
+                argv,
+                stdout=True,
+                stderr=True,
+                user=_user(user),
+                workdir=cwd or self._workdir,
+                environment=environment,
+            )
         stream = ExecStream(api, created["Id"], max_output_bytes)
         fut = start_thread(stream.run)
         timed_out = False
@@ -784,19 +863,23 @@ class DockerSandbox(Sandbox):
         if not timed_out:
             with translate("exec"):
                 code = await in_thread(stream.exit_code)
-        return ExecResult(exit_code=code, stdout=stream.stdout.text(),
-                          stderr=stream.stderr.text(), timed_out=timed_out,
-                          elapsed_sec=loop.time() - t0,
-                          stdout_truncated=stream.stdout.truncated,
-                          stderr_truncated=stream.stderr.truncated)
+        return ExecResult(
+            exit_code=code,
+            stdout=stream.stdout.text(),
+            stderr=stream.stderr.text(),
+            timed_out=timed_out,
+            elapsed_sec=loop.time() - t0,
+            stdout_truncated=stream.stdout.truncated,
+            stderr_truncated=stream.stderr.truncated,
+        )
 
-    async def _kill_tree(self, token: str, user: str | int | None, stream: ExecStream,
-                         fut: asyncio.Future[None]) -> None:
+    async def _kill_tree(
+        self, token: str, user: str | int | None, stream: ExecStream, fut: asyncio.Future[None]
+    ) -> None:
         """Kill every process of one exec (found by its CAIRN_EXEC_ID), then stop reading."""
         try:
             async with asyncio.timeout(30):
-                await self._run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", token],
-                                user=user)
+                await self._run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", token], user=user)
         except Exception as exc:  # noqa: BLE001 - the container may be gone; reading still has to stop
             log.debug("killing exec tree failed: %s", exc)
         try:
@@ -831,12 +914,14 @@ class DockerSandbox(Sandbox):
         Raises:
             SandboxError: the kill could not be sent.
         """
-        keys = [f"{p.pid}:{p.start_ticks}" for p in pids
-                if p.pid != 1 and not (p.ppid == 1 and KEEPER_MARKER in p.cmdline)]
+        keys = [
+            f"{p.pid}:{p.start_ticks}"
+            for p in pids
+            if p.pid != 1 and not (p.ppid == 1 and KEEPER_MARKER in p.cmdline)
+        ]
         if not keys:
             return
-        code, _, err = await self._run(["/bin/sh", "-c", KILL_KEYS_SCRIPT, "cairn-killp", *keys],
-                                       user="0")
+        code, _, err = await self._run(["/bin/sh", "-c", KILL_KEYS_SCRIPT, "cairn-killp", *keys], user="0")
         if code != 0:
             raise SandboxError(f"killing processes failed (exit {code}): {err.strip()[-500:]}")
 
@@ -863,13 +948,11 @@ class DockerSandbox(Sandbox):
         if is_dir and not any(os.scandir(host_path)):
             code, _, err = await self._run(["mkdir", "-p", dest], user="0")
             if code != 0:
-                raise SandboxError(f"upload to {dest}: {err.strip()}",
-                                   kind=ErrorKind.TRANSFER_FAILED)
+                raise SandboxError(f"upload to {dest}: {err.strip()}", kind=ErrorKind.TRANSFER_FAILED)
             return
         arc = dest.lstrip("/")
         with translate(f"upload to {dest}", kind=ErrorKind.TRANSFER_FAILED):
-            await in_thread(api.put_archive, cid, "/",
-                            tar_stream(host_path, arc, include_root=False))
+            await in_thread(api.put_archive, cid, "/", tar_stream(host_path, arc, include_root=False))
 
     async def upload_many(self, items: Sequence[UploadItem]) -> None:
         """Send several host files or folders as one archive (one ``put_archive``), modes and
@@ -909,8 +992,10 @@ class DockerSandbox(Sandbox):
             try:
                 chunks, stat = api.get_archive(cid, src, chunk_size=1 << 20)
             except docker.errors.NotFound as exc:
-                if "container" in (exc.explanation or "").lower() and \
-                        "could not find the file" not in (exc.explanation or "").lower():
+                if (
+                    "container" in (exc.explanation or "").lower()
+                    and "could not find the file" not in (exc.explanation or "").lower()
+                ):
                     raise
                 raise FileNotFoundError(f"no such path in the sandbox: {src}") from None
             return extract_tar_stream(chunks, Path(host_path), root_name=stat["name"])
@@ -920,13 +1005,17 @@ class DockerSandbox(Sandbox):
         if report.refused:
             raise SandboxError(
                 f"download of {src}: refused {len(report.refused)} unsafe member(s): "
-                f"{'; '.join(report.refused[:5])}", kind=ErrorKind.TRANSFER_FAILED,
-                detail={"refused": report.refused[:100]})
+                f"{'; '.join(report.refused[:5])}",
+                kind=ErrorKind.TRANSFER_FAILED,
+                detail={"refused": report.refused[:100]},
+            )
         if report.too_long_count:  # issue #29: written but for paths the host cannot hold
             raise HostPathsSkippedError(
                 f"download of {src}: {report.too_long_count} path(s) too long for the host "
-                f"skipped: {'; '.join(report.too_long[:3])[:600]}", paths=report.too_long,
-                count=report.too_long_count)
+                f"skipped: {'; '.join(report.too_long[:3])[:600]}",
+                paths=report.too_long,
+                count=report.too_long_count,
+            )
 
 
 ENGINE_GONE_SEC = 10.0

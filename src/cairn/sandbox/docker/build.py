@@ -83,17 +83,16 @@ SILENCES_KEPT = 64
 def is_engine_gone(exc: BaseException) -> bool:
     """Whether ``exc`` means the Docker engine does not answer (not a refused request); a
     True answer is noted in :data:`ENGINE_SILENCES`."""
-    gone = isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout) \
-        or (not isinstance(exc, docker.errors.APIError)
-            and isinstance(exc, docker.errors.DockerException))
+    gone = isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout) or (
+        not isinstance(exc, docker.errors.APIError) and isinstance(exc, docker.errors.DockerException)
+    )
     if gone:
         ENGINE_SILENCES.append(time.time())
         del ENGINE_SILENCES[:-SILENCES_KEPT]
     return gone
 
 
-def silent_near(when: float, *, stop_lead_sec: float = 30.0,
-                downtime_sec: float = 600.0) -> float | None:
+def silent_near(when: float, *, stop_lead_sec: float = 30.0, downtime_sec: float = 600.0) -> float | None:
     """A time this process found the engine silent around ``when``, or ``None``: up to
     ``stop_lead_sec`` after it (a graceful engine stop ends its containers first, then stops
     answering) or up to ``downtime_sec`` before it (a killed engine's containers are ended
@@ -134,12 +133,16 @@ def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Ite
 # ---- task faults --------------------------------------------------------------------------
 _TASK_FAULT_RE = re.compile(
     r"(executable file not found|no such file or directory|exec format error|permission denied"
-    r"|not a directory)[^\n]*", re.IGNORECASE)
-_OCI_RE = re.compile(r"OCI runtime (create|exec|start) failed|starting container process caused"
-                     r"|exec: \"|failed to create shim task", re.IGNORECASE)
+    r"|not a directory)[^\n]*",
+    re.IGNORECASE,
+)
+_OCI_RE = re.compile(
+    r"OCI runtime (create|exec|start) failed|starting container process caused"
+    r"|exec: \"|failed to create shim task",
+    re.IGNORECASE,
+)
 
 _EXEC_RE = re.compile(r'exec: "[^"\n]*"[^\n]*?(?=: unknown|$)', re.MULTILINE)
-
 
 
 def task_fault_reason(text: str) -> str | None:
@@ -165,14 +168,17 @@ def no_shell_reason(code: int | None, text: str) -> str | None:
     """Why a fresh container failed by the image's own definition: it has no ``/bin/sh``
     (exit 126/127 from the init), or its ENTRYPOINT program does not exist (the keeper says
     so); else ``None``."""
-    m = re.search(r"cairn: the image ENTRYPOINT (.*) is not an executable in the image",
-                  text or "")
+    m = re.search(r"cairn: the image ENTRYPOINT (.*) is not an executable in the image", text or "")
     if m:
         return f"the image ENTRYPOINT {m.group(1)[:200]} is not an executable in the image"
     if re.search(r"exec /bin/sh failed: no such file", text or "", re.IGNORECASE):
         return "the image has no /bin/sh (every command of a trial runs with it)"
-    if code in (126, 127) and re.search(r"exec /bin/sh failed|/bin/sh: (not found|no such file)"
-                                        r"|\"/bin/sh\": stat", text or "", re.IGNORECASE):
+    if code in (126, 127) and re.search(
+        r"exec /bin/sh failed|/bin/sh: (not found|no such file)"
+        r"|\"/bin/sh\": stat",
+        text or "",
+        re.IGNORECASE,
+    ):
         return "the image has no /bin/sh (every command of a trial runs with it)"
     return None
 
@@ -205,8 +211,14 @@ class ImageInfo:
 def _image_info(client: docker.DockerClient, ref: str, **kw: Any) -> ImageInfo:
     data = client.api.inspect_image(ref)
     cfg = data.get("Config") or {}
-    return ImageInfo(ref=ref, image_id=data["Id"], entrypoint=tuple(cfg.get("Entrypoint") or ()),
-                     cmd=tuple(cfg.get("Cmd") or ()), workdir=cfg.get("WorkingDir") or "", **kw)
+    return ImageInfo(
+        ref=ref,
+        image_id=data["Id"],
+        entrypoint=tuple(cfg.get("Entrypoint") or ()),
+        cmd=tuple(cfg.get("Cmd") or ()),
+        workdir=cfg.get("WorkingDir") or "",
+        **kw,
+    )
 
 
 def snapshot_image_info(client: docker.DockerClient, image_id: str) -> ImageInfo:
@@ -223,17 +235,21 @@ def snapshot_image_info(client: docker.DockerClient, image_id: str) -> ImageInfo
     try:
         data = client.api.inspect_image(image_id)
     except docker.errors.NotFound:
-        raise SandboxError(f"snapshot image {image_id[:19]} not found (removed by "
-                           "`cairn clean --snapshots`?)", kind=ErrorKind.START_FAILED) from None
+        raise SandboxError(
+            f"snapshot image {image_id[:19]} not found (removed by `cairn clean --snapshots`?)",
+            kind=ErrorKind.START_FAILED,
+        ) from None
     cfg = data.get("Config") or {}
     labels = cfg.get("Labels") or {}
     if labels.get("cairn.snapshot") != "1":
-        raise SandboxError(f"image {image_id[:19]} is not a cairn snapshot",
-                           kind=ErrorKind.START_FAILED)
-    return ImageInfo(ref=data["Id"], image_id=data["Id"],
-                     entrypoint=tuple(json.loads(labels.get("cairn.image_entrypoint") or "[]")),
-                     cmd=tuple(json.loads(labels.get("cairn.image_cmd") or "[]")),
-                     workdir=labels.get("cairn.image_workdir") or cfg.get("WorkingDir") or "")
+        raise SandboxError(f"image {image_id[:19]} is not a cairn snapshot", kind=ErrorKind.START_FAILED)
+    return ImageInfo(
+        ref=data["Id"],
+        image_id=data["Id"],
+        entrypoint=tuple(json.loads(labels.get("cairn.image_entrypoint") or "[]")),
+        cmd=tuple(json.loads(labels.get("cairn.image_cmd") or "[]")),
+        workdir=labels.get("cairn.image_workdir") or cfg.get("WorkingDir") or "",
+    )
 
 
 def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
@@ -255,7 +271,8 @@ def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
 
 
 _LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary())
+    weakref.WeakKeyDictionary()
+)
 _FAILURES: dict[str, tuple[float, BuildError]] = {}
 _FORCE_BUILT: set[str] = set()
 
@@ -330,9 +347,10 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
     if not has_df:
         if find_compose_file(env_dir) is not None:
             raise UnsupportedError("a docker-compose environment needs the compose backend")
-        raise TrialFailure(ErrorKind.CONFIG_ERROR,
-                           "no environment definition: neither environment/Dockerfile nor "
-                           "[environment].docker_image")
+        raise TrialFailure(
+            ErrorKind.CONFIG_ERROR,
+            "no environment definition: neither environment/Dockerfile nor [environment].docker_image",
+        )
     assert env_dir is not None
     env_hash = spec.env_hash or await in_thread(tree_hash, env_dir)
     tag = f"{IMAGE_REPO}:{env_hash[:16]}"
@@ -349,18 +367,21 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
             from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
 
             if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
-                info = await _build_buildkit(client, env_dir, tag, env_hash, spec.force_build,
-                                             deadline, spec.build_timeout_sec)
+                info = await _build_buildkit(
+                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec
+                )
             else:
-                info = await _build(client, env_dir, tag, env_hash, spec.force_build, deadline,
-                                    spec.build_timeout_sec)
+                info = await _build(
+                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec
+                )
             if spec.force_build:
                 _FORCE_BUILT.add(env_hash)
             return info
     except TimeoutError:
-        raise BuildError(ErrorKind.BUILD_TIMEOUT,
-                         f"waited longer than {spec.build_timeout_sec:g} s for another build "
-                         f"of this environment") from None
+        raise BuildError(
+            ErrorKind.BUILD_TIMEOUT,
+            f"waited longer than {spec.build_timeout_sec:g} s for another build of this environment",
+        ) from None
 
 
 async def _pull(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
@@ -374,9 +395,11 @@ async def _pull(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
     except Exception as exc:
         if is_engine_gone(exc) and not isinstance(exc, requests.exceptions.Timeout):
             raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
-        raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
-                         f"image {name!r} is not present and cannot be pulled: {exc}",
-                         detail={"image": name}) from exc
+        raise BuildError(
+            ErrorKind.IMAGE_NOT_FOUND,
+            f"image {name!r} is not present and cannot be pulled: {exc}",
+            detail={"image": name},
+        ) from exc
     info = await in_thread(_lookup, client, name)
     if info is None:
         raise BuildError(ErrorKind.IMAGE_NOT_FOUND, f"image {name!r} not found")
@@ -391,8 +414,9 @@ _BUILT_RE = re.compile(r"^Successfully built ([0-9a-f]{12,64})")
 class _BuildRun:
     """One classic-builder build, consumed on a thread; cancellable by killing its container."""
 
-    def __init__(self, client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
-                 nocache: bool) -> None:
+    def __init__(
+        self, client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str, nocache: bool
+    ) -> None:
         self.client, self.env_dir, self.tag = client, env_dir, tag
         self.labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
         self.nocache = nocache
@@ -406,8 +430,16 @@ class _BuildRun:
 
     def run(self) -> None:
         stream = self.client.api.build(
-            path=str(self.env_dir), dockerfile="Dockerfile", tag=self.tag, labels=self.labels,
-            rm=True, forcerm=True, decode=True, pull=False, nocache=self.nocache)
+            path=str(self.env_dir),
+            dockerfile="Dockerfile",
+            tag=self.tag,
+            labels=self.labels,
+            rm=True,
+            forcerm=True,
+            decode=True,
+            pull=False,
+            nocache=self.nocache,
+        )
         for chunk in stream:
             if "stream" in chunk:
                 for line in str(chunk["stream"]).splitlines():
@@ -456,8 +488,15 @@ class _BuildRun:
         return "\n".join(self.log)
 
 
-async def _build_buildkit(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
-                         nocache: bool, deadline: float, timeout_sec: float) -> ImageInfo:
+async def _build_buildkit(
+    client: docker.DockerClient,
+    env_dir: Path,
+    tag: str,
+    env_hash: str,
+    nocache: bool,
+    deadline: float,
+    timeout_sec: float,
+) -> ImageInfo:
     """Build a Dockerfile that needs BuildKit (:mod:`cairn.sandbox.docker.buildkit`).
 
     Raises:
@@ -467,8 +506,9 @@ async def _build_buildkit(client: docker.DockerClient, env_dir: Path, tag: str, 
 
     labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
     try:
-        sec = await build_with_buildkit(env_dir, tag, labels, nocache=nocache,
-                                        deadline=deadline, timeout_sec=timeout_sec)
+        sec = await build_with_buildkit(
+            env_dir, tag, labels, nocache=nocache, deadline=deadline, timeout_sec=timeout_sec
+        )
     except BuildError as err:
         if err.kind is not ErrorKind.BUILD_TIMEOUT:
             _FAILURES[env_hash] = (time.monotonic(), err)
@@ -476,12 +516,26 @@ async def _build_buildkit(client: docker.DockerClient, env_dir: Path, tag: str, 
     info = await in_thread(_lookup, client, tag)
     if info is None:
         raise BuildError(ErrorKind.BUILD_FAILED, "the BuildKit build finished without an image")
-    return ImageInfo(ref=info.ref, image_id=info.image_id, entrypoint=info.entrypoint,
-                     cmd=info.cmd, workdir=info.workdir, built=True, build_sec=sec)
+    return ImageInfo(
+        ref=info.ref,
+        image_id=info.image_id,
+        entrypoint=info.entrypoint,
+        cmd=info.cmd,
+        workdir=info.workdir,
+        built=True,
+        build_sec=sec,
+    )
 
 
-async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash: str,
-                 nocache: bool, deadline: float, timeout_sec: float) -> ImageInfo:
+async def _build(
+    client: docker.DockerClient,
+    env_dir: Path,
+    tag: str,
+    env_hash: str,
+    nocache: bool,
+    deadline: float,
+    timeout_sec: float,
+) -> ImageInfo:
     """Build on a thread until ``deadline`` (event-loop time); past it, abort the build.
 
     Raises:
@@ -500,18 +554,22 @@ async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash:
         await asyncio.shield(in_thread(run.cleanup))
         if isinstance(exc, asyncio.CancelledError):
             raise
-        raise BuildError(ErrorKind.BUILD_TIMEOUT,
-                         f"building the environment took longer than {timeout_sec:g} s "
-                         f"(aborted at step {run.step or '?'})",
-                         detail={"log_tail": run.log_tail, "containers": list(run.containers)},
-                         ) from None
+        raise BuildError(
+            ErrorKind.BUILD_TIMEOUT,
+            f"building the environment took longer than {timeout_sec:g} s "
+            f"(aborted at step {run.step or '?'})",
+            detail={"log_tail": run.log_tail, "containers": list(run.containers)},
+        ) from None
     except Exception as exc:
         await in_thread(run.cleanup)
         if is_engine_gone(exc):
             raise SandboxLostError(f"Docker engine not reachable during build: {exc}") from exc
         msg = getattr(exc, "explanation", None) or str(exc)
-        err = BuildError(ErrorKind.BUILD_FAILED, f"docker build failed: {msg}",
-                         detail={"log_tail": run.log_tail + "\n" + msg})
+        err = BuildError(
+            ErrorKind.BUILD_FAILED,
+            f"docker build failed: {msg}",
+            detail={"log_tail": run.log_tail + "\n" + msg},
+        )
         _FAILURES[env_hash] = (time.monotonic(), err)
         raise err from exc
     await in_thread(run.cleanup)
@@ -522,14 +580,22 @@ async def _build(client: docker.DockerClient, env_dir: Path, tag: str, env_hash:
         else:
             kind = ErrorKind.BUILD_FAILED
             msg = f"docker build failed at {run.step or 'parse'}: {run.error}"
-        err = BuildError(kind, msg, detail={"log_tail": run.log_tail, "step": run.step,
-                                            "containers": list(run.containers)})
+        err = BuildError(
+            kind, msg, detail={"log_tail": run.log_tail, "step": run.step, "containers": list(run.containers)}
+        )
         _FAILURES[env_hash] = (time.monotonic(), err)
         raise err
     info = await in_thread(_lookup, client, tag)
     if info is None:
-        raise BuildError(ErrorKind.BUILD_FAILED, "the build finished without an image",
-                         detail={"log_tail": run.log_tail})
-    return ImageInfo(ref=info.ref, image_id=info.image_id, entrypoint=info.entrypoint,
-                     cmd=info.cmd, workdir=info.workdir, built=True,
-                     build_sec=time.monotonic() - t0)
+        raise BuildError(
+            ErrorKind.BUILD_FAILED, "the build finished without an image", detail={"log_tail": run.log_tail}
+        )
+    return ImageInfo(
+        ref=info.ref,
+        image_id=info.image_id,
+        entrypoint=info.entrypoint,
+        cmd=info.cmd,
+        workdir=info.workdir,
+        built=True,
+        build_sec=time.monotonic() - t0,
+    )

@@ -36,9 +36,12 @@ from cairn.sandbox.dockerfile_syntax import (
 )
 
 _FEATURE_TEXT = {
-    "copy-chmod": "`COPY --chmod`", "run-mount": "`RUN --mount`",
-    "run-network": "`RUN --network`", "run-security": "`RUN --security`",
-    "heredoc": "heredocs (`<<EOF`)", "syntax": "a `# syntax=` frontend other than the stock one",
+    "copy-chmod": "`COPY --chmod`",
+    "run-mount": "`RUN --mount`",
+    "run-network": "`RUN --network`",
+    "run-security": "`RUN --security`",
+    "heredoc": "heredocs (`<<EOF`)",
+    "syntax": "a `# syntax=` frontend other than the stock one",
 }
 
 _FEATURES_BY_ENGINE: tuple[tuple[tuple[int, int], frozenset[str]], ...] = (
@@ -112,13 +115,17 @@ def buildkit_support() -> BuildKitSupport:
     try:
         compose_cli()
     except UnsupportedError as exc:
-        support = BuildKitSupport(frozenset(), f"no BuildKit client on this machine ({exc}; "
-                                  "cairn builds BuildKit Dockerfiles with `docker compose build`)",
-                                  engine)
+        support = BuildKitSupport(
+            frozenset(),
+            f"no BuildKit client on this machine ({exc}; "
+            "cairn builds BuildKit Dockerfiles with `docker compose build`)",
+            engine,
+        )
     else:
         features = frontend_features(engine)
-        support = BuildKitSupport(features, "" if features else
-                                  f"docker engine {engine} has only the classic builder", engine)
+        support = BuildKitSupport(
+            features, "" if features else f"docker engine {engine} has only the classic builder", engine
+        )
     _SUPPORT["x"] = support
     return support
 
@@ -153,9 +160,11 @@ def check_dockerfile(dockerfile: Path) -> list[str]:
     missing = unsupported_by(features, support.features)
     if missing:
         uses = ", ".join(f"{_FEATURE_TEXT.get(f.name, f.name)} (line {f.line})" for f in missing)
-        why = support.reason or (f"the built-in Dockerfile frontend of docker engine "
-                                 f"{support.engine} does not support it, and a newer frontend "
-                                 "image cannot be pulled (no registry)")
+        why = support.reason or (
+            f"the built-in Dockerfile frontend of docker engine "
+            f"{support.engine} does not support it, and a newer frontend "
+            "image cannot be pulled (no registry)"
+        )
         raise UnsupportedError(f"environment/Dockerfile uses {uses}: {why}")
     _, notes = rewrite_for_builtin_frontend(text)
     return [f"environment/Dockerfile {n}" for n in notes if "syntax=" in n]
@@ -169,16 +178,24 @@ def _compose_doc(env_dir: Path, dockerfile: Path, tag: str, labels: dict[str, st
     def esc(s: str) -> str:
         return s.replace("$", "$$")
 
-    doc = {"services": {"build": {
-        "image": tag,
-        "build": {"context": esc(str(env_dir.resolve())), "dockerfile": esc(str(dockerfile)),
-                  "labels": {k: esc(v) for k, v in labels.items()}},
-    }}}
+    doc = {
+        "services": {
+            "build": {
+                "image": tag,
+                "build": {
+                    "context": esc(str(env_dir.resolve())),
+                    "dockerfile": esc(str(dockerfile)),
+                    "labels": {k: esc(v) for k, v in labels.items()},
+                },
+            }
+        }
+    }
     return json.dumps(doc)
 
 
-async def build_with_buildkit(env_dir: Path, tag: str, labels: dict[str, str], *,
-                              nocache: bool, deadline: float, timeout_sec: float) -> float:
+async def build_with_buildkit(
+    env_dir: Path, tag: str, labels: dict[str, str], *, nocache: bool, deadline: float, timeout_sec: float
+) -> float:
     """Build ``env_dir/Dockerfile`` with BuildKit (``docker compose build``) as ``tag``.
 
     Args:
@@ -211,27 +228,44 @@ async def build_with_buildkit(env_dir: Path, tag: str, labels: dict[str, str], *
         project = "cairn-build-" + re.sub(r"[^a-z0-9]", "", tag.split(":")[-1].lower())[:16]
         env = {k: v for k, v in os.environ.items() if not k.startswith("COMPOSE_")}
         env.update(DOCKER_BUILDKIT="1", COMPOSE_DOCKER_CLI_BUILD="1")
-        argv = [docker_cli, "compose", "--project-name", project, "-f", str(cf), "build",
-                "--progress", "plain"]
+        argv = [
+            docker_cli,
+            "compose",
+            "--project-name",
+            project,
+            "-f",
+            str(cf),
+            "build",
+            "--progress",
+            "plain",
+        ]
         if nocache:
             argv.append("--no-cache")
-        code, out = await _run_cli(argv, env=env, timeout_sec=max(1.0, deadline - loop.time()),
-                                   cwd=Path(tmp))
+        code, out = await _run_cli(argv, env=env, timeout_sec=max(1.0, deadline - loop.time()), cwd=Path(tmp))
     tail = "\n".join(out.strip().splitlines()[-60:])
     if code is None:
-        raise BuildError(ErrorKind.BUILD_TIMEOUT,
-                         f"building the environment (BuildKit) took longer than {timeout_sec:g} s",
-                         detail={"log_tail": tail})
+        raise BuildError(
+            ErrorKind.BUILD_TIMEOUT,
+            f"building the environment (BuildKit) took longer than {timeout_sec:g} s",
+            detail={"log_tail": tail},
+        )
     if code != 0:
         last = _error_line(out) or f"exit {code}"
-        if re.search(r"\[[^\]]*\binternal\] load metadata for|failed to resolve source metadata"
-                     r"|pull access denied|not found: manifest unknown", out) and \
-                re.search(r"FROM|load metadata|resolve", last):
-            raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
-                             f"base image not found and cannot be pulled: {last}",
-                             detail={"log_tail": tail})
-        raise BuildError(ErrorKind.BUILD_FAILED, f"docker build (BuildKit) failed: {last}",
-                         detail={"log_tail": tail, "builder": "buildkit"})
+        if re.search(
+            r"\[[^\]]*\binternal\] load metadata for|failed to resolve source metadata"
+            r"|pull access denied|not found: manifest unknown",
+            out,
+        ) and re.search(r"FROM|load metadata|resolve", last):
+            raise BuildError(
+                ErrorKind.IMAGE_NOT_FOUND,
+                f"base image not found and cannot be pulled: {last}",
+                detail={"log_tail": tail},
+            )
+        raise BuildError(
+            ErrorKind.BUILD_FAILED,
+            f"docker build (BuildKit) failed: {last}",
+            detail={"log_tail": tail, "builder": "buildkit"},
+        )
     return time.monotonic() - t0
 
 
@@ -243,5 +277,11 @@ def _error_line(out: str) -> str:
     return lines[-1][-500:] if lines else ""
 
 
-__all__ = ["BuildKitSupport", "build_with_buildkit", "buildkit_support", "check_dockerfile",
-           "dockerfile_needs_buildkit", "frontend_features"]
+__all__ = [
+    "BuildKitSupport",
+    "build_with_buildkit",
+    "buildkit_support",
+    "check_dockerfile",
+    "dockerfile_needs_buildkit",
+    "frontend_features",
+]

@@ -29,8 +29,9 @@ def make_client(timeout: int = 300) -> docker.DockerClient:
     """
     global _API_VERSION
     try:
-        client = docker.DockerClient.from_env(version=_API_VERSION or "auto", timeout=timeout,
-                                              max_pool_size=64)
+        client = docker.DockerClient.from_env(
+            version=_API_VERSION or "auto", timeout=timeout, max_pool_size=64
+        )
     except docker.errors.DockerException as exc:
         raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
     _API_VERSION = client.api.api_version

@@ -104,8 +104,14 @@ class ComposeSandbox(DockerSandbox):
     name: ClassVar[str] = "docker"
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset(NetworkMode),
-        cpu_limit=True, memory_limit=True, storage_limit=False, gpus=False, compose=True,
-        dockerfile="full", gateway=True)
+        cpu_limit=True,
+        memory_limit=True,
+        storage_limit=False,
+        gpus=False,
+        compose=True,
+        dockerfile="full",
+        gateway=True,
+    )
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset({"snapshot_roundtrip"})
     """Step snapshots of compose projects are not built yet (docs/snapshots.md)."""
 
@@ -131,13 +137,17 @@ class ComposeSandbox(DockerSandbox):
         path = find_compose_file(spec.env_dir)
         if path is None:
             raise UnsupportedError("the compose backend needs environment/docker-compose.yaml")
-        check_compose_file(path, main_supplied=bool(spec.docker_image) or (
-            Path(spec.env_dir) / "Dockerfile").is_file())  # type: ignore[arg-type]
+        check_compose_file(
+            path,
+            main_supplied=bool(spec.docker_image) or (Path(spec.env_dir) / "Dockerfile").is_file(),  # type: ignore[arg-type]
+        )
         compose_cli()
         clash = sorted(PROTECTED_VARS & set(spec.env))
         if clash:
-            warnings.append(f"[environment.env] sets {', '.join(clash)}: passed to service main, "
-                            "but not used to interpolate the compose file")
+            warnings.append(
+                f"[environment.env] sets {', '.join(clash)}: passed to service main, "
+                "but not used to interpolate the compose file"
+            )
         return warnings
 
     async def snapshot(self, labels):  # noqa: ANN001 - see Sandbox.snapshot
@@ -152,8 +162,11 @@ class ComposeSandbox(DockerSandbox):
     @property
     def info(self) -> dict[str, str | None]:
         """The docker backend's info plus ``compose_project`` and ``compose_version``."""
-        return {**super().info, "compose_project": self.project,
-                "compose_version": _COMPOSE_OK.get("version")}
+        return {
+            **super().info,
+            "compose_project": self.project,
+            "compose_version": _COMPOSE_OK.get("version"),
+        }
 
     # ---- lifecycle ------------------------------------------------------------------------
     async def start(self) -> None:
@@ -181,12 +194,13 @@ class ComposeSandbox(DockerSandbox):
         self._tmp = Path(tempfile.mkdtemp(prefix=f"{self.project}-"))
         main_image = built_image_tag(env_hash, MAIN_SERVICE)
         self._env = self._cli_env(main_image)
-        build_main = (Path(spec.env_dir) / "Dockerfile").is_file() and \
-            (not spec.docker_image or spec.force_build)
+        build_main = (Path(spec.env_dir) / "Dockerfile").is_file() and (
+            not spec.docker_image or spec.force_build
+        )
         main_df = self._main_dockerfile() if build_main else None
-        defaults = self._write("cairn-defaults.yaml",
-                               defaults_file(spec, main_image, build_main=build_main,
-                                             dockerfile=main_df))
+        defaults = self._write(
+            "cairn-defaults.yaml", defaults_file(spec, main_image, build_main=build_main, dockerfile=main_df)
+        )
         self._files = [defaults, self._compose_file]
         net = self._make_network(self._client)
         gated = net.layout is Layout.GATEWAY
@@ -195,9 +209,14 @@ class ComposeSandbox(DockerSandbox):
             self._net = net
         model = await self._config()
         try:
-            doc = cairn_file(model, spec, project=self.project, env_hash=env_hash,
-                             labels=container_labels(spec),
-                             gateway_env=proxy_env() if gated else None)
+            doc = cairn_file(
+                model,
+                spec,
+                project=self.project,
+                env_hash=env_hash,
+                labels=container_labels(spec),
+                gateway_env=proxy_env() if gated else None,
+            )
         except UnsupportedError as exc:
             raise TrialFailure(ErrorKind.CONFIG_ERROR, str(exc)) from None
         # The gateway (image, networks, container) comes up while the project builds.
@@ -224,8 +243,7 @@ class ComposeSandbox(DockerSandbox):
 
     async def _start_gateway(self) -> None:
         assert self._client is not None and self._net is not None
-        image, _ = await _gather(ensure_gateway_image(self._client),
-                                 self._net.create_networks())
+        image, _ = await _gather(ensure_gateway_image(self._client), self._net.create_networks())
         await self._net.start_gateway(image, self.spec.network_policy, "environment")
 
     async def _join_gateway(self) -> None:
@@ -234,8 +252,10 @@ class ComposeSandbox(DockerSandbox):
         data = await in_thread(self._client.api.inspect_container, self._cid)
         networks = sorted((data.get("NetworkSettings") or {}).get("Networks") or {})
         if not networks:
-            raise SandboxError("service main has no network to reach the egress gateway on "
-                               "(network_mode: none?)", kind=ErrorKind.START_FAILED)
+            raise SandboxError(
+                "service main has no network to reach the egress gateway on (network_mode: none?)",
+                kind=ErrorKind.START_FAILED,
+            )
         await _gather(*(self._net.connect_gateway(n) for n in networks))
         await self._attach_public()
 
@@ -245,8 +265,7 @@ class ComposeSandbox(DockerSandbox):
         from cairn.sandbox.dockerfile_syntax import rewrite_for_builtin_frontend
 
         assert self._tmp is not None and self.spec.env_dir is not None
-        text = (Path(self.spec.env_dir) / "Dockerfile").read_text(encoding="utf-8",
-                                                                  errors="replace")
+        text = (Path(self.spec.env_dir) / "Dockerfile").read_text(encoding="utf-8", errors="replace")
         new, notes = rewrite_for_builtin_frontend(text)
         if not notes:
             return None
@@ -290,10 +309,10 @@ class ComposeSandbox(DockerSandbox):
                 argv += ["-f", str(f)]
         return [*argv, *args]
 
-    async def _compose(self, *args: str, timeout_sec: float, files: bool = True
-                       ) -> tuple[int | None, str]:
-        return await _run_cli(self._argv(*args, files=files), env=self._env,
-                              timeout_sec=timeout_sec, cwd=self._tmp)
+    async def _compose(self, *args: str, timeout_sec: float, files: bool = True) -> tuple[int | None, str]:
+        return await _run_cli(
+            self._argv(*args, files=files), env=self._env, timeout_sec=timeout_sec, cwd=self._tmp
+        )
 
     async def _config(self) -> dict[str, Any]:
         """The resolved model of the current files (``docker compose config --format json``).
@@ -310,8 +329,9 @@ class ComposeSandbox(DockerSandbox):
                     return model
         msg = out.strip()[-2000:]
         name = self._compose_file.name if self._compose_file else "the compose file"
-        raise TrialFailure(ErrorKind.CONFIG_ERROR, f"docker compose rejected {name}: {msg}",
-                           detail={"output_tail": msg})
+        raise TrialFailure(
+            ErrorKind.CONFIG_ERROR, f"docker compose rejected {name}: {msg}", detail={"output_tail": msg}
+        )
 
     async def _image_exists(self, ref: str) -> bool:
         assert self._client is not None
@@ -325,8 +345,7 @@ class ComposeSandbox(DockerSandbox):
         except Exception as exc:  # the engine is gone
             raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
 
-    async def _build(self, model: dict[str, Any], env_hash: str, deadline: float
-                     ) -> dict[str, str]:
+    async def _build(self, model: dict[str, Any], env_hash: str, deadline: float) -> dict[str, str]:
         """Build the missing images of services with ``build:`` (one build per hash at a time).
 
         Returns:
@@ -341,25 +360,32 @@ class ComposeSandbox(DockerSandbox):
         loop = asyncio.get_running_loop()
         try:
             async with _build_lock(f"compose-{env_hash}", deadline):
-                missing = [svc for svc, tag in wanted.items()
-                           if self.spec.force_build or not await self._image_exists(tag)]
+                missing = [
+                    svc
+                    for svc, tag in wanted.items()
+                    if self.spec.force_build or not await self._image_exists(tag)
+                ]
                 if not missing:
                     return {}
                 env = self._env
                 if self._needs_buildkit(model, missing):  # else the classic builder, as before
                     env = {**self._env, "DOCKER_BUILDKIT": "1", "COMPOSE_DOCKER_CLI_BUILD": "1"}
-                code, out = await _run_cli(self._argv("build", *missing), env=env,
-                                           timeout_sec=max(1.0, deadline - loop.time()),
-                                           cwd=self._tmp)
+                code, out = await _run_cli(
+                    self._argv("build", *missing),
+                    env=env,
+                    timeout_sec=max(1.0, deadline - loop.time()),
+                    cwd=self._tmp,
+                )
         except TimeoutError:
             code, out = None, ""
         if code != 0:
             await self._remove_build_containers(out)
         if code is None:
-            raise BuildError(ErrorKind.BUILD_TIMEOUT,
-                             f"building the compose environment took longer than "
-                             f"{self.spec.build_timeout_sec:g} s",
-                             detail={"log_tail": out[-6000:]})
+            raise BuildError(
+                ErrorKind.BUILD_TIMEOUT,
+                f"building the compose environment took longer than {self.spec.build_timeout_sec:g} s",
+                detail={"log_tail": out[-6000:]},
+            )
         if code == 0:  # trust the images, not only the exit code (a wrapper may lose it)
             for svc in missing:
                 if not await self._image_exists(wanted[svc]):
@@ -368,13 +394,18 @@ class ComposeSandbox(DockerSandbox):
             tail = out[-6000:]
             steps = _STEP_RE.findall(out)
             if steps and steps[-1].upper() == "FROM":
-                raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
-                                 "base image not found and cannot be pulled: "
-                                 f"{tail.strip().splitlines()[-1] if tail.strip() else ''}",
-                                 detail={"log_tail": tail})
+                raise BuildError(
+                    ErrorKind.IMAGE_NOT_FOUND,
+                    "base image not found and cannot be pulled: "
+                    f"{tail.strip().splitlines()[-1] if tail.strip() else ''}",
+                    detail={"log_tail": tail},
+                )
             last = tail.strip().splitlines()[-1] if tail.strip() else f"exit {code}"
-            raise BuildError(ErrorKind.BUILD_FAILED, f"docker compose build failed: {last}",
-                             detail={"log_tail": tail, "services": missing})
+            raise BuildError(
+                ErrorKind.BUILD_FAILED,
+                f"docker compose build failed: {last}",
+                detail={"log_tail": tail, "services": missing},
+            )
         return {svc: wanted[svc] for svc in missing}
 
     async def _remove_build_containers(self, build_output: str) -> None:
@@ -394,14 +425,24 @@ class ComposeSandbox(DockerSandbox):
         """
         for svc, ref in images_to_find(model).items():
             if not await self._image_exists(ref):
-                raise BuildError(ErrorKind.IMAGE_NOT_FOUND,
-                                 f"image {ref!r} of service `{svc}` is not present and cannot "
-                                 "be pulled", detail={"image": ref, "service": svc})
+                raise BuildError(
+                    ErrorKind.IMAGE_NOT_FOUND,
+                    f"image {ref!r} of service `{svc}` is not present and cannot be pulled",
+                    detail={"image": ref, "service": svc},
+                )
 
     async def _up(self, timeout_sec: float) -> None:
         code, out = await self._compose(
-            "up", "--detach", "--no-build", "--pull", "never", "--wait",
-            "--wait-timeout", str(int(timeout_sec)), timeout_sec=timeout_sec + 30)
+            "up",
+            "--detach",
+            "--no-build",
+            "--pull",
+            "never",
+            "--wait",
+            "--wait-timeout",
+            str(int(timeout_sec)),
+            timeout_sec=timeout_sec + 30,
+        )
         problems = await self._project_problems() if code == 0 else []
         if code == 0 and not problems:
             return
@@ -415,11 +456,15 @@ class ComposeSandbox(DockerSandbox):
         if fault is None and code is not None:
             fault = await self._exited_by_itself()
         if fault is not None:  # the task's own definition: the same on every attempt
-            raise SandboxError(f"docker compose up failed: the task's services cannot start: "
-                               f"{fault}", kind=ErrorKind.START_FAILED, detail=detail,
-                               task_fault=True)
-        raise SandboxError(f"docker compose up failed ({why}): {msg}",
-                           kind=ErrorKind.START_FAILED, detail=detail)
+            raise SandboxError(
+                f"docker compose up failed: the task's services cannot start: {fault}",
+                kind=ErrorKind.START_FAILED,
+                detail=detail,
+                task_fault=True,
+            )
+        raise SandboxError(
+            f"docker compose up failed ({why}): {msg}", kind=ErrorKind.START_FAILED, detail=detail
+        )
 
     async def _exited_by_itself(self) -> str | None:
         """A service whose own process exited with a failure code during ``up`` (not killed:
@@ -453,8 +498,7 @@ class ComposeSandbox(DockerSandbox):
         for c in containers:
             svc = str((c.get("Labels") or {}).get(SERVICE_LABEL) or "")
             m = re.match(r"Exited \((\d+)\)", str(c.get("Status") or ""))
-            if svc and svc != MAIN_SERVICE and c.get("State") == "exited" and m and \
-                    int(m.group(1)) != 0:
+            if svc and svc != MAIN_SERVICE and c.get("State") == "exited" and m and int(m.group(1)) != 0:
                 ended.append((svc, int(m.group(1)), str(c.get("Id"))))
         if not ended:
             return own
@@ -518,23 +562,31 @@ class ComposeSandbox(DockerSandbox):
         assert self._client is not None
         found = await self._main_containers()
         if not found:
-            raise SandboxError("service main has no container after docker compose up",
-                               kind=ErrorKind.START_FAILED)
+            raise SandboxError(
+                "service main has no container after docker compose up", kind=ErrorKind.START_FAILED
+            )
         self._cid = found[0]["Id"]
         data = await in_thread(self._client.api.inspect_container, self._cid)
         img = await in_thread(self._client.api.inspect_image, data["Image"])
         cfg = img.get("Config") or {}
-        self._image = ImageInfo(ref=(data.get("Config") or {}).get("Image") or data["Image"],
-                                image_id=img["Id"], entrypoint=tuple(cfg.get("Entrypoint") or ()),
-                                cmd=tuple(cfg.get("Cmd") or ()),
-                                workdir=(data.get("Config") or {}).get("WorkingDir") or "",
-                                built=MAIN_SERVICE in self._built)
+        self._image = ImageInfo(
+            ref=(data.get("Config") or {}).get("Image") or data["Image"],
+            image_id=img["Id"],
+            entrypoint=tuple(cfg.get("Entrypoint") or ()),
+            cmd=tuple(cfg.get("Cmd") or ()),
+            workdir=(data.get("Config") or {}).get("WorkingDir") or "",
+            built=MAIN_SERVICE in self._built,
+        )
         self._workdir = self.spec.workdir or self._image.workdir or "/"
-        code, out, err = await self._run(["/bin/sh", "-c", _PREPARE_SCRIPT, "cairn-setup",
-                                          self._workdir], user="0")
+        code, out, err = await self._run(
+            ["/bin/sh", "-c", _PREPARE_SCRIPT, "cairn-setup", self._workdir], user="0"
+        )
         if code != 0:
-            raise SandboxError(f"service main did not come up (exit {code}): {err.strip()}",
-                               kind=ErrorKind.START_FAILED, detail={"stderr": err[-4000:]})
+            raise SandboxError(
+                f"service main did not come up (exit {code}): {err.strip()}",
+                kind=ErrorKind.START_FAILED,
+                detail={"stderr": err[-4000:]},
+            )
         self._shell = "bash" if out.strip().endswith("bash") else "sh"
 
     async def stop(self) -> None:
@@ -542,17 +594,21 @@ class ComposeSandbox(DockerSandbox):
         raises; with ``spec.keep`` a started project is left running."""
         if self.spec.keep and self._ready and not self._stopped:
             self._stopped = True
-            log.warning("keeping compose project %s (docker compose -p %s exec main %s)",
-                        self.project, self.project, self._shell)
+            log.warning(
+                "keeping compose project %s (docker compose -p %s exec main %s)",
+                self.project,
+                self.project,
+                self._shell,
+            )
             return
         self._stopped = True
         if self._net is not None:  # it joined the project's networks: it goes first
             await self._net.remove_gateway()
-        if self._started and self._client is not None and not await self._sweep() \
-                and self._docker:
+        if self._started and self._client is not None and not await self._sweep() and self._docker:
             try:  # the engine refused a removal: let Compose try once
-                code, out = await self._compose("down", "--volumes", "--remove-orphans",
-                                                "--timeout", "0", timeout_sec=DOWN_TIMEOUT_SEC)
+                code, out = await self._compose(
+                    "down", "--volumes", "--remove-orphans", "--timeout", "0", timeout_sec=DOWN_TIMEOUT_SEC
+                )
                 if code != 0:
                     log.warning("docker compose down of %s: %s", self.project, out[-500:])
             except Exception as exc:  # noqa: BLE001 - stop never raises; labels let clean finish
@@ -584,17 +640,24 @@ class ComposeSandbox(DockerSandbox):
 
         async def each(items, fn, key, **kw) -> None:
             nonlocal ok
-            results = await asyncio.gather(*(in_thread(gone, fn, i[key], **kw) for i in items),
-                                           return_exceptions=True)
+            results = await asyncio.gather(
+                *(in_thread(gone, fn, i[key], **kw) for i in items), return_exceptions=True
+            )
             for item, res in zip(items, results, strict=True):  # gather: one result each
                 if isinstance(res, BaseException):
                     ok = False
-                    log.warning("removing %s of compose project %s failed: %s", item.get(key),
-                                self.project, res)
+                    log.warning(
+                        "removing %s of compose project %s failed: %s", item.get(key), self.project, res
+                    )
 
         try:
-            await each(await in_thread(api.containers, all=True, filters=flt),
-                       api.remove_container, "Id", force=True, v=True)
+            await each(
+                await in_thread(api.containers, all=True, filters=flt),
+                api.remove_container,
+                "Id",
+                force=True,
+                v=True,
+            )
             await each(await in_thread(api.networks, filters=flt), api.remove_network, "Id")
             vols = (await in_thread(api.volumes, filters=flt) or {}).get("Volumes") or []
             await each(vols, api.remove_volume, "Name", force=True)

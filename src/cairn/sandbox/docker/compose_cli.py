@@ -33,32 +33,49 @@ def compose_cli() -> str:
         return _COMPOSE_OK["docker"]
     exe = shutil.which("docker")
     if exe is None:
-        raise UnsupportedError("compose environments need the docker CLI with the Compose v2 "
-                               "plugin (`docker compose`); no `docker` on PATH")
+        raise UnsupportedError(
+            "compose environments need the docker CLI with the Compose v2 "
+            "plugin (`docker compose`); no `docker` on PATH"
+        )
     import subprocess
 
     try:
-        r = subprocess.run([exe, "compose", "version", "--short"], capture_output=True,
-                           encoding="utf-8", errors="replace", timeout=20, check=False)
+        r = subprocess.run(
+            [exe, "compose", "version", "--short"],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=20,
+            check=False,
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise UnsupportedError(f"`docker compose version` failed: {exc}") from None
     if r.returncode != 0 or not r.stdout.strip():
-        raise UnsupportedError("compose environments need Docker Compose v2 (`docker compose`); "
-                               f"`docker compose version` said: {(r.stderr or r.stdout)[-300:]}")
+        raise UnsupportedError(
+            "compose environments need Docker Compose v2 (`docker compose`); "
+            f"`docker compose version` said: {(r.stderr or r.stdout)[-300:]}"
+        )
     _COMPOSE_OK["docker"] = exe
     _COMPOSE_OK["version"] = r.stdout.strip()
     return exe
 
 
-async def _run_cli(argv: list[str], *, env: dict[str, str], timeout_sec: float,
-                   cwd: Path | None = None) -> tuple[int | None, str]:
+async def _run_cli(
+    argv: list[str], *, env: dict[str, str], timeout_sec: float, cwd: Path | None = None
+) -> tuple[int | None, str]:
     """Run a CLI command in its own process group; (exit code or None on timeout, output tail).
 
     Cancellation and timeouts kill the whole group.
     """
     proc = await asyncio.create_subprocess_exec(
-        *argv, env=env, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
+        *argv,
+        env=env,
+        cwd=cwd,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     chunks: deque[bytes] = deque()
     size = 0
 

@@ -34,14 +34,28 @@ MAIN_SERVICE = "main"
 IMAGE_REPO = "cairn-env"
 """Built images are tagged ``cairn-env:<env_hash[:16]>-compose-<service>``."""
 
-LOG_VOLUMES = {"agent": "cairn_logs_agent", "verifier": "cairn_logs_verifier",
-               "artifacts": "cairn_logs_artifacts"}
+LOG_VOLUMES = {
+    "agent": "cairn_logs_agent",
+    "verifier": "cairn_logs_verifier",
+    "artifacts": "cairn_logs_artifacts",
+}
 """Project volumes mounted on ``main`` at ``/logs/<key>`` (Harbor's host log folders)."""
 ALL_LOGS_VOLUME = "cairn_logs"
 
-PROTECTED_VARS = frozenset({"PATH", "HOME", "DOCKER_HOST", "DOCKER_CONFIG", "DOCKER_CONTEXT",
-                            "DOCKER_CERT_PATH", "DOCKER_TLS_VERIFY", "DOCKER_BUILDKIT",
-                            "COMPOSE_DOCKER_CLI_BUILD", "TMPDIR"})
+PROTECTED_VARS = frozenset(
+    {
+        "PATH",
+        "HOME",
+        "DOCKER_HOST",
+        "DOCKER_CONFIG",
+        "DOCKER_CONTEXT",
+        "DOCKER_CERT_PATH",
+        "DOCKER_TLS_VERIFY",
+        "DOCKER_BUILDKIT",
+        "COMPOSE_DOCKER_CLI_BUILD",
+        "TMPDIR",
+    }
+)
 """Variables of the ``docker compose`` process itself that ``[environment.env]`` must not
 replace (its value still reaches ``main``, written into the defaults file)."""
 
@@ -156,8 +170,9 @@ def harbor_variables(spec: SandboxSpec, project: str, main_image: str) -> dict[s
     return v
 
 
-def defaults_file(spec: SandboxSpec, main_image: str, *, build_main: bool,
-                  dockerfile: Path | None = None) -> dict[str, Any]:
+def defaults_file(
+    spec: SandboxSpec, main_image: str, *, build_main: bool, dockerfile: Path | None = None
+) -> dict[str, Any]:
     """The first file: defaults for ``main`` that the task's own file may override.
 
     Args:
@@ -198,26 +213,35 @@ def _refuse_egress(model: Mapping[str, Any]) -> None:
         net = net or {}
         if net.get("external"):
             raise UnsupportedError(
-                f"network_mode = \"no-network\": the compose network `{name}` is external; "
+                f'network_mode = "no-network": the compose network `{name}` is external; '
                 "under no-network every network of a compose environment is the project's own "
-                "and internal")
+                "and internal"
+            )
         driver = net.get("driver")
         if driver not in (None, "", "bridge"):
             raise UnsupportedError(
-                f"network_mode = \"no-network\": the compose network `{name}` uses driver "
-                f"{driver!r}; only bridge networks can be made internal")
+                f'network_mode = "no-network": the compose network `{name}` uses driver '
+                f"{driver!r}; only bridge networks can be made internal"
+            )
     for svc, conf in (model.get("services") or {}).items():
         mode = str((conf or {}).get("network_mode") or "")
         if mode in _EGRESS_MODES or mode.startswith("container:"):
             raise UnsupportedError(
-                f"network_mode = \"no-network\": service `{svc}` sets network_mode: {mode}, "
+                f'network_mode = "no-network": service `{svc}` sets network_mode: {mode}, '
                 "which reaches outside the project; under no-network services use the "
-                "project's internal networks (or network_mode: none / service:<name>)")
+                "project's internal networks (or network_mode: none / service:<name>)"
+            )
 
 
-def cairn_file(model: Mapping[str, Any], spec: SandboxSpec, *, project: str, env_hash: str,
-               labels: Mapping[str, str], gateway_env: Mapping[str, str] | None = None
-               ) -> dict[str, Any]:
+def cairn_file(
+    model: Mapping[str, Any],
+    spec: SandboxSpec,
+    *,
+    project: str,
+    env_hash: str,
+    labels: Mapping[str, str],
+    gateway_env: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
     """The last file, made from the resolved model of the defaults and the task's file.
 
     Args:
@@ -330,13 +354,18 @@ def with_images(model: Mapping[str, Any], doc: Mapping[str, Any]) -> dict[str, A
 
 def images_to_build(model: Mapping[str, Any]) -> dict[str, str]:
     """Service → image tag for every service the final model builds."""
-    return {svc: str(conf.get("image")) for svc, conf in (model.get("services") or {}).items()
-            if (conf or {}).get("build") is not None and conf.get("image")}
+    return {
+        svc: str(conf.get("image"))
+        for svc, conf in (model.get("services") or {}).items()
+        if (conf or {}).get("build") is not None and conf.get("image")
+    }
 
 
 def images_to_find(model: Mapping[str, Any]) -> dict[str, str]:
     """Service → image for every service that runs a prebuilt image (must exist locally)."""
     built = set(images_to_build(model).values())
-    return {svc: str(conf.get("image")) for svc, conf in (model.get("services") or {}).items()
-            if (conf or {}).get("build") is None and conf.get("image")
-            and str(conf.get("image")) not in built}
+    return {
+        svc: str(conf.get("image"))
+        for svc, conf in (model.get("services") or {}).items()
+        if (conf or {}).get("build") is None and conf.get("image") and str(conf.get("image")) not in built
+    }

@@ -74,9 +74,12 @@ def engine_kills(client: Any, cid: str, state: dict[str, Any]) -> list[int | str
         until = now
     signals: list[int | str] = []
     with contextlib.suppress(Exception):
-        stream = client.api.events(since=since, until=until, decode=True,
-                                   filters={"type": "container", "container": cid,
-                                            "event": "kill"})
+        stream = client.api.events(
+            since=since,
+            until=until,
+            decode=True,
+            filters={"type": "container", "container": cid, "event": "kill"},
+        )
         try:
             for event in stream:
                 attrs = (event.get("Actor") or {}).get("Attributes") or {}

@@ -58,6 +58,7 @@ def is_keep_alive(argv: list[str] | tuple[str, ...]) -> bool:
         words[0] = words[0].rsplit("/", 1)[-1]
     return tuple(words) in _KEEP_ALIVE
 
+
 KILL_BY_ENV_SCRIPT = r"""
 id="$1"; me=$$; n=0
 while [ $n -lt 20 ]; do
@@ -128,9 +129,15 @@ def parse_processes(out: str) -> list[ProcessInfo]:
             continue
         if pid == own or ppid == own:
             continue
-        procs.append(ProcessInfo(pid=pid, ppid=ppid, start_ticks=start,
-                                 cmdline=cmd.replace("\n", " ").strip(),
-                                 uid=int(uid_text) if uid_text.isdigit() else None))
+        procs.append(
+            ProcessInfo(
+                pid=pid,
+                ppid=ppid,
+                start_ticks=start,
+                cmdline=cmd.replace("\n", " ").strip(),
+                uid=int(uid_text) if uid_text.isdigit() else None,
+            )
+        )
     return procs
 
 

@@ -128,8 +128,15 @@ def proxy_env(extra_no_proxy: tuple[str, ...] = ()) -> dict[str, str]:
     """
     url = f"http://{GATEWAY_ALIAS}:{PROXY_PORT}"
     no_proxy = ",".join(dict.fromkeys([NO_PROXY, *(h for h in extra_no_proxy if h)]))
-    return {"HTTP_PROXY": url, "HTTPS_PROXY": url, "http_proxy": url, "https_proxy": url,
-            "NO_PROXY": no_proxy, "no_proxy": no_proxy, "NODE_USE_ENV_PROXY": "1"}
+    return {
+        "HTTP_PROXY": url,
+        "HTTPS_PROXY": url,
+        "http_proxy": url,
+        "https_proxy": url,
+        "NO_PROXY": no_proxy,
+        "no_proxy": no_proxy,
+        "NODE_USE_ENV_PROXY": "1",
+    }
 
 
 def sandbox_hostname(container_name: str) -> str:
@@ -155,13 +162,12 @@ def engine_addresses(client: Any) -> list[str]:
     found: set[str] = set()
     with contextlib.suppress(Exception):
         for net in client.api.networks():
-            for cfg in ((net.get("IPAM") or {}).get("Config") or []):
+            for cfg in (net.get("IPAM") or {}).get("Config") or []:
                 gw = str(cfg.get("Gateway") or "")
                 if gw and parse_address(gw) is not None:
                     found.add(gw)
     if key.startswith(("http+unix://", "unix://", "http+docker://")):
-        found |= {str(a) for a in httpwire.local_addresses()
-                  if not a.is_loopback and not a.is_link_local}
+        found |= {str(a) for a in httpwire.local_addresses() if not a.is_loopback and not a.is_link_local}
     out = sorted(found)
     _ENGINE_ADDRS[key] = out
     return out
@@ -195,12 +201,13 @@ def _gateway_files() -> dict[str, bytes]:
     proxy = (here / "network" / "proxy.py").read_bytes()
     wire = (here / "network" / "httpwire.py").read_bytes()
     policy = (here.parent / "netpolicy.py").read_bytes()
-    dockerfile = (f"FROM {BASE_IMAGE}\n"
-                  "COPY proxy.py httpwire.py netpolicy.py /opt/cairn-gateway/\n"
-                  "RUN python3 -m compileall -q /opt/cairn-gateway\n"
-                  'ENTRYPOINT ["python3", "-u", "-S", "/opt/cairn-gateway/proxy.py"]\n').encode()
-    return {"Dockerfile": dockerfile, "proxy.py": proxy, "httpwire.py": wire,
-            "netpolicy.py": policy}
+    dockerfile = (
+        f"FROM {BASE_IMAGE}\n"
+        "COPY proxy.py httpwire.py netpolicy.py /opt/cairn-gateway/\n"
+        "RUN python3 -m compileall -q /opt/cairn-gateway\n"
+        'ENTRYPOINT ["python3", "-u", "-S", "/opt/cairn-gateway/proxy.py"]\n'
+    ).encode()
+    return {"Dockerfile": dockerfile, "proxy.py": proxy, "httpwire.py": wire, "netpolicy.py": policy}
 
 
 def gateway_image_tag() -> tuple[str, str]:
@@ -241,14 +248,21 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
             for name, data in _gateway_files().items():
                 Path(tmp, name).write_bytes(data)
             out: list[str] = []
-            for chunk in client.api.build(path=tmp, tag=tag, rm=True, forcerm=True, pull=False,
-                                          labels={"cairn.env_hash": digest,
-                                                  "cairn.backend": "docker"}, decode=True):
+            for chunk in client.api.build(
+                path=tmp,
+                tag=tag,
+                rm=True,
+                forcerm=True,
+                pull=False,
+                labels={"cairn.env_hash": digest, "cairn.backend": "docker"},
+                decode=True,
+            ):
                 if "error" in chunk:
-                    raise SandboxError(f"building the egress gateway image failed: "
-                                       f"{chunk['error']}".strip(),
-                                       kind=ErrorKind.START_FAILED,
-                                       detail={"log_tail": "".join(out)[-4000:]})
+                    raise SandboxError(
+                        f"building the egress gateway image failed: {chunk['error']}".strip(),
+                        kind=ErrorKind.START_FAILED,
+                        detail={"log_tail": "".join(out)[-4000:]},
+                    )
                 out.append(str(chunk.get("stream") or ""))
 
     try:
@@ -257,8 +271,9 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
                 if not await in_thread(exists):
                     await in_thread(build)
     except TimeoutError:
-        raise SandboxError("waited too long for the egress gateway image build",
-                           kind=ErrorKind.START_FAILED) from None
+        raise SandboxError(
+            "waited too long for the egress gateway image build", kind=ErrorKind.START_FAILED
+        ) from None
     _IMAGE_OK[tag] = digest
     return tag
 
@@ -284,9 +299,17 @@ class TrialNetwork:
             own networks are made internal and joined by :meth:`connect_gateway`).
     """
 
-    def __init__(self, client: Any, layout: Layout, labels: dict[str, str], name_hint: str, *,
-                 needs_public: bool = False, hosts: dict[str, str] | None = None,
-                 own_internal: bool = True) -> None:
+    def __init__(
+        self,
+        client: Any,
+        layout: Layout,
+        labels: dict[str, str],
+        name_hint: str,
+        *,
+        needs_public: bool = False,
+        hosts: dict[str, str] | None = None,
+        own_internal: bool = True,
+    ) -> None:
         self.client = client
         self.layout = layout
         self.labels = dict(labels)
@@ -332,8 +355,9 @@ class TrialNetwork:
             want.append(("pub", False))
         if self.layout is Layout.GATEWAY and self.own_internal:
             want.append(("int", True))
-        results = await asyncio.gather(*(self._create_net(kind, internal)
-                                         for kind, internal in want), return_exceptions=True)
+        results = await asyncio.gather(
+            *(self._create_net(kind, internal) for kind, internal in want), return_exceptions=True
+        )
         for res in results:
             if isinstance(res, BaseException):
                 raise res
@@ -346,10 +370,14 @@ class TrialNetwork:
             # internal: no route out; inhibit_ipv4: no address on the host either, so the
             # host's own services are out of reach too (Docker still gives internal networks
             # a default route to the bridge address otherwise).
-            created = api.create_network(name, driver="bridge", internal=internal,
-                                         options={INHIBIT_IPV4: "true"} if internal else None,
-                                         labels={**self.labels, "cairn.network": kind},
-                                         check_duplicate=True)
+            created = api.create_network(
+                name,
+                driver="bridge",
+                internal=internal,
+                options={INHIBIT_IPV4: "true"} if internal else None,
+                labels={**self.labels, "cairn.network": kind},
+                check_duplicate=True,
+            )
             net = _Net(name, created["Id"])
             if kind == "int":
                 self.internal = net
@@ -363,10 +391,16 @@ class TrialNetwork:
 
     # ---- the gateway ------------------------------------------------------------------------
     def _state(self, policy: NetworkPolicy, phase: str) -> str:
-        return json.dumps({"generation": self.generation, "phase": phase,
-                           "policy": policy.to_json(), "hosts": self.hosts,
-                           "local_addresses": self.local_addresses},
-                          separators=(",", ":"))
+        return json.dumps(
+            {
+                "generation": self.generation,
+                "phase": phase,
+                "policy": policy.to_json(),
+                "hosts": self.hosts,
+                "local_addresses": self.local_addresses,
+            },
+            separators=(",", ":"),
+        )
 
     async def start_gateway(self, image: str, policy: NetworkPolicy, phase: str) -> None:
         """Create and start the gateway on the internal network (when this object made one)
@@ -383,19 +417,37 @@ class TrialNetwork:
             self.local_addresses = engine_addresses(self.client)
             state = self._state(policy, phase)
             internal = self.internal
-            netcfg = api.create_networking_config({
-                internal.name: api.create_endpoint_config(aliases=[GATEWAY_ALIAS])}) \
-                if internal is not None else None
+            netcfg = (
+                api.create_networking_config(
+                    {internal.name: api.create_endpoint_config(aliases=[GATEWAY_ALIAS])}
+                )
+                if internal is not None
+                else None
+            )
             # It uses no capability (port 3128, its own files): all dropped, NET_RAW too,
             # and it routes nothing (GATEWAY_SYSCTLS).
             host = api.create_host_config(
-                network_mode=internal.name if internal is not None else "bridge", init=True,
-                cap_drop=["ALL"], security_opt=["no-new-privileges"], sysctls=GATEWAY_SYSCTLS)
+                network_mode=internal.name if internal is not None else "bridge",
+                init=True,
+                cap_drop=["ALL"],
+                security_opt=["no-new-privileges"],
+                sysctls=GATEWAY_SYSCTLS,
+            )
             created = api.create_container(
-                image, command=["serve", STATE_PATH, str(PROXY_PORT), state,
-                                "primary" if internal is not None else "any"], name=name,
-                labels={**self.labels, "cairn.role": "gateway"}, host_config=host,
-                networking_config=netcfg, detach=True)
+                image,
+                command=[
+                    "serve",
+                    STATE_PATH,
+                    str(PROXY_PORT),
+                    state,
+                    "primary" if internal is not None else "any",
+                ],
+                name=name,
+                labels={**self.labels, "cairn.role": "gateway"},
+                host_config=host,
+                networking_config=netcfg,
+                detach=True,
+            )
             self.gateway_id = created["Id"]
             api.start(self.gateway_id)
 
@@ -439,11 +491,15 @@ class TrialNetwork:
             ready = False
         if not ready:
             out = b"".join(seen).decode("utf-8", "replace")
-            raise SandboxError(f"the egress gateway did not come up: {out[-1500:]}",
-                               kind=ErrorKind.START_FAILED, detail={"logs": out[-4000:]})
+            raise SandboxError(
+                f"the egress gateway did not come up: {out[-1500:]}",
+                kind=ErrorKind.START_FAILED,
+                detail={"logs": out[-4000:]},
+            )
 
-    async def apply(self, policy: NetworkPolicy, phase: str, sandbox_id: str | None, *,
-                    wait: bool = True) -> None:
+    async def apply(
+        self, policy: NetworkPolicy, phase: str, sandbox_id: str | None, *, wait: bool = True
+    ) -> None:
         """Switch to ``policy`` for ``phase``: new proxy generation (closes every tunnel opened
         before), and the public network attached or detached.
 
@@ -474,8 +530,9 @@ class TrialNetwork:
         with translate("switching the gateway's policy"):
             ok = await in_thread(run)
         if not ok:
-            raise SandboxError(f"the egress gateway did not take the {phase} policy within "
-                               f"{SWITCH_TIMEOUT_SEC:g} s")
+            raise SandboxError(
+                f"the egress gateway did not take the {phase} policy within {SWITCH_TIMEOUT_SEC:g} s"
+            )
         self.policy, self.phase = policy, phase
         if sandbox_id is not None and self.public is not None:
             await self.attach_public(sandbox_id, policy.mode is NetworkMode.PUBLIC)
@@ -505,16 +562,15 @@ class TrialNetwork:
         Raises:
             SandboxError: ``start_failed`` (infra, retried on a fresh gateway).
         """
+
         def check() -> bool:  # a gateway no longer running fails at once, not after the wait
             state = self.client.api.inspect_container(self.gateway_id).get("State") or {}
-            return bool(state.get("Running")) and \
-                self._acknowledged(str(self.generation).encode())
+            return bool(state.get("Running")) and self._acknowledged(str(self.generation).encode())
 
         with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
             ok = await in_thread(check)
         if not ok:
-            raise SandboxError("the reused egress gateway did not answer",
-                               kind=ErrorKind.START_FAILED)
+            raise SandboxError("the reused egress gateway did not answer", kind=ErrorKind.START_FAILED)
 
     async def attach_public(self, container_id: str, attached: bool) -> None:
         """Connect or disconnect a container to the trial's public network (idempotent)."""
@@ -526,12 +582,12 @@ class TrialNetwork:
                 await in_thread(api.connect_container_to_network, container_id, self.public.name)
                 self._public_attached.add(container_id)
             else:
-                await in_thread(api.disconnect_container_from_network, container_id,
-                                self.public.name, force=True)
+                await in_thread(
+                    api.disconnect_container_from_network, container_id, self.public.name, force=True
+                )
                 self._public_attached.discard(container_id)
 
-    async def records(self, sandbox_id: str | None = None, *, seal: bool = True
-                      ) -> list[dict[str, Any]]:
+    async def records(self, sandbox_id: str | None = None, *, seal: bool = True) -> list[dict[str, Any]]:
         """The gateway's connection records not returned before (each a dict of the proxy's
         JSON line; lines that are not records are skipped).
 
@@ -547,13 +603,12 @@ class TrialNetwork:
         if seal and self.layout is Layout.GATEWAY:
             await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), SEALED_PHASE, sandbox_id)
         with translate("reading the gateway's records"):
-            raw = await in_thread(self.client.api.logs, self.gateway_id, stdout=True,
-                                  stderr=False)
+            raw = await in_thread(self.client.api.logs, self.gateway_id, stdout=True, stderr=False)
         out: list[dict[str, Any]] = []
         lines = raw.decode("utf-8", "replace").splitlines()
         if raw and not raw.endswith(b"\n"):
             lines = lines[:-1]  # a line still being written: read it next time
-        for line in lines[self._records_seen:]:
+        for line in lines[self._records_seen :]:
             with contextlib.suppress(ValueError, TypeError):
                 item = json.loads(line)
                 if isinstance(item, dict) and "verdict" in item:
@@ -567,8 +622,12 @@ class TrialNetwork:
         """Join the gateway to another network (a compose project's) under its alias."""
         assert self.gateway_id is not None
         with translate(f"connecting the gateway to {network}", kind=ErrorKind.START_FAILED):
-            await in_thread(self.client.api.connect_container_to_network, self.gateway_id,
-                            network, aliases=[GATEWAY_ALIAS])
+            await in_thread(
+                self.client.api.connect_container_to_network,
+                self.gateway_id,
+                network,
+                aliases=[GATEWAY_ALIAS],
+            )
 
     # ---- reuse by a later trial of the same job (cairn.sandbox.pools) -------------------------
     @property
@@ -581,9 +640,14 @@ class TrialNetwork:
     def poolable(self) -> bool:
         """Whether this network can serve a later trial: the gateway layout on its own
         internal network, no public network, started, and not worn out."""
-        return (self.layout is Layout.GATEWAY and self.own_internal and self.public is None
-                and self.internal is not None and self.gateway_id is not None
-                and self.uses < MAX_USES)
+        return (
+            self.layout is Layout.GATEWAY
+            and self.own_internal
+            and self.public is None
+            and self.internal is not None
+            and self.gateway_id is not None
+            and self.uses < MAX_USES
+        )
 
     async def recycle(self) -> bool:
         """Make the network safe for another trial, once the trial's containers are gone:
@@ -608,14 +672,16 @@ class TrialNetwork:
             return False
         attached = set((info.get("Containers") or {}).keys())
         if attached != {self.gateway_id}:
-            log.info("gateway %s not reused: its network still holds %s",
-                     (self.gateway_id or "")[:12], sorted(attached - {self.gateway_id}))
+            log.info(
+                "gateway %s not reused: its network still holds %s",
+                (self.gateway_id or "")[:12],
+                sorted(attached - {self.gateway_id}),
+            )
             return False
         self.first_generation = self.generation
         return True
 
-    async def adopt(self, client: Any, policy: NetworkPolicy, phase: str,
-                    hosts: dict[str, str]) -> None:
+    async def adopt(self, client: Any, policy: NetworkPolicy, phase: str, hosts: dict[str, str]) -> None:
         """Take this recycled network for a new trial: its client, its host map and its first
         policy (a new generation; records of earlier generations are never returned).
 

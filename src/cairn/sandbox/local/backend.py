@@ -93,10 +93,17 @@ class LocalSandbox(Sandbox):
     name: ClassVar[str] = "local"
     capabilities: ClassVar[Capabilities] = Capabilities(
         network_modes=frozenset({NetworkMode.PUBLIC, NetworkMode.NO_NETWORK}),
-        cpu_limit=False, memory_limit=False, storage_limit=False, gpus=False, compose=False,
-        dockerfile="subset", snapshot=True, gateway=False,
+        cpu_limit=False,
+        memory_limit=False,
+        storage_limit=False,
+        gpus=False,
+        compose=False,
+        dockerfile="subset",
+        snapshot=True,
+        gateway=False,
         network_hint="allowlists, model hosts of in-sandbox agents under no-network and "
-                     "per-phase network modes need the egress gateway: use -e docker")
+        "per-phase network modes need the egress gateway: use -e docker",
+    )
     known_conformance_gaps: ClassVar[frozenset[str]] = frozenset({"memory_limit", "cpu_limit"})
 
     def __init__(self, spec: SandboxSpec) -> None:
@@ -160,11 +167,15 @@ class LocalSandbox(Sandbox):
             async with asyncio.timeout(spec.build_timeout_sec):
                 await self._start(support)
         except TimeoutError:
-            raise BuildError(ErrorKind.BUILD_TIMEOUT, "local sandbox build and start exceeded "
-                             f"build_timeout_sec = {spec.build_timeout_sec:.0f} s") from None
+            raise BuildError(
+                ErrorKind.BUILD_TIMEOUT,
+                f"local sandbox build and start exceeded build_timeout_sec = {spec.build_timeout_sec:.0f} s",
+            ) from None
         except OSError as exc:  # e.g. no space left where sandboxes live: infra, retried
-            raise SandboxError(f"could not set up the local sandbox under {sandboxes_dir()}: "
-                               f"{exc}", kind=ErrorKind.START_FAILED) from exc
+            raise SandboxError(
+                f"could not set up the local sandbox under {sandboxes_dir()}: {exc}",
+                kind=ErrorKind.START_FAILED,
+            ) from exc
         self._state = "running"
 
     async def _start(self, support: HostSupport) -> None:
@@ -175,11 +186,18 @@ class LocalSandbox(Sandbox):
         base.mkdir(parents=True, exist_ok=True)
         self._dir = base / f"{_safe_name(spec.trial_id)}-{uuid.uuid4().hex[:8]}"
         self._dir.mkdir(mode=0o711)
-        marker = {"backend": "local", "job_id": spec.job_id, "trial_id": spec.trial_id,
-                  "job_dir": str(spec.job_dir) if spec.job_dir else None,
-                  "created_at": dt.datetime.now(dt.UTC).isoformat(),
-                  "pid": None, "pid_start_ticks": None, "owner_pid": os.getpid(),
-                  "env_hash": spec.env_hash, "keep": spec.keep}
+        marker = {
+            "backend": "local",
+            "job_id": spec.job_id,
+            "trial_id": spec.trial_id,
+            "job_dir": str(spec.job_dir) if spec.job_dir else None,
+            "created_at": dt.datetime.now(dt.UTC).isoformat(),
+            "pid": None,
+            "pid_start_ticks": None,
+            "owner_pid": os.getpid(),
+            "env_hash": spec.env_hash,
+            "keep": spec.keep,
+        }
         write_marker(self._dir, marker)
         self._hostname = _safe_name(spec.trial_id, 12).lower().strip("-_.") or "cairn"
         own_net = spec.network_mode is NetworkMode.NO_NETWORK
@@ -195,9 +213,15 @@ class LocalSandbox(Sandbox):
         plan = root_plan(self._dir, lowers, own_net=own_net, privileged=support.privileged)
         self._overlay_rels = [op["rel"] for op in plan if op["op"] == "overlay"]
         self._ns = NamespaceRuntime(support)
-        await self._ns.start(InitConfig(plan=plan, rootfs=self._dir / "rootfs",
-                                        hostname=self._hostname, own_net=own_net,
-                                        keep=spec.keep))
+        await self._ns.start(
+            InitConfig(
+                plan=plan,
+                rootfs=self._dir / "rootfs",
+                hostname=self._hostname,
+                own_net=own_net,
+                keep=spec.keep,
+            )
+        )
         marker.update(pid=self._ns.host_pid, pid_start_ticks=self._ns.start_ticks)
         write_marker(self._dir, marker)
         self._fs = SandboxFS(self._ns.root)
@@ -220,8 +244,12 @@ class LocalSandbox(Sandbox):
         if not _exists(fs, "/bin/bash"):
             self._shell = "/bin/sh"
         env_dir = self.spec.env_dir
-        if self.spec.docker_image and env_dir and not (env_dir / "Dockerfile").exists() and \
-                not self.spec.snapshot:
+        if (
+            self.spec.docker_image
+            and env_dir
+            and not (env_dir / "Dockerfile").exists()
+            and not self.spec.snapshot
+        ):
             for entry in sorted(env_dir.iterdir()):
                 if entry.name not in (*COMPOSE_FILES, "Dockerfile", ".dockerignore"):
                     fs.upload(entry, f"{self._workdir.rstrip('/')}/{entry.name}")
@@ -269,13 +297,15 @@ class LocalSandbox(Sandbox):
                 from cairn.sandbox.local.snapshot import snapshot_root
 
                 base = snapshot_root(self.spec.snapshot)
-            folder, copied = await asyncio.to_thread(make_snapshot, self._dir, self._overlay_rels,
-                                                     marker_labels, self._last_snapshot, base)
+            folder, copied = await asyncio.to_thread(
+                make_snapshot, self._dir, self._overlay_rels, marker_labels, self._last_snapshot, base
+            )
         except OSError as exc:
             raise SandboxError(f"snapshot failed: {exc}") from exc
         self._last_snapshot = folder
-        return SnapshotRef(backend=self.name, ref=str(folder), size_bytes=copied,
-                           seconds=time.monotonic() - t0)
+        return SnapshotRef(
+            backend=self.name, ref=str(folder), size_bytes=copied, seconds=time.monotonic() - t0
+        )
 
     @classmethod
     async def remove_snapshot(cls, ref: str) -> None:
@@ -297,11 +327,27 @@ class LocalSandbox(Sandbox):
         ns, _ = self._running()
         resolved = self.resolve_user(user)
         uid, gid, _groups, home = resolved if resolved is not None else (0, 0, [], "/root")
-        env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
-               "TERM": os.environ.get("TERM", "xterm"), **self._meta.env, **self.spec.env}
-        argv = ["nsenter", "-t", str(ns.host_pid), "-U", "-m", "-p", "-i", "-u",
-                "--preserve-credentials" if not ns.support.privileged else "-S0",
-                "-r", f"--wdns={self._workdir}"]
+        env = {
+            "PATH": DEFAULT_PATH,
+            "HOSTNAME": self._hostname,
+            "HOME": home,
+            "TERM": os.environ.get("TERM", "xterm"),
+            **self._meta.env,
+            **self.spec.env,
+        }
+        argv = [
+            "nsenter",
+            "-t",
+            str(ns.host_pid),
+            "-U",
+            "-m",
+            "-p",
+            "-i",
+            "-u",
+            "--preserve-credentials" if not ns.support.privileged else "-S0",
+            "-r",
+            f"--wdns={self._workdir}",
+        ]
         if self.spec.network_mode is NetworkMode.NO_NETWORK:
             argv.insert(5, "-n")
         if ns.support.privileged:
@@ -318,8 +364,11 @@ class LocalSandbox(Sandbox):
     @property
     def info(self) -> dict[str, str | None]:
         """Results record the backend, the layer (as image id) and the kernel release."""
-        return {"backend": self.name, "image_id": self._meta.layer_id,
-                "engine_version": f"linux {os.uname().release}"}
+        return {
+            "backend": self.name,
+            "image_id": self._meta.layer_id,
+            "engine_version": f"linux {os.uname().release}",
+        }
 
     def _running(self) -> tuple[NamespaceRuntime, SandboxFS]:
         if self._state != "running" or self._ns is None or self._fs is None:
@@ -343,19 +392,37 @@ class LocalSandbox(Sandbox):
         resolved = self.resolve_user(user)
         if resolved is None:
             name = user if user is not None else self._meta.user
-            return ExecResult(exit_code=126, stderr=f"unable to find user {name}: no matching "
-                                                    "entries in passwd file\n")
+            return ExecResult(
+                exit_code=126, stderr=f"unable to find user {name}: no matching entries in passwd file\n"
+            )
         uid, gid, groups, home = resolved
         if not ns.support.privileged and (uid, gid) != (0, 0):
-            return ExecResult(exit_code=126, stderr=(
-                f"cairn: user {user!r} (uid {uid}) cannot run here: the local backend runs in "
-                "an unprivileged user namespace where only root is mapped; run cairn as root "
-                "for other users\n"))
-        full_env = {"PATH": DEFAULT_PATH, "HOSTNAME": self._hostname, "HOME": home,
-                    **self._meta.env, **self.spec.env, **(env or {})}
-        return await ns.run(argv, uid=uid, gid=gid, groups=groups, cwd=cwd or self._workdir,
-                            env=full_env, timeout_sec=req.timeout_sec,
-                            max_output_bytes=req.max_output_bytes)
+            return ExecResult(
+                exit_code=126,
+                stderr=(
+                    f"cairn: user {user!r} (uid {uid}) cannot run here: the local backend runs in "
+                    "an unprivileged user namespace where only root is mapped; run cairn as root "
+                    "for other users\n"
+                ),
+            )
+        full_env = {
+            "PATH": DEFAULT_PATH,
+            "HOSTNAME": self._hostname,
+            "HOME": home,
+            **self._meta.env,
+            **self.spec.env,
+            **(env or {}),
+        }
+        return await ns.run(
+            argv,
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            cwd=cwd or self._workdir,
+            env=full_env,
+            timeout_sec=req.timeout_sec,
+            max_output_bytes=req.max_output_bytes,
+        )
 
     async def upload(self, host_path: Path, sandbox_path: str) -> None:
         """Copy a host file or folder into the sandbox (see ``Sandbox.upload``).
@@ -369,8 +436,9 @@ class LocalSandbox(Sandbox):
         try:
             await asyncio.to_thread(fs.upload, Path(host_path), sandbox_path)
         except OSError as exc:  # the docker backend's kind for the same failure
-            raise SandboxError(f"upload to {sandbox_path} failed: {exc}",
-                               kind=ErrorKind.TRANSFER_FAILED) from exc
+            raise SandboxError(
+                f"upload to {sandbox_path} failed: {exc}", kind=ErrorKind.TRANSFER_FAILED
+            ) from exc
 
     async def download(self, sandbox_path: str, host_path: Path) -> None:
         """Copy a sandbox file or folder to the host (see ``Sandbox.download``).
@@ -384,8 +452,9 @@ class LocalSandbox(Sandbox):
         except (FileNotFoundError, NotADirectoryError):
             raise FileNotFoundError(f"no such path in the sandbox: {sandbox_path}") from None
         except OSError as exc:
-            raise SandboxError(f"download of {sandbox_path} failed: {exc}",
-                               kind=ErrorKind.TRANSFER_FAILED) from exc
+            raise SandboxError(
+                f"download of {sandbox_path} failed: {exc}", kind=ErrorKind.TRANSFER_FAILED
+            ) from exc
 
     async def processes(self) -> list[ProcessInfo]:
         """The sandbox's processes as its pid namespace sees them (see ``Sandbox``).

@@ -108,8 +108,10 @@ def parse_dockerfile(text: str) -> list[Instruction]:
             if m:
                 name, value = m.group(1).lower(), m.group(2)
                 if name == "escape" and value != "\\":
-                    raise UnsupportedError(f"Dockerfile line {i + 1}: escape={value} is not "
-                                           f"supported by the local backend; {NEEDS_DOCKER}")
+                    raise UnsupportedError(
+                        f"Dockerfile line {i + 1}: escape={value} is not "
+                        f"supported by the local backend; {NEEDS_DOCKER}"
+                    )
                 i += 1
                 continue
             in_directives = False
@@ -143,8 +145,7 @@ def parse_dockerfile(text: str) -> list[Instruction]:
                 flags[fm.group(1)] = fm.group(2) if fm.group(2) is not None else "true"
                 rest = remainder.strip()
         json_args = None
-        if rest.startswith("[") and keyword in {"RUN", "CMD", "ENTRYPOINT", "SHELL", "COPY",
-                                                "ADD", "VOLUME"}:
+        if rest.startswith("[") and keyword in {"RUN", "CMD", "ENTRYPOINT", "SHELL", "COPY", "ADD", "VOLUME"}:
             try:
                 parsed = json.loads(rest)
             except ValueError:
@@ -162,8 +163,7 @@ def refusal(ins: Instruction) -> str | None:
     if kw in IGNORED or kw in RECORDED:
         return None
     if kw == "ENTRYPOINT":
-        return (f"{where}: ENTRYPOINT (services an image entrypoint starts cannot run on the "
-                "local backend)")
+        return f"{where}: ENTRYPOINT (services an image entrypoint starts cannot run on the local backend)"
     if kw not in SUPPORTED:
         return f"{where}: instruction {kw} is not in the local backend's Dockerfile subset"
     if kw == "FROM" and set(ins.flags) - {"platform"}:
@@ -203,18 +203,20 @@ def analyze(instructions: list[Instruction]) -> list[str]:
     if len(froms) > 1:
         raise UnsupportedError(
             f"multi-stage Dockerfile (a second FROM at line {froms[1].line}) is not supported "
-            f"by the local backend; {NEEDS_DOCKER}")
+            f"by the local backend; {NEEDS_DOCKER}"
+        )
     for ins in instructions:
         why = refusal(ins)
         if why:
             raise UnsupportedError(f"{why}; {NEEDS_DOCKER}")
         if ins.keyword in IGNORED:
-            warnings.append(f"Dockerfile line {ins.line}: {ins.keyword} is ignored by the local "
-                            "backend")
+            warnings.append(f"Dockerfile line {ins.line}: {ins.keyword} is ignored by the local backend")
     if froms:
         image = froms[0].args.split()[0] if froms[0].args else "?"
-        warnings.append(f"local backend: the host system stands in for the base image {image} "
-                        "(FROM is recorded, not pulled)")
+        warnings.append(
+            f"local backend: the host system stands in for the base image {image} "
+            "(FROM is recorded, not pulled)"
+        )
     return warnings
 
 
@@ -229,16 +231,24 @@ def check_env_dir(env_dir: Path | None, docker_image: str | None = None) -> list
             contains :data:`NEEDS_DOCKER`).
     """
     if env_dir is None:
-        return ([f"local backend: the host system stands in for docker_image {docker_image}"]
-                if docker_image else [])
+        return (
+            [f"local backend: the host system stands in for docker_image {docker_image}"]
+            if docker_image
+            else []
+        )
     for name in COMPOSE_FILES:
         if (env_dir / name).exists():
-            raise UnsupportedError(f"{name}: multi-container (compose) environments are not "
-                                   f"supported by the local backend; {NEEDS_DOCKER}")
+            raise UnsupportedError(
+                f"{name}: multi-container (compose) environments are not "
+                f"supported by the local backend; {NEEDS_DOCKER}"
+            )
     dockerfile = env_dir / "Dockerfile"
     if not dockerfile.exists():
-        return ([f"local backend: the host system stands in for docker_image {docker_image}"]
-                if docker_image else [])
+        return (
+            [f"local backend: the host system stands in for docker_image {docker_image}"]
+            if docker_image
+            else []
+        )
     try:
         instructions = parse_dockerfile(dockerfile.read_text(encoding="utf-8", errors="replace"))
     except DockerfileError:
@@ -256,7 +266,7 @@ def _expand_at(s: str, i: int, env: dict[str, str]) -> tuple[str, int]:
         end = s.find("}", i + 2)
         if end < 0:
             raise DockerfileError(f"missing '}}' in {s!r}")
-        body = s[i + 2:end]
+        body = s[i + 2 : end]
         m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*)(?::([-+])(.*))?$", body, re.DOTALL)
         if not m:
             raise DockerfileError(f"bad substitution ${{{body}}}")
@@ -300,7 +310,7 @@ def split_words(s: str, env: dict[str, str], *, expand_vars: bool = True) -> lis
             j = s.find("'", i + 1)
             if j < 0:
                 raise DockerfileError(f"unterminated quote in {s!r}")
-            cur.append(s[i + 1:j])
+            cur.append(s[i + 1 : j])
             i = j + 1
         elif c == '"':
             i += 1
@@ -376,7 +386,7 @@ def _glob_regex(pattern: str) -> re.Pattern[str]:
             if j < 0:
                 out.append(re.escape(c))
             else:
-                out.append("[" + pattern[i + 1:j].replace("!", "^", 1) + "]")
+                out.append("[" + pattern[i + 1 : j].replace("!", "^", 1) + "]")
                 i = j
         elif c == "\\" and i + 1 < len(pattern):
             out.append(re.escape(pattern[i + 1]))

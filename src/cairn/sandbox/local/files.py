@@ -93,8 +93,13 @@ class SandboxFS:
     def _open_root(self) -> int:
         return os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
 
-    def resolve_parent(self, path: str, *, create: bool = False, mode: int = 0o755,
-                       ) -> tuple[int, str]:
+    def resolve_parent(
+        self,
+        path: str,
+        *,
+        create: bool = False,
+        mode: int = 0o755,
+    ) -> tuple[int, str]:
         """Resolve every component of ``path`` but the last inside the root.
 
         Args:
@@ -210,8 +215,7 @@ class SandboxFS:
                     continue
                 if not stat.S_ISREG(st.st_mode):
                     raise OSError(errno.EINVAL, "not a regular file", path)
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                             dir_fd=parent)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=parent)
                 with os.fdopen(fd, "rb") as f:
                     return f.read(limit).decode("utf-8", "replace")
             finally:
@@ -241,8 +245,7 @@ class SandboxFS:
             return groups
         for line in text.splitlines():
             f = line.split(":")
-            if (len(f) >= 4 and f[2].isdigit() and name in f[3].split(",")
-                    and int(f[2]) not in groups):
+            if len(f) >= 4 and f[2].isdigit() and name in f[3].split(",") and int(f[2]) not in groups:
                 groups.append(int(f[2]))
         return groups
 
@@ -261,8 +264,7 @@ class SandboxFS:
         return None
 
     # ---- writing into the sandbox ---------------------------------------------------------
-    def upload(self, host_path: Path, sandbox_path: str,
-               skip: Callable[[str], bool] | None = None) -> None:
+    def upload(self, host_path: Path, sandbox_path: str, skip: Callable[[str], bool] | None = None) -> None:
         """Copy a host file or folder to ``sandbox_path`` (see ``Sandbox.upload``).
 
         Args:
@@ -310,8 +312,11 @@ class SandboxFS:
 
         def apply(dir_fd: int, name: str, st: os.stat_result) -> None:
             if not stat.S_ISLNK(st.st_mode):
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-                             | getattr(os, "O_PATH", 0), dir_fd=dir_fd)
+                fd = os.open(
+                    name,
+                    os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | getattr(os, "O_PATH", 0),
+                    dir_fd=dir_fd,
+                )
                 try:
                     os.chmod(f"/proc/self/fd/{fd}", mode)
                 finally:
@@ -319,8 +324,7 @@ class SandboxFS:
 
         self._walk_apply(sandbox_path, apply)
 
-    def _walk_apply(self, sandbox_path: str,
-                    apply: Callable[[int, str, os.stat_result], None]) -> None:
+    def _walk_apply(self, sandbox_path: str, apply: Callable[[int, str, os.stat_result], None]) -> None:
         parent, name = self.resolve_parent(sandbox_path)
         try:
             _walk_entry(parent, name or ".", apply)
@@ -368,8 +372,16 @@ class SandboxFS:
             hparent = os.open(host_path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             skipped: list[str] = []
             try:
-                _download_entry(parent, name or ".", st, hparent, host_path.name,
-                                host_len=len(os.fsencode(host_path)), rel="", skipped=skipped)
+                _download_entry(
+                    parent,
+                    name or ".",
+                    st,
+                    hparent,
+                    host_path.name,
+                    host_len=len(os.fsencode(host_path)),
+                    rel="",
+                    skipped=skipped,
+                )
             finally:
                 os.close(hparent)
         finally:
@@ -377,11 +389,16 @@ class SandboxFS:
         if skipped:  # issue #29: everything else was copied; say what the host cannot hold
             raise HostPathsSkippedError(
                 f"download of {sandbox_path}: {len(skipped)} path(s) too long for the host "
-                f"skipped: {'; '.join(skipped[:3])[:600]}", paths=skipped, count=len(skipped))
+                f"skipped: {'; '.join(skipped[:3])[:600]}",
+                paths=skipped,
+                count=len(skipped),
+            )
 
 
-def resolve_user(fs: SandboxFS, user: str | int | None,
-                 ) -> tuple[int, int, list[int], str] | None:
+def resolve_user(
+    fs: SandboxFS,
+    user: str | int | None,
+) -> tuple[int, int, list[int], str] | None:
     """Resolve ``user`` (a name, a uid, ``"name:group"``; ``None`` = root) in the sandbox.
 
     Returns:
@@ -427,13 +444,15 @@ def _open_dir_at(dst_dir: int, name: str) -> int:
     return os.open(name, _DIR_FLAGS, dir_fd=dst_dir)
 
 
-def _write_file_at(sfd: int, dst_dir: int, name: str, create_flag: int, mode: int,
-                   st: os.stat_result) -> None:
+def _write_file_at(
+    sfd: int, dst_dir: int, name: str, create_flag: int, mode: int, st: os.stat_result
+) -> None:
     """Copy open file ``sfd`` into ``name`` under ``dst_dir`` (opened with ``create_flag``,
     ``os.O_TRUNC`` or ``os.O_EXCL``, never through a symlink), then set ``mode`` and the
     source's atime/mtime from ``st``."""
-    dfd = os.open(name, os.O_WRONLY | os.O_CREAT | create_flag | os.O_NOFOLLOW | os.O_CLOEXEC,
-                  0o600, dir_fd=dst_dir)
+    dfd = os.open(
+        name, os.O_WRONLY | os.O_CREAT | create_flag | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dst_dir
+    )
     try:
         _copy_fd(sfd, dfd)
         os.fchmod(dfd, mode)
@@ -443,8 +462,9 @@ def _write_file_at(sfd: int, dst_dir: int, name: str, create_flag: int, mode: in
 
 
 # ---- host → sandbox helpers ---------------------------------------------------------------
-def _copy_entry(src: str, st: os.stat_result, dst_dir: int, name: str,
-                skip: Callable[[str], bool] | None = None) -> None:
+def _copy_entry(
+    src: str, st: os.stat_result, dst_dir: int, name: str, skip: Callable[[str], bool] | None = None
+) -> None:
     mode = stat.S_IMODE(st.st_mode)
     if stat.S_ISLNK(st.st_mode):
         _remove_entry(dst_dir, name)
@@ -472,8 +492,11 @@ def _copy_entry(src: str, st: os.stat_result, dst_dir: int, name: str,
     # sockets and device files are not copied
 
 
-def _copy_tree_into(src_dir: str, dst_fd: int, skip: Callable[[str], bool] | None = None,
-                    ) -> None:
+def _copy_tree_into(
+    src_dir: str,
+    dst_fd: int,
+    skip: Callable[[str], bool] | None = None,
+) -> None:
     with os.scandir(src_dir) as it:
         for entry in it:
             if skip is not None and skip(entry.path):
@@ -481,8 +504,7 @@ def _copy_tree_into(src_dir: str, dst_fd: int, skip: Callable[[str], bool] | Non
             _copy_entry(entry.path, entry.stat(follow_symlinks=False), dst_fd, entry.name, skip)
 
 
-def _walk_entry(dir_fd: int, name: str,
-                apply: Callable[[int, str, os.stat_result], None]) -> None:
+def _walk_entry(dir_fd: int, name: str, apply: Callable[[int, str, os.stat_result], None]) -> None:
     """Call ``apply`` on ``name`` under ``dir_fd`` and, for a directory, on all below it
     (parents before children, no symlink followed)."""
     st = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
@@ -502,8 +524,17 @@ HOST_PATH_MAX = 4096
 through folder descriptors but no ordinary tool could open it; it is skipped (issue #29)."""
 
 
-def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
-                    dst_name: str, *, host_len: int, rel: str, skipped: list[str]) -> None:
+def _download_entry(
+    src_dir: int,
+    name: str,
+    st: os.stat_result,
+    dst_dir: int,
+    dst_name: str,
+    *,
+    host_len: int,
+    rel: str,
+    skipped: list[str],
+) -> None:
     """Copy one entry; ``host_len`` is its host path's length in bytes, ``rel`` its path
     below the download's root; entries whose host path would pass :data:`HOST_PATH_MAX` are
     appended to ``skipped`` instead."""
@@ -522,17 +553,23 @@ def _download_entry(src_dir: int, name: str, st: os.stat_result, dst_dir: int,
             try:
                 for child in os.listdir(sfd):
                     cst = os.stat(child, dir_fd=sfd, follow_symlinks=False)
-                    _download_entry(sfd, child, cst, dfd, child,
-                                    host_len=host_len + 1 + len(os.fsencode(child)),
-                                    rel=f"{rel}/{child}" if rel else child, skipped=skipped)
+                    _download_entry(
+                        sfd,
+                        child,
+                        cst,
+                        dfd,
+                        child,
+                        host_len=host_len + 1 + len(os.fsencode(child)),
+                        rel=f"{rel}/{child}" if rel else child,
+                        skipped=skipped,
+                    )
                 os.fchmod(dfd, mode | 0o700)
             finally:
                 os.close(dfd)
         finally:
             os.close(sfd)
     elif stat.S_ISREG(st.st_mode):
-        sfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
-                      dir_fd=src_dir)
+        sfd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=src_dir)
         try:
             if not stat.S_ISREG(os.fstat(sfd).st_mode):
                 return

@@ -132,8 +132,9 @@ async def ensure_layer(spec: SandboxSpec, support: HostSupport) -> Layer | None:
             async with asyncio.timeout(spec.build_timeout_sec):
                 layer = await _build(spec, support, key, final)
         except TimeoutError:
-            raise BuildError(ErrorKind.BUILD_TIMEOUT, f"local layer build exceeded "
-                             f"{spec.build_timeout_sec:.0f} s") from None
+            raise BuildError(
+                ErrorKind.BUILD_TIMEOUT, f"local layer build exceeded {spec.build_timeout_sec:.0f} s"
+            ) from None
         if spec.force_build:
             _force_built.add(key)
         return layer
@@ -145,8 +146,9 @@ async def _build(spec: SandboxSpec, support: HostSupport, key: str, final: Path)
     try:
         instructions = parse_dockerfile(text)
     except DockerfileError as exc:
-        raise BuildError(ErrorKind.BUILD_FAILED, f"malformed Dockerfile: {exc}",
-                         detail={"log_tail": str(exc)}) from None
+        raise BuildError(
+            ErrorKind.BUILD_FAILED, f"malformed Dockerfile: {exc}", detail={"log_tail": str(exc)}
+        ) from None
     analyze(instructions)
     build_dir = layers_dir() / f".build-{key[:16]}-{uuid.uuid4().hex[:8]}"
     build_dir.mkdir(parents=True)
@@ -156,9 +158,18 @@ async def _build(spec: SandboxSpec, support: HostSupport, key: str, final: Path)
         meta.layer_id = f"local:{key[:12]}"
         staged = build_dir / "layer"
         await asyncio.to_thread(_assemble, build_dir, staged, builder.overlay_rels)
-        (staged / "meta.json").write_text(json.dumps({
-            "format": LAYER_FORMAT, "key": key, "meta": meta.to_json(),
-            "created_at": dt.datetime.now(dt.UTC).isoformat()}, indent=2), encoding="utf-8")
+        (staged / "meta.json").write_text(
+            json.dumps(
+                {
+                    "format": LAYER_FORMAT,
+                    "key": key,
+                    "meta": meta.to_json(),
+                    "created_at": dt.datetime.now(dt.UTC).isoformat(),
+                },
+                indent=2,
+            ),
+            encoding="utf-8",
+        )
         (staged / "build.log").write_text(builder.log_text(), encoding="utf-8")
         if final.exists():
             os.rename(final, final.with_name(f".old-{key}-{uuid.uuid4().hex[:8]}"))
@@ -212,8 +223,7 @@ class _Builder:
         self.log: list[str] = []
         self.overlay_rels: list[str] = []
         ignore = (self.context / ".dockerignore") if self.context else None
-        self.ignore = DockerIgnore(ignore.read_text(encoding="utf-8")
-                                   if ignore and ignore.is_file() else "")
+        self.ignore = DockerIgnore(ignore.read_text(encoding="utf-8") if ignore and ignore.is_file() else "")
 
     def log_text(self) -> str:
         """The whole build log."""
@@ -227,11 +237,11 @@ class _Builder:
         prepare_skeleton(self.dir / "skel")
         prepare_mask(self.dir / "mask", "cairn-build")
         plan = root_plan(self.dir, [], own_net=False, privileged=self.support.privileged)
-        self.overlay_rels = [op["rel"] for op in plan
-                             if op["op"] == "overlay" and op["rel"] != "root"]
+        self.overlay_rels = [op["rel"] for op in plan if op["op"] == "overlay" and op["rel"] != "root"]
         self.ns = NamespaceRuntime(self.support)
-        await self.ns.start(InitConfig(plan=plan, rootfs=self.dir / "rootfs",
-                                       hostname="cairn-build", own_net=False))
+        await self.ns.start(
+            InitConfig(plan=plan, rootfs=self.dir / "rootfs", hostname="cairn-build", own_net=False)
+        )
         self.fs = SandboxFS(self.ns.root)
 
     async def stop(self) -> None:
@@ -283,8 +293,7 @@ class _Builder:
                     meta.cmd = ins.json_args if ins.json_args is not None else ins.args
                 elif kw == "VOLUME":
                     for v in ins.json_args or split_words(ins.args, vars_):
-                        await asyncio.to_thread(self._mkdir, posixpath.join(
-                            meta.workdir or "/", v))
+                        await asyncio.to_thread(self._mkdir, posixpath.join(meta.workdir or "/", v))
                 elif kw in ("COPY", "ADD"):
                     await asyncio.to_thread(self._copy, ins, vars_, meta)
                 elif kw == "RUN":
@@ -293,8 +302,9 @@ class _Builder:
                 raise self._fail(f"Dockerfile line {ins.line}: {exc}") from None
             except (OSError, SandboxError) as exc:
                 self.log.append(f"error: {exc}\n")
-                raise self._fail(f"Dockerfile line {ins.line}: {ins.keyword} failed: {exc}",
-                                 line=ins.line) from None
+                raise self._fail(
+                    f"Dockerfile line {ins.line}: {ins.keyword} failed: {exc}", line=ins.line
+                ) from None
         return meta
 
     def _mkdir(self, path: str) -> None:
@@ -308,18 +318,32 @@ class _Builder:
         if resolved is None:
             raise self._fail(f"Dockerfile line {ins.line}: unable to find user {meta.user}")
         uid, gid, groups, home = resolved
-        env = {"PATH": DEFAULT_PATH, "HOSTNAME": "cairn-build", "HOME": home,
-               **{k: v for k, v in args.items() if v is not None}, **meta.env}
-        r = await self.ns.run(list(argv), uid=uid, gid=gid, groups=groups,
-                              cwd=meta.workdir or "/", env=env, timeout_sec=None,
-                              max_output_bytes=RUN_OUTPUT_CAP)
+        env = {
+            "PATH": DEFAULT_PATH,
+            "HOSTNAME": "cairn-build",
+            "HOME": home,
+            **{k: v for k, v in args.items() if v is not None},
+            **meta.env,
+        }
+        r = await self.ns.run(
+            list(argv),
+            uid=uid,
+            gid=gid,
+            groups=groups,
+            cwd=meta.workdir or "/",
+            env=env,
+            timeout_sec=None,
+            max_output_bytes=RUN_OUTPUT_CAP,
+        )
         self.log.append(r.stdout)
         self.log.append(r.stderr)
         if r.exit_code != 0:
-            self.log.append(f"The command '{' '.join(argv)}' returned a non-zero code: "
-                            f"{r.exit_code}\n")
-            raise self._fail(f"Dockerfile line {ins.line}: RUN failed with exit code "
-                             f"{r.exit_code}", exit_code=r.exit_code, line=ins.line)
+            self.log.append(f"The command '{' '.join(argv)}' returned a non-zero code: {r.exit_code}\n")
+            raise self._fail(
+                f"Dockerfile line {ins.line}: RUN failed with exit code {r.exit_code}",
+                exit_code=r.exit_code,
+                line=ins.line,
+            )
 
     # ---- COPY / ADD ---------------------------------------------------------------------
     def _sources(self, pattern: str) -> list[Path]:
@@ -331,16 +355,20 @@ class _Builder:
         if not any(c in rel for c in "*?["):
             p = ctx / rel
             if not os.path.lexists(p) or (rel != "." and self.ignore.ignored(rel)):
-                raise DockerfileError(f"{pattern}: file not found in build context or "
-                                      "excluded by .dockerignore")
+                raise DockerfileError(
+                    f"{pattern}: file not found in build context or excluded by .dockerignore"
+                )
             return [p]
         matches = []
         for dirpath, dirnames, filenames in os.walk(ctx):
             for name in sorted(dirnames + filenames):
                 p = Path(dirpath, name)
                 r = p.relative_to(ctx).as_posix()
-                if r.count("/") == rel.count("/") and fnmatch.fnmatchcase(r, rel) \
-                        and not self.ignore.ignored(r):
+                if (
+                    r.count("/") == rel.count("/")
+                    and fnmatch.fnmatchcase(r, rel)
+                    and not self.ignore.ignored(r)
+                ):
                     matches.append(p)
         if not matches:
             raise DockerfileError(f"{pattern}: no source files were specified")
@@ -353,8 +381,11 @@ class _Builder:
 
     def _copy(self, ins: Instruction, vars_: dict[str, str], meta: ImageMeta) -> None:
         assert self.fs is not None
-        words = ([expand(w, vars_) for w in ins.json_args] if ins.json_args is not None
-                 else split_words(ins.args, vars_))
+        words = (
+            [expand(w, vars_) for w in ins.json_args]
+            if ins.json_args is not None
+            else split_words(ins.args, vars_)
+        )
         if len(words) < 2:
             raise DockerfileError(f"{ins.keyword} needs a source and a destination")
         dest = words[-1]
@@ -362,8 +393,10 @@ class _Builder:
         dest = posixpath.normpath(posixpath.join(meta.workdir or "/", dest))
         sources = [p for pat in words[:-1] for p in self._sources(pat)]
         if len(sources) > 1 and not dest_is_dir:
-            raise DockerfileError(f"When using {ins.keyword} with more than one source file, "
-                                  "the destination must be a directory and end with a /")
+            raise DockerfileError(
+                f"When using {ins.keyword} with more than one source file, "
+                "the destination must be a directory and end with a /"
+            )
         owner = None
         if "chown" in ins.flags:
             resolved = resolve_user(self.fs, expand(ins.flags["chown"], vars_))
@@ -400,8 +433,7 @@ class _Builder:
         names = [e.name for e in os.scandir(src) if not self._skip(e.path)]
         return ([dest] if created else []) + [posixpath.join(dest, n) for n in names]
 
-    def _add_tar(self, src: Path, dest: str, owner: tuple[int, int] | None,
-                 chmod: int | None) -> None:
+    def _add_tar(self, src: Path, dest: str, owner: tuple[int, int] | None, chmod: int | None) -> None:
         import tarfile  # only an ADD of an archive needs it (a local run's start-up, #13)
 
         assert self.fs is not None
@@ -411,8 +443,7 @@ class _Builder:
             for name in os.listdir(tmp):
                 self._set_owner_mode(posixpath.join(dest, name), owner, chmod)
 
-    def _set_owner_mode(self, path: str, owner: tuple[int, int] | None,
-                        chmod: int | None) -> None:
+    def _set_owner_mode(self, path: str, owner: tuple[int, int] | None, chmod: int | None) -> None:
         assert self.fs is not None
         if owner is not None:
             self.fs.chown_tree(path, *owner)

@@ -144,32 +144,64 @@ class NamespaceRuntime:
         from cairn.sandbox.local.rootfs import process_start_ticks
 
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        inner = [self.support.unshare, "--user", "--pid", "--ipc", "--uts", "--mount", "--fork",
-                 "--kill-child", "--propagation", "private", "--keep-caps"]
+        inner = [
+            self.support.unshare,
+            "--user",
+            "--pid",
+            "--ipc",
+            "--uts",
+            "--mount",
+            "--fork",
+            "--kill-child",
+            "--propagation",
+            "private",
+            "--keep-caps",
+        ]
         if not self.support.privileged:
             inner.append("--map-root-user")
         if cfg.own_net:
             inner.append("--net")
         inner.append("--")
-        init_cfg = {"plan": cfg.plan, "root": str(cfg.rootfs), "hostname": cfg.hostname,
-                    "own_net": cfg.own_net, "keep": cfg.keep, "keep_caps": list(DOCKER_CAPS),
-                    "last_cap": _last_cap(), "inner_unshare": inner,
-                    "privileged": self.support.privileged}
+        init_cfg = {
+            "plan": cfg.plan,
+            "root": str(cfg.rootfs),
+            "hostname": cfg.hostname,
+            "own_net": cfg.own_net,
+            "keep": cfg.keep,
+            "keep_caps": list(DOCKER_CAPS),
+            "last_cap": _last_cap(),
+            "inner_unshare": inner,
+            "privileged": self.support.privileged,
+        }
         cfg_path = cfg.rootfs.parent / "init.cfg"
         cfg_path.write_bytes(marshal.dumps(init_cfg))
         script = [sys.executable, "-I", "-S", str(INIT_SCRIPT)]
         if self.support.privileged:
-            argv = [self.support.unshare, "--mount", "--propagation", "private", "--", *script,
-                    "outer", str(child.fileno()), str(cfg_path)]
+            argv = [
+                self.support.unshare,
+                "--mount",
+                "--propagation",
+                "private",
+                "--",
+                *script,
+                "outer",
+                str(child.fileno()),
+                str(cfg_path),
+            ]
         else:
             argv = [*inner, *script, "inner", str(child.fileno()), str(cfg_path)]
         self._log = cfg.rootfs.parent / "init.log"
         log_fd = os.open(self._log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
         try:
             self.proc = await asyncio.create_subprocess_exec(
-                *argv, pass_fds=(child.fileno(),), stdin=asyncio.subprocess.DEVNULL,
-                stdout=log_fd, stderr=log_fd, start_new_session=True,
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"})
+                *argv,
+                pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=log_fd,
+                stderr=log_fd,
+                start_new_session=True,
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8"},
+            )
         finally:
             child.close()
             os.close(log_fd)
@@ -182,13 +214,12 @@ class NamespaceRuntime:
         self.start_ticks = process_start_ticks(self.host_pid)
         if self.support.privileged:
             try:
-                Path(f"/proc/{self.host_pid}/uid_map").write_text("0 0 4294967295\n",
-                                                                  encoding="utf-8")
-                Path(f"/proc/{self.host_pid}/gid_map").write_text("0 0 4294967295\n",
-                                                                  encoding="utf-8")
+                Path(f"/proc/{self.host_pid}/uid_map").write_text("0 0 4294967295\n", encoding="utf-8")
+                Path(f"/proc/{self.host_pid}/gid_map").write_text("0 0 4294967295\n", encoding="utf-8")
             except OSError as exc:
-                raise SandboxError(f"cannot map user ids of the local sandbox: {exc}",
-                                   kind=ErrorKind.START_FAILED) from exc
+                raise SandboxError(
+                    f"cannot map user ids of the local sandbox: {exc}", kind=ErrorKind.START_FAILED
+                ) from exc
         await asyncio.get_running_loop().sock_sendall(parent, marshal.dumps({"op": "go"}))
         ready = await self._recv_setup()
         if ready.get("op") != "ready":
@@ -207,8 +238,11 @@ class NamespaceRuntime:
                 await asyncio.wait_for(self.proc.wait(), 2)
             with contextlib.suppress(OSError):
                 reason = self._log.read_bytes()[-8192:].decode("utf-8", "replace")
-        return SandboxError(f"local sandbox failed to start: {reason.strip() or 'init exited'}",
-                            kind=ErrorKind.START_FAILED, detail={"log_tail": reason[-4000:]})
+        return SandboxError(
+            f"local sandbox failed to start: {reason.strip() or 'init exited'}",
+            kind=ErrorKind.START_FAILED,
+            detail={"log_tail": reason[-4000:]},
+        )
 
     async def stop(self) -> None:
         """SIGKILL the init (the kernel then kills every process of the pid namespace) and
@@ -289,9 +323,18 @@ class NamespaceRuntime:
                         fut.set_exception(SandboxLostError(self._lost))
 
     # ---- exec -----------------------------------------------------------------------------
-    async def run(self, argv: list[str], *, uid: int, gid: int, groups: list[int], cwd: str,
-                  env: dict[str, str], timeout_sec: float | None,
-                  max_output_bytes: int) -> ExecResult:
+    async def run(
+        self,
+        argv: list[str],
+        *,
+        uid: int,
+        gid: int,
+        groups: list[int],
+        cwd: str,
+        env: dict[str, str],
+        timeout_sec: float | None,
+        max_output_bytes: int,
+    ) -> ExecResult:
         """Fork ``argv`` inside the sandbox and wait for it (see ``Sandbox.exec``).
 
         Raises:
@@ -304,8 +347,17 @@ class NamespaceRuntime:
         exec_id = next(self._ids)
         tag = f"{os.getpid()}-{id(self):x}-{exec_id}"
         env = {**env, EXEC_TAG_VAR: tag}
-        req = {"op": "exec", "id": exec_id, "argv": argv, "env": env, "cwd": cwd, "uid": uid,
-               "gid": gid, "groups": groups, "setgroups": self.support.privileged}
+        req = {
+            "op": "exec",
+            "id": exec_id,
+            "argv": argv,
+            "env": env,
+            "cwd": cwd,
+            "uid": uid,
+            "gid": gid,
+            "groups": groups,
+            "setgroups": self.support.privileged,
+        }
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         out_tail, err_tail = TailBuffer(max_output_bytes), TailBuffer(max_output_bytes)
@@ -348,10 +400,15 @@ class NamespaceRuntime:
             await self._settle(tag, " ".join(argv))
         await self._finish_readers(readers)
         exit_code = None if timed_out else _exit_code(status)
-        return ExecResult(exit_code=exit_code, stdout=out_tail.text(), stderr=err_tail.text(),
-                          timed_out=timed_out, elapsed_sec=time.monotonic() - t0,
-                          stdout_truncated=out_tail.truncated,
-                          stderr_truncated=err_tail.truncated)
+        return ExecResult(
+            exit_code=exit_code,
+            stdout=out_tail.text(),
+            stderr=err_tail.text(),
+            timed_out=timed_out,
+            elapsed_sec=time.monotonic() - t0,
+            stdout_truncated=out_tail.truncated,
+            stderr_truncated=err_tail.truncated,
+        )
 
     async def _settle(self, tag: str, own_cmdline: str) -> None:
         """Let background processes the exec left finish starting: wait (at most

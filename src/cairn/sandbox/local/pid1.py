@@ -53,16 +53,23 @@ PR_CAP_AMBIENT_CLEAR_ALL = 4
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
-PIVOT_ROOT_SYSCALL = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "loongarch64": 41,
-                      "ppc64le": 203, "ppc64": 203, "s390x": 217, "i686": 217, "armv7l": 218}
+PIVOT_ROOT_SYSCALL = {
+    "x86_64": 155,
+    "aarch64": 41,
+    "riscv64": 41,
+    "loongarch64": 41,
+    "ppc64le": 203,
+    "ppc64": 203,
+    "s390x": 217,
+    "i686": 217,
+    "armv7l": 218,
+}
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong,
-                        ctypes.c_char_p]
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong,
-                        ctypes.c_ulong]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.syscall.restype = ctypes.c_long
 
 
@@ -82,8 +89,10 @@ def mount(source, target, fstype, flags=0, data=None):
     Raises:
         OSError: the call failed; the message names the file system type, source and target.
     """
-    _check(_libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
-           f"mount {fstype or 'bind'} {source} on {target}")
+    _check(
+        _libc.mount(_b(source), _b(target), _b(fstype), flags, _b(data)),
+        f"mount {fstype or 'bind'} {source} on {target}",
+    )
 
 
 def prctl(option, arg2=0):
@@ -154,16 +163,14 @@ def apply_op(op):
         if not os.path.lexists(target):
             return
         if os.path.isdir(target):
-            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC,
-                  "size=0")
+            mount("tmpfs", target, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=0")
         else:
             mount(op["null"], target, None, MS_BIND)
     elif kind == "readonly":
         if not os.path.lexists(target):
             return
         mount(target, target, None, MS_BIND | MS_REC)
-        mount(None, target, None,
-              MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
+        mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC)
     else:
         raise ValueError(f"unknown root plan step {kind!r}")
 
@@ -205,8 +212,11 @@ class _CapHeader(ctypes.Structure):
 
 
 class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32),
-                ("inheritable", ctypes.c_uint32)]
+    _fields_ = [
+        ("effective", ctypes.c_uint32),
+        ("permitted", ctypes.c_uint32),
+        ("inheritable", ctypes.c_uint32),
+    ]
 
 
 def drop_privileges(keep_caps, last_cap, privileged):
@@ -285,13 +295,21 @@ class Init:
         proc = None
         try:
             proc = sp.Popen(
-                req["argv"], stdin=sp.DEVNULL, stdout=out_fd, stderr=err_fd, cwd=req["cwd"],
-                env=req["env"], close_fds=True, restore_signals=True, umask=0o022,
-                user=None if as_root else uid, group=None if as_root else gid,
-                extra_groups=None if as_root or not req.get("setgroups", True) else groups)
+                req["argv"],
+                stdin=sp.DEVNULL,
+                stdout=out_fd,
+                stderr=err_fd,
+                cwd=req["cwd"],
+                env=req["env"],
+                close_fds=True,
+                restore_signals=True,
+                umask=0o022,
+                user=None if as_root else uid,
+                group=None if as_root else gid,
+                extra_groups=None if as_root or not req.get("setgroups", True) else groups,
+            )
         except OSError as exc:
-            if exc.filename == req["cwd"] and exc.errno in (errno.ENOENT, errno.ENOTDIR,
-                                                          errno.EACCES):
+            if exc.filename == req["cwd"] and exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.EACCES):
                 msg, code = f"chdir to cwd {req['cwd']!r} failed: {exc.strerror}", 126
             else:
                 code = 127 if exc.errno in (errno.ENOENT, errno.ENOTDIR) else 126
@@ -369,7 +387,7 @@ class Init:
                 for level, typ, cdata in anc:
                     if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
                         arr = array.array("i")
-                        arr.frombytes(cdata[:len(cdata) - len(cdata) % arr.itemsize])
+                        arr.frombytes(cdata[: len(cdata) - len(cdata) % arr.itemsize])
                         fds.extend(arr)
                 if not data and not fds:
                     # The host went away: end the sandbox unless it is kept.
@@ -398,9 +416,15 @@ def outer_stage(fd, cfg_path):
             if op.get("stage") == "outer":
                 apply_op(op)
         os.set_inheritable(fd, True)
-        argv = list(cfg["inner_unshare"]) + [sys.executable, "-I", "-S",
-                                              os.path.abspath(__file__), "inner", str(fd),
-                                              cfg_path]
+        argv = list(cfg["inner_unshare"]) + [
+            sys.executable,
+            "-I",
+            "-S",
+            os.path.abspath(__file__),
+            "inner",
+            str(fd),
+            cfg_path,
+        ]
         os.execv(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
         _fail(fd, exc)

@@ -46,12 +46,16 @@ def _read_process(pfd: int, name: str) -> ProcessInfo | None:
         uid: int | None = os.stat(name, dir_fd=pfd).st_uid  # /proc/<pid> is owned by its euid
     except OSError:
         return None
-    rest = stat[stat.rindex(b")") + 2:].split()
+    rest = stat[stat.rindex(b")") + 2 :].split()
     if rest[0] in (b"Z", b"X"):
         return None
-    return ProcessInfo(pid=int(name), ppid=int(rest[1]), start_ticks=int(rest[19]),
-                       cmdline=cmdline.rstrip(b"\0").replace(b"\0", b" ").decode(
-                           "utf-8", "replace"), uid=uid)
+    return ProcessInfo(
+        pid=int(name),
+        ppid=int(rest[1]),
+        start_ticks=int(rest[19]),
+        cmdline=cmdline.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace"),
+        uid=uid,
+    )
 
 
 def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:
@@ -62,7 +66,7 @@ def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:
         return False
     try:
         stat = _read_at(fd, "stat")
-        if int(stat[stat.rindex(b")") + 2:].split()[19]) != start_ticks:
+        if int(stat[stat.rindex(b")") + 2 :].split()[19]) != start_ticks:
             return False
         signal.pidfd_send_signal(fd, signal.SIGKILL)
         return True

@@ -48,9 +48,20 @@ VAR_FRESH = ("tmp", "run", "lock")
 """Children of /var never taken from the host (fresh folder, or the host's symlink into the
 sandbox's own /run)."""
 
-FRESH_TOP_DIRS = {"tmp": 0o1777, "root": 0o700, "home": 0o755, "run": 0o755, "mnt": 0o755,
-                  "media": 0o755, "srv": 0o755, "boot": 0o755, "proc": 0o555, "sys": 0o555,
-                  "dev": 0o755, "var": 0o755}
+FRESH_TOP_DIRS = {
+    "tmp": 0o1777,
+    "root": 0o700,
+    "home": 0o755,
+    "run": 0o755,
+    "mnt": 0o755,
+    "media": 0o755,
+    "srv": 0o755,
+    "boot": 0o755,
+    "proc": 0o555,
+    "sys": 0o555,
+    "dev": 0o755,
+    "var": 0o755,
+}
 """Top-level folders created empty in the skeleton (host content never shows there)."""
 
 ETC_WHITEOUTS = ("shadow", "gshadow", "shadow-", "gshadow-")
@@ -60,8 +71,17 @@ DOCKER_CAPS = (0, 1, 3, 4, 5, 6, 7, 8, 10, 13, 18, 27, 29, 31)
 """Capabilities a Docker container's root keeps: CHOWN, DAC_OVERRIDE, FOWNER, FSETID, KILL,
 SETGID, SETUID, SETPCAP, NET_BIND_SERVICE, NET_RAW, SYS_CHROOT, MKNOD, AUDIT_WRITE, SETFCAP."""
 
-PROC_MASKED = ("acpi", "asound", "kcore", "keys", "latency_stats", "timer_list", "timer_stats",
-               "sched_debug", "scsi")
+PROC_MASKED = (
+    "acpi",
+    "asound",
+    "kcore",
+    "keys",
+    "latency_stats",
+    "timer_list",
+    "timer_stats",
+    "sched_debug",
+    "scsi",
+)
 PROC_READONLY = ("bus", "fs", "irq", "sys", "sysrq-trigger")
 DEVICES = ("null", "zero", "full", "random", "urandom", "tty")
 
@@ -94,8 +114,7 @@ def layers_dir() -> Path:
 def mounted_system_dirs(host_root: Path = Path("/")) -> list[str]:
     """The host folders mounted as their own overlay, as relative paths (``usr``,
     ``var/lib``…): real directories among :data:`SYSTEM_TOP_DIRS` and the children of /var."""
-    out = [d for d in SYSTEM_TOP_DIRS
-           if (host_root / d).is_dir() and not (host_root / d).is_symlink()]
+    out = [d for d in SYSTEM_TOP_DIRS if (host_root / d).is_dir() and not (host_root / d).is_symlink()]
     var = host_root / "var"
     if var.is_dir():
         for child in sorted(os.listdir(var)):
@@ -115,14 +134,17 @@ def check_state_dir(path: Path) -> None:
     """
     real = Path(os.path.realpath(path))
     if _BAD_PATH_CHARS.search(str(real)):
-        raise UnsupportedError(f"local sandbox state folder {real} must not contain ':', ',' "
-                               "or '\\' (set CAIRN_LOCAL_DIR)")
+        raise UnsupportedError(
+            f"local sandbox state folder {real} must not contain ':', ',' or '\\' (set CAIRN_LOCAL_DIR)"
+        )
     for d in mounted_system_dirs():
         base = Path("/", d)
         if real == base or base in real.parents:
-            raise UnsupportedError(f"local sandbox state folder {real} lies inside {base}, which "
-                                   "the sandbox mounts as a layer; set CAIRN_LOCAL_DIR elsewhere "
-                                   "(e.g. under /var/tmp)")
+            raise UnsupportedError(
+                f"local sandbox state folder {real} lies inside {base}, which "
+                "the sandbox mounts as a layer; set CAIRN_LOCAL_DIR elsewhere "
+                "(e.g. under /var/tmp)"
+            )
 
 
 # ---- host support -------------------------------------------------------------------------
@@ -147,9 +169,14 @@ UNSHARE_OPTIONS = ("--keep-caps", "--kill-child", "--map-root-user", "--propagat
 @functools.lru_cache(maxsize=8)
 def _unshare_missing_options(unshare: str) -> tuple[str, ...]:
     try:
-        out = subprocess.run([unshare, "--help"], capture_output=True, encoding="utf-8",
-                             errors="replace", timeout=10,
-                             check=False).stdout
+        out = subprocess.run(
+            [unshare, "--help"],
+            capture_output=True,
+            encoding="utf-8",
+            errors="replace",
+            timeout=10,
+            check=False,
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return UNSHARE_OPTIONS
     return tuple(o for o in UNSHARE_OPTIONS if o not in out)
@@ -162,8 +189,9 @@ def _read_int(path: Path) -> int | None:
         return None
 
 
-def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
-               which: object = shutil.which) -> HostSupport:
+def probe_host(
+    *, euid: int | None = None, proc_root: Path = Path("/proc"), which: object = shutil.which
+) -> HostSupport:
     """Check that this host can run local sandboxes.
 
     Args:
@@ -183,12 +211,14 @@ def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
         raise UnsupportedError("the local backend needs Linux (/proc is missing)")
     unshare = which("unshare")  # type: ignore[operator]
     if not unshare:
-        raise UnsupportedError("the local backend needs util-linux 'unshare' on PATH "
-                               "(Debian/Ubuntu: apt-get install util-linux)")
+        raise UnsupportedError(
+            "the local backend needs util-linux 'unshare' on PATH (Debian/Ubuntu: apt-get install util-linux)"
+        )
     missing = _unshare_missing_options(str(unshare))
     if missing:
-        raise UnsupportedError(f"the local backend needs a newer util-linux: {unshare} lacks "
-                               f"{', '.join(missing)}")
+        raise UnsupportedError(
+            f"the local backend needs a newer util-linux: {unshare} lacks {', '.join(missing)}"
+        )
     try:
         filesystems = (proc_root / "filesystems").read_text(encoding="utf-8")
     except OSError:
@@ -210,7 +240,8 @@ def probe_host(*, euid: int | None = None, proc_root: Path = Path("/proc"),
         raise UnsupportedError(
             "the local backend needs root or unprivileged user namespaces, and neither is "
             f"available here ({'; '.join(reasons)}); run as root, enable user namespaces, or "
-            "use -e docker")
+            "use -e docker"
+        )
     return HostSupport(privileged=False, unshare=str(unshare))
 
 
@@ -222,9 +253,11 @@ def _whiteout(path: Path) -> None:
 
 
 def _hosts_file(hostname: str) -> str:
-    return ("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
-            "fe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\n"
-            f"ff02::2\tip6-allrouters\n127.0.1.1\t{hostname}\n")
+    return (
+        "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"
+        "fe00::0\tip6-localnet\nff00::0\tip6-mcastprefix\nff02::1\tip6-allnodes\n"
+        f"ff02::2\tip6-allrouters\n127.0.1.1\t{hostname}\n"
+    )
 
 
 def prepare_skeleton(skel: Path, host_root: Path = Path("/")) -> None:
@@ -299,8 +332,15 @@ def host_mount_points(mountinfo: str | None = None) -> list[str]:
     return out
 
 
-def root_plan(sandbox_dir: Path, layer_roots: list[Path], *, own_net: bool, privileged: bool,
-              host_root: Path = Path("/"), mount_points: list[str] | None = None) -> list[dict]:
+def root_plan(
+    sandbox_dir: Path,
+    layer_roots: list[Path],
+    *,
+    own_net: bool,
+    privileged: bool,
+    host_root: Path = Path("/"),
+    mount_points: list[str] | None = None,
+) -> list[dict]:
     """The mount plan the init runs (see :mod:`cairn.sandbox.local.pid1`), in order.
 
     Creates the upper and work folders it names (and, unprivileged, extra skeleton folders).
@@ -325,23 +365,32 @@ def root_plan(sandbox_dir: Path, layer_roots: list[Path], *, own_net: bool, priv
     skel = sandbox_dir / "skel"
     plan: list[dict] = []
     stage = "outer" if privileged else "inner"
-    mps = [] if privileged else [m for m in (mount_points if mount_points is not None
-                                              else host_mount_points())]
+    mps = (
+        [] if privileged else [m for m in (mount_points if mount_points is not None else host_mount_points())]
+    )
     excluded = {f"var/lib/{n}" for n in VAR_LIB_WHITEOUTS}
 
     def overlay(rel: str, lowers: list[Path], target: Path) -> None:
         up, wk = sandbox_dir / "up" / rel, sandbox_dir / "wk" / rel
         up.mkdir(parents=True, exist_ok=True)
         wk.mkdir(parents=True, exist_ok=True)
-        plan.append({"op": "overlay", "rel": rel, "target": str(target), "stage": stage,
-                     "lower": [str(p) for p in lowers], "upper": str(up), "work": str(wk)})
+        plan.append(
+            {
+                "op": "overlay",
+                "rel": rel,
+                "target": str(target),
+                "stage": stage,
+                "lower": [str(p) for p in lowers],
+                "upper": str(up),
+                "work": str(wk),
+            }
+        )
 
     def system_dir(rel: str) -> None:
         host = host_root / rel
         below = [m for m in mps if m.startswith(str(host).rstrip("/") + "/")]
         if not below:
-            lowers = [lr / rel for lr in layer_roots if (lr / rel).is_dir()
-                      and not (lr / rel).is_symlink()]
+            lowers = [lr / rel for lr in layer_roots if (lr / rel).is_dir() and not (lr / rel).is_symlink()]
             mask = sandbox_dir / "mask" / rel
             if mask.is_dir():
                 lowers.append(mask)
@@ -361,8 +410,9 @@ def root_plan(sandbox_dir: Path, layer_roots: list[Path], *, own_net: bool, priv
                 system_dir(crel)
             elif p.is_file():
                 (skel / crel).touch()
-                plan.append({"op": "bind", "source": str(p), "target": str(rootfs / crel),
-                             "ro": True, "stage": stage})
+                plan.append(
+                    {"op": "bind", "source": str(p), "target": str(rootfs / crel), "ro": True, "stage": stage}
+                )
 
     overlay("root", [*layer_roots, skel], rootfs)
     for rel in mounted_system_dirs(host_root):
@@ -370,35 +420,70 @@ def root_plan(sandbox_dir: Path, layer_roots: list[Path], *, own_net: bool, priv
 
     nosuid_nodev_noexec = MS_NOSUID | MS_NODEV | MS_NOEXEC
     proc = rootfs / "proc"
-    plan.append({"op": "mount", "source": "proc", "target": str(proc), "fstype": "proc",
-                 "flags": nosuid_nodev_noexec})
+    plan.append(
+        {"op": "mount", "source": "proc", "target": str(proc), "fstype": "proc", "flags": nosuid_nodev_noexec}
+    )
     plan += [{"op": "mask", "target": str(proc / n), "null": "/dev/null"} for n in PROC_MASKED]
     plan += [{"op": "readonly", "target": str(proc / n)} for n in PROC_READONLY]
 
     dev = rootfs / "dev"
-    plan.append({"op": "mount", "source": "tmpfs", "target": str(dev), "fstype": "tmpfs",
-                 "flags": MS_NOSUID | MS_NOEXEC, "data": "mode=755,size=65536k"})
+    plan.append(
+        {
+            "op": "mount",
+            "source": "tmpfs",
+            "target": str(dev),
+            "fstype": "tmpfs",
+            "flags": MS_NOSUID | MS_NOEXEC,
+            "data": "mode=755,size=65536k",
+        }
+    )
     plan += [{"op": "bind", "source": f"/dev/{n}", "target": str(dev / n)} for n in DEVICES]
     plan.append({"op": "mkdir", "target": str(dev / "pts"), "mode": 0o755})
     pts_opts = "newinstance,ptmxmode=0666,mode=0620" + (",gid=5" if privileged else "")
-    plan.append({"op": "mount", "source": "devpts", "target": str(dev / "pts"),
-                 "fstype": "devpts", "flags": MS_NOSUID | MS_NOEXEC, "data": pts_opts,
-                 "optional": True})
+    plan.append(
+        {
+            "op": "mount",
+            "source": "devpts",
+            "target": str(dev / "pts"),
+            "fstype": "devpts",
+            "flags": MS_NOSUID | MS_NOEXEC,
+            "data": pts_opts,
+            "optional": True,
+        }
+    )
     plan.append({"op": "symlink", "source": "pts/ptmx", "target": str(dev / "ptmx")})
     plan.append({"op": "mkdir", "target": str(dev / "shm"), "mode": 0o1777})
-    plan.append({"op": "mount", "source": "shm", "target": str(dev / "shm"), "fstype": "tmpfs",
-                 "flags": nosuid_nodev_noexec, "data": "mode=1777,size=65536k"})
+    plan.append(
+        {
+            "op": "mount",
+            "source": "shm",
+            "target": str(dev / "shm"),
+            "fstype": "tmpfs",
+            "flags": nosuid_nodev_noexec,
+            "data": "mode=1777,size=65536k",
+        }
+    )
     plan.append({"op": "mkdir", "target": str(dev / "mqueue"), "mode": 0o755})
-    for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
-                         ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2"),
-                         ("core", "/proc/kcore")):
+    for name, target in (
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("core", "/proc/kcore"),
+    ):
         plan.append({"op": "symlink", "source": target, "target": str(dev / name)})
     if own_net:
-        plan.append({"op": "mount", "source": "sysfs", "target": str(rootfs / "sys"),
-                     "fstype": "sysfs", "flags": MS_RDONLY | nosuid_nodev_noexec,
-                     "optional": True})
-        plan.append({"op": "mask", "target": str(rootfs / "sys" / "firmware"),
-                     "null": "/dev/null"})
+        plan.append(
+            {
+                "op": "mount",
+                "source": "sysfs",
+                "target": str(rootfs / "sys"),
+                "fstype": "sysfs",
+                "flags": MS_RDONLY | nosuid_nodev_noexec,
+                "optional": True,
+            }
+        )
+        plan.append({"op": "mask", "target": str(rootfs / "sys" / "firmware"), "null": "/dev/null"})
     return plan
 
 
@@ -422,8 +507,10 @@ def read_marker(sandbox_dir: Path) -> dict:
     return json.loads((sandbox_dir / MARKER_NAME).read_text(encoding="utf-8"))
 
 
-def list_state_folders(base: Path, read: Callable[[Path], dict | None],
-                       ) -> list[tuple[Path, dict]]:
+def list_state_folders(
+    base: Path,
+    read: Callable[[Path], dict | None],
+) -> list[tuple[Path, dict]]:
     """The folders right under ``base`` (sandboxes, layers, snapshots), sorted by name, with
     what ``read`` says of each; files and symlinks are left out.
 
@@ -456,7 +543,7 @@ def process_start_ticks(pid: int) -> int | None:
         data = Path(f"/proc/{pid}/stat").read_bytes()
     except OSError:
         return None
-    fields = data[data.rindex(b")") + 2:].split()
+    fields = data[data.rindex(b")") + 2 :].split()
     return int(fields[19])
 
 

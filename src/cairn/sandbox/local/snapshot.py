@@ -142,8 +142,15 @@ def _clone_or_copy(src: Path, dst: Path) -> None:
             fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
             return
         except OSError as exc:
-            if exc.errno not in (errno.EOPNOTSUPP, errno.EXDEV, errno.EINVAL, errno.ENOTTY,
-                                 errno.EBADF, errno.ENOSYS, errno.EPERM):
+            if exc.errno not in (
+                errno.EOPNOTSUPP,
+                errno.EXDEV,
+                errno.EINVAL,
+                errno.ENOTTY,
+                errno.EBADF,
+                errno.ENOSYS,
+                errno.EPERM,
+            ):
                 raise
         size = os.fstat(fin.fileno()).st_size
         done = 0
@@ -168,8 +175,7 @@ def _copy_meta(src: Path, dst: Path, st: os.stat_result) -> None:
         os.lchown(dst, st.st_uid, st.st_gid)
     for name in _listxattr(src):
         with contextlib.suppress(OSError):
-            os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False),
-                        follow_symlinks=False)
+            os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False), follow_symlinks=False)
     if not link:
         os.chmod(dst, stat.S_IMODE(st.st_mode))
     os.utime(dst, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
@@ -182,8 +188,13 @@ def _listxattr(path: Path) -> list[str]:
         return []
 
 
-def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, str],
-                  prev: Path | None = None, base: Path | None = None) -> tuple[Path, int]:
+def make_snapshot(
+    sandbox_dir: Path,
+    overlay_rels: list[str],
+    labels: dict[str, str],
+    prev: Path | None = None,
+    base: Path | None = None,
+) -> tuple[Path, int]:
     """Copy a local sandbox's upper folders into a new snapshot folder.
 
     Args:
@@ -229,10 +240,15 @@ def make_snapshot(sandbox_dir: Path, overlay_rels: list[str], labels: dict[str, 
                 copier.tree(up, target, rel)
         if not root.exists():
             root.mkdir()
-        marker = {"snapshot": True, "backend": "local", "labels": labels,
-                  "job_dir": labels.get("cairn.job_dir"),
-                  "created_at": dt.datetime.now(dt.UTC).isoformat(),
-                  "copied_bytes": copier.copied_bytes, "manifest": copier.manifest}
+        marker = {
+            "snapshot": True,
+            "backend": "local",
+            "labels": labels,
+            "job_dir": labels.get("cairn.job_dir"),
+            "created_at": dt.datetime.now(dt.UTC).isoformat(),
+            "copied_bytes": copier.copied_bytes,
+            "manifest": copier.manifest,
+        }
         tmp = folder / (MARKER_NAME + ".tmp")
         tmp.write_text(json.dumps(marker), encoding="utf-8")
         os.replace(tmp, folder / MARKER_NAME)
@@ -250,10 +266,12 @@ def snapshot_root(ref: str) -> Path:
             not a local snapshot folder.
     """
     folder = Path(ref)
-    if folder.parent.resolve() != snapshots_dir().resolve() or \
-            not (folder / MARKER_NAME).is_file() or not (folder / "root").is_dir():
-        raise FileNotFoundError(f"local snapshot {ref} not found (removed by "
-                                "`cairn clean --snapshots`?)")
+    if (
+        folder.parent.resolve() != snapshots_dir().resolve()
+        or not (folder / MARKER_NAME).is_file()
+        or not (folder / "root").is_dir()
+    ):
+        raise FileNotFoundError(f"local snapshot {ref} not found (removed by `cairn clean --snapshots`?)")
     return folder / "root"
 
 

@@ -199,8 +199,7 @@ def body_pieces(reader: Reader, framing: tuple[str, int]):  # noqa: ANN201 - gen
     while True:
         line = reader.line()
         size_text = line[:-2].split(b";", 1)[0].strip()
-        if not size_text or len(size_text) > 16 or \
-                not all(c in b"0123456789abcdefABCDEF" for c in size_text):
+        if not size_text or len(size_text) > 16 or not all(c in b"0123456789abcdefABCDEF" for c in size_text):
             raise BadRequest("bad chunk size")
         size = int(size_text, 16)
         yield line
@@ -222,8 +221,11 @@ def response_head(raw: bytes) -> bytes:
     connection headers dropped and ``Connection: close`` added (the proxy serves one request
     per client connection), then the blank line."""
     lines = raw.split(b"\r\n")
-    keep = [lines[0]] + [x for x in lines[1:] if x.split(b":", 1)[0].strip().lower()
-                         not in (b"connection", b"keep-alive", b"proxy-connection")]
+    keep = [lines[0]] + [
+        x
+        for x in lines[1:]
+        if x.split(b":", 1)[0].strip().lower() not in (b"connection", b"keep-alive", b"proxy-connection")
+    ]
     return b"\r\n".join([*keep, b"Connection: close"]) + b"\r\n\r\n"
 
 
@@ -264,7 +266,7 @@ def _split_host_port(text: str, default: int | None) -> tuple[str | None, int | 
         end = text.find("]")
         if end < 0:
             return None, None
-        host, rest = text[:end + 1], text[end + 1:]
+        host, rest = text[: end + 1], text[end + 1 :]
         if rest and not rest.startswith(":"):
             return None, None
         port_text = rest[1:]
@@ -290,8 +292,7 @@ def _hex4(text: str) -> ipaddress.IPv4Address:
     return ipaddress.IPv4Address(bytes.fromhex(text)[::-1])
 
 
-def routes(path: str = "/proc/net/route") -> tuple[list[tuple[str, IpNetwork]], set[str],
-                                                     set[IpAddress]]:
+def routes(path: str = "/proc/net/route") -> tuple[list[tuple[str, IpNetwork]], set[str], set[IpAddress]]:
     """The routing table: ((interface, network) of every on-link IPv4 and IPv6 route,
     interfaces that carry a default IPv4 route, those routes' next hops). Empty when
     unreadable."""

@@ -79,8 +79,19 @@ IDLE_TIMEOUT_SEC = 600.0
 POLL_SEC = 0.01
 CUT_WAIT_SEC = 3.0
 """How long a switch waits for the connections it cut to write their records."""
-_HOP_HEADERS = frozenset({"proxy-connection", "proxy-authorization", "connection", "keep-alive",
-                          "te", "trailer", "upgrade", "host", "expect"})
+_HOP_HEADERS = frozenset(
+    {
+        "proxy-connection",
+        "proxy-authorization",
+        "connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+        "host",
+        "expect",
+    }
+)
 IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 
 
@@ -112,11 +123,9 @@ class State:
                 continue  # the backend validates --add-host; never resolve a mapped string
             if name is not None:
                 self.hosts[name] = addr
-        self.local: set[IpAddress] = {ipaddress.ip_address(a)
-                                      for a in data.get("local_addresses") or ()}
+        self.local: set[IpAddress] = {ipaddress.ip_address(a) for a in data.get("local_addresses") or ()}
         peers = data.get("peers")
-        self.peers = None if peers is None else [ipaddress.ip_network(p, strict=False)
-                                                 for p in peers]
+        self.peers = None if peers is None else [ipaddress.ip_network(p, strict=False) for p in peers]
 
 
 class Proxy:
@@ -174,8 +183,7 @@ class Proxy:
             with self.lock:
                 old_gen = self.state.generation
                 self.state = new
-                stale = {cid: socks for cid, (gen, socks) in self.open.items()
-                         if gen != new.generation}
+                stale = {cid: socks for cid, (gen, socks) in self.open.items() if gen != new.generation}
                 self.cut |= set(stale)
                 self.pending.append(set(stale) if new.generation != old_gen else set())
             for socks in stale.values():
@@ -214,8 +222,7 @@ class Proxy:
         if state.peers is not None:
             return any(addr.version == n.version and addr in n for n in state.peers)
         nets, egress, _ = wire.routes()
-        return any(iface not in egress and addr.version == net.version and addr in net
-                   for iface, net in nets)
+        return any(iface not in egress and addr.version == net.version and addr in net for iface, net in nets)
 
     def accept(self, client: socket.socket, peer: tuple[Any, ...]) -> None:
         """Take one accepted connection: refuse a peer from outside the trial's networks at
@@ -233,10 +240,23 @@ class Proxy:
         threading.Thread(target=self.handle, args=(cid, client, entry), daemon=True).start()
 
     def _entry(self, cid: int, state: State, peer: tuple[Any, ...]) -> dict[str, Any]:
-        return {"time": _now_iso(), "generation": state.generation, "phase": state.phase,
-                "conn": cid, "request": 1, "peer": f"{peer[0]}:{peer[1]}", "method": None,
-                "host": None, "port": None, "address": None, "verdict": "denied",
-                "reason": None, "cut": False, "bytes_out": 0, "bytes_in": 0}
+        return {
+            "time": _now_iso(),
+            "generation": state.generation,
+            "phase": state.phase,
+            "conn": cid,
+            "request": 1,
+            "peer": f"{peer[0]}:{peer[1]}",
+            "method": None,
+            "host": None,
+            "port": None,
+            "address": None,
+            "verdict": "denied",
+            "reason": None,
+            "cut": False,
+            "bytes_out": 0,
+            "bytes_in": 0,
+        }
 
     def _current(self, cid: int) -> State:
         """The state in force, when connection ``cid`` was accepted under it.
@@ -251,8 +271,9 @@ class Proxy:
             raise Refused(403, "phase ended", "cairn gateway: the phase ended")
         return state
 
-    def _finish(self, cid: int, client: socket.socket, upstream: socket.socket | None,
-                entry: dict[str, Any]) -> None:
+    def _finish(
+        self, cid: int, client: socket.socket, upstream: socket.socket | None, entry: dict[str, Any]
+    ) -> None:
         with self.lock:
             cut = cid in self.cut
         if cut:
@@ -285,8 +306,11 @@ class Proxy:
             entry["method"] = head.method[:16]
             host, port, path = _target(head, entry)
             if not state.policy.admits(host):
-                raise Refused(403, f"not allowed ({state.policy.mode.value})",
-                              f"cairn gateway: {host} is not allowed in this phase")
+                raise Refused(
+                    403,
+                    f"not allowed ({state.policy.mode.value})",
+                    f"cairn gateway: {host} is not allowed in this phase",
+                )
             addrs = self._resolve(host, port, state, entry)
             upstream = self._connect(cid, addrs, port, entry)
             started = True
@@ -316,8 +340,7 @@ class Proxy:
         finally:
             self._finish(cid, client, upstream, entry)
 
-    def _resolve(self, host: str, port: int, state: State,
-                 entry: dict[str, Any]) -> list[IpAddress]:
+    def _resolve(self, host: str, port: int, state: State, entry: dict[str, Any]) -> list[IpAddress]:
         """The addresses ``host`` may be reached at (see the module docstring); the entry's
         verdict becomes ``allowed`` once the policy admits what it resolves to.
 
@@ -333,16 +356,20 @@ class Proxy:
             return [state.hosts[host]]  # the operator's --add-host names the address
         try:  # a numeric form the resolver would read as an address (0x7f000001) is no name
             socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
-            raise Refused(400, "a numeric host that is not an address in canonical form",
-                          f"cairn gateway: {host} is not a host name")
+            raise Refused(
+                400,
+                "a numeric host that is not an address in canonical form",
+                f"cairn gateway: {host} is not a host name",
+            )
         except socket.gaierror:
             pass
         try:
             infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
         except (socket.gaierror, UnicodeError) as exc:
             entry["verdict"] = "allowed"  # admitted; the name just does not resolve
-            raise Refused(502, f"does not resolve: {exc}"[:200],
-                          f"cairn gateway: cannot resolve {host}") from None
+            raise Refused(
+                502, f"does not resolve: {exc}"[:200], f"cairn gateway: cannot resolve {host}"
+            ) from None
         own = wire.local_addresses() | wire.routes()[2] | state.local
         good: list[IpAddress] = []
         why: list[str] = []
@@ -350,19 +377,22 @@ class Proxy:
             addr = ipaddress.ip_address(str(info[4][0]).split("%")[0])
             mapped = addr.ipv4_mapped if isinstance(addr, ipaddress.IPv6Address) else None
             reason = special_address(addr) or (
-                "the gateway's or engine host's own" if addr in own or mapped in own else None)
+                "the gateway's or engine host's own" if addr in own or mapped in own else None
+            )
             if reason is not None and not state.policy.names_address(addr):
                 why.append(f"{addr} ({reason})")
             elif addr not in good:
                 good.append(addr)
         if not good:
-            raise Refused(403, f"resolves only to refused addresses: {', '.join(why)}"[:200],
-                          f"cairn gateway: {host} resolves to an address not allowed")
+            raise Refused(
+                403,
+                f"resolves only to refused addresses: {', '.join(why)}"[:200],
+                f"cairn gateway: {host} resolves to an address not allowed",
+            )
         entry["verdict"] = "allowed"
         return good
 
-    def _connect(self, cid: int, addrs: list[IpAddress], port: int,
-                 entry: dict[str, Any]) -> socket.socket:
+    def _connect(self, cid: int, addrs: list[IpAddress], port: int, entry: dict[str, Any]) -> socket.socket:
         """Connect to the first of ``addrs`` that answers, each attempt only while the
         connection's generation is in force (the socket is registered first, so a switch
         during the attempt cuts it).
@@ -376,8 +406,7 @@ class Proxy:
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            sock = socket.socket(socket.AF_INET6 if addr.version == 6 else socket.AF_INET,
-                                 socket.SOCK_STREAM)
+            sock = socket.socket(socket.AF_INET6 if addr.version == 6 else socket.AF_INET, socket.SOCK_STREAM)
             with self.lock:
                 gen = self.open.get(cid, (None, []))[0]
                 if gen != self.state.generation or cid in self.cut:
@@ -397,12 +426,23 @@ class Proxy:
             entry["address"] = str(addr)
             self._current(cid)  # a switch while connecting: nothing is sent
             return sock
-        raise Refused(502, f"upstream unreachable: {last or 'timed out'}"[:200],
-                      f"cairn gateway: cannot reach {entry['host']}:{port}")
+        raise Refused(
+            502,
+            f"upstream unreachable: {last or 'timed out'}"[:200],
+            f"cairn gateway: cannot reach {entry['host']}:{port}",
+        )
 
-    def _one_request(self, client: socket.socket, upstream: socket.socket, head: wire.Head,
-                     host: str, port: int, path: str, rest: bytes,
-                     entry: dict[str, Any]) -> bytes:
+    def _one_request(
+        self,
+        client: socket.socket,
+        upstream: socket.socket,
+        head: wire.Head,
+        host: str,
+        port: int,
+        path: str,
+        rest: bytes,
+        entry: dict[str, Any],
+    ) -> bytes:
         """Forward one absolute-form request (head, then its body as framed) and pipe the
         response back; returns what the client sent after the request (pipelined)."""
         framing = wire.body_framing(head)
@@ -447,16 +487,25 @@ class Proxy:
         while rest.strip() and n < 64:
             n += 1
             head_raw, _, rest = rest.partition(b"\r\n\r\n")
-            entry = {**first, "request": n, "method": None, "host": None, "port": None,
-                     "address": None, "verdict": "denied", "bytes_out": 0, "bytes_in": 0,
-                     "reason": "pipelined: one request per connection, not served"}
+            entry = {
+                **first,
+                "request": n,
+                "method": None,
+                "host": None,
+                "port": None,
+                "address": None,
+                "verdict": "denied",
+                "bytes_out": 0,
+                "bytes_in": 0,
+                "reason": "pipelined: one request per connection, not served",
+            }
             try:
                 head = wire.parse_head(head_raw)
                 entry["method"] = head.method[:16]
                 _target(head, entry)
                 framing = wire.body_framing(head)
                 if framing[0] == "length":
-                    rest = rest[framing[1]:]
+                    rest = rest[framing[1] :]
                 elif framing[0] == "chunked":
                     rest = b""  # not followed further: it is not served anyway
             except (wire.BadRequest, Refused) as exc:
@@ -533,8 +582,11 @@ def _reply(sock: socket.socket, code: int, text: str) -> None:
     reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[code]
     body = (text + "\n").encode()
     try:
-        sock.sendall(f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\n"
-                     f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
+        sock.sendall(
+            f"HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode()
+            + body
+        )
     except OSError:
         pass
 
@@ -573,8 +625,7 @@ def _pipe(a: socket.socket, b: socket.socket) -> tuple[int, int]:
     return counts.get(a.fileno(), 0), counts.get(b.fileno(), 0)
 
 
-def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None,
-          bind: str = "any") -> None:
+def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None, bind: str = "any") -> None:
     """Serve forever.
 
     Args:
@@ -593,8 +644,7 @@ def serve(state_path: str, port: int = LISTEN_PORT, initial: str | None = None,
         _write_atomic(state_path, initial)
     proxy = Proxy(state_path)
     listeners = []
-    addrs: list[tuple[socket.AddressFamily, str]] = [(socket.AF_INET, "0.0.0.0"),
-                                                     (socket.AF_INET6, "::")]
+    addrs: list[tuple[socket.AddressFamily, str]] = [(socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")]
     if bind == "primary":
         addrs = [(socket.AF_INET, socket.gethostbyname(socket.gethostname()))]
     for family, addr in addrs:
@@ -644,8 +694,12 @@ def set_state(state_path: str, text: str, timeout_sec: float = 10.0) -> int:
 def main(argv: list[str]) -> int:
     """``serve STATE [PORT [INITIAL_JSON [any|primary]]]`` or ``set-state STATE JSON``."""
     if 2 <= len(argv) <= 5 and argv[0] == "serve":
-        serve(argv[1], int(argv[2]) if len(argv) > 2 else LISTEN_PORT,
-              argv[3] if len(argv) > 3 else None, argv[4] if len(argv) > 4 else "any")
+        serve(
+            argv[1],
+            int(argv[2]) if len(argv) > 2 else LISTEN_PORT,
+            argv[3] if len(argv) > 3 else None,
+            argv[4] if len(argv) > 4 else "any",
+        )
         return 0
     if len(argv) == 3 and argv[0] == "set-state":
         return set_state(argv[1], argv[2])
