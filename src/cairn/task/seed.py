@@ -1,7 +1,8 @@
 """A task's seed trajectory: the one rule that says whether it is usable (Harbor 0.26 task-level
 seeding; docs/agents.md "Seed trajectories").
 
-A task may ship ``trajectory.json`` (an ATIF document: the Agent Trajectory Interchange Format, docs/design.md) beside its first
+A task may ship ``trajectory.json`` (an ATIF document, the Agent Trajectory Interchange Format)
+beside its first
 instruction. :func:`read_seed` reads and checks it; task validation
 (:mod:`cairn.task.validate`, so ``cairn tasks check`` and every run's load of the task) and the
 agents that load the seed (:func:`cairn.agents.trajectory.load_seed`) all call it, so what the
