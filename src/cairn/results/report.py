@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from cairn._util.text import printable
 from cairn.results.model import JobSummary, Outcome, TrialResult
+from cairn.results.model_calls import CallSums, JobCallSums, job_call_sums
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.job.run import JobResult
@@ -293,6 +294,125 @@ def regrade_rows(results: Sequence[TrialResult]) -> list[list[str]]:
     return rows
 
 
+CALLS_HEAD = [
+    "trial / step",
+    "calls",
+    "errors",
+    "retries",
+    "input",
+    "output",
+    "cache read",
+    "cache write",
+    "reasoning",
+    "cost",
+    "spend from",
+]
+
+
+def _n(x: int | None) -> str:
+    """A token count; ``?`` when unknown (never a made-up 0)."""
+    return "?" if x is None else str(x)
+
+
+def _usd(x: float | None) -> str:
+    return "?" if x is None else f"${x:.6f}"
+
+
+def _sums_cells(s: CallSums) -> list[str]:
+    return [
+        str(s.calls),
+        str(s.errors),
+        str(s.retries),
+        _n(s.input_tokens),
+        _n(s.output_tokens),
+        _n(s.cache_read_tokens),
+        _n(s.cache_write_tokens),
+        _n(s.reasoning_tokens),
+        _usd(s.cost_usd),
+    ]
+
+
+def _notes(s: CallSums) -> str:
+    notes = []
+    if s.refused:
+        notes.append(f"{s.refused} refused by budget")
+    if s.incomplete:
+        notes.append(f"{s.incomplete} incomplete")
+    if s.unreadable:
+        notes.append(f"{s.unreadable} unreadable line(s) skipped")
+    return ("; " + ", ".join(notes)) if notes else ""
+
+
+def call_rows(calls: JobCallSums) -> list[list[str]]:
+    """Per model-driven trial, then per step: the relay's record of its model calls summed
+    (count, errors, retries, tokens by kind, cost); a trial without a record (``--no-relay``,
+    an agent not on the relay) shows the spend its agent reported, with ``-`` in the call
+    columns (no calls were recorded: not zero). Trials of agents with no model are left out.
+
+    Args:
+        calls: :func:`cairn.results.model_calls.job_call_sums` of the job.
+
+    Returns:
+        Rows of :data:`CALLS_HEAD`'s columns.
+    """
+    rows: list[list[str]] = []
+    for t in calls.trials:
+        if t.record and t.sums is not None:
+            rows.append([t.trial, *_sums_cells(t.sums), f"relay{_notes(t.sums)}"])
+            for st in t.steps:
+                label = f"  {st.index}. {st.name}"
+                if st.sums is None:
+                    rows.append([label, *["-"] * 9, "not run"])
+                else:
+                    rows.append([label, *_sums_cells(st.sums), f"relay{_notes(st.sums)}"])
+        elif t.agent_tokens is not None:
+            tok = t.agent_tokens
+            rows.append(
+                [
+                    t.trial,
+                    "-",
+                    "-",
+                    "-",
+                    _n(tok.get("prompt")),
+                    _n(tok.get("completion")),
+                    _n(tok.get("cached")),
+                    "-",
+                    "-",
+                    _usd(t.agent_cost_usd),
+                    f"{t.spend_source} (its own report; no relay record)",
+                ]
+            )
+    return rows
+
+
+def call_summary_rows(calls: JobCallSums) -> list[tuple[str, str]]:
+    """The job's totals of model calls as headline ``(label, value)`` rows: the relay's record,
+    and apart from it the spend agents reported for trials without one."""
+    rows: list[tuple[str, str]] = []
+    t = calls.total
+    if t is not None:
+        rows.append(
+            (
+                "model calls",
+                f"{t.calls} in {calls.recorded_trials} trial(s) (relay record): {t.errors} errors, "
+                f"{t.retries} retries; input {_n(t.input_tokens)}, output {_n(t.output_tokens)}, "
+                f"cache read {_n(t.cache_read_tokens)}, cache write {_n(t.cache_write_tokens)}, "
+                f"reasoning {_n(t.reasoning_tokens)}; cost {_usd(t.cost_usd)}{_notes(t)}",
+            )
+        )
+    if calls.agent_reported_trials and calls.agent_tokens is not None:
+        a = calls.agent_tokens
+        rows.append(
+            (
+                "agent-reported spend",
+                f"{calls.agent_reported_trials} trial(s) without a relay record (spend_source agent): "
+                f"prompt {_n(a.get('prompt'))}, completion {_n(a.get('completion'))}, "
+                f"cached {_n(a.get('cached'))}; cost {_usd(calls.agent_cost_usd)}",
+            )
+        )
+    return rows
+
+
 def _table(head: list[str], rows: list[list[str]], fmt: str) -> list[str]:
     if fmt == "markdown":
         out = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -308,19 +428,23 @@ def render(job: JobResult, fmt: str = "text") -> str:
     Args:
         job: the job (its summary, results and stop reason).
         fmt: ``text`` (aligned columns), ``markdown`` (tables) or ``json`` (summary.json's
-            content).
+            content, plus ``model_calls``: :class:`~cairn.results.model_calls.JobCallSums`).
 
     Returns:
         The rendered report (no trailing newline).
     """
     summary: JobSummary = job.summary
     stopped_by = getattr(job, "stopped_by", None)
-    if fmt == "json":
-        return json.dumps(summary.model_dump(mode="json"), indent=2)
     results = getattr(job, "results", ())
+    calls = job_call_sums(job.job_dir, results)
+    if fmt == "json":
+        return json.dumps(
+            {**summary.model_dump(mode="json"), "model_calls": calls.model_dump(mode="json")}, indent=2
+        )
+    crows = call_rows(calls)
     rows = task_rows(summary, results)
     net = network_rows(results)
-    head = summary_rows(summary, stopped_by, results) + source_rows(results)
+    head = summary_rows(summary, stopped_by, results) + source_rows(results) + call_summary_rows(calls)
     if net:
         head.append(
             (
@@ -337,6 +461,8 @@ def render(job: JobResult, fmt: str = "text") -> str:
         if net:
             out += ["", "| " + " | ".join(NET_HEAD) + " |", "|" + "---|" * len(NET_HEAD)]
             out += ["| " + " | ".join(c.replace("|", "\\|") for c in r) + " |" for r in net]
+        if crows:
+            out += ["", "## model calls", ""] + _table(CALLS_HEAD, crows, "markdown")
         survivors = survivor_rows(results)
         if survivors:
             out += ["", "## processes left running by agent phases", ""]
@@ -358,6 +484,9 @@ def render(job: JobResult, fmt: str = "text") -> str:
         out += ["", "network (egress gateway)"]
         out.append("  ".join(h.ljust(w) for h, w in zip(NET_HEAD, widths, strict=True)).rstrip())
         out += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in net]
+    if crows:
+        out += ["", "model calls (the relay's record, docs/relay.md; tokens and cost over billed calls)"]
+        out += _table(CALLS_HEAD, crows, "text")
     survivors = survivor_rows(results)
     if survivors:
         out += ["", "processes left running by agent phases (docs/guarantees.md)"]
