@@ -31,6 +31,7 @@ from cairn.results.model import (
     StepResult,
     TrialResult,
 )
+from cairn.results.model_calls import MODEL_CALLS_FILE, CallLog, CallSums, ModelCall, read_calls
 from cairn.results.store import (
     ATTEMPTS,
     JOB_JSON,
@@ -59,6 +60,15 @@ REFRESH_SEC = 1.0
 FULL_RESCAN_SEC = 10.0
 """Finished trials are re-checked (one ``stat`` of result.json each) at most this often; new
 and running trial folders at every refresh."""
+
+CALL_ROWS_SHOWN = 500
+"""A step's calls pane lists at most this many calls (the rest: the raw file)."""
+
+BODY_PREVIEW_CHARS = 64 * 1024
+"""How much of one recorded request or response body the calls pane shows."""
+
+CALLS_BODIES_MAX_BYTES = 32 * 1024 * 1024
+"""A ``model_calls.jsonl`` larger than this is read without its bodies (the raw file has them)."""
 
 RUNNING = "running"
 """The pseudo-outcome of a trial folder without result.json."""
@@ -705,6 +715,105 @@ class FileEntry:
 
 
 @dataclass
+class CallView:
+    """One model call as the calls pane shows it.
+
+    Attributes:
+        call: the record.
+        request_text: the recorded request body as text (JSON indented), ``None`` when not
+            recorded.
+        response_text: the recorded answer likewise (a stream: its event text).
+        request_cut: ``request_text`` is cut at :data:`BODY_PREVIEW_CHARS`.
+        response_cut: ``response_text`` likewise.
+    """
+
+    call: ModelCall
+    request_text: str | None = None
+    response_text: str | None = None
+    request_cut: bool = False
+    response_cut: bool = False
+
+
+@dataclass
+class CallsPane:
+    """A step's model calls (its ``model_calls.jsonl``), for the pane beside its trajectory.
+
+    Attributes:
+        rows: the calls shown, in file order (at most :data:`CALL_ROWS_SHOWN`).
+        hidden: calls not listed (beyond :data:`CALL_ROWS_SHOWN`).
+        sums: what every readable call adds up to.
+        unreadable: lines skipped as not of the record's shape.
+        bodies_recorded: any call carries its bodies (``--record-model-bodies``).
+        bodies_dropped: the file was too large to read its bodies here.
+        file: the raw file (link and download).
+    """
+
+    rows: list[CallView]
+    hidden: int
+    sums: CallSums
+    unreadable: int
+    bodies_recorded: bool
+    bodies_dropped: bool
+    file: FileEntry | None
+
+
+def _body_text(value: Any) -> tuple[str, bool]:
+    text = value if isinstance(value, str) else pretty_body(value)
+    if len(text) > BODY_PREVIEW_CHARS:
+        return text[:BODY_PREVIEW_CHARS], True
+    return text, False
+
+
+def pretty_body(value: Any) -> str:
+    """A recorded body as indented JSON text (shown escaped, like any agent output)."""
+    import json
+
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (TypeError, ValueError, RecursionError):
+        return repr(value)
+
+
+def calls_pane(job_root: Path, path: Path) -> CallsPane | None:
+    """Read a step's ``model_calls.jsonl`` for its calls pane.
+
+    Args:
+        job_root: the job folder (for the raw file's link).
+        path: the step's ``agent/model_calls.jsonl``.
+
+    Returns:
+        The pane, or ``None`` when the file is absent (or a symlink).
+    """
+    try:
+        size = path.stat().st_size if path.is_file() and not path.is_symlink() else None
+    except OSError:
+        size = None
+    if size is None:
+        return None
+    log: CallLog = read_calls(path, bodies=size <= CALLS_BODIES_MAX_BYTES)
+    if not log.present:
+        return None
+    rows: list[CallView] = []
+    for c in log.calls[:CALL_ROWS_SHOWN]:
+        v = CallView(call=c)
+        if c.has_bodies and not log.bodies_dropped:
+            if c.request_body is not None:
+                v.request_text, v.request_cut = _body_text(c.request_body)
+            if c.response_body is not None:
+                v.response_text, v.response_cut = _body_text(c.response_body)
+        rows.append(v)
+    return CallsPane(
+        rows=rows,
+        hidden=max(0, len(log.calls) - CALL_ROWS_SHOWN),
+        sums=log.sums,
+        unreadable=log.unreadable,
+        bodies_recorded=any(c.has_bodies for c in log.calls),
+        bodies_dropped=log.bodies_dropped,
+        file=FileEntry(rel=path.relative_to(job_root).as_posix(), name=path.name, size=size),
+    )
+
+
+@dataclass
 class StepView:
     """One declared step of a trial, with its files."""
 
@@ -719,6 +828,8 @@ class StepView:
     artifacts: list[FileEntry] = field(default_factory=list)
     manifest: list[ArtifactEntry] = field(default_factory=list)
     running_phase: str | None = None
+    calls: CallsPane | None = None
+    """The step's model calls (``model_calls.jsonl``), or ``None`` when it has none."""
 
 
 @dataclass
@@ -838,7 +949,10 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
             if sp.instruction.is_file() and not sp.instruction.is_symlink():
                 v.instruction = read_text_preview(sp.instruction)[0]
             v.trajectory, v.trajectory_error = _read_trajectory(sp.agent / "trajectory.json")
+            v.calls = calls_pane(job_root, sp.agent / MODEL_CALLS_FILE)
             v.agent_files = _listing(job_root, sp.agent, preview=True, skip={"trajectory.json"})
+            if v.calls is not None:  # link the pane to the listed copy (the bundle copies that one)
+                v.calls.file = next((f for f in v.agent_files if f.name == MODEL_CALLS_FILE), v.calls.file)
             reward_names = set(REWARD_FILES)
             v.verifier_files = [
                 f for f in _listing(job_root, sp.verifier, preview=True) if f.name not in reward_names
@@ -894,10 +1008,17 @@ def load_trial(job: JobIndex, name: str) -> TrialView | None:
 
 
 def trial_version(job: JobIndex, name: str) -> str:
-    """A fingerprint of a trial folder's live files (result, steps, status, step folders)."""
+    """A fingerprint of a trial folder's live files (result, steps, status, trial.log, and each
+    step's ``model_calls.jsonl``, which grows call by call while a step runs)."""
     root = job.paths.trials_dir / name
     digest = hashlib.blake2b(digest_size=12)
-    for fn in (RESULT_JSON, STEPS_JSON, "status.json", "trial.log"):
+    names = [RESULT_JSON, STEPS_JSON, "status.json", "trial.log"]
+    try:
+        with os.scandir(root / "steps") as it:
+            names += sorted(f"steps/{e.name}/agent/{MODEL_CALLS_FILE}" for e in it if e.is_dir())
+    except OSError:
+        pass
+    for fn in names:
         try:
             st = os.stat(root / fn)
             digest.update(f"{fn}:{st.st_mtime_ns}:{st.st_size}\n".encode())

@@ -165,6 +165,32 @@ def fmt_size(n: int) -> str:
     return str(n)
 
 
+def fmt_tokens(x: int | None) -> str:
+    """A token count, ``?`` when unknown (never shown as a made-up 0)."""
+    return "?" if x is None else str(x)
+
+
+def fmt_usd(x: float | None) -> str:
+    """A cost in USD with 6 decimals (one call costs fractions of a cent), ``?`` when unknown."""
+    return "?" if x is None else f"${x:.6f}"
+
+
+def fmt_ms(x: float | None) -> str:
+    """Seconds shown as milliseconds (``12.3 ms``), ``–`` for ``None``."""
+    return "–" if x is None else f"{1000 * x:.1f} ms"
+
+
+def fmt_clock(x: Any) -> str:
+    """The time of day of an ISO timestamp (``HH:MM:SS.mmm``), ``–`` for ``None``; anything
+    that is no ISO timestamp is shown as given (cut at 32 characters)."""
+    if x is None:
+        return "–"
+    s = str(x)
+    if len(s) >= 19 and s[10] == "T":
+        return s[11:23].rstrip("Z")
+    return s[:32]
+
+
 def pretty_json(x: Any) -> str:
     """A value as indented JSON text (escaped later by the template like any text)."""
     try:
@@ -200,6 +226,10 @@ def environment() -> jinja2.Environment:
             time=fmt_time,
             size=fmt_size,
             pretty=pretty_json,
+            tok=fmt_tokens,
+            usd=fmt_usd,
+            ms=fmt_ms,
+            clock=fmt_clock,
             v=enum_value,
         )
         _ENV = env
