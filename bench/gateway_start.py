@@ -38,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: E402
 from cairn.sandbox.base import SandboxSpec  # noqa: E402
+from cairn.sandbox.caches import SandboxCaches  # noqa: E402
 from cairn.sandbox.cleanup import settle_job  # noqa: E402
 from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
 from cairn.sandbox.docker.build import in_thread, make_client  # noqa: E402
@@ -83,7 +84,7 @@ async def main() -> int:
     (env / "Dockerfile").write_text(f"FROM {args.image}\nWORKDIR /app\n")
     client = await in_thread(make_client)
     t0 = time.perf_counter()
-    await ensure_gateway_image(client)
+    await ensure_gateway_image(client, SandboxCaches())
     print(f"gateway image ready in {time.perf_counter() - t0:.2f} s (built once, then cached)")
     model = NetworkPolicy(NetworkMode.NO_NETWORK, (), ("model.test",))
     job_dir = Path(tempfile.mkdtemp(prefix="cairn-bench-gw-job-"))

@@ -133,6 +133,7 @@ def test_schema_cli_usage_and_regeneration(tmp_path: Path) -> None:
         "check.schema.json",
         "config.schema.json",
         "job.schema.json",
+        "network.schema.json",
         "result.schema.json",
         "rollout.schema.json",
         "steps.schema.json",

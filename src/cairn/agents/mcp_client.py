@@ -210,11 +210,6 @@ class McpTools:
             text = "error: " + text
         return text[:MAX_RESULT_CHARS]
 
-    def stderr_text(self, server: str) -> str:
-        """What is kept of ``server``'s stderr so far (raw, not escaped; ``""`` if none)."""
-        tail = self._stderr.get(server)
-        return tail.text() if tail is not None else ""
-
     async def aclose(self) -> None:
         """Stop the servers and write their stderr tails into the log folder (never raises)."""
         with contextlib.suppress(Exception):

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 
 from cairn.cli import app, tasks_app
+from cairn.cli._options import RayAddress, err, override_option, scale_option
 
 _EXAMPLES_RUN = """
 Examples:
@@ -140,10 +141,6 @@ def _kv(values: list[str] | None, flag: str) -> dict[str, str]:
             raise typer.BadParameter(f"{flag} takes KEY=VALUE, got {v!r}: {why}")
         out[k] = val
     return out
-
-
-def _err(msg: str) -> None:
-    print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
 
 
 def _refuse_extra(args: list[str], known: list[str] | None = None) -> None:
@@ -349,48 +346,29 @@ def run_cmd(
         float | None, typer.Option("--timeout-multiplier", help="Scale every timeout.")
     ] = None,  # noqa: E501
     agent_timeout_multiplier: Annotated[
-        float | None,
-        typer.Option(
-            "--agent-timeout-multiplier", help="Scale agent-phase timeouts (instead of --timeout-multiplier)."
-        ),
-    ] = None,  # noqa: E501
+        float | None, scale_option("--agent-timeout-multiplier", what="agent-phase timeouts")
+    ] = None,
     verifier_timeout_multiplier: Annotated[
-        float | None,
-        typer.Option(
-            "--verifier-timeout-multiplier", help="Scale verifier timeouts (instead of --timeout-multiplier)."
-        ),
-    ] = None,  # noqa: E501
+        float | None, scale_option("--verifier-timeout-multiplier", what="verifier timeouts")
+    ] = None,
     agent_setup_timeout_multiplier: Annotated[
-        float | None,
-        typer.Option(
-            "--agent-setup-timeout-multiplier",
-            help="Scale the agent's setup timeout (instead of --timeout-multiplier).",
-        ),
-    ] = None,  # noqa: E501
+        float | None, scale_option("--agent-setup-timeout-multiplier", what="the agent's setup timeout")
+    ] = None,
     build_timeout_multiplier: Annotated[
         float | None,
-        typer.Option(
+        scale_option(
             "--build-timeout-multiplier",
             "--environment-build-timeout-multiplier",
-            help="Scale image-build timeouts (instead of --timeout-multiplier).",
+            what="image-build timeouts",
         ),
-    ] = None,  # noqa: E501
-    override_cpus: Annotated[
-        float | None,
-        typer.Option("--override-cpus", help="CPUs for every task's sandbox, instead of the task's."),
-    ] = None,  # noqa: E501
+    ] = None,
+    override_cpus: Annotated[float | None, override_option("--override-cpus", what="CPUs")] = None,
     override_memory_mb: Annotated[
-        int | None,
-        typer.Option(
-            "--override-memory-mb", help="Memory (MiB) for every task's sandbox, instead of the task's."
-        ),
-    ] = None,  # noqa: E501
+        int | None, override_option("--override-memory-mb", what="Memory (MiB)")
+    ] = None,
     override_storage_mb: Annotated[
-        int | None,
-        typer.Option(
-            "--override-storage-mb", help="Storage (MiB) for every task's sandbox, instead of the task's."
-        ),
-    ] = None,  # noqa: E501
+        int | None, override_option("--override-storage-mb", what="Storage (MiB)")
+    ] = None,
     artifact: Annotated[
         list[str] | None,
         typer.Option(
@@ -490,13 +468,7 @@ def run_cmd(
             help="Where trials run: local (this process) or ray (a Ray cluster's worker nodes; pip install 'cairn-eval[ray]').",  # noqa: E501
         ),
     ] = None,  # noqa: E501
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).",
-        ),
-    ] = None,  # noqa: E501
+    ray_address: RayAddress = None,
     ray_trial_cpus: Annotated[
         float | None,
         typer.Option(
@@ -719,7 +691,7 @@ def run_cmd(
                 resume=bool(cfg.resume_agent_session),
             )
     except (typer.BadParameter, CairnError, ValueError) as exc:
-        _err(_one_line(exc))
+        err(_one_line(exc))
         raise typer.Exit(2) from None
     if print_config:
         _print_config(cfg)
@@ -761,7 +733,7 @@ def _dry_run(cfg: Any, *, job_dir: Path | None, resume: bool, json_out: bool) ->
     try:
         plan = dry_run(cfg, job_dir=job_dir, resume=resume)
     except CairnError as exc:
-        _err(str(exc))
+        err(str(exc))
         return 2
     if json_out:
         data = dataclasses.asdict(plan)
@@ -818,10 +790,10 @@ def _run(
         try:
             job_dir = claim_job_dir(Path(cfg.jobs_dir))
         except UsageError as exc:  # the jobs folder refused (check_jobs_dir), named in it
-            _err(str(exc))
+            err(str(exc))
             return 2
         except OSError as exc:
-            _err(f"cannot create a job folder in {cfg.jobs_dir}: {exc}")
+            err(f"cannot create a job folder in {cfg.jobs_dir}: {exc}")
             return 2
         cfg = cfg.model_copy(update={"job_name": job_dir.name})
     target = job_dir or Path(cfg.jobs_dir) / cfg.job_name
@@ -837,7 +809,7 @@ def _run(
             interrupts += 1
             if interrupts > 1:
                 progress.close()
-                _err(
+                err(
                     "interrupted twice: exiting now; left-over sandboxes are removed by the "
                     "next run of this job or by `cairn clean`"
                 )
@@ -859,15 +831,15 @@ def _run(
         result = asyncio.run(main())
     except UsageError as exc:
         progress.close()
-        _err(str(exc))
+        err(str(exc))
         return 2
     except JobStorageFullError as exc:  # one clear line, not a traceback or an exception group
         progress.close()
-        _err(str(exc))
+        err(str(exc))
         return 1
     except (KeyboardInterrupt, asyncio.CancelledError):
         progress.close()
-        _err(
+        err(
             f"interrupted: running trials cancelled and their sandboxes removed; resume with "
             f"`cairn resume {target}`"
         )
@@ -878,7 +850,7 @@ def _run(
         progress.close()
         from cairn.errors import cause_line  # never a bare ExceptionGroup (issue #29)
 
-        _err(cause_line(exc, limit=2000))
+        err(cause_line(exc, limit=2000))
         if os.environ.get("CAIRN_DEBUG"):
             raise
         return 1
@@ -921,13 +893,7 @@ def resume_cmd(
     executor: Annotated[
         str | None, typer.Option("--executor", help="Where trials run: local or ray (default: the job's).")
     ] = None,  # noqa: E501
-    ray_address: Annotated[
-        str | None,
-        typer.Option(
-            "--ray-address",
-            help="Ray cluster address for --executor ray (default RAY_ADDRESS, else a fresh local Ray).",
-        ),
-    ] = None,  # noqa: E501
+    ray_address: RayAddress = None,
     json_out: Annotated[bool, typer.Option("--json", help="Summary as JSON on stdout.")] = False,
 ) -> None:
     """``cairn resume JOB_DIR``: re-run a job's unfinished, cancelled and infra-errored trials
@@ -962,7 +928,7 @@ def resume_cmd(
             emit=lambda ev: print(f"cairn: warning: {ev.text}", file=sys.stderr, flush=True),
         )
     except (typer.BadParameter, CairnError) as exc:
-        _err(str(exc))
+        err(str(exc))
         raise typer.Exit(2) from None
     raise typer.Exit(_run(cfg, job_dir=job_dir, resume=True, retry_errors=retry_errors, json_out=json_out))
 
@@ -1003,7 +969,7 @@ def report_cmd(
     from cairn.results.report import render
 
     if fmt not in ("text", "markdown", "json", "html"):
-        _err("--format is text, markdown, json or html")
+        err("--format is text, markdown, json or html")
         raise typer.Exit(2)
     from cairn.cli._jobdir import read_job_dir
     from cairn.errors import UsageError
@@ -1011,7 +977,7 @@ def report_cmd(
     try:
         job_dir = read_job_dir(job_dir, "report")
     except UsageError as exc:
-        _err(str(exc))
+        err(str(exc))
         raise typer.Exit(2) from None
     if fmt == "html":  # the viewer's static bundle (cairn/viewer/bundle.py)
         try:
@@ -1019,13 +985,13 @@ def report_cmd(
 
             print(f"wrote {write_bundle(job_dir, out or Path(f'{job_dir.resolve().name}-html'))}")
         except ModuleNotFoundError as exc:
-            _err(
+            err(
                 f"--format html needs jinja2 ({exc.name} is not installed): "
                 "reinstall cairn (its base install brings it)"
             )
             raise typer.Exit(2) from None
         except ValueError as exc:
-            _err(str(exc))
+            err(str(exc))
             raise typer.Exit(2) from None
         return
     job = read_job(job_dir)
@@ -1105,7 +1071,7 @@ def sanity_cmd(
             strict=strict,
         )
     except UsageError as exc:
-        _err(str(exc))
+        err(str(exc))
         raise typer.Exit(2) from None
     for line in report.lines():
         print(line)

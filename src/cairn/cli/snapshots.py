@@ -8,10 +8,7 @@ from typing import Annotated
 import typer
 
 from cairn.cli import app
-
-
-def _err(msg: str) -> None:
-    print(f"cairn: error: {msg}", file=sys.stderr, flush=True)
+from cairn.cli._options import err
 
 
 @app.command(
@@ -64,7 +61,7 @@ def regrade_cmd(
     from cairn.results.report import render
 
     if fmt not in ("text", "markdown", "json"):
-        _err("--format is text, markdown or json")
+        err("--format is text, markdown or json")
         raise typer.Exit(2)
     from cairn.cli._jobdir import act_job_dir
 
@@ -81,7 +78,7 @@ def regrade_cmd(
             on_event=lambda line: print(line, file=sys.stderr, flush=True),
         )
     except UsageError as exc:
-        _err(str(exc))
+        err(str(exc))
         raise typer.Exit(2) from None
     print(render(read_job(result.job_dir), fmt))
     print(f"derived job: {result.job_dir} (from {result.source_dir})", file=sys.stderr)
@@ -90,7 +87,7 @@ def regrade_cmd(
     if result.exit_code and not any(
         r.regrade and r.regrade.message.startswith("infra:") for r in result.results
     ):
-        _err("nothing in the job could be regraded (see above)")
+        err("nothing in the job could be regraded (see above)")
     raise typer.Exit(result.exit_code)
 
 
@@ -124,6 +121,6 @@ def shell_cmd(
         trial_dir = trial_dir_of(trial_dir, "shell")
         code = asyncio.run(open_shell(trial_dir, step=step, command=command))
     except (UsageError, UnsupportedError) as exc:
-        _err(str(exc))
+        err(str(exc))
         raise typer.Exit(2) from None
     raise typer.Exit(code)

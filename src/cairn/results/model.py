@@ -191,6 +191,55 @@ class NetworkCounts(_Persisted):
     """The first ten distinct hosts refused, control characters replaced (agent output)."""
 
 
+NETWORK_RECORD_VERSION = "1.0"
+"""The version of :class:`ConnectionRecord`, the shape of one line of ``network.jsonl``
+(``network.schema.json``); a change of its fields changes it."""
+
+
+class ConnectionRecord(_Persisted):
+    """One line of a step's ``network.jsonl``: one request through the egress gateway, as
+    the gateway's proxy (:mod:`cairn.sandbox.network.proxy`) wrote it when it ended
+    (docs/network.md "The record"). Version :data:`NETWORK_RECORD_VERSION`.
+
+    The proxy runs in the gateway with the standard library only, so it writes plain JSON;
+    the store validates every record against this model before it appends it, and
+    :func:`cairn.results.store.read_network_records` reads the file back through it. Host,
+    method and reason are what the sandbox sent (bounded by the proxy): hostile text.
+    """
+
+    time: str
+    """When the connection was accepted (ISO 8601, UTC)."""
+    phase: str
+    """The phase of the policy the request was decided under (``agent``, ``verifier``, …)."""
+    conn: int
+    """The connection's number in the gateway."""
+    request: int = 1
+    """1 for a connection's first request, 2… for the ones pipelined behind it (not served)."""
+    peer: str
+    """The client's ``address:port``."""
+    method: str | None = None
+    """The request method (``CONNECT`` for a tunnel), ``None`` before a head was read."""
+    host: str | None = None
+    """The target host, canonical when it parsed, else as sent (at most 255 characters)."""
+    port: int | None = None
+    """The target port."""
+    address: str | None = None
+    """The address actually connected to; ``None`` when nothing was contacted."""
+    verdict: Literal["allowed", "denied"]
+    """``allowed``: the policy admitted the host and its address; ``denied``: refused."""
+    reason: str | None = None
+    """Why it was refused, failed upstream or was cut; ``None`` for a clean request."""
+    cut: bool = False
+    """Whether a phase switch (or the end of the step) closed it."""
+    bytes_out: int = 0
+    """Bytes sent client → upstream."""
+    bytes_in: int = 0
+    """Bytes sent upstream → client."""
+    generation: int | None = None
+    """The policy generation it was decided under (the host's reader drops it after using
+    it to tell a reused gateway's earlier trial apart; absent on disk)."""
+
+
 class Survivor(_Persisted):
     """A process the agent phase started that was still running when it ended (issue #29).
 

@@ -34,6 +34,7 @@ from cairn.results.masking import Masker, find_secrets, mask_tree
 from cairn.results.model import (
     RESULT_SCHEMA_VERSION,
     ArtifactEntry,
+    ConnectionRecord,
     JobMeta,
     JobSummary,
     NetworkCounts,
@@ -83,6 +84,7 @@ __all__ = [
     "move_superseded",
     "read_config",
     "read_artifacts_manifest",
+    "read_network_records",
     "read_trajectory",
     "write_artifacts_manifest",
     "trial_dir_group",
@@ -421,22 +423,27 @@ class TrialStore:
         Args:
             index: 1-based step index.
             name: the step name.
-            records: the gateway's records (:meth:`cairn.sandbox.base.Sandbox.network_records`).
+            records: the gateway's records (:meth:`cairn.sandbox.base.Sandbox.network_records`),
+                each the fields of a :class:`~cairn.results.model.ConnectionRecord`.
 
         Returns:
             The step's :class:`NetworkCounts` for these records.
+
+        Raises:
+            pydantic.ValidationError: a record is not a :class:`ConnectionRecord`.
         """
         path = self.paths.step(index, name).network
         path.parent.mkdir(parents=True, exist_ok=True)
         denied_hosts: list[str] = []
         allowed = denied = 0
         lines = []
-        for rec in records:
-            clean = self.masker.mask_json(to_jsonable(dict(rec)))
-            lines.append(json.dumps(clean, ensure_ascii=True, sort_keys=True) + "\n")
-            if clean.get("verdict") == "denied":
+        for raw in records:
+            rec = ConnectionRecord.model_validate(self.masker.mask_json(to_jsonable(dict(raw))))
+            line = rec.model_dump(mode="json", exclude={"generation"} if rec.generation is None else set())
+            lines.append(json.dumps(line, ensure_ascii=True, sort_keys=True) + "\n")
+            if rec.verdict == "denied":
                 denied += 1
-                host = _printable(str(clean.get("host") or "?"))[:120]
+                host = _printable(rec.host or "?")[:120]
                 if host not in denied_hosts and len(denied_hosts) < 10:
                     denied_hosts.append(host)
             else:
@@ -712,6 +719,25 @@ def read_artifacts_manifest(artifacts_dir: Path) -> list[ArtifactEntry]:
     for row in rows if isinstance(rows, list) else []:
         with contextlib.suppress(ValueError):
             out.append(ArtifactEntry.model_validate(row))
+    return out
+
+
+def read_network_records(path: Path) -> list[ConnectionRecord]:
+    """The records of a step's ``network.jsonl`` (:attr:`StepPaths.network`), in order;
+    ``[]`` when absent. A line that is not a :class:`ConnectionRecord` (a torn last line of a
+    killed run, a foreign edit) is left out: the counts in result.json stand on their own.
+
+    Raises:
+        OSError: the file exists but cannot be read.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    out: list[ConnectionRecord] = []
+    for line in text.splitlines():
+        with contextlib.suppress(ValueError):
+            out.append(ConnectionRecord.model_validate_json(line))
     return out
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from cairn.layout import LOG_DIRS as _LOG_DIRS
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
+from cairn.sandbox.caches import SandboxCaches
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.sandbox.pools import ResourcePool
@@ -268,6 +269,9 @@ class SandboxSpec:
         pool: the running job's pool of reusable resources (:mod:`cairn.sandbox.pools`), or
             ``None`` (a trial run alone, a Ray worker): then the backend removes what it
             made. Not part of the spec's equality (a pre-started sandbox matches without it).
+        caches: the backend memos and build locks shared by the job's sandboxes
+            (:mod:`cairn.sandbox.caches`; the job's own, else a fresh one per spec, kept by
+            every spec derived with :func:`dataclasses.replace`). Not part of the equality.
     """
 
     env_dir: Path | None = None
@@ -293,6 +297,7 @@ class SandboxSpec:
     snapshot: str | None = None
     mounts: tuple[tuple[str, str], ...] = ()
     pool: ResourcePool[object] | None = field(default=None, compare=False, repr=False)
+    caches: SandboxCaches = field(default_factory=SandboxCaches, compare=False, repr=False)
 
     @property
     def network_policy(self) -> NetworkPolicy:

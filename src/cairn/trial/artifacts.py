@@ -103,68 +103,106 @@ async def collect_artifacts(
     Raises:
         SandboxLostError: the engine is gone (every other failure is recorded per entry).
     """
-    rows: list[dict[str, Any]] = []
     all_entries = [*entries] + ([Artifact(source=LOGS_ARTIFACTS, destination=".")] if include_logs else [])
+    rows: list[dict[str, Any]] = []
     for entry in all_entries:
-        dest_rel = entry.effective_destination
-        row: dict[str, Any] = {
-            "source": entry.source,
-            "destination": dest_rel,
-            "status": "failed",
-            "bytes": None,
-            "error": None,
-            "excluded": [],
-        }
-        rows.append(row)
-        target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
-        try:
-            if entry.source == LOGS_ARTIFACTS and not await _logs_artifacts_hold_files(
-                sandbox, logs_artifacts_written
-            ):
-                rows.pop()
-                continue
-            known = (sized or {}).get(entry.source)
-            size = known[0] if known is not None else await _size_bytes(sandbox, entry.source)
-            if size is None:
-                if entry.source == LOGS_ARTIFACTS:
-                    rows.pop()
-                    continue
-                row["error"] = "not found in the sandbox"
-                continue
-            row["bytes"] = size
-            if size > cap_bytes:
-                row["error"] = f"{size} bytes is over the {cap_bytes}-byte cap"
-                continue
-            if known is not None:
-                is_dir = known[1] == "d"
-            else:
-                r = await sandbox.exec(["test", "-d", entry.source], user="root")
-                is_dir = r.exit_code == 0
-            if is_dir:
-                target.mkdir(parents=True, exist_ok=True)
-            else:
-                target.parent.mkdir(parents=True, exist_ok=True)
-            if not is_dir and target.resolve(strict=False).parent != target.parent.resolve():
-                row["error"] = "destination escapes the artifacts folder"
-                continue
-            try:
-                await sandbox.download(entry.source, target)
-            except HostPathsSkippedError as exc:  # issue #29: the rest is copied; say what not
-                row["skipped_too_long"] = exc.paths
-                row["skipped_too_long_count"] = exc.count
-            row["excluded"] = _remove_excluded(target, tuple(entry.exclude))
-            row["status"] = "copied"
-        except SandboxLostError:
-            raise
-        except OSError as exc:  # a destination the host cannot hold (ENAMETOOLONG, ...)
-            row["error"] = f"not collected: the host refused its path ({exc.strerror or exc})"
-        except Exception as exc:  # noqa: BLE001 - best effort by spec: recorded, never fatal
-            row["error"] = f"{type(exc).__name__}: {exc}"
-    for row in rows:
-        row["destination"] = str(PurePosixPath(row["destination"]))
+        row = await _collect_entry(
+            sandbox,
+            entry,
+            dest_dir,
+            cap_bytes=cap_bytes,
+            logs_artifacts_written=logs_artifacts_written,
+            known=(sized or {}).get(entry.source),
+        )
+        if row is not None:
+            rows.append(row)
     # the sandbox's /logs/artifacts is world-writable; its host copy must not be
     dest_dir.chmod(0o755)
     return [ArtifactEntry.model_validate(row) for row in rows]
+
+
+async def _collect_entry(
+    sandbox: Sandbox,
+    entry: Artifact,
+    dest_dir: Path,
+    *,
+    cap_bytes: int,
+    logs_artifacts_written: bool | None,
+    known: tuple[int | None, str] | None,
+) -> dict[str, Any] | None:
+    """One entry's manifest row (``None``: an empty or absent ``/logs/artifacts``, no row).
+
+    Every failure but a lost engine is recorded in the row (best effort by spec).
+
+    Raises:
+        SandboxLostError: the engine is gone.
+    """
+    dest_rel = entry.effective_destination
+    row: dict[str, Any] = {
+        "source": entry.source,
+        "destination": str(PurePosixPath(dest_rel)),
+        "status": "failed",
+        "bytes": None,
+        "error": None,
+        "excluded": [],
+    }
+    target = (dest_dir / dest_rel) if dest_rel not in ("", ".") else dest_dir
+    try:
+        if entry.source == LOGS_ARTIFACTS and not await _logs_artifacts_hold_files(
+            sandbox, logs_artifacts_written
+        ):
+            return None
+        size = known[0] if known is not None else await _size_bytes(sandbox, entry.source)
+        if size is None:
+            if entry.source == LOGS_ARTIFACTS:
+                return None
+            row["error"] = "not found in the sandbox"
+            return row
+        row["bytes"] = size
+        if size > cap_bytes:
+            row["error"] = f"{size} bytes is over the {cap_bytes}-byte cap"
+            return row
+        await _copy_entry(sandbox, entry, target, row, is_dir=await _is_dir(sandbox, entry.source, known))
+    except SandboxLostError:
+        raise
+    except OSError as exc:  # a destination the host cannot hold (ENAMETOOLONG, ...)
+        row["error"] = f"not collected: the host refused its path ({exc.strerror or exc})"
+    except Exception as exc:  # noqa: BLE001 - best effort by spec: recorded, never fatal
+        row["error"] = f"{type(exc).__name__}: {exc}"
+    return row
+
+
+async def _is_dir(sandbox: Sandbox, source: str, known: tuple[int | None, str] | None) -> bool:
+    """Whether ``source`` is a folder in the sandbox (from ``known`` when the caller sized it)."""
+    if known is not None:
+        return known[1] == "d"
+    r = await sandbox.exec(["test", "-d", source], user="root")
+    return r.exit_code == 0
+
+
+async def _copy_entry(
+    sandbox: Sandbox, entry: Artifact, target: Path, row: dict[str, Any], *, is_dir: bool
+) -> None:
+    """Download one sized entry to ``target`` and fill ``row`` (status, skipped paths, excluded).
+
+    Raises:
+        SandboxLostError: the engine is gone.
+        OSError: the host cannot hold the destination.
+    """
+    if is_dir:
+        target.mkdir(parents=True, exist_ok=True)
+    else:
+        target.parent.mkdir(parents=True, exist_ok=True)
+    if not is_dir and target.resolve(strict=False).parent != target.parent.resolve():
+        row["error"] = "destination escapes the artifacts folder"
+        return
+    try:
+        await sandbox.download(entry.source, target)
+    except HostPathsSkippedError as exc:  # issue #29: the rest is copied; say what not
+        row["skipped_too_long"] = exc.paths
+        row["skipped_too_long_count"] = exc.count
+    row["excluded"] = _remove_excluded(target, tuple(entry.exclude))
+    row["status"] = "copied"
 
 
 def _service_of(entry: Artifact | CollectHook) -> str:

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from cairn.plan import RunOptions, Timeouts
 from cairn.sandbox.base import NetworkPolicy
+from cairn.sandbox.caches import SandboxCaches
 from cairn.trial.deferred import drain
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -178,12 +179,16 @@ class JobServices:
             to each sandbox in its spec, or ``None``.
         resources: further job-lifetime resources, opened by :meth:`open` and closed by
             :meth:`aclose` (last opened, first closed).
+        caches: the backends' memos and build locks shared by the job's sandboxes
+            (:mod:`cairn.sandbox.caches`), handed to each sandbox in its spec; each job (and
+            each trial run alone) has its own.
     """
 
     removals: set[asyncio.Task[None]] | None = None
     prestarts: PrestartPool | None = None
     pool: ResourcePool[object] | None = None
     resources: tuple[JobResource, ...] = ()
+    caches: SandboxCaches = field(default_factory=SandboxCaches)
 
     @classmethod
     def standalone(cls) -> JobServices:

@@ -290,6 +290,7 @@ def _prepare(
         r = resolve_trial(plan, agent)
         # --start-step/--from: start from the recorded snapshot (cairn.trial.snapshot)
         spec, rec.forked_from = snapshots.start_spec(r.spec, task, opts, plan.backend)
+        spec = dataclasses.replace(spec, caches=services.caches)  # the job's backend memos
     except TrialFailure as exc:
         rec.error = error_info(exc, phase=Phase.ENVIRONMENT)
         return None

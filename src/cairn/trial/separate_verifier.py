@@ -121,28 +121,76 @@ def plan_separate_verifier(
             on the host, or an environment the backend cannot run.
     """
     cfg: EnvironmentConfig = step.verifier_environment or task.environment
-    context = verifier_build_context(task, step)
-    fallback_note: tuple[str, ...] = ()
-    if context is None and not cfg.docker_image:
-        # design §4.6 "else a copy of [environment]": with no verifier image of its own and no
-        # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
-        # (pristine: none of the agent's changes, only the declared artifacts).
-        context = task.env_dir
-        if context is None or (find_compose_file(context) is None and not (context / "Dockerfile").is_file()):
-            raise TrialFailure(
-                ErrorKind.CONFIG_ERROR,
-                f"step {step.name!r} verifies in a separate environment but it has nothing to "
-                "start: set [verifier.environment].docker_image, add tests/Dockerfile, or give "
-                "the task an environment/Dockerfile",
-            )
-        fallback_note = (
-            "separate verifier: no verifier image given; using a fresh copy of the task's environment",
-        )
+    context, fallback_note = _verifier_context(task, step, cfg)
     env = resolve_env(cfg.env, os.environ if environ is None else environ)
-    compose = find_compose_file(context) is not None
     judge = judge_hosts(step.verifier_env, verifier_env) if verifier_env is not None else []
     policy = cfg.network_policy.with_model_hosts(judge) if judge else None
-    spec = dataclasses.replace(
+    spec = _verifier_spec(
+        base,
+        cfg,
+        context,
+        env=env,
+        policy=policy,
+        name=f"{task.slug}-verifier",
+        timeout_multiplier=timeout_multiplier,
+    )
+    cls = get_backend(backend, compose=find_compose_file(context) is not None)
+    try:
+        warnings = cls.check(spec)
+    except UnsupportedError as exc:
+        raise TrialFailure(
+            ErrorKind.CONFIG_ERROR, f"separate verifier of step {step.name!r}: {exc}"
+        ) from None
+    return SeparatePlan(
+        backend=cls,
+        spec=spec,
+        healthcheck=cfg.healthcheck,
+        secrets=frozenset(secret_values(cfg.env, env)),
+        warnings=(*fallback_note, *warnings),
+        verifier_policy=policy,
+    )
+
+
+def _verifier_context(task: Task, step: Step, cfg: EnvironmentConfig) -> tuple[Path | None, tuple[str, ...]]:
+    """The verifier's build folder (``None``: ``cfg``'s ``docker_image`` as is) and the
+    warning that says it fell back to a fresh copy of the task's environment.
+
+    Raises:
+        TrialFailure: ``config_error`` — neither an image, a ``tests/`` definition nor a task
+            environment to start.
+    """
+    context = verifier_build_context(task, step)
+    if context is not None or cfg.docker_image:
+        return context, ()
+    # design §4.6 "else a copy of [environment]": with no verifier image of its own and no
+    # Dockerfile in tests/, the verifier gets a fresh sandbox of the task's own environment
+    # (pristine: none of the agent's changes, only the declared artifacts).
+    context = task.env_dir
+    if context is None or (find_compose_file(context) is None and not (context / "Dockerfile").is_file()):
+        raise TrialFailure(
+            ErrorKind.CONFIG_ERROR,
+            f"step {step.name!r} verifies in a separate environment but it has nothing to "
+            "start: set [verifier.environment].docker_image, add tests/Dockerfile, or give "
+            "the task an environment/Dockerfile",
+        )
+    return context, (
+        "separate verifier: no verifier image given; using a fresh copy of the task's environment",
+    )
+
+
+def _verifier_spec(
+    base: SandboxSpec,
+    cfg: EnvironmentConfig,
+    context: Path | None,
+    *,
+    env: dict[str, str],
+    policy: NetworkPolicy | None,
+    name: str,
+    timeout_multiplier: float,
+) -> SandboxSpec:
+    """The verifier sandbox's spec: the trial's ``base`` with the verifier environment's
+    image, resources, network and env (``policy``: the verifier phase's own, if any)."""
+    return dataclasses.replace(
         base,
         env_dir=context,
         docker_image=cfg.docker_image,
@@ -157,23 +205,8 @@ def plan_separate_verifier(
         env=env,
         build_timeout_sec=cfg.build_timeout_sec * timeout_multiplier,
         env_hash=env_hash(context, docker_image=cfg.docker_image, workdir=cfg.workdir),
-        name=f"{task.slug}-verifier",
+        name=name,
         keep=False,
-    )
-    cls = get_backend(backend, compose=compose)
-    try:
-        warnings = cls.check(spec)
-    except UnsupportedError as exc:
-        raise TrialFailure(
-            ErrorKind.CONFIG_ERROR, f"separate verifier of step {step.name!r}: {exc}"
-        ) from None
-    return SeparatePlan(
-        backend=cls,
-        spec=spec,
-        healthcheck=cfg.healthcheck,
-        secrets=frozenset(secret_values(cfg.env, env)),
-        warnings=(*fallback_note, *warnings),
-        verifier_policy=policy,
     )
 
 
@@ -286,34 +319,17 @@ async def run_separate_verifier(
     """
     try:
         async with plan.backend(plan.spec) as sb:
-            if plan.healthcheck is not None:
-                hc = await run_healthcheck(sb, plan.healthcheck, timeout_multiplier=timeout_multiplier)
-                if not hc.healthy:
-                    return VerifierRun(
-                        error=TrialFailure(
-                            ErrorKind.ENV_HEALTHCHECK_FAILED,
-                            f"the separate verifier environment of step {step.name!r} failed its "
-                            f"healthcheck after {hc.probes} probes",
-                            detail={"exit_code": hc.last_exit_code, "output_tail": mask(hc.last_output)},
-                        )
-                    )
-            restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
-            if plan.verifier_policy is not None:  # the judge's opening, for test.sh only
-                await sb.set_network(plan.verifier_policy, phase="verifier")
-            run = await run_verifier(
+            return await _verify_in(
                 sb,
+                plan,
                 step,
                 env=env,
                 timeout_sec=timeout_sec,
                 verifier_dir=verifier_dir,
+                artifacts_dir=artifacts_dir,
                 mask=mask,
-                image_tests=True,
+                timeout_multiplier=timeout_multiplier,
             )
-            run.network_records = list(await sb.network_records())
-            run.warnings.extend(plan.warnings)
-            if not restored:
-                run.warnings.append("separate verifier: no artifact was copied into its sandbox")
-            return run
     except SandboxLostError:
         raise
     except BuildError as exc:
@@ -321,7 +337,7 @@ async def run_separate_verifier(
             error=TrialFailure(
                 exc.kind,
                 f"separate verifier environment of step {step.name!r}: {mask(str(exc))}",
-                detail={k: mask(v) if isinstance(v, str) else v for k, v in exc.detail.items()},
+                detail=_masked(exc.detail, mask),
             )
         )
     except (SandboxError, UnsupportedError) as exc:
@@ -329,12 +345,64 @@ async def run_separate_verifier(
             error=as_start_failure(
                 exc,
                 f"separate verifier sandbox of step {step.name!r}: {mask(str(exc))}",
-                detail={
-                    k: mask(v) if isinstance(v, str) else v for k, v in getattr(exc, "detail", {}).items()
-                },
+                detail=_masked(getattr(exc, "detail", {}), mask),
             )
         )
     except TrialFailure as exc:
         if exc.kind is ErrorKind.CONFIG_ERROR:
             return VerifierRun(error=exc)
         raise
+
+
+def _masked(detail: Mapping[str, object], mask: Callable[[str], str]) -> dict[str, object]:
+    """``detail`` with its text values masked (a sandbox error's detail goes to the host)."""
+    return {k: mask(v) if isinstance(v, str) else v for k, v in detail.items()}
+
+
+async def _verify_in(
+    sb: Sandbox,
+    plan: SeparatePlan,
+    step: Step,
+    *,
+    env: dict[str, str],
+    timeout_sec: float,
+    verifier_dir: Path,
+    artifacts_dir: Path,
+    mask: Callable[[str], str],
+    timeout_multiplier: float,
+) -> VerifierRun:
+    """In the started verifier sandbox: healthcheck, restore the artifacts, open the judge's
+    host, run the verifier (arguments as :func:`run_separate_verifier`).
+
+    Raises:
+        SandboxLostError: the engine is gone.
+        SandboxError: the sandbox failed.
+    """
+    if plan.healthcheck is not None:
+        hc = await run_healthcheck(sb, plan.healthcheck, timeout_multiplier=timeout_multiplier)
+        if not hc.healthy:
+            return VerifierRun(
+                error=TrialFailure(
+                    ErrorKind.ENV_HEALTHCHECK_FAILED,
+                    f"the separate verifier environment of step {step.name!r} failed its "
+                    f"healthcheck after {hc.probes} probes",
+                    detail={"exit_code": hc.last_exit_code, "output_tail": mask(hc.last_output)},
+                )
+            )
+    restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
+    if plan.verifier_policy is not None:  # the judge's opening, for test.sh only
+        await sb.set_network(plan.verifier_policy, phase="verifier")
+    run = await run_verifier(
+        sb,
+        step,
+        env=env,
+        timeout_sec=timeout_sec,
+        verifier_dir=verifier_dir,
+        mask=mask,
+        image_tests=True,
+    )
+    run.network_records = list(await sb.network_records())
+    run.warnings.extend(plan.warnings)
+    if not restored:
+        run.warnings.append("separate verifier: no artifact was copied into its sandbox")
+    return run

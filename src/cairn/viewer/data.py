@@ -37,7 +37,6 @@ from cairn.results.store import (
     JOB_JSON,
     RESULT_JSON,
     STEPS_JSON,
-    SUMMARY_JSON,
     TRIALS,
     JobPaths,
     TrialPaths,
@@ -1046,8 +1045,3 @@ def reward_histogram(rows: Sequence[TrialRow], bins: int = 10) -> list[dict[str,
             counts[i] += 1
     labels = [f"{i / bins:.1f}–{(i + 1) / bins:.1f}" for i in range(bins)] + ["≥1.0"]
     return [{"label": lab, "n": n} for lab, n in zip(labels, counts, strict=True)]
-
-
-def job_summary_file(job_root: Path) -> Path:
-    """The path of a job's summary.json (for display)."""
-    return job_root / SUMMARY_JSON

@@ -16,6 +16,7 @@ import pytest
 from cairn._util.treehash import tree_hash
 from cairn.errors import BuildError, ErrorKind
 from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.local.backend import LocalSandbox, find_local_layers, remove_local_layer
 from cairn.sandbox.local.layer import layer_key
 from cairn.sandbox.local.rootfs import layers_dir
@@ -231,6 +232,19 @@ def test_build_timeout(tmp_path: Path) -> None:
         asyncio.run(main())
     assert exc.value.kind is ErrorKind.BUILD_TIMEOUT
     assert time.monotonic() - t0 < 10
+
+
+def test_force_build_rebuilds_once_per_job_not_once_per_process(tmp_path: Path) -> None:
+    env = _env(tmp_path, "FROM debian\nRUN date +%s%N > /stamp\n", {"n": uuid.uuid4().hex})
+    job_a, job_b = SandboxCaches(), SandboxCaches()
+
+    async def stamp(caches: SandboxCaches) -> str:
+        async with LocalSandbox(_spec(env, force_build=True, caches=caches)) as sb:
+            return await _sh(sb, "cat /stamp")
+
+    first = asyncio.run(stamp(job_a))
+    assert asyncio.run(stamp(job_a)) == first  # the job rebuilt it already
+    assert asyncio.run(stamp(job_b)) != first  # another job in this process rebuilds
 
 
 def test_force_build_rebuilds_and_keeps_the_old_layer_aside(tmp_path: Path) -> None:

@@ -3,7 +3,8 @@
 ``result.schema.json`` (result.json), ``steps.schema.json`` (steps.json) and
 ``summary.schema.json`` (summary.json), ``job.schema.json`` (job.json) and
 ``config.schema.json`` (a trial's config.json) and ``rollout.schema.json`` (one line of
-``cairn export --format rollouts``) are generated from the pydantic models in
+``cairn export --format rollouts``) and ``network.schema.json`` (one line of a step's
+``network.jsonl``) are generated from the pydantic models in
 :mod:`cairn.results`, ``check.schema.json`` (``cairn tasks check --json``) from
 :mod:`cairn.task.report`; regenerate them after changing a model with::
 
@@ -22,7 +23,14 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from cairn.results.model import JobMeta, JobSummary, StepsFile, TrialConfigFile, TrialResult
+from cairn.results.model import (
+    ConnectionRecord,
+    JobMeta,
+    JobSummary,
+    StepsFile,
+    TrialConfigFile,
+    TrialResult,
+)
 from cairn.results.rollouts import RolloutStep
 from cairn.task.report import CheckReport
 
@@ -36,6 +44,7 @@ SCHEMA_MODELS: dict[str, type[BaseModel]] = {
     "config": TrialConfigFile,
     "check": CheckReport,
     "rollout": RolloutStep,
+    "network": ConnectionRecord,
 }
 """Schema name → the model it is generated from; the file is ``<name>.schema.json``."""
 

@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import docker
@@ -113,12 +114,13 @@ ENDED_SETTLE_SEC = 5.0
 that no longer runs an exec but is still reported running, and then for its event log (whether
 it was killed from outside), seconds."""
 
-_GONE: dict[str, Any] = {"Running": False}
-_UNANSWERED: dict[str, Any] = {"Running": False}
+_GONE: Mapping[str, Any] = MappingProxyType({"Running": False})
+""":meth:`DockerSandbox._state` when the engine no longer knows the container (a sentinel)."""
+_UNANSWERED: Mapping[str, Any] = MappingProxyType({"Running": False})
 """:meth:`DockerSandbox._state` when the engine does not answer at all (issue #29)."""
 
 
-def _silence_at_end(state: dict[str, Any]) -> str | None:
+def _silence_at_end(state: Mapping[str, Any]) -> str | None:
     """``HH:MM:SS`` of a moment this process found the engine silent around the container's
     ``FinishedAt`` (:func:`~cairn.sandbox.docker.build.silent_near`), or ``None``."""
     stamp = api_time(str(state.get("FinishedAt") or ""))
@@ -127,8 +129,6 @@ def _silence_at_end(state: dict[str, Any]) -> str | None:
     t = silent_near(float(stamp))
     return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
 
-
-"""What :meth:`DockerSandbox._state` answers for a container the engine no longer knows."""
 
 _SETUP_SCRIPT = """
 set -e
@@ -297,7 +297,7 @@ class DockerSandbox(Sandbox):
         if reused is not None:
             net = self._net = reused
         gateway_image = (
-            ensure_gateway_image(self._client)
+            ensure_gateway_image(self._client, self.spec.caches)
             if net.layout is Layout.GATEWAY and reused is None
             else asyncio.sleep(0, None)
         )
@@ -611,7 +611,7 @@ class DockerSandbox(Sandbox):
             from_outside=bool(signals),
         )
 
-    async def _state(self) -> dict[str, Any] | None:
+    async def _state(self) -> Mapping[str, Any] | None:
         """The container's engine ``State``; :data:`_GONE` when the engine no longer knows the
         container; ``None`` when the engine cannot tell."""
         assert self._client is not None

@@ -4,7 +4,8 @@
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
   never starve the event loop's default executor.
 - :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at
-  a time per hash: an :class:`asyncio.Lock` in this process, a file lock across processes),
+  a time per hash: an :class:`asyncio.Lock` in the job's :class:`~cairn.sandbox.caches.SandboxCaches`,
+  a file lock across jobs and processes),
   reuses the image afterwards, and classifies failures as ``build_failed``, ``build_timeout`` or
   ``image_not_found``. A build past its timeout is aborted by killing the build's running
   intermediate container (read from the build output), which the SDK cannot cancel otherwise.
@@ -20,11 +21,10 @@ import os
 import re
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +44,7 @@ from cairn.errors import (
 from cairn.layout import find_compose_file
 from cairn.lock import flock_async
 from cairn.sandbox.base import SandboxSpec
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.docker.client import engine_version, make_client  # noqa: F401 - re-exported
 
 T = TypeVar("T")
@@ -270,11 +271,21 @@ def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
             return None
 
 
-_LOCKS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
-    weakref.WeakKeyDictionary()
-)
-_FAILURES: dict[str, tuple[float, BuildError]] = {}
-_FORCE_BUILT: set[str] = set()
+@dataclass
+class BuildMemo:
+    """What the docker backend remembers of one job's image builds
+    (:meth:`cairn.sandbox.caches.SandboxCaches.memo` ``"docker.build"``)."""
+
+    failures: dict[str, tuple[float, BuildError]] = field(default_factory=dict)
+    """env hash → (``time.monotonic()`` of the failure, the error): repeated for
+    :data:`FAILURE_TTL_SEC` instead of building again."""
+    force_built: set[str] = field(default_factory=set)
+    """env hashes rebuilt under ``--force-build`` already (once per job)."""
+
+
+def build_memo(caches: SandboxCaches) -> BuildMemo:
+    """The job's :class:`BuildMemo` in ``caches``."""
+    return caches.memo("docker.build", BuildMemo)
 
 
 def _lock_dir() -> Path:
@@ -289,14 +300,14 @@ def _lock_dir() -> Path:
 
 
 @contextlib.asynccontextmanager
-async def _build_lock(env_hash: str, deadline: float) -> AsyncIterator[None]:
-    """One build per hash at a time: in this event loop, then across processes (flock).
+async def _build_lock(caches: SandboxCaches, env_hash: str, deadline: float) -> AsyncIterator[None]:
+    """One build per hash at a time: in the job (``caches``' lock in this event loop), then
+    across jobs and processes (flock).
 
     Raises:
         TimeoutError: ``deadline`` (event-loop time) passed while waiting.
     """
-    loop = asyncio.get_running_loop()
-    lock = _LOCKS.setdefault(loop, {}).setdefault(env_hash, asyncio.Lock())
+    lock = caches.lock(env_hash)
     async with asyncio.timeout_at(deadline):
         await lock.acquire()
     try:
@@ -355,12 +366,13 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
     env_hash = spec.env_hash or await in_thread(tree_hash, env_dir)
     tag = f"{IMAGE_REPO}:{env_hash[:16]}"
     deadline = asyncio.get_running_loop().time() + spec.build_timeout_sec
+    memo = build_memo(spec.caches)
     try:
-        async with _build_lock(env_hash, deadline):
-            failed = _FAILURES.get(env_hash)
+        async with _build_lock(spec.caches, env_hash, deadline):
+            failed = memo.failures.get(env_hash)
             if failed and time.monotonic() - failed[0] < FAILURE_TTL_SEC:
                 raise BuildError(failed[1].kind, str(failed[1]), detail=failed[1].detail)
-            if not spec.force_build or env_hash in _FORCE_BUILT:
+            if not spec.force_build or env_hash in memo.force_built:
                 info = await in_thread(_lookup, client, tag)
                 if info is not None:
                     return info
@@ -368,14 +380,14 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
 
             if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
                 info = await _build_buildkit(
-                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec
+                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec, memo
                 )
             else:
                 info = await _build(
-                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec
+                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec, memo
                 )
             if spec.force_build:
-                _FORCE_BUILT.add(env_hash)
+                memo.force_built.add(env_hash)
             return info
     except TimeoutError:
         raise BuildError(
@@ -496,6 +508,7 @@ async def _build_buildkit(
     nocache: bool,
     deadline: float,
     timeout_sec: float,
+    memo: BuildMemo,
 ) -> ImageInfo:
     """Build a Dockerfile that needs BuildKit (:mod:`cairn.sandbox.docker.buildkit`).
 
@@ -511,7 +524,7 @@ async def _build_buildkit(
         )
     except BuildError as err:
         if err.kind is not ErrorKind.BUILD_TIMEOUT:
-            _FAILURES[env_hash] = (time.monotonic(), err)
+            memo.failures[env_hash] = (time.monotonic(), err)
         raise
     info = await in_thread(_lookup, client, tag)
     if info is None:
@@ -535,6 +548,7 @@ async def _build(
     nocache: bool,
     deadline: float,
     timeout_sec: float,
+    memo: BuildMemo,
 ) -> ImageInfo:
     """Build on a thread until ``deadline`` (event-loop time); past it, abort the build.
 
@@ -570,7 +584,7 @@ async def _build(
             f"docker build failed: {msg}",
             detail={"log_tail": run.log_tail + "\n" + msg},
         )
-        _FAILURES[env_hash] = (time.monotonic(), err)
+        memo.failures[env_hash] = (time.monotonic(), err)
         raise err from exc
     await in_thread(run.cleanup)
     if run.error is not None:
@@ -583,7 +597,7 @@ async def _build(
         err = BuildError(
             kind, msg, detail={"log_tail": run.log_tail, "step": run.step, "containers": list(run.containers)}
         )
-        _FAILURES[env_hash] = (time.monotonic(), err)
+        memo.failures[env_hash] = (time.monotonic(), err)
         raise err
     info = await in_thread(_lookup, client, tag)
     if info is None:

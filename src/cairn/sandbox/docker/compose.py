@@ -60,7 +60,7 @@ from cairn.sandbox.docker.build import (
     make_client,
     task_fault_reason,
 )
-from cairn.sandbox.docker.compose_cli import _COMPOSE_OK, _run_cli, compose_cli
+from cairn.sandbox.docker.compose_cli import _run_cli, compose_cli, compose_memo
 from cairn.sandbox.docker.compose_files import (
     MAIN_SERVICE,
     PROTECTED_VARS,
@@ -141,7 +141,7 @@ class ComposeSandbox(DockerSandbox):
             path,
             main_supplied=bool(spec.docker_image) or (Path(spec.env_dir) / "Dockerfile").is_file(),  # type: ignore[arg-type]
         )
-        compose_cli()
+        compose_cli(spec.caches)
         clash = sorted(PROTECTED_VARS & set(spec.env))
         if clash:
             warnings.append(
@@ -165,7 +165,7 @@ class ComposeSandbox(DockerSandbox):
         return {
             **super().info,
             "compose_project": self.project,
-            "compose_version": _COMPOSE_OK.get("version"),
+            "compose_version": compose_memo(self.spec.caches).version,
         }
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -185,7 +185,7 @@ class ComposeSandbox(DockerSandbox):
         self._started = True
         spec = self.spec
         self.warnings = self.check(spec)
-        self._docker = compose_cli()
+        self._docker = compose_cli(spec.caches)
         self._compose_file = find_compose_file(spec.env_dir)
         assert self._compose_file is not None and spec.env_dir is not None
         self._client = await in_thread(make_client)
@@ -243,7 +243,9 @@ class ComposeSandbox(DockerSandbox):
 
     async def _start_gateway(self) -> None:
         assert self._client is not None and self._net is not None
-        image, _ = await _gather(ensure_gateway_image(self._client), self._net.create_networks())
+        image, _ = await _gather(
+            ensure_gateway_image(self._client, self.spec.caches), self._net.create_networks()
+        )
         await self._net.start_gateway(image, self.spec.network_policy, "environment")
 
     async def _join_gateway(self) -> None:
@@ -359,7 +361,7 @@ class ComposeSandbox(DockerSandbox):
             return {}
         loop = asyncio.get_running_loop()
         try:
-            async with _build_lock(f"compose-{env_hash}", deadline):
+            async with _build_lock(self.spec.caches, f"compose-{env_hash}", deadline):
                 missing = [
                     svc
                     for svc, tag in wanted.items()

@@ -13,24 +13,45 @@ import os
 import shutil
 import signal
 from collections import deque
+from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.errors import UnsupportedError
+from cairn.sandbox.caches import SandboxCaches
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 """Output kept per command: the last 64 KiB."""
-_COMPOSE_OK: dict[str, str] = {}
-"""``docker`` → the CLI path once ``docker compose version`` answered (and ``version``)."""
 
 
-def compose_cli() -> str:
+@dataclass
+class ComposeCliMemo:
+    """The Compose CLI one job found (:meth:`cairn.sandbox.caches.SandboxCaches.memo`
+    ``"docker.compose_cli"``)."""
+
+    path: str | None = None
+    """The ``docker`` CLI path once ``docker compose version`` answered."""
+    version: str | None = None
+    """What ``docker compose version --short`` printed."""
+
+
+def compose_memo(caches: SandboxCaches) -> ComposeCliMemo:
+    """The job's :class:`ComposeCliMemo` in ``caches``."""
+    return caches.memo("docker.compose_cli", ComposeCliMemo)
+
+
+def compose_cli(caches: SandboxCaches | None = None) -> str:
     """The ``docker`` CLI path, after checking that ``docker compose`` (v2) answers.
+
+    Args:
+        caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`): the check
+            runs once per job; ``None`` checks every time.
 
     Raises:
         UnsupportedError: no ``docker`` CLI, or no Compose v2 plugin.
     """
-    if "docker" in _COMPOSE_OK:
-        return _COMPOSE_OK["docker"]
+    memo = compose_memo(caches) if caches is not None else ComposeCliMemo()
+    if memo.path is not None:
+        return memo.path
     exe = shutil.which("docker")
     if exe is None:
         raise UnsupportedError(
@@ -55,8 +76,7 @@ def compose_cli() -> str:
             "compose environments need Docker Compose v2 (`docker compose`); "
             f"`docker compose version` said: {(r.stderr or r.stdout)[-300:]}"
         )
-    _COMPOSE_OK["docker"] = exe
-    _COMPOSE_OK["version"] = r.stdout.strip()
+    memo.path, memo.version = exe, r.stdout.strip()
     return exe
 
 

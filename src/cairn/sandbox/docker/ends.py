@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
@@ -48,7 +49,7 @@ def api_time(rfc3339: str, shift_sec: float = 0.0) -> str | None:
     return f"{secs}.{nanos % 1_000_000_000:09d}"
 
 
-def engine_kills(client: Any, cid: str, state: dict[str, Any]) -> list[int | str]:
+def engine_kills(client: Any, cid: str, state: Mapping[str, Any]) -> list[int | str]:
     """The signals the engine was asked to send the container between its start and just past
     its end (``docker kill``/``stop``/``rm -f`` by anyone), from the engine's event log.
 

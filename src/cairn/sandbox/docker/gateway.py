@@ -35,7 +35,7 @@ import tarfile
 import tempfile
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -44,6 +44,7 @@ import docker.errors
 
 from cairn.errors import ErrorKind, SandboxError
 from cairn.netpolicy import NetworkMode, NetworkPolicy, parse_address
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.docker.build import _build_lock, in_thread, start_thread, translate
 
 log = logging.getLogger(__name__)
@@ -219,11 +220,23 @@ def gateway_image_tag() -> tuple[str, str]:
     return f"{IMAGE_REPO}:gateway-{digest[:16]}", digest
 
 
-_IMAGE_OK: dict[str, str] = {}
+@dataclass
+class GatewayImageMemo:
+    """The gateway images one job found or built (:meth:`cairn.sandbox.caches.SandboxCaches.memo`
+    ``"docker.gateway_image"``)."""
+
+    digests: dict[str, str] = field(default_factory=dict)
+    """image tag → content digest of the gateway files, once the image exists."""
 
 
-async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
-    """Build the gateway image once per content hash (reused by every trial and job).
+async def ensure_gateway_image(client: Any, caches: SandboxCaches, timeout_sec: float = 300.0) -> str:
+    """Build the gateway image once per content hash (reused by every trial and job; the
+    engine is asked once per job).
+
+    Args:
+        client: the Docker SDK client.
+        caches: the job's memos and build locks (:attr:`cairn.sandbox.base.SandboxSpec.caches`).
+        timeout_sec: bound on waiting for and building the image, seconds.
 
     Returns:
         The image tag.
@@ -232,7 +245,8 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
         SandboxError: ``start_failed`` when the build fails (e.g. no local ``python:3.12-slim``).
     """
     tag, digest = gateway_image_tag()
-    if _IMAGE_OK.get(tag):
+    memo = caches.memo("docker.gateway_image", GatewayImageMemo)
+    if memo.digests.get(tag):
         return tag
     deadline = asyncio.get_running_loop().time() + timeout_sec
 
@@ -266,7 +280,7 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
                 out.append(str(chunk.get("stream") or ""))
 
     try:
-        async with _build_lock(f"gateway-{digest}", deadline):
+        async with _build_lock(caches, f"gateway-{digest}", deadline):
             with translate("building the egress gateway image", kind=ErrorKind.START_FAILED):
                 if not await in_thread(exists):
                     await in_thread(build)
@@ -274,7 +288,7 @@ async def ensure_gateway_image(client: Any, timeout_sec: float = 300.0) -> str:
         raise SandboxError(
             "waited too long for the egress gateway image build", kind=ErrorKind.START_FAILED
         ) from None
-    _IMAGE_OK[tag] = digest
+    memo.digests[tag] = digest
     return tag
 
 

@@ -4,9 +4,9 @@ An environment's Dockerfile runs once, in a build sandbox (host network, like ``
 whose upper folders are then merged into one tree and kept as a layer under
 ``<state>/layers/<env_hash>/`` (``root/`` + ``meta.json`` with WORKDIR, ENV, USER…). Later
 sandboxes of the same environment, in this job or any later one, mount it as a read-only lower
-layer above the host folders. One build at a time per hash: an ``asyncio.Lock`` inside the
-process and a file lock across processes; the layer is built in a temporary folder and renamed
-into place, so a reader never sees half a layer.
+layer above the host folders. One build at a time per hash: an ``asyncio.Lock`` of the job
+(:mod:`cairn.sandbox.caches`) and a file lock across jobs and processes; the layer is built in a
+temporary folder and renamed into place, so a reader never sees half a layer.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import re
 import tempfile
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cairn._util.treehash import tree_hash
@@ -56,8 +56,14 @@ DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 LOG_TAIL_CHARS = 4000
 RUN_OUTPUT_CAP = 1 << 20
 
-_locks: dict[tuple[int, str], asyncio.Lock] = {}
-_force_built: set[str] = set()
+
+@dataclass
+class LayerMemo:
+    """What the local backend remembers of one job's layer builds
+    (:meth:`cairn.sandbox.caches.SandboxCaches.memo` ``"local.layer"``)."""
+
+    force_built: set[str] = field(default_factory=set)
+    """Layer keys rebuilt under ``--force-build`` already (once per job)."""
 
 
 @dataclass(frozen=True)
@@ -108,8 +114,8 @@ async def ensure_layer(spec: SandboxSpec, support: HostSupport) -> Layer | None:
     """Return the layer of ``spec``'s Dockerfile, building it first if needed.
 
     Returns ``None`` when the environment has no Dockerfile. ``spec.force_build`` rebuilds
-    once per process (an older layer still used by running sandboxes is moved aside, never
-    deleted under them).
+    once per job (:attr:`cairn.sandbox.base.SandboxSpec.caches`; an older layer still used by
+    running sandboxes is moved aside, never deleted under them).
 
     Raises:
         UnsupportedError: the Dockerfile is outside the subset.
@@ -120,9 +126,9 @@ async def ensure_layer(spec: SandboxSpec, support: HostSupport) -> Layer | None:
         return None
     key = layer_key(spec)
     final = layers_dir() / key
-    lock = _locks.setdefault((id(asyncio.get_running_loop()), key), asyncio.Lock())
-    async with lock, _file_lock(layers_dir() / f".{key}.lock"):
-        force = spec.force_build and key not in _force_built
+    memo = spec.caches.memo("local.layer", LayerMemo)
+    async with spec.caches.lock(f"local-layer-{key}"), _file_lock(layers_dir() / f".{key}.lock"):
+        force = spec.force_build and key not in memo.force_built
         layer = None if force else load_layer(final)
         if layer is not None:
             with contextlib.suppress(OSError):
@@ -136,7 +142,7 @@ async def ensure_layer(spec: SandboxSpec, support: HostSupport) -> Layer | None:
                 ErrorKind.BUILD_TIMEOUT, f"local layer build exceeded {spec.build_timeout_sec:.0f} s"
             ) from None
         if spec.force_build:
-            _force_built.add(key)
+            memo.force_built.add(key)
         return layer
 
 

@@ -40,6 +40,9 @@ reached / ``denied``: nothing was contacted),
 ``reason`` (refusals, upstream failures, a cut), ``cut`` (``true`` when a phase switch
 closed it), ``bytes_out`` (client → upstream) and ``bytes_in`` (upstream → client). Host
 names are logged in canonical form, else as sent (bounded to 255 characters).
+These are the fields of :class:`cairn.results.model.ConnectionRecord` (this script has the
+standard library only, so it writes plain JSON; the host's store validates each record against
+the model before it appends it to ``network.jsonl``, and a test holds the two field sets equal).
 
 Policy switches: the state file holds ``{"generation", "phase", "policy", "hosts"}`` and
 optionally ``"local_addresses"`` (the engine host's addresses, refused as targets of names)

@@ -1,0 +1,70 @@
+"""What the sandboxes of one job share in one process: memos of backend facts and build locks.
+
+A backend remembers facts that are costly to learn again (a build that failed a moment ago,
+an image built once under ``--force-build``, the gateway image that exists, the Compose CLI
+that answered) and serialises builds of one environment with an :class:`asyncio.Lock` before
+its file lock. That state lives in one :class:`SandboxCaches` value owned by the job
+(:attr:`cairn.trial.context.JobServices.caches`), handed to each sandbox in
+:attr:`cairn.sandbox.base.SandboxSpec.caches`: two jobs in one process learn each fact on
+their own, and a spec made alone (a test, ``cairn shell``) gets a fresh one, so no test resets
+module state. The file locks still serialise builds across jobs and processes.
+
+This module holds no engine calls and no module-level state.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections.abc import Callable
+from typing import Any, TypeVar, cast
+
+T = TypeVar("T")
+
+
+class SandboxCaches:
+    """One job's backend memos (by name) and its in-process build locks (by key and loop).
+
+    Thread-safe. A copy (pickled for another process, ``copy.deepcopy``) starts empty: a
+    memo of this process's engine facts means nothing elsewhere.
+    """
+
+    def __init__(self) -> None:
+        self._mu = threading.Lock()
+        self._memos: dict[str, object] = {}
+        self._locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, asyncio.Lock]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def memo(self, name: str, factory: Callable[[], T]) -> T:
+        """The memo called ``name``, made by ``factory`` on first use.
+
+        Args:
+            name: the memo's name, owned by one backend module (``"docker.build"``, …).
+            factory: makes the empty memo (a dataclass of dicts and sets).
+
+        Returns:
+            The same object for every call with ``name`` on this value.
+        """
+        with self._mu:
+            if name not in self._memos:
+                self._memos[name] = factory()
+            return cast(T, self._memos[name])
+
+    def lock(self, key: str) -> asyncio.Lock:
+        """The build lock of ``key`` in the running event loop (an :class:`asyncio.Lock`
+        belongs to one loop; a prestart thread's loop gets its own).
+
+        Raises:
+            RuntimeError: no event loop is running.
+        """
+        loop = asyncio.get_running_loop()
+        with self._mu:
+            return self._locks.setdefault(loop, {}).setdefault(key, asyncio.Lock())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (SandboxCaches, ())
+
+
+__all__ = ["SandboxCaches"]
