@@ -21,6 +21,7 @@ import pytest
 
 from cairn.errors import BuildError, ErrorKind, SandboxError, UnsupportedError
 from cairn.sandbox.base import NetworkMode, SandboxSpec
+from cairn.sandbox.caches import SandboxCaches
 
 docker = pytest.importorskip("docker")
 from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
@@ -113,10 +114,16 @@ def test_build_failed_once_for_four_trials_with_log_tail(tmp_path):
     env.mkdir()
     (env / "Dockerfile").write_text(df)
 
-    async def one(i):
+    job = SandboxCaches()
+
+    async def one(i, caches=job):
         sb = DockerSandbox(
             SandboxSpec(
-                env_dir=env, network_mode=NetworkMode.NO_NETWORK, job_id="test-docker", trial_id=f"bf{i}"
+                env_dir=env,
+                network_mode=NetworkMode.NO_NETWORK,
+                job_id="test-docker",
+                trial_id=f"bf{i}",
+                caches=caches,  # the four trials of one job share its backend memos
             )
         )
         with pytest.raises(BuildError) as ei:
@@ -132,6 +139,9 @@ def test_build_failed_once_for_four_trials_with_log_tail(tmp_path):
     assert all(f"build-marker-{marker}" in e.detail["log_tail"] for e in errors)
     runs = set().union(*(_running_in(e) for e in errors))
     assert len(runs) == 1, f"the failing RUN ran {len(runs)} times"
+    # another job in this process does not inherit the first one's memo: it builds again
+    again = asyncio.run(one(9, SandboxCaches()))
+    assert again.kind is ErrorKind.BUILD_FAILED and _running_in(again) - runs
     assert not any(_exists(c) for c in runs)
 
 
