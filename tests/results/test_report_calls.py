@@ -104,7 +104,7 @@ def test_json_sums_equal_the_servers_bill_per_step_trial_and_job(jobs):
 def test_text_and_markdown_show_the_sums(jobs):
     first, second = trials_of(jobs.relay)
     text = _report(jobs.relay)
-    assert "model calls          9 in 2 trial(s) (relay record): 1 errors, 1 retries; input 1200" in text
+    assert "model calls          9 in 2 trial(s) (relay record): errors 1, retries 1; input 1200" in text
     rows = {
         line.split()[0]: line.split()
         for line in text.splitlines()

@@ -362,7 +362,7 @@ def call_rows(calls: JobCallSums) -> list[list[str]]:
             for st in t.steps:
                 label = f"  {st.index}. {st.name}"
                 if st.sums is None:
-                    rows.append([label, *["-"] * 9, "not run"])
+                    rows.append([label, *["-"] * 9, "not run by the agent"])
                 else:
                     rows.append([label, *_sums_cells(st.sums), f"relay{_notes(st.sums)}"])
         elif t.agent_tokens is not None:
@@ -394,8 +394,8 @@ def call_summary_rows(calls: JobCallSums) -> list[tuple[str, str]]:
         rows.append(
             (
                 "model calls",
-                f"{t.calls} in {calls.recorded_trials} trial(s) (relay record): {t.errors} errors, "
-                f"{t.retries} retries; input {_n(t.input_tokens)}, output {_n(t.output_tokens)}, "
+                f"{t.calls} in {calls.recorded_trials} trial(s) (relay record): errors {t.errors}, "
+                f"retries {t.retries}; input {_n(t.input_tokens)}, output {_n(t.output_tokens)}, "
                 f"cache read {_n(t.cache_read_tokens)}, cache write {_n(t.cache_write_tokens)}, "
                 f"reasoning {_n(t.reasoning_tokens)}; cost {_usd(t.cost_usd)}{_notes(t)}",
             )

@@ -764,7 +764,14 @@ def _body_text(value: Any) -> tuple[str, bool]:
 
 
 def pretty_body(value: Any) -> str:
-    """A recorded body as indented JSON text (shown escaped, like any agent output)."""
+    """A recorded body as indented JSON text (shown escaped, like any agent output).
+
+    Args:
+        value: the parsed body (any JSON value; hostile).
+
+    Returns:
+        The text; ``repr`` of the value when it cannot be written as JSON.
+    """
     import json
 
     try:
