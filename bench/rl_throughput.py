@@ -13,7 +13,9 @@ cannot reach each other). Side by side, in rotated order every round, medians of
   relayed side imported ``cairn.relay`` or ``aiohttp``, from one ``-X importtime`` trial);
 - ``SDK+net``: ``bench/_sdkfloor.py job ... own``: the least work of the same trials through the
   Docker SDK, each trial on a bridge network created for it and removed after it (the floor
-  for isolated trials; design §12).
+  for isolated trials; design §12);
+- ``SDK+pool``: the same, each trial on a network of its own taken over from a trial whose
+  container is gone (``pool``: what cairn's bridge reuse does, at the floor).
 
 Printed per side: wall, trials per minute, the process's own CPU per trial, and the Docker
 engine's CPU per trial meanwhile (read from /proc; on a shared engine it includes other users'
@@ -42,11 +44,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _jobbench import REPO, Run, api_version, engine_cpu, run_cairn, sdk_floor, summary, write_task  # noqa: E402
 
 
-def run_sdk_net(task: Path, trials: int, n: int, image: str, api: str) -> Run:
-    """The job through ``bench/_sdkfloor.py job ... own``: wall, CPU, engine CPU; ``code`` is
-    how many trials scored 1 on both steps."""
+def run_sdk_net(task: Path, trials: int, n: int, image: str, api: str, mode: str = "own") -> Run:
+    """The job through ``bench/_sdkfloor.py job ... MODE`` (``own`` or ``pool``): wall, CPU,
+    engine CPU; ``code`` is how many trials scored 1 on both steps."""
     e0, r0 = engine_cpu(), resource.getrusage(resource.RUSAGE_CHILDREN)
-    wall, got = sdk_floor(["job", str(task), image, api, str(trials), str(n), "2", "own"])
+    wall, got = sdk_floor(["job", str(task), image, api, str(trials), str(n), "2", mode])
     r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     return Run(wall=wall, rss_mib=0.0, cpu_sec=cpu, code=got["ok"], engine_cpu_sec=engine_cpu() - e0)
@@ -111,7 +113,8 @@ def main() -> int:
             for kind in kinds[r % len(kinds) :] + kinds[: r % len(kinds)]:
                 extra = sides[kind]
                 if extra is None:
-                    got[kind].append(run_sdk_net(task, args.trials, args.n, image, api))
+                    mode = "pool" if kind == "SDK+pool" else "own"
+                    got[kind].append(run_sdk_net(task, args.trials, args.n, image, api, mode))
                 else:
                     name = f"{kind.replace(' ', '').replace('-', '')}-{r}"
                     run = run_cairn(
@@ -141,6 +144,7 @@ def main() -> int:
         )
     ratio = wall["SDK+net"] / wall["cairn"]
     guard = wall["cairn --no-relay"] / wall["cairn"]
+    print(f"throughput cairn / SDK floor with pooled networks: {wall['SDK+pool'] / wall['cairn']:.2f}x")
     print(f"throughput cairn / SDK floor with a network per trial: {ratio:.2f}x (target >= {args.target})")
     print(
         f"relay guard: cairn / cairn --no-relay throughput {guard:.2f}x; relay modules imported by "
