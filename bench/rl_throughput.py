@@ -104,6 +104,7 @@ def main() -> int:
             "cairn": [],
             "cairn --no-relay": ["--no-relay"],
             "SDK+net": None,
+            "SDK+pool": None,
         }
         got: dict[str, list[Run]] = {k: [] for k in sides}
         ok = True
