@@ -5,7 +5,7 @@ Run as a child process by the two docker benchmarks (its whole-process wall time
 figure), never imported by cairn:
 
     python3 bench/_sdkfloor.py trivial TASK IMAGE API [NAME]   # one single-step trial
-    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS [bridge|own|shared]
+    python3 bench/_sdkfloor.py job TASK IMAGE API TRIALS N STEPS [bridge|own|shared|pool]
                                                    # TRIALS trials, N at once
 
 ``IMAGE`` is the image's id (built before, by the caller: no image check here); ``API`` the
@@ -19,7 +19,8 @@ trial only what scores it: create + start a container of the image (``--init``; 
 ``--network none``; ``job``: the engine's default bridge, as the job's CLI script, or with
 ``own`` a bridge network created for the trial and removed after it, the isolation cairn's
 and Harbor's ``public`` trials have, or with ``shared`` one user-defined bridge network for all
-the job's trials), per step
+the job's trials, or with ``pool`` a bridge network per trial taken over from a trial whose
+container is gone, or created when none is idle, all removed at the job's end), per step
 one archive upload of the solution, one exec of solve.sh, one archive upload of the tests and
 ONE exec that empties ``/logs/verifier``, runs test.sh, removes the step's folders and prints
 the reward (:data:`VERIFY`), then a forced remove: 2 execs + 2 uploads per step. No task
@@ -76,14 +77,34 @@ read), test.sh, the step's folders removed, then the reward after a marker (the 
 the output: test.sh's own output comes before it)."""
 
 
+IDLE: list[str] = []
+"""``pool``: networks whose trial's container is gone, for the next trial (list ops are atomic)."""
+MADE: list[str] = []
+"""``pool``: every network made, removed at the job's end."""
+
+
+def _own_network(api: docker.APIClient) -> str:
+    return api.create_network(
+        f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge", labels={"cairn.bench": "1"}
+    )["Id"]
+
+
 def trial(api: docker.APIClient, image: str, dirs: list[Path], network: str, name: str | None = None) -> bool:
     """One trial: per step an upload of the solution, its exec, an upload of the tests, one
     exec of :data:`VERIFY`; True when every step's reward is 1."""
     net = None
     if network == "own":  # a bridge network of the trial's own, as cairn's public trials
-        net = api.create_network(
-            f"cairn-bench-floor-{uuid.uuid4().hex[:12]}", driver="bridge", labels={"cairn.bench": "1"}
-        )["Id"]
+        net = _own_network(api)
+    elif network == "pool":  # one of its own, taken over from a trial whose container is gone
+        try:
+            pooled = IDLE.pop()
+        except IndexError:
+            pooled = _own_network(api)
+            MADE.append(pooled)
+        try:
+            return trial(api, image, dirs, pooled, name)
+        finally:
+            IDLE.append(pooled)  # only after the container was removed
     host = api.create_host_config(init=True, network_mode=net or network)
     try:
         cid = api.create_container(
@@ -136,6 +157,8 @@ def main(argv: list[str]) -> int:
         finally:
             if shared:
                 api.remove_network(shared)
+            for made in MADE:  # pool: at most N networks, removed at the end
+                api.remove_network(made)
     print(json.dumps({"ok": ok, "import_sec": round(IMPORT_SEC, 4)}))
     return 0
 

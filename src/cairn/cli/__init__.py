@@ -69,9 +69,18 @@ def main() -> None:
     the collections they trigger cost ~15% of the start-up's CPU time (#13; a run's start-up
     leaves under a thousand unreachable objects behind). :func:`end_startup` enables it again
     before the first trial.
+
+    Every command runs with pydantic's plugin discovery off (``PYDANTIC_DISABLE_PLUGINS``,
+    unless the caller set it, even to an empty value that keeps plugins on): at the first
+    model it otherwise imports ``importlib.metadata`` and reads the entry points of every
+    installed distribution (#31: 20-60 ms of CPU per process here), for plugins that cairn's
+    own models do not use.
     """
     import gc
+    import os
     import sys
+
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
 
     global _gc_paused
     argv = sys.argv[1:]

@@ -60,6 +60,7 @@ from cairn.sandbox.base import (
     SnapshotRef,
     UploadItem,
 )
+from cairn.sandbox.docker import netpool
 from cairn.sandbox.docker.build import (
     ImageInfo,
     engine_version,
@@ -303,7 +304,7 @@ class DockerSandbox(Sandbox):
         )
         # a reused gateway takes this trial's policy while the image is resolved
         networks = (
-            net.create_networks()
+            netpool.create_or_take(net, self.spec.pool)  # a public trial's bridge may be reused
             if reused is None
             else reused.adopt(
                 self._client, self.spec.network_policy, "environment", dict(self.spec.add_hosts)
@@ -655,6 +656,7 @@ class DockerSandbox(Sandbox):
             and pool is not None
             and pool.expect(POOL_KIND)
         )
+        bridge_back = netpool.expect(self._net, pool, self._ready)
         try:
             if self._net is not None and not reuse:  # sandbox and gateway go at once
                 await asyncio.gather(self._stop_container(), self._net.remove_gateway())
@@ -673,7 +675,8 @@ class DockerSandbox(Sandbox):
                     and pool.give(POOL_KIND, net, limit=POOL_LIMIT)
                 )
                 if net is not None and not kept:
-                    await net.remove()
+                    clean = self.removal_error is None
+                    await netpool.give_back_or_remove(net, pool, expected=bridge_back, clean=clean)
             finally:
                 if reuse and pool is not None:
                     pool.settle(POOL_KIND)
