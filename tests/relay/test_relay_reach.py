@@ -137,7 +137,10 @@ async def _trial(task: Path, backend: str, jobs: Path, server: WireModels, other
     await services.open()
     try:
         up = Upstream(server.base_url, KEY)
-        earlier = await service.attach(_Plain(up), "earlier-trial", backend)
+        from cairn.sandbox import get_backend
+
+        cls = get_backend(backend)
+        earlier = await service.attach(_Plain(up), "earlier-trial", backend, cls.host_address)
         assert isinstance(earlier, RelayAccess)
         await service.detach(earlier)  # that trial ended: its token is dead
         agent = RelayClientAgent(up, earlier.lease.token, others)
@@ -189,14 +192,11 @@ def _trial_dir(jobs: Path) -> Path:
 
 
 def _docker_bridge() -> str:
-    from cairn.relay.reach import bridge_address
-    from cairn.sandbox.docker.client import make_client
+    from cairn.sandbox.docker.backend import DockerSandbox
 
-    client = make_client(timeout=30)
-    try:
-        return bridge_address(client)
-    finally:
-        client.close()
+    addr = DockerSandbox.host_address()
+    assert addr is not None
+    return addr
 
 
 def _task(tmp_path: Path, mode: str, compose: bool = False) -> Path:

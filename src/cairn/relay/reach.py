@@ -17,14 +17,10 @@
 from __future__ import annotations
 
 import asyncio
-import ipaddress
 import os
 import socket
 import subprocess
 import sys
-from typing import Any
-
-from cairn.errors import UsageError
 
 _NETNS_HELPER = r"""
 import os, socket, sys
@@ -36,43 +32,6 @@ s.listen(128)
 out = socket.socket(fileno=fd_out)
 socket.send_fds(out, [b"ok"], [s.fileno()])
 """
-
-
-def bridge_address(client: Any) -> str:
-    """This machine's address on the Docker engine's default bridge (``docker0``): where the
-    relay listens for docker and compose sandboxes.
-
-    Args:
-        client: a ``docker.DockerClient`` of a local engine.
-
-    Returns:
-        The IPv4 address, e.g. ``172.17.0.1``.
-
-    Raises:
-        UsageError: the engine is not on this machine, or no address of this machine lies on
-            the bridge's subnet.
-    """
-    from cairn.sandbox.network import httpwire
-
-    base = str(getattr(client.api, "base_url", ""))
-    if not base.startswith(("http+unix://", "unix://", "http+docker://")):
-        raise UsageError(
-            f"the model relay needs a Docker engine on this machine to be reachable from its "
-            f"sandboxes (the engine is {base}); use --no-relay"
-        )
-    net = client.api.inspect_network("bridge")
-    mine = [a for a in httpwire.local_addresses() if a.version == 4]
-    for cfg in (net.get("IPAM") or {}).get("Config") or []:
-        gw = str(cfg.get("Gateway") or "")
-        if gw:
-            return gw
-        subnet = cfg.get("Subnet")
-        if subnet:
-            network = ipaddress.ip_network(str(subnet), strict=False)
-            for addr in sorted(mine):
-                if addr in network:
-                    return str(addr)
-    raise UsageError("no address of this machine is on the Docker bridge network; use --no-relay")
 
 
 def _netns_socket(pid: int, port: int) -> socket.socket:
@@ -134,4 +93,4 @@ def same_netns(pid: int) -> bool:
         return False
 
 
-__all__ = ["bridge_address", "listen_in_netns", "same_netns"]
+__all__ = ["listen_in_netns", "same_netns"]

@@ -23,6 +23,7 @@ imports aiohttp.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -115,7 +116,7 @@ class RelayService:
         self._options = options or JobRelayOptions()
         self._relay: ModelRelay | None = None
         self._lock = asyncio.Lock()
-        self._bridge: str | None = None
+        self._hosts: dict[str, str | None] = {}
 
     @classmethod
     def for_config(cls, config: JobConfig) -> RelayService | None:
@@ -145,13 +146,22 @@ class RelayService:
     async def open(self) -> None:
         """Nothing to do: the relay starts with the first trial that wants it."""
 
-    async def attach(self, agent: Any, trial_id: str, backend: str = "local") -> RelayAccess | None:
+    async def attach(
+        self,
+        agent: Any,
+        trial_id: str,
+        backend: str = "local",
+        host_address: Callable[[], str | None] | None = None,
+    ) -> RelayAccess | None:
         """Give a trial's agent the relay's URL and a fresh per-trial token, if it wants them.
 
         Args:
             agent: the trial's agent instance.
             trial_id: the trial's id.
-            backend: the trial's sandbox backend (where an in-sandbox agent reaches from).
+            backend: the trial's sandbox backend's name (recorded in the access).
+            host_address: the backend's ``Sandbox.host_address`` (blocking; asked once per job,
+                only for an in-sandbox agent): where its sandboxes reach this machine,
+                ``None`` for the loopback.
 
         Returns:
             The trial's access, or ``None`` when the agent does not use the relay.
@@ -180,10 +190,12 @@ class RelayService:
         )
         relay = await self._start(wanted)
         host, port, opening = relay.config.host, relay.port, None
-        if wanted.in_sandbox and backend == "docker":
-            host = await self._bridge_address()
-            port = await relay.listen(host)
-            opening = f"{host}:{port}"
+        if wanted.in_sandbox and host_address is not None:
+            found = await self._host_address(backend, host_address)
+            if found is not None:
+                host = found
+                port = await relay.listen(host)
+                opening = f"{host}:{port}"
         lease = relay.open_trial(
             trial_id,
             limits=Limits(
@@ -215,7 +227,7 @@ class RelayService:
         Raises:
             OSError: the listener cannot be made.
         """
-        if access is None or not access.in_sandbox or access.backend != "local" or self._relay is None:
+        if access is None or not access.in_sandbox or access.opening is not None or self._relay is None:
             return
         from cairn.relay.reach import listen_in_netns, same_netns
 
@@ -234,20 +246,10 @@ class RelayService:
         for site in sites:
             await self._relay.stop_serving(site)
 
-    async def _bridge_address(self) -> str:
-        if self._bridge is None:
-            from cairn.relay.reach import bridge_address
-            from cairn.sandbox.docker.client import make_client
-
-            def find() -> str:
-                client = make_client(timeout=30)
-                try:
-                    return bridge_address(client)
-                finally:
-                    client.close()
-
-            self._bridge = await asyncio.to_thread(find)
-        return self._bridge
+    async def _host_address(self, backend: str, find: Callable[[], str | None]) -> str | None:
+        if backend not in self._hosts:
+            self._hosts[backend] = await asyncio.to_thread(find)
+        return self._hosts[backend]
 
     async def _start(self, wanted: RelayWanted) -> ModelRelay:
         async with self._lock:

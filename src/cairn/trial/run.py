@@ -880,7 +880,10 @@ async def run_trial(
     t0 = time.monotonic()
     agent = agent or make_agent(plan)
     # the job's model relay: a model-driven agent gets its URL and a per-trial token
-    relay = await services.relay.attach(agent, plan.trial_id, plan.backend) if services.relay else None
+    relay = None
+    if services.relay is not None:
+        cls = backend or get_backend(plan.backend, compose=plan.task.compose_file is not None)
+        relay = await services.relay.attach(agent, plan.trial_id, plan.backend, cls.host_address)
     store = TrialStore(TrialPaths(plan.trial_dir))
     tag = plan.task.name if plan.attempt == 1 else f"{plan.task.name} #{plan.attempt}"
     rec = TrialRecorder(plan.task, store, on_event, tag=tag, trial_id=plan.trial_id)
