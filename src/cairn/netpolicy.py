@@ -231,15 +231,22 @@ class NetworkPolicy:
         allowed_hosts: the allowlist entries as written (``ALLOWLIST`` only).
         model_hosts: hosts an in-sandbox agent's model lives on, admitted on top of ``mode``
             (the agent phase only; also under ``no-network``, where they are all it reaches).
+        model_endpoints: ``ADDRESS:PORT`` openings admitted on top of ``mode`` at that port
+            only, asked for by that address literal (the job's model relay, docs/relay.md):
+            unlike a host entry they open one port of an address, also one of the engine
+            host's.
     """
 
     mode: NetworkMode
     allowed_hosts: tuple[str, ...] = ()
     model_hosts: tuple[str, ...] = ()
+    model_endpoints: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         parse_allowlist(self.allowed_hosts)
         parse_allowlist(self.model_hosts)
+        for e in self.model_endpoints:
+            parse_endpoint(e)
 
     @property
     def entries(self) -> tuple[AllowEntry, ...]:
@@ -251,14 +258,23 @@ class NetworkPolicy:
     def needs_gateway(self) -> bool:
         """Whether enforcing this policy needs a filtering gateway (some but not all hosts)."""
         return self.mode is NetworkMode.ALLOWLIST or (
-            self.mode is NetworkMode.NO_NETWORK and bool(self.model_hosts)
+            self.mode is NetworkMode.NO_NETWORK and bool(self.model_hosts or self.model_endpoints)
         )
 
-    def admits(self, host: str) -> bool:
-        """Whether a connection to ``host`` (name or address literal) is allowed."""
+    def admits(self, host: str, port: int | None = None) -> bool:
+        """Whether a connection to ``host`` (name or address literal) is allowed; with
+        ``port``, also a :attr:`model_endpoints` opening of exactly that address and port."""
         if self.mode is NetworkMode.PUBLIC:
             return True
+        if port is not None and self.admits_endpoint(host, port):
+            return True
         return any(e.admits(host) for e in self.entries)
+
+    def admits_endpoint(self, host: str, port: int) -> bool:
+        """Whether ``host`` (an address literal as the client asked) at ``port`` is one of the
+        :attr:`model_endpoints`."""
+        addr = _literal(host)
+        return addr is not None and any(parse_endpoint(e) == (addr, port) for e in self.model_endpoints)
 
     def names_address(self, addr: IpAddress) -> bool:
         """Whether an address or CIDR entry of this policy names ``addr`` explicitly (what
@@ -270,7 +286,12 @@ class NetworkPolicy:
     def with_model_hosts(self, hosts: tuple[str, ...] | list[str]) -> NetworkPolicy:
         """This policy with ``hosts`` admitted as model hosts (duplicates dropped)."""
         merged = tuple(dict.fromkeys((*self.model_hosts, *hosts)))
-        return NetworkPolicy(self.mode, self.allowed_hosts, merged)
+        return NetworkPolicy(self.mode, self.allowed_hosts, merged, self.model_endpoints)
+
+    def with_model_endpoints(self, endpoints: tuple[str, ...] | list[str]) -> NetworkPolicy:
+        """This policy with ``ADDRESS:PORT`` openings added (duplicates dropped)."""
+        merged = tuple(dict.fromkeys((*self.model_endpoints, *endpoints)))
+        return NetworkPolicy(self.mode, self.allowed_hosts, self.model_hosts, merged)
 
     def effective(self) -> NetworkPolicy:
         """The policy reduced to what it admits: ``public`` drops its lists (it admits all),
@@ -278,10 +299,14 @@ class NetworkPolicy:
         same are equal once reduced."""
         if self.mode is NetworkMode.PUBLIC:
             return NetworkPolicy(NetworkMode.PUBLIC)
+        endpoints = tuple(sorted(set(self.model_endpoints)))
         if self.mode is NetworkMode.NO_NETWORK:
-            return NetworkPolicy(NetworkMode.NO_NETWORK, (), tuple(sorted(set(self.model_hosts))))
+            return NetworkPolicy(NetworkMode.NO_NETWORK, (), tuple(sorted(set(self.model_hosts))), endpoints)
         return NetworkPolicy(
-            self.mode, tuple(sorted(set(self.allowed_hosts))), tuple(sorted(set(self.model_hosts)))
+            self.mode,
+            tuple(sorted(set(self.allowed_hosts))),
+            tuple(sorted(set(self.model_hosts))),
+            endpoints,
         )
 
     def describe(self) -> str:
@@ -291,6 +316,8 @@ class NetworkPolicy:
             text += f" [{', '.join(self.allowed_hosts)}]"
         if self.model_hosts:
             text += f" + model [{', '.join(self.model_hosts)}]"
+        if self.model_endpoints:
+            text += f" + relay [{', '.join(self.model_endpoints)}]"
         return text
 
     def to_json(self) -> dict[str, Any]:
@@ -299,6 +326,7 @@ class NetworkPolicy:
             "mode": self.mode.value,
             "allowed_hosts": list(self.allowed_hosts),
             "model_hosts": list(self.model_hosts),
+            "model_endpoints": list(self.model_endpoints),
         }
 
     @classmethod
@@ -312,6 +340,7 @@ class NetworkPolicy:
             NetworkMode(data.get("mode", "no-network")),
             tuple(data.get("allowed_hosts") or ()),
             tuple(data.get("model_hosts") or ()),
+            tuple(data.get("model_endpoints") or ()),
         )
 
 
@@ -334,3 +363,23 @@ def host_of_url(url: str) -> str | None:
     except ValueError:
         return None
     return normalize_host(host) if host else None
+
+
+def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return None
+
+
+def parse_endpoint(text: str) -> tuple[ipaddress.IPv4Address | ipaddress.IPv6Address, int]:
+    """``"172.17.0.1:41234"`` or ``"[fd00::1]:41234"`` → (address, port).
+
+    Raises:
+        ValueError: not an address literal with a port in 1–65535.
+    """
+    host, sep, port_text = str(text).rpartition(":")
+    addr = _literal(host) if sep and (":" not in host or host.startswith("[")) else None
+    if addr is None or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise ValueError(f"{text!r} is not ADDRESS:PORT (an IP address and a port)")
+    return addr, int(port_text)

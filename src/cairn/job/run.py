@@ -192,10 +192,7 @@ async def iter_trials(
             async for r in results:
                 yield r
     finally:
-        try:
-            await executor.aclose_services()  # SEAM (issue 25): the job's model relay
-        finally:
-            executor.close()
+        executor.close()  # the job's model relay closes with its JobServices (run_all)
 
 
 async def _iter_trials(

@@ -24,6 +24,7 @@ from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan
+from cairn.relay.service import RelayService
 from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     JobPaths,
@@ -294,6 +295,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
         prestart=job.config.prestart,
         limit=job.config.n_concurrent,
         in_process=job.executor.name == "local",
+        relay=RelayService.for_config(job.config),  # the job's model relay (docs/relay.md)
     )
     pool = services.prestarts
     if job.config.prestart and pool is None:

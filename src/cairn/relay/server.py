@@ -10,6 +10,7 @@ budgets (docs/relay.md).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import time
@@ -185,6 +186,7 @@ class ModelRelay:
             [u.api_key for u in config.upstreams.values() if u.api_key] + list(config.mask_secrets)
         )
         self._runner: Any = None
+        self._extra_ports: dict[str, int] = {}
         self._session: ClientSession | None = None
         self._preload: asyncio.Future[None] | None = None
         self.port = 0
@@ -236,6 +238,73 @@ class ModelRelay:
             auto_decompress=True,
         )
 
+    async def listen(self, host: str) -> int:
+        """Also serve on ``host`` (an address a sandbox reaches the relay at: the Docker
+        bridge's address on this machine), on the relay's own port when it is free there.
+
+        Idempotent per address. Never binds all interfaces.
+
+        Args:
+            host: an IP address of this machine.
+
+        Returns:
+            The port the relay answers on at ``host``.
+
+        Raises:
+            OSError: the address cannot be bound.
+            ValueError: ``host`` is ``0.0.0.0``/``::`` (all interfaces) or the relay is not
+                started.
+        """
+        import ipaddress
+
+        from aiohttp import web
+
+        if ipaddress.ip_address(host).is_unspecified:
+            raise ValueError("the relay never listens on all interfaces")
+        if self._runner is None:
+            raise ValueError("the relay is not started")
+        if host in self._extra_ports:
+            return self._extra_ports[host]
+        if host == self.config.host:
+            return self.port
+        try:
+            site = web.TCPSite(self._runner, host, self.port)
+            await site.start()
+        except OSError:
+            site = web.TCPSite(self._runner, host, 0)
+            await site.start()
+        server = getattr(site, "_server", None)
+        sockets = getattr(server, "sockets", None) or ()
+        port = int(sockets[0].getsockname()[1]) if sockets else self.port
+        self._extra_ports[host] = port
+        return port
+
+    async def serve_socket(self, sock: Any) -> Any:
+        """Serve on a listening socket made elsewhere (one created inside a sandbox's own
+        network namespace, :mod:`cairn.relay.reach`).
+
+        Args:
+            sock: a bound, listening ``socket.socket``; the relay owns it from here on.
+
+        Returns:
+            A handle for :meth:`stop_serving`.
+
+        Raises:
+            ValueError: the relay is not started.
+        """
+        from aiohttp import web
+
+        if self._runner is None:
+            raise ValueError("the relay is not started")
+        site = web.SockSite(self._runner, sock)
+        await site.start()
+        return site
+
+    async def stop_serving(self, handle: Any) -> None:
+        """Stop serving on a socket given to :meth:`serve_socket` (idempotent)."""
+        with contextlib.suppress(Exception):
+            await handle.stop()
+
     async def aclose(self) -> None:
         """Revoke every trial, stop serving and close the upstream connections."""
         for lease in list(self._leases.values()):
@@ -243,6 +312,7 @@ class ModelRelay:
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        self._extra_ports.clear()
         if self._session is not None:
             await self._session.close()
             self._session = None

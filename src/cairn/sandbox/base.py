@@ -389,6 +389,18 @@ class Sandbox(ABC):
         return None
 
     @classmethod
+    def host_address(cls) -> str | None:
+        """This machine's address as this backend's sandboxes reach it (where a host service
+        such as the job's model relay listens for them), or ``None`` when the host's loopback
+        serves (a shared host network, or a per-sandbox listener placed in the sandbox's own
+        network namespace). Blocking (may ask the engine); never ``0.0.0.0``.
+
+        Raises:
+            UsageError: the backend's sandboxes cannot reach this machine (a remote engine).
+        """
+        return None
+
+    @classmethod
     def host_problem(cls) -> str | None:
         """Why this machine cannot run the backend at all (whatever the environment), or
         ``None``; a cheap probe that never starts a sandbox. Never raises."""

@@ -23,6 +23,7 @@ from cairn.trial.deferred import drain
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import TrialPlan
+    from cairn.relay.service import RelayService
     from cairn.sandbox.pools import ResourcePool
     from cairn.trial.prestart import PrestartPool
     from cairn.trial.separate_verifier import SeparatePlan
@@ -182,6 +183,9 @@ class JobServices:
         caches: the backends' memos and build locks shared by the job's sandboxes
             (:mod:`cairn.sandbox.caches`), handed to each sandbox in its spec; each job (and
             each trial run alone) has its own.
+        relay: the job's model relay (:class:`cairn.relay.service.RelayService`), also one of
+            :attr:`resources`; ``None``: ``--no-relay``, a trial run alone, a Ray worker —
+            model-driven agents then call their model directly.
     """
 
     removals: set[asyncio.Task[None]] | None = None
@@ -189,6 +193,7 @@ class JobServices:
     pool: ResourcePool[object] | None = None
     resources: tuple[JobResource, ...] = ()
     caches: SandboxCaches = field(default_factory=SandboxCaches)
+    relay: RelayService | None = None
 
     @classmethod
     def standalone(cls) -> JobServices:
@@ -204,6 +209,7 @@ class JobServices:
         limit: int,
         in_process: bool,
         resources: Sequence[JobResource] = (),
+        relay: RelayService | None = None,
     ) -> JobServices:
         """The services of one job run.
 
@@ -214,6 +220,7 @@ class JobServices:
             in_process: the trials run in this process (the ``local`` executor): only then
                 can they share pools (a Ray worker gets none).
             resources: job-lifetime resources to open and close with the job.
+            relay: the job's model relay (in process only; it joins ``resources``).
         """
         from cairn.sandbox.pools import ResourcePool
         from cairn.trial.prestart import PrestartPool
@@ -222,7 +229,8 @@ class JobServices:
             removals=set(),
             prestarts=PrestartPool(plans, limit=limit) if prestart and in_process else None,
             pool=ResourcePool() if in_process else None,
-            resources=tuple(resources),
+            resources=(*resources, relay) if relay is not None and in_process else tuple(resources),
+            relay=relay if in_process else None,
         )
 
     async def open(self) -> None:

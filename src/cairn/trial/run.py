@@ -13,11 +13,11 @@ import asyncio
 import dataclasses
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
@@ -69,6 +69,7 @@ from cairn.trial.services import check_services
 from cairn.trial.step import run_step, strip_canary
 
 if TYPE_CHECKING:  # pragma: no cover
+    from cairn.relay.service import RelayAccess
     from cairn.trial.separate_verifier import SeparatePlan
 
 
@@ -89,7 +90,11 @@ def make_agent(plan: TrialPlan) -> Agent:
 
 
 def plan_networks(
-    task: Task, agent: Agent, opts: RunOptions, verifier_envs: list[dict[str, str]]
+    task: Task,
+    agent: Agent,
+    opts: RunOptions,
+    verifier_envs: list[dict[str, str]],
+    relay: RelayAccess | None = None,
 ) -> PhaseNetworks:
     """Each step's agent and verifier policy (docs/network.md): the task's per-phase keys, plus
     the model hosts of an in-sandbox agent (and ``--allow-agent-host``) in agent phases, and an
@@ -100,9 +105,18 @@ def plan_networks(
         agent: the trial's agent (its ``model_hosts``).
         opts: the job's run options.
         verifier_envs: each step's resolved verifier env (``--ve`` applied), in step order.
+        relay: the trial's way to the job's model relay: for an agent inside the sandbox on
+            the relay, the relay's ``ADDRESS:PORT`` is its model opening in agent phases, in
+            place of the agent's own model hosts (docs/relay.md).
     """
-    hosts = [*agent.model_hosts(dict(opts.agent_env)), *opts.agent_hosts]
-    agents = {s.index: task.agent_network(s).with_model_hosts(hosts) for s in task.steps}
+    on_relay = relay is not None and relay.in_sandbox
+    model = [] if on_relay else agent.model_hosts(dict(opts.agent_env))
+    hosts = [*model, *opts.agent_hosts]
+    endpoints = [relay.opening] if relay is not None and on_relay and relay.opening else []
+    agents = {
+        s.index: task.agent_network(s).with_model_hosts(hosts).with_model_endpoints(endpoints)
+        for s in task.steps
+    }
     verifier = {
         s.index: task.verifier_network(s).with_model_hosts(judge_hosts(s.verifier_env, venv))
         for s, venv in zip(task.steps, verifier_envs, strict=True)
@@ -213,13 +227,19 @@ class Resolved:
     networks: PhaseNetworks
 
 
-def resolve_trial(plan: TrialPlan, agent: Agent, environ: Mapping[str, str] | None = None) -> Resolved:
+def resolve_trial(
+    plan: TrialPlan,
+    agent: Agent,
+    environ: Mapping[str, str] | None = None,
+    relay: RelayAccess | None = None,
+) -> Resolved:
     """Resolve a trial's env templates and build its sandbox spec.
 
     Args:
         plan: the trial plan.
         agent: the trial's agent (its model hosts open the agent phases).
         environ: where templates resolve (default ``os.environ``).
+        relay: the trial's way to the model relay (:func:`plan_networks`).
 
     Raises:
         TrialFailure: ``config_error`` for a template without its variable.
@@ -239,7 +259,7 @@ def resolve_trial(plan: TrialPlan, agent: Agent, environ: Mapping[str, str] | No
     secrets |= {v for v in ve.values() if len(v) >= MIN_SECRET_LEN}
     for s, resolved in zip(task.steps, verifier_envs, strict=True):
         secrets |= set(secret_values(s.verifier_env, resolved))
-    networks = plan_networks(task, agent, opts, verifier_envs)
+    networks = plan_networks(task, agent, opts, verifier_envs, relay)
     spec = sandbox_spec(
         task, opts, networks, env, job_id=plan.job_id, trial_id=plan.trial_id, job_dir=plan.job_dir
     )
@@ -280,14 +300,19 @@ class _Ready:
 
 
 def _prepare(
-    plan: TrialPlan, agent: Agent, rec: TrialRecorder, services: JobServices, backend: type[Sandbox] | None
+    plan: TrialPlan,
+    agent: Agent,
+    rec: TrialRecorder,
+    services: JobServices,
+    backend: type[Sandbox] | None,
+    relay: RelayAccess | None = None,
 ) -> _Ready | None:
     """Resolve, refuse early, check capabilities, plan separate verifiers and settle the
     trial's settings; ``None`` with :attr:`TrialRecorder.error` set when the trial cannot run
     (a ``config_error`` in the environment phase)."""
     task, opts = plan.task, plan.options
     try:
-        r = resolve_trial(plan, agent)
+        r = resolve_trial(plan, agent, relay=relay)
         # --start-step/--from: start from the recorded snapshot (cairn.trial.snapshot)
         spec, rec.forked_from = snapshots.start_spec(r.spec, task, opts, plan.backend)
         spec = dataclasses.replace(spec, caches=services.caches)  # the job's backend memos
@@ -402,14 +427,20 @@ async def _start(
     ready: _Ready,
     rec: TrialRecorder,
     pre: Prestarted | None = None,
+    on_started: Callable[[Sandbox], Awaitable[None]] | None = None,
 ) -> Sandbox:
     """Start the sandbox, the environment healthcheck, agent setup.
+
+    ``on_started`` runs once the sandbox is up, before the healthcheck (the model relay's
+    per-sandbox opening, :func:`_relay_hook`).
 
     Returns:
         The sandbox the trial runs in: ``sandbox``, or a fresh one when a pre-started
         sandbox failed to come up.
     """
     sandbox = await _environment(plan, sandbox, ready, rec, pre)
+    if on_started is not None:
+        await on_started(sandbox)
     hc = plan.task.environment.healthcheck
     if hc is not None:
         async with rec.phase(Phase.ENVIRONMENT, span="healthcheck"):
@@ -618,10 +649,15 @@ def _offer(
 
 
 async def _body(
-    plan: TrialPlan, agent: Agent, services: JobServices, rec: TrialRecorder, backend: type[Sandbox] | None
+    plan: TrialPlan,
+    agent: Agent,
+    services: JobServices,
+    rec: TrialRecorder,
+    backend: type[Sandbox] | None,
+    relay: RelayAccess | None = None,
 ) -> None:
     """The trial from its checks to its sandbox's removal (design §4.1)."""
-    ready = _prepare(plan, agent, rec, services, backend)
+    ready = _prepare(plan, agent, rec, services, backend, relay)
     if ready is None:
         return
     ready = await _prepare_host(plan, agent, ready, rec)
@@ -632,7 +668,7 @@ async def _body(
     sandbox = rec.sandbox = pre.sandbox if pre is not None else ready.cls(ready.spec)
     cancelled = True
     try:
-        sandbox = await _start(plan, agent, sandbox, ready, rec, pre)
+        sandbox = await _start(plan, agent, sandbox, ready, rec, pre, _relay_hook(services, relay))
         await _steps(plan, agent, sandbox, ready.settings, rec)
         cancelled = False
     except TrialFailure as exc:
@@ -671,8 +707,45 @@ async def _teardown(
     await stop_sandbox(sandbox.stop, cancelled=cancelled, pending=services.removals)
 
 
+def _relay_hook(
+    services: JobServices, relay: RelayAccess | None
+) -> Callable[[Sandbox], Awaitable[None]] | None:
+    """What makes the job's relay reachable from the trial's started sandbox (a local
+    ``no-network`` sandbox's own listener), or ``None`` when nothing is needed."""
+    service = services.relay
+    if service is None or relay is None or not relay.in_sandbox:
+        return None
+
+    async def hook(sandbox: Sandbox) -> None:
+        try:
+            await service.sandbox_started(relay, sandbox)
+        except OSError as exc:
+            raise TrialFailure(
+                ErrorKind.AGENT_SETUP_FAILED, f"the model relay cannot be opened to the sandbox: {exc}"
+            ) from exc
+
+    return hook
+
+
+SpendSource = Literal["relay", "agent"] | None
+
+
+def _spend_source(agent: Agent, plan: TrialPlan, relay: RelayAccess | None) -> SpendSource:
+    """``relay`` (the relay's exact usage), ``agent`` (a model-driven agent's own report:
+    ``--no-relay``, ``--ak relay=off``, an agent not wired to the relay), ``None`` (no model)."""
+    if relay is not None:
+        return "relay"
+    return "agent" if callable(getattr(agent, "relay_wanted", None)) or plan.model is not None else None
+
+
 def _result(
-    plan: TrialPlan, agent: Agent, rec: TrialRecorder, started_at: datetime, total_sec: float, cancelled: bool
+    plan: TrialPlan,
+    agent: Agent,
+    rec: TrialRecorder,
+    started_at: datetime,
+    total_sec: float,
+    cancelled: bool,
+    spend_source: SpendSource = None,
 ) -> TrialResult:
     """The trial's result from what the recorder holds."""
     task = plan.task
@@ -741,6 +814,7 @@ def _result(
         steps=rec.rows,
         start_step=plan.options.start_step,
         forked_from=rec.forked_from,
+        spend_source=spend_source,
     )
 
 
@@ -806,6 +880,11 @@ async def run_trial(
     started_at = _now()
     t0 = time.monotonic()
     agent = agent or make_agent(plan)
+    # the job's model relay: a model-driven agent gets its URL and a per-trial token
+    relay = None
+    if services.relay is not None:
+        cls = backend or get_backend(plan.backend, compose=plan.task.compose_file is not None)
+        relay = await services.relay.attach(agent, plan.trial_id, plan.backend, cls.host_address)
     store = TrialStore(TrialPaths(plan.trial_dir))
     tag = plan.task.name if plan.attempt == 1 else f"{plan.task.name} #{plan.attempt}"
     rec = TrialRecorder(plan.task, store, on_event, tag=tag, trial_id=plan.trial_id)
@@ -815,7 +894,7 @@ async def run_trial(
     store.write_steps(rec.rows)
     cancelled = crashed = False
     try:
-        await _body(plan, agent, services, rec, backend)
+        await _body(plan, agent, services, rec, backend, relay)
     except asyncio.CancelledError:
         cancelled = True
         raise
@@ -825,9 +904,12 @@ async def run_trial(
         crashed = True
         raise
     finally:
+        if services.relay is not None:
+            await services.relay.detach(relay)  # the trial's token is dead from here on
         if not crashed:
             rec.warnings.extend(store.mask_files())
-            result = _result(plan, agent, rec, started_at, time.monotonic() - t0, cancelled)
+            spend = _spend_source(agent, plan, relay)
+            result = _result(plan, agent, rec, started_at, time.monotonic() - t0, cancelled, spend)
             store.write_result(result)
             if not cancelled:
                 from cairn.results.verdict import verdict_line

@@ -18,40 +18,9 @@ from cairn.events import EventSink
 
 if TYPE_CHECKING:  # pragma: no cover
     from cairn.plan import JobConfig, TrialPlan
-    from cairn.relay.seam import RelaySeam
     from cairn.results.model import TrialResult
     from cairn.sandbox.cleanup import CleanReport
     from cairn.trial.context import JobServices
-
-
-def _with_spend_source(plan: TrialPlan, result: TrialResult, source: str | None) -> TrialResult:
-    """SEAM (issue 30): say in result.json where the trial's spend came from.
-
-    The trial engine wrote result.json without it; it is read back (its stored, masked text),
-    given ``spend_source`` and written again atomically. To move into the trial's own result
-    once the relay is a job service of the engine.
-
-    Args:
-        plan: the trial.
-        result: what the engine returned.
-        source: ``relay``, ``agent`` or ``None`` (an agent with no model).
-
-    Returns:
-        The result with ``spend_source`` set (unchanged when ``source`` is ``None``).
-    """
-    if source is None or result.spend_source == source:
-        return result
-    from cairn.results.store import TrialPaths, TrialStore, read_result
-
-    updated = result.model_copy(update={"spend_source": source})
-    paths = TrialPaths(plan.trial_dir)
-    try:
-        stored = read_result(paths.result_json)
-        if stored.trial_id == result.trial_id and stored.finished_at == result.finished_at:
-            TrialStore(paths).write_result(stored.model_copy(update={"spend_source": source}))
-    except (OSError, ValueError):
-        pass  # no result.json written (storage full, …): the run loop reports that itself
-    return updated
 
 
 class Executor:
@@ -65,9 +34,6 @@ class Executor:
 
     def __init__(self, config: JobConfig) -> None:
         self.config = config
-        # ---- SEAM (issue 25): the job's model relay; moves into JobServices (docs/relay.md)
-        self.relay: RelaySeam | None = None
-        """Created by the first trial whose agent asks for the relay (no import before)."""
 
     def open(self) -> None:
         """Connect to wherever trials run (no-op in process).
@@ -100,36 +66,11 @@ class Executor:
             The trial's result; infra trouble is an ``errored`` result of category ``infra``
             (the run loop retries those), never an exception.
         """
-        from cairn.trial.run import make_agent, run_trial
+        from cairn.trial.run import run_trial
 
-        # ---- SEAM (issue 25): a model-driven agent gets the relay and a per-trial token
-        agent = make_agent(plan)
-        lease = None
-        model_driven = callable(getattr(agent, "relay_wanted", None))
-        if model_driven and self.config.relay:  # --no-relay: direct calls (issue 30)
-            if self.relay is None:
-                from cairn.relay.seam import JobRelayOptions, RelaySeam
-
-                c = self.config
-                self.relay = RelaySeam(
-                    c.max_cost_usd,
-                    JobRelayOptions(
-                        rollout=c.rollout,
-                        record_bodies=c.record_model_bodies,
-                        trial_cost_usd=c.max_trial_cost_usd,
-                        trial_tokens=c.max_trial_tokens,
-                    ),
-                )
-            lease = await self.relay.attach(agent, plan.trial_id)
-        try:
-            result = await run_trial(plan, services, agent=agent, on_event=on_event)
-        finally:
-            if self.relay is not None:
-                self.relay.detach(lease)  # the trial's token is dead from here on
-        source = (
-            "relay" if lease is not None else ("agent" if model_driven or plan.model is not None else None)
-        )
-        return _with_spend_source(plan, result, source)
+        # the job's model relay is one of ``services`` (JobServices.relay): the trial engine
+        # attaches the trial's agent to it and writes spend_source into result.json
+        return await run_trial(plan, services, on_event=on_event)
 
     def clean(
         self,
@@ -153,11 +94,6 @@ class Executor:
 
     def close(self) -> None:
         """Release what :meth:`open` took (idempotent)."""
-
-    async def aclose_services(self) -> None:
-        """SEAM (issue 25): stop the job's model relay, if a trial started it (idempotent)."""
-        if self.relay is not None:
-            await self.relay.aclose()
 
 
 _EXECUTORS: dict[str, str] = {

@@ -264,6 +264,23 @@ class DockerSandbox(Sandbox):
         return self._image
 
     @classmethod
+    def host_address(cls) -> str | None:
+        """This machine's address on the engine's default bridge (``docker0``'s, e.g.
+        ``172.17.0.1``): routed from a sandbox on its own bridge network and from the egress
+        gateway's bridge leg (:meth:`Sandbox.host_address`, docs/relay.md).
+
+        Raises:
+            UsageError: the engine is not on this machine, or no address of it is on the bridge.
+        """
+        from cairn.sandbox.docker.hostaddr import bridge_address
+
+        client = make_client(timeout=30)
+        try:
+            return bridge_address(client)
+        finally:
+            client.close()
+
+    @classmethod
     def check(cls, spec: SandboxSpec) -> list[str]:
         """:meth:`Sandbox.check`, plus: a Dockerfile that needs BuildKit must be buildable here.
 

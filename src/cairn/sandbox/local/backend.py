@@ -456,6 +456,13 @@ class LocalSandbox(Sandbox):
                 f"download of {sandbox_path} failed: {exc}", kind=ErrorKind.TRANSFER_FAILED
             ) from exc
 
+    @property
+    def netns_pid(self) -> int | None:
+        """The host pid of the sandbox's init, whose network namespace is the sandbox's (the
+        model relay puts its listener there under ``no-network``, docs/relay.md); ``None``
+        before start."""
+        return self._ns.host_pid if self._ns is not None else None
+
     async def processes(self) -> list[ProcessInfo]:
         """The sandbox's processes as its pid namespace sees them (see ``Sandbox``).
 

@@ -308,7 +308,7 @@ class Proxy:
             head = wire.parse_head(head_raw)
             entry["method"] = head.method[:16]
             host, port, path = _target(head, entry)
-            if not state.policy.admits(host):
+            if not state.policy.admits(host, port):
                 raise Refused(
                     403,
                     f"not allowed ({state.policy.mode.value})",
