@@ -43,7 +43,7 @@ from cairn.sandbox.cleanup import settle_job  # noqa: E402
 from cairn.sandbox.docker.backend import DockerSandbox  # noqa: E402
 from cairn.sandbox.docker.build import in_thread, make_client  # noqa: E402
 from cairn.sandbox.docker.gateway import ensure_gateway_image  # noqa: E402
-from cairn.sandbox.pools import close_pool, open_pool  # noqa: E402
+from cairn.sandbox.pools import ResourcePool  # noqa: E402
 
 TARGET_SEC = 0.3
 
@@ -99,15 +99,23 @@ async def main() -> int:
             model,
         ),
         JOBBED[0]: lambda: (
-            _spec(env, network_mode=NetworkMode.ALLOWLIST, allowed_hosts=("allowed.test",), job_dir=job_dir),
+            _spec(
+                env,
+                network_mode=NetworkMode.ALLOWLIST,
+                allowed_hosts=("allowed.test",),
+                job_dir=job_dir,
+                pool=pool,
+            ),
             None,
         ),
         JOBBED[1]: lambda: (
-            _spec(env, network_mode=NetworkMode.NO_NETWORK, network_phases=(model,), job_dir=job_dir),
+            _spec(
+                env, network_mode=NetworkMode.NO_NETWORK, network_phases=(model,), job_dir=job_dir, pool=pool
+            ),
             model,
         ),
     }
-    open_pool(job_dir)
+    pool: ResourcePool[object] = ResourcePool()  # the job's pool, as cairn run opens one
     try:
         for make in kinds.values():  # warm-up: the environment image, the code paths
             await _one(*make())
@@ -116,7 +124,7 @@ async def main() -> int:
             for name, make in kinds.items():
                 runs[name].append(await _one(*make()))
     finally:
-        close_pool(job_dir)
+        pool.close()  # what it still holds is removed by the job's settle step below
         left = await asyncio.to_thread(settle_job, job_dir, "docker")
         if left:
             print(f"FAIL: the job's pooled gateways were not all removed: {left}")

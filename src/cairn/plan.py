@@ -417,7 +417,7 @@ class JobConfig(BaseModel):
     Ray."""
     ray_trial_cpus: float | None = Field(default=None, gt=0)
     """CPUs Ray reserves for each trial under ``--executor ray`` (``--ray-trial-cpus``);
-    default the task's ``[environment] cpus``, else 1."""
+    ``None``: 1 per trial (the task's ``[environment] cpus`` does not change it)."""
     snapshot_steps: bool = False
     """Snapshot the sandbox after every step's agent phase (``--snapshot-steps``)."""
     start_step: str | None = None

@@ -107,5 +107,5 @@ def test_a_group_still_short_after_the_refill_rounds_is_an_error_not_a_short_gro
     (gid,) = exc.value.short
     assert gid.startswith("g:cairn/alpha:") and len(exc.value.short[gid]) == 1
     assert "after 0 refill round(s)" in str(exc.value)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="^max_refills must be >= 0, not -1$"):
         _groups(config, max_refills=-1)

@@ -127,6 +127,29 @@ def test_plain_cluster_runs_six_trials_spread_over_nodes(cluster: RayCluster, tm
     _no_leftovers(cluster, "plain6")
 
 
+def test_a_task_asking_more_cpus_than_a_node_has_is_placed_by_one_cpu_by_default(
+    cluster: RayCluster, tmp_path: Path
+) -> None:
+    """Issue 29: one CPU per trial by default, whatever the task's ``[environment] cpus``
+    (here 4, more than any 2-CPU node holds); ``--ray-trial-cpus 4`` still asks for 4, which
+    no node has: a clear error naming the flag."""
+    task = write_task(tmp_path / "tasks", "wide")
+    toml = task / "task.toml"
+    toml.write_text(toml.read_text() + "cpus = 4\n")  # [environment] is the last table
+    jobs = tmp_path / "jobs"
+    out = cluster.run(_run(task, jobs, "wide1", 2, "local"))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    results = _results(jobs / "wide1")
+    assert len(results) == 2 and all(r["reward"] == 1.0 for r in results.values()), results
+    out = cluster.run(_run(task, jobs, "wide4", 1, "local", "--ray-trial-cpus", "4"))
+    assert out.returncode != 0
+    said = out.stdout + out.stderr + "".join(json.dumps(r) for r in _results(jobs / "wide4").values())
+    assert "the trial asks Ray for 4 CPUs and no node that runs backend local has more than 2" in said, said[
+        -3000:
+    ]
+    _no_leftovers(cluster, "wide1")
+
+
 @pytest.mark.docker
 def test_node_without_docker_never_gets_a_docker_trial(cluster: RayCluster, tmp_path: Path) -> None:
     if not _docker_ok():

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,6 +14,7 @@ import httpx
 from cairn.relay.ledger import Limits
 from cairn.relay.prices import Price
 from cairn.relay.server import ModelRelay, RelayConfig, Upstream
+from cairncli import run_cairn
 from wire_models import Say, WireModels
 
 UPSTREAM_KEY = "sk-upstream-SECRET-0123456789"
@@ -96,3 +99,45 @@ async def call(c: httpx.AsyncClient, proto: str, token: str, text: str = "hi") -
     r = await c.post(path, headers=headers, json=body)
     await r.aread()
     return r
+
+
+# ---- the ``cairn run`` job of the relay's end-to-end tests (the llm agent, the local backend,
+# the two-step example, against a scripted OpenAI-compatible server) ----------------------
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
+"""The example task the relay jobs run."""
+KEY = "sk-host-only-key-0123456789abcdef"
+"""The provider key the job's host holds (``OPENAI_API_KEY``); it must stay upstream."""
+
+
+def relay_cairn(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """``cairn ARGS`` with the host's provider key set (tests/helpers/cairncli.py)."""
+    return run_cairn(*args, cwd=cwd, timeout=300, OPENAI_API_KEY=KEY)
+
+
+def relay_job_args(server_url: str, out: Path, *ak: str, flags: tuple[str, ...] = ()) -> list[str]:
+    """The command line after ``cairn`` of a one-task ``llm`` job named ``j`` in ``out``:
+    the agent pointed at ``server_url``, extra ``--ak`` values ``ak``, then ``flags``."""
+    return [
+        "run",
+        "-p",
+        str(EXAMPLE),
+        "-a",
+        "llm",
+        "-m",
+        "openai/gpt-4o-mini",
+        "--ak",
+        f"api_base={server_url}",
+        "--ak",
+        "retry_base_delay_sec=0.01",
+        *(x for a in ak for x in ("--ak", a)),
+        "-e",
+        "local",
+        "-o",
+        str(out),
+        "--job-name",
+        "j",
+        "-r",
+        "0",
+        *flags,
+    ]

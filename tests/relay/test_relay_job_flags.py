@@ -6,19 +6,15 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _relayfix import EXAMPLE, KEY, relay_cairn, relay_job_args
 
 from cairn.results.model import TrialResult
 from fake_openai import FakeOpenAI, bash_call, submit_call
 from testbed import local_available
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
-KEY = "sk-host-only-key-0123456789abcdef"
 
 needs_run = pytest.mark.skipif(
     not local_available()
@@ -29,35 +25,11 @@ needs_run = pytest.mark.skipif(
 
 
 def _cairn(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args], env=env, capture_output=True, text=True, timeout=300, cwd=cwd
-    )
+    return relay_cairn(*args, cwd=cwd)
 
 
 def _run(tmp_path: Path, server: FakeOpenAI, *flags: str) -> tuple[Path, dict]:
-    p = _cairn(
-        "run",
-        "-p",
-        str(EXAMPLE),
-        "-a",
-        "llm",
-        "-m",
-        "openai/gpt-4o-mini",
-        "--ak",
-        f"api_base={server.url}",
-        "--ak",
-        "retry_base_delay_sec=0.01",
-        "-e",
-        "local",
-        "-o",
-        str(tmp_path),
-        "--job-name",
-        "j",
-        "-r",
-        "0",
-        *flags,
-    )
+    p = relay_cairn(*relay_job_args(server.url, tmp_path, flags=flags))
     (trial,) = (tmp_path / "j" / "trials").iterdir()
     assert (trial / "result.json").is_file(), p.stdout + p.stderr
     return trial, json.loads((trial / "result.json").read_text())

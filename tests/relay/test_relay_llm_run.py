@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _relayfix import KEY, relay_cairn, relay_job_args
 
 from fake_openai import FakeOpenAI, bash_call, submit_call
 from testbed import local_available
@@ -26,41 +24,11 @@ pytestmark = [
     ),
 ]
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
-KEY = "sk-host-only-key-0123456789abcdef"
-
 
 def _run_job(
     tmp_path: Path, server: FakeOpenAI, *ak: str, flags: tuple[str, ...] = (), n_trials: int = 1
 ) -> list[Path]:
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    args = [
-        sys.executable,
-        "-m",
-        "cairn",
-        "run",
-        "-p",
-        str(EXAMPLE),
-        "-a",
-        "llm",
-        "-m",
-        "openai/gpt-4o-mini",
-        "--ak",
-        f"api_base={server.url}",
-        "--ak",
-        "retry_base_delay_sec=0.01",
-        *(x for a in ak for x in ("--ak", a)),
-        "-e",
-        "local",
-        "-o",
-        str(tmp_path),
-        "--job-name",
-        "j",
-        "-r",
-        "0",
-        *flags,
-    ]
-    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    p = relay_cairn(*relay_job_args(server.url, tmp_path, *ak, flags=flags))
     trials = sorted(
         (tmp_path / "j" / "trials").iterdir(),
         key=lambda t: json.loads((t / "result.json").read_text())["started_at"],

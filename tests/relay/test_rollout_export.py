@@ -9,17 +9,14 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _relayfix import EXAMPLE, relay_cairn
 
 from cairn.results.rollouts import ROLLOUT_SCHEMA, RolloutStep, read_model_calls, rollout_call
 from fake_openai import FakeOpenAI, bash_call, submit_call
 from testbed import local_available
-
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
-KEY = "sk-host-only-key-0123456789abcdef"
 
 
 def needs_run(f):
@@ -38,10 +35,7 @@ def needs_run(f):
 
 
 def _cairn(*args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "OPENAI_API_KEY": KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args], env=env, capture_output=True, text=True, timeout=300
-    )
+    return relay_cairn(*args)
 
 
 @needs_run

@@ -177,26 +177,26 @@ def test_files_written_by_the_store_validate(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    ("path", "value"),
+    ("path", "value", "message"),
     [
-        (("outcome",), "won"),
-        (("steps", 0, "source"), "guess"),
-        (("steps", 0, "reward"), "1"),
-        (("steps", 0, "gates", 0, "passed"), "no"),
-        (("error",), {"kind": "oops", "category": "task"}),
-        (("stop_reason", "kind"), "tired"),
-        (("strategy",), "median"),
-        (("surprise",), 1),
-        (("steps", 0, "surprise"), 1),
+        (("outcome",), "won", r"^'won' is not one of \['completed', "),
+        (("steps", 0, "source"), "guess", r"^'guess' is not one of \['verifier', "),
+        (("steps", 0, "reward"), "1", r"^'1' is not valid under any of the given schemas\n"),
+        (("steps", 0, "gates", 0, "passed"), "no", r"^'no' is not of type 'boolean'\n"),
+        (("error",), {"kind": "oops", "category": "task"}, r"^\{'kind': 'oops', .* is not valid under any"),
+        (("stop_reason", "kind"), "tired", r"^\{'kind': 'tired', .* is not valid under any"),
+        (("strategy",), "median", r"^'median' is not one of \['mean', 'final'\]\n"),
+        (("surprise",), 1, r"\('surprise' was unexpected\)\n"),
+        (("steps", 0, "surprise"), 1, r"\('surprise' was unexpected\)\n"),
     ],
 )
-def test_invalid_results_are_rejected(path: tuple, value) -> None:
+def test_invalid_results_are_rejected(path: tuple, value, message: str) -> None:
     doc = json.loads(full_result().model_dump_json())
     target = doc
     for part in path[:-1]:
         target = target[part]
     target[path[-1]] = value
-    with pytest.raises(jsonschema.ValidationError):
+    with pytest.raises(jsonschema.ValidationError, match=message):  # the error names the bad value
         validate("result", doc)
 
 
@@ -206,5 +206,5 @@ def test_missing_required_fields_are_rejected() -> None:
         broken = {k: v for k, v in doc.items() if k != key}
         with pytest.raises(jsonschema.ValidationError, match=f"'{key}' is a required property"):
             validate("result", broken)
-    with pytest.raises(jsonschema.ValidationError):
+    with pytest.raises(jsonschema.ValidationError, match="is not of type 'object'\n"):
         validate("steps", doc["steps"])  # steps.json is an object with schema_version

@@ -124,11 +124,21 @@ def test_models_refuse_nan_before_anything_is_written() -> None:
         StepResult(index=1, name="a", source="verifier", rewards={"reward": float("nan")})
 
 
-@pytest.mark.parametrize("text", ['{"a": NaN}', '{"a": Infinity}', "[-Infinity]", "[1e400]", "{", ""])
-def test_read_json_is_strict(tmp_path: Path, text: str) -> None:
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"a": NaN}', "^NaN is not valid JSON$"),
+        ('{"a": Infinity}', "^Infinity is not valid JSON$"),
+        ("[-Infinity]", "^-Infinity is not valid JSON$"),
+        ("[1e400]", "^number 1e400 overflows a float$"),
+        ("{", r"line 1 column 2 \(char 1\)$"),
+        ("", r"line 1 column 1 \(char 0\)$"),
+    ],
+)
+def test_read_json_is_strict(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "x.json"
     path.write_text(text)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=message):
         read_json(path)
 
 

@@ -4,6 +4,7 @@ detection, and ``cairn clean`` against real containers."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -225,7 +226,7 @@ def test_unlabelled_resources_survive_clean_images(tmp_path):
         assert ctr.status == "running"
         assert client.networks.get(net.id).name == f"cairn-unlabelled-{tag}"
         assert client.images.get("debian:bookworm-slim")
-        with pytest.raises(docker.errors.ImageNotFound):
+        with pytest.raises(docker.errors.ImageNotFound, match=f"No such image: {re.escape(ref)}"):
             client.images.get(ref)
         assert f"removed image {ref}" in res.stdout
     finally:

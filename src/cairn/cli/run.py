@@ -473,7 +473,7 @@ def run_cmd(
         float | None,
         typer.Option(
             "--ray-trial-cpus",
-            help="CPUs Ray reserves per trial under --executor ray (default: the task's [environment] cpus, else 1).",  # noqa: E501
+            help="CPUs Ray reserves per trial under --executor ray (default 1, whatever the task's [environment] cpus).",  # noqa: E501
         ),
     ] = None,  # noqa: E501
     snapshot_steps: Annotated[

@@ -351,7 +351,7 @@ def test_failed_start_leaves_nothing(tmp_path):
         client.api.remove_container(cid, force=True)  # the sandbox dies under us
         from cairn.errors import SandboxError
 
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxError, match=f"^exec: No such container: {cid}$"):
             await sb.exec("true")
         await sb.stop()
         await sb.stop()

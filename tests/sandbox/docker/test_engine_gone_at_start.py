@@ -32,7 +32,7 @@ def test_a_build_tag_lookup_without_an_engine_is_sandbox_lost(tmp_path):
     client = docker.DockerClient(base_url=f"unix://{tmp_path}/no-engine.sock", version="1.41", timeout=5)
     spec = SandboxSpec(env_dir=env, env_hash="0" * 64)
     try:
-        with pytest.raises(SandboxLostError):
+        with pytest.raises(SandboxLostError, match=r"^looking up image .*: Docker engine not reachable: "):
             asyncio.run(ensure_image(client, spec))
     finally:
         client.close()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import re
 import uuid
 from pathlib import Path
 
@@ -265,7 +266,9 @@ def test_transfers_never_follow_planted_links_to_the_host(tmp_path: Path) -> Non
             link_out = tmp_path / "link-copy"
             await sb.download("/app/host-file", link_out)
             assert link_out.is_symlink() and os.readlink(link_out) == "/etc/hostname"
-            with pytest.raises(FileNotFoundError):
+            with pytest.raises(
+                FileNotFoundError, match="^no such path in the sandbox: /app/etc-link/no-such-file$"
+            ):
                 await sb.download("/app/etc-link/no-such-file", tmp_path / "x")
 
     asyncio.run(main())
@@ -280,7 +283,7 @@ def test_kept_sandbox_is_found_and_removed_by_clean_helpers(tmp_path: Path) -> N
         sb = LocalSandbox(spec)
         async with sb:
             await _sh(sb, "nohup sleep 600 >/dev/null 2>&1 &")
-        with pytest.raises(SandboxError):
+        with pytest.raises(SandboxError, match=r"^local sandbox is not running \(state stopped\)$"):
             await sb.exec("true")
 
     asyncio.run(main())
@@ -294,7 +297,7 @@ def test_kept_sandbox_is_found_and_removed_by_clean_helpers(tmp_path: Path) -> N
     assert not path.exists()
     assert process_start_ticks(marker["pid"]) != marker["pid_start_ticks"]
     remove_local_sandbox(path)  # already gone: no error
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(tmp_path))} is not a local sandbox folder$"):
         remove_local_sandbox(tmp_path)
 
 

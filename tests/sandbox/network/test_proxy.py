@@ -260,6 +260,40 @@ def test_names_that_resolve_to_loopback_are_refused_unless_the_address_is_listed
     assert state.exists()
 
 
+def _kernel_queues(port: int) -> dict[tuple[str, int], int]:
+    """The receive queues (bytes; for a listening socket: connections not yet accepted) of the
+    TCP sockets bound to ``port`` on this network namespace, keyed by (state, peer port)."""
+    out: dict[tuple[str, int], int] = {}
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                local, remote, state, queues = fields[1], fields[2], fields[3], fields[4]
+                if int(local.rsplit(":", 1)[1], 16) == port:
+                    out[(state, int(remote.rsplit(":", 1)[1], 16))] = int(queues.split(":")[1], 16)
+    return out
+
+
+def _wait_proxy_took(port: int, client: socket.socket | None = None, timeout_sec: float = 10.0) -> None:
+    """Wait until the proxy on ``port`` has accepted every pending connection (its listening
+    socket's accept queue is empty) and, for ``client``, read all it sent (the proxy's end of
+    that connection has nothing left unread): the condition the phase-switch tests need, in
+    place of a fixed sleep."""
+    peer = client.getsockname()[1] if client is not None else None
+    deadline = time.monotonic() + timeout_sec
+    while True:
+        queues = _kernel_queues(port)
+        listening = [q for (state, _), q in queues.items() if state == "0A"]
+        taken = bool(listening) and all(q == 0 for q in listening)
+        if peer is not None:
+            taken = taken and queues.get(("01", peer)) == 0
+        if taken:
+            return
+        assert time.monotonic() < deadline, f"the proxy did not take the connection: {queues}"
+        time.sleep(0.01)
+
+
 def _set(setup, gen: int, hosts: list[str], *, phase: str | None = None, mode: str = "allowlist") -> None:
     new = {
         "generation": gen,
@@ -283,7 +317,7 @@ def test_l3_a_head_left_half_written_is_never_served_in_the_next_phase(setup):
     port, up = setup["port"], setup["up"]
     s = socket.create_connection(("127.0.0.1", port), timeout=10)
     s.sendall(f"GET http://up.test:{up}/leak HTTP/1.1\r\nHost: up.test".encode())
-    time.sleep(0.2)
+    _wait_proxy_took(port, s)  # accepted and the half head read, under the agent's policy
     _set(setup, 1, [], phase="verifier", mode="no-network")
     try:
         s.sendall(b"\r\n\r\n")
@@ -306,7 +340,7 @@ def test_a_switch_cuts_every_accepted_client_and_records_it_before_acknowledging
     assert head.startswith(b"HTTP/1.1 200")
     t.sendall(b"GET /t HTTP/1.1\r\nHost: up.test\r\n\r\n")
     assert t.recv(4096).startswith(b"HTTP/1.")
-    time.sleep(0.1)
+    _wait_proxy_took(port, idle)  # the idle client accepted (nothing sent, nothing unread)
     _set(setup, 1, ["up.test"], phase="next")
     recs = _records(setup["proc"], 2)
     assert {r["cut"] for r in recs} == {True}

@@ -14,7 +14,8 @@ The driver (``cairn run --executor ray``) stays the only writer of the job folde
 A node that dies mid-trial (or a worker process that crashes) makes the trial an ``infra``
 error (``sandbox_lost``), which the job's run loop retries under ``--max-retries``; Ray itself
 never re-runs a trial (``max_retries=0``). A plain cluster is enough: trials are placed by CPUs
-(the task's ``[environment] cpus``, default 1, or ``--ray-trial-cpus``) and each node's sandbox
+(1 CPU per trial by default, whatever the task's ``[environment] cpus``; or
+``--ray-trial-cpus``) and each node's sandbox
 backends are found by probing it (:mod:`cairn.job.executors.ray_nodes`); the custom resources
 ``cairn_trial_slot`` and ``cairn_backend_<name>`` stay an option for mixed clusters.
 
@@ -376,12 +377,12 @@ class RayExecutor(Executor):
         return self._task_refs[h]
 
     def _trial_cpus(self, plan: TrialPlan) -> float:
-        """CPUs Ray reserves for the trial: ``--ray-trial-cpus``, else the task's
-        ``[environment] cpus``, else 1."""
+        """CPUs Ray reserves for the trial: ``--ray-trial-cpus``, else 1 (issue 29: a trial per
+        CPU by default; the task's ``[environment] cpus`` is the sandbox's limit, not its Ray
+        reservation)."""
         if self.config.ray_trial_cpus is not None:
             return float(self.config.ray_trial_cpus)
-        cpus = plan.task.config.environment.cpus
-        return float(cpus) if cpus else 1.0
+        return 1.0
 
     def _options(self, plan: TrialPlan) -> dict[str, Any]:
         return placement(
