@@ -73,10 +73,11 @@ S=$(printf %s "$1" | base64 -d); out=$2; shift 2
     find /usr /opt /var -newer /etc/hostname -type f -print0 2>/dev/null \
       | xargs -0r grep -lsF -e "$S" -- | sed 's/^/file: /'
   fi
-} > "$out" 2>/dev/null
+} > "$out.part" 2>/dev/null
 for f in /proc/[0-9]*/environ; do
   tr '\0' '\n' < "$f" 2>/dev/null | grep -qE '^[A-Za-z_]+=cairn-[A-Za-z0-9_-]{40,}$' && echo "$f"
 done > "$out.token" 2>/dev/null
+mv "$out.part" "$out"  # last: a report exists only when the whole scan ran
 exit 0
 """
 """The leak scan: what it finds goes to ``$2``; the processes holding a trial token to
@@ -102,7 +103,8 @@ def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
     if agent == "claude-code":
         return ("Bash", {"command": command, "description": "write the file"})
     if agent == "codex":
-        return ("exec_command", {"cmd": command})
+        # long enough a yield that the scan ends before Codex moves on (and exits)
+        return ("exec_command", {"cmd": command, "yield_time_ms": 300000})
     if agent in ("gemini-cli", "qwen-code"):
         return ("run_shell_command", {"command": command, "description": "write the file"})
     return ("bash", {"command": command, "description": "write the file"})
