@@ -194,7 +194,16 @@ def _auth(req: Request) -> str:
     return h.get("x-api-key") or h.get("x-goog-api-key") or h.get("authorization", "").removeprefix("Bearer ")
 
 
-@pytest.mark.parametrize("agent", list(AGENTS))
+AIDER_RUNS_NO_COMMAND = pytest.mark.xfail(
+    strict=True,
+    reason="aider (whole-file edit format) reads the scripted bash block as a file listing and "
+    "runs no command, so the in-sandbox scan cannot run from its model turn yet",
+)
+
+
+@pytest.mark.parametrize(
+    "agent", [pytest.param(a, marks=AIDER_RUNS_NO_COMMAND) if a == "aider" else a for a in AGENTS]
+)
 def test_cli_through_the_relay_bills_exactly_and_never_sees_the_key(tmp_path, agent):
     task = public_two_steps(tmp_path / "two-steps")
     picks = consumes_any if agent in ("aider", "mini-swe-agent") else consumes
