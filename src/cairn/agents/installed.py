@@ -72,7 +72,7 @@ from cairn.agents.runtime import (
     version_problem,
 )
 from cairn.agents.trajectory import Trajectory, utc_now_iso, write_json_atomic
-from cairn.errors import ErrorKind, TrialFailure, UsageError
+from cairn.errors import ErrorKind, ModelError, TrialFailure, UsageError
 from cairn.results.model import AgentExit, Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.model import Task
@@ -286,7 +286,19 @@ MINI_SWE_AGENT = InstalledAgentSpec(
     },
 )
 
-_OPTIONS = ("version", "base_url", "platform", "prepare")
+_OPTIONS = ("version", "base_url", "platform", "prepare", "relay")
+
+RELAY_TOKEN_ENV = "CAIRN_MODEL_TOKEN"
+"""The variable holding the trial's relay token, for CLIs that name their key variable
+(Codex's ``env_key``, opencode's ``{env:…}``): never a provider key."""
+
+_RELAY_UPSTREAMS: dict[str, tuple[str, str, tuple[str, ...]]] = {
+    "anthropic": ("anthropic", "https://api.anthropic.com", ("ANTHROPIC_API_KEY",)),
+    "openai": ("openai", "https://api.openai.com/v1", ("OPENAI_API_KEY",)),
+    "gemini": ("gemini", "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
+    "google": ("gemini", "https://generativelanguage.googleapis.com", ("GEMINI_API_KEY", "GOOGLE_API_KEY")),
+}
+"""Model prefix → (the relay's provider, the public API base, the key variables on the host)."""
 
 
 def _collect_grace(timeout_sec: float) -> float:
@@ -330,6 +342,9 @@ class InstalledAgent(Agent):
         self.base_url = str(kwargs["base_url"]).rstrip("/") if kwargs.get("base_url") else None
         self.platform = str(kwargs.get("platform") or DEFAULT_PLATFORM)
         self.prepare = str(kwargs.get("prepare") or "auto")
+        self.relay = str(kwargs.get("relay") or "on")
+        self._relay_url: str | None = None  # SEAM (issue 30): set by use_relay
+        self._lease: Any = None  # the trial's cairn.relay.ledger.TrialLease
         self.runtime: Runtime | None = None
         self._mounted = False
         self._session_id: str | None = None
@@ -391,6 +406,9 @@ class InstalledAgent(Agent):
         """
         from cairn.netpolicy import host_of_url
 
+        if self._relay_url is not None:  # the CLI reaches only the relay, never the provider
+            host = host_of_url(self._relay_url)
+            return [host] if host else []
         url = self.base_url
         if not url and self.spec.base_url_env:
             url = agent_env.get(self.spec.base_url_env) or os.environ.get(self.spec.base_url_env)
@@ -403,6 +421,97 @@ class InstalledAgent(Agent):
             host = PROVIDER_HOSTS.get(self.model.split("/", 1)[0].lower())
             return [host] if host else []
         return []
+
+    # ---- SEAM (issue 30): the job's model relay (cairn.relay.seam) ----------------------
+    def relay_provider(self) -> str | None:
+        """The relay provider (``anthropic``, ``openai``, ``gemini``) whose wire this CLI
+        speaks for its model, or ``None`` when the relay cannot serve it (a provider prefix
+        whose wire the relay does not speak). Default: by the ``-m`` prefix."""
+        prefix = (self.model or "").split("/", 1)[0].lower() if "/" in (self.model or "") else ""
+        entry = _RELAY_UPSTREAMS.get(prefix)
+        return entry[0] if entry else None
+
+    def _relay_upstream_base(self, provider: str) -> str:
+        """Where the relay forwards: ``--ak base_url``, else the spec's base-URL variable of
+        cairn's environment, else the provider's public API."""
+        if self.base_url:
+            return self.base_url
+        if self.spec.base_url_env and os.environ.get(self.spec.base_url_env):
+            return os.environ[self.spec.base_url_env].rstrip("/")
+        return next(v[1] for v in _RELAY_UPSTREAMS.values() if v[0] == provider)
+
+    def relay_wanted(self) -> Any:
+        """What this agent asks of the job's model relay, or ``None`` for direct calls.
+
+        ``None`` with ``--ak relay=off``, without aiohttp, for a model whose wire the relay
+        does not speak (:meth:`relay_provider`), or when the provider key is not in cairn's
+        own environment (a key given only with ``--ae`` is handed to the CLI: direct mode).
+
+        Returns:
+            A :class:`cairn.relay.seam.RelayWanted`, or ``None``.
+        """
+        import importlib.util
+
+        provider = self.relay_provider()
+        if self.relay != "on" or provider is None or importlib.util.find_spec("aiohttp") is None:
+            return None
+        key_vars = next(v[2] for v in _RELAY_UPSTREAMS.values() if v[0] == provider)
+        key = next((os.environ[v] for v in key_vars if os.environ.get(v)), None)
+        if key is None:
+            return None
+        from cairn.relay.seam import RelayWanted
+        from cairn.relay.server import Upstream
+
+        return RelayWanted(provider=provider, upstream=Upstream(self._relay_upstream_base(provider), key))
+
+    def use_relay(self, url: str, lease: Any) -> None:
+        """Send this trial's model calls to the relay at ``url`` with the lease's token.
+
+        Args:
+            url: the relay's ``http://host:port`` as the sandbox reaches it.
+            lease: the trial's :class:`cairn.relay.ledger.TrialLease`.
+        """
+        self._relay_url, self._lease = url.rstrip("/"), lease
+
+    @property
+    def relayed(self) -> bool:
+        """Whether this trial's model calls go through the job's relay."""
+        return self._relay_url is not None and self._lease is not None
+
+    def _model_base(self) -> str | None:
+        """The base URL the CLI is pointed at: the relay's, else ``--ak base_url``."""
+        return self._relay_url if self.relayed else self.base_url
+
+    def _token(self) -> str:
+        """The trial's relay token (only when :attr:`relayed`)."""
+        return str(self._lease.token)
+
+    def _relay_step_done(self, context: AgentContext) -> Any:
+        """End the step at the relay: its exact usage and cost become the step's spend (the
+        CLI's own report is kept in ``metadata["cli_tokens"]``).
+
+        Returns:
+            The :class:`~cairn.relay.ledger.BudgetStop` that refused a call of this step, or
+            ``None``.
+        """
+        if not self.relayed:
+            return None
+        calls = self._lease.end_step()
+        if context.tokens is not None:
+            context.metadata["cli_tokens"] = context.tokens.model_dump()
+        u = calls.usage
+        context.tokens = Tokens(
+            prompt=u.input_tokens or 0,
+            completion=u.output_tokens or 0,
+            cached=u.cache_read_tokens
+            if u.cache_read_tokens is not None
+            else (0 if not calls.calls else None),
+        )
+        context.cost_usd = calls.cost_usd
+        context.metadata.pop("tokens_not_reported", None)
+        context.metadata["model_calls"] = len(calls.calls)
+        refused = any(c.error == "budget_exceeded" for c in calls.calls)
+        return self._lease.blocked() if refused else None
 
     # ---- host side ---------------------------------------------------------------------
     def ensure_runtime(self, *, log: Any = None) -> Runtime:
@@ -566,11 +675,15 @@ class InstalledAgent(Agent):
     def _env(self, context: AgentContext) -> dict[str, str]:
         """The CLI's environment: fixed switches, endpoint settings, the API keys and
         pass-through variables set on the host, the model variable, then ``--ae`` (wins)."""
-        env = {"HOME": HOME_DIR, **self.spec.env, **self._cli_env()}
+        cli = self._cli_env()
+        env = {"HOME": HOME_DIR, **self.spec.env, **cli}
         names = {n for group in self.required_keys(self.model) for n in group}
         names.update(self.spec.passthrough_env)
         if self.spec.model_env:
             names.add(self.spec.model_env)
+        if self.relayed:  # the relay holds the provider key: none of it enters the sandbox
+            names -= self._secret_names()
+            names -= set(self.spec.passthrough_env)
         for name in sorted(names):
             if os.environ.get(name):
                 env[name] = os.environ[name]
@@ -578,7 +691,21 @@ class InstalledAgent(Agent):
         if self.spec.model_env and model:
             env[self.spec.model_env] = model  # -m wins over the host's variable
         env.update(context.env)
+        if self.relayed:
+            secrets = {os.environ[n] for n in self._secret_names() if os.environ.get(n)}
+            env = {k: v for k, v in env.items() if k not in self._secret_names() and v not in secrets}
+            env.update(cli)  # the relay's URL and token win over --ae
         return env
+
+    def _secret_names(self) -> set[str]:
+        """Every provider key variable this agent could hand the CLI (dropped when relayed)."""
+        names = set(PROVIDER_KEYS.values()) | {
+            "GOOGLE_API_KEY",
+            "CLAUDE_CODE_OAUTH_TOKEN",
+            "ANTHROPIC_AUTH_TOKEN",
+        }
+        names.update(n for group in self.spec.required_env for n in group)
+        return names
 
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
         """Run the CLI once with the step's instruction; keep logs, trajectory, tokens.
@@ -633,6 +760,9 @@ class InstalledAgent(Agent):
             f"{command} < {stdin} > {qdir}/stdout.txt 2> {qdir}/stderr.txt"
         )
         context.metadata["resumed_session"] = resume
+        if self.relayed:  # SEAM (issue 30): this step's calls, on the relay's record
+            self._lease.begin_step(context.step.name, context.logs_dir / "model_calls.jsonl")
+        stop = None
         try:
             result = await sandbox.exec(
                 script,
@@ -647,7 +777,16 @@ class InstalledAgent(Agent):
                 context.exit = AgentExit.ERROR
                 context.metadata["exit_code"] = result.exit_code
         finally:
-            await asyncio.shield(self._collect(sandbox, log_dir, context))
+            try:
+                await asyncio.shield(self._collect(sandbox, log_dir, context))
+            finally:
+                stop = self._relay_step_done(context)
+        if stop is not None:  # the relay refused a call past a budget (docs/relay.md)
+            raise ModelError(
+                ErrorKind.BUDGET_EXCEEDED,
+                stop.message(),
+                detail={"model": self.model, "agent": self.spec.name, **stop.as_dict()},
+            )
         code = context.metadata.get("exit_code")
         stderr = _read_text(context.logs_dir / "stderr.txt")
         if code is not None and context.exit is AgentExit.ERROR:
@@ -680,7 +819,11 @@ class InstalledAgent(Agent):
         except Exception as exc:  # noqa: BLE001 - logs are best effort, never fatal
             context.metadata["log_collection_error"] = f"{type(exc).__name__}: {exc}"
         env = self._env(context)
-        masker = Masker([env[n] for n in self._key_names(context) if env.get(n)])
+        hidden = [env[n] for n in self._key_names(context) if env.get(n)]
+        hidden += [os.environ[n] for n in self._key_names(context) if os.environ.get(n)]
+        if self.relayed:
+            hidden.append(self._token())  # dead after the trial, but no log needs it
+        masker = Masker(sorted(set(hidden)))
         if masker:
             mask_tree(context.logs_dir, masker)
         try:
@@ -718,7 +861,7 @@ class InstalledAgent(Agent):
             agent_name=self.spec.name,
             agent_version=self.version,
             model_name=run.model_name or self.model,
-            agent_extra={"base_url": self.base_url, "platform": self.platform},
+            agent_extra={"base_url": self.base_url, "platform": self.platform, "model_relay": self.relayed},
             extra={
                 "cairn_step": context.step.name,
                 "resumed": resumed or None,
@@ -774,6 +917,9 @@ def _check_kwargs(spec: InstalledAgentSpec, kwargs: Mapping[str, Any]) -> None:
     plat = kwargs.get("platform")
     if plat is not None and plat not in PLATFORMS:
         raise UsageError(f"agent {spec.name!r}: unknown platform {plat!r}; known: {', '.join(PLATFORMS)}")
+    relay = kwargs.get("relay")
+    if relay is not None and relay not in ("on", "off"):
+        raise UsageError(f"agent {spec.name!r}: relay must be 'on' or 'off', got {relay!r}")
     prep = kwargs.get("prepare")
     if prep is not None and prep not in ("auto", "never"):
         raise UsageError(f"agent {spec.name!r}: prepare must be 'auto' or 'never', got {prep!r}")
@@ -875,10 +1021,18 @@ class ClaudeCodeAgent(InstalledAgent):
         super().__init__(model, **kwargs)
         self._session_costs: dict[str, float] = {}
 
+    def relay_provider(self) -> str | None:
+        """Claude Code speaks Anthropic Messages whatever the ``-m`` prefix."""
+        return "anthropic"
+
     def _cli_env(self) -> dict[str, str]:
-        if not self.base_url:
+        base = self._model_base()
+        if not base:
             return {}
-        return {"ANTHROPIC_BASE_URL": self.base_url.removesuffix("/v1")}
+        env = {"ANTHROPIC_BASE_URL": base.removesuffix("/v1")}
+        if self.relayed:  # the token where it expects its key (x-api-key)
+            env["ANTHROPIC_API_KEY"] = self._token()
+        return env
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         # -p is a switch: a prompt word starting with "-" would be read as an option
@@ -931,15 +1085,17 @@ class CodexAgent(InstalledAgent):
 
     def _config_files(self) -> dict[str, str]:
         lines = ["# written by cairn", "check_for_update_on_startup = false"]
-        if self.base_url:
-            url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+        base = self._model_base()
+        if base:
+            url = base if base.endswith("/v1") else base + "/v1"
+            key_var = RELAY_TOKEN_ENV if self.relayed else "OPENAI_API_KEY"
             lines += [
                 'model_provider = "cairn"',
                 "",
                 "[model_providers.cairn]",
                 'name = "cairn"',
                 f"base_url = {json.dumps(url)}",
-                'env_key = "OPENAI_API_KEY"',
+                f"env_key = {json.dumps(key_var)}",
                 'wire_api = "responses"',
                 "supports_websockets = false",
                 "request_max_retries = 2",
@@ -947,6 +1103,13 @@ class CodexAgent(InstalledAgent):
             ]
         lines += ["", "[features]", "plugins = false", "", "[analytics]", "enabled = false", ""]
         return {".codex/config.toml": "\n".join(lines)}
+
+    def relay_provider(self) -> str | None:
+        """Codex speaks the Responses API only."""
+        return "openai"
+
+    def _cli_env(self) -> dict[str, str]:
+        return {RELAY_TOKEN_ENV: self._token()} if self.relayed else {}
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         parts = [
@@ -1008,22 +1171,36 @@ class OpenCodeAgent(InstalledAgent):
                 "doom_loop": "allow",
             },
         }
-        if self.base_url:
-            url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
+        base = self._model_base()
+        env: dict[str, str] = {}
+        if base:
+            url = base if base.endswith("/v1") else base + "/v1"
             model = self._model_id() or "model"
+            npm, key_var = "@ai-sdk/openai-compatible", self._key_var()
+            if self.relayed:  # the token in its own variable; Anthropic models speak Messages
+                key_var = RELAY_TOKEN_ENV
+                env[RELAY_TOKEN_ENV] = self._token()
+                if self.relay_provider() == "anthropic":
+                    npm = "@ai-sdk/anthropic"
             config["provider"] = {
                 "cairn": {
-                    "npm": "@ai-sdk/openai-compatible",
+                    "npm": npm,
                     "name": "cairn",
-                    "options": {"baseURL": url, "apiKey": "{env:" + self._key_var() + "}"},
+                    "options": {"baseURL": url, "apiKey": "{env:" + key_var + "}"},
                     "models": {model: {"name": model}},
                 }
             }
-        return {"OPENCODE_CONFIG_CONTENT": json.dumps(config)}
+        return {"OPENCODE_CONFIG_CONTENT": json.dumps(config), **env}
+
+    def relay_provider(self) -> str | None:
+        """Chat Completions (``openai/``) or Messages (``anthropic/``) through its custom
+        provider; other prefixes call their provider directly."""
+        provider = super().relay_provider()
+        return provider if provider in ("openai", "anthropic") else None
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         model = self.model or ""
-        if self.base_url:
+        if self._model_base():
             model = f"cairn/{self._model_id()}"
         parts = ["opencode", "run", "--format", "json", "--auto", "-m", model]
         if resume:
@@ -1043,7 +1220,7 @@ class OpenCodeAgent(InstalledAgent):
 
     def _read(self, logs: Path) -> CliRun:
         run = read_opencode(_read_text(logs / "stdout.txt"))
-        if self.base_url:  # a custom provider has no price table: cost unknown, not free
+        if self._model_base():  # a custom provider has no price table: cost unknown, not free
             run.cost_usd = None
             for step in run.steps:
                 if step.get("metrics"):
@@ -1080,11 +1257,18 @@ class GeminiCliAgent(InstalledAgent):
         }
         return {".gemini/settings.json": json.dumps(settings, indent=2) + "\n"}
 
+    def relay_provider(self) -> str | None:
+        """Gemini CLI speaks the Gemini API."""
+        return "gemini"
+
     def _cli_env(self) -> dict[str, str]:
-        if not self.base_url:
+        base = self._model_base()
+        if not base:
             return {}
-        url = self.base_url.removesuffix("/v1beta").removesuffix("/v1")
-        return {"GOOGLE_GEMINI_BASE_URL": url}
+        env = {"GOOGLE_GEMINI_BASE_URL": base.removesuffix("/v1beta").removesuffix("/v1")}
+        if self.relayed:
+            env["GEMINI_API_KEY"] = self._token()
+        return env
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         parts = ["gemini", "--yolo", "--output-format", "stream-json", "--include-directories", "/"]
@@ -1128,11 +1312,18 @@ class QwenCodeAgent(InstalledAgent):
         }
         return {".qwen/settings.json": json.dumps(settings, indent=2) + "\n"}
 
+    def relay_provider(self) -> str | None:
+        """Qwen Code speaks Chat Completions (``--auth-type openai``)."""
+        return "openai"
+
     def _cli_env(self) -> dict[str, str]:
-        if not self.base_url:
+        base = self._model_base()
+        if not base:
             return {}
-        url = self.base_url if self.base_url.endswith("/v1") else self.base_url + "/v1"
-        return {"OPENAI_BASE_URL": url}
+        env = {"OPENAI_BASE_URL": base if base.endswith("/v1") else base + "/v1"}
+        if self.relayed:  # the environment only, never --openai-api-key on its argv
+            env["OPENAI_API_KEY"] = self._token()
+        return env
 
     def _command(self, step_dir: str, resume: str | None) -> str:
         parts = ["qwen", "--yolo", "-o", "stream-json", "--auth-type", "openai"]
@@ -1159,6 +1350,16 @@ def _litellm_base(model: str | None, base_url: str) -> tuple[str, str]:
     return "OPENAI_API_BASE", base_url if base_url.endswith("/v1") else base_url + "/v1"
 
 
+def _litellm_key(model: str | None, token: str) -> dict[str, str]:
+    """LiteLLM's key variable for the provider of ``model``, holding the relay ``token``."""
+    provider = (model or "").split("/", 1)[0].lower()
+    if provider == "anthropic":
+        return {"ANTHROPIC_API_KEY": token}
+    if provider in ("gemini", "google"):
+        return {"GEMINI_API_KEY": token}
+    return {"OPENAI_API_KEY": token}
+
+
 class AiderAgent(InstalledAgent):
     """aider (``aider-chat`` from PyPI) in a sealed Python runtime; needs ``-m provider/model``
     (a LiteLLM id, passed as is) and that provider's key.
@@ -1179,10 +1380,14 @@ class AiderAgent(InstalledAgent):
     needs_model = True
 
     def _cli_env(self) -> dict[str, str]:
-        if not self.base_url:
+        base = self._model_base()
+        if not base:
             return {}
-        name, url = _litellm_base(self.model, self.base_url)
-        return {name: url}
+        name, url = _litellm_base(self.model, base)
+        env = {name: url}
+        if self.relayed:
+            env.update(_litellm_key(self.model, self._token()))
+        return env
 
     def _setup_commands(self) -> list[str]:
         prices = (
@@ -1275,10 +1480,15 @@ class MiniSweAgent(InstalledAgent):
             "-o",
             f"{self._log_dir}/mini.traj.json",
         ]
-        if self.base_url:
-            _name, url = _litellm_base(self.model, self.base_url)
+        base = self._model_base()
+        if base:
+            _name, url = _litellm_base(self.model, base)
             parts += ["-c", f"model.model_kwargs.api_base={url}"]
         return _join(parts)
+
+    def _cli_env(self) -> dict[str, str]:
+        # the token in LiteLLM's key variable, not on the command line (-c …api_key=)
+        return _litellm_key(self.model, self._token()) if self.relayed else {}
 
     def _read(self, logs: Path) -> CliRun:
         return read_mini(_read_text(logs / "mini.traj.json"))
