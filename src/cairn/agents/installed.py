@@ -422,7 +422,7 @@ class InstalledAgent(Agent):
             return [host] if host else []
         return []
 
-    # ---- SEAM (issue 30): the job's model relay (cairn.relay.seam) ----------------------
+    # ---- the job's model relay (cairn.relay.service, docs/relay.md) ----------------------
     def relay_provider(self) -> str | None:
         """The relay provider (``anthropic``, ``openai``, ``gemini``) whose wire this CLI
         speaks for its model, or ``None`` when the relay cannot serve it (a provider prefix
@@ -448,7 +448,7 @@ class InstalledAgent(Agent):
         own environment (a key given only with ``--ae`` is handed to the CLI: direct mode).
 
         Returns:
-            A :class:`cairn.relay.seam.RelayWanted`, or ``None``.
+            A :class:`cairn.relay.service.RelayWanted`, or ``None``.
         """
         import importlib.util
 
@@ -459,10 +459,16 @@ class InstalledAgent(Agent):
         key = next((os.environ[v] for v in key_vars if os.environ.get(v)), None)
         if key is None:
             return None
-        from cairn.relay.seam import RelayWanted
         from cairn.relay.server import Upstream
+        from cairn.relay.service import RelayWanted
 
-        return RelayWanted(provider=provider, upstream=Upstream(self._relay_upstream_base(provider), key))
+        return RelayWanted(
+            provider=provider,
+            upstream=Upstream(self._relay_upstream_base(provider), key),
+            in_sandbox=True,  # the CLI calls its model from inside the sandbox
+            # mini-swe-agent retries a 400; a 403 stops it (docs/relay.md)
+            stop_status=403 if self.spec.name == "mini-swe-agent" else 400,
+        )
 
     def use_relay(self, url: str, lease: Any) -> None:
         """Send this trial's model calls to the relay at ``url`` with the lease's token.

@@ -65,6 +65,9 @@ AUTH_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "x-goog-api-k
 _DROP_REQUEST = HOP_BY_HOP | AUTH_HEADERS | {"host", "content-length", "cookie", "accept-encoding", "expect"}
 _DROP_RESPONSE = HOP_BY_HOP | {"content-length", "content-encoding", "set-cookie"}
 
+IDLE_KEEPALIVE_SEC = 5.0
+"""How long the relay keeps an idle client connection open, seconds."""
+
 
 @dataclass(frozen=True)
 class Upstream:
@@ -219,7 +222,12 @@ class ModelRelay:
             raise UsageError("the model relay needs aiohttp: pip install 'cairn-eval[relay]'") from exc
         app = web.Application(client_max_size=self.config.max_body_bytes)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        # An idle client connection is closed after IDLE_KEEPALIVE_SEC, not aiohttp's 75 s: a
+        # Node CLI (qwen-code) keeps its process alive while its keep-alive sockets are open, so
+        # each step waited the whole 75 s after its answer through the relay.
+        runner = web.AppRunner(
+            app, access_log=None, handle_signals=False, keepalive_timeout=IDLE_KEEPALIVE_SEC
+        )
         await runner.setup()
         try:
             site = web.TCPSite(runner, self.config.host, self.config.port)
