@@ -179,15 +179,17 @@ def test_switch_applies_at_once_and_cuts_open_tunnels(setup):
         "hosts": {"up.test": "127.0.0.1"},
         "peers": ["127.0.0.0/8"],
     }
-    t0 = time.monotonic()
     r = subprocess.run(
         [sys.executable, str(PROXY), "set-state", str(setup["state"]), json.dumps(new)],
         env=setup["env"],
         capture_output=True,
         timeout=30,
     )
+    # set-state returns 0 only once the proxy acknowledged generation 1 (its own bound), so the
+    # switch is in force now, not when the open tunnel ends: no wall-clock bound here (it read
+    # 12 s at load 40 with the interpreter's start-up alone)
     assert r.returncode == 0, r.stderr
-    assert time.monotonic() - t0 < 5
+    assert Path(str(setup["state"]) + ".applied").read_text().strip() == "1"
     s.settimeout(10)
     assert s.recv(100) == b""  # the agent phase's tunnel is gone
     s.close()
