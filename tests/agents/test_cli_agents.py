@@ -91,8 +91,10 @@ def _cairn_run(
     *extra: str,
     base_url: str | None = None,
     model_env: dict[str, str] | None = None,
+    relay: bool = False,
 ):
-    """``cairn run`` in a subprocess; ``model_env`` replaces ``-m`` by host variables."""
+    """``cairn run`` in a subprocess; ``model_env`` replaces ``-m`` by host variables;
+    ``relay``: through the job's model relay (cairn's default), else ``--no-relay``."""
     model, key = AGENTS[agent]
     src = Path(__file__).resolve().parents[2] / "src"
     env = {
@@ -116,6 +118,7 @@ def _cairn_run(
         f"base_url={base_url or server.base_url}",
         "-e",
         "docker",
+        *([] if relay else ["--no-relay"]),  # direct mode: the CLI calls the model itself
         "--jobs-dir",
         str(jobs),
         "--job-name",
@@ -295,6 +298,39 @@ def test_no_network_task_reaches_only_the_model_through_the_gateway(tmp_path, ru
     assert sum(s["network"]["denied"] for s in result["steps"]) == denied_total
     if not refused:
         assert denied_total == 0
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+def test_no_network_task_reaches_only_the_relay(tmp_path, runtimes, agent):
+    """The same shipped no-network task through the job's model relay (the default): the gateway
+    opens the relay's address and port only, never the model host; the relay reaches the model
+    at the job's ``--add-host`` address; the trial's tokens are the relay's (spend_source)."""
+    task = tmp_path / "two-steps"
+    shutil.copytree(TWO_STEPS, task)
+    addr = bridge_gateway()
+    with FakeModels(two_step_script(agent), host=addr, consumes=consumes) as srv:
+        job, trial, result = _cairn_run(
+            task,
+            agent,
+            srv,
+            tmp_path / "jobs",
+            "--add-host",
+            f"model.test={addr}",
+            base_url=f"http://model.test:{srv.port}",
+            relay=True,
+        )
+        main = srv.main_requests()
+    _check_two_steps(job, trial, result, agent)
+    assert len(main) == 4 and srv.script_left == 0
+    assert result["spend_source"] == "relay"
+    for name in ("write", "append"):
+        (step_dir,) = (trial / "steps").glob(f"*-{name}")
+        lines = [json.loads(x) for x in (step_dir / "network.jsonl").read_text().splitlines()]
+        allowed = {(x["host"], x["phase"]) for x in lines if x["verdict"] == "allowed"}
+        ports = {x["port"] for x in lines if x["verdict"] == "allowed"}
+        assert allowed == {(addr, "agent")} and len(ports) == 1 and srv.port not in ports, lines
+        assert all(x["host"] != "model.test" for x in lines), lines
+        assert (step_dir / "model_calls.jsonl").is_file()
 
 
 SEED = {

@@ -123,6 +123,7 @@ def test_claude_code_calls_the_tasks_stdio_mcp_server(tmp_path, claude_runtime):
                 "ENABLE_TOOL_SEARCH=false",
                 "-e",
                 "docker",
+                "--no-relay",  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
                 "--jobs-dir",
                 str(tmp_path / "jobs"),
                 "--job-name",

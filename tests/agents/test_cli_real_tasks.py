@@ -143,6 +143,7 @@ def _cairn_run(
         f"base_url={server.base_url}",
         "-e",
         "docker",
+        "--no-relay",  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
         "--jobs-dir",
         str(jobs),
         "--job-name",

@@ -77,6 +77,7 @@ def _cairn_run(task: Path, agent: str, base_url: str, jobs: Path, *extra: str):
         f"base_url={base_url}",
         "-e",
         "docker",
+        "--no-relay",  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
         "--jobs-dir",
         str(jobs),
         "--job-name",

@@ -350,3 +350,28 @@ def test_a_stream_that_fails_is_recorded_incomplete_and_retried_calls_are_linked
                 assert bad.usage.input_tokens == 10 and bad.usage.output_tokens is None
 
     with_server([Say(fail_mid_stream=True)], body)
+
+
+def test_the_relay_resolves_the_jobs_add_hosts_for_its_upstream():
+    """``--add-host model.test=ADDR`` with ``base_url=http://model.test:PORT``: the relay on the
+    host connects where the sandbox's gateway would have (model.test is in no DNS), the Host
+    header keeps the name; a name outside the map still goes to the system resolver."""
+    from cairn.relay.server import ModelRelay, RelayConfig, Upstream
+
+    async def body(server: WireModels) -> None:
+        port = server.base_url.rsplit(":", 1)[1]
+        up = Upstream(f"http://model.test:{port}", UPSTREAM_KEY)
+        cfg = RelayConfig(upstreams={"*": up}, add_hosts={"Model.Test": "127.0.0.1"})
+        async with ModelRelay(cfg) as relay, client(relay) as c:
+            lease = relay.open_trial("t")
+            r = await call(c, "chat-whole", lease.token)
+            assert r.status_code == 200, r.text
+            assert server.requests[-1].headers["host"] == f"model.test:{port}"
+            assert lease.totals().usage.input_tokens == 10
+        bad = RelayConfig(upstreams={"*": Upstream(f"http://not-mapped.invalid:{port}", UPSTREAM_KEY)})
+        async with ModelRelay(bad) as relay, client(relay) as c:
+            lease = relay.open_trial("t")
+            r = await call(c, "chat-whole", lease.token)
+            assert r.status_code == 502 and "not-mapped.invalid" in r.text
+
+    with_server([], body)

@@ -119,6 +119,9 @@ class RelayConfig:
         mask_secrets: more values to mask in recorded bodies (the upstream keys always are).
         max_body_bytes: the largest request body accepted.
         upstream_idle_sec: the longest silence from the upstream before the call fails.
+        add_hosts: host name → address the relay resolves itself when it connects to an
+            upstream: the job's ``--add-host``, so the relay reaches a model host where the
+            sandbox would have (a name only the sandbox's gateway knew fails otherwise).
     """
 
     upstreams: Mapping[str, Upstream]
@@ -132,6 +135,7 @@ class RelayConfig:
     mask_secrets: tuple[str, ...] = ()
     max_body_bytes: int = 64 * 1024 * 1024
     upstream_idle_sec: float = 900.0
+    add_hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 def _token_hash(token: str) -> str:
@@ -239,7 +243,11 @@ class ModelRelay:
         self.port = int(runner.addresses[0][1])
         self._preload = asyncio.get_running_loop().run_in_executor(None, self._prices.load)
         self._session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=True),
+            connector=aiohttp.TCPConnector(
+                limit=0,
+                enable_cleanup_closed=True,
+                resolver=_add_hosts_resolver(self.config.add_hosts) if self.config.add_hosts else None,
+            ),
             timeout=aiohttp.ClientTimeout(
                 total=None, sock_connect=10, sock_read=self.config.upstream_idle_sec
             ),
@@ -528,7 +536,7 @@ class ModelRelay:
                 request,
                 route.family,
                 502,
-                f"cairn relay: upstream failed: {_connect_cause(exc)}",
+                f"cairn relay: upstream {_netloc(url)} failed: {_connect_cause(exc)}",
                 "upstream_unreachable",
             )
         finally:
@@ -680,6 +688,15 @@ class ModelRelay:
         return resp
 
 
+def _netloc(url: str) -> str:
+    """``host:port`` of ``url`` (no user info, path or query: nothing secret), for error text."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    host = parts.hostname or "?"
+    return f"{host}:{parts.port}" if parts.port else host
+
+
 def _connect_cause(exc: BaseException) -> str:
     """A short cause for an upstream call that failed before any answer, naming a host that
     cannot be resolved or refuses connections in the words the ``llm`` agent's
@@ -706,3 +723,44 @@ def _connect_cause(exc: BaseException) -> str:
         cur = os_error if isinstance(os_error, BaseException) else (cur.__cause__ or cur.__context__)
     first = (str(exc).strip().splitlines() or [""])[0]
     return f"{type(exc).__name__}: {first}"[:200]
+
+
+def _add_hosts_resolver(add_hosts: Mapping[str, str]) -> Any:
+    """An aiohttp resolver that answers the names of ``add_hosts`` (name → IPv4/IPv6 address)
+    itself and asks the default resolver for every other name.
+
+    Built on call so that aiohttp is imported only when a relay starts."""
+    import ipaddress
+    import socket
+
+    from aiohttp.abc import AbstractResolver, ResolveResult
+    from aiohttp.resolver import DefaultResolver
+
+    table = {name.lower().rstrip("."): addr for name, addr in add_hosts.items()}
+
+    class AddHostsResolver(AbstractResolver):
+        def __init__(self) -> None:
+            self._default = DefaultResolver()
+
+        async def resolve(
+            self, host: str, port: int = 0, family: socket.AddressFamily = socket.AF_INET
+        ) -> list[ResolveResult]:
+            addr = table.get(host.lower().rstrip("."))
+            if addr is None:
+                return await self._default.resolve(host, port, family)
+            fam = socket.AF_INET6 if ipaddress.ip_address(addr).version == 6 else socket.AF_INET
+            return [
+                ResolveResult(
+                    hostname=host,
+                    host=addr,
+                    port=port,
+                    family=fam,
+                    proto=0,
+                    flags=socket.AI_NUMERICHOST,
+                )
+            ]
+
+        async def close(self) -> None:
+            await self._default.close()
+
+    return AddHostsResolver()

@@ -23,7 +23,7 @@ imports aiohttp.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -68,12 +68,15 @@ class JobRelayOptions:
         record_bodies: ``--record-model-bodies``.
         trial_cost_usd: ``--max-trial-cost-usd``; the lower of it and the agent's own wins.
         trial_tokens: ``--max-trial-tokens``; likewise.
+        add_hosts: ``--add-host`` (name → address): the relay resolves these names itself
+            when it connects to the upstream, as the trial's gateway would have.
     """
 
     rollout: bool = False
     record_bodies: bool = False
     trial_cost_usd: float | None = None
     trial_tokens: int | None = None
+    add_hosts: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -135,6 +138,7 @@ class RelayService:
                 record_bodies=config.record_model_bodies,
                 trial_cost_usd=config.max_trial_cost_usd,
                 trial_tokens=config.max_trial_tokens,
+                add_hosts=dict(config.add_hosts),
             ),
         )
 
@@ -263,6 +267,7 @@ class RelayService:
                         record_bodies=wanted.record_bodies,
                         rollout=wanted.rollout,
                         stop_status=wanted.stop_status,
+                        add_hosts=self._options.add_hosts,
                     )
                 )
                 await relay.start()
