@@ -52,7 +52,8 @@ def serve(c, peer):
             if not chunk:
                 break
             data += chunk
-        print(f"req {peer[0]} {data.split(b'\r\n')[0]!r}", flush=True)
+        head = data.split(b"\r\n")[0]
+        print(f"req {peer[0]} {head!r}", flush=True)
         body = f"host={name}".encode()
         c.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
     except OSError:
