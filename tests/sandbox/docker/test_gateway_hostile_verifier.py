@@ -266,7 +266,8 @@ def _requests(hosts, name: str) -> list[str]:
     return [x for x in out.splitlines() if x.startswith(("req ", "tcp "))]
 
 
-def test_nothing_the_agent_left_reaches_what_only_the_separate_verifier_may(tmp_path):
+def _run(tmp_path):
+    """Run the task once with the hostile agent; what the test reads afterwards."""
     if not backend_available("docker"):
         pytest.skip("no Docker engine")
     with host_containers("allowed.test", "vonly.test", server=LOGGER) as hosts:
@@ -295,7 +296,11 @@ def test_nothing_the_agent_left_reaches_what_only_the_separate_verifier_may(tmp_
         agent.referee.join(timeout=60)
         seen = _requests(hosts, "vonly.test")
 
-    ref = agent.referee
+    return result, agent.referee, seen, vonly
+
+
+def test_nothing_the_agent_left_reaches_what_only_the_separate_verifier_may(tmp_path):
+    result, ref, seen, vonly = _run(tmp_path)
     assert ref.error is None, ref.error
     assert result.error is None, result.error
     step = result.steps[0]
@@ -322,7 +327,7 @@ def test_nothing_the_agent_left_reaches_what_only_the_separate_verifier_may(tmp_
     allowed = [r for r in records if r["verdict"] == "allowed"]
     assert len(allowed) == 1, records
     (ok,) = allowed
-    assert (ok["phase"], ok["host"], ok["address"]) == ("verifier", "vonly.test", vonly), ok
+    assert (ok["host"], ok["address"]) == ("vonly.test", vonly), ok
     assert ok["peer"].rsplit(":", 1)[0] in ref.verifier_main, (ok, ref.verifier_main)
     from_agent = [r for r in records if r["peer"] and r["peer"].rsplit(":", 1)[0] not in ref.verifier_main]
     assert len(from_agent) >= 4 and all(
@@ -331,3 +336,17 @@ def test_nothing_the_agent_left_reaches_what_only_the_separate_verifier_may(tmp_
     # separate mode shares no processes with the verifier, so the survivor was listed, not killed
     assert any("surv.py" in s.cmdline for s in step.survivors) and step.survivors_killed is None
     assert SECRET not in json.dumps(records)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: a separate verifier sandbox without a judge never switches phase, so its "
+    "test.sh's requests are recorded as phase 'environment', not 'verifier' (docs/network.md)",
+)
+def test_the_separate_verifiers_request_is_recorded_in_phase_verifier(tmp_path):
+    result, ref, seen, vonly = _run(tmp_path)
+    assert result.error is None, result.error
+    trial = tmp_path / "jobs" / "job" / "trials" / result.trial_name
+    lines = (trial / "steps" / "01-main" / "network.jsonl").read_text().splitlines()
+    (ok,) = [r for r in map(json.loads, lines) if r["verdict"] == "allowed"]
+    assert (ok["phase"], ok["host"], ok["address"]) == ("verifier", "vonly.test", vonly), ok
