@@ -330,7 +330,7 @@ def test_no_network_task_reaches_only_the_relay(tmp_path, runtimes, agent):
         ports = {x["port"] for x in lines if x["verdict"] == "allowed"}
         assert allowed == {(addr, "agent")} and len(ports) == 1 and srv.port not in ports, lines
         assert all(x["host"] != "model.test" for x in lines), lines
-        assert (step_dir / "model_calls.jsonl").is_file()
+        assert (step_dir / "agent" / "model_calls.jsonl").is_file()
 
 
 SEED = {

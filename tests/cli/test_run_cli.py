@@ -750,7 +750,7 @@ def test_oracle_and_nop_refuse_an_option_they_do_not_take(tmp_path, one_task, ag
     )
     assert res.returncode == 2 and res.stderr.strip() == (
         "cairn: error: agent 'claude-code' has no option 'temprature' (--ak); known: version, "
-        "base_url, platform, prepare"
+        "base_url, platform, prepare, relay"
     )
 
 

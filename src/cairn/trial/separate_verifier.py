@@ -390,8 +390,10 @@ async def _verify_in(
                 )
             )
     restored = await restore_artifacts(sb, artifacts_dir, owner=step.verifier_user)
-    if plan.verifier_policy is not None:  # the judge's opening, for test.sh only
-        await sb.set_network(plan.verifier_policy, phase="verifier")
+    # test.sh runs in phase ``verifier``: with the judge's opening when there is one, else under
+    # the sandbox's own policy, switched so that its requests are recorded in that phase
+    # (they read ``environment`` before, test_gateway_hostile_verifier.py)
+    await sb.set_network(plan.verifier_policy or sb.spec.network_policy, phase="verifier")
     run = await run_verifier(
         sb,
         step,
