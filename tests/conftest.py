@@ -139,7 +139,7 @@ def _results_match_schemas(request):
     yield
     if request.node.get_closest_marker("writes_invalid_results"):
         return
-    tmp = request.node.funcargs.get("tmp_path")
+    tmp = (getattr(request.node, "funcargs", None) or {}).get("tmp_path")  # None after a Ctrl-C
     if tmp is None or not Path(tmp).is_dir():
         return
     names = {
