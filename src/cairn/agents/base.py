@@ -195,6 +195,25 @@ class Agent(ABC):
         """
 
 
+def take_relay_spend(context: AgentContext, calls: Any) -> None:
+    """Make a step's spend the relay's record of its calls (docs/relay.md): tokens from the
+    provider's own usage fields, cost from the price map.
+
+    Args:
+        context: the step's context; its ``tokens`` and ``cost_usd`` are replaced.
+        calls: the step's :class:`cairn.relay.ledger.StepCalls` (``TrialLease.end_step()``);
+            a cache-read count the provider never gave stays ``None`` unless the step made no
+            call (then 0).
+    """
+    u = calls.usage
+    context.tokens = Tokens(
+        prompt=u.input_tokens or 0,
+        completion=u.output_tokens or 0,
+        cached=u.cache_read_tokens if u.cache_read_tokens is not None else (0 if not calls.calls else None),
+    )
+    context.cost_usd = calls.cost_usd
+
+
 def refuse_unknown_options(agent: str, given: Iterable[str], known: Iterable[str]) -> None:
     """The one rule for ``--ak`` options an agent does not take (every agent that declares its
     options refuses with these words, before any trial runs).

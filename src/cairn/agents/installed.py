@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from cairn.agents.base import Agent, AgentContext, refuse_unknown_options
+from cairn.agents.base import Agent, AgentContext, refuse_unknown_options, take_relay_spend
 from cairn.agents.cli_logs import (
     CliRun,
     read_aider,
@@ -505,15 +505,7 @@ class InstalledAgent(Agent):
         calls = self._lease.end_step()
         if context.tokens is not None:
             context.metadata["cli_tokens"] = context.tokens.model_dump()
-        u = calls.usage
-        context.tokens = Tokens(
-            prompt=u.input_tokens or 0,
-            completion=u.output_tokens or 0,
-            cached=u.cache_read_tokens
-            if u.cache_read_tokens is not None
-            else (0 if not calls.calls else None),
-        )
-        context.cost_usd = calls.cost_usd
+        take_relay_spend(context, calls)
         context.metadata.pop("tokens_not_reported", None)
         context.metadata["model_calls"] = len(calls.calls)
         refused = any(c.error == "budget_exceeded" for c in calls.calls)

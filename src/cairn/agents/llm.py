@@ -35,7 +35,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from cairn import __version__
-from cairn.agents.base import Agent, AgentContext, refuse_unknown_options
+from cairn.agents.base import Agent, AgentContext, refuse_unknown_options, take_relay_spend
 from cairn.agents.trajectory import (
     Trajectory,
     load_seed,
@@ -462,15 +462,7 @@ class LlmAgent(Agent):
         if self._lease is None:
             return
         calls = self._lease.end_step()
-        u = calls.usage
-        context.tokens = Tokens(
-            prompt=u.input_tokens or 0,
-            completion=u.output_tokens or 0,
-            cached=u.cache_read_tokens
-            if u.cache_read_tokens is not None
-            else (0 if not calls.calls else None),
-        )
-        context.cost_usd = calls.cost_usd
+        take_relay_spend(context, calls)
 
     # ---- the step loop -------------------------------------------------------------------
     async def run(self, instruction: str, sandbox: Sandbox, context: AgentContext) -> None:
