@@ -1,6 +1,7 @@
 """Test hosts for network-policy tests: containers this machine starts, serving HTTP (port 80)
 and HTTPS (port 443, a self-signed certificate made here with openssl), answering every
-request with ``host=<name>`` so a test sees which host it reached. Nothing leaves the machine.
+request with ``host=<name>`` so a test sees which host it reached, and printing one line per
+request (``req PEER METHOD PATH``, :func:`requests_seen`). Nothing leaves the machine.
 
 Use :func:`host_containers` as a context manager; it removes the containers (and the certificate
 folder) however the test ends.
@@ -34,7 +35,8 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
     do_GET = do_POST = _answer
     def log_message(self, *a):
-        pass
+        what = f"{getattr(self, 'command', None)} {getattr(self, 'path', None)}"
+        print(f"req {self.client_address[0]} {what}", flush=True)
 http80 = http.server.ThreadingHTTPServer(("0.0.0.0", 80), H)
 https = http.server.ThreadingHTTPServer(("0.0.0.0", 443), H)
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -137,3 +139,15 @@ def host_containers(*names: str, network: str = "bridge", server: str = SERVER) 
                 with contextlib.suppress(Exception):
                     api.remove_container(cid, force=True)
             client.close()
+
+
+def requests_seen(addrs: HostAddrs, name: str) -> list[str]:
+    """The ``req PEER METHOD PATH`` lines the :data:`SERVER` of host ``name`` printed so far."""
+    import docker
+
+    client = docker.from_env()
+    try:
+        out = client.api.logs(addrs.ids[name]).decode(errors="replace")
+    finally:
+        client.close()
+    return [line for line in out.splitlines() if line.startswith("req ")]

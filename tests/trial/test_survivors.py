@@ -140,6 +140,34 @@ def test_what_counts_as_wider_access():
     assert "secret" not in env_wider({"KEY": "x"}, {"KEY": "secret"})
 
 
+def test_after_the_agent_phase_a_sandbox_without_its_verifier_opens_nothing_wider():
+    from types import SimpleNamespace
+
+    from cairn.trial.context import PhaseNetworks
+    from cairn.trial.survivors import after_agent_policy
+
+    env = NetworkPolicy(NetworkMode.ALLOWLIST, ("env.test",))
+    agent = NetworkPolicy(NetworkMode.NO_NETWORK, (), ("model.test",))
+    nets = PhaseNetworks(env, agent={1: agent})
+
+    def after(mode: str, verify: bool = True, networks: PhaseNetworks | None = nets):
+        step = SimpleNamespace(index=1, verifier_mode=mode)
+        return after_agent_policy(step, SimpleNamespace(networks=networks, verify=verify))
+
+    # a shared verifier gets its policy (the environment's); the survivors were killed first
+    assert after("shared") == env
+    # no verifier here: the agent's own policy, its model opening closed
+    assert after("separate") == after("shared", verify=False) == NetworkPolicy(NetworkMode.NO_NETWORK)
+    # an agent allowlist keeps its hosts, not the model's
+    wide_agent = NetworkPolicy(NetworkMode.ALLOWLIST, ("a.test",), ("model.test",))
+    nets2 = PhaseNetworks(NetworkPolicy(NetworkMode.PUBLIC), agent={1: wide_agent})
+    assert after("separate", networks=nets2) == NetworkPolicy(NetworkMode.ALLOWLIST, ("a.test",))
+    # an environment no wider than the agent's stays as it is
+    nets3 = PhaseNetworks(NetworkPolicy(NetworkMode.NO_NETWORK), agent={1: wide_agent})
+    assert after("separate", networks=nets3) == NetworkPolicy(NetworkMode.NO_NETWORK)
+    assert after("separate", networks=None) is None
+
+
 REACH = r"""
 import os, re, time, urllib.request
 def proxies():

@@ -52,7 +52,7 @@ from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.recorder import TrialRecorder
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
-from cairn.trial.survivors import list_survivors, survivors_from, verifier_wider
+from cairn.trial.survivors import after_agent_policy, list_survivors, survivors_from, verifier_wider
 from cairn.trial.verify import VerifierRun, run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -419,8 +419,8 @@ async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: T
         if wider is not None and st.before is not None
         else None
     )
-    if s.networks is not None:
-        await rec.switch(s.networks.after_agent(step.index), "verifier" if s.verify else "after-agent")
+    if (after := after_agent_policy(step, s)) is not None:
+        await rec.switch(after, "verifier" if s.verify else "after-agent")
     st.quiet = step.pre_artifacts_sh is None and s.snapshot is None and not step.collect
     st.prepared = (
         st.quiet

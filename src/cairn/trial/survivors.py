@@ -103,6 +103,34 @@ def verifier_wider(step: Step, s: TrialSettings) -> str | None:
     return "; ".join(reasons) or None
 
 
+def after_agent_policy(step: Step, s: TrialSettings) -> NetworkPolicy | None:
+    """The policy the step's sandbox switches to once its agent phase ended, or ``None``
+    (no phase networks: the sandbox keeps its start policy).
+
+    With a shared verifier, its policy (else the environment's): :func:`verifier_wider` has
+    killed the agent's processes first when that opens more. When no verifier runs in this
+    sandbox after the agent (a separate verifier sandbox, ``--no-verify``), the processes the
+    agent left are all that runs here until the next phase, and they get nothing the agent
+    phase did not have: a policy wider than the agent's is replaced by the agent's own, its
+    model openings closed (issue 34: a left-over process reached the environment's allowlist
+    and rewrote an artifact before it was collected). ``pre_artifacts.sh`` runs under it too.
+
+    Args:
+        step: the step.
+        s: the trial's settings (its network plan, ``--no-verify``).
+    """
+    nets = s.networks
+    if nets is None:
+        return None
+    after = nets.after_agent(step.index)
+    if s.verify and step.verifier_mode != "separate":
+        return after
+    agent = nets.agent.get(step.index, nets.environment).effective()
+    if network_wider(agent, after) is None:
+        return after
+    return NetworkPolicy(agent.mode, agent.allowed_hosts if agent.mode is NetworkMode.ALLOWLIST else ())
+
+
 async def _user_names(sandbox: Sandbox, uids: set[int]) -> dict[int, str]:
     """uid → name from the sandbox's ``/etc/passwd`` (best effort: empty when unreadable)."""
     if not uids:
