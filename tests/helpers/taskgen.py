@@ -61,6 +61,8 @@ def write_task(
     toml_extra: str = "",
     dockerfile: str = DOCKERFILE,
     network: str = "no-network",
+    allowed_hosts: tuple[str, ...] = (),
+    root_keys: str = "",
     instruction: str = "Do the task.",
     test: str = "echo 1 > /logs/verifier/reward.txt\n",
     solve: str | None = "true\n",
@@ -74,16 +76,21 @@ def write_task(
         toml_extra: TOML appended at the root level before ``[environment]`` (tables allowed).
         dockerfile: environment/Dockerfile content.
         network: ``[environment].network_mode``.
+        allowed_hosts: ``[environment].allowed_hosts`` (written when given).
+        root_keys: TOML keys of the root table (e.g. ``artifacts = [...]``), written first.
         files: extra files (relative path → content).
     """
     task = root / name
     task.mkdir(parents=True)
-    lines = []
+    lines = [root_keys] if root_keys else []
     if strategy:
         lines.append(f'multi_step_reward_strategy = "{strategy}"')
     lines.append(f'[task]\nname = "test/{name}"\n')
     lines.append(toml_extra)
-    lines.append(f'[environment]\nnetwork_mode = "{network}"\n')
+    lines.append(f'[environment]\nnetwork_mode = "{network}"')
+    if allowed_hosts:
+        lines.append("allowed_hosts = [" + ", ".join(f'"{h}"' for h in allowed_hosts) + "]")
+    lines.append("")
     (task / "environment").mkdir()
     (task / "environment" / "Dockerfile").write_text(dockerfile)
     if steps is None:

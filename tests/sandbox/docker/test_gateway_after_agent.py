@@ -85,23 +85,17 @@ def _task(root, *, separate: bool):
             '[verifier]\nenvironment_mode = "separate"\n'
             '[verifier.environment]\ndocker_image = "python:3.12-slim"\nnetwork_mode = "no-network"\n'
         )
-    task = write_task(
+    return write_task(
         root,
         "narrow-agent",
         network="allowlist",
+        allowed_hosts=("envonly.test",),
+        root_keys='artifacts = ["/app/out.txt", "/tmp/tried.txt"]',
         dockerfile="FROM python:3.12-slim\nWORKDIR /app\n",
         test=VERIFY,
         toml_extra=extra,
         files={"pre_artifacts.sh": PRE_ARTIFACTS},
     )
-    toml = task / "task.toml"
-    text = toml.read_text().replace(
-        '[environment]\nnetwork_mode = "allowlist"\n',
-        '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["envonly.test"]\n',
-    )
-    assert 'allowed_hosts = ["envonly.test"]' in text, text
-    toml.write_text('artifacts = ["/app/out.txt", "/tmp/tried.txt"]\n' + text)
-    return task
 
 
 @pytest.mark.parametrize("separate", [True, False], ids=["separate-verifier", "no-verify"])

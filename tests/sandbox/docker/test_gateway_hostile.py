@@ -523,13 +523,7 @@ def test_compose_gateway_holds_l1_l2_l5(tmp_path, hosts):
         network="allowlist",
         dockerfile=DOCKERFILE,
         files={"environment/probe.py": PROBE, "environment/docker-compose.yaml": COMPOSE},
-    )
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'network_mode = "allowlist"\n',
-            'network_mode = "allowlist"\nallowed_hosts = ["allowed.test", "*.wild.test"]\n',
-        )
+        allowed_hosts=("allowed.test", "*.wild.test"),
     )
     agent = Hostile()
     result = run_trial_sync(

@@ -276,6 +276,8 @@ def _run(tmp_path):
             tmp_path / "tasks",
             "sepwide",
             network="allowlist",
+            allowed_hosts=("allowed.test",),
+            root_keys='artifacts = ["/app/out.txt"]',
             dockerfile="FROM python:3.12-slim\nWORKDIR /app\n",
             test=VERIFY,
             toml_extra='[verifier]\nenvironment_mode = "separate"\n'
@@ -283,13 +285,6 @@ def _run(tmp_path):
             'network_mode = "allowlist"\nallowed_hosts = ["vonly.test"]\n'
             f'[verifier.environment.env]\nVSECRET = "{SECRET}"\n',
         )
-        toml = task / "task.toml"
-        text = toml.read_text().replace(
-            '[environment]\nnetwork_mode = "allowlist"\n',
-            '[environment]\nnetwork_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n',
-        )
-        assert 'allowed_hosts = ["allowed.test"]' in text, text
-        toml.write_text('artifacts = ["/app/out.txt"]\n' + text)
         agent = _Hostile(vonly)
         result = run_trial_sync(task, agent, "docker", tmp_path / "jobs", add_hosts=tuple(hosts.items()))
         assert agent.referee is not None, result.steps[0]

@@ -349,12 +349,7 @@ def _probe_task(root: Path, name: str, allowed: str, want: dict[str, bool]) -> P
         files={"environment/probe.py": PROBE, "environment/check.py": CHECK},
         solve=f"python3 /probe.py {targets} > /tmp/probe.jsonl\n",
         test=f"python3 /check.py '{json.dumps(want)}'\n",
-    )
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'network_mode = "allowlist"\n', f'network_mode = "allowlist"\nallowed_hosts = ["{allowed}"]\n'
-        )
+        allowed_hosts=(allowed,),
     )
     return task
 

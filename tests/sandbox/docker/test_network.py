@@ -91,12 +91,7 @@ def test_allowlist_trial_agent_reaches_only_allowed_and_verifier_nothing(tmp_pat
         files={"environment/probe.py": PROBE},
         test=verifier,
         toml_extra='[verifier]\nnetwork_mode = "no-network"\n',
-    )
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'network_mode = "allowlist"\n', 'network_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n'
-        )
+        allowed_hosts=("allowed.test",),
     )
     agent = ProbeAgent(targets)
     result = run_trial_sync(task, agent, "docker", tmp_path / "jobs", add_hosts=tuple(hosts.items()))
@@ -369,12 +364,7 @@ def test_compose_allowlist_services_reach_each_other_main_only_allowed(tmp_path,
         network="allowlist",
         dockerfile=DOCKERFILE,
         files={"environment/probe.py": PROBE, "environment/docker-compose.yaml": COMPOSE},
-    )
-    toml = task / "task.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'network_mode = "allowlist"\n', 'network_mode = "allowlist"\nallowed_hosts = ["allowed.test"]\n'
-        )
+        allowed_hosts=("allowed.test",),
     )
     agent = ProbeAgent(
         [
