@@ -2,7 +2,7 @@
 
 A backend remembers facts that are costly to learn again (a build that failed a moment ago,
 an image built once under ``--force-build``, the gateway image that exists, the Compose CLI
-that answered) and serialises builds of one environment with an :class:`asyncio.Lock` before
+that answered, the Docker engine's API version, version and own addresses) and serialises builds of one environment with an :class:`asyncio.Lock` before
 its file lock. That state lives in one :class:`SandboxCaches` value owned by the job
 (:attr:`cairn.trial.context.JobServices.caches`), handed to each sandbox in
 :attr:`cairn.sandbox.base.SandboxSpec.caches`: two jobs in one process learn each fact on
@@ -51,6 +51,16 @@ class SandboxCaches:
             if name not in self._memos:
                 self._memos[name] = factory()
             return cast(T, self._memos[name])
+
+    def engine_lost(self) -> None:
+        """Forget every memo: the engine behind the job's sandboxes was lost, and what was
+        learnt of it (its API version and version, its addresses, the images it had) may not
+        hold for the engine that answers now (restarted, upgraded or replaced, issue #29).
+        The next sandbox asks again. The build locks stay (they hold no engine fact), and a
+        memo a running sandbox already holds stays valid for it.
+        """
+        with self._mu:
+            self._memos.clear()
 
     def lock(self, key: str) -> asyncio.Lock:
         """The build lock of ``key`` in the running event loop (an :class:`asyncio.Lock`

@@ -60,6 +60,7 @@ from cairn.sandbox.base import (
     SnapshotRef,
     UploadItem,
 )
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.docker import netpool
 from cairn.sandbox.docker.build import (
     ImageInfo,
@@ -208,13 +209,14 @@ class DockerSandbox(Sandbox):
     def engine_version(cls) -> str | None:
         """The Docker engine's version (``docker version``'s server version), or ``None``.
 
-        Asked once per process through the shared client module (which also keeps the API
-        version, so the sandboxes' clients skip that round trip).
+        Asked on every call (once per job, by the job's runner): no job's memos here, so a
+        fresh :class:`~cairn.sandbox.caches.SandboxCaches` holds what this call learns.
         """
+        caches = SandboxCaches()
         try:
-            client = make_client(timeout=5)
+            client = make_client(caches, timeout=5)
             try:
-                return engine_version(client)
+                return engine_version(client, caches)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 - a version is informative only
@@ -274,7 +276,7 @@ class DockerSandbox(Sandbox):
         """
         from cairn.sandbox.docker.hostaddr import bridge_address
 
-        client = make_client(timeout=30)
+        client = make_client(SandboxCaches(), timeout=30)  # no job's memos here
         try:
             return bridge_address(client)
         finally:
@@ -293,7 +295,7 @@ class DockerSandbox(Sandbox):
         if dockerfile is not None and dockerfile.is_file() and (not spec.docker_image or spec.force_build):
             from cairn.sandbox.docker.buildkit import check_dockerfile
 
-            warnings += check_dockerfile(dockerfile)
+            warnings += check_dockerfile(dockerfile, spec.caches)
         return warnings
 
     async def start(self) -> None:
@@ -309,7 +311,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError("a sandbox can be started once", kind=ErrorKind.START_FAILED)
         self._started = True
         self.warnings = self.check(self.spec)
-        self._client = await in_thread(make_client)
+        self._client = await in_thread(make_client, self.spec.caches)
         net = self._net = self._make_network(self._client)
         reused = await self._reuse_network(net)
         if reused is not None:
@@ -335,7 +337,7 @@ class DockerSandbox(Sandbox):
         # An SDK error none of them translated is still the engine's (issue #29).
         with translate("starting the sandbox", kind=ErrorKind.START_FAILED):
             self._engine_version, self._image, gw_image, _ = await _gather(
-                in_thread(engine_version, self._client), image, gateway_image, networks
+                in_thread(engine_version, self._client, self.spec.caches), image, gateway_image, networks
             )
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
@@ -347,7 +349,9 @@ class DockerSandbox(Sandbox):
                     # The gateway comes up (and says it listens) while the sandbox starts.
                     await _gather(
                         self._create_and_start(),
-                        net.start_gateway(gw_image, self.spec.network_policy, "environment"),
+                        net.start_gateway(
+                            gw_image, self.spec.network_policy, "environment", self.spec.caches
+                        ),
                     )
                     await _gather(self._prepare(), self._attach_public())
                 else:
@@ -770,7 +774,7 @@ class DockerSandbox(Sandbox):
         Raises:
             SandboxError: a container still uses it, or the engine refused.
         """
-        client = await in_thread(make_client)
+        client = await in_thread(make_client, SandboxCaches())  # no job's memos here
         try:
 
             def work() -> None:

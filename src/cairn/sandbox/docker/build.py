@@ -1,6 +1,7 @@
 """Docker engine plumbing for the docker backend: clients, error mapping, images (design §3.1).
 
-- :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
+- :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once
+  per job, :class:`~cairn.sandbox.docker.client.EngineFacts`).
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
   never starve the event loop's default executor.
 - :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at

@@ -147,19 +147,28 @@ def sandbox_hostname(container_name: str) -> str:
     return label or "sandbox"
 
 
-_ENGINE_ADDRS: dict[str, list[str]] = {}
-
-
-def engine_addresses(client: Any) -> list[str]:
+def engine_addresses(client: Any, caches: SandboxCaches) -> list[str]:
     """The engine host's own addresses a container may reach (each Docker network's gateway
     address and, for a local engine, this machine's addresses): targets a name must not
-    resolve to unless the list names them (docs/network.md). Cached per engine; never raises
-    (what cannot be read is left out; the proxy adds its own addresses and next hops)."""
-    key = str(getattr(client.api, "base_url", ""))
-    if key in _ENGINE_ADDRS:
-        return _ENGINE_ADDRS[key]
+    resolve to unless the list names them (docs/network.md).
+
+    Asked once per job and engine (``caches``' :class:`~cairn.sandbox.docker.client.EngineFacts`:
+    another job, or another ``DOCKER_HOST``, asks its own engine). Never raises (what cannot
+    be read is left out; the proxy adds its own addresses and next hops).
+
+    Args:
+        client: a Docker SDK client of :func:`~cairn.sandbox.docker.client.make_client`.
+        caches: the memos ``client`` was made with.
+
+    Returns:
+        The addresses, sorted (a copy: the caller may change it).
+    """
+    from cairn.sandbox.docker.client import engine_facts
     from cairn.sandbox.network import httpwire
 
+    facts = engine_facts(caches)
+    if facts.addresses is not None:
+        return list(facts.addresses)
     found: set[str] = set()
     with contextlib.suppress(Exception):
         for net in client.api.networks():
@@ -167,11 +176,11 @@ def engine_addresses(client: Any) -> list[str]:
                 gw = str(cfg.get("Gateway") or "")
                 if gw and parse_address(gw) is not None:
                     found.add(gw)
+    key = str(getattr(client.api, "base_url", ""))
     if key.startswith(("http+unix://", "unix://", "http+docker://")):
         found |= {str(a) for a in httpwire.local_addresses() if not a.is_loopback and not a.is_link_local}
-    out = sorted(found)
-    _ENGINE_ADDRS[key] = out
-    return out
+    facts.addresses = sorted(found)
+    return list(facts.addresses)
 
 
 def _tar_file(name: str, data: bytes) -> bytes:
@@ -416,9 +425,18 @@ class TrialNetwork:
             separators=(",", ":"),
         )
 
-    async def start_gateway(self, image: str, policy: NetworkPolicy, phase: str) -> None:
+    async def start_gateway(
+        self, image: str, policy: NetworkPolicy, phase: str, caches: SandboxCaches
+    ) -> None:
         """Create and start the gateway on the internal network (when this object made one)
         and the default bridge.
+
+        Args:
+            image: the gateway image (:func:`ensure_gateway_image`).
+            policy: the policy it starts with.
+            phase: the phase it starts in.
+            caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`; the
+                engine's own addresses are read once per job, :func:`engine_addresses`).
 
         Raises:
             SandboxError: ``start_failed``.
@@ -428,7 +446,7 @@ class TrialNetwork:
         name = f"{self.stem}-gw"
 
         def create() -> None:
-            self.local_addresses = engine_addresses(self.client)
+            self.local_addresses = engine_addresses(self.client, caches)
             state = self._state(policy, phase)
             internal = self.internal
             netcfg = (
