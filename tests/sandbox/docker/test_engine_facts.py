@@ -174,3 +174,20 @@ def test_the_facts_are_the_real_engines(monkeypatch: pytest.MonkeyPatch) -> None
     assert facts_a == _facts(job_b)  # the same engine, learnt twice
     assert engine_facts(job_a) is not engine_facts(job_b)
     assert engine_facts(job_a).addresses == facts_a[2]
+
+
+def test_engine_silences_are_the_jobs_and_outlive_a_lost_engine() -> None:
+    import time
+
+    import requests.exceptions
+
+    from cairn.sandbox.docker.build import is_engine_gone, silent_near
+
+    job_a, job_b = SandboxCaches(), SandboxCaches()
+    assert is_engine_gone(requests.exceptions.ConnectionError("refused"), job_a)
+    now = time.time()
+    noted = silent_near(now, job_a)
+    assert noted is not None and now - 60 < noted <= now
+    assert silent_near(now, job_b) is None  # another job's silence explains none of its stops
+    job_a.engine_lost()  # the retry's memos go; the record of the restart stays
+    assert silent_near(now, job_a) == noted

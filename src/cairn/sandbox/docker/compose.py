@@ -246,7 +246,7 @@ class ComposeSandbox(DockerSandbox):
         image, _ = await _gather(
             ensure_gateway_image(self._client, self.spec.caches), self._net.create_networks()
         )
-        await self._net.start_gateway(image, self.spec.network_policy, "environment", self.spec.caches)
+        await self._net.start_gateway(image, self.spec.network_policy, "environment")
 
     async def _join_gateway(self) -> None:
         """Join the gateway to every network of ``main`` (alias ``cairn-gateway``)."""

@@ -290,7 +290,7 @@ async def ensure_gateway_image(client: Any, caches: SandboxCaches, timeout_sec: 
 
     try:
         async with _build_lock(caches, f"gateway-{digest}", deadline):
-            with translate("building the egress gateway image", kind=ErrorKind.START_FAILED):
+            with translate("building the egress gateway image", caches, kind=ErrorKind.START_FAILED):
                 if not await in_thread(exists):
                     await in_thread(build)
     except TimeoutError:
@@ -320,6 +320,9 @@ class TrialNetwork:
         hosts: host name → address the gateway resolves itself (``--add-host``).
         own_internal: create the internal network (``False`` for a compose project, whose
             own networks are made internal and joined by :meth:`connect_gateway`).
+        caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`): the engine's
+            own addresses are read once per job (:func:`engine_addresses`), and an engine that
+            does not answer is noted in them.
     """
 
     def __init__(
@@ -332,8 +335,10 @@ class TrialNetwork:
         needs_public: bool = False,
         hosts: dict[str, str] | None = None,
         own_internal: bool = True,
+        caches: SandboxCaches,
     ) -> None:
         self.client = client
+        self.caches = caches
         self.layout = layout
         self.labels = dict(labels)
         self.stem = f"{name_hint}-{uuid.uuid4().hex[:6]}"
@@ -407,7 +412,7 @@ class TrialNetwork:
             else:
                 self.public = net
 
-        with translate(f"creating network {name}", kind=ErrorKind.START_FAILED):
+        with translate(f"creating network {name}", self.caches, kind=ErrorKind.START_FAILED):
             fut = start_thread(create)
             self._creating.append(fut)
             await asyncio.shield(fut)
@@ -425,9 +430,7 @@ class TrialNetwork:
             separators=(",", ":"),
         )
 
-    async def start_gateway(
-        self, image: str, policy: NetworkPolicy, phase: str, caches: SandboxCaches
-    ) -> None:
+    async def start_gateway(self, image: str, policy: NetworkPolicy, phase: str) -> None:
         """Create and start the gateway on the internal network (when this object made one)
         and the default bridge.
 
@@ -435,8 +438,6 @@ class TrialNetwork:
             image: the gateway image (:func:`ensure_gateway_image`).
             policy: the policy it starts with.
             phase: the phase it starts in.
-            caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`; the
-                engine's own addresses are read once per job, :func:`engine_addresses`).
 
         Raises:
             SandboxError: ``start_failed``.
@@ -446,7 +447,7 @@ class TrialNetwork:
         name = f"{self.stem}-gw"
 
         def create() -> None:
-            self.local_addresses = engine_addresses(self.client, caches)
+            self.local_addresses = engine_addresses(self.client, self.caches)
             state = self._state(policy, phase)
             internal = self.internal
             netcfg = (
@@ -486,7 +487,7 @@ class TrialNetwork:
         def egress() -> None:  # the proxy needs no egress to come up: join while it starts
             api.connect_container_to_network(self.gateway_id, "bridge")
 
-        with translate("starting the egress gateway", kind=ErrorKind.START_FAILED):
+        with translate("starting the egress gateway", self.caches, kind=ErrorKind.START_FAILED):
             fut = start_thread(create)
             self._creating.append(fut)
             await asyncio.shield(fut)
@@ -517,7 +518,7 @@ class TrialNetwork:
             return False  # the stream ended: the proxy exited
 
         try:
-            with translate("reading the gateway's output", kind=ErrorKind.START_FAILED):
+            with translate("reading the gateway's output", self.caches, kind=ErrorKind.START_FAILED):
                 ready = await asyncio.wait_for(in_thread(follow), READY_TIMEOUT_SEC)
         except TimeoutError:
             ready = False
@@ -559,7 +560,7 @@ class TrialNetwork:
             api.put_archive(gid, posixpath.dirname(STATE_PATH), state)
             return True if not wait else self._acknowledged(want)
 
-        with translate("switching the gateway's policy"):
+        with translate("switching the gateway's policy", self.caches):
             ok = await in_thread(run)
         if not ok:
             raise SandboxError(
@@ -599,7 +600,7 @@ class TrialNetwork:
             state = self.client.api.inspect_container(self.gateway_id).get("State") or {}
             return bool(state.get("Running")) and self._acknowledged(str(self.generation).encode())
 
-        with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
+        with translate("confirming the gateway's policy", self.caches, kind=ErrorKind.START_FAILED):
             ok = await in_thread(check)
         if not ok:
             raise SandboxError("the reused egress gateway did not answer", kind=ErrorKind.START_FAILED)
@@ -609,7 +610,7 @@ class TrialNetwork:
         if self.public is None or attached == (container_id in self._public_attached):
             return
         api = self.client.api
-        with translate("switching the sandbox's network"):
+        with translate("switching the sandbox's network", self.caches):
             if attached:
                 await in_thread(api.connect_container_to_network, container_id, self.public.name)
                 self._public_attached.add(container_id)
@@ -634,7 +635,7 @@ class TrialNetwork:
             return []
         if seal and self.layout is Layout.GATEWAY:
             await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), SEALED_PHASE, sandbox_id)
-        with translate("reading the gateway's records"):
+        with translate("reading the gateway's records", self.caches):
             raw = await in_thread(self.client.api.logs, self.gateway_id, stdout=True, stderr=False)
         out: list[dict[str, Any]] = []
         lines = raw.decode("utf-8", "replace").splitlines()
@@ -653,7 +654,7 @@ class TrialNetwork:
     async def connect_gateway(self, network: str) -> None:
         """Join the gateway to another network (a compose project's) under its alias."""
         assert self.gateway_id is not None
-        with translate(f"connecting the gateway to {network}", kind=ErrorKind.START_FAILED):
+        with translate(f"connecting the gateway to {network}", self.caches, kind=ErrorKind.START_FAILED):
             await in_thread(
                 self.client.api.connect_container_to_network,
                 self.gateway_id,
