@@ -10,7 +10,7 @@ engine (``DOCKER_HOST``) in the job's :class:`~cairn.sandbox.caches.SandboxCache
 ``"docker.engine"``), so a job asks once and the next job asks again: an engine restarted,
 upgraded or replaced between two jobs of one process (the Python API, a Ray worker) is probed
 anew, never described by what an earlier job saw (issue #29). A caller outside a job (a
-backend classmethod, ``cairn doctor``, a bench) passes a fresh :class:`SandboxCaches` of its
+backend classmethod such as ``engine_version``, a bench) passes a fresh :class:`SandboxCaches` of its
 own. No module-level state.
 """
 
