@@ -5,8 +5,8 @@ API, a Ray worker) is probed again by the second job (issues #28 and #29).
 
 The engine replaced between jobs is a stand-in on a Unix socket of the test's own that answers
 the three calls these facts come from (``/version``, ``/vX/version``, ``/vX/networks``) and
-counts them: the machine's engine cannot be upgraded under a test. The last test reads the
-real engine.
+counts them: the machine's engine cannot be upgraded under a test. One test (``docker``) reads
+the real engine; the last one holds that the moments the engine went silent are the job's too.
 """
 
 from __future__ import annotations
