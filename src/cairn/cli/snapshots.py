@@ -84,9 +84,7 @@ def regrade_cmd(
     print(f"derived job: {result.job_dir} (from {result.source_dir})", file=sys.stderr)
     for line in result.lines():  # regraded or not, why, and what a full regrade needs
         print(line, file=sys.stderr)
-    if result.exit_code and not any(
-        r.regrade and r.regrade.message.startswith("infra:") for r in result.results
-    ):
+    if result.exit_code and not result.infra_failed:  # an infra failure is said above
         err("nothing in the job could be regraded (see above)")
     raise typer.Exit(result.exit_code)
 

@@ -124,6 +124,11 @@ class JobRun:
     async def run_one(self, plan: TrialPlan, services: JobServices | None = None) -> TrialResult:
         """Run one trial with automatic retries of infra errors (design §6), attempts kept.
 
+        A trial that lost its engine (``sandbox_lost``) waits for it (:func:`wait_for_engine`);
+        once it answers, the job's backend memos are dropped
+        (:meth:`~cairn.sandbox.caches.SandboxCaches.engine_lost`) before the retry, so no
+        fact about the engine that went away describes the one that came back.
+
         Args:
             plan: the trial.
             services: the job's services lent to each run of it.
@@ -144,10 +149,11 @@ class JobRun:
                 or error.detail.get("unreachable")
             ):  # a model host that is not there
                 return result
-            if error.kind is ErrorKind.SANDBOX_LOST and not await wait_for_engine(
-                get_backend(self.backend), self.emit, plan.task.name
-            ):
-                return result  # the engine stayed away: the trial keeps its infra error
+            if error.kind is ErrorKind.SANDBOX_LOST:
+                if not await wait_for_engine(get_backend(self.backend), self.emit, plan.task.name):
+                    return result  # the engine stayed away: the trial keeps its infra error
+                if services is not None:  # the engine that answers now is asked anew
+                    services.caches.engine_lost()
             cause = (error.message.splitlines() or [""])[0][:200]
             self.emit(
                 Retrying(

@@ -60,6 +60,7 @@ from cairn.sandbox.base import (
     SnapshotRef,
     UploadItem,
 )
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.docker import netpool
 from cairn.sandbox.docker.build import (
     ImageInfo,
@@ -121,13 +122,13 @@ _UNANSWERED: Mapping[str, Any] = MappingProxyType({"Running": False})
 """:meth:`DockerSandbox._state` when the engine does not answer at all (issue #29)."""
 
 
-def _silence_at_end(state: Mapping[str, Any]) -> str | None:
-    """``HH:MM:SS`` of a moment this process found the engine silent around the container's
-    ``FinishedAt`` (:func:`~cairn.sandbox.docker.build.silent_near`), or ``None``."""
+def _silence_at_end(state: Mapping[str, Any], caches: SandboxCaches) -> str | None:
+    """``HH:MM:SS`` of a moment the job (``caches``) found the engine silent around the
+    container's ``FinishedAt`` (:func:`~cairn.sandbox.docker.build.silent_near`), or ``None``."""
     stamp = api_time(str(state.get("FinishedAt") or ""))
     if stamp is None:
         return None
-    t = silent_near(float(stamp))
+    t = silent_near(float(stamp), caches)
     return None if t is None else datetime.fromtimestamp(t, UTC).strftime("%H:%M:%S")
 
 
@@ -208,13 +209,14 @@ class DockerSandbox(Sandbox):
     def engine_version(cls) -> str | None:
         """The Docker engine's version (``docker version``'s server version), or ``None``.
 
-        Asked once per process through the shared client module (which also keeps the API
-        version, so the sandboxes' clients skip that round trip).
+        Asked on every call (once per job, by the job's runner): no job's memos here, so a
+        fresh :class:`~cairn.sandbox.caches.SandboxCaches` holds what this call learns.
         """
+        caches = SandboxCaches()
         try:
-            client = make_client(timeout=5)
+            client = make_client(caches, timeout=5)
             try:
-                return engine_version(client)
+                return engine_version(client, caches)
             finally:
                 client.close()
         except Exception:  # noqa: BLE001 - a version is informative only
@@ -274,7 +276,7 @@ class DockerSandbox(Sandbox):
         """
         from cairn.sandbox.docker.hostaddr import bridge_address
 
-        client = make_client(timeout=30)
+        client = make_client(SandboxCaches(), timeout=30)  # no job's memos here
         try:
             return bridge_address(client)
         finally:
@@ -293,7 +295,7 @@ class DockerSandbox(Sandbox):
         if dockerfile is not None and dockerfile.is_file() and (not spec.docker_image or spec.force_build):
             from cairn.sandbox.docker.buildkit import check_dockerfile
 
-            warnings += check_dockerfile(dockerfile)
+            warnings += check_dockerfile(dockerfile, spec.caches)
         return warnings
 
     async def start(self) -> None:
@@ -309,7 +311,7 @@ class DockerSandbox(Sandbox):
             raise SandboxError("a sandbox can be started once", kind=ErrorKind.START_FAILED)
         self._started = True
         self.warnings = self.check(self.spec)
-        self._client = await in_thread(make_client)
+        self._client = await in_thread(make_client, self.spec.caches)
         net = self._net = self._make_network(self._client)
         reused = await self._reuse_network(net)
         if reused is not None:
@@ -333,9 +335,9 @@ class DockerSandbox(Sandbox):
             image = ensure_image(self._client, self.spec)
         # Independent engine round trips at once: version, image, gateway image, networks.
         # An SDK error none of them translated is still the engine's (issue #29).
-        with translate("starting the sandbox", kind=ErrorKind.START_FAILED):
+        with translate("starting the sandbox", self.spec.caches, kind=ErrorKind.START_FAILED):
             self._engine_version, self._image, gw_image, _ = await _gather(
-                in_thread(engine_version, self._client), image, gateway_image, networks
+                in_thread(engine_version, self._client, self.spec.caches), image, gateway_image, networks
             )
         self._workdir = self.spec.workdir or self._image.workdir or "/"
         try:
@@ -370,6 +372,7 @@ class DockerSandbox(Sandbox):
             f"cairn-{slug}-{re.sub(r'[^A-Za-z0-9]', '', spec.trial_id)[:8]}",
             needs_public=any(p.mode is NetworkMode.PUBLIC for p in policies),
             hosts=dict(spec.add_hosts),
+            caches=spec.caches,
         )
 
     async def _reuse_network(self, fresh: TrialNetwork) -> TrialNetwork | None:
@@ -465,7 +468,7 @@ class DockerSandbox(Sandbox):
         if is_keep_alive(service):  # the keeper idles anyway
             service = []
         self._service = bool(service)
-        with translate("creating the container", kind=ErrorKind.START_FAILED):
+        with translate("creating the container", self.spec.caches, kind=ErrorKind.START_FAILED):
             host_config = api.create_host_config(**host_kw)
 
             def create() -> str:
@@ -488,7 +491,7 @@ class DockerSandbox(Sandbox):
 
             self._creating = start_thread(create)
             await asyncio.shield(self._creating)
-        with translate("starting the container", kind=ErrorKind.START_FAILED):
+        with translate("starting the container", self.spec.caches, kind=ErrorKind.START_FAILED):
             try:
                 await in_thread(api.start, self._cid)
             except docker.errors.APIError as exc:
@@ -614,7 +617,7 @@ class DockerSandbox(Sandbox):
                 f"its container was killed from outside the sandbox (the engine sent "
                 f"signal {signals[0]}: docker kill, stop or rm -f, not cairn; exit {code})"
             )
-        elif not oom and (silence := _silence_at_end(state)) is not None:
+        elif not oom and (silence := _silence_at_end(state, self.spec.caches)) is not None:
             # issue #29: stopped with the engine (a restart); the event log went with it
             return SandboxEnd(
                 f"its container was stopped with the Docker engine (exit {code}; "
@@ -638,7 +641,7 @@ class DockerSandbox(Sandbox):
         except docker.errors.NotFound:
             return _GONE
         except Exception as exc:  # noqa: BLE001 - the engine cannot tell: say nothing
-            return _UNANSWERED if is_engine_gone(exc) else None
+            return _UNANSWERED if is_engine_gone(exc, self.spec.caches) else None
 
     async def _answers(self) -> bool:
         """Whether the container still runs a trivial exec (``true``)."""
@@ -712,7 +715,7 @@ class DockerSandbox(Sandbox):
         if client is None:
             return
         if cid is not None:
-            error = await remove_container_and_wait(client, cid, REMOVE_WAIT_SEC)
+            error = await remove_container_and_wait(client, cid, REMOVE_WAIT_SEC, self.spec.caches)
             if error:  # stop never raises; the label lets `cairn clean` finish
                 log.warning("could not remove container %s: %s", cid[:12], error)
                 self.removal_error = error
@@ -759,7 +762,7 @@ class DockerSandbox(Sandbox):
                 max(0, int(size) - int(base)) if size is not None and base is not None else None
             )
 
-        with translate("snapshot (docker commit)", kind=ErrorKind.SANDBOX_UNUSABLE):
+        with translate("snapshot (docker commit)", self.spec.caches, kind=ErrorKind.SANDBOX_UNUSABLE):
             image_id, size = await in_thread(work)
         return SnapshotRef(backend=self.name, ref=image_id, size_bytes=size, seconds=time.monotonic() - t0)
 
@@ -770,7 +773,8 @@ class DockerSandbox(Sandbox):
         Raises:
             SandboxError: a container still uses it, or the engine refused.
         """
-        client = await in_thread(make_client)
+        caches = SandboxCaches()  # no job's memos here
+        client = await in_thread(make_client, caches)
         try:
 
             def work() -> None:
@@ -783,7 +787,7 @@ class DockerSandbox(Sandbox):
                 with contextlib.suppress(docker.errors.NotFound):
                     client.api.remove_image(data["Id"])
 
-            with translate(f"removing snapshot {ref[:19]}"):
+            with translate(f"removing snapshot {ref[:19]}", caches):
                 await in_thread(work)
         finally:
             with contextlib.suppress(Exception):
@@ -836,7 +840,7 @@ class DockerSandbox(Sandbox):
             code = api.exec_inspect(ex["Id"]).get("ExitCode")
             return code, (out or b"").decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
 
-        with translate("exec"):
+        with translate("exec", self.spec.caches):
             return await in_thread(work)
 
     async def _exec(self, req: ExecRequest) -> ExecResult:
@@ -853,7 +857,7 @@ class DockerSandbox(Sandbox):
         environment = {**(env or {}), EXEC_ID_VAR: token}
         loop = asyncio.get_running_loop()
         t0 = loop.time()
-        with translate("exec"):
+        with translate("exec", self.spec.caches):
             created = await in_thread(
                 api.exec_create,
                 cid,
@@ -868,7 +872,7 @@ class DockerSandbox(Sandbox):
         fut = start_thread(stream.run)
         timed_out = False
         try:
-            with translate("exec"):
+            with translate("exec", self.spec.caches):
                 if timeout_sec is None:
                     await asyncio.shield(fut)
                 else:
@@ -881,7 +885,7 @@ class DockerSandbox(Sandbox):
             raise
         code: int | None = None
         if not timed_out:
-            with translate("exec"):
+            with translate("exec", self.spec.caches):
                 code = await in_thread(stream.exit_code)
         return ExecResult(
             exit_code=code,
@@ -971,7 +975,7 @@ class DockerSandbox(Sandbox):
                 raise SandboxError(f"upload to {dest}: {err.strip()}", kind=ErrorKind.TRANSFER_FAILED)
             return
         arc = dest.lstrip("/")
-        with translate(f"upload to {dest}", kind=ErrorKind.TRANSFER_FAILED):
+        with translate(f"upload to {dest}", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             await in_thread(api.put_archive, cid, "/", tar_stream(host_path, arc, include_root=False))
 
     async def upload_many(self, items: Sequence[UploadItem]) -> None:
@@ -994,7 +998,7 @@ class DockerSandbox(Sandbox):
             parts.append((Path(it.host_path), dest.lstrip("/"), it.world_writable, it.crlf))
         if not parts:
             return
-        with translate("upload", kind=ErrorKind.TRANSFER_FAILED):
+        with translate("upload", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             await in_thread(api.put_archive, cid, "/", tar_stream_many(parts))
 
     async def download(self, sandbox_path: str, host_path: Path) -> None:
@@ -1020,7 +1024,7 @@ class DockerSandbox(Sandbox):
                 raise FileNotFoundError(f"no such path in the sandbox: {src}") from None
             return extract_tar_stream(chunks, Path(host_path), root_name=stat["name"])
 
-        with translate(f"download of {src}", kind=ErrorKind.TRANSFER_FAILED):
+        with translate(f"download of {src}", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             report = await in_thread(work)
         if report.refused:
             raise SandboxError(
@@ -1043,7 +1047,9 @@ ENGINE_GONE_SEC = 10.0
 all, seconds (the job's final sweep and ``cairn clean`` remove the container later)."""
 
 
-async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> str | None:
+async def remove_container_and_wait(
+    client: Any, cid: str, wait_sec: float, caches: SandboxCaches
+) -> str | None:
     """Force-remove a container and return only once the engine no longer knows it.
 
     A loaded engine may answer ``remove`` with an error ("removal already in progress", a kill
@@ -1055,6 +1061,7 @@ async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> s
         client: a Docker SDK client.
         cid: the container id.
         wait_sec: the bound on the whole wait, seconds.
+        caches: the job's memos (an engine that does not answer is noted in them).
 
     Returns:
         None when the container is gone, else the engine's last error (or "still present").
@@ -1071,7 +1078,7 @@ async def remove_container_and_wait(client: Any, cid: str, wait_sec: float) -> s
             return None
         except Exception as exc:  # noqa: BLE001 - retried; reported when it never succeeds
             error = str(getattr(exc, "explanation", None) or exc)
-            if is_engine_gone(exc):
+            if is_engine_gone(exc, caches):
                 gone_since = gone_since or time.monotonic()
         try:
             await in_thread(client.api.inspect_container, cid)

@@ -1,6 +1,7 @@
 """Docker engine plumbing for the docker backend: clients, error mapping, images (design §3.1).
 
-- :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once).
+- :func:`make_client` / :func:`engine_version`: Docker SDK clients (API version detected once
+  per job, :class:`~cairn.sandbox.docker.client.EngineFacts`).
 - :func:`in_thread`: runs a blocking SDK call on a dedicated, large thread pool, so long execs
   never starve the event loop's default executor.
 - :func:`ensure_image`: builds ``environment/Dockerfile`` once per content hash (one build at
@@ -73,46 +74,80 @@ def start_thread(fn: Callable[[], T]) -> asyncio.Future[T]:
     return asyncio.get_running_loop().run_in_executor(_IO_POOL, fn)
 
 
-ENGINE_SILENCES: list[float] = []
-"""Wall-clock times (``time.time()``) at which this process found the engine not answering,
-the last :data:`SILENCES_KEPT` (issue #29): a container that stopped around one of them was
-stopped with the engine (a restart), not by the sandbox itself."""
-
 SILENCES_KEPT = 64
+"""How many moments of engine silence a job keeps (:class:`EngineSilences`)."""
 
 
-def is_engine_gone(exc: BaseException) -> bool:
-    """Whether ``exc`` means the Docker engine does not answer (not a refused request); a
-    True answer is noted in :data:`ENGINE_SILENCES`."""
+@dataclass
+class EngineSilences:
+    """Wall-clock times (``time.time()``) at which the job found its engine not answering,
+    the last :data:`SILENCES_KEPT` (issue #29): a container that stopped around one of them was
+    stopped with the engine (a restart), not by the sandbox itself.
+
+    The journal ``"docker.silences"`` of the job's :class:`~cairn.sandbox.caches.SandboxCaches`
+    (:func:`engine_silences`): what one job saw never explains a stop in another job, and it
+    outlives :meth:`~cairn.sandbox.caches.SandboxCaches.engine_lost` (the restart it records
+    is what a later classification needs).
+    """
+
+    times: deque[float] = field(default_factory=lambda: deque(maxlen=SILENCES_KEPT))
+
+    def note(self) -> None:
+        """Note that the engine did not answer now."""
+        self.times.append(time.time())
+
+
+def engine_silences(caches: SandboxCaches) -> EngineSilences:
+    """The job's :class:`EngineSilences` in ``caches``."""
+    return caches.journal("docker.silences", EngineSilences)
+
+
+def is_engine_gone(exc: BaseException, caches: SandboxCaches) -> bool:
+    """Whether ``exc`` means the Docker engine does not answer (not a refused request).
+
+    Args:
+        exc: what a Docker SDK call raised.
+        caches: the job's memos; a True answer is noted in its :class:`EngineSilences`.
+    """
     gone = isinstance(exc, requests.exceptions.ConnectionError | requests.exceptions.Timeout) or (
         not isinstance(exc, docker.errors.APIError) and isinstance(exc, docker.errors.DockerException)
     )
     if gone:
-        ENGINE_SILENCES.append(time.time())
-        del ENGINE_SILENCES[:-SILENCES_KEPT]
+        engine_silences(caches).note()
     return gone
 
 
-def silent_near(when: float, *, stop_lead_sec: float = 30.0, downtime_sec: float = 600.0) -> float | None:
-    """A time this process found the engine silent around ``when``, or ``None``: up to
+def silent_near(
+    when: float, caches: SandboxCaches, *, stop_lead_sec: float = 30.0, downtime_sec: float = 600.0
+) -> float | None:
+    """A time the job found the engine silent around ``when``, or ``None``: up to
     ``stop_lead_sec`` after it (a graceful engine stop ends its containers first, then stops
     answering) or up to ``downtime_sec`` before it (a killed engine's containers are ended
     when it starts again).
 
     Args:
         when: a wall-clock time (a container's ``FinishedAt``), seconds since the epoch.
+        caches: the job's memos (its :class:`EngineSilences`).
         stop_lead_sec: how long after ``when`` a silence still counts, seconds.
         downtime_sec: how long before ``when`` a silence still counts, seconds.
     """
-    for t in reversed(ENGINE_SILENCES):
+    for t in reversed(tuple(engine_silences(caches).times)):
         if when - downtime_sec <= t <= when + stop_lead_sec:
             return t
     return None
 
 
 @contextlib.contextmanager
-def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Iterator[None]:
+def translate(
+    what: str, caches: SandboxCaches, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE
+) -> Iterator[None]:
     """Map Docker SDK failures inside the block to cairn's sandbox exceptions.
+
+    Args:
+        what: what the block does (the messages start with it).
+        caches: the job's memos (an engine that does not answer is noted in its
+            :class:`EngineSilences`).
+        kind: the kind of a refused request.
 
     Raises:
         SandboxLostError: the engine does not answer.
@@ -123,7 +158,7 @@ def translate(what: str, *, kind: ErrorKind = ErrorKind.SANDBOX_UNUSABLE) -> Ite
     except (TrialFailure, UnsupportedError, FileNotFoundError):
         raise
     except Exception as exc:
-        if is_engine_gone(exc):
+        if is_engine_gone(exc, caches):
             raise SandboxLostError(f"{what}: Docker engine not reachable: {exc}") from exc
         if isinstance(exc, docker.errors.APIError):
             msg = exc.explanation or str(exc)
@@ -253,8 +288,9 @@ def snapshot_image_info(client: docker.DockerClient, image_id: str) -> ImageInfo
     )
 
 
-def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
-    """The image ``ref``'s info, or ``None`` when the engine has no such image.
+def _lookup(client: docker.DockerClient, ref: str, caches: SandboxCaches) -> ImageInfo | None:
+    """The image ``ref``'s info, or ``None`` when the engine has no such image (``caches``:
+    the job's memos, for :func:`translate`).
 
     Raises:
         SandboxLostError: the engine does not answer (issue #29: under load a trial starting
@@ -262,7 +298,7 @@ def _lookup(client: docker.DockerClient, ref: str) -> ImageInfo | None:
             whole job).
         SandboxError: the engine refused the request (``start_failed``).
     """
-    with translate(f"looking up image {ref}", kind=ErrorKind.START_FAILED):
+    with translate(f"looking up image {ref}", caches, kind=ErrorKind.START_FAILED):
         try:
             return _image_info(client, ref)
         except docker.errors.ImageNotFound:
@@ -350,7 +386,7 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
     dockerfile = env_dir / "Dockerfile" if env_dir else None
     has_df = bool(dockerfile and dockerfile.is_file())
     if spec.docker_image and not (spec.force_build and has_df):
-        info = await in_thread(_lookup, client, spec.docker_image)
+        info = await in_thread(_lookup, client, spec.docker_image, spec.caches)
         if info is not None:
             return info
         if not has_df:
@@ -373,18 +409,32 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
             if failed and time.monotonic() - failed[0] < FAILURE_TTL_SEC:
                 raise BuildError(failed[1].kind, str(failed[1]), detail=failed[1].detail)
             if not spec.force_build or env_hash in memo.force_built:
-                info = await in_thread(_lookup, client, tag)
+                info = await in_thread(_lookup, client, tag, spec.caches)
                 if info is not None:
                     return info
             from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
 
             if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
                 info = await _build_buildkit(
-                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec, memo
+                    client,
+                    env_dir,
+                    tag,
+                    env_hash,
+                    spec.force_build,
+                    deadline,
+                    spec.build_timeout_sec,
+                    spec.caches,
                 )
             else:
                 info = await _build(
-                    client, env_dir, tag, env_hash, spec.force_build, deadline, spec.build_timeout_sec, memo
+                    client,
+                    env_dir,
+                    tag,
+                    env_hash,
+                    spec.force_build,
+                    deadline,
+                    spec.build_timeout_sec,
+                    spec.caches,
                 )
             if spec.force_build:
                 memo.force_built.add(env_hash)
@@ -405,14 +455,14 @@ async def _pull(client: docker.DockerClient, spec: SandboxSpec) -> ImageInfo:
     except TimeoutError:
         raise BuildError(ErrorKind.BUILD_TIMEOUT, f"pulling image {name!r} timed out") from None
     except Exception as exc:
-        if is_engine_gone(exc) and not isinstance(exc, requests.exceptions.Timeout):
+        if is_engine_gone(exc, spec.caches) and not isinstance(exc, requests.exceptions.Timeout):
             raise SandboxLostError(f"Docker engine not reachable: {exc}") from exc
         raise BuildError(
             ErrorKind.IMAGE_NOT_FOUND,
             f"image {name!r} is not present and cannot be pulled: {exc}",
             detail={"image": name},
         ) from exc
-    info = await in_thread(_lookup, client, name)
+    info = await in_thread(_lookup, client, name, spec.caches)
     if info is None:
         raise BuildError(ErrorKind.IMAGE_NOT_FOUND, f"image {name!r} not found")
     return info
@@ -508,7 +558,7 @@ async def _build_buildkit(
     nocache: bool,
     deadline: float,
     timeout_sec: float,
-    memo: BuildMemo,
+    caches: SandboxCaches,
 ) -> ImageInfo:
     """Build a Dockerfile that needs BuildKit (:mod:`cairn.sandbox.docker.buildkit`).
 
@@ -517,6 +567,7 @@ async def _build_buildkit(
     """
     from cairn.sandbox.docker.buildkit import build_with_buildkit
 
+    memo = build_memo(caches)
     labels = {LABEL_ENV_HASH: env_hash, "cairn.backend": "docker"}
     try:
         sec = await build_with_buildkit(
@@ -526,7 +577,7 @@ async def _build_buildkit(
         if err.kind is not ErrorKind.BUILD_TIMEOUT:
             memo.failures[env_hash] = (time.monotonic(), err)
         raise
-    info = await in_thread(_lookup, client, tag)
+    info = await in_thread(_lookup, client, tag, caches)
     if info is None:
         raise BuildError(ErrorKind.BUILD_FAILED, "the BuildKit build finished without an image")
     return ImageInfo(
@@ -548,13 +599,14 @@ async def _build(
     nocache: bool,
     deadline: float,
     timeout_sec: float,
-    memo: BuildMemo,
+    caches: SandboxCaches,
 ) -> ImageInfo:
     """Build on a thread until ``deadline`` (event-loop time); past it, abort the build.
 
     Raises:
         BuildError: see :func:`ensure_image`.
     """
+    memo = build_memo(caches)
     run = _BuildRun(client, env_dir, tag, env_hash, nocache)
     loop = asyncio.get_running_loop()
     t0 = time.monotonic()
@@ -576,7 +628,7 @@ async def _build(
         ) from None
     except Exception as exc:
         await in_thread(run.cleanup)
-        if is_engine_gone(exc):
+        if is_engine_gone(exc, caches):
             raise SandboxLostError(f"Docker engine not reachable during build: {exc}") from exc
         msg = getattr(exc, "explanation", None) or str(exc)
         err = BuildError(
@@ -599,7 +651,7 @@ async def _build(
         )
         memo.failures[env_hash] = (time.monotonic(), err)
         raise err
-    info = await in_thread(_lookup, client, tag)
+    info = await in_thread(_lookup, client, tag, caches)
     if info is None:
         raise BuildError(
             ErrorKind.BUILD_FAILED, "the build finished without an image", detail={"log_tail": run.log_tail}

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cairn.errors import BuildError, ErrorKind, UnsupportedError
+from cairn.sandbox.caches import SandboxCaches
 from cairn.sandbox.dockerfile_syntax import (
     buildkit_features,
     rewrite_for_builtin_frontend,
@@ -69,9 +70,6 @@ class BuildKitSupport:
     engine: str = ""
 
 
-_SUPPORT: dict[str, BuildKitSupport] = {}
-
-
 def _version_tuple(text: str) -> tuple[int, int]:
     m = re.match(r"(\d+)\.(\d+)", text or "")
     return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
@@ -93,27 +91,33 @@ def frontend_features(engine: str) -> frozenset[str]:
     return frozenset()
 
 
-def buildkit_support() -> BuildKitSupport:
-    """Probe (once per process) whether BuildKit builds run here, and with which features.
+def buildkit_support(caches: SandboxCaches) -> BuildKitSupport:
+    """Probe (once per job) whether BuildKit builds run here, and with which features.
 
     Needs the ``docker`` CLI with Compose v2 (the session client) and an engine ≥ 18.09.
+
+    Args:
+        caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`); the answer
+            is kept in its :class:`~cairn.sandbox.docker.client.EngineFacts`, so the next job
+            asks the engine it meets.
 
     Raises:
         SandboxLostError: no engine answers.
     """
-    if "x" in _SUPPORT:
-        return _SUPPORT["x"]
-    from cairn.sandbox.docker.client import engine_version, make_client
+    from cairn.sandbox.docker.client import engine_facts, engine_version, make_client
     from cairn.sandbox.docker.compose_cli import compose_cli
 
-    client = make_client()
+    facts = engine_facts(caches)
+    if facts.buildkit is not None:
+        return facts.buildkit
+    client = make_client(caches)
     try:
-        engine = engine_version(client) or ""
+        engine = engine_version(client, caches) or ""
     finally:
         with contextlib.suppress(Exception):
             client.close()
     try:
-        compose_cli()
+        compose_cli(caches)
     except UnsupportedError as exc:
         support = BuildKitSupport(
             frozenset(),
@@ -126,7 +130,7 @@ def buildkit_support() -> BuildKitSupport:
         support = BuildKitSupport(
             features, "" if features else f"docker engine {engine} has only the classic builder", engine
         )
-    _SUPPORT["x"] = support
+    facts.buildkit = support
     return support
 
 
@@ -139,8 +143,12 @@ def dockerfile_needs_buildkit(dockerfile: Path) -> bool:
     return bool(buildkit_features(text))
 
 
-def check_dockerfile(dockerfile: Path) -> list[str]:
+def check_dockerfile(dockerfile: Path, caches: SandboxCaches) -> list[str]:
     """Check, before anything starts, that this engine can build a Dockerfile.
+
+    Args:
+        dockerfile: the environment's Dockerfile.
+        caches: the job's memos (:func:`buildkit_support` is asked once per job).
 
     Returns:
         Warnings (a stock ``# syntax=`` line that will be ignored).
@@ -156,7 +164,7 @@ def check_dockerfile(dockerfile: Path) -> list[str]:
     features = buildkit_features(text)
     if not features:
         return []
-    support = buildkit_support()
+    support = buildkit_support(caches)
     missing = unsupported_by(features, support.features)
     if missing:
         uses = ", ".join(f"{_FEATURE_TEXT.get(f.name, f.name)} (line {f.line})" for f in missing)

@@ -188,8 +188,8 @@ class ComposeSandbox(DockerSandbox):
         self._docker = compose_cli(spec.caches)
         self._compose_file = find_compose_file(spec.env_dir)
         assert self._compose_file is not None and spec.env_dir is not None
-        self._client = await in_thread(make_client)
-        self._engine_version = await in_thread(engine_version, self._client)
+        self._client = await in_thread(make_client, spec.caches)
+        self._engine_version = await in_thread(engine_version, self._client, spec.caches)
         env_hash = spec.env_hash or await in_thread(tree_hash, spec.env_dir)
         self._tmp = Path(tempfile.mkdtemp(prefix=f"{self.project}-"))
         main_image = built_image_tag(env_hash, MAIN_SERVICE)

@@ -147,19 +147,28 @@ def sandbox_hostname(container_name: str) -> str:
     return label or "sandbox"
 
 
-_ENGINE_ADDRS: dict[str, list[str]] = {}
-
-
-def engine_addresses(client: Any) -> list[str]:
+def engine_addresses(client: Any, caches: SandboxCaches) -> list[str]:
     """The engine host's own addresses a container may reach (each Docker network's gateway
     address and, for a local engine, this machine's addresses): targets a name must not
-    resolve to unless the list names them (docs/network.md). Cached per engine; never raises
-    (what cannot be read is left out; the proxy adds its own addresses and next hops)."""
-    key = str(getattr(client.api, "base_url", ""))
-    if key in _ENGINE_ADDRS:
-        return _ENGINE_ADDRS[key]
+    resolve to unless the list names them (docs/network.md).
+
+    Asked once per job and engine (``caches``' :class:`~cairn.sandbox.docker.client.EngineFacts`:
+    another job, or another ``DOCKER_HOST``, asks its own engine). Never raises (what cannot
+    be read is left out; the proxy adds its own addresses and next hops).
+
+    Args:
+        client: a Docker SDK client of :func:`~cairn.sandbox.docker.client.make_client`.
+        caches: the memos ``client`` was made with.
+
+    Returns:
+        The addresses, sorted (a copy: the caller may change it).
+    """
+    from cairn.sandbox.docker.client import engine_facts
     from cairn.sandbox.network import httpwire
 
+    facts = engine_facts(caches)
+    if facts.addresses is not None:
+        return list(facts.addresses)
     found: set[str] = set()
     with contextlib.suppress(Exception):
         for net in client.api.networks():
@@ -167,11 +176,11 @@ def engine_addresses(client: Any) -> list[str]:
                 gw = str(cfg.get("Gateway") or "")
                 if gw and parse_address(gw) is not None:
                     found.add(gw)
+    key = str(getattr(client.api, "base_url", ""))
     if key.startswith(("http+unix://", "unix://", "http+docker://")):
         found |= {str(a) for a in httpwire.local_addresses() if not a.is_loopback and not a.is_link_local}
-    out = sorted(found)
-    _ENGINE_ADDRS[key] = out
-    return out
+    facts.addresses = sorted(found)
+    return list(facts.addresses)
 
 
 def _tar_file(name: str, data: bytes) -> bytes:
@@ -281,7 +290,7 @@ async def ensure_gateway_image(client: Any, caches: SandboxCaches, timeout_sec: 
 
     try:
         async with _build_lock(caches, f"gateway-{digest}", deadline):
-            with translate("building the egress gateway image", kind=ErrorKind.START_FAILED):
+            with translate("building the egress gateway image", caches, kind=ErrorKind.START_FAILED):
                 if not await in_thread(exists):
                     await in_thread(build)
     except TimeoutError:
@@ -311,6 +320,9 @@ class TrialNetwork:
         hosts: host name → address the gateway resolves itself (``--add-host``).
         own_internal: create the internal network (``False`` for a compose project, whose
             own networks are made internal and joined by :meth:`connect_gateway`).
+        caches: the job's memos (:attr:`cairn.sandbox.base.SandboxSpec.caches`): the engine's
+            own addresses are read once per job (:func:`engine_addresses`), and an engine that
+            does not answer is noted in them.
     """
 
     def __init__(
@@ -323,8 +335,10 @@ class TrialNetwork:
         needs_public: bool = False,
         hosts: dict[str, str] | None = None,
         own_internal: bool = True,
+        caches: SandboxCaches,
     ) -> None:
         self.client = client
+        self.caches = caches
         self.layout = layout
         self.labels = dict(labels)
         self.stem = f"{name_hint}-{uuid.uuid4().hex[:6]}"
@@ -398,7 +412,7 @@ class TrialNetwork:
             else:
                 self.public = net
 
-        with translate(f"creating network {name}", kind=ErrorKind.START_FAILED):
+        with translate(f"creating network {name}", self.caches, kind=ErrorKind.START_FAILED):
             fut = start_thread(create)
             self._creating.append(fut)
             await asyncio.shield(fut)
@@ -420,6 +434,11 @@ class TrialNetwork:
         """Create and start the gateway on the internal network (when this object made one)
         and the default bridge.
 
+        Args:
+            image: the gateway image (:func:`ensure_gateway_image`).
+            policy: the policy it starts with.
+            phase: the phase it starts in.
+
         Raises:
             SandboxError: ``start_failed``.
         """
@@ -428,7 +447,7 @@ class TrialNetwork:
         name = f"{self.stem}-gw"
 
         def create() -> None:
-            self.local_addresses = engine_addresses(self.client)
+            self.local_addresses = engine_addresses(self.client, self.caches)
             state = self._state(policy, phase)
             internal = self.internal
             netcfg = (
@@ -468,7 +487,7 @@ class TrialNetwork:
         def egress() -> None:  # the proxy needs no egress to come up: join while it starts
             api.connect_container_to_network(self.gateway_id, "bridge")
 
-        with translate("starting the egress gateway", kind=ErrorKind.START_FAILED):
+        with translate("starting the egress gateway", self.caches, kind=ErrorKind.START_FAILED):
             fut = start_thread(create)
             self._creating.append(fut)
             await asyncio.shield(fut)
@@ -499,7 +518,7 @@ class TrialNetwork:
             return False  # the stream ended: the proxy exited
 
         try:
-            with translate("reading the gateway's output", kind=ErrorKind.START_FAILED):
+            with translate("reading the gateway's output", self.caches, kind=ErrorKind.START_FAILED):
                 ready = await asyncio.wait_for(in_thread(follow), READY_TIMEOUT_SEC)
         except TimeoutError:
             ready = False
@@ -541,7 +560,7 @@ class TrialNetwork:
             api.put_archive(gid, posixpath.dirname(STATE_PATH), state)
             return True if not wait else self._acknowledged(want)
 
-        with translate("switching the gateway's policy"):
+        with translate("switching the gateway's policy", self.caches):
             ok = await in_thread(run)
         if not ok:
             raise SandboxError(
@@ -581,7 +600,7 @@ class TrialNetwork:
             state = self.client.api.inspect_container(self.gateway_id).get("State") or {}
             return bool(state.get("Running")) and self._acknowledged(str(self.generation).encode())
 
-        with translate("confirming the gateway's policy", kind=ErrorKind.START_FAILED):
+        with translate("confirming the gateway's policy", self.caches, kind=ErrorKind.START_FAILED):
             ok = await in_thread(check)
         if not ok:
             raise SandboxError("the reused egress gateway did not answer", kind=ErrorKind.START_FAILED)
@@ -591,7 +610,7 @@ class TrialNetwork:
         if self.public is None or attached == (container_id in self._public_attached):
             return
         api = self.client.api
-        with translate("switching the sandbox's network"):
+        with translate("switching the sandbox's network", self.caches):
             if attached:
                 await in_thread(api.connect_container_to_network, container_id, self.public.name)
                 self._public_attached.add(container_id)
@@ -616,7 +635,7 @@ class TrialNetwork:
             return []
         if seal and self.layout is Layout.GATEWAY:
             await self.apply(NetworkPolicy(NetworkMode.NO_NETWORK), SEALED_PHASE, sandbox_id)
-        with translate("reading the gateway's records"):
+        with translate("reading the gateway's records", self.caches):
             raw = await in_thread(self.client.api.logs, self.gateway_id, stdout=True, stderr=False)
         out: list[dict[str, Any]] = []
         lines = raw.decode("utf-8", "replace").splitlines()
@@ -635,7 +654,7 @@ class TrialNetwork:
     async def connect_gateway(self, network: str) -> None:
         """Join the gateway to another network (a compose project's) under its alias."""
         assert self.gateway_id is not None
-        with translate(f"connecting the gateway to {network}", kind=ErrorKind.START_FAILED):
+        with translate(f"connecting the gateway to {network}", self.caches, kind=ErrorKind.START_FAILED):
             await in_thread(
                 self.client.api.connect_container_to_network,
                 self.gateway_id,
