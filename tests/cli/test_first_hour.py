@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
+
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 SRC = REPO / "src"
@@ -36,15 +38,7 @@ def _env(**extra: str) -> dict[str, str]:
 
 def cairn(*args: str, cwd: Path, timeout: float = 300, **env: str) -> subprocess.CompletedProcess:
     """``python3 -m cairn ARGS`` to its end; stdout and stderr apart."""
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
-        cwd=cwd,
-        env=_env(**env),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_cairn(*args, cwd=cwd, env=_env(**env), timeout=timeout)
 
 
 def no_traceback(p: subprocess.CompletedProcess) -> None:
@@ -593,14 +587,7 @@ def test_report_on_a_running_job_shows_what_is_running(tmp_path):
     assert cairn("tasks", "init", "slow", cwd=tmp_path).returncode == 0
     solve = tmp_path / "slow" / "solution" / "solve.sh"
     solve.write_text("#!/usr/bin/env bash\nsleep 60\n" + solve.read_text())
-    bg = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "run", "-p", "slow", "-e", "local", "--job-name", "live"],
-        cwd=tmp_path,
-        env=_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    bg = start_cairn("run", "-p", "slow", "-e", "local", "--job-name", "live", cwd=tmp_path, env=_env())
     try:
         deadline = time.monotonic() + 60
         trials = tmp_path / "jobs" / "live" / "trials"
