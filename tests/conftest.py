@@ -87,12 +87,11 @@ def pytest_runtest_makereport(item, call):
     )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):
+def pytest_collectreport(report) -> None:
     """Under ``CI=true`` a module skipped at collection for a reason not allowed is recorded;
-    :func:`pytest_sessionfinish` then fails the run and the summary names it."""
-    outcome = yield
-    report = outcome.get_result()
+    :func:`pytest_sessionfinish` then fails the run and the summary names it. (This hook, not
+    ``pytest_make_collect_report``: under pytest-xdist the workers collect, and only this one
+    reaches the controlling process, which decides the exit status.)"""
     if ci_strict() and report.skipped:
         reason = skip_reason(report)
         if not allowed_skip(reason):
