@@ -39,6 +39,18 @@ def backend(request) -> str:
     return request.param
 
 
+def pytest_configure(config) -> None:
+    """Hypothesis without its per-example wall-clock deadline (200 ms): on a loaded machine an
+    example that is simply slow failed as ``DeadlineExceeded`` (no timed unit tests; speed is
+    measured in bench/). Only when its plugin loaded hypothesis (a run with
+    ``-p no:hypothesispytest`` does not pay for the import)."""
+    if "hypothesis" in sys.modules:
+        from hypothesis import settings
+
+        settings.register_profile("cairn", deadline=None)
+        settings.load_profile("cairn")
+
+
 def pytest_collection_modifyitems(config, items) -> None:
     """Mark every test parametrised with ``backend=docker|local`` (by the fixture above or
     by a test's own ``parametrize("backend", ...)``) with that backend's marker, at
@@ -87,12 +99,11 @@ def pytest_runtest_makereport(item, call):
     )
 
 
-@pytest.hookimpl(hookwrapper=True)
-def pytest_make_collect_report(collector):
+def pytest_collectreport(report) -> None:
     """Under ``CI=true`` a module skipped at collection for a reason not allowed is recorded;
-    :func:`pytest_sessionfinish` then fails the run and the summary names it."""
-    outcome = yield
-    report = outcome.get_result()
+    :func:`pytest_sessionfinish` then fails the run and the summary names it. (This hook, not
+    ``pytest_make_collect_report``: under pytest-xdist the workers collect, and only this one
+    reaches the controlling process, which decides the exit status.)"""
     if ci_strict() and report.skipped:
         reason = skip_reason(report)
         if not allowed_skip(reason):

@@ -7,6 +7,7 @@ import pytest
 from pydantic import ValidationError
 
 from cairn.plan import JobConfig
+from cairncli import run_cairn
 
 
 def test_network_options_reach_run_options():
@@ -33,27 +34,11 @@ def test_bad_network_options_are_refused(kw, needle):
 
 def test_cli_refuses_a_bad_add_host(tmp_path):
     import os
-    import subprocess
     import sys
 
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(tmp_path),
-            "-e",
-            "local",
-            "--add-host",
-            "x.test=nope",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
+    r = run_cairn(
+        "run", "-p", str(tmp_path), "-e", "local", "--add-host", "x.test=nope", env=env, timeout=120
     )
     assert r.returncode == 2, r.stderr
     assert "must be an IP address" in r.stderr and "Traceback" not in r.stderr

@@ -10,6 +10,7 @@ import re
 import shlex
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -17,34 +18,65 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = {"docker", "local", "faults", "slow"}
 
-#: dumps every collected item's node id and marker names after all collection hooks ran
+#: dumps the node id and marker names of every collected item after all collection hooks ran:
+#: those ``-m`` selected and those it deselected (so one collection gives both)
 _DUMP_PLUGIN = """
 import json, os, pytest
 
+_DESELECTED = []
+
+
+def pytest_deselected(items):
+    _DESELECTED.extend(items)
+
+
+def _marks(i):
+    spec = getattr(i, "callspec", None)
+    backend = spec.params.get("backend") if spec is not None else None
+    return sorted({m.name for m in i.iter_markers()}
+                  | ({"param:" + backend} if isinstance(backend, str) else set()))
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-    out = {}
-    for i in items:
-        spec = getattr(i, "callspec", None)
-        backend = spec.params.get("backend") if spec is not None else None
-        out[i.nodeid] = sorted({m.name for m in i.iter_markers()}
-                               | ({"param:" + backend} if isinstance(backend, str) else set()))
+    out = {"selected": {i.nodeid: _marks(i) for i in items},
+           "deselected": {i.nodeid: _marks(i) for i in _DESELECTED}}
     with open(os.environ["CAIRN_MARK_DUMP"], "w") as f:
         json.dump(out, f)
 """
 
+#: the modules test_a_module_skipped_at_collection_fails_ci plants under tests/ for a moment (a
+#: collection of the suite running beside it, under pytest-xdist, must not pick one up)
+_PROBE_GLOB = "test_zz_ci_probe_*.py"
+
+
+def _readme_quick_command() -> list[str]:
+    """The argv of the README's quick command (the one the docs tell users)."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    found = re.search(r"`(python3 -m pytest [^`]*-m \"[^\"]+\")`", text)
+    assert found, 'README.md names no quick command of the form `python3 -m pytest ... -m "..."`'
+    return shlex.split(found.group(1))
+
 
 def _readme_quick_marker_expression() -> str:
-    """The ``-m`` expression of the README's quick command (the one the docs tell users)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    found = re.search(r"`(python3 -m pytest -m \"[^\"]+\")`", text)
-    assert found, 'README.md names no quick command of the form `python3 -m pytest -m "..."`'
-    argv = shlex.split(found.group(1))
+    """The ``-m`` expression of the README's quick command."""
+    argv = _readme_quick_command()
     return argv[len(argv) - 1 - argv[::-1].index("-m") + 1]
 
 
+def test_the_quick_command_runs_on_every_core_with_what_the_test_extra_installs():
+    """The README's quick command spreads the tests over the cores (``-n auto``: pytest-xdist),
+    and the ``test`` extra installs pytest-xdist."""
+    import tomllib
+
+    argv = _readme_quick_command()
+    assert argv[argv.index("-n") + 1] == "auto", argv
+    extra = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]["test"]
+    assert any(re.match(r"pytest-xdist\b", dep) for dep in extra), extra
+
+
 def _collect(tmp_path: Path, *args: str) -> tuple[dict[str, list[str]], list[str]]:
-    """Collect the whole suite in a subprocess: (node id -> marker names of every item,
+    """Collect the whole suite once in a subprocess: (node id -> marker names of every item,
     node ids that ``args`` select)."""
     (tmp_path / "markdump.py").write_text(_DUMP_PLUGIN)
     dump = tmp_path / "marks.json"
@@ -64,6 +96,7 @@ def _collect(tmp_path: Path, *args: str) -> tuple[dict[str, list[str]], list[str
             "no:cacheprovider",
             "-p",
             "markdump",
+            f"--ignore-glob=tests/{_PROBE_GLOB}",
             *args,
             "tests",
         ],
@@ -76,7 +109,10 @@ def _collect(tmp_path: Path, *args: str) -> tuple[dict[str, list[str]], list[str
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     selected = [line for line in out.stdout.splitlines() if "::" in line]
-    return json.loads(dump.read_text()), selected
+    dumped = json.loads(dump.read_text())
+    assert sorted(dumped["selected"]) == sorted(selected)
+    assert not set(dumped["selected"]) & set(dumped["deselected"])
+    return {**dumped["selected"], **dumped["deselected"]}, selected
 
 
 def test_readme_quick_command_selects_exactly_the_tests_without_heavy_markers(tmp_path):
@@ -87,8 +123,7 @@ def test_readme_quick_command_selects_exactly_the_tests_without_heavy_markers(tm
     expr = _readme_quick_marker_expression()
     for marker in ("docker", "local", "faults"):
         assert f"not {marker}" in expr, expr
-    marks, _ = _collect(tmp_path)
-    _, selected = _collect(tmp_path, "-m", expr)  # (its dump holds only the selected items)
+    marks, selected = _collect(tmp_path, "-m", expr)
     assert len(marks) > 1000 and selected
     light = {nodeid for nodeid, names in marks.items() if not HEAVY & set(names)}
     assert set(selected) == light
@@ -107,10 +142,17 @@ def test_readme_quick_command_selects_exactly_the_tests_without_heavy_markers(tm
 _DOCKER_CASE = "tests/trial/test_trial.py::test_two_steps_oracle_passes[docker]"
 
 
-def _run_case(tmp_path: Path, nodeid: str, **env: str) -> subprocess.CompletedProcess:
+#: third-party plugins the cases below do not use, left out of their pytest runs: their imports
+#: are most of a pytest start-up here (hypothesis's alone ~2 s of CPU); the hooks under test
+#: are the suite's own (tests/conftest.py)
+_UNUSED_PLUGINS = ("-p", "no:hypothesispytest", "-p", "no:benchmark", "-p", "no:anyio")
+
+
+def _run_case(tmp_path: Path, nodeid: str, *args: str, **env: str) -> subprocess.CompletedProcess:
+    """Run one test (or module) in a pytest of its own, ``CI`` unset unless ``env`` sets it."""
     base = {k: v for k, v in os.environ.items() if k != "CI"}
     return subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", nodeid],
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *_UNUSED_PLUGINS, *args, nodeid],
         cwd=ROOT,
         env={**base, **env},
         capture_output=True,
@@ -149,7 +191,7 @@ def test_an_allowlisted_skip_stays_a_skip_under_ci(tmp_path):
 def test_a_module_skipped_at_collection_fails_ci(tmp_path):
     """A module-level skip (``importorskip`` of a missing extra) fails a ``CI=true`` run and the
     summary names the module and the reason; without CI it is a plain skip."""
-    probe = ROOT / "tests" / f"test_zz_ci_probe_{os.getpid()}.py"
+    probe = ROOT / "tests" / _PROBE_GLOB.replace("*", f"{os.getpid()}_{uuid.uuid4().hex[:8]}")
     probe.write_text(
         'import pytest\n\npytest.importorskip("cairn_no_such_extra_module")\n\n\n'
         "def test_never():\n    raise AssertionError\n"
@@ -162,6 +204,11 @@ def test_a_module_skipped_at_collection_fails_ci(tmp_path):
         assert ci.returncode == 1, ci.stdout[-2000:]
         assert "modules skipped for a reason CI does not allow" in ci.stdout
         assert "cairn_no_such_extra_module" in ci.stdout
+        # the same under pytest-xdist (the README's quick command), where a worker collects
+        xdist = _run_case(tmp_path, str(probe.relative_to(ROOT)), "-n", "1", CI="true")
+        assert xdist.returncode == 1, xdist.stdout[-2000:]
+        assert "modules skipped for a reason CI does not allow" in xdist.stdout
+        assert "cairn_no_such_extra_module" in xdist.stdout
     finally:
         probe.unlink()
 
@@ -180,3 +227,80 @@ def test_backend_probes_say_why(name, monkeypatch):
         monkeypatch.setenv("PATH", "/nonexistent")
         why = testbed.backend_missing("local")
         assert why is not None and "unshare" in why
+
+
+#: the test files that may spell ``python -m cairn`` themselves, each with its reason; every
+#: other test runs the command through tests/helpers/cairncli.py (one environment, one bound
+#: on time, stdin closed, stdout and stderr apart)
+CAIRN_ARGV_ALLOWED = {
+    "tests/helpers/cairncli.py": "the one helper: cairn_argv, run_cairn and start_cairn build that argv",
+    "tests/test_suite_rules.py": "the examples the finder below is tested on",
+}
+
+_CAIRN_WORDS = re.compile(r"(?:^|\s)-m\s+cairn(?:\s|$)")
+#: what every such spelling holds somewhere in its file's text (files without it are not parsed)
+_CAIRN_HINT = re.compile(r"[\"']cairn[\"']|-m\s+cairn")
+
+
+def _cairn_argv_sites(source: str) -> list[int]:
+    """Lines of ``source`` that spell ``python -m cairn`` themselves: a list or tuple with the
+    items ``"-m", "cairn"`` side by side, or a command string (an f-string too) holding the
+    words ``-m cairn``; docstrings and comments aside."""
+    import ast
+
+    if not _CAIRN_HINT.search(source):
+        return []
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant | ast.JoinedStr)
+    }
+    sites = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.List | ast.Tuple):
+            words = [e.value if isinstance(e, ast.Constant) else None for e in node.elts]
+            if any(a == "-m" and b == "cairn" for a, b in zip(words, words[1:], strict=False)):
+                sites.add(node.lineno)
+        elif id(node) not in docstrings:
+            if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                text = node.value
+            elif isinstance(node, ast.JoinedStr):
+                text = "".join(v.value if isinstance(v, ast.Constant) else " X " for v in node.values)
+            else:
+                continue
+            if _CAIRN_WORDS.search(text):
+                sites.add(node.lineno)
+    return sorted(sites)
+
+
+def test_the_cairn_argv_finder_finds_each_spelling():
+    """The finder sees a list, a tuple, a ``-S`` flag before ``-m``, a shell string and an
+    f-string; not a docstring, a model name (``-m cairn/x``) or ``-m cairn.results.schemas``."""
+    found = _cairn_argv_sites(
+        '"""Run ``python -m cairn ARGS``."""\n'
+        "import sys\n"
+        'a = [sys.executable, "-m", "cairn", "run"]\n'
+        'b = (sys.executable, "-S", "-m", "cairn")\n'
+        'c = "python3 -m cairn tasks check ."\n'
+        'd = f"{sys.executable} -m cairn run -p {a}"\n'
+        'e = "opencode run -m cairn/claude-x"\n'
+        'f = ["python", "-m", "cairn.results.schemas"]\n'
+        "def g():\n"
+        '    """``python3 -m cairn ARGS`` to its end."""\n'
+    )
+    assert found == [3, 4, 5, 6]
+
+
+def test_tests_run_cairn_only_through_the_helper():
+    """No test module spells ``python -m cairn`` itself but those of :data:`CAIRN_ARGV_ALLOWED`
+    (and each of those still does: the allowlist holds no stale entry)."""
+    found = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        sites = _cairn_argv_sites(path.read_text(encoding="utf-8"))
+        if sites:
+            found[path.relative_to(ROOT).as_posix()] = sites
+    outside = {f: lines for f, lines in found.items() if f not in CAIRN_ARGV_ALLOWED}
+    assert outside == {}, f"run these through tests/helpers/cairncli.py (run_cairn/start_cairn): {outside}"
+    assert set(CAIRN_ARGV_ALLOWED) == set(found)
+    assert all(CAIRN_ARGV_ALLOWED.values())

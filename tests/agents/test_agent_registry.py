@@ -229,17 +229,12 @@ def test_llm_numeric_options_refuse_bools_fractions_and_non_finite(key, value, m
 
 
 def test_a_non_boolean_agent_option_exits_2_before_start(tmp_path):
-    import subprocess
-    import sys
-
+    from cairncli import run_cairn
     from taskgen import write_task
 
     task = write_task(tmp_path, "t")
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
+    p = run_cairn(
+        *[
             "run",
             "-p",
             str(task),
@@ -250,8 +245,6 @@ def test_a_non_boolean_agent_option_exits_2_before_start(tmp_path):
             "--jobs-dir",
             str(tmp_path / "jobs"),
         ],
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert p.returncode == 2, p.stdout + p.stderr

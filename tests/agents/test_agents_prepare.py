@@ -10,13 +10,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from cairn.agents.runtime import reported_mismatch, version_problem
+from cairncli import run_cairn
 
 FAKE_NPM = r"""#!/bin/sh
 # offline stand-in for `npm install --prefix DIR ... @anthropic-ai/claude-code@V`
@@ -49,13 +48,7 @@ def _prepare(tmp_path: Path, spec: str, pkg_version: str, cli_version: str):
         "FAKE_PKG_VERSION": pkg_version,
         "FAKE_CLI_VERSION": cli_version,
     }
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", "agents", "prepare", spec],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=120,
-    )
+    return run_cairn("agents", "prepare", spec, env=env, timeout=120)
 
 
 def _cached(tmp_path: Path) -> list[str]:

@@ -20,8 +20,6 @@ import asyncio
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -30,6 +28,7 @@ from agent_helpers import needs_sandbox, step_context, task_sandbox
 from cairn.agents.registry import create_agent
 from cairn.results.model import AgentExit
 from cairn.task.load import load_task
+from cairncli import run_cairn
 from cli_scripts import (
     COMMANDS,
     STEP1_MARK,
@@ -105,9 +104,6 @@ def _cairn_run(
     }
     pick = [] if model_env else ["-m", model]
     cmd = [
-        sys.executable,
-        "-m",
-        "cairn",
         "run",
         "-p",
         str(task),
@@ -125,7 +121,7 @@ def _cairn_run(
         "j",
         *extra,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = run_cairn(*cmd, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = jobs / "j"
     (trial,) = (job / "trials").iterdir()

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent_helpers import needs_sandbox
+from cairncli import run_cairn
 from cli_scripts import bridge_gateway
 from fake_models import FakeModels, Turn
 from taskgen import reward_if, write_task
@@ -103,11 +102,8 @@ def test_claude_code_calls_the_tasks_stdio_mcp_server(tmp_path, claude_runtime):
         "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     with FakeModels(script, host=bridge_gateway(), consumes=consumes) as srv:
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "cairn",
+        proc = run_cairn(
+            *[
                 "run",
                 "-p",
                 str(task),
@@ -130,10 +126,7 @@ def test_claude_code_calls_the_tasks_stdio_mcp_server(tmp_path, claude_runtime):
                 "j",
             ],
             env=env,
-            capture_output=True,
-            text=True,
             timeout=900,
-            check=False,
         )
         main = srv.main_requests()
         left = srv.script_left

@@ -18,13 +18,13 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from agent_helpers import needs_sandbox
+from cairncli import run_cairn
 from cli_scripts import bridge_gateway, consumes, consumes_any
 from fake_models import FakeModels, Turn
 from taskgen import write_task
@@ -129,9 +129,6 @@ def _cairn_run(
     src = Path(__file__).resolve().parents[2] / "src"
     env = {**os.environ, key: SECRET, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     cmd = [
-        sys.executable,
-        "-m",
-        "cairn",
         "run",
         "-p",
         str(task),
@@ -152,7 +149,7 @@ def _cairn_run(
         "0",
         *extra,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = run_cairn(*cmd, env=env, timeout=900)
     trials = list((jobs / "j" / "trials").glob("*/result.json"))
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(trials[0].read_text())

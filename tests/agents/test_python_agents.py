@@ -15,13 +15,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from agent_helpers import needs_sandbox
+from cairncli import run_cairn
 from cli_scripts import (
     COMMANDS,
     FILES,
@@ -63,9 +62,6 @@ def _cairn_run(task: Path, agent: str, base_url: str, jobs: Path, *extra: str):
         "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     cmd = [
-        sys.executable,
-        "-m",
-        "cairn",
         "run",
         "-p",
         str(task),
@@ -84,7 +80,7 @@ def _cairn_run(task: Path, agent: str, base_url: str, jobs: Path, *extra: str):
         "j",
         *extra,
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = run_cairn(*cmd, env=env, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     job = jobs / "j"
     (trial,) = (job / "trials").iterdir()

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -307,14 +306,8 @@ def test_print_config_comes_before_the_litellm_check(tmp_path, ds):
     }
 
     def run(flag: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-S", "-m", "cairn", "run", "-c", "l.yaml", flag],
-            cwd=tmp_path,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
+        return run_cairn(
+            "run", "-c", "l.yaml", flag, cwd=tmp_path, env=env, timeout=120, python_flags=("-S",)
         )
 
     dry = run("--dry-run")

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
+
 TESTS = Path(__file__).resolve().parents[1]
 REPO = TESTS.parent
 README = REPO / "README.md"
@@ -195,11 +197,9 @@ def _check(cmd: str, p: subprocess.CompletedProcess, root: Path) -> None:
         assert len(list((root / "jobs" / "harbor-example-k2" / "trials").iterdir())) == 8
 
 
-def _view(argv: list[str], root: Path, env: dict[str, str]) -> None:
+def _view(args: list[str], root: Path, env: dict[str, str]) -> None:
     """``cairn view``: serves until Ctrl-C; the page lists the tour's jobs."""
-    proc = subprocess.Popen(
-        argv, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    proc = start_cairn(*args, cwd=root, env=env)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -254,12 +254,11 @@ def test_readme_tour_runs_as_written_after_the_readmes_install(tmp_path):
             continue
         words = shlex.split(cmd)
         assert words[0] == "cairn", cmd
-        argv = [sys.executable, "-m", "cairn", *words[1:]]
         if words[1] == "view":
-            _view(argv, root, env)
+            _view(words[1:], root, env)
             ran.append(cmd)
             continue
-        p = subprocess.run(argv, cwd=root, env=env, capture_output=True, text=True, timeout=600, check=False)
+        p = run_cairn(*words[1:], cwd=root, env=env, timeout=600)
         assert "Traceback" not in p.stdout + p.stderr, (cmd, p.stdout + p.stderr)
         assert p.returncode == 0, (cmd, p.returncode, p.stdout + p.stderr)
         _check(cmd, p, root)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from typer.testing import CliRunner
 import cairn.cli.tasks  # noqa: F401  (importing registers the commands on tasks_app)
 from cairn.cli import app
 from cairn.task.init import init_task
+from cairncli import run_cairn
 
 runner = CliRunner()
 
@@ -144,18 +143,8 @@ def test_init_accepts_a_path_and_names_the_task_after_its_last_part(tmp_path):
 
 @pytest.mark.local
 def test_check_through_the_console_entry_point(dataset):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cairn", "tasks", "check", str(dataset)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_cairn("tasks", "check", str(dataset), timeout=60)
     assert proc.returncode == 1
     assert f"{dataset / 'a-good'}: ok" in proc.stdout.splitlines()
-    ok = subprocess.run(
-        [sys.executable, "-m", "cairn", "tasks", "check", str(dataset / "c-good")],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    ok = run_cairn("tasks", "check", str(dataset / "c-good"), timeout=60)
     assert ok.returncode == 0 and ok.stdout == f"{dataset / 'c-good'}: ok\n"

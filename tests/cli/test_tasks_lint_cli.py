@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +14,7 @@ from cairn.cli import app
 from cairn.results.schemas import validate
 from cairn.task.init import init_task
 from cairn.task.lint import RULES
+from cairncli import run_cairn
 
 runner = CliRunner()
 
@@ -133,12 +132,7 @@ def test_json_output_matches_its_schema_and_the_text(dataset):
 
 
 def test_json_through_the_console_script_exit_code(dataset):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cairn", "tasks", "check", "-e", "none", "--json", "--strict", str(dataset)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    proc = run_cairn("tasks", "check", "-e", "none", "--json", "--strict", str(dataset), timeout=60)
     assert proc.returncode == 1
     assert json.loads(proc.stdout)["counts"]["error"] == 3
 

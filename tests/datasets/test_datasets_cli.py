@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn
 from gitserve import GitDaemon, SmartHTTP, bare_clone, commit_all, free_port, git, init_repo, push
 from taskgen import constant_reward, reward_if, write_task
 
@@ -39,15 +39,7 @@ def cairn(*args: str, cwd: Path, cache: Path, timeout: float = 300) -> subproces
         "PYTHONPATH": os.pathsep.join([str(SRC), str(TESTS / "helpers")]),
         "CAIRN_CACHE_DIR": str(cache),
     }
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    p = run_cairn(*args, cwd=cwd, env=env, timeout=timeout)
     assert "Traceback" not in p.stderr, p.stderr
     p.out = p.stdout + p.stderr  # event lines go to stdout off a terminal, errors to stderr
     return p

@@ -1,7 +1,10 @@
 """The one way tests run the ``cairn`` command: ``python -m cairn`` of this checkout as a
 subprocess (this checkout's ``src`` and the test helpers first on ``PYTHONPATH``), stdout and
 stderr captured apart, bounded in time. Test modules keep thin wrappers (``cairn(...)``) that
-call these with their own defaults."""
+call these with their own defaults.
+
+tests/test_architecture.py holds that no other test module spells ``-m cairn`` itself (its
+allowlist names the few that must, and why)."""
 
 from __future__ import annotations
 
@@ -31,12 +34,27 @@ def cairn_env(**extra: str | None) -> dict[str, str]:
     return env
 
 
+def cairn_argv(*args: str, python_flags: tuple[str, ...] = ()) -> list[str]:
+    """The argv of ``python [PYTHON_FLAGS] -m cairn ARGS`` with this interpreter.
+
+    Args:
+        args: the command line after ``cairn``.
+        python_flags: interpreter options before ``-m`` (``("-S",)``: no site packages).
+
+    Returns:
+        The argv list.
+    """
+    return [sys.executable, *python_flags, "-m", "cairn", *args]
+
+
 def run_cairn(
     *args: str,
     cwd: Path | None = None,
     timeout: float = 300,
     env: dict[str, str] | None = None,
     input: str | None = None,
+    python_flags: tuple[str, ...] = (),
+    umask: int = -1,
     **extra: str | None,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python -m cairn ARGS`` to its end.
@@ -47,13 +65,15 @@ def run_cairn(
         timeout: seconds before it is killed (``subprocess.TimeoutExpired``).
         env: the whole environment (default: :func:`cairn_env` with ``extra``).
         input: text for its standard input (default: none, stdin is ``/dev/null``).
+        python_flags: interpreter options before ``-m`` (see :func:`cairn_argv`).
+        umask: the child's umask (default ``-1``: this process's).
         extra: variables to set (``None``: remove) on top of :func:`cairn_env`.
 
     Returns:
         The finished process; ``stdout`` and ``stderr`` as text.
     """
     return subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
+        cairn_argv(*args, python_flags=python_flags),
         cwd=cwd,
         env=env if env is not None else cairn_env(**extra),
         capture_output=True,
@@ -62,6 +82,7 @@ def run_cairn(
         check=False,
         input=input,
         stdin=None if input is not None else subprocess.DEVNULL,
+        umask=umask,
     )
 
 
@@ -85,7 +106,7 @@ def start_cairn(
         The running process; the caller ends it (``terminate``/``wait``).
     """
     return subprocess.Popen(
-        [sys.executable, "-m", "cairn", *args],
+        cairn_argv(*args),
         cwd=cwd,
         env=env if env is not None else cairn_env(**extra),
         stdin=subprocess.DEVNULL,

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairncli import run_cairn
 from fake_openai import FakeOpenAI, Reply, bash_call, error, submit_call
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "two-steps"
@@ -98,9 +97,6 @@ def _run(root: Path, name: str, server: FakeOpenAI, model: str, *flags: str) -> 
         "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     }
     args = [
-        sys.executable,
-        "-m",
-        "cairn",
         "run",
         "-p",
         str(EXAMPLE),
@@ -124,7 +120,7 @@ def _run(root: Path, name: str, server: FakeOpenAI, model: str, *flags: str) -> 
         "1",
         *flags,
     ]
-    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
+    p = run_cairn(*args, env=env, timeout=600)
     return p.stdout + p.stderr
 
 

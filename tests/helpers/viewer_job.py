@@ -26,7 +26,7 @@ TESTS = Path(__file__).resolve().parents[1]
 SRC = TESTS.parent / "src"
 sys.path.insert(0, str(TESTS / "helpers"))
 
-from cairncli import run_cairn  # noqa: E402
+from cairncli import run_cairn, start_cairn  # noqa: E402
 from fake_openai import bash_call, submit_call  # noqa: E402
 from taskgen import StepSpec, constant_reward, reward_if, write_task  # noqa: E402
 
@@ -136,13 +136,7 @@ def trial_dir(job: Path, task: str) -> Path:
 @contextlib.contextmanager
 def view_server(path: Path, *extra: str) -> Iterator[str]:
     """Run ``cairn view PATH --port 0`` and yield its base URL; stopped (by its pid) after."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "view", str(path), "--port", "0", *extra],
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cairn("view", str(path), "--port", "0", *extra, env=env())
     try:
         line = proc.stdout.readline()  # printed once the socket is bound
         m = re.search(r"(http://\S+/)", line)

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from cairncli import run_cairn
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -18,26 +18,19 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.mark.slow
 def test_auto_falls_back_to_local_and_passes(tmp_path):
     env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/closed.sock"}
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(ROOT / "examples" / "two-steps"),
-            "-a",
-            "oracle",
-            "-e",
-            "auto",
-            "--jobs-dir",
-            str(tmp_path / "jobs"),
-            "--job-name",
-            "j",
-        ],
+    proc = run_cairn(
+        "run",
+        "-p",
+        str(ROOT / "examples" / "two-steps"),
+        "-a",
+        "oracle",
+        "-e",
+        "auto",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "j",
         env=env,
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr

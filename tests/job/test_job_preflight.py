@@ -4,8 +4,6 @@ a task the backend cannot enforce ends ``config_error`` at once, the others run.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
@@ -15,6 +13,7 @@ from cairn.job import run_job
 from cairn.plan import JobConfig
 from cairn.results.model import Outcome
 from cairn.sandbox.local.backend import LocalSandbox
+from cairncli import run_cairn
 from taskgen import write_task
 
 
@@ -92,31 +91,24 @@ def test_cli_refused_task_fails_fast_and_the_others_run(tmp_path):
     the other task runs; `cairn run` exits 1 (an errored trial, cli.md)."""
     gpu = _gpu_task(tmp_path)
     ok = write_task(tmp_path, "fine")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(gpu),
-            "-p",
-            str(ok),
-            "-a",
-            "oracle",
-            "-e",
-            "docker",
-            "-k",
-            "2",
-            "-n",
-            "1",
-            "--jobs-dir",
-            str(tmp_path / "jobs"),
-            "--job-name",
-            "j",
-        ],
-        capture_output=True,
-        text=True,
+    proc = run_cairn(
+        "run",
+        "-p",
+        str(gpu),
+        "-p",
+        str(ok),
+        "-a",
+        "oracle",
+        "-e",
+        "docker",
+        "-k",
+        "2",
+        "-n",
+        "1",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "j",
         timeout=600,
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr

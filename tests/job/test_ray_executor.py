@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import cairn_argv
 from raycluster import ADDRESS, RayCluster, ray_cluster_possible, start_cluster
 from taskgen import StepSpec, write_task
 
@@ -73,7 +74,7 @@ def _three_step(root: Path) -> Path:
 
 
 def _cairn(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cairn", *args]
+    return cairn_argv(*args)  # the argv the cluster's node runs (RayCluster.run)
 
 
 def _results(job: Path) -> dict[str, dict]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from cairncli import cairn_argv
 from raycluster import ADDRESS, RayCluster, ray_cluster_possible, start_plain_cluster
 from taskgen import write_task
 
@@ -54,7 +55,7 @@ def cluster():
 
 
 def _cairn(*args: str) -> list[str]:
-    return [sys.executable, "-m", "cairn", *args]
+    return cairn_argv(*args)  # the argv the cluster's node runs (RayCluster.run)
 
 
 def _results(job: Path) -> dict[str, dict]:

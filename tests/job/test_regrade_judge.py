@@ -5,8 +5,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -14,6 +12,7 @@ from cairn.job.regrade import regrade_job
 from cairn.job.run import read_job, run_job
 from cairn.plan import JobConfig
 from cairn.results.model import Tokens
+from cairncli import run_cairn
 from taskgen import write_task
 from testbed import backend_available
 
@@ -75,12 +74,7 @@ def test_regrade_records_judge_spend_and_stops_at_max_cost(tmp_path):
 
 
 def test_regrade_cli_refuses_a_bad_max_cost(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "cairn", "regrade", str(tmp_path), "--max-cost-usd", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_cairn("regrade", str(tmp_path), "--max-cost-usd", "0", timeout=120)
     assert proc.returncode == 2 and "--max-cost-usd must be a positive" in proc.stderr
 
 

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from cairn.plan import JobConfig
 from cairn.results.model import StepSource
 from cairn.results.report import render
 from cairn.sandbox.cleanup import clean
+from cairncli import run_cairn
 from taskgen import StepSpec, reward_if, write_task
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -274,22 +273,18 @@ def test_shell_opens_the_step_snapshot_and_clean_removes_orphans(tmp_path, backe
     r = _only(job)
     trial = job.job_dir / "trials" / r.trial_name
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}:{HELPERS}"}
-    shell = [sys.executable, "-m", "cairn", "shell", str(trial), "--step", "one"]
+    shell = ["shell", str(trial), "--step", "one"]
     # an interactive shell fed from a pipe: the verifier deleted one.txt, the snapshot has it
-    p = subprocess.run(
-        shell,
+    p = run_cairn(
+        *shell,
         input="cat /app/one.txt; ls /tests; test -e /app/two.txt || echo no-two; exit 7\n",
-        capture_output=True,
-        text=True,
         env=env,
         timeout=120,
     )
     assert p.returncode == 7, p.stderr
     assert p.stdout.split() == ["one", "test.sh", "no-two"]
     assert "Leave with `exit`" in p.stderr and "sandbox removed" in p.stderr
-    p = subprocess.run(
-        [*shell, "--command", "cat /app/one.txt"], capture_output=True, text=True, env=env, timeout=120
-    )
+    p = run_cairn(*shell, "--command", "cat /app/one.txt", env=env, timeout=120)
     assert (p.returncode, p.stdout) == (0, "one\n"), p.stderr
     refs = [s.snapshot.ref for s in r.steps]
     import shutil

@@ -25,13 +25,13 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from cairncli import run_cairn
 from cli_scripts import USAGE, consumes, consumes_any, public_two_steps
 from fake_models import FakeModels, Request, Turn
 from testbed import local_available
@@ -162,9 +162,6 @@ def _cairn_run(
         "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
     }
     cmd = [
-        sys.executable,
-        "-m",
-        "cairn",
         "run",
         "-p",
         str(task),
@@ -183,7 +180,7 @@ def _cairn_run(
         "--max-retries",
         "0",
     ]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    proc = run_cairn(*cmd, env=env, timeout=900)
     trials = list((jobs / "j" / "trials").iterdir())
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, trials[0]

@@ -21,7 +21,6 @@ import re
 import shutil
 import stat
 import subprocess
-import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -52,6 +51,7 @@ from cairn.results.model import (
     TrialResult,
     TrialTimings,
 )
+from cairncli import run_cairn
 from harbor_env import require_harbor, require_harbor_python
 from taskgen import StepSpec, reward_if, write_task
 from testbed import local_available
@@ -439,14 +439,7 @@ def _env() -> dict[str, str]:
 
 
 def _cairn(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", *args],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return run_cairn(*args, env=_env(), timeout=timeout)
 
 
 @pytest.fixture(scope="module")
@@ -861,15 +854,7 @@ def test_export_folders_and_files_follow_the_umask(exported, tmp_path, job):
     assert {oct(stat.S_IMODE(f.stat().st_mode)) for f in files} == {oct(0o666 & ~mask)}
     # a group-writable umask gives a group-writable export (the mode is the umask's, not fixed)
     shared = tmp_path / "shared"
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(job), "--format", "harbor", "-o", str(shared)],
-        env=_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-        umask=0o002,
-    )
+    p = run_cairn("export", str(job), "--format", "harbor", "-o", str(shared), env=_env(), umask=0o002)
     assert p.returncode == 0, p.stderr
     assert oct(stat.S_IMODE(shared.stat().st_mode)) == oct(0o775)
     assert oct(stat.S_IMODE((shared / "result.json").stat().st_mode)) == oct(0o664)

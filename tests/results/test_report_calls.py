@@ -7,12 +7,11 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn
 from calls_job import calls_jobs, trials_of
 from testbed import local_available
 
@@ -37,13 +36,7 @@ def jobs(tmp_path_factory):
 
 def _report(job: Path, *args: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(SRC), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "report", str(job), *args],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("report", str(job), *args, env=env, timeout=120)
     assert p.returncode == 0, p.stderr
     return p.stdout
 

@@ -11,6 +11,7 @@ import pytest
 
 from cairn.errors import TaskFormatError
 from cairn.task.load import check_task, load_task
+from cairncli import run_cairn
 from taskgen import StepSpec, write_task
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "cairn"
@@ -71,8 +72,6 @@ def test_bom_and_crlf_are_accepted_and_the_agent_gets_clean_text(tmp_path):
 def test_a_non_utf8_task_is_a_config_error_and_its_sibling_runs(tmp_path):
     """Through `cairn run`: the Latin-1 task is config_error, the sibling scores, no traceback."""
     import json
-    import subprocess
-    import sys
 
     from faultkit import backend_available
 
@@ -89,27 +88,8 @@ def test_a_non_utf8_task_is_a_config_error_and_its_sibling_runs(tmp_path):
         "LC_ALL": "C",
         "LANG": "C",
     }
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(ds),
-            "-e",
-            "local",
-            "--jobs-dir",
-            "jobs",
-            "--job-name",
-            "enc",
-        ],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = run_cairn(
+        "run", "-p", str(ds), "-e", "local", "--jobs-dir", "jobs", "--job-name", "enc", cwd=tmp_path, env=env
     )
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr

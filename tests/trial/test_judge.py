@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +13,7 @@ from cairn.agents.base import AgentContext
 from cairn.results.model import Tokens
 from cairn.sandbox.base import Sandbox
 from cairn.task.judge import judge_hosts
+from cairncli import run_cairn
 from judge_scripts import JUDGE_SERVER, JUDGE_TOML, judge_task
 from net_agents import ProbeAgent, parse_probe
 from taskgen import write_task
@@ -41,12 +40,7 @@ def test_embedded_judge_template_is_refused_at_check_time(tmp_path):
     task = _judge_task(
         tmp_path, JUDGE_TOML.replace('"${CAIRN_TEST_JUDGE_KEY}"', '"Bearer ${CAIRN_TEST_JUDGE_KEY}"')
     )
-    r = subprocess.run(
-        [sys.executable, "-m", "cairn", "tasks", "check", str(task)],
-        capture_output=True,
-        text=True,
-        env=os.environ,
-    )
+    r = run_cairn("tasks", "check", str(task), env=dict(os.environ))
     assert r.returncode != 0
     assert "OPENAI_API_KEY" in r.stdout + r.stderr and "${" in r.stdout + r.stderr
 
@@ -60,54 +54,42 @@ def test_missing_judge_credential_exits_2_before_start(tmp_path):
         pytest.skip("no Docker engine")
     task = _judge_task(tmp_path / "tasks")
     env = {k: v for k, v in os.environ.items() if k != "CAIRN_TEST_JUDGE_KEY"}
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(task),
-            "-a",
-            "nop",
-            "-e",
-            "docker",
-            "--jobs-dir",
-            str(tmp_path / "jobs"),
-            "--job-name",
-            "j",
-        ],
-        capture_output=True,
-        text=True,
+    r = run_cairn(
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        "nop",
+        "-e",
+        "docker",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "j",
         env=env,
+        timeout=600,
     )
     assert r.returncode == 2, r.stderr
     assert "CAIRN_TEST_JUDGE_KEY" in r.stderr
     assert not (tmp_path / "jobs" / "j" / "trials").exists()
     # --ve replacing the credential needs no host variable: the trial runs (its judge is not
     # there, so the grader scores 0) and the given key is masked in job.json
-    r2 = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(task),
-            "-a",
-            "nop",
-            "-e",
-            "docker",
-            "--ve",
-            "OPENAI_API_KEY=sk-given-on-cli",
-            "--jobs-dir",
-            str(tmp_path / "jobs"),
-            "--job-name",
-            "j2",
-        ],
-        capture_output=True,
-        text=True,
+    r2 = run_cairn(
+        "run",
+        "-p",
+        str(task),
+        "-a",
+        "nop",
+        "-e",
+        "docker",
+        "--ve",
+        "OPENAI_API_KEY=sk-given-on-cli",
+        "--jobs-dir",
+        str(tmp_path / "jobs"),
+        "--job-name",
+        "j2",
         env=env,
+        timeout=600,
     )
     assert r2.returncode == 0, r2.stderr
     (trial,) = (tmp_path / "jobs" / "j2" / "trials").iterdir()

@@ -7,13 +7,12 @@ from ``file://``, and an open job page follows a running job without a reload.
 from __future__ import annotations
 
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
 from taskgen import StepSpec, reward_if, write_task
 from viewer_job import console_errors, env, report_json, trial_dir, view_server, wait_for
 
@@ -119,13 +118,7 @@ def test_agent_markup_cannot_run_script(example_job, browser):
 
 def test_static_bundle_opens_from_file_url(example_job, browser, tmp_path):
     out = tmp_path / "site"
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "view", str(example_job), "--bundle", str(out)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("view", str(example_job), "--bundle", str(out), env=env(), timeout=120)
     assert p.returncode == 0, p.stderr
     hello = trial_dir(example_job, "hello").name
     console_errors(browser)
@@ -177,31 +170,23 @@ def test_open_job_page_follows_a_running_job(tmp_path, browser):
         ],
     )
     jobs = tmp_path / "jobs"
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(tasks / "slow3"),
-            "-a",
-            "oracle",
-            "-e",
-            "local",
-            "-n",
-            "2",
-            "-k",
-            "4",
-            "--jobs-dir",
-            str(jobs),
-            "--job-name",
-            "live",
-        ],
+    run = start_cairn(
+        "run",
+        "-p",
+        str(tasks / "slow3"),
+        "-a",
+        "oracle",
+        "-e",
+        "local",
+        "-n",
+        "2",
+        "-k",
+        "4",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        "live",
         env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         wait_for(lambda: (jobs / "live" / "job.json").is_file(), timeout=60)
@@ -275,27 +260,19 @@ def test_live_updates_follow_a_job_whose_name_holds_percent_space_and_hash(tmp_p
     )
     jobs = tmp_path / "jobs"
     job = jobs / name
-    run = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "run",
-            "-p",
-            str(tasks / "hang2"),
-            "-a",
-            "oracle",
-            "-e",
-            "local",
-            "--jobs-dir",
-            str(jobs),
-            "--job-name",
-            name,
-        ],
+    run = start_cairn(
+        "run",
+        "-p",
+        str(tasks / "hang2"),
+        "-a",
+        "oracle",
+        "-e",
+        "local",
+        "--jobs-dir",
+        str(jobs),
+        "--job-name",
+        name,
         env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
     )
     try:
         wait_for(lambda: (job / "trials").is_dir() and any((job / "trials").iterdir()), timeout=60)

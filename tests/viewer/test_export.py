@@ -6,25 +6,18 @@ format's shape; the record schema of docs/viewer.md.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from cairn.results.export import RECORD_FIELDS
+from cairncli import run_cairn
 from viewer_job import env
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
 
 
 def _export(job, *args, tmp_path=None) -> list[dict]:
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(job), *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("export", str(job), *args, env=env(), timeout=120)
     assert p.returncode == 0, p.stderr
     return [json.loads(line) for line in p.stdout.splitlines()]
 
@@ -118,13 +111,7 @@ def test_sharegpt_and_atif_shapes(example_job, tmp_path):
 def test_parquet_and_output_file(example_job, tmp_path):
     pq = pytest.importorskip("pyarrow.parquet")
     out = tmp_path / "steps.parquet"
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(example_job), "--format", "parquet", "-o", str(out)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("export", str(example_job), "--format", "parquet", "-o", str(out), env=env(), timeout=120)
     assert p.returncode == 0, p.stderr
     table = pq.read_table(out)
     assert table.num_rows == 6 and table.column_names == list(RECORD_FIELDS)
@@ -132,13 +119,7 @@ def test_parquet_and_output_file(example_job, tmp_path):
     ship = next(r for r in rows if r["step"] == "ship")
     assert ship["reward"] == 1.0 and json.loads(ship["rewards"]) == {"reward": 1.0}
     jl = tmp_path / "steps.jsonl"
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(example_job), "-o", str(jl)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("export", str(example_job), "-o", str(jl), env=env(), timeout=120)
     assert p.returncode == 0 and "exported 6 step record(s)" in p.stderr
     assert len(jl.read_text().splitlines()) == 6
 
@@ -148,32 +129,14 @@ def test_bad_arguments(example_job, tmp_path):
         (["--format", "xml"], "--format is one of"),
         (["--format", "parquet"], "needs -o FILE"),
     ):
-        p = subprocess.run(
-            [sys.executable, "-m", "cairn", "export", str(example_job), *args],
-            env=env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
+        p = run_cairn("export", str(example_job), *args, env=env(), timeout=60)
         assert p.returncode == 2 and msg in p.stderr
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(tmp_path)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    p = run_cairn("export", str(tmp_path), env=env(), timeout=60)
     assert p.returncode == 2 and "is not a job folder" in p.stderr
 
 
 def _run(job, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(job), *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    return run_cairn("export", str(job), *args, env=env(), timeout=60)
 
 
 def test_steps_naming_no_step_of_the_job_is_exit_2_and_writes_nothing(example_job, tmp_path):

@@ -6,12 +6,11 @@ start step were replayed by the oracle and come out marked ``replayed`` with sou
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn
 from taskgen import StepSpec, reward_if, write_task
 from testbed import backend_missing
 from viewer_job import cairn, env, local_ready
@@ -20,13 +19,7 @@ pytestmark = [pytest.mark.local, pytest.mark.slow]
 
 
 def _export(job: Path, *args: str) -> list[dict]:
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "export", str(job), *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    p = run_cairn("export", str(job), *args, env=env(), timeout=120)
     assert p.returncode == 0, p.stderr
     return [json.loads(line) for line in p.stdout.splitlines()]
 

@@ -10,12 +10,11 @@ import http.client
 import os
 import re
 import shutil
-import subprocess
-import sys
 from urllib.parse import urlsplit
 
 import pytest
 
+from cairncli import run_cairn, start_cairn
 from viewer_job import env, trial_dir, view_server
 
 pytestmark = [pytest.mark.local, pytest.mark.slow]
@@ -95,13 +94,7 @@ def test_security_headers(example_job):
 
 
 def test_non_loopback_bind_warns(example_job):
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cairn", "view", str(example_job), "--host", "0.0.0.0", "--port", "0"],
-        env=env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = start_cairn("view", str(example_job), "--host", "0.0.0.0", "--port", "0", env=env())
     try:
         line = proc.stdout.readline()
         assert re.search(r"http://0\.0\.0\.0:\d+/", line), line
@@ -121,13 +114,8 @@ def test_default_bind_is_loopback_and_quiet(example_job):
 
 def test_report_html_writes_the_bundle(example_job, tmp_path):
     out = tmp_path / "report"
-    p = subprocess.run(
-        [sys.executable, "-m", "cairn", "report", str(example_job), "--format", "html", "-o", str(out)],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
+    p = run_cairn(
+        "report", str(example_job), "--format", "html", "-o", str(out), env=env(), timeout=120, cwd=tmp_path
     )
     assert p.returncode == 0, p.stderr
     index = (out / "index.html").read_text()
@@ -135,21 +123,14 @@ def test_report_html_writes_the_bundle(example_job, tmp_path):
     assert os.path.isfile(
         out / "jobs" / "example" / "trials" / trial_dir(example_job, "chain").name / "index.html"
     )
-    p = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "cairn",
-            "report",
-            str(example_job),
-            "--format",
-            "html",
-            "-o",
-            str(example_job / "inside"),
-        ],
+    p = run_cairn(
+        "report",
+        str(example_job),
+        "--format",
+        "html",
+        "-o",
+        str(example_job / "inside"),
         env=env(),
-        capture_output=True,
-        text=True,
         timeout=60,
     )
     assert p.returncode == 2 and "must not be inside" in p.stderr

@@ -5,24 +5,17 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from cairncli import run_cairn
 from viewer_job import env
 
 
 def _view(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
     (tmp_path / "jobs").mkdir(exist_ok=True)
-    return subprocess.run(
-        [sys.executable, "-m", "cairn", "view", str(tmp_path / "jobs"), *args],
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_cairn("view", str(tmp_path / "jobs"), *args, env=env(), timeout=60)
 
 
 @pytest.mark.parametrize(
