@@ -201,3 +201,14 @@ def test_parse_refuses_an_archive_that_does_not_parse(tmp_path):
     assert bad.footer and bad.bad_tar and bad.tar is None
     assert parse_fold(p.stdout[:-1], box.token, truncated=False).footer is False
     assert parse_fold(p.stdout, "0" * 32, truncated=False).started is False
+
+
+def test_a_stream_cut_inside_the_archive_keeps_only_the_output(tmp_path):
+    # a timeout's kill while the archive streams: no footer, and what came after the
+    # command's output is not output
+    box = Box(tmp_path, 'echo out\nhead -c 3000 /dev/zero > "$VDIR/f"\n')
+    p, fold = box.run(clean=False)
+    assert fold.tar is not None
+    cut = p.stdout[: p.stdout.index(fold.tar) + len(fold.tar) // 2]
+    again = parse_fold(cut, box.token, truncated=False)
+    assert again.started and not again.footer and again.tar is None and again.out == b"out\n"

@@ -122,6 +122,16 @@ def test_a_non_root_verifier_s_clean_up_stays_root_s(tmp_path):
     assert left == ""  # the root clean-up exec ran (nobody cannot remove /tests)
 
 
+def test_a_file_the_verifier_cannot_read_sends_the_copy_to_the_download(tmp_path):
+    # tar as the verifier user fails on a file it made unreadable; the engine's download reads
+    # it, as before, and the half archive on stdout is not taken for test.sh's output
+    test_sh = "echo out\necho 1 > /logs/verifier/reward.txt\n"
+    test_sh += "echo s > /logs/verifier/s; chmod 000 /logs/verifier/s\n"
+    run, files, left, downloads = asyncio.run(_both(tmp_path, test_sh, verifier_user="nobody"))
+    assert downloads == ["/logs/verifier"]
+    assert files["test-stdout.txt"] == b"out\n" and files["s"] == b"s\n" and left == ""
+
+
 def test_without_tar_in_the_image_the_download_follows(tmp_path):
     run, files, left, downloads = asyncio.run(_both(tmp_path, TEST_SH, before="rm -f $(command -v tar)"))
     assert downloads == ["/logs/verifier"]

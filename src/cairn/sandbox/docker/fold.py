@@ -14,6 +14,7 @@ user, in its cwd and env, under its timeout:
    process holding the command's stdout or stderr has closed it, which is when a plain exec
    ends too. The relays carry another ``CAIRN_EXEC_ID`` than the exec's, so a timeout's kill
    of the exec's tree leaves them to drain what the command printed before it was killed.
+   Then it prints ``<token>:out``: the command's output ends there.
 3. When the command's exit code is not one the caller excluded and the folder is a real folder
    whose tar fits :data:`FOLD_LIMIT_BYTES`, it writes a tar of the folder onto stdout (through
    ``tee`` and ``wc``, so it knows the archive's exact size) and then one footer line,
@@ -63,6 +64,7 @@ code=$(
     } 5>&1 | CAIRN_EXEC_ID="$r" cat >&3 4>&- 6>&-
   } 4>&1
 )
+printf '%s:out\n' "$t"
 case "$code" in ''|*[!0-9]*) exit 125;; esac
 case " $skip " in *" $code "*) exit "$code";; esac
 p="${dir%/*}"; b="${dir##*/}"; [ -n "$p" ] || p=/
@@ -190,6 +192,7 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         raw = raw[len(start) :]
     elif not truncated:
         return Fold(started=False, out=raw)
+    end_of_out = f"{token}:out\n".encode()
     clean_line = f"{token}:clean\n".encode()
     cleaned = raw.endswith(clean_line)
     body = raw[: -len(clean_line)] if cleaned else raw
@@ -199,14 +202,17 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         if at >= 0 and body.endswith(b"\n")
         else None
     )
-    if m is None:
-        return Fold(started=True, out=raw)
-    n_text, tar_status, tee_status, code = (g.decode() for g in m.groups())
-    whole = n_text.isdigit() and tar_status == "0" and tee_status == "0" and int(n_text) <= at
-    if not whole:
-        return Fold(started=True, out=body[:at], footer=True, code=int(code), cleaned=cleaned)
-    n = int(n_text)
+    if m is None:  # killed (a timeout) or no archive: the output ends where the script said
+        cut = body.find(end_of_out)
+        return Fold(started=True, out=body[:cut] if cut >= 0 else body)
+    n_text, tar_status, tee_status, code_text = (g.decode() for g in m.groups())
+    code = int(code_text)
+    # the bytes tee wrote onto stdout sit before the footer, whether or not tar succeeded
+    n = int(n_text) if n_text.isdigit() and tee_status == "0" and int(n_text) <= at else 0
     tar, out = body[at - n : at], body[: at - n]
+    out = out[: -len(end_of_out)] if out.endswith(end_of_out) else out
+    if not n or tar_status != "0":
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned)
     if not _whole_tar(tar):
-        return Fold(started=True, out=out, footer=True, code=int(code), cleaned=cleaned, bad_tar=True)
-    return Fold(started=True, out=out, tar=tar, footer=True, code=int(code), cleaned=cleaned)
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, bad_tar=True)
+    return Fold(started=True, out=out, tar=tar, footer=True, code=code, cleaned=cleaned)
