@@ -19,11 +19,13 @@ pytestmark = pytest.mark.docker
 
 START_EXECS = 1
 """The start's one prepare exec (fresh /logs, workdir, shell, clock check)."""
-FIRST_STEP_BUDGET = 6
-"""Oracle upload + solve, the after-agent exec, the tests upload, test.sh, the logs download."""
-LATER_STEP_BUDGET = 7
-"""The same, plus the one cleanup exec between steps (/tests and the verifier's files must be
-gone before the next agent runs)."""
+FIRST_STEP_BUDGET = 5
+"""Oracle upload + solve, the after-agent exec, the tests upload, and one exec that runs
+test.sh, brings /logs/verifier back on its stdout and, before a later step, removes /tests and
+the verifier's files (cairn.sandbox.docker.fold)."""
+LATER_STEP_BUDGET = 5
+"""The same: the clean-up between steps (/tests and the verifier's files gone before the next
+agent runs) is in the verifier's exec."""
 
 
 def _count_engine_calls(run) -> tuple[list[str], object]:
@@ -80,7 +82,7 @@ def test_trivial_trial_stays_within_the_engine_call_budget(tmp_path):
     calls, result = _count_engine_calls(_Run(task, tmp_path / "jobs"))
     assert result.reward == 1.0
     assert len(calls) <= START_EXECS + FIRST_STEP_BUDGET, "\n".join(calls)
-    assert calls.count("put-archive") == 2 and calls.count("get-archive") == 1, calls
+    assert calls.count("put-archive") == 2 and calls.count("get-archive") == 0, calls
 
 
 def test_two_step_trial_stays_within_the_engine_call_budget(tmp_path):

@@ -32,6 +32,11 @@ class TailBuffer:
             del self.buf[: len(self.buf) - self.cap]
             self.truncated = True
 
+    def data(self) -> bytes:
+        """The kept tail as bytes (at most ``cap``)."""
+        self._trim()
+        return bytes(self.buf)
+
     def text(self) -> str:
         """The kept tail decoded as UTF-8 with replacement; a character cut at the front of a
         truncated tail is dropped rather than shown as a replacement character."""

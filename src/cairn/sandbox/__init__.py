@@ -13,6 +13,7 @@ from cairn.errors import UsageError
 from cairn.sandbox.base import (
     Capabilities,
     ExecResult,
+    FoldedExec,
     NetworkMode,
     ProcessInfo,
     Sandbox,
@@ -119,6 +120,7 @@ __all__ = [
     "BACKEND_NAMES",
     "Capabilities",
     "ExecResult",
+    "FoldedExec",
     "NetworkMode",
     "ProcessInfo",
     "Sandbox",

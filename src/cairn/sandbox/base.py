@@ -61,6 +61,22 @@ class ExecResult:
 
 
 @dataclass(frozen=True)
+class FoldedExec:
+    """What one :meth:`Sandbox.exec_collect` did.
+
+    Attributes:
+        result: the command's :class:`ExecResult` (its own stdout and stderr only).
+        collected: the folder is on the host, copied as :meth:`Sandbox.download` copies it;
+            otherwise the caller downloads it.
+        cleaned: the clean-up command ran as root after the copy; otherwise the caller runs it.
+    """
+
+    result: ExecResult
+    collected: bool = False
+    cleaned: bool = False
+
+
+@dataclass(frozen=True)
 class ExecRequest:
     """One :meth:`Sandbox.exec` call as its backend gets it (the arguments of ``exec``, the
     command already an argv: a shell string became ``[shell, "-c", string]``).
@@ -639,6 +655,61 @@ class Sandbox(ABC):
 
     _shell: str = "sh"
     """The shell a string command runs with (a backend finds bash at start)."""
+
+    async def exec_collect(
+        self,
+        argv: Sequence[str],
+        *,
+        collect: str,
+        into: Path,
+        then_root: str | None = None,
+        unless_exit: tuple[int, ...] = (),
+        user: str | int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> FoldedExec:
+        """Run ``argv`` as :meth:`exec` does, then, in the same engine round trip where the
+        backend can, copy the folder ``collect`` to ``into`` as :meth:`download` does and run
+        ``then_root`` as root (the verifier's test.sh, its ``/logs/verifier`` and the
+        clean-up between steps: one exec on docker, :mod:`cairn.sandbox.docker.fold`).
+
+        Whatever the backend did not do is the caller's: it downloads when ``collected`` is
+        false and runs ``then_root`` when ``cleaned`` is false, exactly as without the fold.
+        The default folds nothing (the local backend's calls are no engine round trips).
+
+        Args:
+            argv: the command (never empty).
+            collect: the absolute sandbox folder the command writes into.
+            into: the host folder it is copied to.
+            then_root: a shell command run as root once the folder is copied (``None``: none).
+            unless_exit: exit codes of the command after which nothing is copied nor run
+                (the caller decides what follows).
+            user: as :meth:`exec`.
+            cwd: as :meth:`exec`.
+            env: as :meth:`exec`.
+            timeout_sec: as :meth:`exec`, the bound on the command.
+            max_output_bytes: as :meth:`exec`, the tail kept of the command's streams.
+
+        Returns:
+            The :class:`FoldedExec`.
+
+        Raises:
+            ValueError: ``argv`` is empty.
+            SandboxError: the exec could not be run, or the folder came back unsafe (as
+                :meth:`download` raises).
+            SandboxLostError: the engine does not answer.
+        """
+        result = await self.exec(
+            list(argv),
+            user=user,
+            cwd=cwd,
+            env=env,
+            timeout_sec=timeout_sec,
+            max_output_bytes=max_output_bytes,
+        )
+        return FoldedExec(result)
 
     @abstractmethod
     async def _exec(self, req: ExecRequest) -> ExecResult:

@@ -4,6 +4,11 @@ Shared mode, in this order: empty ``/logs/verifier`` and ``/tests`` (as root); u
 then ``steps/<name>/tests/`` on top; run ``test.sh`` with bash as the verifier user, cwd
 ``/tests``, with the merged verifier env (the agent's env is not applied); save stdout and stderr
 apart; record the exit code (not used for scoring); read the reward; remove ``/tests``.
+
+On docker, test.sh, the copy of ``/logs/verifier`` and the clean-up after it are one exec
+(:meth:`cairn.sandbox.base.Sandbox.exec_collect`, :mod:`cairn.sandbox.docker.fold`); whatever
+that exec could not do (a timeout, a folder too big, a non-root verifier's clean-up) is done
+here by a download and a root exec, as before.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from pathlib import Path
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.layout import REWARD_FILE_CAP_BYTES, REWARD_FILES, TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
-from cairn.sandbox.base import ExecResult, Sandbox, UploadItem
+from cairn.sandbox.base import ExecResult, FoldedExec, Sandbox, UploadItem
 from cairn.task.model import Step
 from cairn.trial.helper import VERIFIER_CLEANUP_CMD, reset_dirs_cmd
 from cairn.trial.judge import read_judge_usage
@@ -132,21 +137,38 @@ async def _prepare_tests(
 
 
 async def _run_test_sh(
-    sandbox: Sandbox, step: Step, run: VerifierRun, *, env: dict[str, str], timeout_sec: float
-) -> ExecResult:
+    sandbox: Sandbox,
+    step: Step,
+    run: VerifierRun,
+    *,
+    env: dict[str, str],
+    timeout_sec: float,
+    verifier_dir: Path,
+    cleanup: bool,
+) -> FoldedExec:
     """Run ``/tests/test.sh`` as the verifier user; its exit code and time go to ``run``.
+
+    Where the backend can, the same engine round trip also brings ``/logs/verifier`` to
+    ``verifier_dir`` and, with ``cleanup``, runs :data:`VERIFIER_CLEANUP_CMD`
+    (:meth:`Sandbox.exec_collect`); what it did not do, the caller does. Nothing is copied
+    nor cleaned after exit 126 or 127 (bash may be gone: checked first, below).
 
     Raises:
         SandboxError: bash itself no longer runs (the sandbox is broken, not the verifier).
     """
     started = time.monotonic()
-    result = await sandbox.exec(
+    folded = await sandbox.exec_collect(
         ["bash", f"{TESTS_DIR}/test.sh"],
+        collect=VERIFIER_LOGS,
+        into=verifier_dir,
+        then_root=VERIFIER_CLEANUP_CMD if cleanup else None,
+        unless_exit=(126, 127),
         user=step.verifier_user,
         cwd=TESTS_DIR,
         env=env,
         timeout_sec=timeout_sec,
     )
+    result = folded.result
     run.elapsed_sec = time.monotonic() - started
     run.exit_code = result.exit_code
     if result.exit_code in (126, 127) and not (await sandbox.exec(["bash", "-c", "true"], user="root")).ok:
@@ -156,7 +178,7 @@ async def _run_test_sh(
             f"bash no longer runs in the sandbox, so the verifier cannot: {result.stderr.strip()[-300:]}",
             detail={"exit_code": result.exit_code},
         )
-    return result
+    return folded
 
 
 def _read_rewards(
@@ -246,14 +268,19 @@ async def run_verifier(
     if step.test_sh is None and not image_tests:
         run.error = TrialFailure(ErrorKind.TEST_MISSING, f"step {step.name!r} has no test.sh")
         return run
+    cleaned = False
     try:
         free_kb = await _prepare_tests(
             sandbox, step, run, prepared=prepared, prepared_free_kb=prepared_free_kb
         )
         if run.error is not None:
             return run
-        result = await _run_test_sh(sandbox, step, run, env=env, timeout_sec=timeout_sec)
-        await sandbox.download(VERIFIER_LOGS, verifier_dir)
+        folded = await _run_test_sh(
+            sandbox, step, run, env=env, timeout_sec=timeout_sec, verifier_dir=verifier_dir, cleanup=cleanup
+        )
+        result, cleaned = folded.result, folded.cleaned
+        if not folded.collected:
+            await sandbox.download(VERIFIER_LOGS, verifier_dir)
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout), encoding="utf-8")
         (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr), encoding="utf-8")
         run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout
@@ -271,7 +298,7 @@ async def run_verifier(
         try:
             # /tests goes, and so does what this verifier left in /logs/verifier (it is on the
             # host already): the next step's agent must not read it, nor be blamed for it.
-            if cleanup:
+            if cleanup and not cleaned:
                 await asyncio.shield(sandbox.exec(VERIFIER_CLEANUP_CMD, user="root"))
         except SandboxLostError:
             raise

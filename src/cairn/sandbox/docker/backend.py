@@ -39,16 +39,19 @@ from typing import Any, ClassVar
 import docker
 import docker.errors
 
-from cairn._util.tar import extract_tar_stream, tar_stream, tar_stream_many
+from cairn._util.tail import TailBuffer
+from cairn._util.tar import ExtractReport, extract_tar_stream, tar_stream, tar_stream_many
 from cairn.errors import ErrorKind, HostPathsSkippedError, SandboxError
 from cairn.layout import COMPOSE_FILE_NAMES, SOLUTION_DIR
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
+    DEFAULT_MAX_OUTPUT_BYTES,
     LOG_DIRS,
     SNAPSHOT_LABEL,
     Capabilities,
     ExecRequest,
     ExecResult,
+    FoldedExec,
     NetworkMode,
     NetworkPolicy,
     ProcessInfo,
@@ -89,6 +92,7 @@ from cairn.sandbox.docker.exec_stream import (
     is_keep_alive,
     parse_processes,
 )
+from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, parse_fold
 from cairn.sandbox.docker.gateway import (
     POOL_KIND,
     POOL_LIMIT,
@@ -850,6 +854,27 @@ class DockerSandbox(Sandbox):
             SandboxError: the container is gone or refuses execs.
             SandboxLostError: the engine does not answer.
         """
+        stream, timed_out, code, elapsed = await self._exec_stream(req)
+        return ExecResult(
+            exit_code=code,
+            stdout=stream.stdout.text(),
+            stderr=stream.stderr.text(),
+            timed_out=timed_out,
+            elapsed_sec=elapsed,
+            stdout_truncated=stream.stdout.truncated,
+            stderr_truncated=stream.stderr.truncated,
+        )
+
+    async def _exec_stream(
+        self, req: ExecRequest, *, stdout_cap: int | None = None
+    ) -> tuple[ExecStream, bool, int | None, float]:
+        """One exec with its timeout and tree kill: (its stream, timed out, exit code or
+        ``None``, wall seconds). ``stdout_cap`` keeps more of stdout than ``req`` says.
+
+        Raises:
+            SandboxError: the container is gone or refuses execs.
+            SandboxLostError: the engine does not answer.
+        """
         api, cid = self._require()
         argv, user, cwd, env = req.argv, req.user, req.cwd, req.env
         timeout_sec, max_output_bytes = req.timeout_sec, req.max_output_bytes
@@ -868,7 +893,7 @@ class DockerSandbox(Sandbox):
                 workdir=cwd or self._workdir,
                 environment=environment,
             )
-        stream = ExecStream(api, created["Id"], max_output_bytes)
+        stream = ExecStream(api, created["Id"], max_output_bytes, stdout_cap)
         fut = start_thread(stream.run)
         timed_out = False
         try:
@@ -887,15 +912,89 @@ class DockerSandbox(Sandbox):
         if not timed_out:
             with translate("exec", self.spec.caches):
                 code = await in_thread(stream.exit_code)
-        return ExecResult(
+        return stream, timed_out, code, loop.time() - t0
+
+    async def exec_collect(
+        self,
+        argv: Sequence[str],
+        *,
+        collect: str,
+        into: Path,
+        then_root: str | None = None,
+        unless_exit: tuple[int, ...] = (),
+        user: str | int | None = None,
+        cwd: str | None = None,
+        env: dict[str, str] | None = None,
+        timeout_sec: float | None = None,
+        max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES,
+    ) -> FoldedExec:
+        """:meth:`Sandbox.exec_collect` as one exec (:mod:`.fold`): the command, then a tar
+        of ``collect`` on stdout after its output, then ``then_root`` when the exec's user is
+        root. What the fold could not do is left to the caller (``collected``/``cleaned``).
+
+        Raises:
+            ValueError: ``argv`` is empty.
+            SandboxError: the exec failed; the archive came back with unsafe members
+                (``transfer_failed``, as :meth:`download`); or the clean-up had already run
+                and the archive does not parse (the folder is lost).
+            SandboxLostError: the engine does not answer.
+        """
+        command = [str(a) for a in argv]
+        if not command:
+            raise ValueError("empty argv")
+        src = self._abs(collect)
+        if src == "/":
+            return await super().exec_collect(
+                command, collect=collect, into=into, user=user, cwd=cwd, env=env,
+                timeout_sec=timeout_sec, max_output_bytes=max_output_bytes,
+            )  # fmt: skip
+        token = uuid.uuid4().hex
+        wrapped = fold_argv(
+            token, command, collect=src, then_root=then_root, unless_exit=unless_exit, timeout_sec=timeout_sec
+        )
+        req = ExecRequest(wrapped, user, cwd, env, timeout_sec, max_output_bytes)
+        stream, timed_out, code, elapsed = await self._exec_stream(
+            req, stdout_cap=max_output_bytes + FOLD_LIMIT_BYTES + 4096
+        )
+        fold = parse_fold(stream.stdout.data(), token, truncated=stream.stdout.truncated)
+        if not fold.started and not timed_out and code in (126, 127):
+            # /bin/sh would not start (an agent removed it): the command runs as a plain exec
+            return FoldedExec(
+                await self.exec(
+                    command, user=user, cwd=cwd, env=env, timeout_sec=timeout_sec,
+                    max_output_bytes=max_output_bytes,
+                )
+            )  # fmt: skip
+        out = TailBuffer(max_output_bytes)
+        out.append(fold.out)
+        result = ExecResult(
             exit_code=code,
-            stdout=stream.stdout.text(),
+            stdout=out.text(),
             stderr=stream.stderr.text(),
             timed_out=timed_out,
-            elapsed_sec=loop.time() - t0,
-            stdout_truncated=stream.stdout.truncated,
+            elapsed_sec=elapsed,
+            stdout_truncated=out.truncated or stream.stdout.truncated,
             stderr_truncated=stream.stderr.truncated,
         )
+        # after a timeout the archive is taken only when the clean-up already ran (the
+        # folder is gone from the sandbox); otherwise the caller downloads, as without a fold
+        if fold.bad_tar and fold.cleaned:
+            raise SandboxError(
+                f"the copy of {src} that came back with the exec does not parse, and the "
+                "folder was already cleaned up in the sandbox",
+                kind=ErrorKind.TRANSFER_FAILED,
+            )
+        if fold.tar is None or (timed_out and not fold.cleaned):
+            return FoldedExec(result)
+        tar = fold.tar
+
+        def work() -> ExtractReport:
+            return extract_tar_stream(iter((tar,)), Path(into), root_name=posixpath.basename(src))
+
+        with translate(f"copy of {src}", kind=ErrorKind.TRANSFER_FAILED):
+            report = await in_thread(work)
+        _raise_for_report(report, src)
+        return FoldedExec(result, collected=True, cleaned=fold.cleaned)
 
     async def _kill_tree(
         self, token: str, user: str | int | None, stream: ExecStream, fut: asyncio.Future[None]
@@ -1026,20 +1125,30 @@ class DockerSandbox(Sandbox):
 
         with translate(f"download of {src}", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             report = await in_thread(work)
-        if report.refused:
-            raise SandboxError(
-                f"download of {src}: refused {len(report.refused)} unsafe member(s): "
-                f"{'; '.join(report.refused[:5])}",
-                kind=ErrorKind.TRANSFER_FAILED,
-                detail={"refused": report.refused[:100]},
-            )
-        if report.too_long_count:  # issue #29: written but for paths the host cannot hold
-            raise HostPathsSkippedError(
-                f"download of {src}: {report.too_long_count} path(s) too long for the host "
-                f"skipped: {'; '.join(report.too_long[:3])[:600]}",
-                paths=report.too_long,
-                count=report.too_long_count,
-            )
+        _raise_for_report(report, src)
+
+
+def _raise_for_report(report: ExtractReport, src: str) -> None:
+    """Raise for what an extraction of ``src`` refused or skipped (everything safe is written).
+
+    Raises:
+        SandboxError: kind ``transfer_failed``: unsafe members were refused.
+        HostPathsSkippedError: paths too long for the host were skipped.
+    """
+    if report.refused:
+        raise SandboxError(
+            f"download of {src}: refused {len(report.refused)} unsafe member(s): "
+            f"{'; '.join(report.refused[:5])}",
+            kind=ErrorKind.TRANSFER_FAILED,
+            detail={"refused": report.refused[:100]},
+        )
+    if report.too_long_count:  # issue #29: written but for paths the host cannot hold
+        raise HostPathsSkippedError(
+            f"download of {src}: {report.too_long_count} path(s) too long for the host "
+            f"skipped: {'; '.join(report.too_long[:3])[:600]}",
+            paths=report.too_long,
+            count=report.too_long_count,
+        )
 
 
 ENGINE_GONE_SEC = 10.0

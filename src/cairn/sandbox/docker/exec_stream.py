@@ -148,11 +148,14 @@ class ExecStream:
         api: the SDK's low-level ``APIClient``.
         exec_id: the exec instance id.
         cap: tail bytes kept per stream.
+        stdout_cap: tail bytes kept of stdout when it differs from ``cap`` (a folded exec
+            carries an archive after the command's own output, :mod:`.fold`).
     """
 
-    def __init__(self, api: Any, exec_id: str, cap: int) -> None:
+    def __init__(self, api: Any, exec_id: str, cap: int, stdout_cap: int | None = None) -> None:
         self.api, self.exec_id = api, exec_id
-        self.stdout, self.stderr = TailBuffer(cap), TailBuffer(cap)
+        self.stdout = TailBuffer(cap if stdout_cap is None else stdout_cap)
+        self.stderr = TailBuffer(cap)
         self._sock: Any = None
         self._aborted = threading.Event()
 

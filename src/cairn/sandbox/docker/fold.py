@@ -1,0 +1,218 @@
+"""One exec for a command, the copy of a folder it wrote and a root clean-up after it
+(:meth:`cairn.sandbox.base.Sandbox.exec_collect` on docker; design §4.6).
+
+The verifier's ``test.sh``, the download of ``/logs/verifier`` and the clean-up between steps
+were three engine round trips. :data:`FOLD_SCRIPT` runs them as one exec, as the command's own
+user, in its cwd and env, under its timeout:
+
+1. It prints ``<token>:start`` (so the host knows it ran) and checks that ``cat``, ``tee``,
+   ``wc`` and ``tar`` exist; without them it ``exec``\\ s the command as a plain exec would and
+   folds nothing.
+2. It runs the command with its stdout and stderr each relayed by a ``cat`` onto the exec's own
+   stdout and stderr. The command and everything it starts never hold the exec's streams, so
+   nothing they print can land after the relays end; and the relays end only once every
+   process holding the command's stdout or stderr has closed it, which is when a plain exec
+   ends too. The relays carry another ``CAIRN_EXEC_ID`` than the exec's, so a timeout's kill
+   of the exec's tree leaves them to drain what the command printed before it was killed.
+   Then it prints ``<token>:out``: the command's output ends there.
+3. When the command's exit code is not one the caller excluded and the folder is a real folder
+   whose tar fits :data:`FOLD_LIMIT_BYTES`, it writes a tar of the folder onto stdout (through
+   ``tee`` and ``wc``, so it knows the archive's exact size) and then one footer line,
+   ``<token>:tar <bytes> <tar status> <tee status> <exit code>``.
+4. Only then, when the caller asked for a clean-up, the archive is whole (both statuses 0,
+   within the limit), the exec runs as uid 0 and more than :data:`CLEAN_MARGIN_SEC` of the
+   timeout is left, it runs the clean-up and prints ``<token>:clean``.
+5. It exits with the command's exit code.
+
+The host reads this from the end of stdout (:func:`parse_fold`): the footer must end the
+stream, so nothing the command printed can stand for it, however it was worded; the archive is
+the footer's ``<bytes>`` bytes before it, and what precedes the archive is the command's
+stdout. A missing or malformed footer, a timeout, or an archive that does not parse leaves the
+copy and the clean-up to the caller (a download and a root exec, as without the fold); only an
+archive whose clean-up already ran and that then does not parse is an error, since the folder
+is gone from the sandbox.
+"""
+
+from __future__ import annotations
+
+import io
+import re
+import tarfile
+from dataclasses import dataclass
+
+FOLD_LIMIT_BYTES = 4 * 1024 * 1024
+"""The largest archive the fold carries on stdout, bytes (a bigger folder is downloaded)."""
+
+CLEAN_MARGIN_SEC = 5.0
+"""The clean-up runs in the fold only with more than this much of the timeout left, seconds:
+a timeout that strikes during it would leave the folder half removed and its copy unread."""
+
+FOLD_SCRIPT = r"""
+t="$1"; lim="$2"; dir="$3"; clean="$4"; skip="$5"; left="$6"; shift 6
+printf '%s:start\n' "$t"
+for c in cat tee wc tar; do
+  command -v "$c" >/dev/null 2>&1 || exec "$@"
+done
+up() { read -r u _ < /proc/uptime 2>/dev/null || u=0.0; u="${u%.*}${u#*.}"; echo "${u#"${u%%[!0]*}"}"; }
+t0=$(up)
+r="r$CAIRN_EXEC_ID"
+exec 3>&1 6>&2
+code=$(
+  {
+    {
+      { "$@" 3>&- 4>&- 5>&- 6>&-; echo "$?" >&4; } 2>&1 1>&5 | CAIRN_EXEC_ID="$r" cat >&6 3>&- 4>&- 5>&-
+    } 5>&1 | CAIRN_EXEC_ID="$r" cat >&3 4>&- 6>&-
+  } 4>&1
+)
+printf '%s:out\n' "$t"
+case "$code" in ''|*[!0-9]*) exit 125;; esac
+case " $skip " in *" $code "*) exit "$code";; esac
+p="${dir%/*}"; b="${dir##*/}"; [ -n "$p" ] || p=/
+n=-; ts=-; es=-
+if [ -d "$dir" ] && [ ! -L "$dir" ]; then
+  s=$(tar -C "$p" -cf - "$b" 2>/dev/null | wc -c)
+  for w in $s; do s=$w; done
+  if [ "$s" -le "$lim" ] 2>/dev/null; then
+    res=$( { { tar -C "$p" -cf - "$b" 2>/dev/null; echo "t$?" >&5; } \
+      | { tee /dev/fd/3 2>/dev/null; echo "e$?" >&5; } | wc -c; } 5>&1 )
+    for w in $res; do case "$w" in t*) ts="${w#t}";; e*) es="${w#e}";; *) n="$w";; esac; done
+  fi
+fi
+printf '%s:tar %s %s %s %s\n' "$t" "$n" "$ts" "$es" "$code"
+if [ -n "$clean" ] && [ "$ts" = 0 ] && [ "$es" = 0 ] && [ "$n" -le "$lim" ] 2>/dev/null; then
+  uid=""
+  while read -r k v _; do [ "$k" = Uid: ] && { uid=$v; break; }; done < /proc/self/status
+  now=$(up)
+  if [ "$uid" = 0 ] && { [ "$left" = - ] || [ $(( ${now:-0} - ${t0:-0} )) -lt "$left" ]; }; then
+    ( eval "$clean" ) </dev/null >/dev/null 2>&1 3>&- 6>&-
+    printf '%s:clean\n' "$t"
+  fi
+fi
+exit "$code"
+"""
+"""Run as ``/bin/sh -c FOLD_SCRIPT cairn-fold TOKEN LIMIT DIR CLEAN SKIP LEFT argv…``:
+``TOKEN`` marks its lines, ``LIMIT`` is :data:`FOLD_LIMIT_BYTES`, ``DIR`` the absolute folder
+to copy, ``CLEAN`` the clean-up shell command (empty: none), ``SKIP`` the space-separated exit
+codes after which nothing is copied nor cleaned, ``LEFT`` the centiseconds of the timeout
+within which the clean-up may start (``-``: no timeout)."""
+
+
+def fold_argv(
+    token: str,
+    argv: list[str],
+    *,
+    collect: str,
+    then_root: str | None,
+    unless_exit: tuple[int, ...],
+    timeout_sec: float | None,
+    limit_bytes: int = FOLD_LIMIT_BYTES,
+) -> list[str]:
+    """The exec's argv that folds ``argv``, the copy of ``collect`` and ``then_root``.
+
+    Args:
+        token: a fresh random hex token (marks the script's own lines).
+        argv: the command (never empty).
+        collect: the absolute sandbox folder to copy (not ``/``).
+        then_root: the clean-up shell command, or ``None``.
+        unless_exit: exit codes of the command after which nothing is copied nor cleaned.
+        timeout_sec: the exec's timeout, seconds (``None``: none).
+        limit_bytes: the largest archive carried, bytes.
+
+    Returns:
+        ``["/bin/sh", "-c", FOLD_SCRIPT, "cairn-fold", …, *argv]``.
+    """
+    left = "-" if timeout_sec is None else str(max(0, int((timeout_sec - CLEAN_MARGIN_SEC) * 100)))
+    return [
+        "/bin/sh",
+        "-c",
+        FOLD_SCRIPT,
+        "cairn-fold",
+        token,
+        str(limit_bytes),
+        collect.rstrip("/") or "/",
+        then_root or "",
+        " ".join(str(c) for c in unless_exit),
+        left,
+        *argv,
+    ]
+
+
+@dataclass(frozen=True)
+class Fold:
+    """What :func:`parse_fold` read from a folded exec's stdout.
+
+    Attributes:
+        started: the script ran (its start line is there, or the stream was cut at the front).
+        out: the command's own stdout (the tail the stream kept), bytes.
+        tar: the archive of the folder, when the footer says a whole one was written and it
+            parses; else ``None``.
+        footer: a footer ended the stream (the script got past the command).
+        code: the command's exit code from the footer (``None`` without one).
+        cleaned: the clean-up ran (its line follows the footer).
+        bad_tar: the footer announced a whole archive that does not parse.
+    """
+
+    started: bool
+    out: bytes
+    tar: bytes | None = None
+    footer: bool = False
+    code: int | None = None
+    cleaned: bool = False
+    bad_tar: bool = False
+
+
+def _whole_tar(data: bytes) -> bool:
+    """Whether ``data`` is exactly one complete tar archive: every member's header and data
+    inside it, then only zero blocks (at least the two of the end marker)."""
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tf:
+            members = tf.getmembers()
+            end = tf.offset
+    except (tarfile.TarError, OSError, EOFError, ValueError):
+        return False
+    if not members or any(m.offset_data + (m.size if m.isreg() else 0) > end for m in members):
+        return False
+    rest = data[end:]
+    return len(rest) >= 1024 and not rest.strip(b"\0")
+
+
+def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
+    """Read a folded exec's stdout (:data:`FOLD_SCRIPT`) from its end.
+
+    Args:
+        raw: the stdout tail the stream kept, bytes.
+        token: the exec's token.
+        truncated: whether the stream dropped bytes from the front of ``raw``.
+
+    Returns:
+        The :class:`Fold`.
+    """
+    start = f"{token}:start\n".encode()
+    if raw.startswith(start):
+        raw = raw[len(start) :]
+    elif not truncated:
+        return Fold(started=False, out=raw)
+    end_of_out = f"{token}:out\n".encode()
+    clean_line = f"{token}:clean\n".encode()
+    cleaned = raw.endswith(clean_line)
+    body = raw[: -len(clean_line)] if cleaned else raw
+    at = body.rfind(f"{token}:tar ".encode())
+    m = (
+        re.fullmatch(rb"[^ ]+:tar (\d+|-) (\d+|-) (\d+|-) (\d+)\n", body[at:])
+        if at >= 0 and body.endswith(b"\n")
+        else None
+    )
+    if m is None:  # killed (a timeout) or no archive: the output ends where the script said
+        cut = body.find(end_of_out)
+        return Fold(started=True, out=body[:cut] if cut >= 0 else body)
+    n_text, tar_status, tee_status, code_text = (g.decode() for g in m.groups())
+    code = int(code_text)
+    # the bytes tee wrote onto stdout sit before the footer, whether or not tar succeeded
+    n = int(n_text) if n_text.isdigit() and tee_status == "0" and int(n_text) <= at else 0
+    tar, out = body[at - n : at], body[: at - n]
+    out = out[: -len(end_of_out)] if out.endswith(end_of_out) else out
+    if not n or tar_status != "0":
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned)
+    if not _whole_tar(tar):
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, bad_tar=True)
+    return Fold(started=True, out=out, tar=tar, footer=True, code=code, cleaned=cleaned)

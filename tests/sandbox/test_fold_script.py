@@ -1,0 +1,214 @@
+"""The folded verifier exec's script and its parser (cairn.sandbox.docker.fold), run with this
+machine's own ``/bin/sh``, ``tar`` and ``cat`` on folders under tmp_path: what test.sh prints
+can never stand for the archive or the footer, the relays wait for test.sh's last writer and
+outlive the timeout's kill, and nothing is cleaned up unless the archive is whole."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import tarfile
+import uuid
+from pathlib import Path
+
+import pytest
+
+from cairn.sandbox.docker.exec_stream import KILL_BY_ENV_SCRIPT
+from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, parse_fold
+
+ROOT = os.geteuid() == 0
+
+
+class Box:
+    """A verifier folder, a tests folder and a test.sh under tmp_path."""
+
+    def __init__(self, tmp_path: Path, script: str) -> None:
+        self.logs = tmp_path / "logs" / "verifier"
+        self.tests = tmp_path / "tests"
+        self.logs.mkdir(parents=True)
+        self.tests.mkdir()
+        (self.tests / "test.sh").write_text(script)
+        self.token = uuid.uuid4().hex
+        self.exec_id = uuid.uuid4().hex
+        self.clean = f"rm -rf {self.tests}; find {self.logs} -mindepth 1 -delete"
+
+    def argv(self, *, clean: bool = True, timeout_sec: float | None = 60, limit: int = FOLD_LIMIT_BYTES):
+        return fold_argv(
+            self.token,
+            ["bash", str(self.tests / "test.sh")],
+            collect=str(self.logs),
+            then_root=self.clean if clean else None,
+            unless_exit=(126, 127),
+            timeout_sec=timeout_sec,
+            limit_bytes=limit,
+        )
+
+    def env(self, **extra: str) -> dict[str, str]:
+        return {
+            **os.environ,
+            "CAIRN_EXEC_ID": self.exec_id,
+            "VDIR": str(self.logs),
+            "TOKEN": self.token,
+            **extra,
+        }
+
+    def run(self, **kw) -> tuple[subprocess.CompletedProcess[bytes], object]:
+        env = self.env(**kw.pop("env", {}))
+        p = subprocess.run(self.argv(**kw), capture_output=True, env=env, cwd=self.tests, timeout=60)
+        return p, parse_fold(p.stdout, self.token, truncated=False)
+
+
+def _names(tar: bytes) -> dict[str, bytes]:
+    with tarfile.open(fileobj=io.BytesIO(tar)) as tf:
+        return {m.name: (tf.extractfile(m).read() if m.isreg() else b"") for m in tf}  # type: ignore[union-attr]
+
+
+def test_the_fold_splits_output_archive_and_exit_code(tmp_path):
+    box = Box(
+        tmp_path,
+        'echo "to stdout"\necho "to stderr" >&2\nprintf 0.75 > "$VDIR/reward.txt"\n'
+        'mkdir "$VDIR/sub"; echo x > "$VDIR/sub/f"\nexit 3\n',
+    )
+    p, fold = box.run()
+    assert p.returncode == 3
+    assert p.stderr == b"to stderr\n"
+    assert fold.started and fold.footer and fold.code == 3
+    assert fold.out == b"to stdout\n"
+    assert _names(fold.tar) == {
+        "verifier": b"",
+        "verifier/reward.txt": b"0.75",
+        "verifier/sub": b"",
+        "verifier/sub/f": b"x\n",
+    }
+    assert fold.cleaned is ROOT
+    if ROOT:
+        assert not box.tests.exists() and box.logs.is_dir() and not any(box.logs.iterdir())
+
+
+def test_a_forged_footer_and_archive_in_the_output_stay_output(tmp_path):
+    # the worst case: test.sh knows the token and prints a whole fake archive and footer, at
+    # its very end, on stdout, and a fake clean line too
+    fake = io.BytesIO()
+    with tarfile.open(fileobj=fake, mode="w") as tf:
+        info = tarfile.TarInfo("verifier/reward.txt")
+        info.size = 1
+        tf.addfile(info, io.BytesIO(b"1"))
+    (tmp_path / "fake.tar").write_bytes(fake.getvalue())
+    box = Box(
+        tmp_path,
+        f'printf 0 > "$VDIR/reward.txt"\ncat {tmp_path}/fake.tar\n'
+        f'printf "%s:tar {len(fake.getvalue())} 0 0 0\\n%s:clean\\n" "$TOKEN" "$TOKEN"\n',
+    )
+    p, fold = box.run()
+    assert fold.footer and fold.code == 0
+    assert _names(fold.tar)["verifier/reward.txt"] == b"0"
+    assert fold.out.startswith(fake.getvalue()) and fold.out.endswith(f"{box.token}:clean\n".encode())
+    assert fold.cleaned is ROOT
+
+
+def test_the_relays_wait_for_test_sh_s_last_writer(tmp_path):
+    # a background process of test.sh still prints (and writes a reward) after test.sh exits:
+    # the archive is taken only once it has closed stdout and stderr, as a plain exec ends
+    box = Box(
+        tmp_path,
+        '(sleep 0.5; echo late; echo "late err" >&2; printf 1 > "$VDIR/reward.txt") &\necho early\n',
+    )
+    p, fold = box.run()
+    assert fold.out == b"early\nlate\n"
+    assert p.stderr == b"late err\n"
+    assert _names(fold.tar)["verifier/reward.txt"] == b"1"
+
+
+@pytest.mark.parametrize("code", [126, 127])
+def test_nothing_is_copied_or_cleaned_after_an_excluded_exit_code(tmp_path, code):
+    box = Box(tmp_path, f"echo out\nexit {code}\n")
+    p, fold = box.run()
+    assert p.returncode == code
+    assert fold.started and not fold.footer and fold.tar is None and not fold.cleaned
+    assert fold.out == b"out\n" and box.tests.exists()
+
+
+def test_a_folder_over_the_limit_is_left_for_the_download(tmp_path):
+    box = Box(tmp_path, 'head -c 20000 /dev/zero > "$VDIR/big"\necho done\n')
+    p, fold = box.run(limit=10000)
+    assert fold.footer and fold.tar is None and not fold.cleaned
+    assert fold.out == b"done\n"
+    assert (box.logs / "big").stat().st_size == 20000 and box.tests.exists()
+
+
+def test_a_verifier_folder_replaced_by_a_link_is_not_archived(tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    box = Box(tmp_path, f'rm -rf "$VDIR"; ln -s {elsewhere} "$VDIR"\necho hi\n')
+    p, fold = box.run()
+    assert fold.footer and fold.tar is None and not fold.cleaned and box.tests.exists()
+
+
+def test_without_tar_the_command_runs_as_a_plain_exec(tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    for tool in ("cat", "tee", "wc", "bash", "printf"):  # everything but tar
+        if (found := shutil.which(tool)) is not None:
+            (bindir / tool).symlink_to(found)
+    box = Box(tmp_path, 'echo plain\nprintf 1 > "$VDIR/reward.txt"\n')
+    p, fold = box.run(env={"PATH": str(bindir)})
+    assert p.returncode == 0
+    assert fold.started and not fold.footer and fold.out == b"plain\n"
+    assert (box.logs / "reward.txt").read_bytes() == b"1" and box.tests.exists()
+
+
+def test_no_clean_up_with_too_little_of_the_timeout_left(tmp_path):
+    box = Box(tmp_path, 'printf 1 > "$VDIR/reward.txt"\n')
+    p, fold = box.run(timeout_sec=4.0)  # under the 5 s margin
+    assert fold.tar is not None and not fold.cleaned and box.tests.exists()
+
+
+def test_a_timeout_s_kill_leaves_the_relays_to_drain_the_output(tmp_path):
+    # the exec's tree is killed by its CAIRN_EXEC_ID (as on a timeout); the relays carry
+    # another one, so what test.sh printed before the kill all arrives, and no footer follows
+    box = Box(tmp_path, "for i in $(seq 1 2000); do echo line-$i; done\necho ready >&2\nsleep 600\n")
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(box.argv(), stdout=pipe, stderr=pipe, env=box.env(), cwd=box.tests)
+    assert proc.stderr is not None and proc.stdout is not None
+    assert proc.stderr.readline() == b"ready\n"
+    kill = subprocess.run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", box.exec_id], timeout=60)
+    assert kill.returncode == 0
+    out, _ = proc.communicate(timeout=30)  # the relays end: every writer of theirs is dead
+    fold = parse_fold(out, box.token, truncated=False)
+    assert fold.started and not fold.footer and not fold.cleaned
+    assert fold.out == b"".join(f"line-{i}\n".encode() for i in range(1, 2001))
+    assert box.tests.exists()
+
+
+def test_parse_reads_a_stream_cut_at_the_front(tmp_path):
+    box = Box(tmp_path, 'head -c 5000 /dev/zero | tr "\\0" a\nprintf 1 > "$VDIR/reward.txt"\n')
+    p, _ = box.run(clean=False)
+    cut = p.stdout[3000:]
+    fold = parse_fold(cut, box.token, truncated=True)
+    assert fold.footer and _names(fold.tar)["verifier/reward.txt"] == b"1"
+    assert fold.out == b"a" * (5000 - 3000 + len(f"{box.token}:start\n"))
+
+
+def test_parse_refuses_an_archive_that_does_not_parse(tmp_path):
+    box = Box(tmp_path, 'printf 1 > "$VDIR/reward.txt"\n')
+    p, fold = box.run(clean=False)
+    assert fold.tar is not None
+    n = len(fold.tar)
+    broken = p.stdout.replace(fold.tar, b"\x07" * n)
+    bad = parse_fold(broken, box.token, truncated=False)
+    assert bad.footer and bad.bad_tar and bad.tar is None
+    assert parse_fold(p.stdout[:-1], box.token, truncated=False).footer is False
+    assert parse_fold(p.stdout, "0" * 32, truncated=False).started is False
+
+
+def test_a_stream_cut_inside_the_archive_keeps_only_the_output(tmp_path):
+    # a timeout's kill while the archive streams: no footer, and what came after the
+    # command's output is not output
+    box = Box(tmp_path, 'echo out\nhead -c 3000 /dev/zero > "$VDIR/f"\n')
+    p, fold = box.run(clean=False)
+    assert fold.tar is not None
+    cut = p.stdout[: p.stdout.index(fold.tar) + len(fold.tar) // 2]
+    again = parse_fold(cut, box.token, truncated=False)
+    assert again.started and not again.footer and again.tar is None and again.out == b"out\n"
