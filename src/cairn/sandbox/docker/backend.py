@@ -991,7 +991,7 @@ class DockerSandbox(Sandbox):
         def work() -> ExtractReport:
             return extract_tar_stream(iter((tar,)), Path(into), root_name=posixpath.basename(src))
 
-        with translate(f"copy of {src}", kind=ErrorKind.TRANSFER_FAILED):
+        with translate(f"copy of {src}", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             report = await in_thread(work)
         _raise_for_report(report, src)
         return FoldedExec(result, collected=True, cleaned=fold.cleaned)
