@@ -32,7 +32,7 @@ from typing import Any
 
 import pytest
 
-from cli_scripts import USAGE, consumes, consumes_any, public_two_steps
+from cli_scripts import USAGE, consumes, consumes_any, public_two_steps, two_step_script
 from fake_models import FakeModels, Request, Turn
 from testbed import local_available
 
@@ -91,6 +91,12 @@ def scan_command(report: str) -> str:
     return f"echo {script} | base64 -d > /tmp/scan.sh && bash /tmp/scan.sh {secret} {report}"
 
 
+AIDER_SCAN = "s=write; [ -e /app/b.txt ] && s=append; " + scan_command("/logs/artifacts/leaks-$s.txt")
+"""aider runs no shell command its model suggests under ``--yes-always`` (its
+``confirm_ask(..., explicit_yes_required=True)`` answers no), so its scan is its test command
+(``--ae AIDER_TEST_CMD``, ``AIDER_AUTO_TEST=true``): aider runs it as its own child, with its
+environment, right after it applied the step's edit; the step is the one whose file exists."""
+
 STEPS = {"write": ("a.txt", "1"), "append": ("b.txt", "2")}
 
 
@@ -111,13 +117,13 @@ def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
 
 
 def script(agent: str) -> list[Turn]:
-    """Two turns per step (aider: one, a shell block it runs with ``--yes-always``)."""
+    """Two turns per step; aider: one per step, the step's file in its whole-file edit format
+    (it has no shell tool; its scan runs as its test command, :data:`AIDER_SCAN`)."""
+    if agent == "aider":
+        return two_step_script("aider")
     out = []
     for step in ("write", "append"):
         first, second = USAGE[step]
-        if agent == "aider":
-            out.append(Turn(text=f"Run this:\n\n```bash\n{_command(step)}\n```\n", usage=first))
-            continue
         call = _call(agent, _command(step))
         out.append(Turn(text=f"Running the {step} command.", calls=(call,), usage=first))
         if agent == "mini-swe-agent":
@@ -183,6 +189,8 @@ def _cairn_run(
         "--max-retries",
         "0",
     ]
+    if agent == "aider":
+        cmd += ["--ae", f"AIDER_TEST_CMD={AIDER_SCAN}", "--ae", "AIDER_AUTO_TEST=true"]
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
     trials = list((jobs / "j" / "trials").iterdir())
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
@@ -194,16 +202,7 @@ def _auth(req: Request) -> str:
     return h.get("x-api-key") or h.get("x-goog-api-key") or h.get("authorization", "").removeprefix("Bearer ")
 
 
-AIDER_RUNS_NO_COMMAND = pytest.mark.xfail(
-    strict=True,
-    reason="aider (whole-file edit format) reads the scripted bash block as a file listing and "
-    "runs no command, so the in-sandbox scan cannot run from its model turn yet",
-)
-
-
-@pytest.mark.parametrize(
-    "agent", [pytest.param(a, marks=AIDER_RUNS_NO_COMMAND) if a == "aider" else a for a in AGENTS]
-)
+@pytest.mark.parametrize("agent", list(AGENTS))
 def test_cli_through_the_relay_bills_exactly_and_never_sees_the_key(tmp_path, agent):
     task = public_two_steps(tmp_path / "two-steps")
     picks = consumes_any if agent in ("aider", "mini-swe-agent") else consumes
