@@ -25,14 +25,21 @@ import importlib.util
 import json
 import os
 import subprocess
-import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cli_scripts import USAGE, consumes, consumes_any, public_two_steps, two_step_script
+from cli_scripts import (
+    JOB_NAME,
+    USAGE,
+    BilledModels,
+    consumes,
+    consumes_any,
+    public_two_steps,
+    run_cli_job,
+    two_step_script,
+)
 from fake_models import FakeModels, Request, Turn
 from testbed import local_available
 
@@ -134,65 +141,25 @@ def script(agent: str) -> list[Turn]:
     return out
 
 
-class BilledModels(FakeModels):
-    """The scripted server, keeping the bill: the usage of every generation it answered."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bill: list[tuple[int, int, int]] = []
-        self._bill_lock = threading.Lock()
-
-    def _next(self, req: Request) -> Turn | None:
-        turn = super()._next(req)
-        if turn is not None:
-            with self._bill_lock:
-                self.bill.append(turn.usage)
-        return turn
-
-    def billed(self) -> dict[str, int]:
-        """The bill's sums, as result.json names them."""
-        with self._bill_lock:
-            parts = list(self.bill)
-        return {k: sum(p[i] for p in parts) for i, k in enumerate(("prompt", "completion", "cached"))}
-
-
 def _cairn_run(
     task: Path, agent: str, server: FakeModels, jobs: Path
 ) -> tuple[subprocess.CompletedProcess, Path]:
     model, key = AGENTS[agent]
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {
-        **os.environ,
-        key: SECRET,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    cmd = [
-        sys.executable,
-        "-m",
-        "cairn",
-        "run",
-        "-p",
-        str(task),
-        "-a",
-        agent,
-        "-m",
-        model,
-        "--ak",
-        f"base_url={server.base_url}",
-        "-e",
-        "local",
-        "--jobs-dir",
-        str(jobs),
-        "--job-name",
-        "j",
-        "--max-retries",
-        "0",
-    ]
+    extra = ["--max-retries", "0"]
     if agent == "aider":
-        cmd += ["--ae", f"AIDER_TEST_CMD={AIDER_SCAN}", "--ae", "AIDER_AUTO_TEST=true"]
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    trials = list((jobs / "j" / "trials").iterdir())
+        extra += ["--ae", f"AIDER_TEST_CMD={AIDER_SCAN}", "--ae", "AIDER_AUTO_TEST=true"]
+    proc = run_cli_job(
+        task,
+        agent,
+        model=model,
+        base_url=server.base_url,
+        jobs=jobs,
+        env={key: SECRET, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        backend="local",
+        relay=True,
+        extra=extra,
+    )
+    trials = list((jobs / JOB_NAME / "trials").iterdir())
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, trials[0]
 
