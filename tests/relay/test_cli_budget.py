@@ -14,6 +14,7 @@ Claude Code is the fastest of the CLIs here (about 10 s a trial through the rela
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -28,6 +29,7 @@ from cli_scripts import (
     USAGE,
     BilledModels,
     consumes,
+    consumes_any,
     public_two_steps,
     run_cli_job,
     two_step_script,
@@ -136,7 +138,7 @@ def test_max_cost_usd_stops_the_cli_trial_at_the_crossing_call(tmp_path):
     # the spend up to the stop is kept, and it is the server's bill
     assert result.spend_source == "relay"
     spent = result.tokens.model_dump(include={"prompt", "completion", "cached"})
-    assert spent == srv.billed()
+    assert spent == srv.billed()  # aider: its second step, refused only, read no cache
     assert result.cost_usd == pytest.approx(0.045)
     assert read_job_json(job).stopped_by == "max_cost"
     assert SECRET.encode() not in b"".join(f.read_bytes() for f in job.rglob("*") if f.is_file())
@@ -168,3 +170,65 @@ def test_a_per_trial_token_limit_stops_one_cli_trial_and_the_job_scores_the_othe
     assert both == srv.billed()
     assert left == 0
     assert read_job_json(job).stopped_by is None
+
+
+OTHERS = {
+    "codex": ("openai/scripted-model", "OPENAI_API_KEY"),
+    "opencode": ("openai/scripted-model", "OPENAI_API_KEY"),
+    "gemini-cli": ("google/gemini-2.5-flash", "GEMINI_API_KEY"),
+    "qwen-code": ("openai/scripted-model", "OPENAI_API_KEY"),
+    "aider": ("openai/scripted-model", "OPENAI_API_KEY"),
+    "mini-swe-agent": ("openai/scripted-model", "OPENAI_API_KEY"),
+}
+"""The other installed CLIs, each with the model and key its wire needs."""
+
+
+@pytest.mark.parametrize("agent", list(OTHERS))
+def test_every_cli_stops_on_the_relays_refusal(tmp_path, agent):
+    """A per-trial token limit crossed by the first main-loop answer: the CLI's next call is
+    refused in its wire's shape (mini-swe-agent: 401, the others 400), the CLI stops instead
+    of retrying, and the trial ends ``budget_exceeded`` at that step; the server never sees a
+    main-loop call after the crossing one. aider makes no second call in its first step (its
+    one answer is the edit), so its refusal comes in the second step."""
+    model, key = OTHERS[agent]
+    script = two_step_script(agent)
+    # a cache count the server reports (Gemini's wire omits a zero count: unknown, not 0)
+    script[0] = dataclasses.replace(script[0], usage=(*BIG[:2], 2000))
+    picks = consumes_any if agent in ("aider", "mini-swe-agent") else consumes
+    with BilledModels(script, consumes=picks, side_turn=SIDE, done_turn=Turn(text="Done.")) as srv:
+        proc = run_cli_job(
+            public_two_steps(tmp_path / "two-steps"),
+            agent,
+            model=model,
+            base_url=srv.base_url,
+            jobs=tmp_path / "jobs",
+            env={key: SECRET, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+            backend="local",
+            relay=True,
+            extra=["--max-retries", "0", "--max-trial-tokens", "8000"],
+        )
+        main = srv.main_requests()
+    why = proc.stdout[-3000:] + proc.stderr[-3000:]
+    (trial_json,) = (tmp_path / "jobs" / JOB_NAME / "trials").glob("*/result.json")
+    result = read_result(trial_json)
+    assert len(main) == 1, (len(main), why)  # the crossing call only
+    if agent == "aider":  # refused in its last step: the trial ran every step
+        stop = "append"
+        assert result.outcome == "completed" and result.steps[0].reward == 1.0, (result.outcome, why)
+        assert result.steps[1].reward == 0.0
+    else:
+        stop = "write"
+        assert result.outcome == "stopped" and result.stopped_after == stop, (result.outcome, why)
+        assert result.stop_reason is not None and result.stop_reason.error_kind == "budget_exceeded"
+    (err,) = [s.error for s in result.steps if s.error is not None]
+    assert err.kind == "budget_exceeded" and err.step == stop and err.detail["limit"] == "trial_tokens"
+    calls = _calls(trial_json.parent)
+    crossing = err.detail["crossing_call"]
+    (big,) = [c for c in calls if c["seq"] == crossing]
+    assert big["status"] == 200 and big["usage"]["input_tokens"] == BIG[0], big
+    after = [c for c in calls if c["seq"] > crossing and c["kind"] == "generate"]
+    status = 401 if agent == "mini-swe-agent" else 400
+    assert after and all(c["error"] == "budget_exceeded" and c["status"] == status for c in after), after
+    assert all(c["retry_of"] is None for c in after), [(c["seq"], c["retry_of"]) for c in after]
+    spent = result.tokens.model_dump(include={"prompt", "completion", "cached"})
+    assert spent == srv.billed()  # aider: its second step, refused only, read no cache
