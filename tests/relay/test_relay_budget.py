@@ -81,7 +81,7 @@ def test_the_job_cost_limit_closes_every_trial_and_a_trial_limit_only_its_own():
 
 
 def test_a_refusal_status_can_be_chosen_per_relay():
-    """mini-swe-agent retries 400 and stops on 401/403/404 (docs/relay.md)."""
+    """The refusal status is the relay's setting (mini-swe-agent needs a 401: docs/relay.md)."""
 
     async def body(server: WireModels) -> None:
         async with relay_for(server, limits=Limits(trial_tokens=1), stop_status=403) as relay:
