@@ -11,7 +11,9 @@ For every CLI:
   set in cairn's environment in its own environment, every ``/proc/*/environ`` and
   ``/proc/*/cmdline`` and the filesystem, and writes what it found to an artifact, which is
   empty; the same scan finds the trial token in some process's environment (so it did read
-  them);
+  them). aider, which runs no suggested shell command under ``--yes-always``, writes each
+  step's file in its whole-file edit format and runs the scan as its test command
+  (:data:`AIDER_SCAN`);
 - the trial passes.
 
 Kept to one trial per CLI (20-60 s each on 2 cores); the runtimes are prepared on demand into
