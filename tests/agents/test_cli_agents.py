@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -28,9 +27,9 @@ from agent_helpers import needs_sandbox, step_context, task_sandbox
 from cairn.agents.registry import create_agent
 from cairn.results.model import AgentExit
 from cairn.task.load import load_task
-from cairncli import run_cairn
 from cli_scripts import (
     COMMANDS,
+    JOB_NAME,
     STEP1_MARK,
     TWO_STEPS,
     USAGE,
@@ -39,6 +38,7 @@ from cli_scripts import (
     consumes,
     expected_tokens,
     public_two_steps,
+    run_cli_job,
     two_step_script,
 )
 from fake_models import FakeModels, Turn
@@ -95,35 +95,18 @@ def _cairn_run(
     """``cairn run`` in a subprocess; ``model_env`` replaces ``-m`` by host variables;
     ``relay``: through the job's model relay (cairn's default), else ``--no-relay``."""
     model, key = AGENTS[agent]
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {
-        **os.environ,
-        key: SECRET,
-        **(model_env or {}),
-        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    pick = [] if model_env else ["-m", model]
-    cmd = [
-        "run",
-        "-p",
-        str(task),
-        "-a",
+    proc = run_cli_job(
+        task,
         agent,
-        *pick,
-        "--ak",
-        f"base_url={base_url or server.base_url}",
-        "-e",
-        "docker",
-        *([] if relay else ["--no-relay"]),  # direct mode: the CLI calls the model itself
-        "--jobs-dir",
-        str(jobs),
-        "--job-name",
-        "j",
-        *extra,
-    ]
-    proc = run_cairn(*cmd, env=env, timeout=900)
+        model=None if model_env else model,
+        base_url=base_url or server.base_url,
+        jobs=jobs,
+        env={key: SECRET, **(model_env or {})},
+        relay=relay,
+        extra=extra,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    job = jobs / "j"
+    job = jobs / JOB_NAME
     (trial,) = (job / "trials").iterdir()
     return job, trial, json.loads((trial / "result.json").read_text())
 

@@ -16,7 +16,6 @@ cairn's cache, as tests/agents/test_cli_agents.py does.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -24,8 +23,7 @@ from typing import Any
 import pytest
 
 from agent_helpers import needs_sandbox
-from cairncli import run_cairn
-from cli_scripts import bridge_gateway, consumes, consumes_any
+from cli_scripts import JOB_NAME, bridge_gateway, consumes, consumes_any, run_cli_job
 from fake_models import FakeModels, Turn
 from taskgen import write_task
 
@@ -126,31 +124,16 @@ def _cairn_run(
     task: Path, agent: str, server: FakeModels, jobs: Path, *extra: str
 ) -> tuple[subprocess.CompletedProcess, dict]:
     model, key = AGENTS[agent]
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {**os.environ, key: SECRET, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-    cmd = [
-        "run",
-        "-p",
-        str(task),
-        "-a",
+    proc = run_cli_job(
+        task,
         agent,
-        "-m",
-        model,
-        "--ak",
-        f"base_url={server.base_url}",
-        "-e",
-        "docker",
-        "--no-relay",  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
-        "--jobs-dir",
-        str(jobs),
-        "--job-name",
-        "j",
-        "--max-retries",
-        "0",
-        *extra,
-    ]
-    proc = run_cairn(*cmd, env=env, timeout=900)
-    trials = list((jobs / "j" / "trials").glob("*/result.json"))
+        model=model,
+        base_url=server.base_url,
+        jobs=jobs,
+        env={key: SECRET},
+        extra=["--max-retries", "0", *extra],
+    )  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
+    trials = list((jobs / JOB_NAME / "trials").glob("*/result.json"))
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, json.loads(trials[0].read_text())
 

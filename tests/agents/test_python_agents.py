@@ -13,17 +13,16 @@ mini-swe-agent ~730 MB; 1-2 min each here).
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
 from agent_helpers import needs_sandbox
-from cairncli import run_cairn
 from cli_scripts import (
     COMMANDS,
     FILES,
+    JOB_NAME,
     SUBMIT,
     TWO_STEPS,
     USAGE,
@@ -31,6 +30,7 @@ from cli_scripts import (
     carries_step1,
     consumes_any,
     public_two_steps,
+    run_cli_job,
     two_step_script,
 )
 from fake_models import FakeModels, Turn
@@ -55,34 +55,11 @@ def py_runtimes():
 
 
 def _cairn_run(task: Path, agent: str, base_url: str, jobs: Path, *extra: str):
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {
-        **os.environ,
-        "OPENAI_API_KEY": SECRET,
-        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    cmd = [
-        "run",
-        "-p",
-        str(task),
-        "-a",
-        agent,
-        "-m",
-        MODEL,
-        "--ak",
-        f"base_url={base_url}",
-        "-e",
-        "docker",
-        "--no-relay",  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
-        "--jobs-dir",
-        str(jobs),
-        "--job-name",
-        "j",
-        *extra,
-    ]
-    proc = run_cairn(*cmd, env=env, timeout=900)
+    proc = run_cli_job(
+        task, agent, model=MODEL, base_url=base_url, jobs=jobs, env={"OPENAI_API_KEY": SECRET}, extra=extra
+    )  # direct mode: the CLI calls the model itself (relay mode: tests/relay)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    job = jobs / "j"
+    job = jobs / JOB_NAME
     (trial,) = (job / "trials").iterdir()
     return job, trial, json.loads((trial / "result.json").read_text())
 

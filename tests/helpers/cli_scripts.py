@@ -10,11 +10,16 @@ The usage numbers differ per turn so sums can be checked exactly.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fake_models import Turn
+from cairncli import run_cairn
+from fake_models import FakeModels, Request, Turn
 
 REPO = Path(__file__).resolve().parents[2]
 TWO_STEPS = REPO / "examples" / "two-steps"
@@ -139,3 +144,72 @@ def bridge_gateway() -> str:
     finally:
         client.close()
     return "172.17.0.1"
+
+
+JOB_NAME = "j"
+"""The job name :func:`run_cli_job` gives every job (its folder: ``jobs / JOB_NAME``)."""
+
+
+def run_cli_job(
+    task: Path,
+    agent: str,
+    *,
+    model: str | None,
+    base_url: str,
+    jobs: Path,
+    env: Mapping[str, str],
+    backend: str = "docker",
+    relay: bool = False,
+    extra: Sequence[str] = (),
+    timeout_sec: float = 900,
+) -> subprocess.CompletedProcess:
+    """``cairn run`` of one real agent CLI on ``task``, in a subprocess, importing this
+    checkout's ``cairn`` (its ``src`` first on ``PYTHONPATH``).
+
+    Args:
+        task: the task (or dataset) folder.
+        agent: the agent's name (``claude-code``, ``aider`` …).
+        model: ``-m provider/model``; ``None`` gives no ``-m`` (the CLI's host variables pick it).
+        base_url: the scripted model server's ``http://HOST:PORT`` (``--ak base_url=``; the
+            relay's upstream when ``relay``).
+        jobs: the jobs folder; the job is ``jobs / JOB_NAME``.
+        env: variables set over this process's environment (the provider key …).
+        backend: ``-e`` (``docker``, ``local``).
+        relay: through the job's model relay (cairn's default), else ``--no-relay`` (direct
+            mode: the CLI calls the model itself).
+        extra: more ``cairn run`` arguments, last.
+        timeout_sec: the bound on the whole run, seconds.
+
+    Returns:
+        The finished process (text stdout and stderr); its exit code is not checked.
+    """
+    src = REPO / "src"
+    full = {**os.environ, **env, "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    cmd = ["run", "-p", str(task), "-a", agent]
+    cmd += ["-m", model] if model else []
+    cmd += ["--ak", f"base_url={base_url}", "-e", backend]
+    cmd += [] if relay else ["--no-relay"]
+    cmd += ["--jobs-dir", str(jobs), "--job-name", JOB_NAME, *extra]
+    return run_cairn(*cmd, env=full, timeout=timeout_sec)
+
+
+class BilledModels(FakeModels):
+    """The scripted server, keeping the bill: the usage of every generation it answered."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.bill: list[tuple[int, int, int]] = []
+        self._bill_lock = threading.Lock()
+
+    def _next(self, req: Request) -> Turn | None:
+        turn = super()._next(req)
+        if turn is not None:
+            with self._bill_lock:
+                self.bill.append(turn.usage)
+        return turn
+
+    def billed(self) -> dict[str, int]:
+        """The bill's sums, as result.json names them (``prompt``, ``completion``, ``cached``)."""
+        with self._bill_lock:
+            parts = list(self.bill)
+        return {k: sum(p[i] for p in parts) for i, k in enumerate(("prompt", "completion", "cached"))}

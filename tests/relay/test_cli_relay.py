@@ -11,7 +11,9 @@ For every CLI:
   set in cairn's environment in its own environment, every ``/proc/*/environ`` and
   ``/proc/*/cmdline`` and the filesystem, and writes what it found to an artifact, which is
   empty; the same scan finds the trial token in some process's environment (so it did read
-  them);
+  them). aider, which runs no suggested shell command under ``--yes-always``, writes each
+  step's file in its whole-file edit format and runs the scan as its test command
+  (:data:`AIDER_SCAN`);
 - the trial passes.
 
 Kept to one trial per CLI (20-60 s each on 2 cores); the runtimes are prepared on demand into
@@ -25,14 +27,21 @@ import importlib.util
 import json
 import os
 import subprocess
-import threading
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from cairncli import run_cairn
-from cli_scripts import USAGE, consumes, consumes_any, public_two_steps
+from cli_scripts import (
+    JOB_NAME,
+    USAGE,
+    BilledModels,
+    consumes,
+    consumes_any,
+    public_two_steps,
+    run_cli_job,
+    two_step_script,
+)
 from fake_models import FakeModels, Request, Turn
 from testbed import local_available
 
@@ -91,6 +100,12 @@ def scan_command(report: str) -> str:
     return f"echo {script} | base64 -d > /tmp/scan.sh && bash /tmp/scan.sh {secret} {report}"
 
 
+AIDER_SCAN = "s=write; [ -e /app/b.txt ] && s=append; " + scan_command("/logs/artifacts/leaks-$s.txt")
+"""aider runs no shell command its model suggests under ``--yes-always`` (its
+``confirm_ask(..., explicit_yes_required=True)`` answers no), so its scan is its test command
+(``--ae AIDER_TEST_CMD``, ``AIDER_AUTO_TEST=true``): aider runs it as its own child, with its
+environment, right after it applied the step's edit; the step is the one whose file exists."""
+
 STEPS = {"write": ("a.txt", "1"), "append": ("b.txt", "2")}
 
 
@@ -111,13 +126,13 @@ def _call(agent: str, command: str) -> tuple[str, dict[str, Any]]:
 
 
 def script(agent: str) -> list[Turn]:
-    """Two turns per step (aider: one, a shell block it runs with ``--yes-always``)."""
+    """Two turns per step; aider: one per step, the step's file in its whole-file edit format
+    (it has no shell tool; its scan runs as its test command, :data:`AIDER_SCAN`)."""
+    if agent == "aider":
+        return two_step_script("aider")
     out = []
     for step in ("write", "append"):
         first, second = USAGE[step]
-        if agent == "aider":
-            out.append(Turn(text=f"Run this:\n\n```bash\n{_command(step)}\n```\n", usage=first))
-            continue
         call = _call(agent, _command(step))
         out.append(Turn(text=f"Running the {step} command.", calls=(call,), usage=first))
         if agent == "mini-swe-agent":
@@ -128,60 +143,25 @@ def script(agent: str) -> list[Turn]:
     return out
 
 
-class BilledModels(FakeModels):
-    """The scripted server, keeping the bill: the usage of every generation it answered."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.bill: list[tuple[int, int, int]] = []
-        self._bill_lock = threading.Lock()
-
-    def _next(self, req: Request) -> Turn | None:
-        turn = super()._next(req)
-        if turn is not None:
-            with self._bill_lock:
-                self.bill.append(turn.usage)
-        return turn
-
-    def billed(self) -> dict[str, int]:
-        """The bill's sums, as result.json names them."""
-        with self._bill_lock:
-            parts = list(self.bill)
-        return {k: sum(p[i] for p in parts) for i, k in enumerate(("prompt", "completion", "cached"))}
-
-
 def _cairn_run(
     task: Path, agent: str, server: FakeModels, jobs: Path
 ) -> tuple[subprocess.CompletedProcess, Path]:
     model, key = AGENTS[agent]
-    src = Path(__file__).resolve().parents[2] / "src"
-    env = {
-        **os.environ,
-        key: SECRET,
-        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-        "PYTHONPATH": f"{src}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
-    }
-    cmd = [
-        "run",
-        "-p",
-        str(task),
-        "-a",
+    extra = ["--max-retries", "0"]
+    if agent == "aider":
+        extra += ["--ae", f"AIDER_TEST_CMD={AIDER_SCAN}", "--ae", "AIDER_AUTO_TEST=true"]
+    proc = run_cli_job(
+        task,
         agent,
-        "-m",
-        model,
-        "--ak",
-        f"base_url={server.base_url}",
-        "-e",
-        "local",
-        "--jobs-dir",
-        str(jobs),
-        "--job-name",
-        "j",
-        "--max-retries",
-        "0",
-    ]
-    proc = run_cairn(*cmd, env=env, timeout=900)
-    trials = list((jobs / "j" / "trials").iterdir())
+        model=model,
+        base_url=server.base_url,
+        jobs=jobs,
+        env={key: SECRET, "LITELLM_LOCAL_MODEL_COST_MAP": "True"},
+        backend="local",
+        relay=True,
+        extra=extra,
+    )
+    trials = list((jobs / JOB_NAME / "trials").iterdir())
     assert len(trials) == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
     return proc, trials[0]
 
@@ -191,16 +171,7 @@ def _auth(req: Request) -> str:
     return h.get("x-api-key") or h.get("x-goog-api-key") or h.get("authorization", "").removeprefix("Bearer ")
 
 
-AIDER_RUNS_NO_COMMAND = pytest.mark.xfail(
-    strict=True,
-    reason="aider (whole-file edit format) reads the scripted bash block as a file listing and "
-    "runs no command, so the in-sandbox scan cannot run from its model turn yet",
-)
-
-
-@pytest.mark.parametrize(
-    "agent", [pytest.param(a, marks=AIDER_RUNS_NO_COMMAND) if a == "aider" else a for a in AGENTS]
-)
+@pytest.mark.parametrize("agent", list(AGENTS))
 def test_cli_through_the_relay_bills_exactly_and_never_sees_the_key(tmp_path, agent):
     task = public_two_steps(tmp_path / "two-steps")
     picks = consumes_any if agent in ("aider", "mini-swe-agent") else consumes

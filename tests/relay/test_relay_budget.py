@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 from _relayfix import PRICE, call, client, relay_for, with_server
 
+from cairn.agents.base import take_relay_spend
 from cairn.relay.ledger import BudgetStop, Limits
+from cairn.results.model import Tokens
 from wire_models import Bill, Say, WireModels
 
 STOP_SHAPES = {
@@ -43,6 +47,8 @@ def test_a_token_limit_stops_the_trial_at_the_crossing_call(proto, tmp_path):
             assert stops == [BudgetStop("trial_tokens", 40, 45, 2)]
             assert lease.stop == stops[0]
             assert [r.error for r in lease.records] == [None, None, "budget_exceeded", "budget_exceeded"]
+            # the same request sent again after its refusal is on the record as its retry
+            assert [r.retry_of for r in lease.records] == [None, None, None, 3]
             assert lease.totals().usage.input_tokens == 30  # refusals cost nothing
 
     with_server([Say(bill=Bill(15, 5)), Say(bill=Bill(15, 10))], body)
@@ -75,7 +81,7 @@ def test_the_job_cost_limit_closes_every_trial_and_a_trial_limit_only_its_own():
 
 
 def test_a_refusal_status_can_be_chosen_per_relay():
-    """mini-swe-agent retries 400 and stops on 401/403/404 (docs/relay.md)."""
+    """The refusal status is the relay's setting (mini-swe-agent needs a 401: docs/relay.md)."""
 
     async def body(server: WireModels) -> None:
         async with relay_for(server, limits=Limits(trial_tokens=1), stop_status=403) as relay:
@@ -86,3 +92,24 @@ def test_a_refusal_status_can_be_chosen_per_relay():
             assert r.status_code == 403 and r.json()["error"]["code"] == "insufficient_quota"
 
     with_server([], body)
+
+
+def test_a_step_whose_only_calls_were_refused_read_no_cache(tmp_path):
+    """Its step tokens are all 0, not a cache count unknown, so the trial's sum keeps the
+    cache count the server reported for the earlier step (aider's second step after its
+    first crossed the limit)."""
+    spend: list[Tokens | None] = []
+
+    async def body(server: WireModels) -> None:
+        async with relay_for(server, limits=Limits(trial_tokens=10)) as relay:
+            lease = relay.open_trial("t")
+            async with client(relay) as c:
+                for step, status in (("one", 200), ("two", 400)):
+                    lease.begin_step(step, tmp_path / f"{step}.jsonl")
+                    assert (await call(c, "chat", lease.token)).status_code == status
+                    context = SimpleNamespace(tokens=None, cost_usd=None)
+                    take_relay_spend(context, lease.end_step())  # type: ignore[arg-type]
+                    spend.append(context.tokens)
+
+    with_server([Say(bill=Bill(15, 5))], body)
+    assert spend == [Tokens(prompt=15, completion=5, cached=0), Tokens(prompt=0, completion=0, cached=0)]

@@ -203,13 +203,15 @@ def take_relay_spend(context: AgentContext, calls: Any) -> None:
         context: the step's context; its ``tokens`` and ``cost_usd`` are replaced.
         calls: the step's :class:`cairn.relay.ledger.StepCalls` (``TrialLease.end_step()``);
             a cache-read count the provider never gave stays ``None`` unless the step made no
-            call (then 0).
+            billed call (then 0: a step whose only calls the relay refused read no cache, and
+            its trial's sum keeps the other steps' known count).
     """
     u = calls.usage
+    known = u.cache_read_tokens is not None or calls.billed_calls == 0
     context.tokens = Tokens(
         prompt=u.input_tokens or 0,
         completion=u.output_tokens or 0,
-        cached=u.cache_read_tokens if u.cache_read_tokens is not None else (0 if not calls.calls else None),
+        cached=(u.cache_read_tokens or 0) if known else None,
     )
     context.cost_usd = calls.cost_usd
 

@@ -466,8 +466,9 @@ class InstalledAgent(Agent):
             provider=provider,
             upstream=Upstream(self._relay_upstream_base(provider), key),
             in_sandbox=True,  # the CLI calls its model from inside the sandbox
-            # mini-swe-agent retries a 400; a 403 stops it (docs/relay.md)
-            stop_status=403 if self.spec.name == "mini-swe-agent" else 400,
+            # mini-swe-agent retries a 400, and a 403 on openai/ (LiteLLM maps it to APIError);
+            # a 401 (AuthenticationError for every provider) stops it (docs/relay.md)
+            stop_status=401 if self.spec.name == "mini-swe-agent" else 400,
         )
 
     def use_relay(self, url: str, lease: Any) -> None:

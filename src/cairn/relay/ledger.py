@@ -152,14 +152,25 @@ class StepCalls:
     cost_usd: float | None
     incomplete_calls: int
 
+    @property
+    def billed_calls(self) -> int:
+        """How many of the calls were billed (the ones :attr:`usage` sums)."""
+        return sum(1 for c in self.calls if is_billed(c))
+
+
+def is_billed(call: CallRecord) -> bool:
+    """Whether a call is billed: a generation answered below 400, not refused by a budget."""
+    return (
+        call.kind == "generate"
+        and call.error != "budget_exceeded"
+        and call.status is not None
+        and call.status < 400
+    )
+
 
 def summarise(calls: list[CallRecord]) -> StepCalls:
     """Sum a list of call records (billed calls only; refused calls cost nothing)."""
-    billed = [
-        c
-        for c in calls
-        if c.kind == "generate" and c.error != "budget_exceeded" and c.status is not None and c.status < 400
-    ]
+    billed = [c for c in calls if is_billed(c)]
     costs = [c.cost_usd for c in billed]
     return StepCalls(
         tuple(calls),
@@ -305,7 +316,7 @@ class TrialLease:
         if digest is not None:
             if ok:
                 self._failed.pop(digest, None)
-            elif rec.error != "budget_exceeded":
+            else:  # a budget refusal too: a client sending it again is retrying it
                 self._failed[digest] = rec.seq
         if rec.kind == "generate" and rec.error != "budget_exceeded":
             self.tokens += rec.usage.total_tokens

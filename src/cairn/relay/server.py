@@ -115,7 +115,7 @@ class RelayConfig:
         rollout: ask OpenAI-compatible chat servers for token ids and logprobs and record them.
         prices: model → price, consulted before LiteLLM's map.
         stop_status: the HTTP status of a budget refusal (400: no pinned CLI retries it except
-            mini-swe-agent, which stops only on 401/403/404; see docs/relay.md).
+            mini-swe-agent, which stops on 401 for every provider; see docs/relay.md).
         mask_secrets: more values to mask in recorded bodies (the upstream keys always are).
         max_body_bytes: the largest request body accepted.
         upstream_idle_sec: the longest silence from the upstream before the call fails.

@@ -47,7 +47,7 @@ class RelayWanted:
         in_sandbox: the agent calls its model from inside the sandbox (an installed CLI):
             its ``use_relay`` URL is then the relay as the sandbox reaches it, and the trial
             opens exactly that address and port in the agent phases.
-        stop_status: the status of a budget refusal (mini-swe-agent needs 403; docs/relay.md).
+        stop_status: the status of a budget refusal (mini-swe-agent needs 401; docs/relay.md).
     """
 
     provider: str
