@@ -760,3 +760,37 @@ def test_judge_usages_sum_skipping_none_and_an_empty_list_is_none():
         3,
     )
     assert sum_judge([]) is None and sum_judge([None]) is None
+
+
+def test_a_strategy_read_from_a_file_is_compared_by_value():
+    """``mean`` and ``final`` built at run time (as read from task.toml, not interned) score
+    as the literals do."""
+    steps = [row(1, rewards={"reward": 1.0}), row(2, rewards={"reward": 0.0})]
+    mean, final = "".join(["me", "an"]), "".join(["fin", "al"])
+    assert trial_rewards(mean, steps) == ({"reward": 0.5}, 0.5)  # type: ignore[arg-type]
+    assert trial_rewards(final, steps) == ({"reward": 0.0}, 0.0)  # type: ignore[arg-type]
+
+
+def test_all_steps_reward_is_none_when_no_declared_step_is_left_to_count():
+    """More replayed (oracle) rows than declared steps is inconsistent input: no mean, never a
+    mean over a negative count."""
+    steps = [
+        row(1, "oracle", {"reward": 1.0}),
+        row(2, "oracle", {"reward": 1.0}),
+        row(3, rewards={"reward": 1.0}),
+    ]
+    assert reward_all_steps(steps, 2) is None
+    assert reward_all_steps(steps, 1) is None
+    assert reward_all_steps(steps, 3) == 1.0
+
+
+def test_an_errored_trial_names_no_step_it_stopped_after():
+    """A stop rule handed in with a trial-level error: the trial errored, it did not stop."""
+    steps = [row(1, rewards={"reward": 0.0}), row(2, "not-run")]
+    stop = StopReason(kind="min_reward", step="s1", key="reward", value=0.0, threshold=1.0)
+    err = ErrorInfo(
+        kind=ErrorKind.SANDBOX_LOST, category=Category.INFRA, phase=Phase.VERIFIER, message="lost"
+    )
+    score = score_trial("mean", steps, stop_reason=stop, error=err)
+    assert score.outcome is Outcome.ERRORED
+    assert (score.stopped_after, score.stop_reason) == (None, None)
