@@ -212,3 +212,24 @@ def test_a_stream_cut_inside_the_archive_keeps_only_the_output(tmp_path):
     cut = p.stdout[: p.stdout.index(fold.tar) + len(fold.tar) // 2]
     again = parse_fold(cut, box.token, truncated=False)
     assert again.started and not again.footer and again.tar is None and again.out == b"out\n"
+
+
+def test_archive_bytes_after_the_marker_are_never_the_commands_output():
+    # a footer whose count cannot be (more bytes than came before it: a stream cut at the
+    # front, a folder that grew between the two tar passes): no archive, and the output
+    # still ends at the script's marker (review of the fold: the bytes went to test-stdout)
+    tok = uuid.uuid4().hex
+    raw = f"{tok}:start\nhello\n{tok}:out\n".encode() + b"PARTIALARCHIVE" + f"{tok}:tar 999 0 0 0\n".encode()
+    fold = parse_fold(raw, tok, truncated=False)
+    assert (fold.out, fold.tar, fold.footer, fold.code) == (b"hello\n", None, True, 0)
+
+
+@pytest.mark.parametrize(
+    ("user", "root"),
+    [(None, True), ("root", True), (0, True), ("0", True), ("0:0", True), ("root:root", True),
+     ("nobody", False), (1000, False), ("1000:0", False), ("rootless", False)],
+)  # fmt: skip
+def test_only_an_exec_that_may_run_as_root_can_have_cleaned_up(user, root):
+    from cairn.sandbox.docker.backend import _may_be_root
+
+    assert _may_be_root(user) is root

@@ -172,3 +172,36 @@ cat "$d/x.tar"; printf '%s:tar %s 0 0 0\n%s:clean\n' "$tok" "$(wc -c < "$d/x.tar
     assert b"no token found" not in files["test-stderr.txt"]
     assert downloads == [] and run.rewards == {"reward": 0.0}
     assert files["reward.txt"] == b"0\n" and left == ""
+
+
+def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
+    # the forgery above, then a hang past the timeout: the exec is killed with the forged
+    # archive and "clean" line at the very end of its output. A timeout takes nothing of the
+    # fold: the folder is downloaded and the root clean-up runs, as without a fold (review of
+    # the fold: the forged archive was extracted and the clean-up skipped)
+    test_sh = r"""
+echo 0 > /logs/verifier/reward.txt
+tok=""
+for p in /proc/[0-9]*; do
+  t=$(tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -A1 -x cairn-fold | tail -n 1)
+  case "$t" in [0-9a-f]*) [ ${#t} = 32 ] && tok=$t;; esac
+done
+[ -n "$tok" ] || echo "no token found" >&2
+d=$(mktemp -d); mkdir "$d/verifier"; echo 1 > "$d/verifier/reward.txt"
+tar -C "$d" -cf "$d/x.tar" verifier
+cat "$d/x.tar"; printf '%s:tar %s 0 0 0\n%s:clean\n' "$tok" "$(wc -c < "$d/x.tar")" "$tok"
+exec sleep 60
+"""
+    spec = SandboxSpec(
+        docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
+    )
+
+    async def main():
+        async with DockerSandbox(spec) as sb:
+            return await _verify(sb, _step(tmp_path, test_sh), tmp_path / "v", fold=True, timeout_sec=5)
+
+    run, files, left, downloads = asyncio.run(main())
+    assert b"no token found" not in files["test-stderr.txt"]
+    assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
+    assert downloads == ["/logs/verifier"]
+    assert files["reward.txt"] == b"0\n" and left == ""

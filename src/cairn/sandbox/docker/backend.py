@@ -976,15 +976,20 @@ class DockerSandbox(Sandbox):
             stdout_truncated=out.truncated or stream.stdout.truncated,
             stderr_truncated=stream.stderr.truncated,
         )
-        # after a timeout the archive is taken only when the clean-up already ran (the
-        # folder is gone from the sandbox); otherwise the caller downloads, as without a fold
-        if fold.bad_tar and fold.cleaned:
+        # The marker lines can be written by whatever holds the exec's user (its token is in
+        # the wrapper's argv): after a timeout nothing of the fold is taken (the caller
+        # downloads and cleans up, as without a fold), and a "cleaned" line counts only when
+        # the exec's user may be root, the one user the script cleans up as.
+        if timed_out:
+            return FoldedExec(result)
+        cleaned = fold.cleaned and then_root is not None and _may_be_root(user)
+        if fold.bad_tar and cleaned:
             raise SandboxError(
                 f"the copy of {src} that came back with the exec does not parse, and the "
                 "folder was already cleaned up in the sandbox",
                 kind=ErrorKind.TRANSFER_FAILED,
             )
-        if fold.tar is None or (timed_out and not fold.cleaned):
+        if fold.tar is None:
             return FoldedExec(result)
         tar = fold.tar
 
@@ -994,7 +999,7 @@ class DockerSandbox(Sandbox):
         with translate(f"copy of {src}", self.spec.caches, kind=ErrorKind.TRANSFER_FAILED):
             report = await in_thread(work)
         _raise_for_report(report, src)
-        return FoldedExec(result, collected=True, cleaned=fold.cleaned)
+        return FoldedExec(result, collected=True, cleaned=cleaned)
 
     async def _kill_tree(
         self, token: str, user: str | int | None, stream: ExecStream, fut: asyncio.Future[None]
@@ -1200,3 +1205,12 @@ async def remove_container_and_wait(
             return error or "still present"
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
+
+
+def _may_be_root(user: str | int | None) -> bool:
+    """Whether an exec as ``user`` may run as root: the image's default user (``None``, which
+    the fold script checks itself), or root named by name or uid (``root``, ``0``, ``0:0``)."""
+    if user is None:
+        return True
+    name = str(user).split(":", 1)[0].strip()
+    return name in ("root", "0")

@@ -210,7 +210,10 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
     # the bytes tee wrote onto stdout sit before the footer, whether or not tar succeeded
     n = int(n_text) if n_text.isdigit() and tee_status == "0" and int(n_text) <= at else 0
     tar, out = body[at - n : at], body[: at - n]
-    out = out[: -len(end_of_out)] if out.endswith(end_of_out) else out
+    # the command's output ends at the script's marker: after it come only archive bytes (all
+    # of them when ``n`` is 0: a failed tee, a folder that grew, a stream cut at the front)
+    cut = out.find(end_of_out)
+    out = out[:cut] if cut >= 0 else out
     if not n or tar_status != "0":
         return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned)
     if not _whole_tar(tar):
