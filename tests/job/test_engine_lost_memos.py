@@ -32,16 +32,20 @@ class _FlakyEngine(Executor):
         super().__init__(config)
         self.first_error = first_error
         self.seen: list[EngineFacts] = []
+        self.pooled: object | None = None
 
     async def run_trial(self, plan: TrialPlan, on_event, services: JobServices | None = None) -> TrialResult:  # noqa: ANN001
         assert services is not None
         facts = engine_facts(services.caches, "unix:///stand-in.sock")
         self.seen.append(facts)
         done = cancelled_result(plan, "stand-in")
+        assert services.pool is not None
         if len(self.seen) == 1:
             facts.version = "20.10.24"
+            services.pool.give("gateway", "made-by-the-first-engine", limit=16)  # an idle gateway
             err = ErrorInfo(kind=self.first_error, category=Category.INFRA, message="the engine went away")
             return done.model_copy(update={"outcome": Outcome.ERRORED, "error": err})
+        self.pooled = services.pool.take("gateway")
         return done.model_copy(update={"outcome": Outcome.COMPLETED, "error": None})
 
 
@@ -75,6 +79,7 @@ def test_the_retry_after_a_lost_engine_learns_the_engine_again(tmp_path: Path) -
     first, retry = executor.seen
     assert retry is not first
     assert retry.version is None  # the engine that came back is asked again
+    assert executor.pooled is None  # and is handed no gateway the lost one made
     assert engine_facts(caches, "unix:///stand-in.sock") is retry
 
 
@@ -83,6 +88,7 @@ def test_another_infra_retry_keeps_what_the_job_learnt(tmp_path: Path) -> None:
     assert result.outcome is Outcome.COMPLETED
     first, retry = executor.seen
     assert retry is first and retry.version == "20.10.24"
+    assert executor.pooled == "made-by-the-first-engine"  # the same engine's gateway is reused
 
 
 def test_engine_lost_forgets_memos_and_keeps_build_locks() -> None:

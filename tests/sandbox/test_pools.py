@@ -70,3 +70,13 @@ def test_a_closed_pool_expects_nothing(tmp_path):
     pool.close()
     assert pool.pending("gw") == 0
     assert not pool.give("gw", "x", limit=4)
+
+
+def test_drain_forgets_the_idle_resources_and_keeps_the_pool_open():
+    from cairn.sandbox.pools import ResourcePool
+
+    pool: ResourcePool[str] = ResourcePool()
+    assert pool.give("gateway", "a", limit=4) and pool.give("bridge", "b", limit=4)
+    assert sorted(pool.drain()) == ["a", "b"]
+    assert pool.take("gateway") is None and pool.take("bridge") is None and not pool.closed
+    assert pool.give("gateway", "c", limit=4) and pool.take("gateway") == "c"

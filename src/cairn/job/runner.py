@@ -126,8 +126,10 @@ class JobRun:
 
         A trial that lost its engine (``sandbox_lost``) waits for it (:func:`wait_for_engine`);
         once it answers, the job's backend memos are dropped
-        (:meth:`~cairn.sandbox.caches.SandboxCaches.engine_lost`) before the retry, so no
-        fact about the engine that went away describes the one that came back.
+        (:meth:`~cairn.sandbox.caches.SandboxCaches.engine_lost`) and its idle pooled resources
+        forgotten (:meth:`~cairn.sandbox.pools.ResourcePool.drain`) before the retry, so no
+        fact about the engine that went away describes the one that came back, and no gateway
+        it made is handed to the retry.
 
         Args:
             plan: the trial.
@@ -154,6 +156,8 @@ class JobRun:
                     return result  # the engine stayed away: the trial keeps its infra error
                 if services is not None:  # the engine that answers now is asked anew
                     services.caches.engine_lost()
+                    if services.pool is not None:  # and nothing the lost one made is reused
+                        services.pool.drain()
             cause = (error.message.splitlines() or [""])[0][:200]
             self.emit(
                 Retrying(

@@ -63,6 +63,17 @@ class ResourcePool(Generic[T]):
         self._notify()
         return items
 
+    def drain(self) -> list[T]:
+        """Forget every idle resource and return them, the pool staying open: after the engine
+        that made them was lost (:meth:`cairn.sandbox.caches.SandboxCaches.engine_lost`) they
+        are gone or unusable, and a trial that took one would spend an attempt on it. The
+        caller removes them, or lets the job's settle step do it (they carry its labels)."""
+        with self._lock:
+            items = [item for kind in self._idle.values() for item in kind]
+            self._idle.clear()
+        self._notify()
+        return items
+
     def take(self, kind: str) -> T | None:
         """An idle resource of ``kind`` (most recently returned first), or ``None`` when the
         pool is closed or empty."""
