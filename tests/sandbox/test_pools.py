@@ -73,8 +73,6 @@ def test_a_closed_pool_expects_nothing(tmp_path):
 
 
 def test_drain_forgets_the_idle_resources_and_keeps_the_pool_open():
-    from cairn.sandbox.pools import ResourcePool
-
     pool: ResourcePool[str] = ResourcePool()
     assert pool.give("gateway", "a", limit=4) and pool.give("bridge", "b", limit=4)
     assert sorted(pool.drain()) == ["a", "b"]
