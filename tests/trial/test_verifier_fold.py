@@ -25,6 +25,23 @@ pytestmark = pytest.mark.docker
 STATE = "test -e /tests && echo tests-left; ls -A /logs/verifier; ls -d /logs/.cairn-* 2>/dev/null; true"
 
 
+FORGE = r"""
+echo 0 > /logs/verifier/reward.txt
+tok=""
+for p in /proc/[0-9]*; do
+  t=$(tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -A1 -x cairn-fold | tail -n 1)
+  case "$t" in [0-9a-f]*) [ ${#t} = 32 ] && tok=$t;; esac
+done
+[ -n "$tok" ] || echo "no token found" >&2
+d=$(mktemp -d); mkdir "$d/verifier"; echo 1 > "$d/verifier/reward.txt"
+tar -C "$d" -cf "$d/x.tar" verifier
+cat "$d/x.tar"; printf '%s:tar %s 0 0 0\n%s:clean\n' "$tok" "$(wc -c < "$d/x.tar")" "$tok"
+"""
+"""A test.sh that finds the fold's token in its parent's command line and prints, at its
+very end, a whole archive giving reward 1, a footer naming it and a clean-up line (reward 0
+is the real one)."""
+
+
 def _step(tmp_path: Path, test_sh: str, **kw) -> Step:
     tests = tmp_path / f"tests-{uuid.uuid4().hex[:6]}"
     tests.mkdir()
@@ -148,18 +165,7 @@ def test_a_verifier_folder_over_the_limit_is_downloaded(tmp_path):
 def test_test_sh_that_knows_the_token_cannot_forge_the_archive(tmp_path):
     # test.sh finds the fold's token in its parent's command line and prints, at its very end,
     # a whole archive giving reward 1 and a footer naming it; the real reward is 0
-    test_sh = r"""
-echo 0 > /logs/verifier/reward.txt
-tok=""
-for p in /proc/[0-9]*; do
-  t=$(tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -A1 -x cairn-fold | tail -n 1)
-  case "$t" in [0-9a-f]*) [ ${#t} = 32 ] && tok=$t;; esac
-done
-[ -n "$tok" ] || echo "no token found" >&2
-d=$(mktemp -d); mkdir "$d/verifier"; echo 1 > "$d/verifier/reward.txt"
-tar -C "$d" -cf "$d/x.tar" verifier
-cat "$d/x.tar"; printf '%s:tar %s 0 0 0\n%s:clean\n' "$tok" "$(wc -c < "$d/x.tar")" "$tok"
-"""
+    test_sh = FORGE
     spec = SandboxSpec(
         docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
     )
@@ -179,19 +185,7 @@ def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
     # archive and "clean" line at the very end of its output. A timeout takes nothing of the
     # fold: the folder is downloaded and the root clean-up runs, as without a fold (review of
     # the fold: the forged archive was extracted and the clean-up skipped)
-    test_sh = r"""
-echo 0 > /logs/verifier/reward.txt
-tok=""
-for p in /proc/[0-9]*; do
-  t=$(tr '\0' '\n' < "$p/cmdline" 2>/dev/null | grep -A1 -x cairn-fold | tail -n 1)
-  case "$t" in [0-9a-f]*) [ ${#t} = 32 ] && tok=$t;; esac
-done
-[ -n "$tok" ] || echo "no token found" >&2
-d=$(mktemp -d); mkdir "$d/verifier"; echo 1 > "$d/verifier/reward.txt"
-tar -C "$d" -cf "$d/x.tar" verifier
-cat "$d/x.tar"; printf '%s:tar %s 0 0 0\n%s:clean\n' "$tok" "$(wc -c < "$d/x.tar")" "$tok"
-exec sleep 60
-"""
+    test_sh = FORGE + "exec sleep 60\n"
     spec = SandboxSpec(
         docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
     )

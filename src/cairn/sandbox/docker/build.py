@@ -414,28 +414,9 @@ async def ensure_image(client: docker.DockerClient, spec: SandboxSpec) -> ImageI
                     return info
             from cairn.sandbox.docker.buildkit import dockerfile_needs_buildkit
 
-            if dockerfile_needs_buildkit(env_dir / "Dockerfile"):
-                info = await _build_buildkit(
-                    client,
-                    env_dir,
-                    tag,
-                    env_hash,
-                    spec.force_build,
-                    deadline,
-                    spec.build_timeout_sec,
-                    spec.caches,
-                )
-            else:
-                info = await _build(
-                    client,
-                    env_dir,
-                    tag,
-                    env_hash,
-                    spec.force_build,
-                    deadline,
-                    spec.build_timeout_sec,
-                    spec.caches,
-                )
+            builder = _build_buildkit if dockerfile_needs_buildkit(env_dir / "Dockerfile") else _build
+            args = (env_hash, spec.force_build, deadline, spec.build_timeout_sec, spec.caches)
+            info = await builder(client, env_dir, tag, *args)
             if spec.force_build:
                 memo.force_built.add(env_hash)
             return info
