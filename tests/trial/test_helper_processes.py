@@ -5,7 +5,6 @@ a process whose name or command line holds the record separators."""
 from __future__ import annotations
 
 import subprocess
-import time
 
 from cairn.trial.helper import AFTER_AGENT_SCRIPT, parse_after_agent
 
@@ -13,8 +12,7 @@ from cairn.trial.helper import AFTER_AGENT_SCRIPT, parse_after_agent
 def test_the_listing_finds_a_process_and_cannot_be_forged(tmp_path):
     forged = "x\x1e0\x1d999) S 1 1 1 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 5 0 0\x1fFAKE"
     proc = subprocess.Popen(["python3", "-c", "import sys, time; time.sleep(30)", forged])
-    try:
-        time.sleep(0.3)
+    try:  # Popen returns once the child has exec'd: its command line is python3's
         script = AFTER_AGENT_SCRIPT.replace("/logs/", f"{tmp_path}/logs/").replace(
             "rm -rf /solution", f"rm -rf {tmp_path}/solution"
         )

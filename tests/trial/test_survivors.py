@@ -21,6 +21,16 @@ from taskgen import write_task
 
 LOOP = "while sleep 0.5; do echo 1 > /logs/verifier/reward.txt; done"
 
+UP = "while [ ! -e /tmp/up ]; do sleep 0.02; done\n"
+"""The end of a solution that leaves a process behind: it waits until that process runs its own
+command (it touches /tmp/up). Without it the agent phase can end between the background fork and
+its exec, and the survivor is listed, truly, with its parent's command line (solve.sh's)."""
+
+
+def leave_running(script: str) -> str:
+    """A solve.sh that leaves ``bash -c script`` running, once it runs (see :data:`UP`)."""
+    return f"nohup bash -c 'touch /tmp/up; {script}' >/dev/null 2>&1 &\n" + UP
+
 
 def _run(tmp_path: Path, task: Path, backend: str, *extra: str) -> dict:
     res = cairn(
@@ -47,7 +57,7 @@ def test_a_process_the_agent_left_running_is_on_the_record(tmp_path, backend):
     task = write_task(
         tmp_path / "tasks",
         "survivor",
-        solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+        solve=leave_running(LOOP),
         test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n",
     )
     r = _run(tmp_path, task, backend)
@@ -67,7 +77,7 @@ def test_hardened_verify_says_the_survivors_were_killed(tmp_path, backend):
     task = write_task(
         tmp_path / "tasks",
         "hardened",
-        solve=f"nohup bash -c '{LOOP}' >/dev/null 2>&1 &\n",
+        solve=leave_running(LOOP),
         test="echo 0 > /logs/verifier/reward.txt; sleep 1.5\n",
     )
     r = _run(tmp_path, task, backend, "--hardened-verify")
@@ -76,10 +86,10 @@ def test_hardened_verify_says_the_survivors_were_killed(tmp_path, backend):
     assert step["survivors_killed"] == "hardened_verify" and r["reward"] == 0.0
 
 
-LEAK = (
-    "nohup bash -c 'while true; do for e in /proc/[0-9]*/environ; do "
+LEAK = leave_running(
+    "while true; do for e in /proc/[0-9]*/environ; do "
     'tr "\\0" "\\n" < $e 2>/dev/null | grep "^VSECRET=" >> /tmp/leak; done; '
-    "sleep 0.05; done' >/dev/null 2>&1 &\n"
+    "sleep 0.05; done"
 )
 
 
@@ -106,7 +116,7 @@ def test_a_verifier_with_no_wider_access_keeps_the_agents_server(tmp_path, backe
     task = write_task(
         tmp_path / "tasks",
         "server",
-        solve="nohup bash -c 'while true; do date > /tmp/alive; sleep 0.2; done' >/dev/null 2>&1 &\n",
+        solve=leave_running("while true; do date > /tmp/alive; sleep 0.2; done"),
         test="a=$(cat /tmp/alive); sleep 1; "
         'if [ "$(cat /tmp/alive)" != "$a" ]; then echo 1; else echo 0; fi '
         "> /logs/verifier/reward.txt\n",
@@ -170,6 +180,7 @@ def test_after_the_agent_phase_a_sandbox_without_its_verifier_opens_nothing_wide
 
 REACH = r"""
 import os, re, time, urllib.request
+open("/tmp/up", "w").close()  # running its own command line now (UP)
 def proxies():
     found = {}
     for pid in os.listdir("/proc"):
@@ -218,7 +229,7 @@ def test_a_left_over_process_cannot_reach_the_verifier_only_host(tmp_path):
     task = write_task(
         tmp_path / "tasks",
         "reach",
-        solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n",
+        solve="nohup python3 /opt/reach.py >/dev/null 2>&1 &\n" + UP,
         files={"environment/reach.py": REACH},
         test=VERIFY_REACH,
         dockerfile="FROM debian:bookworm-slim\nWORKDIR /app\nCOPY reach.py /opt/reach.py\n",
