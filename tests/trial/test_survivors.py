@@ -244,3 +244,25 @@ def test_a_left_over_process_cannot_reach_the_verifier_only_host(tmp_path):
     assert r.reward == 1.0, (step.warnings, step.survivors_killed)  # the survivor did not
     assert step.survivors_killed and "allowed.test" in step.survivors_killed
     assert any("reach.py" in s.cmdline for s in step.survivors)
+
+
+def test_the_next_steps_set_up_is_wider_only_when_the_environment_opens_more():
+    """N1 (issue 34): step k's set-up runs under the environment's policy; it is wider than
+    what step k-1's agent phase had exactly when ``network_wider`` says so, never for step 1."""
+    from types import SimpleNamespace
+
+    from cairn.trial.context import PhaseNetworks
+    from cairn.trial.survivors import setup_wider
+
+    env = NetworkPolicy(NetworkMode.ALLOWLIST, ("env.test",))
+    narrow = NetworkPolicy(NetworkMode.NO_NETWORK, (), ("model.test",))
+
+    def why(index: int, nets: PhaseNetworks | None) -> str | None:
+        return setup_wider(SimpleNamespace(index=index), SimpleNamespace(networks=nets))
+
+    nets = PhaseNetworks(env, agent={1: narrow, 2: env})
+    assert why(1, nets) is None  # step 1 starts in the environment's policy, no agent ran yet
+    assert "env.test" in why(2, nets)  # step 1's agent had no network
+    assert why(3, nets) is None  # step 2's agent had the environment's allowlist itself
+    assert why(2, None) is None
+    assert why(2, PhaseNetworks(NetworkPolicy(NetworkMode.PUBLIC))) is None  # nothing filters

@@ -52,7 +52,13 @@ from cairn.trial.pre_artifacts import run_pre_artifacts
 from cairn.trial.recorder import TrialRecorder
 from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
-from cairn.trial.survivors import after_agent_policy, list_survivors, survivors_from, verifier_wider
+from cairn.trial.survivors import (
+    after_agent_policy,
+    list_survivors,
+    setup_wider,
+    survivors_from,
+    verifier_wider,
+)
 from cairn.trial.verify import VerifierRun, run_verifier
 
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
@@ -321,6 +327,15 @@ async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: Trial
     it, later steps switch back to it)."""
     step = st.step
     network = s.networks.environment if step.index > 1 and s.networks is not None else None
+    if rec.trial_baseline is not None and (wider := setup_wider(step, s)) is not None:
+        # before the switch: an earlier agent's left-overs get nothing its phase had not
+        killed = await _kill_new(sandbox, rec.trial_baseline)
+        if killed:
+            st.warnings.append(
+                f"killed {len(killed)} process(es) earlier agent phases left running before "
+                f"this step's set-up: its network goes beyond step {step.index - 1}'s agent "
+                f"phase ({wider})"
+            )
     async with rec.phase(Phase.SETUP, step, network=network, network_as="setup"):
         if step.index > 1 and rec.artifacts_left:  # each step's artifacts are its own (§4.5)
             await sandbox.exec(["/bin/sh", "-c", reset_dirs_cmd(ARTIFACTS_DIR)], user="root")

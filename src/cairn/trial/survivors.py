@@ -103,6 +103,23 @@ def verifier_wider(step: Step, s: TrialSettings) -> str | None:
     return "; ".join(reasons) or None
 
 
+def setup_wider(step: Step, s: TrialSettings) -> str | None:
+    """Why step ``step``'s set-up opens more than the previous step's agent phase had, or
+    ``None``: from step 2 on the set-up (the workdir copy, ``setup.sh``) runs under the
+    ``[environment]`` policy, and what the earlier agent phases left running would run under
+    it too (issue 34, N1). The previous agent phase's policy bounds what every left-over
+    process has had: a process left by an earlier step ran through that phase as well.
+
+    Args:
+        step: the step about to set up.
+        s: the trial's settings (its network plan).
+    """
+    nets = s.networks
+    if step.index < 2 or nets is None or not nets.filtered:
+        return None
+    return network_wider(nets.agent.get(step.index - 1, nets.environment), nets.environment)
+
+
 def after_agent_policy(step: Step, s: TrialSettings) -> NetworkPolicy | None:
     """The policy the step's sandbox switches to once its agent phase ended, or ``None``
     (no phase networks: the sandbox keeps its start policy).

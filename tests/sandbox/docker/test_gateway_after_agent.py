@@ -128,3 +128,102 @@ def test_a_left_over_process_gets_no_environment_opening_after_the_agent_phase(t
     leak = [r for r in map(json.loads, lines) if r.get("host") == "envonly.test"]
     assert leak and all(r["verdict"] == "denied" and r["address"] is None for r in leak), leak
     assert {r["phase"] for r in leak} == {"verifier" if separate else "after-agent"}, leak
+
+
+# ---- the next step's set-up (issue 34, N1) ------------------------------------------------------
+
+NEXT_SURVIVOR = r"""
+import os, time, urllib.request
+proxy = os.environ.get("HTTP_PROXY") or os.environ.get("http_proxy") or ""
+opener = urllib.request.build_opener(urllib.request.ProxyHandler({"http": proxy}))
+with open("/tmp/survivor.pid", "w") as f:
+    f.write(str(os.getpid()))
+open("/tmp/survivor-ready", "w").close()
+deadline = time.monotonic() + 120
+while not os.path.exists("/tmp/in-setup") and time.monotonic() < deadline:
+    time.sleep(0.02)
+try:
+    res = "got " + opener.open("http://envonly.test/leak", timeout=5).read().decode()
+except Exception as exc:
+    res = f"error {type(exc).__name__} {exc}"
+with open("/tmp/tried.part", "w") as f:
+    f.write(res)
+os.rename("/tmp/tried.part", "/tmp/tried.txt")
+"""
+
+LEAVE_NEXT = (
+    "cat > /tmp/surv.py <<'PY'\n" + NEXT_SURVIVOR + "PY\n"
+    "setsid nohup python3 /tmp/surv.py > /tmp/surv.log 2>&1 < /dev/null &\n"
+    "for i in $(seq 400); do [ -e /tmp/survivor-ready ] && exit 0; sleep 0.05; done\n"
+    "cat /tmp/surv.log; exit 1\n"
+)
+
+# step 2's set-up, under the environment's allowlist: it tells the left-over process to try and
+# waits until it has (or is gone), so its attempt falls inside the set-up on every run
+NEXT_SETUP = """\
+touch /tmp/in-setup
+pid=$(cat /tmp/survivor.pid)
+for i in $(seq 600); do
+  [ -e /tmp/tried.txt ] && break
+  [ -d "/proc/$pid" ] || break
+  sleep 0.05
+done
+cp /tmp/tried.txt /app/tried.txt 2>/dev/null || echo none > /app/tried.txt
+"""
+
+
+@pytest.mark.parametrize("separate", [True, False], ids=["separate-verifier", "no-verify"])
+def test_the_next_steps_set_up_gives_an_earlier_agents_process_no_opening(tmp_path, separate):
+    """N1: from step 2 on, the set-up runs under the ``[environment]`` allowlist; a process step
+    1's no-network agent left running is killed before the switch, so it reaches nothing."""
+    from taskgen import StepSpec
+
+    if not backend_available("docker"):
+        pytest.skip("no Docker engine")
+    extra = '[agent]\nnetwork_mode = "no-network"\n'
+    if separate:
+        extra += (
+            '[verifier]\nenvironment_mode = "separate"\n'
+            '[verifier.environment]\ndocker_image = "python:3.12-slim"\nnetwork_mode = "no-network"\n'
+        )
+    task = write_task(
+        tmp_path / "tasks",
+        "next-setup",
+        network="allowlist",
+        allowed_hosts=("envonly.test",),
+        root_keys='artifacts = ["/app/tried.txt"]',
+        dockerfile="FROM python:3.12-slim\nWORKDIR /app\n",
+        toml_extra=extra,
+        steps=[
+            StepSpec("leave", solve=LEAVE_NEXT, test="echo 1 > /logs/verifier/reward.txt\n"),
+            StepSpec(
+                "next",
+                solve="true\n",
+                test="echo 1 > /logs/verifier/reward.txt\n",
+                workdir={"setup.sh": NEXT_SETUP},
+            ),
+        ],
+    )
+    with host_containers("envonly.test") as hosts:
+        result = run_trial_sync(
+            task,
+            "oracle",
+            "docker",
+            tmp_path / "jobs",
+            add_hosts=tuple(hosts.items()),
+            **({} if separate else {"verify": False}),
+        )
+        seen = requests_seen(hosts, "envonly.test")
+    assert result.error is None, result.error
+    assert [s.index for s in result.steps] == [1, 2], result.steps
+    trial = tmp_path / "jobs" / "job" / "trials" / result.trial_name
+    (tried,) = [p for p in trial.rglob("tried.txt") if p.is_file() and "02-next" in str(p)]
+    # killed before the set-up: the process never tried (before the fix: "got …")
+    assert tried.read_text().strip() == "none", tried.read_text()
+    assert seen == [], seen
+    step2 = result.steps[1]
+    assert any("before this step's set-up" in w and "envonly.test" in w for w in step2.warnings), (
+        step2.warnings
+    )
+    # step 1's row still lists the process it left
+    assert any("surv.py" in s.cmdline for s in result.steps[0].survivors), result.steps[0].survivors
