@@ -347,15 +347,14 @@ class DockerSandbox(Sandbox):
         try:
             async with asyncio.timeout(START_TIMEOUT_SEC):
                 if reused is not None:  # its policy was set while the image was resolved
-                    await _gather(self._create_and_start(), reused.confirm())
-                    await self._prepare()
+                    await _gather(self._container_up(), reused.confirm())
                 elif net.layout is Layout.GATEWAY:
-                    # The gateway comes up (and says it listens) while the sandbox starts.
+                    # The gateway comes up (and says it listens) while the sandbox starts and
+                    # is prepared: nothing of the preparation needs the network.
                     await _gather(
-                        self._create_and_start(),
+                        self._container_up(),
                         net.start_gateway(gw_image, self.spec.network_policy, "environment"),
                     )
-                    await _gather(self._prepare(), self._attach_public())
                 else:
                     await self._create_and_start()
                     await self._prepare()
@@ -364,6 +363,16 @@ class DockerSandbox(Sandbox):
                 f"the container did not start within {START_TIMEOUT_SEC:g} s", kind=ErrorKind.START_FAILED
             ) from None
         self._ready = True
+
+    async def _container_up(self) -> None:
+        """The sandbox's container created, started and prepared (``/logs``, the workdir);
+        in the gateway layout beside the gateway's own start, and on the public net when the
+        start policy is public."""
+        await self._create_and_start()
+        if self._net is not None and self._net.layout is Layout.GATEWAY:
+            await _gather(self._prepare(), self._attach_public())
+        else:
+            await self._prepare()
 
     def _make_network(self, client: Any) -> TrialNetwork:
         spec = self.spec
