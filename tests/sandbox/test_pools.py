@@ -78,3 +78,37 @@ def test_drain_forgets_the_idle_resources_and_keeps_the_pool_open():
     assert sorted(pool.drain()) == ["a", "b"]
     assert pool.take("gateway") is None and pool.take("bridge") is None and not pool.closed
     assert pool.give("gateway", "c", limit=4) and pool.take("gateway") == "c"
+
+
+def test_a_pool_keeps_no_more_than_the_starts_left_can_take():
+    """``takers``: each take_or_wait uses one when it returns; a resource beyond what the starts
+    left can use is refused (expect and give say False), so its trial removes it at once."""
+    pool: ResourcePool = ResourcePool(takers=2)
+    assert pool.expect("net") and pool.give("net", "n1", limit=8)
+    pool.settle("net")
+    assert pool.give("net", "n2", limit=8)
+    assert not pool.give("net", "n3", limit=8)  # two idle for two starts left
+    assert asyncio.run(pool.take_or_wait("net", wait_sec=0)) == "n2"
+    assert pool.takers == 1
+    assert not pool.give("net", "n4", limit=8)  # one idle, one start left
+    assert asyncio.run(pool.take_or_wait("net", wait_sec=0)) == "n1" and pool.takers == 0
+    assert not pool.expect("net") and not pool.give("net", "n5", limit=8)
+    assert asyncio.run(pool.take_or_wait("net", wait_sec=0)) is None and pool.takers == 0
+    assert ResourcePool().takers is None and ResourcePool().give("net", "x", limit=1)
+
+
+def test_a_start_waiting_for_a_return_still_counts_as_a_taker():
+    """The last start waits for a resource on its way back; the return is kept for it (the
+    waiter uses its taker only when it returns), not refused."""
+    pool: ResourcePool = ResourcePool(takers=1)
+    assert pool.expect("net")
+
+    async def scenario():
+        waiter = asyncio.ensure_future(pool.take_or_wait("net", wait_sec=30))
+        await asyncio.sleep(0)  # the waiter is inside take_or_wait now
+        kept = pool.give("net", "back", limit=8)
+        pool.settle("net")
+        return kept, await waiter
+
+    assert asyncio.run(scenario()) == (True, "back")
+    assert pool.takers == 0

@@ -29,9 +29,19 @@ class ResourcePool(Generic[T]):
 
     Thread-safe (the counts and lists sit behind a lock); :meth:`take_or_wait` wakes as soon
     as a returning resource is given back or removed instead (no polling).
+
+    Args:
+        takers: how many sandbox starts may still take a resource (a job's trial count), or
+            ``None`` (unknown: every returned resource is kept, up to the ``limit`` of
+            :meth:`give`). Each :meth:`take_or_wait` uses one when it returns. A resource
+            beyond what the remaining takers can use is refused (:meth:`expect` and
+            :meth:`give` return ``False``), so its trial removes it at once, beside the trials
+            still running, not at the job's end (#31: a job's last wave of trials left its
+            ``-n`` networks idle for the settle step, which removed them one after another).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, takers: int | None = None) -> None:
+        self._takers = takers
         self._lock = threading.Lock()
         self._idle: dict[str, list[T]] = {}
         self._pending: dict[str, int] = {}
@@ -90,14 +100,15 @@ class ResourcePool(Generic[T]):
             limit: the most idle resources of this kind the pool keeps.
 
         Returns:
-            ``True`` when the pool took it; ``False`` when it is closed or full (the caller then
-            removes the resource).
+            ``True`` when the pool took it; ``False`` when it is closed or full, or holds as
+            many idle resources of ``kind`` as sandbox starts are left to take them (the caller
+            then removes the resource).
         """
         with self._lock:
             if self.closed:
                 return False
             items = self._idle.setdefault(kind, [])
-            if len(items) >= limit:
+            if len(items) >= limit or (self._takers is not None and len(items) >= self._takers):
                 return False
             items.append(item)
         self._notify()
@@ -108,10 +119,11 @@ class ResourcePool(Generic[T]):
         pair every ``True`` with one :meth:`settle`.
 
         Returns:
-            ``True`` when noted; ``False`` when the pool is closed (nothing to settle).
+            ``True`` when noted; ``False`` when the pool is closed or no sandbox start is left
+            to take the resource (nothing to settle: the caller removes it at once).
         """
         with self._lock:
-            if self.closed:
+            if self.closed or self._takers == 0:
                 return False
             self._pending[kind] = self._pending.get(kind, 0) + 1
             return True
@@ -122,6 +134,12 @@ class ResourcePool(Generic[T]):
             if self._pending.get(kind, 0) > 0:
                 self._pending[kind] -= 1
         self._notify()
+
+    @property
+    def takers(self) -> int | None:
+        """How many sandbox starts may still take a resource (``None``: unknown)."""
+        with self._lock:
+            return self._takers
 
     def pending(self, kind: str) -> int:
         """How many resources of ``kind`` are on their way back."""
@@ -160,6 +178,8 @@ class ResourcePool(Generic[T]):
         finally:
             with self._lock:
                 self._changed.remove(entry)
+                if self._takers:  # this start has taken its resource or made its own
+                    self._takers -= 1
 
 
 __all__ = ["ResourcePool"]

@@ -228,7 +228,7 @@ class JobServices:
         return cls(
             removals=set(),
             prestarts=PrestartPool(plans, limit=limit) if prestart and in_process else None,
-            pool=ResourcePool() if in_process else None,
+            pool=ResourcePool(takers=len(plans)) if in_process else None,
             resources=(*resources, relay) if relay is not None and in_process else tuple(resources),
             relay=relay if in_process else None,
         )

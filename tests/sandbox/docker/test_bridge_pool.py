@@ -158,3 +158,34 @@ def test_a_network_that_still_holds_a_container_is_removed_not_reused(tmp_path):
         pool.close()
         settle_job(job_dir, "docker")
     assert _job_networks(job) == []
+
+
+def test_the_last_trials_remove_their_networks_themselves(tmp_path):
+    """#31: a job's pool knows how many sandbox starts are left (``takers``). Once none is, a
+    trial's network is removed with its container, beside the trials still running, instead of
+    waiting idle for the job's settle step."""
+    env, job, job_dir = _job(tmp_path)
+    pool: ResourcePool = ResourcePool(takers=2)
+
+    async def go() -> tuple[str, str, list[str], list[str]]:
+        a = DockerSandbox(_spec(env, job, job_dir, pool))
+        await a.start()
+        assert a._net is not None and a._net.public is not None
+        first = a._net.public.ident
+        await a.stop()
+        kept = _job_networks(job)  # one start is left: the pool keeps the network for it
+        b = DockerSandbox(_spec(env, job, job_dir, pool))
+        await b.start()
+        assert pool.takers == 0 and b._net is not None and b._net.public is not None
+        second = b._net.public.ident
+        await b.stop()
+        return first, second, kept, _job_networks(job)
+
+    try:
+        first, second, kept, after = asyncio.run(go())
+        assert kept == [first] and second == first  # reused while a start was left
+        assert after == []  # the last start's network went with its container
+    finally:
+        pool.close()
+        settle_job(job_dir, "docker")
+    assert _job_networks(job) == []

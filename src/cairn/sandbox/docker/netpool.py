@@ -11,9 +11,10 @@ within :data:`BRIDGE_WAIT_SEC`, creates one as before.
 Isolation stays exactly as it was: a network serves one trial at a time, and it is given back
 only after the engine says no container is attached to it (an inspect after the container's
 removal); one that still holds anything, or whose trial's removal failed, is removed instead.
-The pool holds at most :data:`BRIDGE_POOL_LIMIT` idle networks; what it still holds when the
-job ends keeps its ownership labels, so the job's settle step removes it (at most that many
-removals at the end, not one per trial). A network serves at most :data:`MAX_USES` trials.
+The pool holds at most :data:`BRIDGE_POOL_LIMIT` idle networks, and no more than the job's
+sandbox starts left can take (:class:`~cairn.sandbox.pools.ResourcePool` ``takers``: the last
+trials remove their networks themselves, beside the trials still running); what it still
+holds when the job ends keeps its ownership labels, so the job's settle step removes it. A network serves at most :data:`MAX_USES` trials.
 """
 
 from __future__ import annotations
