@@ -490,8 +490,14 @@ class TrialStore:
             index: 1-based step index.
             name: the step name.
             text: the instruction, canary lines already removed.
+
+        Atomic for readers, not fsync'ed on its own (#31: two fsyncs per step on the job's
+        event loop, slow while the engine writes): it is a copy of the task's text, written
+        again when the step runs again, and the durable writes of the trial's record that
+        follow (``result.json``) commit the filesystem's journal with it.
         """
-        self.write_text(self.paths.step(index, name).instruction.relative_to(self.paths.root), text)
+        path = self.paths.step(index, name).instruction.relative_to(self.paths.root)
+        self.write_text(path, text, durable=False)
 
     def append_log(self, text: str) -> None:
         """Append text to ``trial.log`` (masked; a newline is added when missing).
@@ -505,7 +511,7 @@ class TrialStore:
         with open(self.paths.trial_log, "a", encoding="utf-8") as f:
             f.write(self.masker.mask(text))
 
-    def write_text(self, path: Path | str, text: str | bytes) -> Path:
+    def write_text(self, path: Path | str, text: str | bytes, *, durable: bool = True) -> Path:
         """Write a text file cairn produces inside the trial folder (masked, atomic).
 
         Args:
@@ -513,6 +519,7 @@ class TrialStore:
                 or absolute inside it. Parent folders are created.
             text: the content; bytes are masked as bytes (any encoding that keeps the secret's
                 UTF-8 form).
+            durable: fsync the file and its folder (``False``: atomic for readers only).
 
         Returns:
             The absolute path written.
@@ -523,7 +530,7 @@ class TrialStore:
         target = self._inside(path)
         target.parent.mkdir(parents=True, exist_ok=True)
         data = text.encode("utf-8") if isinstance(text, str) else text
-        write_bytes_atomic(target, self.masker.mask_bytes(data))
+        write_bytes_atomic(target, self.masker.mask_bytes(data), durable=durable)
         return target
 
     def _inside(self, path: Path | str) -> Path:
