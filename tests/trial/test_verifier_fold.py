@@ -230,3 +230,23 @@ def test_a_timeout_while_the_folder_is_archived_is_no_verifier_timeout(tmp_path,
     assert run.error is None and run.exit_code == 2 and run.rewards == {"reward": 0.25}
     assert files["test-stdout.txt"] == b"out\n" and files["reward.txt"] == b"0.25\n"
     assert left == ""
+
+
+def test_an_exit_code_line_test_sh_forges_before_a_timeout_is_not_taken(tmp_path):
+    # the forgery above, then the script's exit-code line in test.sh's own words (code 0) and
+    # more output, then a hang past the timeout: the line is not followed by what the script
+    # writes after its own, so it gives no code; the result stays verifier_timeout
+    test_sh = FORGE + 'printf "%s:out 0\\n" "$tok"\necho more\nexec sleep 60\n'
+    spec = SandboxSpec(
+        docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
+    )
+
+    async def main():
+        async with DockerSandbox(spec) as sb:
+            return await _verify(sb, _step(tmp_path, test_sh), tmp_path / "v", fold=True, timeout_sec=5)
+
+    run, files, left, downloads = asyncio.run(main())
+    assert b"no token found" not in files["test-stderr.txt"]
+    assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
+    assert run.exit_code is None and downloads == ["/logs/verifier"]
+    assert files["reward.txt"] == b"0\n" and left == ""
