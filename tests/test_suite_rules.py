@@ -304,3 +304,92 @@ def test_tests_run_cairn_only_through_the_helper():
     assert outside == {}, f"run these through tests/helpers/cairncli.py (run_cairn/start_cairn): {outside}"
     assert set(CAIRN_ARGV_ALLOWED) == set(found)
     assert all(CAIRN_ARGV_ALLOWED.values())
+
+
+#: the test files that may call ``time.sleep`` outside a loop, each with its reason; every
+#: other sleep is one wait of a bounded polling loop (a ``while``/``for``), never a fixed pause
+#: standing in for an event (issue 28: a file, a log line, a status.json phase, a process state)
+BARE_SLEEP_ALLOWED = {
+    "tests/helpers/fake_openai.py": "the fake model's slow reply a test asks for (its behaviour, not a wait)",
+    "tests/sandbox/docker/test_gateway_hostile.py": (
+        "windows for an absence: a packet or frame the gateway let through would land in them; "
+        "the assertion is that nothing arrives, so there is nothing positive to wait for"
+    ),
+}
+
+
+def _bare_sleep_sites(source: str) -> list[int]:
+    """Lines of ``source`` that call ``time.sleep`` (also under ``import time as t`` or ``from
+    time import sleep``) outside every ``while``/``for`` loop of the function it is in; code in
+    strings (a child process's script) is not code of the file."""
+    import ast
+
+    if "sleep" not in source:
+        return []
+    tree = ast.parse(source)
+    modules, names = {"time"}, set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            modules |= {a.asname or a.name for a in node.names if a.name == "time"}
+        elif isinstance(node, ast.ImportFrom) and node.module == "time":
+            names |= {a.asname or a.name for a in node.names if a.name == "sleep"}
+
+    def is_sleep(call: ast.Call) -> bool:
+        f = call.func
+        if isinstance(f, ast.Attribute):
+            return f.attr == "sleep" and isinstance(f.value, ast.Name) and f.value.id in modules
+        return isinstance(f, ast.Name) and f.id in names
+
+    sites: set[int] = set()
+
+    def walk(node: ast.AST, in_loop: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
+                walk(child, False)  # a function's body runs where it is called, not in the loop
+            elif isinstance(child, ast.While | ast.For | ast.AsyncFor):
+                walk(child, True)
+            else:
+                if isinstance(child, ast.Call) and is_sleep(child) and not in_loop:
+                    sites.add(child.lineno)
+                walk(child, in_loop)
+
+    walk(tree, False)
+    return sorted(sites)
+
+
+def test_the_bare_sleep_finder_finds_each_spelling():
+    """The finder sees ``time.sleep``, an alias and ``from time import sleep`` outside loops,
+    also in a function defined inside a loop; not a sleep in a ``while``/``for`` body, in a
+    string (a child's script) or of another module (``asyncio.sleep``)."""
+    found = _bare_sleep_sites(
+        "import time, asyncio\n"
+        "import time as t\n"
+        "from time import sleep as nap\n"
+        "time.sleep(1)\n"
+        "def f():\n"
+        "    t.sleep(0.5)\n"
+        "    while True:\n"
+        "        time.sleep(0.1)\n"
+        "        for _ in range(3):\n"
+        "            nap(0.1)\n"
+        "        def g():\n"
+        "            nap(2)\n"
+        "    asyncio.sleep(1)\n"
+        "    script = 'import time; time.sleep(600)'\n"
+        "nap(3)\n"
+    )
+    assert found == [4, 6, 12, 15]
+
+
+def test_tests_sleep_only_inside_polling_loops():
+    """No test module calls ``time.sleep`` outside a loop but those of
+    :data:`BARE_SLEEP_ALLOWED` (and each of those still does: no stale entry)."""
+    found = {}
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        sites = _bare_sleep_sites(path.read_text(encoding="utf-8"))
+        if sites:
+            found[path.relative_to(ROOT).as_posix()] = sites
+    outside = {f: lines for f, lines in found.items() if f not in BARE_SLEEP_ALLOWED}
+    assert outside == {}, f"wait for the event these sleeps stand for (bounded), not a fixed time: {outside}"
+    assert set(BARE_SLEEP_ALLOWED) == set(found)
+    assert all(BARE_SLEEP_ALLOWED.values())

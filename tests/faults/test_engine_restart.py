@@ -15,7 +15,6 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -27,6 +26,7 @@ from faultkit import (
     job_resources,
     rewards,
     three_step_task,
+    wait_for_sandboxes_holding,
 )
 
 pytestmark = [pytest.mark.faults, pytest.mark.docker, pytest.mark.slow]
@@ -90,11 +90,13 @@ def test_engine_restarted_mid_job_under_load_scores_every_trial_once(tmp_path, e
     try:
         if when == "step":
             run.wait_line(r"environment: docker, ready", timeout=300)
-            time.sleep(1.0)  # inside a step
+            # inside a step: a trial's agent has written its step's line into /app/log
+            wait_for_sandboxes_holding(job, "/app/log", 1, proc=run, timeout=300)
         else:  # while the first trials look up their image and create their containers
             run.wait_line(r"job restart: started", timeout=300)
         engine.stop(sig)  # the real engine goes away while trials run
-        time.sleep(2.0)
+        # and stays away until the job has seen it gone (a trial waits for it, or retries)
+        run.wait_line(r"the Docker engine does not answer|infra error", timeout=300)
         engine.start()  # and comes back with its state
         rc = run.finish(timeout=900)
     finally:

@@ -193,7 +193,7 @@ class RayCluster:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            time.sleep(0.5)
+            time.sleep(0.5)  # a bounded poll: at most three rounds of kill, then look again
         for node in self.nodes.values():
             try:
                 node.proc.wait(timeout=10)

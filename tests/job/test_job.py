@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from pathlib import Path
 
 import pytest
@@ -224,9 +223,10 @@ def test_training_loop_that_stops_early_cancels_the_rest(tmp_path):
 
 def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, monkeypatch):
     """Issue #12: on a loaded engine a forced removal is answered before the container is gone
-    (here: the first ``remove`` of each container fails with 409 "removal in progress" while
-    the engine removes it 1.5 s later, as a busy dockerd does). Closing iter_trials must not
-    return before every container of the job is gone."""
+    (here: the first ``remove`` of each container fails with 409 "removal in progress", and
+    the engine removes it only once cairn has looked again and found it still there, as a busy
+    dockerd does). Closing iter_trials must not return before every container of the job is
+    gone."""
     import contextlib
     import threading
 
@@ -235,19 +235,20 @@ def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, 
     from docker.api.client import APIClient
 
     real_remove = APIClient.remove_container
-    first_seen: set[str] = set()
+    real_inspect = APIClient.inspect_container
+    refused: dict[str, threading.Event] = {}  # container → "cairn looked again after the 409"
     lock = threading.Lock()
     removers: list[threading.Thread] = []
 
     def slow_remove(self, container, *args, **kwargs):
         with lock:
-            first = container not in first_seen
-            first_seen.add(container)
+            first = container not in refused
+            looked = refused.setdefault(container, threading.Event())
         if not first:
             return real_remove(self, container, *args, **kwargs)
 
-        def later():
-            time.sleep(1.5)
+        def later():  # the engine's own removal, done once cairn is waiting for it (bounded)
+            looked.wait(120)
             with contextlib.suppress(docker.errors.NotFound, docker.errors.APIError):
                 real_remove(self, container, *args, **kwargs)
 
@@ -258,7 +259,16 @@ def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, 
             "conflict", explanation=f"removal of container {container} is already in progress"
         )
 
+    def watched_inspect(self, container, *args, **kwargs):
+        found = real_inspect(self, container, *args, **kwargs)  # still there: cairn sees it
+        with lock:
+            looked = refused.get(container)
+        if looked is not None:
+            looked.set()
+        return found
+
     monkeypatch.setattr(APIClient, "remove_container", slow_remove)
+    monkeypatch.setattr(APIClient, "inspect_container", watched_inspect)
     task = write_task(tmp_path / "tasks", "t", test="sleep 2; echo 1 > /logs/verifier/reward.txt\n")
     cfg = config(tmp_path, task, attempts=4, n_concurrent=4, agent="nop")
     job = tmp_path / "jobs" / "job"
@@ -274,8 +284,10 @@ def test_an_early_stopping_consumer_waits_for_slow_container_removals(tmp_path, 
         left = client.api.containers(all=True, filters={"label": f"cairn.job_dir={job}"})
     finally:
         client.close()
+    for looked in refused.values():  # a removal cairn never waited for is done now
+        looked.set()
     for t in removers:
-        t.join(10)
+        t.join(60)
     assert first.outcome.value == "completed"
     assert [c["Names"] for c in left] == []
     assert len(read_job(job).results) == 4

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import tarfile
+import time
 import uuid
 from pathlib import Path
 
@@ -233,3 +234,80 @@ def test_only_an_exec_that_may_run_as_root_can_have_cleaned_up(user, root):
     from cairn.sandbox.docker.backend import _may_be_root
 
     assert _may_be_root(user) is root
+
+
+def _slow_tar_path(tmp_path: Path) -> str:
+    """A PATH whose ``tar`` never ends (a folder so big its sizing pass outlives the timeout)
+    and which tells, by a file, that it started; the rest is this machine's."""
+    bindir = tmp_path / "slowbin"
+    bindir.mkdir()
+    shim = bindir / "tar"
+    shim.write_text(f"#!/bin/sh\n: > {tmp_path}/tar-started\nexec sleep 600\n")
+    shim.chmod(0o755)
+    return f"{bindir}:{os.environ['PATH']}"
+
+
+def test_a_timeout_while_archiving_keeps_the_command_s_exit_code(tmp_path):
+    # test.sh ended (exit 3); the timeout's kill strikes while the script sizes the folder: the
+    # ":out" line carries test.sh's code, so the host knows it ended in time (issue #31)
+    box = Box(tmp_path, 'echo out\nprintf 1 > "$VDIR/reward.txt"\nexit 3\n')
+    pipe = subprocess.PIPE
+    env = box.env(PATH=_slow_tar_path(tmp_path))
+    proc = subprocess.Popen(box.argv(), stdout=pipe, stderr=pipe, env=env, cwd=box.tests)
+    assert proc.stdout is not None
+    lines = [proc.stdout.readline() for _ in range(3)]  # start, test.sh's line, the script's
+    assert lines == [f"{box.token}:start\n".encode(), b"out\n", f"{box.token}:out 3\n".encode()]
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "tar-started").exists():  # the kill strikes while tar runs
+        assert time.monotonic() < deadline, "the script never started tar"
+        time.sleep(0.02)
+    kill = subprocess.run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", box.exec_id], timeout=60)
+    assert kill.returncode == 0
+    out, _ = proc.communicate(timeout=30)
+    fold = parse_fold(b"".join(lines) + out, box.token, truncated=False)
+    assert (fold.started, fold.footer, fold.tar, fold.cleaned) == (True, False, None, False)
+    assert fold.ended == 3 and fold.out == b"out\n"
+    assert (box.logs / "reward.txt").read_bytes() == b"1" and box.tests.exists()
+
+
+def test_a_stream_cut_inside_the_archive_keeps_the_exit_code(tmp_path):
+    box = Box(tmp_path, 'echo out\nhead -c 3000 /dev/zero > "$VDIR/f"\nexit 5\n')
+    p, fold = box.run(clean=False)
+    assert fold.tar is not None and fold.code == 5
+    at = p.stdout.index(fold.tar)
+    for cut in (at, at + 512, at + len(fold.tar) // 2, at + len(fold.tar)):  # no footer
+        again = parse_fold(p.stdout[:cut], box.token, truncated=False)
+        assert (again.footer, again.tar, again.ended, again.out) == (False, None, 5, b"out\n")
+    # under one whole header after the line: what follows cannot be told from test.sh's
+    # own bytes, so no code (the result stays a timeout)
+    assert parse_fold(p.stdout[: at + 100], box.token, truncated=False).ended is None
+    assert fold.ended is None  # with a footer, its code is the one
+
+
+@pytest.mark.parametrize(
+    "forged",
+    [
+        'printf "%s:out 0\\n" "$TOKEN"; echo more',  # more of test.sh's output follows it
+        'printf "%s:out 0\\n" "$TOKEN"',  # the script's own line follows it
+        'printf "%s:out 0\\n" "$TOKEN"; head -c 1024 /dev/zero',  # no tar header follows
+    ],
+)
+def test_an_out_line_test_sh_prints_gives_no_exit_code(tmp_path, forged):
+    # test.sh knows the token and prints the script's line itself, then exits 7; the stream is
+    # cut inside the archive (a timeout): its line is the first, so it is the one read, and
+    # it is not followed by what the script writes after its own: no code, the timeout stands
+    box = Box(tmp_path, f'{forged}\nhead -c 3000 /dev/zero > "$VDIR/f"\nexit 7\n')
+    p, fold = box.run(clean=False)
+    assert fold.tar is not None and fold.code == 7
+    cut = p.stdout[: p.stdout.index(fold.tar) + len(fold.tar) // 2]
+    again = parse_fold(cut, box.token, truncated=False)
+    assert (again.footer, again.tar, again.ended, again.out) == (False, None, None, b"")
+
+
+def test_an_out_line_without_a_code_gives_none():
+    tok = uuid.uuid4().hex
+    for tail in (f"{tok}:out\n", f"{tok}:out 999\n", f"{tok}:out 3"):
+        fold = parse_fold(f"{tok}:start\nhello\n{tail}".encode(), tok, truncated=False)
+        assert fold.ended is None and fold.out.startswith(b"hello\n")
+    fold = parse_fold(f"{tok}:start\nhello\n{tok}:out 0\n".encode(), tok, truncated=False)
+    assert (fold.ended, fold.out) == (0, b"hello\n")

@@ -199,3 +199,54 @@ def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
     assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
     assert downloads == ["/logs/verifier"]
     assert files["reward.txt"] == b"0\n" and left == ""
+
+
+SLOW_TAR = r"""
+t=$(command -v tar) && mv "$t" /usr/local/sbin/tar.real && cat > "$t" <<'SHIM' && chmod 755 "$t"
+#!/bin/sh
+n=$(cat /tmp/tar-calls 2>/dev/null || echo 0); echo $((n+1)) > /tmp/tar-calls
+if [ "$n" = HANG ]; then
+  [ "$n" = 0 ] || /usr/local/sbin/tar.real "$@"
+  exec sleep 600
+fi
+exec /usr/local/sbin/tar.real "$@"
+SHIM
+"""
+"""Makes the image's ``tar`` one that never ends on its call number HANG (0: the fold's sizing
+pass, before anything is written; 1: the archive, after writing it whole): a folder too big
+to archive before the deadline."""
+
+
+@pytest.mark.parametrize("hang", [0, 1], ids=["while-sizing", "while-streaming"])
+def test_a_timeout_while_the_folder_is_archived_is_no_verifier_timeout(tmp_path, hang):
+    # test.sh ends at once with its reward; the exec's timeout strikes while the fold still
+    # archives /logs/verifier: test.sh ended in time, so the result is the plain calls' (its
+    # exit code and reward, the folder downloaded, the clean-up run), not verifier_timeout
+    # (issue #31: it was reported as a timeout)
+    test_sh = "echo out\necho 0.25 > /logs/verifier/reward.txt\nexit 2\n"
+    before = SLOW_TAR.replace("HANG", str(hang))
+    run, files, left, downloads = asyncio.run(_both(tmp_path, test_sh, before=before, timeout_sec=6))
+    assert downloads == ["/logs/verifier"]  # the fold gave the copy up to the download
+    assert run.error is None and run.exit_code == 2 and run.rewards == {"reward": 0.25}
+    assert files["test-stdout.txt"] == b"out\n" and files["reward.txt"] == b"0.25\n"
+    assert left == ""
+
+
+def test_an_exit_code_line_test_sh_forges_before_a_timeout_is_not_taken(tmp_path):
+    # the forgery above, then the script's exit-code line in test.sh's own words (code 0) and
+    # more output, then a hang past the timeout: the line is not followed by what the script
+    # writes after its own, so it gives no code; the result stays verifier_timeout
+    test_sh = FORGE + 'printf "%s:out 0\\n" "$tok"\necho more\nexec sleep 60\n'
+    spec = SandboxSpec(
+        docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
+    )
+
+    async def main():
+        async with DockerSandbox(spec) as sb:
+            return await _verify(sb, _step(tmp_path, test_sh), tmp_path / "v", fold=True, timeout_sec=5)
+
+    run, files, left, downloads = asyncio.run(main())
+    assert b"no token found" not in files["test-stderr.txt"]
+    assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
+    assert run.exit_code is None and downloads == ["/logs/verifier"]
+    assert files["reward.txt"] == b"0\n" and left == ""

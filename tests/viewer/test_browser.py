@@ -7,7 +7,6 @@ from ``file://``, and an open job page follows a running job without a reload.
 from __future__ import annotations
 
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -220,6 +219,14 @@ def test_open_job_page_follows_a_running_job(tmp_path, browser):
         run.stderr.close()
 
 
+def _laid_out(browser):
+    """A condition for :func:`wait_for`: the page loaded and its fonts are ready (the
+    document's ``fonts.status`` is ``loaded``)."""
+    return lambda: browser.execute_script(
+        "return document.readyState === 'complete' && document.fonts.status === 'loaded'"
+    )
+
+
 def test_screenshots_for_the_docs(example_job, browser):
     """Writes docs/img/viewer-job.png and viewer-trial.png when CAIRN_VIEWER_SCREENSHOTS is set."""
     import os
@@ -232,11 +239,11 @@ def test_screenshots_for_the_docs(example_job, browser):
     with view_server(example_job) as base:
         browser.set_window_size(1200, 1350)
         browser.get(f"{base}jobs/example/")
-        time.sleep(0.3)  # fonts laid out; screenshots only, no assertion depends on it
+        wait_for(_laid_out(browser))  # fonts loaded and laid out before the picture
         browser.save_screenshot(str(out / "viewer-job.png"))
         browser.set_window_size(1200, 1500)
         browser.get(f"{base}jobs/example/trials/{trial_dir(example_job, 'chain').name}/")
-        time.sleep(0.3)
+        wait_for(_laid_out(browser))
         browser.save_screenshot(str(out / "viewer-trial.png"))
     browser.set_window_size(1280, 1000)
     for name in ("viewer-job.png", "viewer-trial.png"):

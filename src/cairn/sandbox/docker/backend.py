@@ -974,6 +974,13 @@ class DockerSandbox(Sandbox):
                     max_output_bytes=max_output_bytes,
                 )
             )  # fmt: skip
+        if timed_out and fold.ended is not None:
+            # the command had ended, with this code, before the timeout struck (the script
+            # was archiving the folder): no timeout; the copy and the clean-up are the caller's
+            timed_out, code = False, fold.ended
+            folded_timeout = True
+        else:
+            folded_timeout = timed_out
         out = TailBuffer(max_output_bytes)
         out.append(fold.out)
         result = ExecResult(
@@ -986,10 +993,11 @@ class DockerSandbox(Sandbox):
             stderr_truncated=stream.stderr.truncated,
         )
         # The marker lines can be written by whatever holds the exec's user (its token is in
-        # the wrapper's argv): after a timeout nothing of the fold is taken (the caller
-        # downloads and cleans up, as without a fold), and a "cleaned" line counts only when
-        # the exec's user may be root, the one user the script cleans up as.
-        if timed_out:
+        # the wrapper's argv): after a timeout nothing of the fold is taken but the command's
+        # exit code from the script's ``:out`` line (the caller downloads and cleans up, as
+        # without a fold), and a "cleaned" line counts only when the exec's user may be root,
+        # the one user the script cleans up as.
+        if folded_timeout:
             return FoldedExec(result)
         cleaned = fold.cleaned and then_root is not None and _may_be_root(user)
         if fold.bad_tar and cleaned:

@@ -14,7 +14,8 @@ user, in its cwd and env, under its timeout:
    process holding the command's stdout or stderr has closed it, which is when a plain exec
    ends too. The relays carry another ``CAIRN_EXEC_ID`` than the exec's, so a timeout's kill
    of the exec's tree leaves them to drain what the command printed before it was killed.
-   Then it prints ``<token>:out``: the command's output ends there.
+   Then it prints ``<token>:out <exit code>``: the command's output ends there, and the
+   command has ended with that code (``<token>:out`` alone when the code cannot be read).
 3. When the command's exit code is not one the caller excluded and the folder is a real folder
    whose tar fits :data:`FOLD_LIMIT_BYTES`, it writes a tar of the folder onto stdout (through
    ``tee`` and ``wc``, so it knows the archive's exact size) and then one footer line,
@@ -31,6 +32,17 @@ stdout. A missing or malformed footer, a timeout, or an archive that does not pa
 copy and the clean-up to the caller (a download and a root exec, as without the fold); only an
 archive whose clean-up already ran and that then does not parse is an error, since the folder
 is gone from the sandbox.
+
+A timeout that strikes after the ``:out`` line (while the folder is sized or archived) is no
+timeout of the command: it ended, with the line's code, and only the fold's own work was cut
+(:attr:`Fold.ended`). The line is read where the command's output ends, at the first line of
+its form: the command's output all comes before the script's line, so a line the command
+printed itself comes first, and it counts only when what follows it is what the script writes
+after its own (nothing, or an archive's first tar header); followed by more output, by the
+script's real line or by other bytes it gives no code, and the result is a timeout, as it was
+before the line carried one. (A command that knows the token, prints the line as its very last
+output, followed by nothing or a tar header, and then outlives the timeout reads as one that
+ended: it could as well have ended, with whatever reward it wrote.)
 """
 
 from __future__ import annotations
@@ -64,8 +76,8 @@ code=$(
     } 5>&1 | CAIRN_EXEC_ID="$r" cat >&3 4>&- 6>&-
   } 4>&1
 )
-printf '%s:out\n' "$t"
-case "$code" in ''|*[!0-9]*) exit 125;; esac
+case "$code" in ''|*[!0-9]*) printf '%s:out\n' "$t"; exit 125;; esac
+printf '%s:out %s\n' "$t" "$code"
 case " $skip " in *" $code "*) exit "$code";; esac
 p="${dir%/*}"; b="${dir##*/}"; [ -n "$p" ] || p=/
 n=-; ts=-; es=-
@@ -150,6 +162,11 @@ class Fold:
         code: the command's exit code from the footer (``None`` without one).
         cleaned: the clean-up ran (its line follows the footer).
         bad_tar: the footer announced a whole archive that does not parse.
+        ended: without a footer, the exit code the script's ``:out`` line carries: the
+            command ended with it, and what cut the stream (a timeout) struck after it, while
+            the folder was being archived. ``None`` when no such line is there, or the first
+            line that looks like it is not followed by what the script writes after it
+            (nothing, or the archive's first header).
     """
 
     started: bool
@@ -159,6 +176,7 @@ class Fold:
     code: int | None = None
     cleaned: bool = False
     bad_tar: bool = False
+    ended: int | None = None
 
 
 def _whole_tar(data: bytes) -> bool:
@@ -174,6 +192,35 @@ def _whole_tar(data: bytes) -> bool:
         return False
     rest = data[end:]
     return len(rest) >= 1024 and not rest.strip(b"\0")
+
+
+def _tar_header(block: bytes) -> bool:
+    """Whether ``block`` (512 bytes) is a tar member's header with a right checksum."""
+    try:
+        tarfile.TarInfo.frombuf(block, "utf-8", "surrogateescape")
+    except (tarfile.HeaderError, ValueError):
+        return False
+    return True
+
+
+def _end_of_out(body: bytes, token: str) -> tuple[int, int | None]:
+    """Where the command's output ends in ``body`` (the first ``:out`` line; ``-1``: none)
+    and, when that line is the script's, the exit code it carries (else ``None``).
+
+    Everything the command printed comes before the script's line (the relays have ended
+    when it is printed), so a line the command printed in its own words can only come first;
+    it is taken as the script's only when what follows it is what the script writes after
+    its line: nothing (a timeout during the first, sizing tar pass) or a tar header (a
+    timeout while the archive streams). A forged line followed by more of the command's
+    output, or by the script's real line, gives no code: the result stays a timeout."""
+    m = re.compile(re.escape(token.encode()) + rb":out(?: (\d{1,3}))?\n").search(body)
+    if m is None:
+        return -1, None
+    rest = body[m.end() :]
+    code = int(m.group(1)) if m.group(1) is not None and int(m.group(1)) <= 255 else None
+    if code is not None and (rest == b"" or (len(rest) >= 512 and _tar_header(rest[:512]))):
+        return m.start(), code
+    return m.start(), None
 
 
 def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
@@ -192,7 +239,6 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         raw = raw[len(start) :]
     elif not truncated:
         return Fold(started=False, out=raw)
-    end_of_out = f"{token}:out\n".encode()
     clean_line = f"{token}:clean\n".encode()
     cleaned = raw.endswith(clean_line)
     body = raw[: -len(clean_line)] if cleaned else raw
@@ -203,8 +249,8 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         else None
     )
     if m is None:  # killed (a timeout) or no archive: the output ends where the script said
-        cut = body.find(end_of_out)
-        return Fold(started=True, out=body[:cut] if cut >= 0 else body)
+        cut, ended = _end_of_out(body, token)
+        return Fold(started=True, out=body[:cut] if cut >= 0 else body, ended=ended)
     n_text, tar_status, tee_status, code_text = (g.decode() for g in m.groups())
     code = int(code_text)
     # the bytes tee wrote onto stdout sit before the footer, whether or not tar succeeded
@@ -212,7 +258,7 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
     tar, out = body[at - n : at], body[: at - n]
     # the command's output ends at the script's marker: after it come only archive bytes (all
     # of them when ``n`` is 0: a failed tee, a folder that grew, a stream cut at the front)
-    cut = out.find(end_of_out)
+    cut, _ = _end_of_out(out, token)
     out = out[:cut] if cut >= 0 else out
     if not n or tar_status != "0":
         return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned)
