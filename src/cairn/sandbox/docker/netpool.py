@@ -14,7 +14,8 @@ removal); one that still holds anything, or whose trial's removal failed, is rem
 The pool holds at most :data:`BRIDGE_POOL_LIMIT` idle networks, and no more than the job's
 sandbox starts left can take (:class:`~cairn.sandbox.pools.ResourcePool` ``takers``: the last
 trials remove their networks themselves, beside the trials still running); what it still
-holds when the job ends keeps its ownership labels, so the job's settle step removes it. A network serves at most :data:`MAX_USES` trials.
+holds when the job ends keeps its ownership labels, so the job's settle step removes it. A
+network serves at most :data:`MAX_USES` trials.
 """
 
 from __future__ import annotations
