@@ -794,3 +794,50 @@ def test_an_errored_trial_names_no_step_it_stopped_after():
     score = score_trial("mean", steps, stop_reason=stop, error=err)
     assert score.outcome is Outcome.ERRORED
     assert (score.stopped_after, score.stop_reason) == (None, None)
+
+
+# ------------------------------------------------------------------------------ mutation kills
+
+
+def test_a_verifier_or_oracle_row_is_reached_whatever_else_it_carries() -> None:
+    """A scored row (verifier, oracle) counts as reached even without agent fields or timings
+    (a row read back from a regrade or an older result.json): only ``not-run`` looks further."""
+    for source in ("verifier", "oracle"):
+        bare = StepResult(index=1, name="a", source=source, rewards={"reward": 1.0}, reward=1.0)
+        assert bare.agent_exit is None and step_reached(bare), source
+    for source in ("error", "candidate_error"):
+        assert step_reached(StepResult(index=1, name="a", source=source))
+
+
+def test_a_step_error_stops_the_trial_from_either_sign() -> None:
+    """Rule 1 stops on a row without a verifier result that carries an error, or whose source
+    says it failed, each alone (not only both)."""
+    infra = err(ErrorKind.START_FAILED)
+    not_run_with_error = row(1, "not-run", error=infra)
+    stop = stop_decision(not_run_with_error, None, is_last=False, verify=True)
+    assert stop is not None and stop.kind == "step_error" and stop.error_kind is ErrorKind.START_FAILED
+    for source in ("error", "candidate_error"):
+        failed_without_error = row(1, source)
+        stop = stop_decision(failed_without_error, None, is_last=False, verify=True)
+        assert stop is not None and stop.kind == "step_error" and stop.error_kind is None, source
+    assert stop_decision(row(1, "not-run"), None, is_last=False, verify=True) is None
+
+
+def test_a_trial_errors_on_a_step_error_or_an_error_sourced_step_alone() -> None:
+    """``errored`` when a step carries a non-candidate error, or a step's source is ``error``,
+    each alone (not only both)."""
+    error_row_without_error = row(1, "error")
+    assert trial_outcome(steps=[error_row_without_error], stop_reason=None) is Outcome.ERRORED
+    infra_on_a_not_run_row = row(1, "not-run", error=err(ErrorKind.START_FAILED))
+    assert trial_error([infra_on_a_not_run_row]) is not None
+    assert trial_outcome(steps=[infra_on_a_not_run_row], stop_reason=None) is Outcome.ERRORED
+    assert trial_outcome(steps=[row(1, rewards={"reward": 1.0})], stop_reason=None) is Outcome.COMPLETED
+
+
+def test_the_enum_orders_the_declared_equivalent_mutants_rely_on() -> None:
+    """bench/mutation_equivalent.toml declares mutants equivalent because of how these StrEnums
+    sort; a new member that sorts otherwise makes them real, and this fails first."""
+    assert all(c > Category.CANDIDATE for c in Category if c is not Category.CANDIDATE)
+    assert all(o < Outcome.STOPPED for o in Outcome if o is not Outcome.STOPPED)
+    others = [s for s in StepSource if s is not StepSource.VERIFIER]
+    assert all(s < StepSource.VERIFIER for s in others)
