@@ -12,10 +12,10 @@ import contextlib
 import errno
 import logging
 import os
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from cairn.errors import Category, ErrorKind
 from cairn.events import EngineWait, Event, EventKind, EventSink, JobObserver, Retrying, dedupe_key
@@ -24,7 +24,6 @@ from cairn.job.discover import cancelled_result
 from cairn.job.executors import Executor
 from cairn.job.folder import write_job_meta
 from cairn.plan import JobConfig, TrialPlan
-from cairn.relay.service import RelayService
 from cairn.results.model import JobStop, JobSummary, Outcome, TrialResult
 from cairn.results.store import (
     JobPaths,
@@ -38,6 +37,9 @@ from cairn.results.summary import summarize_job
 from cairn.sandbox import get_backend
 from cairn.sandbox.base import Sandbox
 from cairn.trial.context import JobServices
+
+if TYPE_CHECKING:  # pragma: no cover
+    from cairn.relay.service import RelayService
 
 log = logging.getLogger("cairn.job")
 
@@ -294,6 +296,30 @@ async def wait_for_engine(
     return False
 
 
+def job_relay(config: JobConfig, plans: Sequence[TrialPlan]) -> RelayService | None:
+    """The job's model relay service, or ``None``: ``--no-relay``, or no plan's agent can use
+    one (its class has no ``relay_wanted``: oracle, nop). Then nothing of :mod:`cairn.relay`
+    is imported (#31's relay guard: an oracle job pays nothing for the relay).
+
+    Args:
+        config: the job's config.
+        plans: the job's trial plans.
+
+    Raises:
+        UsageError: a plan names an agent that cannot be resolved.
+    """
+    from cairn.agents.registry import get_agent_class
+
+    if not config.relay or not any(
+        callable(getattr(get_agent_class(name), "relay_wanted", None))
+        for name in {p.agent_name for p in plans}
+    ):
+        return None
+    from cairn.relay.service import RelayService
+
+    return RelayService.for_config(config)
+
+
 async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialResult, None]:
     """Run the plans with at most ``n_concurrent`` at once; yield results as they finish."""
     sem = asyncio.Semaphore(job.config.n_concurrent)
@@ -305,7 +331,7 @@ async def run_all(job: JobRun, plans: list[TrialPlan]) -> AsyncGenerator[TrialRe
         prestart=job.config.prestart,
         limit=job.config.n_concurrent,
         in_process=job.executor.name == "local",
-        relay=RelayService.for_config(job.config),  # the job's model relay (docs/relay.md)
+        relay=job_relay(job.config, plans),  # the job's model relay (docs/relay.md)
     )
     pool = services.prestarts
     if job.config.prestart and pool is None:
