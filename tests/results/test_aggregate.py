@@ -841,3 +841,12 @@ def test_the_enum_orders_the_declared_equivalent_mutants_rely_on() -> None:
     assert all(o < Outcome.STOPPED for o in Outcome if o is not Outcome.STOPPED)
     others = [s for s in StepSource if s is not StepSource.VERIFIER]
     assert all(s < StepSource.VERIFIER for s in others)
+
+
+def test_score_trial_takes_its_options_by_keyword_only() -> None:
+    """``steps_total`` and the rest are keyword-only: a positional 3 (steps_total? a stop
+    reason?) is refused, never read as the wrong option."""
+    rows = [row(1, rewards={"reward": 1.0})]
+    with pytest.raises(TypeError, match="positional argument"):
+        score_trial("mean", rows, 3)  # type: ignore[misc]
+    assert score_trial("mean", rows, steps_total=3).reward_all_steps == pytest.approx(1 / 3)
