@@ -487,7 +487,8 @@ async def _artifacts_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: T
             sized=dict(zip(st.sources, report.artifacts, strict=True)) if quiet and report else None,
         )
         st.warnings.extend(hook_warnings)
-        write_artifacts_manifest(st.paths.artifacts, manifest)
+        # durable (two fsyncs): off the job's event loop, which the other trials share (#31)
+        await asyncio.to_thread(write_artifacts_manifest, st.paths.artifacts, manifest)
         rec.artifacts_left = not quiet or (report is not None and ARTIFACTS_DIR in report.full)
     for entry in manifest:
         if entry.status != "copied":
