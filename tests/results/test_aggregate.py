@@ -841,6 +841,7 @@ def test_the_enum_orders_the_declared_equivalent_mutants_rely_on() -> None:
     assert all(o < Outcome.STOPPED for o in Outcome if o is not Outcome.STOPPED)
     others = [s for s in StepSource if s is not StepSource.VERIFIER]
     assert all(s < StepSource.VERIFIER for s in others)
+    assert all(s > StepSource.CANDIDATE_ERROR for s in StepSource if s is not StepSource.CANDIDATE_ERROR)
 
 
 def test_score_trial_takes_its_options_by_keyword_only() -> None:
