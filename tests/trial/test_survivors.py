@@ -266,3 +266,37 @@ def test_the_next_steps_set_up_is_wider_only_when_the_environment_opens_more():
     assert why(3, nets) is None  # step 2's agent had the environment's allowlist itself
     assert why(2, None) is None
     assert why(2, PhaseNetworks(NetworkPolicy(NetworkMode.PUBLIC))) is None  # nothing filters
+
+
+CHAIN = (
+    "cat > /tmp/c.sh <<'SH'\n"
+    "echo $$ >> /tmp/chain\n"
+    "sleep 0.01\n"
+    "sh /tmp/c.sh &\n"
+    "SH\n"
+    "sh /tmp/c.sh &\n"
+    # a process named after docker's keeper, a child of PID 1 once its parent exits
+    "setsid bash -c 'exec -a cairn-keeper sleep 7781' >/dev/null 2>&1 < /dev/null &\n"
+    "for i in $(seq 200); do [ -s /tmp/chain ] && break; sleep 0.02; done\n"
+)
+
+# the verifier: the chain has stopped growing and the fake keeper is gone
+CHAIN_GONE = (
+    "a=$(wc -l < /tmp/chain); sleep 1; b=$(wc -l < /tmp/chain)\n"
+    "fake=0; for p in /proc/[0-9]*; do\n"
+    "  tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q 'cairn-keeper 7781' && fake=1\n"
+    "done\n"
+    'if [ "$a" = "$b" ] && [ $fake = 0 ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+    'echo "chain $a $b fake $fake" > /logs/verifier/seen.txt\n'
+)
+
+
+def test_hardened_verify_kills_a_fork_chain_and_a_fake_keeper(tmp_path, backend):
+    """Review of #34: a script that starts its next copy and exits stays ahead of a list-then-kill
+    loop, and a process renamed ``cairn-keeper`` under PID 1 was spared as docker's keeper. The
+    kill stops every new process first and scans again; the keeper is the pid found at start."""
+    task = write_task(tmp_path / "tasks", "chain", solve=CHAIN, test=CHAIN_GONE)
+    r = _run(tmp_path, task, backend, "--hardened-verify")
+    seen = next((tmp_path / "jobs" / "j" / "trials").glob("*/steps/01-main/verifier/seen.txt"))
+    assert r["reward"] == 1.0, seen.read_text()
+    assert r["steps"][0]["survivors_killed"] == "hardened_verify"

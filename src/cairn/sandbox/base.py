@@ -98,6 +98,10 @@ class ExecRequest:
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
 
 
+KILL_ROUNDS = 50
+"""The most list-and-kill rounds of :meth:`Sandbox.kill_since`'s default."""
+
+
 @dataclass(frozen=True)
 class ProcessInfo:
     """One process inside a sandbox, as seen from the sandbox's own pid namespace.
@@ -799,6 +803,44 @@ class Sandbox(ABC):
         Raises:
             SandboxError: the kill could not be sent.
         """
+
+    async def kill_since(
+        self, after_tick: int | None, spare: Sequence[ProcessInfo] = ()
+    ) -> tuple[list[ProcessInfo], list[ProcessInfo]]:
+        """Kill every process started since a baseline: with ``after_tick``, those whose
+        ``start_ticks`` is above it (the boot clock's tick of the baseline); without, those
+        not in ``spare`` (the baseline's listing, by :attr:`ProcessInfo.key`). Never PID 1 nor
+        what keeps the sandbox alive. Backends stop the processes first and look again until
+        none is new, so a process that keeps forking cannot stay ahead of the kill (docker:
+        one exec; local: from the host); this default lists and kills in rounds.
+
+        Args:
+            after_tick: the baseline's boot-clock tick, or ``None``.
+            spare: the processes of the baseline (used when ``after_tick`` is ``None``).
+
+        Returns:
+            ``(killed, left)``: the processes killed, and new ones still running after it
+            (started meanwhile by a process that is not new: a task's own service).
+
+        Raises:
+            SandboxError: the processes could not be listed or killed.
+        """
+        keys = {q.key for q in spare}
+
+        def new(p: ProcessInfo) -> bool:
+            if p.pid == 1:
+                return False
+            return p.start_ticks > after_tick if after_tick is not None else p.key not in keys
+
+        killed: dict[tuple[int, int], ProcessInfo] = {}
+        for _ in range(KILL_ROUNDS):
+            found = [p for p in await self.processes() if new(p) and p.key not in killed]
+            if not found:
+                return list(killed.values()), []
+            await self.kill_processes(found)
+            killed.update((p.key, p) for p in found)
+        left = [p for p in await self.processes() if new(p) and p.key not in killed]
+        return list(killed.values()), left
 
     # ---- snapshots (design §4.7; docs/snapshots.md) ---------------------------------------
     async def snapshot(self, labels: Mapping[str, str]) -> SnapshotRef:

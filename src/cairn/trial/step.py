@@ -121,19 +121,14 @@ async def take_baseline(sandbox: Sandbox) -> Baseline:
 
 
 async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
-    """SIGKILL every process that is not in ``before`` (by pid and start time); repeat until none.
+    """SIGKILL every process started since ``before`` (:meth:`Sandbox.kill_since`: stopped
+    first, so neither a fork chain nor a process named after the container's keeper escapes;
+    review of #34).
 
     Returns:
-        The processes killed.
+        The processes killed, each once.
     """
-    killed: list[ProcessInfo] = []
-    for _ in range(5):
-        new = [p for p in await sandbox.processes() if before.is_new(p) and p.pid != 1]
-        if not new:
-            break
-        await sandbox.kill_processes(new)
-        killed.extend(new)
-        await asyncio.sleep(0.05)
+    killed, _left = await sandbox.kill_since(before.before_tick, before.processes or ())
     return killed
 
 

@@ -86,6 +86,7 @@ from cairn.sandbox.docker.exec_stream import (
     KEEPER_SCRIPT,
     KILL_BY_ENV_SCRIPT,
     KILL_KEYS_SCRIPT,
+    KILL_SINCE_SCRIPT,
     PS_SCRIPT,
     SERVICE_EXIT_FILE,
     ExecStream,
@@ -143,10 +144,19 @@ rm -rf {solution}
 mkdir -p "$1"
 if command -v bash >/dev/null 2>&1; then echo bash; else echo sh; fi
 cat /proc/uptime 2>/dev/null || true
-""".format(logs=" ".join(LOG_DIRS), solution=SOLUTION_DIR)
+set +e
+for d in /proc/[0-9]*; do
+  pp=""
+  while read -r a b _; do [ "$a" = PPid: ] && {{ pp=$b; break; }}; done 2>/dev/null < "$d/status"
+  [ "$pp" = 1 ] || continue
+  case "$(tr '\\0' ' ' 2>/dev/null < "$d/cmdline")" in *{marker}*) echo "keeper=${{d#/proc/}}"; break;; esac
+done
+""".format(logs=" ".join(LOG_DIRS), solution=SOLUTION_DIR, marker=KEEPER_MARKER)
 """Fresh ``/logs`` folders, no ``/solution`` (the oracle's upload is then fresh without a
 ``rm`` exec, design §11), the working dir; prints the shell, then the container's uptime (so
-:attr:`DockerSandbox.boot_clock` can tell whether it shares the host's clock)."""
+:attr:`DockerSandbox.boot_clock` can tell whether it shares the host's clock), then
+``keeper=<pid>``: the keeper's pid, found while nothing but cairn runs in the container (a
+process the agent later names after the keeper is not it)."""
 
 BOOT_CLOCK_SLACK_SEC = 0.05
 """How far the container's ``/proc/uptime`` may stray from the host's ``CLOCK_BOOTTIME`` read
@@ -181,6 +191,21 @@ async def _gather(*aws: Any) -> list[Any]:
         if isinstance(res, BaseException):
             raise res
     return results
+
+
+def _keys_line(out: str, word: str) -> list[ProcessInfo]:
+    """The ``pid:start`` keys of :data:`KILL_SINCE_SCRIPT`'s ``word`` line, as processes (no
+    command line: the script reads none)."""
+    for line in out.splitlines():
+        head, _, rest = line.partition(" ")
+        if head == word or line == word:
+            found = []
+            for key in rest.split():
+                pid, _, start = key.partition(":")
+                if pid.isdigit() and start.isdigit():
+                    found.append(ProcessInfo(pid=int(pid), ppid=0, start_ticks=int(start), cmdline=""))
+            return found
+    return []
 
 
 def _user(user: str | int | None) -> str:
@@ -557,6 +582,8 @@ class DockerSandbox(Sandbox):
         except (IndexError, ValueError):
             uptime = -1.0
         self._boot_clock = before - BOOT_CLOCK_SLACK_SEC <= uptime <= after + BOOT_CLOCK_SLACK_SEC
+        keeper = [w.removeprefix("keeper=") for w in lines if w.startswith("keeper=")]
+        self._keeper_pid = int(keeper[0]) if keeper and keeper[0].isdigit() else None
         img, env_dir = self._image, self.spec.env_dir
         if (
             img is not None
@@ -1052,6 +1079,34 @@ class DockerSandbox(Sandbox):
             raise SandboxError(f"listing processes failed (exit {code}): {err.strip()[-500:]}")
         return parse_processes(out)
 
+    def _is_keeper(self, p: ProcessInfo) -> bool:
+        """Whether ``p`` is the container's keeper: the pid found at start (a process named
+        after it later is not); by its name only when the start found none."""
+        keeper = getattr(self, "_keeper_pid", None)
+        if keeper is not None:
+            return p.pid == keeper
+        return p.ppid == 1 and KEEPER_MARKER in p.cmdline
+
+    async def kill_since(
+        self, after_tick: int | None, spare: Sequence[ProcessInfo] = ()
+    ) -> tuple[list[ProcessInfo], list[ProcessInfo]]:
+        """Kill every process started since a baseline, in one exec (:data:`KILL_SINCE_SCRIPT`:
+        stopped first and scanned again until none is new, so a fork chain cannot stay ahead);
+        see :meth:`Sandbox.kill_since`.
+
+        Raises:
+            SandboxError: the exec failed.
+        """
+        keeper = getattr(self, "_keeper_pid", None)
+        args = ["-" if after_tick is None else str(after_tick), "" if keeper is None else str(keeper)]
+        if after_tick is None:
+            args += [f"{p.pid}:{p.start_ticks}" for p in spare]
+        argv = ["/bin/sh", "-c", KILL_SINCE_SCRIPT, "cairn-killsince", *args]
+        code, out, err = await self._run(argv, user="0")
+        if code != 0:
+            raise SandboxError(f"killing processes failed (exit {code}): {err.strip()[-500:]}")
+        return _keys_line(out, "killed"), _keys_line(out, "left")
+
     async def kill_processes(self, pids: Sequence[ProcessInfo]) -> None:
         """SIGKILL the given processes if their start time still matches; never PID 1 nor the
         container's keeper (killing it would end the container).
@@ -1059,11 +1114,7 @@ class DockerSandbox(Sandbox):
         Raises:
             SandboxError: the kill could not be sent.
         """
-        keys = [
-            f"{p.pid}:{p.start_ticks}"
-            for p in pids
-            if p.pid != 1 and not (p.ppid == 1 and KEEPER_MARKER in p.cmdline)
-        ]
+        keys = [f"{p.pid}:{p.start_ticks}" for p in pids if p.pid != 1 and not self._is_keeper(p)]
         if not keys:
             return
         code, _, err = await self._run(["/bin/sh", "-c", KILL_KEYS_SCRIPT, "cairn-killp", *keys], user="0")

@@ -95,6 +95,59 @@ done
 name>\x1f<cmdline>`` (the process name, which a process sets itself, left out; separators in
 the command line blanked: no process can forge a record)."""
 
+KILL_SINCE_SCRIPT = r"""
+t="$1"; k="$2"; shift 2
+spare=" $* "; me=$$; seen=" "; all=""; n=0
+f22() { shift 19; st=$1; }
+while [ $n -lt 200 ]; do
+  new=""
+  for d in /proc/[0-9]*; do
+    p=${d#/proc/}
+    case "$p" in 1|"$me"|"$k") continue;; esac
+    read -r s 2>/dev/null < "$d/stat" || continue
+    r=${s##*) }
+    st=""; f22 $r
+    [ -n "$st" ] || continue
+    if [ "$t" = - ]; then
+      case "$spare" in *" $p:$st "*) continue;; esac
+    else
+      [ "$st" -gt "$t" ] 2>/dev/null || continue
+    fi
+    case "$seen" in *" $p:$st "*) continue;; esac
+    case "$r" in Z*) continue;; esac
+    new="$new $p"; seen="$seen$p:$st "; all="$all $p"
+  done
+  [ -z "$new" ] && break
+  kill -STOP $new 2>/dev/null
+  n=$((n+1))
+done
+[ -n "$all" ] && kill -KILL $all 2>/dev/null
+printf 'killed%s\n' "$seen"
+left=""
+for d in /proc/[0-9]*; do
+  p=${d#/proc/}
+  case "$p" in 1|"$me"|"$k") continue;; esac
+  read -r s 2>/dev/null < "$d/stat" || continue
+  r=${s##*) }
+  case "$r" in Z*) continue;; esac
+  st=""; f22 $r
+  if [ "$t" = - ]; then
+    case "$spare" in *" $p:$st "*) continue;; esac
+  else
+    [ "$st" -gt "$t" ] 2>/dev/null || continue
+  fi
+  case "$seen" in *" $p:$st "*) ;; *) left="$left $p:$st";; esac
+done
+printf 'left%s\n' "$left"
+"""
+"""Kills every process started after boot-clock tick ``$1`` (or, with ``$1`` ``-``, every process
+whose ``pid:start`` key is not among ``$3…``), never PID 1, the keeper (pid ``$2``) nor itself.
+It stops each such process (SIGSTOP: it cannot fork again) and scans again until a scan finds
+no new one, then SIGKILLs them all, so neither a fork chain nor a process renamed after the
+keeper escapes. Builtins only in the loop (no fork of its own). Prints ``killed <pid:start>…``
+and ``left <pid:start>…`` (a new process that still runs: only one that appeared after the
+last scan)."""
+
 KILL_KEYS_SCRIPT = r"""
 f22() { shift 19; st=$1; }
 m=""

@@ -67,6 +67,10 @@ from cairn.sandbox.local.rootfs import (
 
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
+KILL_STOP_ROUNDS = 200
+"""The most stop-and-list rounds of :meth:`LocalSandbox.kill_since` (a stopped process forks
+no more: each round can only find the children forked before their parent was stopped)."""
+
 __all__ = [
     "COMPOSE_FILES",
     "NEEDS_DOCKER",
@@ -480,6 +484,35 @@ class LocalSandbox(Sandbox):
         """
         ns, _ = self._running()
         ns.kill(list(pids))
+
+    async def kill_since(
+        self, after_tick: int | None, spare: Sequence[ProcessInfo] = ()
+    ) -> tuple[list[ProcessInfo], list[ProcessInfo]]:
+        """Kill every process started since a baseline, from the host: each new one is
+        stopped (SIGSTOP) and the namespace listed again until none is new, then all are
+        SIGKILLed (see :meth:`Sandbox.kill_since`).
+
+        Raises:
+            SandboxError: the sandbox is not running.
+        """
+        ns, _ = self._running()
+        keys = {q.key for q in spare}
+
+        def new(p: ProcessInfo) -> bool:
+            if p.pid == 1:
+                return False
+            return p.start_ticks > after_tick if after_tick is not None else p.key not in keys
+
+        stopped: dict[tuple[int, int], ProcessInfo] = {}
+        for _ in range(KILL_STOP_ROUNDS):
+            found = [p for p in ns.processes() if new(p) and p.key not in stopped]
+            if not found:
+                break
+            ns.freeze(found)
+            stopped.update((p.key, p) for p in found)
+        ns.kill(list(stopped.values()))
+        left = [p for p in ns.processes() if new(p) and p.key not in stopped]
+        return list(stopped.values()), left
 
 
 def _exists(fs: SandboxFS, path: str) -> bool:

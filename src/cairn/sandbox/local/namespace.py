@@ -35,6 +35,7 @@ from cairn.sandbox.local.proc import (
     kill_processes,
     kill_tagged,
     list_processes,
+    signal_processes,
     tagged_processes,
 )
 from cairn.sandbox.local.rootfs import DOCKER_CAPS, HostSupport
@@ -479,6 +480,11 @@ class NamespaceRuntime:
     def kill(self, targets: list[ProcessInfo]) -> None:
         """SIGKILL processes matched by ``(pid, start_ticks)``; pid 1 and gone ones skipped."""
         kill_processes(self.root, targets)
+
+    def freeze(self, targets: list[ProcessInfo]) -> None:
+        """SIGSTOP processes matched by ``(pid, start_ticks)`` (they can fork no more); pid 1
+        and gone ones skipped."""
+        signal_processes(self.root, targets, signal.SIGSTOP)
 
     def kill_tagged(self, tag: str) -> int:
         """SIGKILL every process of the exec tagged ``tag`` and its descendants (see

@@ -58,8 +58,9 @@ def _read_process(pfd: int, name: str) -> ProcessInfo | None:
     )
 
 
-def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:
-    """SIGKILL ``/proc/<name>`` through a pidfd if its start time still matches."""
+def _kill_if_same(pfd: int, name: str, start_ticks: int, sig: int = signal.SIGKILL) -> bool:
+    """Send ``sig`` (default SIGKILL) to ``/proc/<name>`` through a pidfd if its start time
+    still matches."""
     try:
         fd = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC, dir_fd=pfd)
     except OSError:
@@ -68,7 +69,7 @@ def _kill_if_same(pfd: int, name: str, start_ticks: int) -> bool:
         stat = _read_at(fd, "stat")
         if int(stat[stat.rindex(b")") + 2 :].split()[19]) != start_ticks:
             return False
-        signal.pidfd_send_signal(fd, signal.SIGKILL)
+        signal.pidfd_send_signal(fd, sig)
         return True
     except (OSError, ValueError, IndexError):
         return False
@@ -92,6 +93,22 @@ def list_processes(root: str) -> list[ProcessInfo]:
     finally:
         os.close(pfd)
     return sorted(out, key=lambda p: p.pid)
+
+
+def signal_processes(root: str, targets: list[ProcessInfo], sig: int) -> None:
+    """Send ``sig`` to ``targets`` matched by ``(pid, start_ticks)``; pid 1 and gone ones
+    skipped.
+
+    Raises:
+        SandboxLostError: the sandbox is gone.
+    """
+    pfd = _proc_fd(root)
+    try:
+        for p in targets:
+            if p.pid > 1:
+                _kill_if_same(pfd, str(p.pid), p.start_ticks, sig)
+    finally:
+        os.close(pfd)
 
 
 def kill_processes(root: str, targets: list[ProcessInfo]) -> None:
