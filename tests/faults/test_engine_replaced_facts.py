@@ -9,6 +9,7 @@ for every Unix socket) handed the second job the first engine's addresses.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import subprocess
 
@@ -26,7 +27,10 @@ pytestmark = [pytest.mark.faults, pytest.mark.docker]
 def _bridge_gateway() -> str:
     argv = ["docker", "network", "inspect", "bridge"]
     out = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=True).stdout
-    return json.loads(out)[0]["IPAM"]["Config"][0]["Gateway"]
+    cfg = json.loads(out)[0]["IPAM"]["Config"][0]
+    # the engine leaves Gateway out at times (restarted onto an existing docker0): its
+    # default IPAM's gateway is then the subnet's first host, as cairn reads it too
+    return cfg.get("Gateway") or str(ipaddress.ip_network(cfg["Subnet"]).network_address + 1)
 
 
 def _facts(caches: SandboxCaches) -> tuple[str | None, list[str]]:

@@ -173,7 +173,7 @@ def engine_addresses(client: Any, caches: SandboxCaches) -> list[str]:
     with contextlib.suppress(Exception):
         for net in client.api.networks():
             for cfg in (net.get("IPAM") or {}).get("Config") or []:
-                gw = str(cfg.get("Gateway") or "")
+                gw = str(cfg.get("Gateway") or "") or _first_host(cfg.get("Subnet"))
                 if gw and parse_address(gw) is not None:
                     found.add(gw)
     key = str(getattr(client.api, "base_url", ""))
@@ -181,6 +181,20 @@ def engine_addresses(client: Any, caches: SandboxCaches) -> list[str]:
         found |= {str(a) for a in httpwire.local_addresses() if not a.is_loopback and not a.is_link_local}
     facts.addresses = sorted(found)
     return list(facts.addresses)
+
+
+def _first_host(subnet: object) -> str:
+    """The first host address of ``subnet`` (``"172.17.0.0/16"`` → ``"172.17.0.1"``), the one
+    Docker's default IPAM gives a network's gateway; ``""`` when it is not a subnet. The engine
+    leaves ``Gateway`` out of a network's IPAM config at times (the default bridge after the
+    engine restarted onto an existing ``docker0``)."""
+    import ipaddress
+
+    try:
+        net = ipaddress.ip_network(str(subnet), strict=False)
+    except ValueError:
+        return ""
+    return str(net.network_address + 1) if net.num_addresses > 2 else ""
 
 
 def _tar_file(name: str, data: bytes) -> bytes:
