@@ -370,6 +370,8 @@ def main() -> int:
         with EngineCalls(marker) as sdk_calls:
             floor_sdk(task, image, api, marker)
         c_wall, c_trial, f_min, h_wall = [], [], [], []
+        c_cpu: list[float] = []
+        o_cpu: list[float] = []
         s_wall: list[float] = []
         s_imp: list[float] = []
         o_wall: list[float] = []
@@ -377,12 +379,14 @@ def main() -> int:
 
         def one(kind: str, i: int) -> None:
             if kind == "cairn":
-                wall, res = run_cairn(task, jobs, f"r{i}")
+                wall, cpu, res = run_cairn_cpu(task, jobs, f"r{i}")
                 c_wall.append(wall)
+                c_cpu.append(cpu)
                 c_trial.append(res["timings"]["total_sec"])
             elif kind == "compare":
-                wall, res = run_cairn(task, jobs, f"c{i}", src=compare)
+                wall, cpu, res = run_cairn_cpu(task, jobs, f"c{i}", src=compare)
                 o_wall.append(wall)
+                o_cpu.append(cpu)
                 o_trial.append(res["timings"]["total_sec"])
             elif kind == "minimal":
                 f_min.append(floor_minimal(docker, task, root, f"cairn-bench-min-{uuid.uuid4().hex[:8]}"))
@@ -421,6 +425,7 @@ def main() -> int:
     print(f"cairn run (whole process)      {ms(c)}")
     print(f"  of which the trial itself    {ms(ct)}  (result.json timings.total_sec)")
     print(f"  process start, imports, job  {ms(c - ct)}")
+    print(f"  CPU (user + sys, children)   {ms(med(c_cpu))}")
     print(f"minimal docker CLI script      {ms(fm)}  (build -q, run, 3 exec, 2 cp, rm)")
     ratio = c / fm
     print(f"ratio cairn / minimal script   {ratio:8.2f}x  (target <= {args.limit:.2f})")
@@ -430,13 +435,17 @@ def main() -> int:
         "the least work through the Docker SDK"
     )
     print(f"  after importing typer, pydantic, asyncio, docker ({ms(med(s_imp)).strip()} of it)")
+    print(f"ratio cairn / SDK floor        {c / sm:8.2f}x  (#31 target <= 1.15)")
     if compare:
         o, ot = med(o_wall), med(o_trial)
         print(f"--compare {compare}:")
         print(f"  cairn run (whole process)    {ms(o)}  (ratio to the script {o / fm:.2f}x)")
         print(f"  of which the trial itself    {ms(ot)}")
         print(f"  process start, imports, job  {ms(o - ot)}")
+        print(f"  CPU (user + sys, children)   {ms(med(o_cpu))}")
+        print(f"  ratio to the SDK floor       {o / sm:8.2f}x")
         print(f"  ratio this / --compare       {c / o:8.2f}x")
+        print(f"  CPU ratio this / --compare   {med(c_cpu) / med(o_cpu):8.2f}x")
     if harbor:
         h = med(h_wall)
         print(f"harbor run (whole process)     {ms(h)}")

@@ -143,12 +143,15 @@ class Progress(JobObserver):
 
     def finish(self, job) -> None:
         """Print the summary: JSON on stdout with ``--json``; else the report table when the
-        job had more than one trial, then where the results are."""
+        job had more than one trial, then where the results are. The report module (and its
+        model-call sums) is imported only when it renders: a one-trial run prints no table (#31)."""
+        if not self.json_mode and len(job.results) <= 1:
+            print(f"results: {job.job_dir}", file=self.out, flush=True)
+            return
         from cairn.results.report import render
 
         if self.json_mode:
             print(render(job, "json"), flush=True)
             return
-        if len(job.results) > 1:
-            print(render(job, "text"), file=self.out)
+        print(render(job, "text"), file=self.out)
         print(f"results: {job.job_dir}", file=self.out, flush=True)

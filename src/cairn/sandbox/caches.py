@@ -24,6 +24,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+from cairn._util.engine_ping import forget_early_facts
+
 T = TypeVar("T")
 
 
@@ -80,8 +82,9 @@ class SandboxCaches:
         hold for the engine that answers now (restarted, upgraded or replaced, issue #29).
         The next sandbox asks again. The build locks and the :meth:`journal` records stay
         (they hold no engine fact), and a memo a running sandbox already holds stays valid
-        for it.
+        for it. What ``cairn run``'s early ping said of the engine is dropped too.
         """
+        forget_early_facts()
         with self._mu:
             self._memos.clear()
 

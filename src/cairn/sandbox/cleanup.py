@@ -482,12 +482,14 @@ def settle_job(
         return _settle_local(job_dir)
     if backend != "docker":
         return []
-    import docker
     import docker.errors
+
+    from cairn.sandbox.caches import SandboxCaches
+    from cairn.sandbox.docker.client import make_client  # the early ping's API version, if fresh
 
     owned = client is None
     try:
-        client = client or docker.from_env(timeout=30)
+        client = client or make_client(SandboxCaches(), timeout=30)
     except Exception as exc:  # noqa: BLE001 - no engine: nothing can be checked
         return [f"docker engine: {exc}"]
     listers = _docker_kinds(client, {"label": f"{LABEL_JOB_DIR}={job_dir}"})

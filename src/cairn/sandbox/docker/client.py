@@ -12,6 +12,11 @@ upgraded or replaced between two jobs of one process (the Python API, a Ray work
 anew, never described by what an earlier job saw (issue #29). A caller outside a job (a
 backend classmethod such as ``engine_version``, a bench) passes a fresh :class:`SandboxCaches` of its
 own. No module-level state.
+
+The API version and the version come without a round trip of their own when ``cairn run``'s
+early ping answered them (:func:`cairn._util.engine_ping.early_facts`: the ping's headers, at
+most 10 s old, for the engine named now, none since an engine was lost): ``/version`` costs the
+engine ~8 ms idle, and a trivial run asked it five times (#31).
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from typing import TYPE_CHECKING
 import docker
 import docker.errors
 
+from cairn._util.engine_ping import early_facts
 from cairn.errors import SandboxLostError
 from cairn.sandbox.caches import SandboxCaches
 
@@ -89,7 +95,8 @@ def engine_facts(caches: SandboxCaches, host: str | None = None) -> EngineFacts:
 
 def make_client(caches: SandboxCaches, timeout: int = 300) -> docker.DockerClient:
     """A Docker SDK client from the environment (``DOCKER_HOST`` …), its API version detected
-    once per job (``caches``' :class:`EngineFacts`; later clients skip that round trip).
+    once per job (``caches``' :class:`EngineFacts`; later clients skip that round trip), or
+    taken with the version from the early ping's answer when it is fresh (no round trip).
 
     Args:
         caches: the job's memos, or a fresh :class:`SandboxCaches` outside a job.
@@ -99,6 +106,9 @@ def make_client(caches: SandboxCaches, timeout: int = 300) -> docker.DockerClien
         SandboxLostError: no engine answers.
     """
     facts = engine_facts(caches)
+    if facts.api_version is None:  # what the early ping's answer said, if it is fresh
+        facts.api_version, version = early_facts()
+        facts.version = facts.version or version
     try:
         client = docker.DockerClient.from_env(
             version=facts.api_version or "auto", timeout=timeout, max_pool_size=64
