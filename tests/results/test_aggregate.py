@@ -851,3 +851,40 @@ def test_score_trial_takes_its_options_by_keyword_only() -> None:
     with pytest.raises(TypeError, match="positional argument"):
         score_trial("mean", rows, 3)  # type: ignore[misc]
     assert score_trial("mean", rows, steps_total=3).reward_all_steps == pytest.approx(1 / 3)
+
+
+def test_a_scored_row_with_an_error_does_not_stop_the_trial_by_rule_1() -> None:
+    """Rule 1 is for rows without a verifier result: a verifier-sourced row that also carries
+    an error (its reward stands) is judged by its gates, not stopped as a step error."""
+    scored = row(1, rewards={"reward": 1.0}, error=err(ErrorKind.VERIFIER_TIMEOUT))
+    assert stop_decision(scored, None, is_last=False, verify=True) is None
+
+
+def test_a_trial_level_candidate_error_does_not_make_the_trial_errored() -> None:
+    """Only a non-candidate error makes a trial ``errored`` (design §6): a budget stop (a
+    candidate error given at trial level) leaves the outcome to the steps."""
+    budget = err(ErrorKind.BUDGET_EXCEEDED)
+    assert budget.category is Category.CANDIDATE
+    steps = [row(1, rewards={"reward": 1.0})]
+    assert trial_outcome(steps=steps, stop_reason=None, error=budget) is Outcome.COMPLETED
+    infra = err(ErrorKind.START_FAILED)
+    assert trial_outcome(steps=steps, stop_reason=None, error=infra) is Outcome.ERRORED
+
+
+def test_an_errored_trial_keeps_the_trial_level_error_it_was_given() -> None:
+    """score_trial takes a step's error only when no trial-level error was given."""
+    given = err(ErrorKind.START_FAILED)
+    score = score_trial("mean", [row(1, "not-run")], error=given)
+    assert score.outcome is Outcome.ERRORED and score.error == given
+    step_error = err(ErrorKind.SETUP_FAILED, step="s1")
+    failed = row(1, "error", error=step_error)
+    assert score_trial("mean", [failed], error=given).error == given
+    assert score_trial("mean", [failed]).error == step_error
+
+
+def test_a_trial_score_is_frozen() -> None:
+    import dataclasses
+
+    score = score_trial("mean", [row(1, rewards={"reward": 1.0})])
+    with pytest.raises(dataclasses.FrozenInstanceError, match="cannot assign"):
+        score.reward = 0.0  # type: ignore[misc]
