@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cairn.sandbox.docker.exec_stream import KILL_BY_ENV_SCRIPT
-from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, parse_fold
+from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, fold_env, parse_fold
 
 ROOT = os.geteuid() == 0
 
@@ -37,7 +37,6 @@ class Box:
 
     def argv(self, *, clean: bool = True, timeout_sec: float | None = 60, limit: int = FOLD_LIMIT_BYTES):
         return fold_argv(
-            self.token,
             ["bash", str(self.tests / "test.sh")],
             collect=str(self.logs),
             then_root=self.clean if clean else None,
@@ -50,6 +49,7 @@ class Box:
         return {
             **os.environ,
             "CAIRN_EXEC_ID": self.exec_id,
+            **fold_env(self.token),
             "VDIR": str(self.logs),
             "TOKEN": self.token,
             **extra,
@@ -311,3 +311,21 @@ def test_an_out_line_without_a_code_gives_none():
         assert fold.ended is None and fold.out.startswith(b"hello\n")
     fold = parse_fold(f"{tok}:start\nhello\n{tok}:out 0\n".encode(), tok, truncated=False)
     assert (fold.ended, fold.out) == (0, b"hello\n")
+
+
+def test_the_token_is_in_neither_the_commands_environment_nor_a_command_line(tmp_path):
+    """Review of #31 F2: a command line is readable by every user of the sandbox; the token is
+    handed in the script's environment (readable by its own user only) and unset before the
+    command runs, so a program test.sh runs as another user cannot forge the script's lines."""
+    box = Box(
+        tmp_path,
+        'env | grep -c "^CAIRN_FOLD_TOKEN=" || true\n'
+        "for p in $$ $PPID; do tr '\\0' ' ' < /proc/$p/cmdline; echo; done\n",
+    )
+    env = {k: v for k, v in box.env().items() if k != "TOKEN"}
+    p = subprocess.run(box.argv(), capture_output=True, env=env, cwd=box.tests, timeout=60)
+    fold = parse_fold(p.stdout, box.token, truncated=False)
+    assert fold.started and fold.footer and fold.code == 0, p.stdout[-500:]
+    out = fold.out.decode()
+    assert out.splitlines()[0] == "0", out  # not in test.sh's environment
+    assert "cairn-fold" in out and box.token not in out  # nor on the script's command line

@@ -93,7 +93,7 @@ from cairn.sandbox.docker.exec_stream import (
     is_keep_alive,
     parse_processes,
 )
-from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, parse_fold
+from cairn.sandbox.docker.fold import FOLD_LIMIT_BYTES, fold_argv, fold_env, parse_fold
 from cairn.sandbox.docker.gateway import (
     POOL_KIND,
     POOL_LIMIT,
@@ -986,9 +986,10 @@ class DockerSandbox(Sandbox):
             )  # fmt: skip
         token = uuid.uuid4().hex
         wrapped = fold_argv(
-            token, command, collect=src, then_root=then_root, unless_exit=unless_exit, timeout_sec=timeout_sec
+            command, collect=src, then_root=then_root, unless_exit=unless_exit, timeout_sec=timeout_sec
         )
-        req = ExecRequest(wrapped, user, cwd, env, timeout_sec, max_output_bytes)
+        folded_env = {**(env or {}), **fold_env(token)}  # the token is on no command line
+        req = ExecRequest(wrapped, user, cwd, folded_env, timeout_sec, max_output_bytes)
         stream, timed_out, code, elapsed = await self._exec_stream(
             req, stdout_cap=max_output_bytes + FOLD_LIMIT_BYTES + 4096
         )

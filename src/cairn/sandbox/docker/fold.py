@@ -60,7 +60,8 @@ CLEAN_MARGIN_SEC = 5.0
 a timeout that strikes during it would leave the folder half removed and its copy unread."""
 
 FOLD_SCRIPT = r"""
-t="$1"; lim="$2"; dir="$3"; clean="$4"; skip="$5"; left="$6"; shift 6
+t="$CAIRN_FOLD_TOKEN"; unset CAIRN_FOLD_TOKEN
+lim="$1"; dir="$2"; clean="$3"; skip="$4"; left="$5"; shift 5
 printf '%s:start\n' "$t"
 for c in cat tee wc tar; do
   command -v "$c" >/dev/null 2>&1 || exec "$@"
@@ -102,15 +103,31 @@ if [ -n "$clean" ] && [ "$ts" = 0 ] && [ "$es" = 0 ] && [ "$n" -le "$lim" ] 2>/d
 fi
 exit "$code"
 """
-"""Run as ``/bin/sh -c FOLD_SCRIPT cairn-fold TOKEN LIMIT DIR CLEAN SKIP LEFT argv…``:
-``TOKEN`` marks its lines, ``LIMIT`` is :data:`FOLD_LIMIT_BYTES`, ``DIR`` the absolute folder
+"""Run as ``/bin/sh -c FOLD_SCRIPT cairn-fold LIMIT DIR CLEAN SKIP LEFT argv…`` with the token
+that marks its lines in the environment (:data:`FOLD_TOKEN_VAR`, :func:`fold_env`), not on its
+command line: any user of the sandbox can read a command line, only the exec's own user (and
+root) its environment, and the script unsets it before the command runs (a program test.sh
+runs as another user cannot learn it and forge the script's lines). ``LIMIT`` is
+:data:`FOLD_LIMIT_BYTES`, ``DIR`` the absolute folder
 to copy, ``CLEAN`` the clean-up shell command (empty: none), ``SKIP`` the space-separated exit
 codes after which nothing is copied nor cleaned, ``LEFT`` the centiseconds of the timeout
 within which the clean-up may start (``-``: no timeout)."""
 
 
+FOLD_TOKEN_VAR = "CAIRN_FOLD_TOKEN"
+"""The environment variable that hands :data:`FOLD_SCRIPT` its token."""
+
+
+def fold_env(token: str) -> dict[str, str]:
+    """The environment entry that gives a folded exec its token (merge it into the exec's env).
+
+    Args:
+        token: a fresh random hex token (marks the script's own lines).
+    """
+    return {FOLD_TOKEN_VAR: token}
+
+
 def fold_argv(
-    token: str,
     argv: list[str],
     *,
     collect: str,
@@ -122,7 +139,6 @@ def fold_argv(
     """The exec's argv that folds ``argv``, the copy of ``collect`` and ``then_root``.
 
     Args:
-        token: a fresh random hex token (marks the script's own lines).
         argv: the command (never empty).
         collect: the absolute sandbox folder to copy (not ``/``).
         then_root: the clean-up shell command, or ``None``.
@@ -139,7 +155,6 @@ def fold_argv(
         "-c",
         FOLD_SCRIPT,
         "cairn-fold",
-        token,
         str(limit_bytes),
         collect.rstrip("/") or "/",
         then_root or "",
