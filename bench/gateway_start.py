@@ -12,7 +12,7 @@ same environment (cached image) started and stopped through ``DockerSandbox``:
    trial's policy (``cairn.sandbox.pools``; docs/network.md "Gateway reuse").
 
 Prints the median ``start()`` seconds of each, the added median and the ratio to the baseline
-(target: a job's trial, 4. and 5., adds ≤ 0.3 s; 2. and 3. are a lone trial's cost), the
+(target, issue #34: each of 2.–5. adds ≤ 0.3 s; 2. and 3. are a lone trial's cost), the
 median ``stop()`` seconds, the median phase switch (``set_network``) and checks that the
 baseline started no gateway. The gateway image is built once before the rounds (content-hash
 cached like environment images; the first build is reported apart).
@@ -147,12 +147,15 @@ async def main() -> int:
             f"{name:<22} {layout:<8} {med(name, 'start'):>8.3f} {added:>8.3f} "
             f"{med(name, 'start') / base:>6.2f} {med(name, 'stop'):>7.3f} {sw:>8}"
         )
-        if name in JOBBED and added > TARGET_SEC:
+        if name != "no-network" and added > TARGET_SEC:  # a lone trial's and a job's (#34)
             ok = False
     if {str(r["layout"]) for r in runs["no-network"]} != {"none"}:
         print("FAIL: a no-network sandbox without model hosts got a gateway")
         ok = False
-    print(f"target: in a job the gateway adds <= {TARGET_SEC} s (median): {'OK' if ok else 'MISSED'}")
+    print(
+        f"target: the gateway adds <= {TARGET_SEC} s (median) to a lone trial's start and to a "
+        f"job's: {'OK' if ok else 'MISSED'}"
+    )
     client.close()
     return 0 if ok else 1
 
