@@ -112,3 +112,16 @@ def test_a_start_waiting_for_a_return_still_counts_as_a_taker():
 
     assert asyncio.run(scenario()) == (True, "back")
     assert pool.takers == 0
+
+
+def test_a_retry_adds_a_taker():
+    """A retried trial starts another sandbox: the job adds a taker, so the pool keeps a
+    returned resource for it again."""
+    pool: ResourcePool = ResourcePool(takers=1)
+    assert asyncio.run(pool.take_or_wait("net", wait_sec=0)) is None and pool.takers == 0
+    assert not pool.give("net", "n1", limit=8)
+    pool.add_takers(1)
+    assert pool.takers == 1 and pool.give("net", "n1", limit=8)
+    unknown: ResourcePool = ResourcePool()
+    unknown.add_takers(3)
+    assert unknown.takers is None

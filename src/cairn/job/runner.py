@@ -172,6 +172,8 @@ class JobRun:
                     cause=cause,
                 )
             )
+            if services is not None and services.pool is not None:
+                services.pool.add_takers(1)  # the retry starts a sandbox of its own
             await asyncio.sleep(delay)
             delay *= 2
 

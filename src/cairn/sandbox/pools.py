@@ -135,6 +135,13 @@ class ResourcePool(Generic[T]):
                 self._pending[kind] -= 1
         self._notify()
 
+    def add_takers(self, n: int = 1) -> None:
+        """``n`` more sandbox starts will take a resource (a retried trial's new sandbox): a
+        no-op when the count is unknown."""
+        with self._lock:
+            if self._takers is not None:
+                self._takers += n
+
     @property
     def takers(self) -> int | None:
         """How many sandbox starts may still take a resource (``None``: unknown)."""
