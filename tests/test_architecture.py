@@ -283,3 +283,19 @@ def test_tests_take_shared_helpers_from_tests_helpers_not_conftest():
             ):
                 offenders.append(f"{path.relative_to(tests)}:{node.lineno}")
     assert offenders == []
+
+
+#: the longest a function of the trial engine may be, lines (issue #28: the trial room stays
+#: readable; run_step had grown to 181)
+TRIAL_FUNCTION_MAX_LINES = 80
+
+
+def test_no_function_of_the_trial_engine_is_longer_than_80_lines():
+    long = []
+    for path in sorted((SRC / "trial").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                size = (node.end_lineno or node.lineno) - node.lineno + 1
+                if size > TRIAL_FUNCTION_MAX_LINES:
+                    long.append(f"{path.relative_to(SRC)}:{node.lineno} {node.name} ({size} lines)")
+    assert not long, long

@@ -223,6 +223,15 @@ def _read_rewards(
     run.warnings.extend(read.warnings)
 
 
+def _timed_out(timeout_sec: float) -> TrialFailure:
+    """The ``verifier_timeout`` of a test.sh that outlived ``timeout_sec`` seconds."""
+    return TrialFailure(
+        ErrorKind.VERIFIER_TIMEOUT,
+        f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
+        detail={"timeout_sec": timeout_sec},
+    )
+
+
 async def run_verifier(
     sandbox: Sandbox,
     step: Step,
@@ -286,11 +295,7 @@ async def run_verifier(
         run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout
         run.warnings.extend(judge_warnings)
         if result.timed_out:
-            run.error = TrialFailure(
-                ErrorKind.VERIFIER_TIMEOUT,
-                f"test.sh did not finish within {timeout_sec:g} s; its processes were killed",
-                detail={"timeout_sec": timeout_sec},
-            )
+            run.error = _timed_out(timeout_sec)
             return run
         _read_rewards(run, result, verifier_dir, free_kb=free_kb, mask=mask)
         return run
