@@ -182,6 +182,7 @@ class TrialFailure(CairnError):
         task_fault: the failure is caused by the task's own definition (a start the task's
             image breaks: a missing ENTRYPOINT program, no ``/bin/sh``), the same on every
             attempt: classified ``task``, never retried as infra.
+        step_warnings: what the step it ended had warned before (set by the step runner).
     """
 
     def __init__(
@@ -191,6 +192,8 @@ class TrialFailure(CairnError):
         self.kind = ErrorKind(kind)
         self.detail = dict(detail or {})
         self.task_fault = task_fault
+        self.step_warnings: list[str] = []
+        """The warnings of the step it ended, so far (its failure row keeps them)."""
 
 
 class SandboxError(TrialFailure):

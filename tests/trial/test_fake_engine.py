@@ -774,3 +774,23 @@ def test_a_job_lends_its_pool_to_the_trials_sandbox(tmp_path):
     world.handler = handler
     run(tmp_path, two_steps(tmp_path), world=world, services=JobServices(pool=pool))
     assert seen and all(p is pool for p in seen)
+
+
+def test_a_failed_steps_row_keeps_what_the_step_warned_before(tmp_path):
+    """Review of #34: a warning the step gave (here the hardened kill) stays on its row when a
+    later phase of the step fails (here the sandbox, at the verifier)."""
+    world = FakeWorld()
+
+    def handler(sb: FakeSandbox, req: ExecRequest) -> ExecResult | None:
+        if req.argv == ["bash", "/tests/test.sh"]:
+            raise SandboxError("the sandbox broke", kind=ErrorKind.SANDBOX_UNUSABLE)
+        return None
+
+    world.handler = handler
+    r = run(
+        tmp_path, two_steps(tmp_path), Scripted({"write": "spawn daemon"}), world=world, hardened_verify=True
+    )
+    row = r.result.steps[0]
+    assert row.error is not None and row.error.kind is ErrorKind.SANDBOX_UNUSABLE, row
+    assert "hardened verify: killed 1 agent process(es)" in row.warnings
+    assert "hardened verify: killed 1 agent process(es)" in r.steps_json()[0]["warnings"]

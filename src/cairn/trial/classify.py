@@ -139,4 +139,6 @@ def with_end(exc: TrialFailure, end: SandboxEnd | None) -> TrialFailure:
 
 def as_transfer_failure(exc: TrialFailure) -> TrialFailure:
     """A sandbox that broke before the agent ran is a failed transfer (infra), not a candidate fault."""
-    return TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail, task_fault=exc.task_fault)
+    out = TrialFailure(ErrorKind.TRANSFER_FAILED, str(exc), detail=exc.detail, task_fault=exc.task_fault)
+    out.step_warnings = list(exc.step_warnings)
+    return out

@@ -487,7 +487,12 @@ def _step_failure(rec: TrialRecorder, s: TrialSettings, step: Step, exc: TrialFa
     if isinstance(exc, SandboxLostError):
         rec.error = error_info(exc, step=step, phase=phase, mask=s.mask)
         return StepResult(
-            index=step.index, name=step.name, source=StepSource.ERROR, error=rec.error, timings=timings
+            index=step.index,
+            name=step.name,
+            source=StepSource.ERROR,
+            error=rec.error,
+            timings=timings,
+            warnings=exc.step_warnings,
         )
     if exc.kind is ErrorKind.SANDBOX_UNUSABLE and not rec.after_agent:
         exc = as_transfer_failure(exc)
@@ -505,6 +510,7 @@ def _step_failure(rec: TrialRecorder, s: TrialSettings, step: Step, exc: TrialFa
             timings=timings,
             tokens=tokens,
             cost_usd=cost_usd,
+            warnings=exc.step_warnings,
         )
     rec.error = info
     return StepResult(
@@ -515,6 +521,7 @@ def _step_failure(rec: TrialRecorder, s: TrialSettings, step: Step, exc: TrialFa
         timings=timings,
         tokens=tokens,
         cost_usd=cost_usd,
+        warnings=exc.step_warnings,
     )
 
 

@@ -618,23 +618,27 @@ async def run_step(
     """
     rec.begin_step(step)
     st = _Step(step=step, paths=paths)
-    await _setup_phase(sandbox, st, s, rec)
-    await _healthcheck_phase(sandbox, st, s, rec)
-    await _agent_phase(sandbox, agent, task, st, s, rec)
-    await _end_agent_phase(sandbox, st, s, rec)
-    await _artifacts_phase(sandbox, st, s, rec)
-    # 7a. a start-up service that died while the agent worked fails the trial as the task's
-    # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
-    await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
-    if not s.verify:
-        return StepResult(
-            index=step.index,
-            name=step.name,
-            source=StepSource.NOT_RUN,
-            **st.row_fields(),
-            timings=st.timings(rec.step_clock),
-        )
-    v = await _verifier_phase(sandbox, st, s, rec)
+    try:
+        await _setup_phase(sandbox, st, s, rec)
+        await _healthcheck_phase(sandbox, st, s, rec)
+        await _agent_phase(sandbox, agent, task, st, s, rec)
+        await _end_agent_phase(sandbox, st, s, rec)
+        await _artifacts_phase(sandbox, st, s, rec)
+        # 7a. a start-up service that died while the agent worked fails the trial as the task's
+        # error (service_exited, its exit code and log tail), never scored as the agent's (#22)
+        await check_services(sandbox, when=f"during step {step.name!r}, after the agent started")
+        if not s.verify:
+            return StepResult(
+                index=step.index,
+                name=step.name,
+                source=StepSource.NOT_RUN,
+                **st.row_fields(),
+                timings=st.timings(rec.step_clock),
+            )
+        v = await _verifier_phase(sandbox, st, s, rec)
+    except TrialFailure as exc:  # its failure row keeps what the step warned (a kill, …)
+        exc.step_warnings = [*st.warnings, *exc.step_warnings]
+        raise
     return _verified_row(st, v, rec)
 
 

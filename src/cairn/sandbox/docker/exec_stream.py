@@ -34,13 +34,21 @@ KEEPER_SCRIPT = (
     'command -v "$1" >/dev/null 2>&1 || { echo "cairn: the image ENTRYPOINT $1 is not an '
     'executable in the image" >&2; exit 127; }; '
     f'( "$@"; echo $? > {SERVICE_EXIT_FILE} ) & fi; '
+    'k=/tmp/.cairn-keeper.$$; '
+    'if mkfifo "$k" 2>/dev/null && exec 3<>"$k"; then rm -f "$k"; while :; do read -r _ <&3; done; fi; '
     "while :; do sleep 2147483647 & wait $!; done"
 )
 """The container's main process under the init: starts the image ENTRYPOINT (+CMD) in the
 background (exit 127 at once when the ENTRYPOINT program does not exist: the container would not
 start under Harbor either; the service's exit status is recorded in :data:`SERVICE_EXIT_FILE`
 when it ends), then idles; exits at once on SIGTERM. Run as ``sh -c KEEPER_SCRIPT cairn-keeper
-[entrypoint…]``."""
+[entrypoint…]``.
+
+It idles on the shell's own ``read`` of a FIFO it holds open (and unlinked), running no program
+after its start: a keeper that ran ``sleep`` in a loop ran whatever an agent put at
+``/usr/bin/sleep`` after every kill of the agent's processes, since the keeper is the one
+process they spare (a fresh-clone attack on ``--hardened-verify``). Without ``mkfifo`` it falls
+back to that loop."""
 
 _KEEP_ALIVE = (("sleep", "infinity"), ("sleep", "inf"), ("tail", "-f", "/dev/null"))
 
