@@ -300,3 +300,34 @@ def test_hardened_verify_kills_a_fork_chain_and_a_fake_keeper(tmp_path, backend)
     seen = next((tmp_path / "jobs" / "j" / "trials").glob("*/steps/01-main/verifier/seen.txt"))
     assert r["reward"] == 1.0, seen.read_text()
     assert r["steps"][0]["survivors_killed"] == "hardened_verify"
+
+
+# the agent swaps /usr/bin/sleep for a wrapper that starts a heartbeat first, then kills every
+# `sleep` it can: a keeper that ran `sleep` in a loop ran the wrapper after each kill of the
+# agent's processes (it is the one process they spare), and the heartbeat outlived the kill
+SLEEP_SWAP = (
+    'real=$(command -v sleep); cp "$real" /usr/local/bin/.sleep-real\n'
+    "cat > /tmp/hb.sh <<'SH'\n"
+    "while :; do date +%s%N > /tmp/hb; /usr/local/bin/.sleep-real 0.05; done\n"
+    "SH\n"
+    "for s in /usr/bin/sleep /bin/sleep; do\n"
+    "  [ -e $s ] || continue\n"
+    "  printf '#!/bin/sh\\nsetsid sh /tmp/hb.sh >/dev/null 2>&1 < /dev/null &\\n"
+    'exec /usr/local/bin/.sleep-real "$@"\\n\' > $s.new && chmod +x $s.new && mv -f $s.new $s\n'
+    "done\n"
+    "for p in /proc/[0-9]*; do\n"
+    "  tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '^sleep 2147483647' && kill ${p#/proc/}\n"
+    "done\n"
+    "for i in $(seq 100); do [ -s /tmp/hb ] && break; /usr/local/bin/.sleep-real 0.05; done\n"
+)
+
+HEARTBEAT_GONE = (
+    "a=$(cat /tmp/hb 2>/dev/null); /usr/local/bin/.sleep-real 1; b=$(cat /tmp/hb 2>/dev/null)\n"
+    'if [ "$a" = "$b" ]; then echo 1; else echo 0; fi > /logs/verifier/reward.txt\n'
+)
+
+
+def test_hardened_verify_leaves_no_program_the_agent_swapped_in_to_run_afterwards(tmp_path, backend):
+    task = write_task(tmp_path / "tasks", "swap", solve=SLEEP_SWAP, test=HEARTBEAT_GONE)
+    r = _run(tmp_path, task, backend, "--hardened-verify")
+    assert r["reward"] == 1.0, r["steps"][0]
