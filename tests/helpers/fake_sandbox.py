@@ -37,7 +37,7 @@ from cairn.sandbox.base import (
     UploadItem,
 )
 from cairn.trial.helper import AFTER_AGENT_SCRIPT, CLEAR_EVIDENCE_CMD, PLANTED_PREFIX, VERIFIER_CLEANUP_CMD
-from cairn.trial.step import PYTHON_HOOKS_CMD
+from cairn.trial.step import HOOK_NAMES
 
 Handler = Callable[["FakeSandbox", ExecRequest], "ExecResult | None | Awaitable[ExecResult | None]"]
 
@@ -338,7 +338,7 @@ class FakeSandbox(Sandbox):
             for f in [f for f in w.files if f.startswith(PLANTED_PREFIX)]:
                 del w.files[f]
             return _ok()
-        if text == PYTHON_HOOKS_CMD:  # hardened verify: no Python start-up hooks here
+        if HOOK_NAMES in text:  # hardened verify: no Python start-up hooks here
             return _ok()
         if text == VERIFIER_CLEANUP_CMD:
             w.remove(TESTS_DIR)

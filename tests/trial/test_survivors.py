@@ -331,3 +331,43 @@ def test_hardened_verify_leaves_no_program_the_agent_swapped_in_to_run_afterward
     task = write_task(tmp_path / "tasks", "swap", solve=SLEEP_SWAP, test=HEARTBEAT_GONE)
     r = _run(tmp_path, task, backend, "--hardened-verify")
     assert r["reward"] == 1.0, r["steps"][0]
+
+
+# Python start-up hooks an agent plants for the verifier's python3: a .pth whose time is set
+# back (the modification time only: the inode's change time cannot be), a .pth that starts a
+# daemon when any python3 with site runs (cairn's own clean-up ran one as root, after the kill),
+# a symlinked .pth and a sitecustomize package
+PLANT = (
+    "d=$(python3 -c 'import site; print(site.getsitepackages()[0])'); mkdir -p \"$d\"\n"
+    "cat > /tmp/hb.sh <<'SH'\n"
+    "while :; do date +%s%N > /tmp/hb; sleep 0.05; done\n"
+    "SH\n"
+    "echo \"import os; open('/tmp/hooked', 'a').write('old ')\" > \"$d/zz_old.pth\"\n"
+    'touch -d 2000-01-01 "$d/zz_old.pth"\n'
+    "echo \"import subprocess; subprocess.Popen(['sh', '/tmp/hb.sh'], start_new_session=True)\" "
+    "> /tmp/daemon.pth\n"
+    'ln -s /tmp/daemon.pth "$d/zz_daemon.pth"\n'
+    "mkdir -p \"$d/sitecustomize\"; echo \"open('/tmp/hooked', 'a').write('pkg ')\" "
+    '> "$d/sitecustomize/__init__.py"\n'
+    'echo "$d" > /tmp/site-dir\n'
+)
+
+HOOKS_GONE = (
+    "d=$(cat /tmp/site-dir); rm -f /tmp/hooked\n"
+    "python3 -c pass\n"
+    "a=$(cat /tmp/hb 2>/dev/null); sleep 1; b=$(cat /tmp/hb 2>/dev/null)\n"
+    'left=$(ls -A "$d" | grep -E "^(zz_|sitecustomize)" | tr "\\n" " ")\n'
+    'echo "hooked=$(cat /tmp/hooked 2>/dev/null) hb=$a/$b left=$left" > /logs/verifier/seen.txt\n'
+    'if [ ! -e /tmp/hooked ] && [ "$a" = "$b" ] && [ -z "$left" ]; then echo 1; else echo 0; fi '
+    "> /logs/verifier/reward.txt\n"
+)
+
+
+def test_hardened_verify_removes_the_planted_hooks_without_running_them(tmp_path, backend):
+    """A fresh-clone attack on ``--hardened-verify``: the hook clean-up asked ``python3`` (with
+    site) for the site folders, which ran a planted ``.pth`` as root after the kill, and it kept
+    files whose modification time was set back, symlinks and packages."""
+    task = write_task(tmp_path / "tasks", "hooks", solve=PLANT, test=HOOKS_GONE)
+    r = _run(tmp_path, task, backend, "--hardened-verify")
+    seen = next((tmp_path / "jobs" / "j" / "trials").glob("*/steps/01-main/verifier/seen.txt"))
+    assert r["reward"] == 1.0, seen.read_text()

@@ -775,6 +775,12 @@ class Sandbox(ABC):
         checked it."""
         return False
 
+    @property
+    def host_clock(self) -> bool:
+        """Whether the sandbox's wall clock is this machine's (the same kernel: file times it
+        writes compare with ``time.time()`` here); by default what :attr:`boot_clock` says."""
+        return self.boot_clock
+
     @abstractmethod
     async def download(self, sandbox_path: str, host_path: Path) -> None:
         """Copy a sandbox file or folder to ``host_path`` (a folder's contents into it).

@@ -64,15 +64,39 @@ from cairn.trial.verify import VerifierRun, run_verifier
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
 SETUP_SCRIPT = "/tmp/.cairn-setup.sh"
-PYTHON_HOOKS_CMD = (
-    "find / -xdev \\( -path /proc -o -path /sys -o -path /tests \\) -prune -o "
-    "\\( -name sitecustomize.py -o -name usercustomize.py -o -name conftest.py \\) "
-    "-newer /proc/1/cmdline -type f -print -delete 2>/dev/null; "
-    'for d in $(python3 -c \'import site,sys; print(" ".join(site.getsitepackages()+'
-    "[site.getusersitepackages()]))' 2>/dev/null); do "
-    "find \"$d\" -maxdepth 1 -name '*.pth' -newer /proc/1/cmdline -type f -print -delete "
-    "2>/dev/null; done; true"
-)
+HOOK_NAMES = "-name 'sitecustomize*' -o -name 'usercustomize*' -o -name conftest.py"
+"""The ``find`` names of the start-up hooks :func:`python_hooks_cmd` removes."""
+
+
+def python_hooks_cmd(since: int | None) -> str:
+    """The root shell command that removes the Python start-up hooks an agent planted
+    (``--hardened-verify``, design §4.4): ``sitecustomize`` and ``usercustomize`` in any form (a
+    module, a package folder, a byte-code or extension file, a symlink), ``conftest.py`` outside
+    ``/tests``, and ``*.pth`` in the site folders, each made or changed after the first agent
+    phase began: on the root filesystem, and in each site folder and the standard library's
+    folder (which may sit on another mount).
+
+    "Made or changed" is the inode's change time (``-newerct``), which a process cannot set
+    back (``touch -d`` sets the modification time only), compared with ``since``, the epoch
+    second the baseline was taken on the sandbox's clock; without it (a sandbox on another
+    clock) with ``/proc/1/cmdline``'s time, as before. The site folders are asked of
+    ``python3 -I -S``, which runs no hook: a ``.pth`` the agent planted never runs as root here
+    (a fresh-clone attack started a daemon from one, after the kill).
+
+    Args:
+        since: the epoch second of the trial's first agent baseline, or ``None``.
+    """
+    newer = f"-newerct @{since}" if since is not None else "-newer /proc/1/cmdline"
+    hooks = HOOK_NAMES
+    return (
+        f'N="{newer}"; find / -maxdepth 0 $N >/dev/null 2>&1 || N="-newer /proc/1/cmdline"; '
+        "find / -xdev \\( -path /proc -o -path /sys -o -path /tests \\) -prune -o "
+        f"\\( {hooks} \\) $N -exec rm -rf {{}} + 2>/dev/null; "
+        'for d in $(python3 -I -S -c \'import site, sysconfig; print(" ".join(site.getsitepackages()'
+        '+[site.getusersitepackages(), sysconfig.get_paths()["stdlib"]]))\' 2>/dev/null); do '
+        "find \"$d\" -maxdepth 1 \\( -name '*.pth' -o -name 'sitecustomize*' -o -name 'usercustomize*' \\) "
+        "$N -exec rm -rf {} + 2>/dev/null; done; true"
+    )
 
 
 def strip_canary(text: str) -> str:
@@ -98,6 +122,8 @@ class Baseline:
 
     processes: tuple[ProcessInfo, ...] | None = None
     before_tick: int | None = None
+    epoch: int | None = None
+    """The epoch second it was taken, on the sandbox's clock (``None``: another clock)."""
 
     def is_new(self, p: ProcessInfo) -> bool:
         """Whether ``p`` started after the baseline was taken."""
@@ -112,12 +138,13 @@ async def take_baseline(sandbox: Sandbox) -> Baseline:
     On a sandbox that shares the host's boot clock this reads the clock and waits for the next
     tick (at most one tick, 10 ms at the usual 100 Hz) instead of listing processes with an exec.
     """
+    epoch = int(time.time()) if sandbox.host_clock else None  # the same kernel's clock
     if sandbox.boot_clock:
         now, hz = host_boot_clock()
         tick = int(now * hz)
         await asyncio.sleep((tick + 1) / hz - now + 0.0005)
-        return Baseline(before_tick=tick)
-    return Baseline(processes=tuple(await sandbox.processes()))
+        return Baseline(before_tick=tick, epoch=epoch)
+    return Baseline(processes=tuple(await sandbox.processes()), epoch=epoch)
 
 
 async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
@@ -502,11 +529,12 @@ async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: Tr
     if not s.hardened:
         return
     baseline = rec.trial_baseline or st.before
+    # the hooks go first, by a command that runs none of them, then every agent process
+    await sandbox.exec(python_hooks_cmd(baseline.epoch if baseline else None), user="root")
     if baseline is not None:
         killed = await _kill_new(sandbox, baseline)
         if killed:
             st.warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
-    await sandbox.exec(PYTHON_HOOKS_CMD, user="root")
 
 
 async def _verifier_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: TrialRecorder) -> VerifierRun:

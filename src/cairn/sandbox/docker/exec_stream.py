@@ -34,7 +34,7 @@ KEEPER_SCRIPT = (
     'command -v "$1" >/dev/null 2>&1 || { echo "cairn: the image ENTRYPOINT $1 is not an '
     'executable in the image" >&2; exit 127; }; '
     f'( "$@"; echo $? > {SERVICE_EXIT_FILE} ) & fi; '
-    'k=/tmp/.cairn-keeper.$$; '
+    "k=/tmp/.cairn-keeper.$$; "
     'if mkfifo "$k" 2>/dev/null && exec 3<>"$k"; then rm -f "$k"; while :; do read -r _ <&3; done; fi; '
     "while :; do sleep 2147483647 & wait $!; done"
 )

@@ -467,6 +467,11 @@ class LocalSandbox(Sandbox):
         before start."""
         return self._ns.host_pid if self._ns is not None else None
 
+    @property
+    def host_clock(self) -> bool:
+        """Always: a local sandbox runs on this machine's kernel (see ``Sandbox``)."""
+        return True
+
     async def processes(self) -> list[ProcessInfo]:
         """The sandbox's processes as its pid namespace sees them (see ``Sandbox``).
 
