@@ -64,6 +64,9 @@ from cairn.trial.verify import VerifierRun, run_verifier
 _GUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTILINE)
 SETUP_SCRIPT = "/tmp/.cairn-setup.sh"
+HOOKS_TIMEOUT_SEC = 120.0
+"""The bound on the hook clean-up's exec, seconds."""
+
 HOOK_NAMES = "-name 'sitecustomize*' -o -name 'usercustomize*' -o -name conftest.py"
 """The ``find`` names of the start-up hooks :func:`python_hooks_cmd` removes."""
 
@@ -530,7 +533,9 @@ async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: Tr
         return
     baseline = rec.trial_baseline or st.before
     # the hooks go first, by a command that runs none of them, then every agent process
-    await sandbox.exec(python_hooks_cmd(baseline.epoch if baseline else None), user="root")
+    hooks = python_hooks_cmd(baseline.epoch if baseline else None)
+    # bounded: an exec whose output a planted process holds open would never end otherwise
+    await sandbox.exec(hooks, user="root", timeout_sec=HOOKS_TIMEOUT_SEC)
     if baseline is not None:
         killed = await _kill_new(sandbox, baseline)
         if killed:
