@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
@@ -96,6 +96,19 @@ class ExecRequest:
     env: dict[str, str] | None = None
     timeout_sec: float | None = None
     max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES
+
+
+def started_since(after_tick: int | None, spare: Sequence[ProcessInfo]) -> Callable[[ProcessInfo], bool]:
+    """Whether a process is new since a baseline (:meth:`Sandbox.kill_since`'s rule): never
+    PID 1; with ``after_tick``, started after it; else not in ``spare`` by key."""
+    keys = {q.key for q in spare}
+
+    def new(p: ProcessInfo) -> bool:
+        if p.pid == 1:
+            return False
+        return p.start_ticks > after_tick if after_tick is not None else p.key not in keys
+
+    return new
 
 
 KILL_ROUNDS = 50
@@ -831,13 +844,7 @@ class Sandbox(ABC):
         Raises:
             SandboxError: the processes could not be listed or killed.
         """
-        keys = {q.key for q in spare}
-
-        def new(p: ProcessInfo) -> bool:
-            if p.pid == 1:
-                return False
-            return p.start_ticks > after_tick if after_tick is not None else p.key not in keys
-
+        new = started_since(after_tick, spare)
         killed: dict[tuple[int, int], ProcessInfo] = {}
         for _ in range(KILL_ROUNDS):
             found = [p for p in await self.processes() if new(p) and p.key not in killed]

@@ -39,6 +39,7 @@ from cairn.sandbox.base import (
     Sandbox,
     SandboxSpec,
     SnapshotRef,
+    started_since,
 )
 from cairn.sandbox.local.dockerfile import (
     COMPOSE_FILES,
@@ -501,13 +502,7 @@ class LocalSandbox(Sandbox):
             SandboxError: the sandbox is not running.
         """
         ns, _ = self._running()
-        keys = {q.key for q in spare}
-
-        def new(p: ProcessInfo) -> bool:
-            if p.pid == 1:
-                return False
-            return p.start_ticks > after_tick if after_tick is not None else p.key not in keys
-
+        new = started_since(after_tick, spare)
         stopped: dict[tuple[int, int], ProcessInfo] = {}
         for _ in range(KILL_STOP_ROUNDS):
             found = [p for p in ns.processes() if new(p) and p.key not in stopped]

@@ -117,13 +117,7 @@ def kill_processes(root: str, targets: list[ProcessInfo]) -> None:
     Raises:
         SandboxLostError: the sandbox is gone.
     """
-    pfd = _proc_fd(root)
-    try:
-        for p in targets:
-            if p.pid > 1:
-                _kill_if_same(pfd, str(p.pid), p.start_ticks)
-    finally:
-        os.close(pfd)
+    signal_processes(root, targets, signal.SIGKILL)
 
 
 def tagged_processes(root: str, env_entry: str) -> dict[int, str]:
