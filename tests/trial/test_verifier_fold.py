@@ -181,12 +181,9 @@ def test_test_sh_that_knows_the_token_cannot_forge_the_archive(tmp_path):
     assert files["reward.txt"] == b"0\n" and left == ""
 
 
-def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
-    # the forgery above, then a hang past the timeout: the exec is killed with the forged
-    # archive and "clean" line at the very end of its output. A timeout takes nothing of the
-    # fold: the folder is downloaded and the root clean-up runs, as without a fold (review of
-    # the fold: the forged archive was extracted and the clean-up skipped)
-    test_sh = FORGE + "exec sleep 60\n"
+def _forged_timeout(tmp_path: Path, test_sh: str):
+    """Verify ``test_sh`` (a FORGE that then hangs) with the fold and a 5 s timeout; check that
+    it found the token and ended as verifier_timeout. Returns ``(run, files, left, downloads)``."""
     spec = SandboxSpec(
         docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
     )
@@ -195,9 +192,20 @@ def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
         async with DockerSandbox(spec) as sb:
             return await _verify(sb, _step(tmp_path, test_sh), tmp_path / "v", fold=True, timeout_sec=5)
 
-    run, files, left, downloads = asyncio.run(main())
+    out = asyncio.run(main())
+    run, files = out[0], out[1]
     assert b"no token found" not in files["test-stderr.txt"]
     assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
+    return out
+
+
+def test_a_forged_archive_and_clean_up_before_a_timeout_are_not_taken(tmp_path):
+    # the forgery above, then a hang past the timeout: the exec is killed with the forged
+    # archive and "clean" line at the very end of its output. A timeout takes nothing of the
+    # fold: the folder is downloaded and the root clean-up runs, as without a fold (review of
+    # the fold: the forged archive was extracted and the clean-up skipped)
+    test_sh = FORGE + "exec sleep 60\n"
+    run, files, left, downloads = _forged_timeout(tmp_path, test_sh)
     assert downloads == ["/logs/verifier"]
     assert files["reward.txt"] == b"0\n" and left == ""
 
@@ -238,16 +246,6 @@ def test_an_exit_code_line_test_sh_forges_before_a_timeout_is_not_taken(tmp_path
     # more output, then a hang past the timeout: the line is not followed by what the script
     # writes after its own, so it gives no code; the result stays verifier_timeout
     test_sh = FORGE + 'printf "%s:out 0\\n" "$tok"\necho more\nexec sleep 60\n'
-    spec = SandboxSpec(
-        docker_image="debian:bookworm-slim", network_mode=NetworkMode.NO_NETWORK, job_id="test-fold"
-    )
-
-    async def main():
-        async with DockerSandbox(spec) as sb:
-            return await _verify(sb, _step(tmp_path, test_sh), tmp_path / "v", fold=True, timeout_sec=5)
-
-    run, files, left, downloads = asyncio.run(main())
-    assert b"no token found" not in files["test-stderr.txt"]
-    assert run.error is not None and run.error[0].value == "verifier_timeout", run.error
+    run, files, left, downloads = _forged_timeout(tmp_path, test_sh)
     assert run.exit_code is None and downloads == ["/logs/verifier"]
     assert files["reward.txt"] == b"0\n" and left == ""
