@@ -116,7 +116,9 @@ def test_a_verifier_with_no_wider_access_keeps_the_agents_server(tmp_path, backe
     task = write_task(
         tmp_path / "tasks",
         "server",
-        solve=leave_running("while true; do date > /tmp/alive; sleep 0.2; done"),
+        # a counter, not ``date``: two reads 1 s apart can fall in the same second of ``date``
+        # (the writes come 0.2 s apart, later under load), which read as a dead server
+        solve=leave_running("i=0; while true; do i=$((i+1)); echo $i > /tmp/alive; sleep 0.2; done"),
         test="a=$(cat /tmp/alive); sleep 1; "
         'if [ "$(cat /tmp/alive)" != "$a" ]; then echo 1; else echo 0; fi '
         "> /logs/verifier/reward.txt\n",
