@@ -1,9 +1,7 @@
 """The running part of a local sandbox: one ``unshare`` + init per sandbox, and its execs.
 
-:class:`NamespaceRuntime` starts :mod:`cairn.sandbox.local.pid1` as PID 1 of new user, mount,
-pid, ipc, uts (and for ``no-network`` net) namespaces — unprivileged through ``unshare --user
---map-root-user … --fork``; as root through ``unshare --mount``, in which pid1's first stage
-mounts the overlays and makes the other namespaces itself — maps user ids, hands it the mount plan, and
+:class:`NamespaceRuntime` starts ``unshare --user --mount --pid --ipc --uts [--net] --fork``
+running :mod:`cairn.sandbox.local.pid1` as PID 1, maps user ids, hands it the mount plan, and
 then asks it (over a ``SOCK_SEQPACKET`` control socket) to fork every exec with the exec's
 stdout/stderr pipes. Processes of the sandbox are host processes too; the host reads and kills
 them through the sandbox's own ``/proc`` (``/proc/<init>/root/proc``), with ``pidfd`` signals
@@ -173,6 +171,7 @@ class NamespaceRuntime:
             "keep": cfg.keep,
             "keep_caps": list(DOCKER_CAPS),
             "last_cap": _last_cap(),
+            "inner_unshare": inner,
             "privileged": self.support.privileged,
         }
         cfg_path = cfg.rootfs.parent / "init.cfg"

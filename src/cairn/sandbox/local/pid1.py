@@ -2,14 +2,11 @@
 
 This file runs as a *standalone program* (``python -I -S pid1.py STAGE CONTROL_FD
 CONFIG_PATH``); it imports only the standard library, nothing from cairn, and as little as it
-can (it starts once per sandbox). As root it runs in two stages in one interpreter: stage
-``outer`` (in ``unshare --mount``) mounts the overlays as real root — inside a user namespace a
-host folder with mounts beneath it could not be an overlay layer — then makes the new user, pid,
-ipc, uts, mount (and, for ``no-network``, net) namespaces itself with one ``unshare(2)`` and
-forks; the child runs stage ``inner`` as PID 1 (the copied overlays are then locked for the
-sandbox) and the parent waits for it, as ``unshare --fork --kill-child`` would, without a second
-interpreter start and ``unshare`` exec (#31: ~20 ms of each sandbox start). Unprivileged, the
-host's ``unshare --user --map-root-user …`` starts ``inner`` directly.
+can (it starts once or twice per sandbox). As root it runs twice: stage ``outer`` (in
+``unshare --mount``) mounts the overlays as real root — inside a user namespace a host folder
+with mounts beneath it could not be an overlay layer — then execs the inner ``unshare --user
+--pid --ipc --uts [--net] --mount --fork``, whose child runs stage ``inner`` as PID 1 (the
+copied overlays are then locked for the sandbox). Unprivileged, only ``inner`` runs.
 
 Why the init spawns the execs instead of ``nsenter``: joining a user namespace with ``setns``
 resets the bounding set to full, and any dynamically linked helper run inside the sandbox
@@ -48,18 +45,11 @@ MS_BIND = 4096
 MS_REC = 16384
 MS_PRIVATE = 1 << 18
 MNT_DETACH = 2
-PR_SET_PDEATHSIG = 1
 PR_SET_DUMPABLE = 4
 PR_CAPBSET_DROP = 24
 PR_SET_NO_NEW_PRIVS = 38
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
-CLONE_NEWNS = 0x00020000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
 SIOCGIFFLAGS = 0x8913
 SIOCSIFFLAGS = 0x8914
 IFF_UP = 0x1
@@ -81,7 +71,6 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 _libc.syscall.restype = ctypes.c_long
-_libc.unshare.argtypes = [ctypes.c_int]
 
 
 def _check(rc, what):
@@ -418,11 +407,7 @@ def _fail(fd, exc):
 
 def outer_stage(fd, cfg_path):
     """Privileged first stage: mount the overlays as real root in a private mount namespace,
-    then make the sandbox's namespaces (user, pid, ipc, uts, mount, maybe net), which copy
-    them, and fork PID 1 (:func:`inner_stage`); this process waits for it and exits as it did
-    (the ``unshare --fork --kill-child --propagation private`` of util-linux, in-process)."""
-    import signal
-
+    then exec the inner ``unshare`` (user, pid, ipc, uts, net, mount), which copies them."""
     with open(cfg_path, "rb") as f:
         cfg = marshal.load(f)
     try:
@@ -430,37 +415,19 @@ def outer_stage(fd, cfg_path):
         for op in cfg["plan"]:
             if op.get("stage") == "outer":
                 apply_op(op)
-        flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWNS
-        if cfg["own_net"]:
-            flags |= CLONE_NEWNET
-        _check(_libc.unshare(flags), "unshare")
-        mount(None, "/", None, MS_REC | MS_PRIVATE)  # the new mount namespace's propagation
-        pid = os.fork()
+        os.set_inheritable(fd, True)
+        argv = list(cfg["inner_unshare"]) + [
+            sys.executable,
+            "-I",
+            "-S",
+            os.path.abspath(__file__),
+            "inner",
+            str(fd),
+            cfg_path,
+        ]
+        os.execv(argv[0], argv)
     except BaseException as exc:  # noqa: BLE001 - the host gets the reason, then we leave
         _fail(fd, exc)
-    if pid == 0:
-        try:
-            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)  # --kill-child: gone with its waiter
-        except BaseException as exc:  # noqa: BLE001
-            _fail(fd, exc)
-        inner_stage(fd, cfg_path)
-        os._exit(0)
-    os.close(fd)  # the host sees the init's end of the socket only
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    while True:
-        try:
-            _, status = os.waitpid(pid, 0)
-            break
-        except ChildProcessError:
-            os._exit(1)
-        except InterruptedError:
-            continue
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        signal.signal(sig, signal.SIG_DFL)
-        os.kill(os.getpid(), sig)
-    os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
 
 
 def inner_stage(fd, cfg_path):
