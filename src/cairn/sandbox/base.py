@@ -10,13 +10,13 @@ runs, shielded from cancellation, also when ``start()`` failed halfway (Inspect'
 
 from __future__ import annotations
 
-import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, ClassVar
 
+from cairn._util.aio import shielded
 from cairn.layout import LOG_DIRS as _LOG_DIRS
 from cairn.netpolicy import NetworkMode, NetworkPolicy  # noqa: F401 - NetworkMode re-exported
 from cairn.sandbox.caches import SandboxCaches
@@ -514,12 +514,12 @@ class Sandbox(ABC):
         try:
             await self.start()
         except BaseException:
-            await asyncio.shield(self.stop())
+            await shielded(self.stop())
             raise
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await asyncio.shield(self.stop())
+        await shielded(self.stop())
 
     # ---- network phases ---------------------------------------------------------------
     async def set_network(self, policy: NetworkPolicy, *, phase: str) -> None:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from cairn._util.aio import shielded
 from cairn.plan import RunOptions, Timeouts
 from cairn.sandbox.base import NetworkPolicy
 from cairn.sandbox.caches import SandboxCaches
@@ -260,7 +261,7 @@ class JobServices:
                         self.pool.close()
                 finally:
                     for resource in reversed(self.resources):
-                        await asyncio.shield(resource.aclose())
+                        await shielded(resource.aclose())
 
 
 __all__ = ["JobResource", "JobServices", "PhaseNetworks", "TrialSettings"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 
+from cairn._util.aio import shielded
+
 
 async def stop_sandbox(
     stop: Callable[[], Awaitable[None]], *, cancelled: bool, pending: set[asyncio.Task[None]] | None
@@ -26,7 +28,7 @@ async def stop_sandbox(
         pending: the job's pending removals, or ``None`` outside a job.
     """
     if pending is None or cancelled:
-        await asyncio.shield(stop())
+        await shielded(stop())
         return
     task: asyncio.Task[None] = asyncio.ensure_future(stop())
     pending.add(task)

@@ -30,6 +30,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from cairn._util.aio import shielded
 from cairn.plan import TrialPlan
 from cairn.sandbox.base import Sandbox, SandboxSpec
 
@@ -63,7 +64,7 @@ class Prestarted:
         try:
             await self.sandbox.start()
         except BaseException:
-            await asyncio.shield(self.sandbox.stop())  # a failed or cancelled start leaves nothing
+            await shielded(self.sandbox.stop())  # a failed or cancelled start leaves nothing
             raise
         self.start_sec = time.monotonic() - self.begun
 

@@ -13,13 +13,13 @@ here by a download and a root exec, as before.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from cairn._util.aio import shielded
 from cairn.errors import ErrorKind, SandboxError, SandboxLostError, TrialFailure
 from cairn.layout import REWARD_FILE_CAP_BYTES, REWARD_FILES, TESTS_DIR, VERIFIER_LOGS_DIR
 from cairn.results.model import JudgeUsage
@@ -304,7 +304,7 @@ async def run_verifier(
             # /tests goes, and so does what this verifier left in /logs/verifier (it is on the
             # host already): the next step's agent must not read it, nor be blamed for it.
             if cleanup and not cleaned:
-                await asyncio.shield(sandbox.exec(VERIFIER_CLEANUP_CMD, user="root"))
+                await shielded(sandbox.exec(VERIFIER_CLEANUP_CMD, user="root"))
         except SandboxLostError:
             raise
         except Exception:  # noqa: BLE001 - the run's own error matters more than cleanup
