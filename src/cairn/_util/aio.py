@@ -12,14 +12,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
 
-def _retrieve(task: asyncio.Future[object]) -> None:
+def _retrieve(task: asyncio.Future[Any]) -> None:
     """Read a shielded task's outcome once it ends, so asyncio does not report it as lost."""
     if task.cancelled():
         return
