@@ -794,3 +794,50 @@ def test_a_failed_steps_row_keeps_what_the_step_warned_before(tmp_path):
     assert row.error is not None and row.error.kind is ErrorKind.SANDBOX_UNUSABLE, row
     assert "hardened verify: killed 1 agent process(es)" in row.warnings
     assert "hardened verify: killed 1 agent process(es)" in r.steps_json()[0]["warnings"]
+
+
+# ---- a fold whose end the engine lost --------------------------------------------------------
+class _LostEndOfFold(FakeWorld):
+    """A world whose sandboxes fold the verifier as docker does, but lose the end of its
+    output: test.sh ran, the fold's clean-up emptied /logs/verifier (or did not, ``cleans``),
+    and neither the archive nor the footer reached the host (``FoldedExec.uncertain``)."""
+
+    def __init__(self, cleans: bool) -> None:
+        super().__init__()
+        self.cleans = cleans
+
+    def backend(self) -> type[FakeSandbox]:  # noqa: D102
+        world = self
+
+        class Folding(FakeSandbox):
+            _world = world
+
+            async def exec_collect(self, argv, *, collect, into, then_root=None, **kw):  # noqa: D102
+                from cairn.sandbox.base import FoldedExec
+
+                result = await self.exec(
+                    list(argv), user=kw.get("user"), cwd=kw.get("cwd"), env=kw.get("env")
+                )
+                if world.cleans:
+                    world.remove(collect, contents_only=True)
+                return FoldedExec(result, uncertain=True)
+
+        return Folding
+
+
+def test_a_fold_whose_end_was_lost_and_whose_folder_is_empty_is_infra_not_reward_missing(tmp_path):
+    """The faults run's engine restart under load: a retried trial's step read as
+    ``reward_missing`` (task error) because the fold's clean-up had emptied /logs/verifier and
+    the archive before it was lost; it is the engine's fault, retried as ``sandbox_lost``."""
+    task = write_task(tmp_path / "tasks", "one", solve="echo x > /app/x\n", test=reward_if_file("/app/x"))
+    r = run(tmp_path, task, world=_LostEndOfFold(cleans=True))
+    assert r.result.outcome is Outcome.ERRORED
+    assert r.result.error is not None
+    assert (r.result.error.kind, r.result.error.category) == (ErrorKind.SANDBOX_LOST, Category.INFRA)
+    assert "lost the end of the verifier's exec output" in r.result.error.message
+
+
+def test_a_fold_whose_end_was_lost_but_whose_folder_is_there_reads_the_reward(tmp_path):
+    task = write_task(tmp_path / "tasks", "one", solve="echo x > /app/x\n", test=reward_if_file("/app/x"))
+    r = run(tmp_path, task, world=_LostEndOfFold(cleans=False))
+    assert (r.result.outcome, r.result.reward) == (Outcome.COMPLETED, 1.0)

@@ -69,11 +69,15 @@ class FoldedExec:
         collected: the folder is on the host, copied as :meth:`Sandbox.download` copies it;
             otherwise the caller downloads it.
         cleaned: the clean-up command ran as root after the copy; otherwise the caller runs it.
+        uncertain: nothing was copied, and the clean-up may have run all the same (the
+            engine lost the end of the exec's output): the caller's download of the folder
+            finding it empty is a lost copy, not a command that wrote nothing.
     """
 
     result: ExecResult
     collected: bool = False
     cleaned: bool = False
+    uncertain: bool = False
 
 
 @dataclass(frozen=True)

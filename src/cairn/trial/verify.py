@@ -290,6 +290,14 @@ async def run_verifier(
         result, cleaned = folded.result, folded.cleaned
         if not folded.collected:
             await sandbox.download(VERIFIER_LOGS, verifier_dir)
+            if folded.uncertain and not any(verifier_dir.iterdir()):
+                # the exec's output lost its end, and with it whether the fold's clean-up
+                # emptied the folder: no verdict on the verifier (an infra error, retried)
+                raise SandboxLostError(
+                    f"the engine lost the end of the verifier's exec output and {VERIFIER_LOGS} "
+                    "came back empty: the fold's clean-up may have removed what test.sh wrote",
+                    detail={"exit_code": result.exit_code},
+                )
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout), encoding="utf-8")
         (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr), encoding="utf-8")
         run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout

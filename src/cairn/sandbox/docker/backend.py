@@ -41,7 +41,7 @@ import docker.errors
 
 from cairn._util.tail import TailBuffer
 from cairn._util.tar import ExtractReport, extract_tar_stream, tar_stream, tar_stream_many
-from cairn.errors import ErrorKind, HostPathsSkippedError, SandboxError
+from cairn.errors import ErrorKind, HostPathsSkippedError, SandboxError, SandboxLostError
 from cairn.layout import COMPOSE_FILE_NAMES, SOLUTION_DIR
 from cairn.lock import owner_token
 from cairn.sandbox.base import (
@@ -1027,7 +1027,8 @@ class DockerSandbox(Sandbox):
         # the one user the script cleans up as.
         if folded_timeout:
             return FoldedExec(result)
-        cleaned = fold.cleaned and then_root is not None and _may_be_root(user)
+        may_clean = then_root is not None and _may_be_root(user)
+        cleaned = fold.cleaned and may_clean
         if fold.bad_tar and cleaned:
             raise SandboxError(
                 f"the copy of {src} that came back with the exec does not parse, and the "
@@ -1035,7 +1036,12 @@ class DockerSandbox(Sandbox):
                 kind=ErrorKind.TRANSFER_FAILED,
             )
         if fold.tar is None:
-            return FoldedExec(result)
+            if cleaned:  # the clean-up's line came, the archive before it did not
+                raise SandboxLostError(
+                    f"the engine lost the copy of {src} from the exec's output, and the folder "
+                    "was already cleaned up in the sandbox"
+                )
+            return FoldedExec(result, uncertain=may_clean and fold.may_have_cleaned(unless_exit, code))
         tar = fold.tar
 
         def work() -> ExtractReport:

@@ -6,8 +6,8 @@ were three engine round trips. :data:`FOLD_SCRIPT` runs them as one exec, as the
 user, in its cwd and env, under its timeout:
 
 1. It prints ``<token>:start`` (so the host knows it ran) and checks that ``cat``, ``tee``,
-   ``wc`` and ``tar`` exist; without them it ``exec``\\ s the command as a plain exec would and
-   folds nothing.
+   ``wc`` and ``tar`` exist; without them it prints ``<token>:plain``, ``exec``\\ s the command
+   as a plain exec would and folds nothing.
 2. It runs the command with its stdout and stderr each relayed by a ``cat`` onto the exec's own
    stdout and stderr. The command and everything it starts never hold the exec's streams, so
    nothing they print can land after the relays end; and the relays end only once every
@@ -30,8 +30,15 @@ stream, so nothing the command printed can stand for it, however it was worded; 
 the footer's ``<bytes>`` bytes before it, and what precedes the archive is the command's
 stdout. A missing or malformed footer, a timeout, or an archive that does not parse leaves the
 copy and the clean-up to the caller (a download and a root exec, as without the fold); only an
-archive whose clean-up already ran and that then does not parse is an error, since the folder
-is gone from the sandbox.
+archive whose clean-up already ran and that then does not come back whole is an error, since the
+folder is gone from the sandbox.
+
+The engine can lose the last bytes of an exec's output (a known race of Docker's and
+containerd's exec streams under load, when the process ends right after printing): then the
+footer and the ``:clean`` line are gone although the script may have cleaned the folder up.
+Such a fold is *uncertain* (:attr:`Fold.may_have_cleaned`): the caller downloads the folder,
+and an empty one is not the command's doing but a lost copy (seen: a verifier's reward read as
+``reward_missing`` after an engine restart, the machine loaded).
 
 A timeout that strikes after the ``:out`` line (while the folder is sized or archived) is no
 timeout of the command: it ended, with the line's code, and only the fold's own work was cut
@@ -64,7 +71,7 @@ t="$CAIRN_FOLD_TOKEN"; unset CAIRN_FOLD_TOKEN
 lim="$1"; dir="$2"; clean="$3"; skip="$4"; left="$5"; shift 5
 printf '%s:start\n' "$t"
 for c in cat tee wc tar; do
-  command -v "$c" >/dev/null 2>&1 || exec "$@"
+  command -v "$c" >/dev/null 2>&1 || { printf '%s:plain\n' "$t"; exec "$@"; }
 done
 up() { read -r u _ < /proc/uptime 2>/dev/null || u=0.0; u="${u%.*}${u#*.}"; echo "${u#"${u%%[!0]*}"}"; }
 t0=$(up)
@@ -175,13 +182,17 @@ class Fold:
             parses; else ``None``.
         footer: a footer ended the stream (the script got past the command).
         code: the command's exit code from the footer (``None`` without one).
-        cleaned: the clean-up ran (its line follows the footer).
+        cleaned: the clean-up ran (its line ends the stream).
         bad_tar: the footer announced a whole archive that does not parse.
         ended: without a footer, the exit code the script's ``:out`` line carries: the
             command ended with it, and what cut the stream (a timeout) struck after it, while
             the folder was being archived. ``None`` when no such line is there, or the first
             line that looks like it is not followed by what the script writes after it
             (nothing, or the archive's first header).
+        plain: the script's ``:plain`` line came first: a tool it needs is missing, the
+            command ran alone and nothing was archived or cleaned.
+        whole: the footer announced a whole archive (size, tar and tee statuses all fine):
+            what the clean-up waits for, so it may have run whether or not its line came.
     """
 
     started: bool
@@ -192,6 +203,20 @@ class Fold:
     cleaned: bool = False
     bad_tar: bool = False
     ended: int | None = None
+    plain: bool = False
+    whole: bool = False
+
+    def may_have_cleaned(self, skip: tuple[int, ...], code: int | None) -> bool:
+        """Whether the script may have run its clean-up although no archive was taken: it ran
+        folded (not :attr:`plain`) and either its footer announced a whole archive
+        (:attr:`whole`, the clean-up's own condition) or the stream ended with no footer after a
+        command whose exit ``code`` (the engine's) is none the script stops at (``skip``, 125:
+        unreadable code). ``False`` when the clean-up line was read (:attr:`cleaned`)."""
+        if not self.started or self.plain or self.cleaned:
+            return False
+        if self.footer:
+            return self.whole
+        return code not in (*skip, 125)
 
 
 def _whole_tar(data: bytes) -> bool:
@@ -254,6 +279,9 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         raw = raw[len(start) :]
     elif not truncated:
         return Fold(started=False, out=raw)
+    plain = f"{token}:plain\n".encode()
+    if raw.startswith(plain):  # a tool is missing: the command ran alone, nothing folded
+        return Fold(started=True, out=raw[len(plain) :], plain=True)
     clean_line = f"{token}:clean\n".encode()
     cleaned = raw.endswith(clean_line)
     body = raw[: -len(clean_line)] if cleaned else raw
@@ -263,20 +291,23 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
         if at >= 0 and body.endswith(b"\n")
         else None
     )
-    if m is None:  # killed (a timeout) or no archive: the output ends where the script said
+    if m is None:  # killed (a timeout), no archive, or the stream's end lost
         cut, ended = _end_of_out(body, token)
-        return Fold(started=True, out=body[:cut] if cut >= 0 else body, ended=ended)
+        return Fold(started=True, out=body[:cut] if cut >= 0 else body, ended=ended, cleaned=cleaned)
     n_text, tar_status, tee_status, code_text = (g.decode() for g in m.groups())
     code = int(code_text)
     # the bytes tee wrote onto stdout sit before the footer, whether or not tar succeeded
     n = int(n_text) if n_text.isdigit() and tee_status == "0" and int(n_text) <= at else 0
+    # what the script's clean-up itself waits for (and the size within the limit, which the
+    # script checked before writing the archive at all)
+    whole = n_text.isdigit() and tar_status == "0" and tee_status == "0"
     tar, out = body[at - n : at], body[: at - n]
     # the command's output ends at the script's marker: after it come only archive bytes (all
     # of them when ``n`` is 0: a failed tee, a folder that grew, a stream cut at the front)
     cut, _ = _end_of_out(out, token)
     out = out[:cut] if cut >= 0 else out
     if not n or tar_status != "0":
-        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned)
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, whole=whole)
     if not _whole_tar(tar):
-        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, bad_tar=True)
-    return Fold(started=True, out=out, tar=tar, footer=True, code=code, cleaned=cleaned)
+        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, bad_tar=True, whole=whole)
+    return Fold(started=True, out=out, tar=tar, footer=True, code=code, cleaned=cleaned, whole=whole)
