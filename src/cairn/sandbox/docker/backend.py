@@ -90,6 +90,7 @@ from cairn.sandbox.docker.exec_stream import (
     PS_SCRIPT,
     SERVICE_EXIT_FILE,
     ExecStream,
+    exec_output,
     is_keep_alive,
     parse_processes,
 )
@@ -876,7 +877,7 @@ class DockerSandbox(Sandbox):
 
         def work() -> tuple[int | None, str, str]:
             ex = api.exec_create(cid, argv, stdout=True, stderr=True, user=_user(user), environment=env)
-            out, err = api.exec_start(ex["Id"], demux=True)
+            out, err = exec_output(api, ex["Id"])
             code = api.exec_inspect(ex["Id"]).get("ExitCode")
             return code, (out or b"").decode("utf-8", "replace"), (err or b"").decode("utf-8", "replace")
 

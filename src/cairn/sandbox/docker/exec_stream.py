@@ -14,6 +14,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from docker.utils.socket import frames_iter
@@ -202,6 +203,78 @@ def parse_processes(out: str) -> list[ProcessInfo]:
     return procs
 
 
+def open_exec(api: Any, exec_id: str) -> tuple[Any, Any, Any]:
+    """Start an exec with its output attached: ``POST /exec/{id}/start`` with the connection
+    upgraded, as ``APIClient.exec_start(socket=True)`` does.
+
+    Returns ``(reader, sock, response)``: ``reader`` is the HTTP response's own buffered reader
+    over the upgraded connection, to be read with ``read1``; ``sock`` is the socket under it
+    (for :func:`socket.socket.shutdown`); ``response`` keeps the connection alive. docker-py
+    hands out the raw socket and reads from it (docker-py #425, #3332), but ``http.client``
+    may already hold the first frames of the stream in its buffer when it parses the response
+    headers — under load the engine sends them in one segment — and a read from the raw socket
+    skips them: an exec's first output was lost (seen: the verifier fold's start line, so a
+    reward read as missing). For an SSH or named-pipe engine (no such reader) ``reader`` is
+    ``None`` and ``sock`` is docker-py's socket, read as before.
+
+    Raises:
+        docker.errors.APIError: the engine refused the start.
+    """
+    base = str(getattr(api, "base_url", ""))
+    if base.startswith("http+docker://ssh") or base == "http+docker://localnpipe":
+        return None, api.exec_start(exec_id, socket=True), None
+    res = api._post_json(
+        api._url("/exec/{0}/start", exec_id),
+        headers={"Connection": "Upgrade", "Upgrade": "tcp"},
+        data={"Tty": False, "Detach": False},
+        stream=True,
+    )
+    api._raise_for_status(res)
+    reader = res.raw._fp.fp
+    raw = getattr(reader, "raw", None)
+    sock = getattr(raw, "_sock", raw)
+    return reader, sock, res
+
+
+def read_frames(reader: Any) -> Iterator[tuple[int, bytes]]:
+    """Docker's multiplexed stream (8-byte frame headers: stream 1 stdout, 2 stderr, then the
+    big-endian length) read from a buffered reader with ``read1``, so bytes it already holds
+    come first. Ends at end of stream (a cut frame ends it too)."""
+    while True:
+        header = b""
+        while len(header) < 8:
+            more = reader.read1(8 - len(header))
+            if not more:
+                return
+            header += more
+        stream, n = header[0], int.from_bytes(header[4:8], "big")
+        while n > 0:
+            data = reader.read1(min(n, 1 << 16))
+            if not data:
+                return
+            n -= len(data)
+            yield stream, data
+
+
+def exec_output(api: Any, exec_id: str) -> tuple[bytes, bytes]:
+    """An exec's whole (stdout, stderr), read as :class:`ExecStream` reads it (not through
+    ``exec_start(demux=True)``, which loses first frames the same way: :func:`open_exec`)."""
+    reader, sock, res = open_exec(api, exec_id)
+    out: list[bytes] = []
+    err: list[bytes] = []
+    try:
+        frames = read_frames(reader) if reader is not None else frames_iter(sock, tty=False)
+        for stream, data in frames:
+            (err if stream == 2 else out).append(data)
+    finally:
+        with contextlib.suppress(Exception):
+            sock.close()
+        if res is not None:
+            with contextlib.suppress(Exception):
+                res.close()
+    return b"".join(out), b"".join(err)
+
+
 class ExecStream:
     """Reads one started exec's multiplexed output on a thread; abortable from another.
 
@@ -222,7 +295,7 @@ class ExecStream:
 
     def run(self) -> None:
         """Start the exec and read until its output closes (or :meth:`abort`)."""
-        sock = self.api.exec_start(self.exec_id, socket=True)
+        reader, sock, res = open_exec(self.api, self.exec_id)
         self._sock = sock
         for s in (sock, getattr(sock, "_sock", None)):
             if s is not None and hasattr(s, "settimeout"):
@@ -230,14 +303,18 @@ class ExecStream:
         try:
             if self._aborted.is_set():
                 return
-            for stream, data in frames_iter(sock, tty=False):
+            frames = read_frames(reader) if reader is not None else frames_iter(sock, tty=False)
+            for stream, data in frames:
                 (self.stderr if stream == 2 else self.stdout).append(data)
-        except OSError:
+        except (OSError, ValueError):  # ValueError: the reader closed under an abort
             if not self._aborted.is_set():
                 raise
         finally:
             with contextlib.suppress(Exception):
                 sock.close()
+            if res is not None:
+                with contextlib.suppress(Exception):
+                    res.close()
 
     def abort(self) -> None:
         """Stop reading: shut the connection down so the reading thread returns."""
