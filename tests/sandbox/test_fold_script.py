@@ -366,3 +366,15 @@ def test_a_footer_that_announced_a_whole_archive_may_have_cleaned():
     assert fold.footer and fold.whole and fold.tar is None and fold.may_have_cleaned((126, 127), 0)
     failed = parse_fold(raw.replace(b":tar 999 0 0 0", b":tar 999 2 0 0"), tok, truncated=False)
     assert not failed.whole and not failed.may_have_cleaned((126, 127), 0)
+
+
+def test_a_stream_that_lost_its_start_line_still_folds(tmp_path):
+    # an engine that lost the exec's first frames (cairn.sandbox.docker.exec_stream.open_exec):
+    # the footer, which only the script prints, says the script ran; the archive is taken
+    box = Box(tmp_path, 'echo out\nprintf 1 > "$VDIR/reward.txt"\n')
+    p, fold = box.run(clean=False)
+    start = f"{box.token}:start\n".encode()
+    assert p.stdout.startswith(start)
+    again = parse_fold(p.stdout[len(start) :], box.token, truncated=False)
+    assert again.started and again.footer and again.tar == fold.tar and again.out == b"out\n"
+    assert parse_fold(b"out\n", box.token, truncated=False).started is False

@@ -277,7 +277,9 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
     start = f"{token}:start\n".encode()
     if raw.startswith(start):
         raw = raw[len(start) :]
-    elif not truncated:
+    elif not truncated and f"{token}:tar ".encode() not in raw[-200:]:
+        # no start line and no footer: the script did not run (a footer, which only the
+        # script prints, says it did although the engine lost the first frames)
         return Fold(started=False, out=raw)
     plain = f"{token}:plain\n".encode()
     if raw.startswith(plain):  # a tool is missing: the command ran alone, nothing folded
