@@ -181,6 +181,23 @@ async def _run_test_sh(
     return folded
 
 
+async def _download_logs(sandbox: Sandbox, folded: FoldedExec, verifier_dir: Path) -> None:
+    """Download ``/logs/verifier`` after a fold that did not bring it.
+
+    Raises:
+        SandboxLostError: the fold was uncertain (the engine lost the end of its output, and
+            with it whether its clean-up emptied the folder) and the folder came back empty:
+            no verdict on the verifier, an infra error (retried).
+    """
+    await sandbox.download(VERIFIER_LOGS, verifier_dir)
+    if folded.uncertain and not any(verifier_dir.iterdir()):
+        raise SandboxLostError(
+            f"the engine lost the end of the verifier's exec output and {VERIFIER_LOGS} "
+            "came back empty: the fold's clean-up may have removed what test.sh wrote",
+            detail={"exit_code": folded.result.exit_code},
+        )
+
+
 def _read_rewards(
     run: VerifierRun,
     result: ExecResult,
@@ -289,15 +306,7 @@ async def run_verifier(
         )
         result, cleaned = folded.result, folded.cleaned
         if not folded.collected:
-            await sandbox.download(VERIFIER_LOGS, verifier_dir)
-            if folded.uncertain and not any(verifier_dir.iterdir()):
-                # the exec's output lost its end, and with it whether the fold's clean-up
-                # emptied the folder: no verdict on the verifier (an infra error, retried)
-                raise SandboxLostError(
-                    f"the engine lost the end of the verifier's exec output and {VERIFIER_LOGS} "
-                    "came back empty: the fold's clean-up may have removed what test.sh wrote",
-                    detail={"exit_code": result.exit_code},
-                )
+            await _download_logs(sandbox, folded, verifier_dir)
         (verifier_dir / "test-stdout.txt").write_text(mask(result.stdout), encoding="utf-8")
         (verifier_dir / "test-stderr.txt").write_text(mask(result.stderr), encoding="utf-8")
         run.judge, judge_warnings = read_judge_usage(verifier_dir)  # spent even on a timeout
