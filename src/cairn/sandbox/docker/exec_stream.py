@@ -215,7 +215,8 @@ def open_exec(api: Any, exec_id: str) -> tuple[Any, Any, Any]:
     headers — under load the engine sends them in one segment — and a read from the raw socket
     skips them: an exec's first output was lost (seen: the verifier fold's start line, so a
     reward read as missing). For an SSH or named-pipe engine (no such reader) ``reader`` is
-    ``None`` and ``sock`` is docker-py's socket, read as before.
+    ``None`` and ``sock`` is docker-py's socket, read as before. Close ``sock`` when done, never
+    ``response`` (that would hand the upgraded connection back to the client's pool).
 
     Raises:
         docker.errors.APIError: the engine refused the start.
@@ -262,16 +263,15 @@ def exec_output(api: Any, exec_id: str) -> tuple[bytes, bytes]:
     reader, sock, res = open_exec(api, exec_id)
     out: list[bytes] = []
     err: list[bytes] = []
-    try:
+    try:  # the client's own timeout bounds each read here (an internal exec is short)
         frames = read_frames(reader) if reader is not None else frames_iter(sock, tty=False)
         for stream, data in frames:
             (err if stream == 2 else out).append(data)
     finally:
         with contextlib.suppress(Exception):
             sock.close()
-        if res is not None:
-            with contextlib.suppress(Exception):
-                res.close()
+        del res  # held until here, never closed: its close would hand the upgraded connection
+        # back to the client's pool (docker-py leaves the response alone too)
     return b"".join(out), b"".join(err)
 
 
@@ -312,9 +312,7 @@ class ExecStream:
         finally:
             with contextlib.suppress(Exception):
                 sock.close()
-            if res is not None:
-                with contextlib.suppress(Exception):
-                    res.close()
+            del res  # held while reading, never closed (see exec_output)
 
     def abort(self) -> None:
         """Stop reading: shut the connection down so the reading thread returns."""
