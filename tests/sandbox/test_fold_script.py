@@ -361,11 +361,29 @@ def test_a_footer_that_announced_a_whole_archive_may_have_cleaned():
     # the footer came, the clean line and the archive's bytes before it did not add up (a
     # stream cut at the front): the script's clean-up condition held
     tok = uuid.uuid4().hex
-    raw = f"{tok}:start\nhello\n{tok}:out 0\n".encode() + b"PART" + f"{tok}:tar 999 0 0 0\n".encode()
+    raw = f"{tok}:start\nhello\n{tok}:out 0\n".encode() + b"PART" + f"{tok}:tar 10240 0 0 0\n".encode()
     fold = parse_fold(raw, tok, truncated=False)
     assert fold.footer and fold.whole and fold.tar is None and fold.may_have_cleaned((126, 127), 0)
-    failed = parse_fold(raw.replace(b":tar 999 0 0 0", b":tar 999 2 0 0"), tok, truncated=False)
+    failed = parse_fold(raw.replace(b":tar 10240 0 0 0", b":tar 10240 2 0 0"), tok, truncated=False)
     assert not failed.whole and not failed.may_have_cleaned((126, 127), 0)
+
+
+def test_a_tar_that_printed_nothing_is_the_sandboxs_doing_not_a_lost_copy():
+    # review: an agent's own "tar" early on PATH prints nothing and exits 0; the script cleans
+    # up; that is no copy the engine lost (no infra retry), the download finds what is left
+    tok = uuid.uuid4().hex
+    raw = f"{tok}:start\n{tok}:out 0\n{tok}:tar 0 0 0 0\n{tok}:clean\n".encode()
+    fold = parse_fold(raw, tok, truncated=False)
+    assert fold.footer and fold.cleaned and fold.tar is None and not fold.whole
+
+
+def test_no_out_line_means_the_script_died_with_the_command_not_a_lost_end():
+    # review: a test.sh that kills its own process group takes the script along: no :out line,
+    # no doubt about a clean-up that never ran
+    tok = uuid.uuid4().hex
+    fold = parse_fold(f"{tok}:start\nsome output\n".encode(), tok, truncated=False)
+    assert fold.started and not fold.footer and fold.ended is None
+    assert not fold.may_have_cleaned((126, 127), 137)
 
 
 def test_a_stream_that_lost_its_start_line_still_folds(tmp_path):

@@ -18,9 +18,14 @@ T = TypeVar("T")
 
 log = logging.getLogger(__name__)
 
+_RUNNING_ON: set[asyncio.Future[Any]] = set()
+"""Shielded work whose caller was cancelled, held until it ends (the loop holds tasks only
+weakly)."""
+
 
 def _retrieve(task: asyncio.Future[Any]) -> None:
     """Read a shielded task's outcome once it ends, so asyncio does not report it as lost."""
+    _RUNNING_ON.discard(task)
     if task.cancelled():
         return
     exc = task.exception()
@@ -45,6 +50,7 @@ async def shielded(aw: Awaitable[T]) -> T:
     try:
         return await asyncio.shield(task)
     except asyncio.CancelledError:
+        _RUNNING_ON.add(task)
         task.add_done_callback(_retrieve)
         raise
 

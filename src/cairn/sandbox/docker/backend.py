@@ -1037,7 +1037,7 @@ class DockerSandbox(Sandbox):
                 kind=ErrorKind.TRANSFER_FAILED,
             )
         if fold.tar is None:
-            if cleaned:  # the clean-up's line came, the archive before it did not
+            if cleaned and fold.whole:  # the clean-up ran, the whole archive it announced is lost
                 raise SandboxLostError(
                     f"the engine lost the copy of {src} from the exec's output, and the folder "
                     "was already cleaned up in the sandbox"

@@ -268,6 +268,9 @@ def exec_output(api: Any, exec_id: str) -> tuple[bytes, bytes]:
         for stream, data in frames:
             (err if stream == 2 else out).append(data)
     finally:
+        if reader is not None:
+            with contextlib.suppress(Exception):
+                reader.close()  # the socket's file closes only once the reader lets it go
         with contextlib.suppress(Exception):
             sock.close()
         del res  # held until here, never closed: its close would hand the upgraded connection
@@ -310,6 +313,9 @@ class ExecStream:
             if not self._aborted.is_set():
                 raise
         finally:
+            if reader is not None:
+                with contextlib.suppress(Exception):
+                    reader.close()
             with contextlib.suppress(Exception):
                 sock.close()
             del res  # held while reading, never closed (see exec_output)

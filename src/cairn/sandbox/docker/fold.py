@@ -216,7 +216,9 @@ class Fold:
             return False
         if self.footer:
             return self.whole
-        return code not in (*skip, 125)
+        # the script outlived the command (its ``:out`` line came): a test.sh that killed its
+        # own process group, the script with it, leaves no such line and no doubt
+        return self.ended is not None and code not in (*skip, 125)
 
 
 def _whole_tar(data: bytes) -> bool:
@@ -302,7 +304,9 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
     n = int(n_text) if n_text.isdigit() and tee_status == "0" and int(n_text) <= at else 0
     # what the script's clean-up itself waits for (and the size within the limit, which the
     # script checked before writing the archive at all)
-    whole = n_text.isdigit() and tar_status == "0" and tee_status == "0"
+    # (a real folder's tar is at least 1024 bytes: a "tar" that printed nothing is the
+    # sandbox's doing, e.g. an agent's own tar early on PATH, not a copy the engine lost)
+    whole = n_text.isdigit() and int(n_text) >= 1024 and tar_status == "0" and tee_status == "0"
     tar, out = body[at - n : at], body[: at - n]
     # the command's output ends at the script's marker: after it come only archive bytes (all
     # of them when ``n`` is 0: a failed tee, a folder that grew, a stream cut at the front)
