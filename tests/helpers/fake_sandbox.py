@@ -77,6 +77,8 @@ class FakeWorld:
         processes: the processes "running" (an agent may add some; kills remove them).
         start_error: raised by the next ``start()`` (then cleared), to fake a failed start.
         lost: every operation raises this once set (an engine gone away).
+        respawn: command lines a process that is not new (a task's own supervisor) starts
+            again each time they are killed.
     """
 
     files: dict[str, bytes] = field(default_factory=dict)
@@ -86,6 +88,7 @@ class FakeWorld:
     processes: list[ProcessInfo] = field(default_factory=list)
     start_error: BaseException | None = None
     lost: BaseException | None = None
+    respawn: set[str] = field(default_factory=set)
     _next_pid: int = 100
 
     def backend(self) -> type[FakeSandbox]:
@@ -248,7 +251,11 @@ class FakeSandbox(Sandbox):
     async def kill_processes(self, pids: Sequence[ProcessInfo]) -> None:
         self._record("kill", " ".join(str(p.pid) for p in pids))
         keys = {p.key for p in pids if p.pid != 1}
+        gone = [p for p in self.world.processes if p.key in keys]
         self.world.processes = [p for p in self.world.processes if p.key not in keys]
+        for p in gone:
+            if p.cmdline in self.world.respawn:
+                self.world.spawn(p.cmdline)
 
     # ---- exec ------------------------------------------------------------------------------
     async def _exec(self, req: ExecRequest) -> ExecResult:

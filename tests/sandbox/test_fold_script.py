@@ -273,6 +273,41 @@ def test_a_timeout_while_archiving_keeps_the_command_s_exit_code(tmp_path):
     assert (box.logs / "reward.txt").read_bytes() == b"1" and box.tests.exists()
 
 
+@pytest.mark.skipif(not ROOT, reason="the fold cleans up only as root")
+def test_a_timeout_during_the_clean_up_keeps_the_command_s_exit_code(tmp_path):
+    # test.sh ended (exit 3) and its folder's archive and footer came; the timeout's kill
+    # strikes while the clean-up after the footer runs: the command had ended, with the code
+    # both the ":out" line and the footer carry (it read as verifier_timeout before)
+    box = Box(tmp_path, 'echo out\nprintf 1 > "$VDIR/reward.txt"\nexit 3\n')
+    box.clean = f": > {tmp_path}/clean-started; exec sleep 600"
+    pipe = subprocess.PIPE
+    proc = subprocess.Popen(box.argv(), stdout=pipe, stderr=pipe, env=box.env(), cwd=box.tests)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "clean-started").exists():
+        assert time.monotonic() < deadline, "the script never started the clean-up"
+        time.sleep(0.02)
+    kill = subprocess.run(["/bin/sh", "-c", KILL_BY_ENV_SCRIPT, "cairn-kill", box.exec_id], timeout=60)
+    assert kill.returncode == 0
+    out, _ = proc.communicate(timeout=30)
+    fold = parse_fold(out, box.token, truncated=False)
+    assert (fold.footer, fold.code, fold.out_code, fold.cleaned, fold.whole) == (True, 3, 3, False, True)
+    assert fold.ended is None and fold.ended_by() == 3 and fold.out == b"out\n"
+
+
+def test_a_footer_with_no_exit_code_line_before_it_shows_no_end():
+    # a footer at the end of a cut stream whose ":out" line is missing or disagrees (test.sh
+    # forged the footer, then hung): nothing shows the command ended
+    tok = uuid.uuid4().hex
+    tar = io.BytesIO()
+    with tarfile.open(fileobj=tar, mode="w") as tf:
+        tf.addfile(tarfile.TarInfo("verifier"))
+    body = tar.getvalue()
+    footer = f"{tok}:tar {len(body)} 0 0 0\n".encode()
+    for before, shows in ((b"", None), (f"{tok}:out 4\n".encode(), None), (f"{tok}:out 0\n".encode(), 0)):
+        fold = parse_fold(f"{tok}:start\nhi\n".encode() + before + body + footer, tok, truncated=False)
+        assert fold.footer and fold.code == 0 and fold.ended_by() == shows, before
+
+
 def test_a_stream_cut_inside_the_archive_keeps_the_exit_code(tmp_path):
     box = Box(tmp_path, 'echo out\nhead -c 3000 /dev/zero > "$VDIR/f"\nexit 5\n')
     p, fold = box.run(clean=False)

@@ -360,6 +360,29 @@ def test_a_timed_out_agent_leaves_no_process(tmp_path):
     assert "killed 1 process(es) left by the agent phase" in r.result.steps[0].warnings
 
 
+def test_a_process_restarted_during_the_kill_is_said_not_dropped(tmp_path):
+    # a task's own supervisor (not new) restarts what the kill ends: the kill gives up after
+    # its rounds, and the step's warnings name what kept running (escaped agent text)
+    task = write_task(
+        tmp_path / "tasks", "procs", steps=[StepSpec("a", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")]
+    )
+    world = FakeWorld(respawn={"worker"})
+    r = run(tmp_path, task, Scripted({"a": "spawn worker; spawn other; sleep 5"}), world=world)
+    warnings = r.result.steps[0].warnings
+    left = [w for w in warnings if "kept running after the kill" in w]
+    assert len(left) == 1, warnings
+    assert re.fullmatch(r"1 new process\(es\) kept running after the kill \(.*\): \d+ worker", left[0])
+    assert [p.cmdline for p in world.processes] == ["worker"]
+
+
+def test_a_clean_kill_says_nothing_was_left(tmp_path):
+    task = write_task(
+        tmp_path / "tasks", "procs", steps=[StepSpec("a", toml_extra="[steps.agent]\ntimeout_sec = 0.05\n")]
+    )
+    r = run(tmp_path, task, Scripted({"a": "spawn worker; sleep 5"}))
+    assert not [w for w in r.result.steps[0].warnings if "kept running" in w]
+
+
 def test_a_model_error_is_classified_as_the_models(tmp_path):
     agent = Scripted(raise_in={"write": ModelError(ErrorKind.MODEL_UNAVAILABLE, "no model")})
     r = run(tmp_path, two_steps(tmp_path), agent)

@@ -249,3 +249,29 @@ def test_an_exit_code_line_test_sh_forges_before_a_timeout_is_not_taken(tmp_path
     run, files, left, downloads = _forged_timeout(tmp_path, test_sh)
     assert run.exit_code is None and downloads == ["/logs/verifier"]
     assert files["reward.txt"] == b"0\n" and left == ""
+
+
+SLOW_FIND = r"""
+f=$(command -v find) && mv "$f" /usr/local/sbin/find.real && cat > "$f" <<'SHIM' && chmod 755 "$f"
+#!/bin/sh
+if tr '\0' ' ' < /proc/$PPID/cmdline | grep -q cairn-fold && [ ! -e /tmp/find-hung ]; then
+  : > /tmp/find-hung; exec sleep 600
+fi
+exec /usr/local/sbin/find.real "$@"
+SHIM
+"""
+"""Makes the image's ``find`` one that never ends the first time the fold's own clean-up (after
+its footer) calls it; every other call (the plain calls', the caller's after the fold) is the
+real one."""
+
+
+def test_a_timeout_during_the_fold_s_clean_up_is_no_verifier_timeout(tmp_path):
+    # test.sh ends at once; the fold's archive and footer come, then its clean-up hangs past
+    # the timeout: test.sh ended in time, so the result is the plain calls' (its exit code and
+    # reward, the folder downloaded, the clean-up run again), not verifier_timeout
+    test_sh = "echo out\necho 0.75 > /logs/verifier/reward.txt\nexit 2\n"
+    run, files, left, downloads = asyncio.run(_both(tmp_path, test_sh, before=SLOW_FIND, timeout_sec=8))
+    assert downloads == ["/logs/verifier"]  # after a timeout nothing of the fold is taken
+    assert run.error is None and run.exit_code == 2 and run.rewards == {"reward": 0.75}
+    assert files["test-stdout.txt"] == b"out\n" and files["reward.txt"] == b"0.75\n"
+    assert left == ""

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from cairn._util.text import printable
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
     ErrorKind,
@@ -66,6 +67,8 @@ _CANARY_LINE = re.compile(rf"^.*canary.*{_GUID}.*$\n?", re.IGNORECASE | re.MULTI
 SETUP_SCRIPT = "/tmp/.cairn-setup.sh"
 HOOKS_TIMEOUT_SEC = 120.0
 """The bound on the hook clean-up's exec, seconds."""
+LEFT_SHOWN = 3
+"""How many processes left running after a kill a warning names by command line."""
 
 HOOK_NAMES = "-name 'sitecustomize*' -o -name 'usercustomize*' -o -name conftest.py"
 """The ``find`` names of the start-up hooks :func:`python_hooks_cmd` removes."""
@@ -150,15 +153,26 @@ async def take_baseline(sandbox: Sandbox) -> Baseline:
     return Baseline(processes=tuple(await sandbox.processes()), epoch=epoch)
 
 
-async def _kill_new(sandbox: Sandbox, before: Baseline) -> list[ProcessInfo]:
+async def _kill_new(
+    sandbox: Sandbox, before: Baseline, s: TrialSettings, warnings: list[str]
+) -> list[ProcessInfo]:
     """SIGKILL every process started since ``before`` (:meth:`Sandbox.kill_since`: stopped
     first, so neither a fork chain nor a process named after the container's keeper escapes;
-    review of #34).
+    review of #34). New processes still running after it (started meanwhile by a process that
+    is not new, such as a task's own supervisor restarting what was killed) are said in
+    ``warnings``: their count and the first few command lines, escaped and masked (agent text).
 
     Returns:
         The processes killed, each once.
     """
-    killed, _left = await sandbox.kill_since(before.before_tick, before.processes or ())
+    killed, left = await sandbox.kill_since(before.before_tick, before.processes or ())
+    if left:
+        shown = "; ".join(f"{p.pid} {s.mask(printable(p.cmdline, 80))}" for p in left[:LEFT_SHOWN])
+        more = f" (+{len(left) - LEFT_SHOWN} more)" if len(left) > LEFT_SHOWN else ""
+        warnings.append(
+            f"{len(left)} new process(es) kept running after the kill (restarted by a process "
+            f"that is not new, such as a task's own supervisor): {shown}{more}"
+        )
     return killed
 
 
@@ -174,7 +188,7 @@ async def _kill_for_wider(
         ``(survivors, how many, why they were killed)``.
     """
     listed, total = await list_survivors(sandbox, before)
-    killed = await _kill_new(sandbox, rec.trial_baseline or before)
+    killed = await _kill_new(sandbox, rec.trial_baseline or before, s, warnings)
     if killed:
         warnings.append(
             f"killed {len(killed)} agent process(es) before the verifier: its "
@@ -354,7 +368,7 @@ async def _setup_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: Trial
     network = s.networks.environment if step.index > 1 and s.networks is not None else None
     if rec.trial_baseline is not None and (wider := setup_wider(step, s)) is not None:
         # before the switch: an earlier agent's left-overs get nothing its phase had not
-        killed = await _kill_new(sandbox, rec.trial_baseline)
+        killed = await _kill_new(sandbox, rec.trial_baseline, s, st.warnings)
         if killed:
             st.warnings.append(
                 f"killed {len(killed)} process(es) earlier agent phases left running before "
@@ -448,7 +462,7 @@ async def _end_agent_phase(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: T
     the ``--snapshot-steps`` snapshot (6b)."""
     step = st.step
     if st.agent_exit in (AgentExit.TIMEOUT, AgentExit.ERROR) and st.before is not None:
-        killed = await _kill_new(sandbox, st.before)
+        killed = await _kill_new(sandbox, st.before, s, st.warnings)
         if killed:
             st.warnings.append(f"killed {len(killed)} process(es) left by the agent phase")
     # what still runs is recorded, and killed before a verifier whose openings or secrets go
@@ -537,7 +551,7 @@ async def before_verifier(sandbox: Sandbox, st: _Step, s: TrialSettings, rec: Tr
     # bounded: an exec whose output a planted process holds open would never end otherwise
     await sandbox.exec(hooks, user="root", timeout_sec=HOOKS_TIMEOUT_SEC)
     if baseline is not None:
-        killed = await _kill_new(sandbox, baseline)
+        killed = await _kill_new(sandbox, baseline, s, st.warnings)
         if killed:
             st.warnings.append(f"hardened verify: killed {len(killed)} agent process(es)")
 

@@ -1003,10 +1003,11 @@ class DockerSandbox(Sandbox):
                     max_output_bytes=max_output_bytes,
                 )
             )  # fmt: skip
-        if timed_out and fold.ended is not None:
+        if timed_out and (ended := fold.ended_by()) is not None:
             # the command had ended, with this code, before the timeout struck (the script
-            # was archiving the folder): no timeout; the copy and the clean-up are the caller's
-            timed_out, code = False, fold.ended
+            # was archiving the folder, or cleaning up after its footer): no timeout; the copy
+            # and the clean-up are the caller's
+            timed_out, code = False, ended
             folded_timeout = True
         else:
             folded_timeout = timed_out
@@ -1026,9 +1027,11 @@ class DockerSandbox(Sandbox):
         # exit code from the script's ``:out`` line (the caller downloads and cleans up, as
         # without a fold), and a "cleaned" line counts only when the exec's user may be root,
         # the one user the script cleans up as.
-        if folded_timeout:
-            return FoldedExec(result)
         may_clean = then_root is not None and _may_be_root(user)
+        if folded_timeout:
+            # cut after a whole archive's footer: the clean-up may have begun, so a folder that
+            # downloads empty is a lost copy, not a command that wrote nothing
+            return FoldedExec(result, uncertain=may_clean and fold.footer and fold.whole and not timed_out)
         cleaned = fold.cleaned and may_clean
         if fold.bad_tar and cleaned:
             raise SandboxError(

@@ -40,24 +40,25 @@ Such a fold is *uncertain* (:attr:`Fold.may_have_cleaned`): the caller downloads
 and an empty one is not the command's doing but a lost copy (seen: a verifier's reward read as
 ``reward_missing`` after an engine restart, the machine loaded).
 
-A timeout that strikes after the ``:out`` line (while the folder is sized or archived) is no
-timeout of the command: it ended, with the line's code, and only the fold's own work was cut
-(:attr:`Fold.ended`). The line is read where the command's output ends, at the first line of
-its form: the command's output all comes before the script's line, so a line the command
-printed itself comes first, and it counts only when what follows it is what the script writes
-after its own (nothing, or an archive's first tar header); followed by more output, by the
-script's real line or by other bytes it gives no code, and the result is a timeout, as it was
-before the line carried one. (A command that knows the token, prints the line as its very last
-output, followed by nothing or a tar header, and then outlives the timeout reads as one that
-ended: it could as well have ended, with whatever reward it wrote.)
+A timeout that strikes after the ``:out`` line (while the folder is sized or archived, or during
+the clean-up after the footer) is no timeout of the command: it ended, with the line's code, and
+only the fold's own work was cut (:attr:`Fold.ended`, :meth:`Fold.ended_by`). The line is read
+where the command's output ends, at the first line of its form: the command's output all comes
+before the script's line, so a line the command printed itself comes first, and it counts only
+when what follows it is what the script writes after its own (nothing, or an archive's first tar
+header); followed by more output, by the script's real line or by other bytes it gives no code,
+and the result is a timeout, as it was before the line carried one. (A command that knows the
+token, prints the line as its very last output, followed by nothing or a tar header, and then
+outlives the timeout reads as one that ended: it could as well have ended, with whatever reward
+it wrote.)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import re
 import tarfile
-from dataclasses import dataclass
 
 FOLD_LIMIT_BYTES = 4 * 1024 * 1024
 """The largest archive the fold carries on stdout, bytes (a bigger folder is downloaded)."""
@@ -171,7 +172,7 @@ def fold_argv(
     ]
 
 
-@dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True)
 class Fold:
     """What :func:`parse_fold` read from a folded exec's stdout.
 
@@ -193,6 +194,8 @@ class Fold:
             command ran alone and nothing was archived or cleaned.
         whole: the footer announced a whole archive (size, tar and tee statuses all fine):
             what the clean-up waits for, so it may have run whether or not its line came.
+        out_code: with a footer, the exit code the script's ``:out`` line before the archive
+            carries (``None``: no such line where the command's output ends).
     """
 
     started: bool
@@ -205,6 +208,22 @@ class Fold:
     ended: int | None = None
     plain: bool = False
     whole: bool = False
+    out_code: int | None = None
+
+    def ended_by(self) -> int | None:
+        """The command's exit code when the stream shows the command had ended, whatever cut
+        the stream after it (a timeout's kill): :attr:`ended` (cut while the folder was
+        archived) or, with a footer whose code the ``:out`` line before the archive agrees
+        with, the footer's (cut during the clean-up, which runs after the footer). ``None``:
+        nothing shows it ended. A command that knows the token and forges these lines as its
+        last output before it hangs reads as one that ended with the code it chose, as for
+        :attr:`ended`; the archive itself is never taken after a timeout (the caller
+        downloads the folder)."""
+        if self.ended is not None:
+            return self.ended
+        if self.footer and self.code is not None and self.out_code == self.code:
+            return self.code
+        return None
 
     def may_have_cleaned(self, skip: tuple[int, ...], code: int | None) -> bool:
         """Whether the script may have run its clean-up although no archive was taken: it ran
@@ -310,10 +329,13 @@ def parse_fold(raw: bytes, token: str, *, truncated: bool) -> Fold:
     tar, out = body[at - n : at], body[: at - n]
     # the command's output ends at the script's marker: after it come only archive bytes (all
     # of them when ``n`` is 0: a failed tee, a folder that grew, a stream cut at the front)
-    cut, _ = _end_of_out(out, token)
+    cut, out_code = _end_of_out(out, token)
     out = out[:cut] if cut >= 0 else out
+    fold = Fold(
+        started=True, out=out, footer=True, code=code, cleaned=cleaned, whole=whole, out_code=out_code
+    )
     if not n or tar_status != "0":
-        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, whole=whole)
+        return fold
     if not _whole_tar(tar):
-        return Fold(started=True, out=out, footer=True, code=code, cleaned=cleaned, bad_tar=True, whole=whole)
-    return Fold(started=True, out=out, tar=tar, footer=True, code=code, cleaned=cleaned, whole=whole)
+        return dataclasses.replace(fold, bad_tar=True)
+    return dataclasses.replace(fold, tar=tar)
