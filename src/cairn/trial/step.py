@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from cairn._util.text import printable
 from cairn.agents.base import Agent, AgentContext
 from cairn.errors import (
     ErrorKind,
@@ -55,6 +54,7 @@ from cairn.trial.services import check_services
 from cairn.trial.spans import SpanClock
 from cairn.trial.survivors import (
     after_agent_policy,
+    clean_cmdline,
     list_survivors,
     setup_wider,
     survivors_from,
@@ -167,7 +167,7 @@ async def _kill_new(
     """
     killed, left = await sandbox.kill_since(before.before_tick, before.processes or ())
     if left:
-        shown = "; ".join(f"{p.pid} {s.mask(printable(p.cmdline, 80))}" for p in left[:LEFT_SHOWN])
+        shown = "; ".join(f"{p.pid} {s.mask(clean_cmdline(p.cmdline, 80))}" for p in left[:LEFT_SHOWN])
         more = f" (+{len(left) - LEFT_SHOWN} more)" if len(left) > LEFT_SHOWN else ""
         warnings.append(
             f"{len(left)} new process(es) kept running after the kill (restarted by a process "
